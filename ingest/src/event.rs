@@ -1,0 +1,845 @@
+//! The canonical event model: the one stream every trace adapter produces and
+//! every later stage (storage, predictor, simulator, Kafka topics) consumes.
+//!
+//! On the wire an event is one flat JSON object with a schema version `v`
+//! and a `type` tag (see `docs/event-schema.json` and `docs/events.md`):
+//!
+//! ```json
+//! {"v":1,"type":"task","time_us":600000000,"job_id":42,"task_index":0,"kind":"schedule","machine_id":7}
+//! ```
+//!
+//! Decoding goes through [`decode`], which is strict: an unknown version, an
+//! unknown field, a missing id or a value of the wrong type is an error that
+//! names the field. Encoding goes through [`encode`] / [`Event::to_json`].
+
+use serde::{Deserialize, Serialize};
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Times are microseconds; they must fit an `i64` so that arithmetic on them
+/// (durations, Parquet `Int64` columns) never overflows.
+pub const MAX_TIME_US: u64 = i64::MAX as u64;
+
+/// One canonical event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    JobSubmitted(JobSubmitted),
+    Task(TaskEvent),
+    JobEnded(JobEnded),
+    Machine(MachineEvent),
+}
+
+/// A job entered the system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSubmitted {
+    pub time_us: u64,
+    pub job_id: u64,
+    pub user: String,
+    pub job_name: String,
+    pub logical_name: String,
+    pub scheduling_class: u8,
+    pub priority: u32,
+    /// Requested CPU per task (trace units: normalised for Google, cores for Alibaba).
+    pub cpu_request: f64,
+    /// Requested memory per task (trace units).
+    pub mem_request: f64,
+    pub num_tasks: u32,
+    /// Present for DAG jobs: the stages and their dependencies. Tasks are
+    /// numbered stage by stage in this order: the first stage's tasks are
+    /// `0..n₀`, the next stage's `n₀..n₀+n₁`, …
+    pub stages: Option<Vec<Stage>>,
+}
+
+/// One stage of a DAG job. A stage's tasks may start only after every task
+/// of every parent stage has finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    pub id: u32,
+    #[serde(default)]
+    pub parents: Vec<u32>,
+    pub num_tasks: u32,
+    /// The trace's own name for the stage (e.g. Alibaba's `M5_3_4`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Something happened to one task of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskEvent {
+    pub time_us: u64,
+    pub job_id: u64,
+    pub task_index: u32,
+    pub kind: TaskKind,
+    pub machine_id: Option<u64>,
+    /// The DAG stage the task belongs to, for DAG jobs.
+    pub stage: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    Submit,
+    Schedule,
+    Finish,
+    Fail,
+    Kill,
+    Evict,
+    Lost,
+    Update,
+}
+
+impl TaskKind {
+    pub const ALL: [TaskKind; 8] = [
+        TaskKind::Submit,
+        TaskKind::Schedule,
+        TaskKind::Finish,
+        TaskKind::Fail,
+        TaskKind::Kill,
+        TaskKind::Evict,
+        TaskKind::Lost,
+        TaskKind::Update,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Submit => "submit",
+            TaskKind::Schedule => "schedule",
+            TaskKind::Finish => "finish",
+            TaskKind::Fail => "fail",
+            TaskKind::Kill => "kill",
+            TaskKind::Evict => "evict",
+            TaskKind::Lost => "lost",
+            TaskKind::Update => "update",
+        }
+    }
+
+    /// Does this event end the task's current attempt?
+    pub fn ends_attempt(self) -> bool {
+        matches!(
+            self,
+            TaskKind::Finish | TaskKind::Fail | TaskKind::Kill | TaskKind::Evict | TaskKind::Lost
+        )
+    }
+}
+
+/// A job left the system.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEnded {
+    pub time_us: u64,
+    pub job_id: u64,
+    pub outcome: JobOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobOutcome {
+    Finish,
+    Fail,
+    Kill,
+    Lost,
+}
+
+impl JobOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobOutcome::Finish => "finish",
+            JobOutcome::Fail => "fail",
+            JobOutcome::Kill => "kill",
+            JobOutcome::Lost => "lost",
+        }
+    }
+}
+
+/// A machine (or cloud VM) was added, removed or changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineEvent {
+    pub time_us: u64,
+    pub machine_id: u64,
+    pub kind: MachineKind,
+    pub platform: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory: Option<f64>,
+    /// Present for cloud VMs.
+    pub vm: Option<VmInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MachineKind {
+    Add,
+    Remove,
+    Update,
+}
+
+impl MachineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineKind::Add => "add",
+            MachineKind::Remove => "remove",
+            MachineKind::Update => "update",
+        }
+    }
+}
+
+/// What a cloud provider tells about a VM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmInfo {
+    pub name: Option<String>,
+    pub vm_type: String,
+    pub zone: String,
+    pub preemptible: bool,
+    pub launch_time_us: u64,
+    /// Why the VM went away; set on its `remove` event.
+    pub end_reason: Option<EndReason>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The provider took the VM back: an observed preemption.
+    Preempted,
+    /// The user stopped the VM: its lifetime is right-censored.
+    Stopped,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Preempted => "preempted",
+            EndReason::Stopped => "stopped",
+        }
+    }
+}
+
+impl Event {
+    pub fn time_us(&self) -> u64 {
+        match self {
+            Event::JobSubmitted(e) => e.time_us,
+            Event::Task(e) => e.time_us,
+            Event::JobEnded(e) => e.time_us,
+            Event::Machine(e) => e.time_us,
+        }
+    }
+
+    /// The job the event belongs to; `None` for machine events.
+    pub fn job_id(&self) -> Option<u64> {
+        match self {
+            Event::JobSubmitted(e) => Some(e.job_id),
+            Event::Task(e) => Some(e.job_id),
+            Event::JobEnded(e) => Some(e.job_id),
+            Event::Machine(_) => None,
+        }
+    }
+
+    /// The wire name of the event's type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::JobSubmitted(_) => "job_submitted",
+            Event::Task(_) => "task",
+            Event::JobEnded(_) => "job_ended",
+            Event::Machine(_) => "machine",
+        }
+    }
+
+    /// Serialise to one line of JSON (no trailing newline).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(&WireEvent::from(self)).expect("wire events always serialise")
+    }
+}
+
+/// Serialise an event into `out` as JSON, without a trailing newline.
+pub fn encode(event: &Event, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, &WireEvent::from(event)).expect("wire events always serialise")
+}
+
+/// Why an event could not be decoded. `field` names the offending field
+/// (a JSON path such as `stages[2].num_tasks`) when there is one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}{message}", field.as_deref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
+pub struct DecodeError {
+    pub kind: DecodeErrorKind,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// A coarse class of decode error, stable for metrics labels and
+/// dead-letter reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecodeErrorKind {
+    /// Not JSON at all, or truncated, or not UTF-8.
+    Syntax,
+    /// `v` is not a version this build reads.
+    UnsupportedVersion,
+    /// `type` is not a known event type.
+    UnknownType,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong JSON type, an unknown enum value, or is unknown.
+    InvalidField,
+    /// A value is well-typed but out of range (e.g. a time beyond `i64::MAX`).
+    OutOfRange,
+}
+
+impl DecodeErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecodeErrorKind::Syntax => "syntax",
+            DecodeErrorKind::UnsupportedVersion => "unsupported_version",
+            DecodeErrorKind::UnknownType => "unknown_type",
+            DecodeErrorKind::MissingField => "missing_field",
+            DecodeErrorKind::InvalidField => "invalid_field",
+            DecodeErrorKind::OutOfRange => "out_of_range",
+        }
+    }
+}
+
+impl DecodeError {
+    fn new(kind: DecodeErrorKind, field: Option<&str>, message: impl Into<String>) -> Self {
+        DecodeError {
+            kind,
+            field: field.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+
+    fn missing(field: &str, ty: &str) -> Self {
+        Self::new(
+            DecodeErrorKind::MissingField,
+            Some(field),
+            format!("required for events of type `{ty}` but absent"),
+        )
+    }
+}
+
+/// Decode one event from JSON bytes, strictly.
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let wire: WireEvent = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let mut field = (path != "." && !path.is_empty()).then_some(path);
+        let message = inner.to_string();
+        let kind = match inner.classify() {
+            serde_json::error::Category::Data => {
+                if let Some(name) = message
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                {
+                    // serde reports a missing field at its parent's path.
+                    field = Some(match field {
+                        Some(parent) => format!("{parent}.{name}"),
+                        None => name.to_owned(),
+                    });
+                    DecodeErrorKind::MissingField
+                } else {
+                    DecodeErrorKind::InvalidField
+                }
+            }
+            _ => DecodeErrorKind::Syntax,
+        };
+        DecodeError {
+            kind,
+            field,
+            message,
+        }
+    })?;
+    de.end().map_err(|e| {
+        DecodeError::new(DecodeErrorKind::Syntax, None, format!("trailing data: {e}"))
+    })?;
+    Event::try_from(wire)
+}
+
+/// The flat wire form. Every field but `v` and `type` is optional here;
+/// which ones are required depends on `type` and is checked in `TryFrom`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent {
+    v: u32,
+    #[serde(rename = "type")]
+    ty: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logical_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduling_class: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_request: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mem_request: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    num_tasks: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stages: Option<Vec<Stage>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task_index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    machine_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<JobOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    platform: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpus: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vm_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vm_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preemptible: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    launch_time_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end_reason: Option<EndReason>,
+}
+
+fn check_time(field: &str, t: u64) -> Result<u64, DecodeError> {
+    if t > MAX_TIME_US {
+        return Err(DecodeError::new(
+            DecodeErrorKind::OutOfRange,
+            Some(field),
+            format!("{t} exceeds the largest time, {MAX_TIME_US} µs"),
+        ));
+    }
+    Ok(t)
+}
+
+fn check_nonneg(field: &str, x: Option<f64>) -> Result<Option<f64>, DecodeError> {
+    match x {
+        Some(v) if !(v.is_finite() && v >= 0.0) => Err(DecodeError::new(
+            DecodeErrorKind::OutOfRange,
+            Some(field),
+            format!("{v} is not a finite, non-negative number"),
+        )),
+        _ => Ok(x),
+    }
+}
+
+/// The optional wire fields each event type may carry (`v`, `type` and
+/// `time_us` are common to all).
+const JOB_SUBMITTED_FIELDS: &[&str] = &[
+    "job_id",
+    "user",
+    "job_name",
+    "logical_name",
+    "scheduling_class",
+    "priority",
+    "cpu_request",
+    "mem_request",
+    "num_tasks",
+    "stages",
+];
+const TASK_FIELDS: &[&str] = &["job_id", "task_index", "stage", "kind", "machine_id"];
+const JOB_ENDED_FIELDS: &[&str] = &["job_id", "outcome"];
+const MACHINE_FIELDS: &[&str] = &[
+    "machine_id",
+    "kind",
+    "platform",
+    "cpus",
+    "memory",
+    "vm_name",
+    "vm_type",
+    "zone",
+    "preemptible",
+    "launch_time_us",
+    "end_reason",
+];
+
+impl WireEvent {
+    /// Every optional field and whether it is set.
+    fn presence(&self) -> [(&'static str, bool); 24] {
+        [
+            ("job_id", self.job_id.is_some()),
+            ("user", self.user.is_some()),
+            ("job_name", self.job_name.is_some()),
+            ("logical_name", self.logical_name.is_some()),
+            ("scheduling_class", self.scheduling_class.is_some()),
+            ("priority", self.priority.is_some()),
+            ("cpu_request", self.cpu_request.is_some()),
+            ("mem_request", self.mem_request.is_some()),
+            ("num_tasks", self.num_tasks.is_some()),
+            ("stages", self.stages.is_some()),
+            ("task_index", self.task_index.is_some()),
+            ("stage", self.stage.is_some()),
+            ("kind", self.kind.is_some()),
+            ("machine_id", self.machine_id.is_some()),
+            ("outcome", self.outcome.is_some()),
+            ("platform", self.platform.is_some()),
+            ("cpus", self.cpus.is_some()),
+            ("memory", self.memory.is_some()),
+            ("vm_name", self.vm_name.is_some()),
+            ("vm_type", self.vm_type.is_some()),
+            ("zone", self.zone.is_some()),
+            ("preemptible", self.preemptible.is_some()),
+            ("launch_time_us", self.launch_time_us.is_some()),
+            ("end_reason", self.end_reason.is_some()),
+        ]
+    }
+
+    /// Reject fields that do not belong to the event's type, so that a
+    /// typo'd producer is caught rather than silently half-read.
+    fn reject_foreign(&self, ty: &str, allowed: &[&str]) -> Result<(), DecodeError> {
+        let foreign = self
+            .presence()
+            .into_iter()
+            .find(|(name, set)| *set && !allowed.contains(name));
+        match foreign {
+            Some((name, _)) => Err(DecodeError::new(
+                DecodeErrorKind::InvalidField,
+                Some(name),
+                format!("not a field of events of type `{ty}`"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_kind<T: for<'de> Deserialize<'de>>(field: &str, s: &str) -> Result<T, DecodeError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+        DecodeError::new(
+            DecodeErrorKind::InvalidField,
+            Some(field),
+            format!("unknown value `{s}`"),
+        )
+    })
+}
+
+impl TryFrom<WireEvent> for Event {
+    type Error = DecodeError;
+
+    fn try_from(w: WireEvent) -> Result<Self, DecodeError> {
+        if w.v != SCHEMA_VERSION {
+            return Err(DecodeError::new(
+                DecodeErrorKind::UnsupportedVersion,
+                Some("v"),
+                format!(
+                    "schema version {} is not supported (this build reads version {SCHEMA_VERSION})",
+                    w.v
+                ),
+            ));
+        }
+        let ty = w.ty.as_str();
+        let req = |name: &'static str, present: bool| {
+            if present {
+                Ok(())
+            } else {
+                Err(DecodeError::missing(name, ty))
+            }
+        };
+        let time_us = check_time("time_us", w.time_us.ok_or_else(|| DecodeError::missing("time_us", ty))?)?;
+        match ty {
+            "job_submitted" => {
+                w.reject_foreign(ty, JOB_SUBMITTED_FIELDS)?;
+                let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
+                let num_tasks = w.num_tasks.ok_or_else(|| DecodeError::missing("num_tasks", ty))?;
+                if let Some(stages) = &w.stages {
+                    let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
+                    if total != u64::from(num_tasks) {
+                        return Err(DecodeError::new(
+                            DecodeErrorKind::OutOfRange,
+                            Some("stages"),
+                            format!("stage task counts add up to {total}, but num_tasks is {num_tasks}"),
+                        ));
+                    }
+                }
+                Ok(Event::JobSubmitted(JobSubmitted {
+                    time_us,
+                    job_id,
+                    user: w.user.unwrap_or_default(),
+                    job_name: w.job_name.unwrap_or_default(),
+                    logical_name: w.logical_name.unwrap_or_default(),
+                    scheduling_class: w.scheduling_class.unwrap_or(0),
+                    priority: w.priority.unwrap_or(0),
+                    cpu_request: check_nonneg("cpu_request", w.cpu_request)?.unwrap_or(0.0),
+                    mem_request: check_nonneg("mem_request", w.mem_request)?.unwrap_or(0.0),
+                    num_tasks,
+                    stages: w.stages,
+                }))
+            }
+            "task" => {
+                w.reject_foreign(ty, TASK_FIELDS)?;
+                let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
+                let task_index = w.task_index.ok_or_else(|| DecodeError::missing("task_index", ty))?;
+                req("kind", w.kind.is_some())?;
+                let kind = parse_kind("kind", w.kind.as_deref().unwrap_or_default())?;
+                Ok(Event::Task(TaskEvent {
+                    time_us,
+                    job_id,
+                    task_index,
+                    kind,
+                    machine_id: w.machine_id,
+                    stage: w.stage,
+                }))
+            }
+            "job_ended" => {
+                w.reject_foreign(ty, JOB_ENDED_FIELDS)?;
+                let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
+                let outcome = w.outcome.ok_or_else(|| DecodeError::missing("outcome", ty))?;
+                Ok(Event::JobEnded(JobEnded {
+                    time_us,
+                    job_id,
+                    outcome,
+                }))
+            }
+            "machine" => {
+                w.reject_foreign(ty, MACHINE_FIELDS)?;
+                let machine_id = w.machine_id.ok_or_else(|| DecodeError::missing("machine_id", ty))?;
+                req("kind", w.kind.is_some())?;
+                let kind = parse_kind("kind", w.kind.as_deref().unwrap_or_default())?;
+                let is_vm = w.vm_type.is_some()
+                    || w.zone.is_some()
+                    || w.preemptible.is_some()
+                    || w.launch_time_us.is_some()
+                    || w.end_reason.is_some()
+                    || w.vm_name.is_some();
+                let vm = if is_vm {
+                    Some(VmInfo {
+                        name: w.vm_name,
+                        vm_type: w.vm_type.ok_or_else(|| DecodeError::missing("vm_type", ty))?,
+                        zone: w.zone.ok_or_else(|| DecodeError::missing("zone", ty))?,
+                        preemptible: w
+                            .preemptible
+                            .ok_or_else(|| DecodeError::missing("preemptible", ty))?,
+                        launch_time_us: check_time(
+                            "launch_time_us",
+                            w.launch_time_us
+                                .ok_or_else(|| DecodeError::missing("launch_time_us", ty))?,
+                        )?,
+                        end_reason: w.end_reason,
+                    })
+                } else {
+                    None
+                };
+                Ok(Event::Machine(MachineEvent {
+                    time_us,
+                    machine_id,
+                    kind,
+                    platform: w.platform,
+                    cpus: check_nonneg("cpus", w.cpus)?,
+                    memory: check_nonneg("memory", w.memory)?,
+                    vm,
+                }))
+            }
+            other => Err(DecodeError::new(
+                DecodeErrorKind::UnknownType,
+                Some("type"),
+                format!(
+                    "unknown event type `{other}` (expected job_submitted, task, job_ended or machine)"
+                ),
+            )),
+        }
+    }
+}
+
+impl From<&Event> for WireEvent {
+    fn from(e: &Event) -> Self {
+        let mut w = WireEvent {
+            v: SCHEMA_VERSION,
+            ty: e.type_name().to_owned(),
+            time_us: Some(e.time_us()),
+            job_id: e.job_id(),
+            ..WireEvent::default()
+        };
+        match e {
+            Event::JobSubmitted(j) => {
+                w.user = Some(j.user.clone());
+                w.job_name = Some(j.job_name.clone());
+                w.logical_name = Some(j.logical_name.clone());
+                w.scheduling_class = Some(j.scheduling_class);
+                w.priority = Some(j.priority);
+                w.cpu_request = Some(j.cpu_request);
+                w.mem_request = Some(j.mem_request);
+                w.num_tasks = Some(j.num_tasks);
+                w.stages = j.stages.clone();
+            }
+            Event::Task(t) => {
+                w.task_index = Some(t.task_index);
+                w.kind = Some(t.kind.as_str().to_owned());
+                w.machine_id = t.machine_id;
+                w.stage = t.stage;
+            }
+            Event::JobEnded(j) => w.outcome = Some(j.outcome),
+            Event::Machine(m) => {
+                w.machine_id = Some(m.machine_id);
+                w.kind = Some(m.kind.as_str().to_owned());
+                w.platform = m.platform.clone();
+                w.cpus = m.cpus;
+                w.memory = m.memory;
+                if let Some(vm) = &m.vm {
+                    w.vm_name = vm.name.clone();
+                    w.vm_type = Some(vm.vm_type.clone());
+                    w.zone = Some(vm.zone.clone());
+                    w.preemptible = Some(vm.preemptible);
+                    w.launch_time_us = Some(vm.launch_time_us);
+                    w.end_reason = vm.end_reason;
+                }
+            }
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> Event {
+        Event::JobSubmitted(JobSubmitted {
+            time_us: 600_000_000,
+            job_id: 42,
+            user: "alice".into(),
+            job_name: "wordcount".into(),
+            logical_name: "wc".into(),
+            scheduling_class: 2,
+            priority: 9,
+            cpu_request: 0.125,
+            mem_request: 0.0625,
+            num_tasks: 3,
+            stages: Some(vec![
+                Stage { id: 1, parents: vec![], num_tasks: 2, name: Some("M1".into()) },
+                Stage { id: 2, parents: vec![1], num_tasks: 1, name: Some("R2_1".into()) },
+            ]),
+        })
+    }
+
+    #[test]
+    fn every_event_type_round_trips() {
+        let events = vec![
+            job(),
+            Event::Task(TaskEvent {
+                time_us: 1,
+                job_id: 42,
+                task_index: 0,
+                kind: TaskKind::Schedule,
+                machine_id: Some(7),
+                stage: Some(1),
+            }),
+            Event::JobEnded(JobEnded { time_us: 5, job_id: 42, outcome: JobOutcome::Kill }),
+            Event::Machine(MachineEvent {
+                time_us: 0,
+                machine_id: 9,
+                kind: MachineKind::Remove,
+                platform: Some("p".into()),
+                cpus: Some(0.5),
+                memory: Some(0.25),
+                vm: Some(VmInfo {
+                    name: Some("vm-1".into()),
+                    vm_type: "n1-highcpu-16".into(),
+                    zone: "us-east1-b".into(),
+                    preemptible: true,
+                    launch_time_us: 0,
+                    end_reason: Some(EndReason::Preempted),
+                }),
+            }),
+        ];
+        for e in events {
+            let json = e.to_json();
+            assert_eq!(decode(json.as_bytes()).unwrap(), e, "{json}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: &[(&str, DecodeErrorKind, Option<&str>)] = &[
+            ("{", DecodeErrorKind::Syntax, None),
+            ("not json", DecodeErrorKind::Syntax, None),
+            (r#"{"v":2,"type":"task"}"#, DecodeErrorKind::UnsupportedVersion, Some("v")),
+            (r#"{"type":"task"}"#, DecodeErrorKind::MissingField, Some("v")),
+            (r#"{"v":1,"type":"party","time_us":1}"#, DecodeErrorKind::UnknownType, Some("type")),
+            (
+                r#"{"v":1,"type":"task","time_us":1,"task_index":0,"kind":"finish"}"#,
+                DecodeErrorKind::MissingField,
+                Some("job_id"),
+            ),
+            (
+                r#"{"v":1,"type":"task","time_us":1,"job_id":"x","task_index":0,"kind":"finish"}"#,
+                DecodeErrorKind::InvalidField,
+                Some("job_id"),
+            ),
+            (
+                r#"{"v":1,"type":"task","time_us":-5,"job_id":1,"task_index":0,"kind":"finish"}"#,
+                DecodeErrorKind::InvalidField,
+                Some("time_us"),
+            ),
+            (
+                r#"{"v":1,"type":"task","time_us":9223372036854775808,"job_id":1,"task_index":0,"kind":"finish"}"#,
+                DecodeErrorKind::OutOfRange,
+                Some("time_us"),
+            ),
+            (
+                r#"{"v":1,"type":"task","time_us":1,"job_id":1,"task_index":0,"kind":"explode"}"#,
+                DecodeErrorKind::InvalidField,
+                Some("kind"),
+            ),
+            (
+                r#"{"v":1,"type":"task","time_us":1,"job_id":1,"task_index":0,"kind":"finish","colour":1}"#,
+                DecodeErrorKind::InvalidField,
+                None,
+            ),
+            (
+                r#"{"v":1,"type":"job_ended","time_us":1,"job_id":1,"outcome":"finish","zone":"z"}"#,
+                DecodeErrorKind::InvalidField,
+                Some("zone"),
+            ),
+            (
+                r#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":3,"stages":[{"id":1,"num_tasks":"2"}]}"#,
+                DecodeErrorKind::InvalidField,
+                Some("stages[0].num_tasks"),
+            ),
+            (
+                r#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":3,"stages":[{"id":1,"num_tasks":2}]}"#,
+                DecodeErrorKind::OutOfRange,
+                Some("stages"),
+            ),
+            (
+                r#"{"v":1,"type":"machine","time_us":1,"machine_id":1,"kind":"add","zone":"z"}"#,
+                DecodeErrorKind::MissingField,
+                Some("vm_type"),
+            ),
+            (
+                r#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"cpu_request":-1}"#,
+                DecodeErrorKind::OutOfRange,
+                Some("cpu_request"),
+            ),
+            (
+                "{\"v\":1,\"type\":\"task\",\"time_us\":1,\"job_id\":1,\"task_index\":0,\"kind\":\"finish\"} x",
+                DecodeErrorKind::Syntax,
+                None,
+            ),
+        ];
+        for (input, kind, field) in cases {
+            let err = decode(input.as_bytes()).expect_err(input);
+            assert_eq!(err.kind, *kind, "{input}: {err}");
+            if let Some(f) = field {
+                assert_eq!(err.field.as_deref(), Some(*f), "{input}: {err}");
+                assert!(err.to_string().contains(f), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_syntax_error() {
+        let mut bytes = br#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"user":""#.to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe]);
+        bytes.extend_from_slice(br#""}"#);
+        assert_eq!(decode(&bytes).unwrap_err().kind, DecodeErrorKind::Syntax);
+    }
+}

@@ -1,0 +1,87 @@
+//! # jobcast-ingest
+//!
+//! Owns what comes *in*: the canonical event model ([`event`]) and the
+//! adapters that turn real trace formats into a time-ordered stream of
+//! canonical events ([`Trace`]), plus the ground-truth views derived from
+//! such a stream ([`truth`]).
+//!
+//! Adapters never panic on bad data: a malformed row is recorded in the
+//! trace's [`Diagnostics`] with its file, line and reason, and skipped.
+
+pub mod alibaba2018;
+pub mod dag;
+pub mod event;
+pub mod gce;
+pub mod google2011;
+pub mod google2019;
+pub mod ids;
+pub mod jsonl;
+pub mod merge;
+pub mod source;
+pub mod truth;
+
+use std::path::Path;
+
+pub use event::{decode, encode, Event};
+pub use source::{Diagnostics, Location, Trace, TraceError};
+
+/// The trace formats jobcast reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Google `clusterdata-2011-2`: a directory with `job_events/`,
+    /// `task_events/` and optionally `machine_events/`.
+    Google2011,
+    /// Google `clusterdata-2019` `collection_events` + `instance_events`,
+    /// exported as JSON lines or CSV with a header.
+    Google2019,
+    /// Alibaba `cluster-trace-v2018` `batch_task` + `batch_instance`.
+    Alibaba2018,
+    /// Measured lifetimes of GCE preemptible VMs (one JSON object per VM).
+    GceLifetimes,
+    /// jobcast's canonical JSON lines.
+    Jsonl,
+}
+
+impl Format {
+    pub const NAMES: &'static [&'static str] =
+        &["google2011", "google2019", "alibaba2018", "gce-lifetimes", "jsonl"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Google2011 => "google2011",
+            Format::Google2019 => "google2019",
+            Format::Alibaba2018 => "alibaba2018",
+            Format::GceLifetimes => "gce-lifetimes",
+            Format::Jsonl => "jsonl",
+        }
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "google2011" => Ok(Format::Google2011),
+            "google2019" => Ok(Format::Google2019),
+            "alibaba2018" => Ok(Format::Alibaba2018),
+            "gce-lifetimes" => Ok(Format::GceLifetimes),
+            "jsonl" => Ok(Format::Jsonl),
+            other => Err(format!(
+                "unknown format `{other}` (expected one of: {})",
+                Format::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// Open a trace of the given format as a stream of canonical events.
+pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
+    match format {
+        Format::Google2011 => google2011::open(input),
+        Format::Google2019 => google2019::open(input),
+        Format::Alibaba2018 => alibaba2018::open(input),
+        Format::GceLifetimes => gce::open(input),
+        Format::Jsonl => jsonl::open(input),
+    }
+}

@@ -1,0 +1,125 @@
+//! The job features 3Sigma matches similar jobs by (SLearn §4.2): user, job
+//! name, logical job name, submission time (hour of the week), and requested
+//! CPU and memory (bucketed).
+
+use jobcast_ingest::event::JobSubmitted;
+use jobcast_ingest::ids::stable_id;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeatureKind {
+    User,
+    JobName,
+    LogicalName,
+    SubmitHour,
+    CpuRequest,
+    MemRequest,
+}
+
+impl FeatureKind {
+    pub const ALL: [FeatureKind; 6] = [
+        FeatureKind::User,
+        FeatureKind::JobName,
+        FeatureKind::LogicalName,
+        FeatureKind::SubmitHour,
+        FeatureKind::CpuRequest,
+        FeatureKind::MemRequest,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FeatureKind::User => "user",
+            FeatureKind::JobName => "job_name",
+            FeatureKind::LogicalName => "logical_name",
+            FeatureKind::SubmitHour => "submit_hour",
+            FeatureKind::CpuRequest => "cpu_request",
+            FeatureKind::MemRequest => "mem_request",
+        }
+    }
+}
+
+/// A job's feature values, each reduced to a 64-bit key. `None` where the
+/// trace has no value (an empty name matches nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobFeatures {
+    pub values: [Option<u64>; 6],
+}
+
+const HOUR_US: u64 = 3_600_000_000;
+
+impl JobFeatures {
+    pub fn of(job: &JobSubmitted) -> Self {
+        Self::from_parts(
+            &job.user,
+            &job.job_name,
+            &job.logical_name,
+            job.time_us,
+            job.cpu_request,
+            job.mem_request,
+        )
+    }
+
+    /// Features of one DAG stage: the job's, with names qualified by the
+    /// stage so that each stage learns its own history.
+    pub fn of_stage(job: &JobSubmitted, stage: u32) -> Self {
+        let mut f = Self::of(job);
+        for kind in [FeatureKind::User, FeatureKind::JobName, FeatureKind::LogicalName] {
+            let slot = &mut f.values[kind as usize];
+            *slot = slot.map(|key| key ^ stable_id(&stage.to_le_bytes()).rotate_left(17));
+        }
+        f
+    }
+
+    pub fn from_parts(
+        user: &str,
+        job_name: &str,
+        logical_name: &str,
+        submit_time_us: u64,
+        cpu_request: f64,
+        mem_request: f64,
+    ) -> Self {
+        let name = |s: &str| (!s.is_empty()).then(|| stable_id(s.as_bytes()));
+        JobFeatures {
+            values: [
+                name(user),
+                name(job_name),
+                name(logical_name),
+                // Hour of the week since the trace's epoch: day and hour.
+                Some((submit_time_us / HOUR_US) % (7 * 24)),
+                bucket(cpu_request),
+                bucket(mem_request),
+            ],
+        }
+    }
+
+    pub fn get(&self, kind: FeatureKind) -> Option<u64> {
+        self.values[kind as usize]
+    }
+}
+
+/// Requests bucketed on a log scale, four buckets per doubling: requests
+/// that differ by less than ~19% share a bucket. Zero or unknown requests
+/// match nothing.
+fn bucket(request: f64) -> Option<u64> {
+    (request.is_finite() && request > 0.0).then(|| (request.log2() * 4.0).round() as i64 as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_key_names_hours_and_request_buckets() {
+        let a = JobFeatures::from_parts("u", "n", "", 3 * HOUR_US + 5, 0.125, 0.0);
+        let b = JobFeatures::from_parts("u", "m", "", (3 + 168) * HOUR_US, 0.13, 0.5);
+        assert_eq!(a.get(FeatureKind::User), b.get(FeatureKind::User));
+        assert_ne!(a.get(FeatureKind::JobName), b.get(FeatureKind::JobName));
+        assert_eq!(a.get(FeatureKind::LogicalName), None);
+        assert_eq!(a.get(FeatureKind::SubmitHour), Some(3));
+        assert_eq!(b.get(FeatureKind::SubmitHour), Some(3));
+        assert_eq!(a.get(FeatureKind::CpuRequest), b.get(FeatureKind::CpuRequest));
+        assert_eq!(a.get(FeatureKind::MemRequest), None);
+        assert_ne!(bucket(0.125), bucket(0.25));
+    }
+}

@@ -1,0 +1,225 @@
+//! Policies that learn nothing (§5.1.3): LAS and FIFO, which need no size,
+//! and the Oracle, which knows it.
+
+use jobcast_ingest::event::JobSubmitted;
+
+use super::{OracleTruth, dag_stages, decision, estimated, history_estimate};
+use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
+use crate::history::Estimator;
+use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::queues::TOP_QUEUE;
+
+/// Least Attained Service: every job starts in the top queue; the scheduler
+/// demotes it as its attained service (total task time) crosses the queue
+/// thresholds, so the policy never decides again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Las;
+
+impl Policy for Las {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Las
+    }
+
+    fn on_submit(&mut self, job: &JobSubmitted, _ctx: &Context<'_>) -> Decision {
+        let phase = Phase::AttainedService;
+        decision(
+            PolicyKind::Las,
+            job.job_id,
+            1,
+            TOP_QUEUE,
+            phase,
+            None,
+            Vec::new(),
+        )
+    }
+
+    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
+        None
+    }
+
+    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+}
+
+/// FIFO: one queue, arrival order; starvation-free without queue levels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fifo;
+
+impl Policy for Fifo {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Fifo
+    }
+
+    fn on_submit(&mut self, job: &JobSubmitted, _ctx: &Context<'_>) -> Decision {
+        decision(
+            PolicyKind::Fifo,
+            job.job_id,
+            1,
+            0,
+            Phase::Arrival,
+            None,
+            Vec::new(),
+        )
+    }
+
+    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
+        None
+    }
+
+    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+}
+
+/// The Oracle: places every job (thin ones too) by its true size, the true
+/// mean task runtime × tasks, or for a DAG job whose every stage has a
+/// truth, Σ stage mean × stage tasks. A job the truth does not know is
+/// placed by 3Sigma's estimate (per stage for DAGs; its source says so) rather than
+/// failing. A job's truth is dropped when the job ends.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Oracle {
+    truth: OracleTruth,
+}
+
+impl Oracle {
+    pub fn new(truth: OracleTruth) -> Self {
+        Oracle { truth }
+    }
+
+    fn truth_estimate(&self, job: &JobSubmitted) -> Option<Estimate> {
+        let truth = self.truth.get(job.job_id)?;
+        let per_stage: Option<f64> = dag_stages(job).and_then(|stages| {
+            stages
+                .iter()
+                .map(|s| {
+                    let mean = truth.stage_mean_task_runtime_us.get(&s.id)?;
+                    Some(mean * f64::from(s.num_tasks))
+                })
+                .sum()
+        });
+        let (mean_task_runtime_us, size_us) = match per_stage {
+            // Well-formed DAGs have tasks: the division is safe.
+            Some(size) => (size / f64::from(job.num_tasks), size),
+            None => {
+                let mean = truth.mean_task_runtime_us;
+                (mean, mean * f64::from(job.num_tasks))
+            }
+        };
+        Some(Estimate {
+            mean_task_runtime_us,
+            size_us,
+            log_sd: 0.0,
+            source: EstimateSource::Truth,
+        })
+    }
+}
+
+impl Policy for Oracle {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Oracle
+    }
+
+    fn on_submit(&mut self, job: &JobSubmitted, ctx: &Context<'_>) -> Decision {
+        let est = self
+            .truth_estimate(job)
+            .unwrap_or_else(|| history_estimate(job, ctx, Estimator::Utility, true));
+        estimated(PolicyKind::Oracle, job.job_id, 1, est, ctx)
+    }
+
+    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
+        None
+    }
+
+    fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
+        self.truth.remove(done.job_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::*;
+    use super::super::{JobTruth, PolicyConfig, build};
+    use super::*;
+
+    #[test]
+    fn las_and_fifo_need_no_estimate() {
+        let kit = Kit::new();
+        let history = kit.history();
+        let ctx = kit.ctx(&history);
+        for width in [0, 1, 1000] {
+            let d = Las.on_submit(&job(1, width), &ctx);
+            assert_eq!(
+                (d.version, d.queue, d.phase, d.estimate),
+                (1, 0, Phase::AttainedService, None)
+            );
+            assert_eq!(d.policy, PolicyKind::Las);
+            let d = Fifo.on_submit(&job(1, width), &ctx);
+            assert_eq!(
+                (d.version, d.queue, d.phase, d.estimate),
+                (1, 0, Phase::Arrival, None)
+            );
+            assert_eq!(d.policy, PolicyKind::Fifo);
+        }
+        assert_eq!(Las.on_task_end(&finished(1, 0, 1), &ctx), None);
+        assert_eq!(Fifo.on_task_end(&failed(1, 0), &ctx), None);
+    }
+
+    #[test]
+    fn the_oracle_places_jobs_by_their_true_size() {
+        let kit = Kit::new();
+        let history = kit.history();
+        let ctx = kit.ctx(&history);
+        let dag = dag_job(3, &[(0, &[], 10), (1, &[0], 20)]);
+        let truth: OracleTruth = [
+            (1, JobTruth::new(5.0 * S)),
+            (2, JobTruth::new(100.0 * S)),
+            (
+                3,
+                JobTruth::new(0.0)
+                    .with_stage(0, 10.0 * S)
+                    .with_stage(1, 400.0 * S),
+            ),
+            (4, JobTruth::new(7.0 * S).with_stage(0, 1.0)),
+        ]
+        .into_iter()
+        .collect();
+        let mut o = build(PolicyKind::Oracle, &PolicyConfig::default(), Some(truth)).unwrap();
+        // 5 s × 100 = 500 s → Q0.
+        let d = o.on_submit(&job(1, 100), &ctx);
+        let e = d.estimate.unwrap();
+        assert_eq!((d.version, d.queue, d.phase), (1, 0, Phase::Estimated));
+        assert_eq!(
+            (e.size_us, e.mean_task_runtime_us, e.log_sd),
+            (500.0 * S, 5.0 * S, 0.0)
+        );
+        assert_eq!(e.source, EstimateSource::Truth);
+        // No thin bypass: 1 task of 100 s is sized too (Q0); 500 → Q2.
+        assert_eq!(o.on_submit(&job(2, 1), &ctx).phase, Phase::Estimated);
+        assert_eq!(o.on_submit(&job(2, 500), &ctx).queue, 2);
+        // DAG: 10 s × 10 + 400 s × 20 = 8100 s → Q1.
+        let d = o.on_submit(&dag, &ctx);
+        let e = d.estimate.unwrap();
+        assert_eq!(
+            (e.size_us, e.mean_task_runtime_us, d.queue),
+            (8100.0 * S, 270.0 * S, 1)
+        );
+        // A DAG whose stages lack truths: the job's mean × tasks.
+        let dag4 = dag_job(4, &[(0, &[], 10), (1, &[0], 20)]);
+        assert_eq!(
+            o.on_submit(&dag4, &ctx).estimate.unwrap().size_us,
+            210.0 * S
+        );
+        // Unknown job: 3Sigma's estimate (empty history: 60 s per task).
+        let e = o.on_submit(&job(9, 10), &ctx).estimate.unwrap();
+        assert_eq!((e.size_us, e.source), (600.0 * S, EstimateSource::Fallback));
+        // Ended jobs are forgotten.
+        o.on_job_done(&done(1, 100, 1.0), &ctx);
+        let e = o.on_submit(&job(1, 100), &ctx).estimate.unwrap();
+        assert_eq!(e.source, EstimateSource::Fallback);
+    }
+
+    #[test]
+    fn the_oracle_needs_the_truth() {
+        let err = build(PolicyKind::Oracle, &PolicyConfig::default(), None)
+            .err()
+            .unwrap();
+        assert!(err.contains("true runtimes"), "{err}");
+    }
+}

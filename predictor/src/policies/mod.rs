@@ -1,0 +1,519 @@
+//! The prediction policies of SLearn (NSDI '22) and its baselines, behind
+//! the [`Policy`] trait, and [`build`], which makes one by its
+//! [`PolicyKind`].
+//!
+//! | kind         | first decision                         | later decisions            |
+//! |--------------|----------------------------------------|----------------------------|
+//! | `3sigma`     | history (utility) size                 | none                       |
+//! | `point`      | history (median) size                  | none                       |
+//! | `3sigma-tl`  | thin → top queue, else as `3sigma`     | none                       |
+//! | `3sigma-dag` | Σ per-stage history sizes              | none                       |
+//! | `slearn`     | thin → top queue, else pilots          | pilot replaced; estimated  |
+//! | `slearn-dag` | as `slearn`, pilots from root stages   | history rescaled by pilots |
+//! | `bayes`      | thin → top; prior, or prior + pilots   | pilot replaced; posterior  |
+//! | `las`        | top queue, attained service            | none                       |
+//! | `fifo`       | queue 0, arrival order                 | none                       |
+//! | `oracle`     | true size                              | none                       |
+//!
+//! Every policy keeps state only for live jobs and drops it in
+//! [`Policy::on_job_done`]. Randomness (which tasks are pilots) comes from a
+//! ChaCha8 stream keyed by `(seed, job id)`, so a job's pilots never depend
+//! on other jobs or on the order jobs arrive in.
+
+mod adaptive;
+mod baselines;
+mod bayes;
+mod history_based;
+mod pilots;
+mod slearn;
+#[cfg(test)]
+mod testkit;
+
+use std::collections::HashMap;
+
+use jobcast_ingest::event::JobSubmitted;
+use serde::{Deserialize, Serialize};
+
+pub use adaptive::{AdaptiveRatio, RATIO_PERCENTS};
+pub use baselines::{Fifo, Las, Oracle};
+pub use bayes::Bayes;
+pub use history_based::HistoryBased;
+pub use slearn::SLearn;
+
+use crate::decision::{Decision, Estimate, Phase, PolicyKind};
+use crate::features::JobFeatures;
+use crate::history::Estimator;
+use crate::policy::{Context, Policy};
+
+/// How SLearn picks its sampling ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Sampling {
+    /// The adaptive algorithm of the paper's Figure 4, over blocks of
+    /// `block` (T) wide jobs.
+    Adaptive { block: u32 },
+    /// A fixed fraction of a job's tasks, in (0, 1].
+    Fixed { ratio: f64 },
+}
+
+/// Settings of the Bayesian policy (see [`Bayes`] for the model).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BayesConfig {
+    /// Posterior spread (sd of ln mean task runtime) at which sampling
+    /// stops paying: pilots are added until the posterior sd would fall
+    /// below it. 0.25 is roughly a ±28% error at one sd.
+    pub target_log_sd: f64,
+    /// Task-wise spread σ1 (sd of ln task runtime within a job) assumed
+    /// before any job's pilots have taught one.
+    pub default_task_log_sd: f64,
+    /// At most this fraction of a job's tasks (rounded up) become pilots:
+    /// the top of SLearn's 1–5% range.
+    pub max_pilot_fraction: f64,
+}
+
+impl Default for BayesConfig {
+    fn default() -> Self {
+        BayesConfig {
+            target_log_sd: 0.25,
+            default_task_log_sd: 1.0,
+            max_pilot_fraction: 0.05,
+        }
+    }
+}
+
+/// Settings shared by all policies. The default is the paper's setup.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// Jobs with fewer tasks than this are thin: they skip sampling and go
+    /// straight to the top queue (§5.1.2, thinLimit = 3).
+    pub thin_limit: u32,
+    pub sampling: Sampling,
+    /// Seed of the pilot choice.
+    pub seed: u64,
+    pub bayes: BayesConfig,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            thin_limit: 3,
+            sampling: Sampling::Adaptive { block: 100 },
+            seed: 0,
+            bayes: BayesConfig::default(),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Check the settings, naming the bad one.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.sampling {
+            Sampling::Adaptive { block: 0 } => {
+                return Err("adaptive sampling block must be at least 1 job".into());
+            }
+            Sampling::Fixed { ratio } if !(ratio > 0.0 && ratio <= 1.0) => {
+                return Err(format!(
+                    "fixed sampling ratio must be in (0, 1], got {ratio}"
+                ));
+            }
+            _ => {}
+        }
+        let b = &self.bayes;
+        if !(b.target_log_sd.is_finite() && b.target_log_sd > 0.0) {
+            return Err(format!(
+                "bayes target_log_sd must be positive, got {}",
+                b.target_log_sd
+            ));
+        }
+        if !(b.default_task_log_sd.is_finite() && b.default_task_log_sd > 0.0) {
+            return Err(format!(
+                "bayes default_task_log_sd must be positive, got {}",
+                b.default_task_log_sd
+            ));
+        }
+        if !(b.max_pilot_fraction > 0.0 && b.max_pilot_fraction <= 1.0) {
+            return Err(format!(
+                "bayes max_pilot_fraction must be in (0, 1], got {}",
+                b.max_pilot_fraction
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one job really did, for the Oracle.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobTruth {
+    /// Mean runtime of all the job's tasks, µs.
+    pub mean_task_runtime_us: f64,
+    /// Mean task runtime per DAG stage id, µs (empty for flat jobs).
+    pub stage_mean_task_runtime_us: HashMap<u32, f64>,
+}
+
+impl JobTruth {
+    pub fn new(mean_task_runtime_us: f64) -> Self {
+        JobTruth {
+            mean_task_runtime_us,
+            stage_mean_task_runtime_us: HashMap::new(),
+        }
+    }
+
+    /// Add one stage's true mean task runtime.
+    pub fn with_stage(mut self, stage_id: u32, mean_task_runtime_us: f64) -> Self {
+        self.stage_mean_task_runtime_us
+            .insert(stage_id, mean_task_runtime_us);
+        self
+    }
+}
+
+/// Ground truth for the Oracle, by job id: a simulator that knows every
+/// task's runtime fills it before the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OracleTruth {
+    jobs: HashMap<u64, JobTruth>,
+}
+
+impl OracleTruth {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, job_id: u64, truth: JobTruth) {
+        self.jobs.insert(job_id, truth);
+    }
+
+    pub fn get(&self, job_id: u64) -> Option<&JobTruth> {
+        self.jobs.get(&job_id)
+    }
+
+    /// Forget a job (the Oracle drops truths of ended jobs).
+    pub fn remove(&mut self, job_id: u64) -> Option<JobTruth> {
+        self.jobs.remove(&job_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+impl FromIterator<(u64, JobTruth)> for OracleTruth {
+    fn from_iter<I: IntoIterator<Item = (u64, JobTruth)>>(iter: I) -> Self {
+        OracleTruth {
+            jobs: iter.into_iter().collect(),
+        }
+    }
+}
+
+/// Make the policy `kind`. The Oracle needs `oracle`; other policies
+/// ignore it.
+pub fn build(
+    kind: PolicyKind,
+    config: &PolicyConfig,
+    oracle: Option<OracleTruth>,
+) -> Result<Box<dyn Policy>, String> {
+    config.validate()?;
+    let thin = config.thin_limit;
+    Ok(match kind {
+        PolicyKind::ThreeSigma => Box::new(HistoryBased::three_sigma()),
+        PolicyKind::PointEst => Box::new(HistoryBased::point_est()),
+        PolicyKind::ThreeSigmaTl => Box::new(HistoryBased::three_sigma_tl(thin)),
+        PolicyKind::ThreeSigmaDag => Box::new(HistoryBased::three_sigma_dag()),
+        PolicyKind::SLearn => Box::new(SLearn::new(config, false)),
+        PolicyKind::SLearnDag => Box::new(SLearn::new(config, true)),
+        PolicyKind::Bayes => Box::new(Bayes::new(config)),
+        PolicyKind::Las => Box::new(Las),
+        PolicyKind::Fifo => Box::new(Fifo),
+        PolicyKind::Oracle => Box::new(Oracle::new(
+            oracle.ok_or("the oracle policy needs the jobs' true runtimes")?,
+        )),
+    })
+}
+
+/// Is a job of `width` tasks thin (§5.1.2)? A job without tasks has nothing
+/// to sample, so it is thin whatever the limit.
+fn is_thin(width: u32, thin_limit: u32) -> bool {
+    width == 0 || width < thin_limit
+}
+
+fn decision(
+    policy: PolicyKind,
+    job_id: u64,
+    version: u32,
+    queue: u8,
+    phase: Phase,
+    estimate: Option<Estimate>,
+    pilots: Vec<u32>,
+) -> Decision {
+    Decision {
+        job_id,
+        version,
+        queue,
+        phase,
+        estimate,
+        policy,
+        pilots,
+    }
+}
+
+/// The first decision for a thin job.
+fn thin_bypass(policy: PolicyKind, job_id: u64) -> Decision {
+    decision(
+        policy,
+        job_id,
+        1,
+        crate::queues::TOP_QUEUE,
+        Phase::ThinBypass,
+        None,
+        Vec::new(),
+    )
+}
+
+/// A decision placing a job by its estimated size.
+fn estimated(
+    policy: PolicyKind,
+    job_id: u64,
+    version: u32,
+    est: Estimate,
+    ctx: &Context<'_>,
+) -> Decision {
+    let queue = ctx.queues.queue_for(est.size_us);
+    decision(
+        policy,
+        job_id,
+        version,
+        queue,
+        Phase::Estimated,
+        Some(est),
+        Vec::new(),
+    )
+}
+
+/// One stage of a well-formed DAG job, with where its tasks are numbered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DagStage {
+    id: u32,
+    num_tasks: u32,
+    first_task: u32,
+    root: bool,
+}
+
+/// The stages of a DAG job with their task ranges, or `None` when the job
+/// is flat or its stages cannot be trusted (none, or their task counts do
+/// not add up to the job's): such jobs are treated as flat, so a malformed
+/// stage list never puts a pilot on a task that does not exist.
+fn dag_stages(job: &JobSubmitted) -> Option<Vec<DagStage>> {
+    let stages = job.stages.as_ref()?;
+    let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
+    if stages.is_empty() || job.num_tasks == 0 || total != u64::from(job.num_tasks) {
+        return None;
+    }
+    let mut first_task = 0u32;
+    Some(
+        stages
+            .iter()
+            .map(|s| {
+                let stage = DagStage {
+                    id: s.id,
+                    num_tasks: s.num_tasks,
+                    first_task,
+                    root: s.parents.is_empty(),
+                };
+                // Cannot overflow: the counts add up to `job.num_tasks`.
+                first_task += s.num_tasks;
+                stage
+            })
+            .collect(),
+    )
+}
+
+/// The history estimate of a job (`per_stage = false` or a flat job) or
+/// the sum of its stages' (`per_stage = true`, §6 3Sigma-DAG).
+///
+/// For a sum, the spread is the delta-method sd of ln(Σ sizes) with the
+/// stages independent, `sqrt(Σ (sizeᵢ/size)² log_sdᵢ²)`, and the source is
+/// that of the stage contributing most to the size.
+fn history_estimate(
+    job: &JobSubmitted,
+    ctx: &Context<'_>,
+    estimator: Estimator,
+    per_stage: bool,
+) -> Estimate {
+    let stages = if per_stage { dag_stages(job) } else { None };
+    let Some(stages) = stages else {
+        let h = ctx
+            .history
+            .estimate(&JobFeatures::of(job), ctx.now_us, estimator);
+        return Estimate {
+            mean_task_runtime_us: h.mean_task_runtime_us,
+            size_us: h.mean_task_runtime_us * f64::from(job.num_tasks),
+            log_sd: h.log_sd,
+            source: h.source,
+        };
+    };
+    let parts: Vec<_> = stages
+        .iter()
+        .map(|s| {
+            let h = ctx
+                .history
+                .estimate(&JobFeatures::of_stage(job, s.id), ctx.now_us, estimator);
+            (h.mean_task_runtime_us * f64::from(s.num_tasks), h)
+        })
+        .collect();
+    let size: f64 = parts.iter().map(|(size, _)| size).sum();
+    let log_sd = if size > 0.0 {
+        parts
+            .iter()
+            .map(|(s, h)| (s / size * h.log_sd).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    } else {
+        parts.iter().map(|(_, h)| h.log_sd).fold(0.0, f64::max)
+    };
+    let source = parts
+        .iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, h)| h.source)
+        .unwrap_or(crate::decision::EstimateSource::Fallback);
+    Estimate {
+        mean_task_runtime_us: size / f64::from(job.num_tasks),
+        size_us: size,
+        log_sd,
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::*;
+    use super::*;
+
+    #[test]
+    fn the_default_config_is_the_papers() {
+        let c = PolicyConfig::default();
+        assert_eq!(c.thin_limit, 3);
+        assert_eq!(c.sampling, Sampling::Adaptive { block: 100 });
+        assert_eq!(c.bayes.target_log_sd, 0.25);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let bad = |c: PolicyConfig, word: &str| {
+            let err = c.validate().unwrap_err();
+            assert!(err.contains(word), "{err}");
+            assert!(build(PolicyKind::SLearn, &c, None).is_err());
+        };
+        let d = PolicyConfig::default();
+        bad(
+            PolicyConfig {
+                sampling: Sampling::Adaptive { block: 0 },
+                ..d
+            },
+            "block",
+        );
+        for ratio in [0.0, -0.1, 1.5, f64::NAN] {
+            bad(
+                PolicyConfig {
+                    sampling: Sampling::Fixed { ratio },
+                    ..d
+                },
+                "ratio",
+            );
+        }
+        let b = d.bayes;
+        for x in [0.0, -1.0, f64::INFINITY, f64::NAN] {
+            bad(
+                PolicyConfig {
+                    bayes: BayesConfig {
+                        target_log_sd: x,
+                        ..b
+                    },
+                    ..d
+                },
+                "target_log_sd",
+            );
+            bad(
+                PolicyConfig {
+                    bayes: BayesConfig {
+                        default_task_log_sd: x,
+                        ..b
+                    },
+                    ..d
+                },
+                "default_task_log_sd",
+            );
+            bad(
+                PolicyConfig {
+                    bayes: BayesConfig {
+                        max_pilot_fraction: x,
+                        ..b
+                    },
+                    ..d
+                },
+                "max_pilot_fraction",
+            );
+        }
+        let fixed_all = PolicyConfig {
+            sampling: Sampling::Fixed { ratio: 1.0 },
+            ..d
+        };
+        assert_eq!(fixed_all.validate(), Ok(()));
+    }
+
+    #[test]
+    fn build_makes_every_kind_and_versions_start_at_1() {
+        let kit = Kit::new();
+        let history = kit.history();
+        let ctx = kit.ctx(&history);
+        for kind in PolicyKind::ALL {
+            let truth = (kind == PolicyKind::Oracle).then(OracleTruth::new);
+            let mut p = build(kind, &PolicyConfig::default(), truth).unwrap();
+            assert_eq!(p.kind(), kind);
+            for (id, width) in [(1, 0), (2, 1), (3, 1000)] {
+                let d = p.on_submit(&job(id, width), &ctx);
+                assert_eq!((d.job_id, d.version, d.policy), (id, 1, kind));
+                assert!(d.queue < ctx.queues.levels);
+            }
+            assert_eq!(
+                p.on_task_end(&finished(42, 0, 1), &ctx),
+                None,
+                "{kind}: unknown job"
+            );
+            for id in 1..=3 {
+                p.on_job_done(&done(id, 1, 1.0), &ctx);
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_stages_make_a_flat_job() {
+        let ok = dag_job(1, &[(0, &[], 2), (5, &[0], 3)]);
+        let stages = dag_stages(&ok).unwrap();
+        assert_eq!(
+            stages
+                .iter()
+                .map(|s| (s.id, s.first_task, s.num_tasks, s.root))
+                .collect::<Vec<_>>(),
+            [(0, 0, 2, true), (5, 2, 3, false)]
+        );
+        let mut wrong_sum = ok.clone();
+        wrong_sum.num_tasks = 4;
+        assert_eq!(dag_stages(&wrong_sum), None);
+        let mut empty = ok.clone();
+        empty.stages = Some(Vec::new());
+        assert_eq!(dag_stages(&empty), None);
+        assert_eq!(dag_stages(&dag_job(2, &[(0, &[], 0)])), None);
+        assert_eq!(dag_stages(&job(3, 5)), None);
+        // Stage counts whose sum overflows u32 cannot match any width.
+        let mut huge = dag_job(4, &[(0, &[], 1), (1, &[0], 1)]);
+        huge.num_tasks = u32::MAX;
+        if let Some(stages) = huge.stages.as_mut() {
+            stages[0].num_tasks = u32::MAX;
+        }
+        assert_eq!(dag_stages(&huge), None);
+    }
+}

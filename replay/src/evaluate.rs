@@ -1,0 +1,514 @@
+//! Every policy on the same workload and the same cluster (SLearn §5.2):
+//! prediction accuracy, JCTs, SLearn's speedups, and the paper's Fig. 3
+//! (error CDF) and Fig. 6 (per-job JCT speedup CDF) as SVG.
+//!
+//! Each policy runs independently on its own copy of the history trained
+//! on the first half of the trace, so the runs can go in parallel and
+//! still give exactly the results of running them one by one.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+pub use jobcast_predictor::decision::PolicyKind;
+use jobcast_predictor::history::{History, HistoryConfig};
+use jobcast_predictor::policies::{self, JobTruth, OracleTruth};
+/// The policy settings, re-exported for the CLI.
+pub use jobcast_predictor::policies::{PolicyConfig, Sampling};
+use jobcast_predictor::queues::QueueConfig;
+use plotters::prelude::*;
+use serde_json::{Map, Value, json};
+
+use crate::sim::{SimConfig, SimError, SimReport, simulate, speedup};
+use crate::workload::{Excluded, SimJob, Workload};
+
+/// How to evaluate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EvalConfig {
+    /// Task slots; `None` sizes the cluster for an average load of 1 over
+    /// the evaluated half ([`Workload::unit_load_slots`]).
+    pub slots: Option<u32>,
+    pub queues: QueueConfig,
+    pub history: HistoryConfig,
+    pub policy: PolicyConfig,
+    /// The policies to run, in report order.
+    pub policies: Vec<PolicyKind>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            slots: None,
+            queues: QueueConfig::default(),
+            history: HistoryConfig::default(),
+            policy: PolicyConfig::default(),
+            policies: PolicyKind::ALL.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("{policy}: {message}")]
+    Policy { policy: PolicyKind, message: String },
+    #[error("history: {0}")]
+    History(String),
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("plotting {path}: {message}")]
+    Plot { path: PathBuf, message: String },
+}
+
+/// The true mean task runtime of every evaluated job (and of each DAG
+/// stage), for the Oracle.
+pub fn oracle_truth(jobs: &[SimJob]) -> OracleTruth {
+    jobs.iter()
+        .map(|j| {
+            let mut truth = JobTruth::new(j.mean_task_runtime_us());
+            if j.job().stages.is_some() {
+                for (id, mean) in j.stage_means_us() {
+                    truth = truth.with_stage(id, mean);
+                }
+            }
+            (j.job_id(), truth)
+        })
+        .collect()
+}
+
+impl EvalConfig {
+    /// The slot count to simulate: the configured one or the unit-load one.
+    pub fn slots_for(&self, workload: &Workload) -> Result<u32, SimError> {
+        match self.slots {
+            Some(0) => Err(SimError::NoSlots),
+            Some(n) => Ok(n),
+            None => Ok(workload.unit_load_slots()),
+        }
+    }
+}
+
+/// Run one policy over the workload's evaluated jobs on `slots` slots.
+pub fn run_policy(
+    workload: &Workload,
+    kind: PolicyKind,
+    config: &EvalConfig,
+    slots: u32,
+) -> Result<SimReport, EvalError> {
+    config.history.validate().map_err(EvalError::History)?;
+    let history = workload.train(config.history.clone());
+    run_trained(workload, kind, config, slots, history)
+}
+
+fn run_trained(
+    workload: &Workload,
+    kind: PolicyKind,
+    config: &EvalConfig,
+    slots: u32,
+    history: History,
+) -> Result<SimReport, EvalError> {
+    let oracle = (kind == PolicyKind::Oracle).then(|| oracle_truth(&workload.jobs));
+    let mut policy =
+        policies::build(kind, &config.policy, oracle).map_err(|message| EvalError::Policy {
+            policy: kind,
+            message,
+        })?;
+    let sim = SimConfig {
+        slots,
+        queues: config.queues.clone(),
+    };
+    Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)
+}
+
+/// The results of every policy on one workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub slots: u32,
+    /// Evaluated jobs.
+    pub jobs: usize,
+    /// Jobs the history was trained on.
+    pub history_jobs: usize,
+    pub excluded: Excluded,
+    /// In the order of [`EvalConfig::policies`].
+    pub reports: Vec<SimReport>,
+}
+
+/// Run every configured policy; the runs share nothing, so they go on
+/// as many threads as the machine has cores.
+pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, EvalError> {
+    let slots = config.slots_for(workload)?;
+    config.history.validate().map_err(EvalError::History)?;
+    let history = workload.train(config.history.clone());
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let kinds = &config.policies;
+    let mut results: Vec<Option<Result<SimReport, EvalError>>> =
+        (0..kinds.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        for (chunk, out) in kinds
+            .chunks(kinds.len().div_ceil(threads).max(1))
+            .zip(results.chunks_mut(kinds.len().div_ceil(threads).max(1)))
+        {
+            let history = &history;
+            scope.spawn(move || {
+                for (kind, slot) in chunk.iter().zip(out) {
+                    *slot = Some(run_trained(workload, *kind, config, slots, history.clone()));
+                }
+            });
+        }
+    });
+    let reports = results
+        .into_iter()
+        .flatten()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Evaluation {
+        slots,
+        jobs: workload.jobs.len(),
+        history_jobs: workload.training.len(),
+        excluded: workload.excluded,
+        reports,
+    })
+}
+
+fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
+}
+
+impl Evaluation {
+    pub fn report(&self, kind: PolicyKind) -> Option<&SimReport> {
+        self.reports.iter().find(|r| r.policy == kind)
+    }
+
+    /// Average-JCT speedup of `kind` over every other policy run.
+    pub fn speedups_of(&self, kind: PolicyKind) -> Vec<(PolicyKind, Option<f64>)> {
+        let Some(of) = self.report(kind) else {
+            return Vec::new();
+        };
+        self.reports
+            .iter()
+            .filter(|r| r.policy != kind)
+            .map(|r| (r.policy, speedup(&of.summary, &r.summary)))
+            .collect()
+    }
+
+    /// `{"policies": {name: {...}}, "speedup_of_slearn": {name: x},
+    /// "slots", "jobs", "history_jobs", "excluded": {...}}`; `null` where
+    /// a figure is undefined (no estimates, no jobs).
+    pub fn to_json(&self) -> Value {
+        let mut policies = Map::new();
+        for r in &self.reports {
+            let s = &r.summary;
+            policies.insert(
+                r.policy.name().into(),
+                json!({
+                    "jobs": s.jobs,
+                    "p50_error_pct": s.p50_error_pct,
+                    "p90_error_pct": s.p90_error_pct,
+                    "correct_queue_pct": s.correct_queue_pct,
+                    "avg_jct_s": s.avg_jct_s,
+                    "p50_jct_s": s.p50_jct_s,
+                    "avg_wait_s": s.avg_wait_s,
+                    "estimated_jobs": s.estimated_jobs,
+                    "thin_jobs": s.thin_jobs,
+                }),
+            );
+        }
+        let speedups: Map<String, Value> = self
+            .speedups_of(PolicyKind::SLearn)
+            .into_iter()
+            .map(|(k, x)| (k.name().to_owned(), json!(x)))
+            .collect();
+        json!({
+            "policies": policies,
+            "speedup_of_slearn": speedups,
+            "slots": self.slots,
+            "jobs": self.jobs,
+            "history_jobs": self.history_jobs,
+            "excluded": self.excluded,
+        })
+    }
+
+    /// One aligned row per policy.
+    pub fn table(&self) -> String {
+        let speedups = self.speedups_of(PolicyKind::SLearn);
+        let header = [
+            "policy",
+            "jobs",
+            "avg JCT s",
+            "P50 JCT s",
+            "P50 err %",
+            "P90 err %",
+            "right queue %",
+            "thin",
+            "SLearn speedup",
+        ];
+        let mut rows = vec![header.map(String::from).to_vec()];
+        for r in &self.reports {
+            let s = &r.summary;
+            let speedup = speedups
+                .iter()
+                .find(|(k, _)| *k == r.policy)
+                .and_then(|(_, x)| *x);
+            rows.push(vec![
+                r.policy.name().to_owned(),
+                s.jobs.to_string(),
+                fmt_opt(s.avg_jct_s, 1),
+                fmt_opt(s.p50_jct_s, 1),
+                fmt_opt(s.p50_error_pct, 1),
+                fmt_opt(s.p90_error_pct, 1),
+                fmt_opt(s.correct_queue_pct, 1),
+                s.thin_jobs.to_string(),
+                speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
+            ]);
+        }
+        let mut out = align(&rows);
+        let e = &self.excluded;
+        let _ = writeln!(
+            out,
+            "{} slots, {} evaluated jobs, {} history jobs; excluded {}: censored {}, killed {}, failed {}, \
+             lost {}, unknown arrival {}, unknown runtime {}, too wide {}, invalid {}, spanning the split {}",
+            self.slots,
+            self.jobs,
+            self.history_jobs,
+            e.total(),
+            e.censored,
+            e.killed,
+            e.failed,
+            e.lost,
+            e.unknown_arrival,
+            e.unknown_runtime,
+            e.too_wide,
+            e.invalid,
+            e.spans_split
+        );
+        out
+    }
+
+    /// Write `error_cdf.svg` (Fig. 3: CDF of each estimating policy's
+    /// error) and, when SLearn ran, `speedup_cdf.svg` (Fig. 6: CDF of the
+    /// per-job JCT speedup of SLearn over each other policy) into `dir`.
+    pub fn write_plots(&self, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
+        std::fs::create_dir_all(dir).map_err(|e| EvalError::Plot {
+            path: dir.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut written = Vec::new();
+        let errors: Vec<(String, Vec<f64>)> = self
+            .reports
+            .iter()
+            .map(|r| {
+                (
+                    r.policy.name().to_owned(),
+                    r.jobs
+                        .iter()
+                        .filter_map(|j| j.error_pct)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        let path = dir.join("error_cdf.svg");
+        cdf_plot(
+            &path,
+            "Job runtime prediction error",
+            "error (%)",
+            &errors,
+            0.1,
+        )?;
+        written.push(path);
+        if let Some(slearn) = self.report(PolicyKind::SLearn) {
+            let speedups: Vec<(String, Vec<f64>)> = self
+                .reports
+                .iter()
+                .filter(|r| r.policy != PolicyKind::SLearn)
+                .map(|r| {
+                    let per_job = r
+                        .jobs
+                        .iter()
+                        .zip(&slearn.jobs)
+                        .filter(|(b, s)| b.job_id == s.job_id && s.jct_us > 0)
+                        .map(|(b, s)| b.jct_us as f64 / s.jct_us as f64)
+                        .collect();
+                    (format!("over {}", r.policy.name()), per_job)
+                })
+                .filter(|(_, v): &(String, Vec<f64>)| !v.is_empty())
+                .collect();
+            let path = dir.join("speedup_cdf.svg");
+            cdf_plot(
+                &path,
+                "Per-job JCT speedup of SLearn",
+                "speedup (baseline JCT / SLearn JCT)",
+                &speedups,
+                1e-3,
+            )?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}
+
+/// Pad every column to its widest cell; numbers right-aligned.
+fn align(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                if c == 0 {
+                    format!("{s:<w$}", w = widths[c])
+                } else {
+                    format!("{s:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        out += cells.join("  ").trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// Line colours, distinguishable from each other (Tableau 10).
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Steps of at most this many rises are drawn per CDF; more jobs are
+/// drawn at evenly spaced quantiles, which keeps the SVG small.
+const CDF_STEPS: usize = 500;
+
+/// The empirical CDF of ascending `sorted` values as a staircase.
+fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
+    let n = sorted.len();
+    let steps = n.min(CDF_STEPS);
+    let mut points = Vec::with_capacity(2 * steps);
+    for k in 0..steps {
+        // The last value of the k-th of `steps` equal shares of the jobs.
+        let rank = (k + 1) * n / steps;
+        let x = sorted[rank - 1];
+        points.push((x, points.last().map_or(0.0, |&(_, y)| y)));
+        points.push((x, rank as f64 / n as f64));
+    }
+    points
+}
+
+/// Empirical CDFs of several series on a log x axis. Values below `floor`
+/// (e.g. the Oracle's zero errors) are drawn at `floor`.
+fn cdf_plot(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    series: &[(String, Vec<f64>)],
+    floor: f64,
+) -> Result<(), EvalError> {
+    let err = |e: &dyn std::fmt::Display| EvalError::Plot {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    let finite = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|x| x.is_finite());
+    let (lo, hi) = finite.fold((f64::INFINITY, 0f64), |(lo, hi), x| {
+        (lo.min(x.max(floor)), hi.max(x))
+    });
+    // Whole decades around the data, at least one wide.
+    let lo = if lo.is_finite() {
+        10f64.powf(lo.log10().floor())
+    } else {
+        floor
+    };
+    let hi = 10f64.powf(hi.max(lo * 10.0).log10().ceil());
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("CDF of jobs")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .x_label_formatter(&|x| format!("{}", (x * 1e6).round() / 1e6))
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, values)) in series.iter().enumerate() {
+        let mut v: Vec<f64> = values.iter().map(|x| x.clamp(lo, hi)).collect();
+        v.sort_by(f64::total_cmp);
+        let color = COLORS[i % COLORS.len()].to_rgba();
+        // Earlier series are drawn wider, so that a later one with the same
+        // values (e.g. slearn-dag on a trace without DAGs) leaves it visible.
+        let width = 2 + 2 * (series.len() - 1 - i) / series.len().max(1);
+        chart
+            .draw_series(LineSeries::new(
+                cdf_points(&v),
+                color.stroke_width(width as u32),
+            ))
+            .map_err(|e| err(&e))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cdf_points_are_a_staircase() {
+        assert_eq!(
+            cdf_points(&[1.0, 2.0]),
+            vec![(1.0, 0.0), (1.0, 0.5), (2.0, 0.5), (2.0, 1.0)]
+        );
+        let many: Vec<f64> = (0..2000).map(f64::from).collect();
+        let points = cdf_points(&many);
+        assert_eq!(points.len(), 2 * CDF_STEPS);
+        assert_eq!(points[1], (3.0, 4.0 / 2000.0));
+        assert_eq!(points.last(), Some(&(1999.0, 1.0)));
+    }
+
+    #[test]
+    fn columns_are_aligned() {
+        let rows = vec![
+            vec!["policy".to_owned(), "avg".to_owned()],
+            vec!["slearn".to_owned(), "12.5".to_owned()],
+            vec!["3sigma-dag".to_owned(), "1.0".to_owned()],
+        ];
+        assert_eq!(
+            align(&rows),
+            "policy       avg\nslearn      12.5\n3sigma-dag   1.0\n"
+        );
+    }
+}

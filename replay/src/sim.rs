@@ -1,0 +1,634 @@
+//! A deterministic, trace-driven simulation of the generic scheduler GS
+//! (SLearn §5.1.1) driven by a prediction [`Policy`].
+//!
+//! The cluster has `slots` identical task slots. Jobs arrive at their trace
+//! submission time with their tasks' true runtimes; the policy decides where
+//! each job goes and GS schedules:
+//!
+//! - **Queues.** N priority queues. Within a queue jobs are served FIFO by
+//!   the time they entered it (then job id); a slot offered to a queue goes
+//!   to the task of the first job there that has a runnable task.
+//! - **Weighted sharing.** A free slot goes to the queue, among those with a
+//!   runnable task, with the smallest (running tasks of its jobs / weight),
+//!   the higher-priority queue on ties. A job's running tasks count towards
+//!   the queue it is in now, so they move with it.
+//! - **Runnable tasks.** A task that has not started and whose DAG stage's
+//!   parents have all finished; while a job is in the `Sampling` phase, only
+//!   its pilots.
+//! - **Work conservation** (SLearn §5.1.2). Slots still idle after the
+//!   queues are served run the non-pilot tasks of sampling-phase jobs, in
+//!   FIFO order of job arrival.
+//! - **LAS.** A job in the `AttainedService` phase is in the queue of its
+//!   attained service (finished task time + elapsed time of its running
+//!   tasks), recomputed at every scheduling point; the time it crosses a
+//!   threshold is computed exactly, so no periodic tick is needed.
+//! - **FIFO** (`Arrival`) jobs all sit in the queue their decision names,
+//!   in arrival order.
+//!
+//! Tasks are never preempted. Every completion is passed to
+//! [`Policy::on_task_end`] and a returned decision is applied at once (the
+//! job moves to its new queue). When a job's last task finishes, the
+//! shared [`History`] learns from it (the job and each DAG stage) and the
+//! policy gets [`Policy::on_job_done`].
+//!
+//! Determinism: events at the same time are handled task completions first
+//! (by job id, then task index), then arrivals (by job id), then the
+//! scheduling pass; ordered sets and heaps keyed by (time, job id, task)
+//! decide every tie, and nothing iterates a hash map.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
+use jobcast_predictor::history::History;
+use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
+use jobcast_predictor::queues::QueueConfig;
+use serde::Serialize;
+
+use crate::workload::SimJob;
+
+/// The simulated cluster and its queues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub slots: u32,
+    pub queues: QueueConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    #[error("--slots: the cluster needs at least 1 task slot")]
+    NoSlots,
+    #[error("queue layout: {0}")]
+    Queues(String),
+    #[error("job {0} appears twice in the workload")]
+    DuplicateJob(u64),
+    #[error("{0} jobs never finished (a scheduler bug)")]
+    Stalled(usize),
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobResult {
+    pub job_id: u64,
+    pub width: u32,
+    pub arrival_us: u64,
+    /// End of its last task minus its arrival.
+    pub jct_us: u64,
+    /// Start of its first task minus its arrival.
+    pub wait_us: u64,
+    /// JCT over its runtime on an idle cluster.
+    pub normalized_jct: f64,
+    /// Mean task runtime of the final decision's estimate, if it had one.
+    pub estimated_mean_task_runtime_us: Option<f64>,
+    pub true_mean_task_runtime_us: f64,
+    /// |estimate − truth| / truth × 100, for jobs placed by an estimate.
+    pub error_pct: Option<f64>,
+    /// The queue the job finished in.
+    pub queue: u8,
+    /// The queue its true size belongs in.
+    pub true_queue: u8,
+    /// `queue == true_queue`, for jobs placed by an estimate.
+    pub correct_queue: Option<bool>,
+    /// The phase of its final decision (`thin_bypass` for thin jobs).
+    pub phase: Phase,
+}
+
+/// Aggregates over the jobs of one run; `None` where there is nothing to
+/// aggregate (no jobs, or no job placed by an estimate).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub jobs: usize,
+    pub avg_jct_s: Option<f64>,
+    pub p50_jct_s: Option<f64>,
+    pub avg_wait_s: Option<f64>,
+    pub p50_error_pct: Option<f64>,
+    pub p90_error_pct: Option<f64>,
+    /// Share of the jobs placed by an estimate that ran in their true queue.
+    pub correct_queue_pct: Option<f64>,
+    /// Jobs placed by an estimate.
+    pub estimated_jobs: usize,
+    /// Jobs that bypassed to the top queue as thin.
+    pub thin_jobs: usize,
+}
+
+impl Summary {
+    pub fn of(jobs: &[JobResult]) -> Summary {
+        let secs = |us: u64| us as f64 / 1e6;
+        let mut jct: Vec<f64> = jobs.iter().map(|j| secs(j.jct_us)).collect();
+        jct.sort_by(f64::total_cmp);
+        let mut errors: Vec<f64> = jobs.iter().filter_map(|j| j.error_pct).collect();
+        errors.sort_by(f64::total_cmp);
+        let placed: Vec<bool> = jobs.iter().filter_map(|j| j.correct_queue).collect();
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let waits: Vec<f64> = jobs.iter().map(|j| secs(j.wait_us)).collect();
+        Summary {
+            jobs: jobs.len(),
+            avg_jct_s: mean(&jct),
+            p50_jct_s: percentile(&jct, 50.0),
+            avg_wait_s: mean(&waits),
+            p50_error_pct: percentile(&errors, 50.0),
+            p90_error_pct: percentile(&errors, 90.0),
+            correct_queue_pct: (!placed.is_empty()).then(|| {
+                placed.iter().filter(|&&c| c).count() as f64 * 100.0 / placed.len() as f64
+            }),
+            estimated_jobs: errors.len(),
+            thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
+        }
+    }
+}
+
+/// Speedup of a run over a baseline run: the baseline's average JCT over
+/// the run's (SLearn §5.2.1), `None` when either is undefined or zero.
+pub fn speedup(run: &Summary, baseline: &Summary) -> Option<f64> {
+    match (run.avg_jct_s, baseline.avg_jct_s) {
+        (Some(r), Some(b)) if r > 0.0 => Some(b / r),
+        _ => None,
+    }
+}
+
+/// The `p`-th percentile of ascending `sorted` values, interpolating
+/// linearly between the closest ranks.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let rank = (p / 100.0).clamp(0.0, 1.0) * last as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
+}
+
+/// One policy's run over a workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimReport {
+    pub policy: PolicyKind,
+    pub slots: u32,
+    pub summary: Summary,
+    /// In order of arrival (then job id).
+    pub jobs: Vec<JobResult>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    Waiting,
+    Running { start_us: u64 },
+    Done,
+}
+
+/// A job's state during the run.
+struct Run<'a> {
+    spec: &'a SimJob,
+    phase: Phase,
+    queue: u8,
+    enter_us: u64,
+    estimate: Option<Estimate>,
+    pilot: Vec<bool>,
+    task: Vec<TaskState>,
+    stage_of: Vec<u32>,
+    children: Vec<Vec<usize>>,
+    /// Unfinished tasks per stage.
+    stage_left: Vec<u32>,
+    /// Unfinished parent stages per stage.
+    parents_left: Vec<u32>,
+    /// Waiting tasks whose stage is ready, and the pilots among them.
+    ready: BTreeSet<u32>,
+    pilots_ready: BTreeSet<u32>,
+    running: u32,
+    unfinished: u32,
+    first_start_us: Option<u64>,
+    /// Attained service is `done_us + running · now − running_starts_us`.
+    done_us: u128,
+    running_starts_us: u128,
+    /// Invalidates LAS threshold crossings computed before the last change.
+    las_version: u64,
+    /// The key this job holds in its queue's runnable set, if any.
+    queued: Option<(u8, u64)>,
+    in_wc: bool,
+    /// Has been put in a queue by a first decision.
+    placed: bool,
+}
+
+impl<'a> Run<'a> {
+    fn new(spec: &'a SimJob) -> Self {
+        let stages = spec.stages();
+        let width = spec.runtimes_us().len();
+        let mut stage_of = vec![0u32; width];
+        let mut children = vec![Vec::new(); stages.len()];
+        for (i, s) in stages.iter().enumerate() {
+            for t in s.tasks.clone() {
+                stage_of[t as usize] = i as u32;
+            }
+            for &p in &s.parents {
+                children[p].push(i);
+            }
+        }
+        Run {
+            spec,
+            phase: Phase::Arrival,
+            queue: 0,
+            enter_us: spec.arrival_us(),
+            estimate: None,
+            pilot: vec![false; width],
+            task: vec![TaskState::Waiting; width],
+            stage_of,
+            children,
+            stage_left: stages.iter().map(|s| s.tasks.len() as u32).collect(),
+            parents_left: stages.iter().map(|s| s.parents.len() as u32).collect(),
+            ready: BTreeSet::new(),
+            pilots_ready: BTreeSet::new(),
+            running: 0,
+            unfinished: width as u32,
+            first_start_us: None,
+            done_us: 0,
+            running_starts_us: 0,
+            las_version: 0,
+            queued: None,
+            in_wc: false,
+            placed: false,
+        }
+    }
+
+    fn attained_us(&self, now: u64) -> u128 {
+        self.done_us + u128::from(self.running) * u128::from(now) - self.running_starts_us
+    }
+
+    /// Stage `first` became ready: its tasks become runnable; stages
+    /// without tasks finish at once and release their children.
+    fn release(&mut self, first: usize) {
+        let mut work = vec![first];
+        while let Some(s) = work.pop() {
+            if self.stage_left[s] == 0 {
+                for c in self.children[s].clone() {
+                    self.parents_left[c] -= 1;
+                    if self.parents_left[c] == 0 {
+                        work.push(c);
+                    }
+                }
+            } else {
+                for t in self.spec.stages()[s].tasks.clone() {
+                    self.ready.insert(t);
+                    if self.pilot[t as usize] {
+                        self.pilots_ready.insert(t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A task the job's queue may start now.
+    fn queue_task(&self) -> Option<u32> {
+        if self.phase == Phase::Sampling {
+            self.pilots_ready.first().copied()
+        } else {
+            self.ready.first().copied()
+        }
+    }
+
+    /// A task work conservation may start now.
+    fn spare_task(&self) -> Option<u32> {
+        if self.phase != Phase::Sampling {
+            return None;
+        }
+        self.ready
+            .iter()
+            .copied()
+            .find(|&t| !self.pilot[t as usize])
+    }
+}
+
+struct Sim<'a> {
+    queues: QueueConfig,
+    free: u32,
+    runs: Vec<Run<'a>>,
+    /// Per queue: jobs with a runnable task, by (entry time, job id).
+    runnable: Vec<BTreeSet<(u64, u64, usize)>>,
+    /// Sampling-phase jobs with runnable non-pilot tasks, by arrival.
+    spare: BTreeSet<(u64, u64, usize)>,
+    /// Running tasks per queue.
+    in_use: Vec<u32>,
+    /// (end, job id, task, run) of running tasks.
+    completions: BinaryHeap<Reverse<(u64, u64, u32, usize)>>,
+    /// (time, job id, run, version) at which a LAS job crosses its
+    /// queue's upper threshold.
+    crossings: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
+    history: History,
+    results: Vec<Option<JobResult>>,
+}
+
+/// Replay `jobs` (any order; their arrivals are their submission times) on
+/// a cluster of `config.slots` slots, with `policy` placing the jobs and
+/// `history` (trained beforehand, e.g. by
+/// [`Workload::train`](crate::workload::Workload::train)) learning from
+/// every job that finishes.
+pub fn simulate(
+    jobs: &[SimJob],
+    history: History,
+    policy: &mut dyn Policy,
+    config: &SimConfig,
+) -> Result<SimReport, SimError> {
+    if config.slots == 0 {
+        return Err(SimError::NoSlots);
+    }
+    config.queues.validate().map_err(SimError::Queues)?;
+    let mut order: Vec<&SimJob> = jobs.iter().collect();
+    order.sort_by_key(|j| (j.arrival_us(), j.job_id()));
+    let mut ids: Vec<u64> = order.iter().map(|j| j.job_id()).collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(SimError::DuplicateJob(w[0]));
+    }
+    let levels = usize::from(config.queues.levels);
+    let mut sim = Sim {
+        queues: config.queues.clone(),
+        free: config.slots,
+        runs: order.iter().map(|j| Run::new(j)).collect(),
+        runnable: vec![BTreeSet::new(); levels],
+        spare: BTreeSet::new(),
+        in_use: vec![0; levels],
+        completions: BinaryHeap::new(),
+        crossings: BinaryHeap::new(),
+        history,
+        results: vec![None; order.len()],
+    };
+    let mut next = 0;
+    loop {
+        let next_end = sim.completions.peek().map(|Reverse(c)| c.0);
+        let next_arrival = order.get(next).map(|j| j.arrival_us());
+        let now = match (next_end, next_arrival) {
+            (None, None) => break,
+            (Some(e), Some(a)) => e.min(a),
+            (e, a) => e.or(a).unwrap_or_default(),
+        };
+        while let Some(&Reverse((end, _, task, run))) = sim.completions.peek() {
+            if end != now {
+                break;
+            }
+            sim.completions.pop();
+            sim.finish_task(run, task, now, policy);
+        }
+        while next < order.len() && order[next].arrival_us() == now {
+            sim.arrive(next, now, policy);
+            next += 1;
+        }
+        sim.due_crossings(now);
+        sim.schedule(now);
+    }
+    let unfinished = sim.results.iter().filter(|r| r.is_none()).count();
+    if unfinished > 0 {
+        return Err(SimError::Stalled(unfinished));
+    }
+    let jobs: Vec<JobResult> = sim.results.into_iter().flatten().collect();
+    Ok(SimReport {
+        policy: policy.kind(),
+        slots: config.slots,
+        summary: Summary::of(&jobs),
+        jobs,
+    })
+}
+
+impl Sim<'_> {
+    fn context(&self, now: u64) -> Context<'_> {
+        Context {
+            now_us: now,
+            history: &self.history,
+            queues: &self.queues,
+        }
+    }
+
+    fn arrive(&mut self, r: usize, now: u64, policy: &mut dyn Policy) {
+        let roots: Vec<usize> = (0..self.runs[r].parents_left.len())
+            .filter(|&s| self.runs[r].parents_left[s] == 0)
+            .collect();
+        for s in roots {
+            self.runs[r].release(s);
+        }
+        let decision = policy.on_submit(self.runs[r].spec.job(), &self.context(now));
+        self.apply(r, decision, now);
+    }
+
+    /// Act on a decision: phase, estimate, pilots and queue; a job that
+    /// changes queue re-enters at the back of the new one.
+    fn apply(&mut self, r: usize, decision: Decision, now: u64) {
+        let levels = self.queues.levels;
+        let run = &mut self.runs[r];
+        run.phase = decision.phase;
+        run.estimate = decision.estimate;
+        run.pilot.fill(false);
+        for p in decision.pilots {
+            if let Some(flag) = run.pilot.get_mut(p as usize) {
+                *flag = true;
+            }
+        }
+        run.pilots_ready = run
+            .ready
+            .iter()
+            .copied()
+            .filter(|&t| run.pilot[t as usize])
+            .collect();
+        if run.phase == Phase::AttainedService {
+            self.las_update(r, now);
+        } else {
+            self.move_to(r, decision.queue.min(levels - 1), now);
+        }
+        self.refresh(r);
+    }
+
+    /// Put the job in `queue`, at the back, with its running tasks; a job
+    /// already there keeps its place.
+    fn move_to(&mut self, r: usize, queue: u8, now: u64) {
+        let run = &mut self.runs[r];
+        if run.placed && run.queue == queue {
+            return;
+        }
+        self.in_use[usize::from(run.queue)] -= run.running;
+        self.in_use[usize::from(queue)] += run.running;
+        run.queue = queue;
+        run.enter_us = now;
+        run.placed = true;
+    }
+
+    /// Put a LAS job in the queue of its attained service now and compute
+    /// when, at its current number of running tasks, it crosses that
+    /// queue's upper threshold.
+    fn las_update(&mut self, r: usize, now: u64) {
+        let attained = self.runs[r].attained_us(now) as f64;
+        let queue = self.queues.queue_for(attained);
+        self.move_to(r, queue, now);
+        let run = &mut self.runs[r];
+        run.las_version += 1;
+        if run.running > 0 && queue + 1 < self.queues.levels {
+            let need = self.queues.upper_us(queue) - attained;
+            let dt = (need / f64::from(run.running)).ceil().max(1.0);
+            let at = now.saturating_add(dt.min(u64::MAX as f64) as u64);
+            self.crossings
+                .push(Reverse((at, run.spec.job_id(), r, run.las_version)));
+        }
+    }
+
+    fn due_crossings(&mut self, now: u64) {
+        while let Some(&Reverse((at, _, r, version))) = self.crossings.peek() {
+            if at > now {
+                break;
+            }
+            self.crossings.pop();
+            let run = &self.runs[r];
+            if version == run.las_version
+                && run.phase == Phase::AttainedService
+                && run.unfinished > 0
+            {
+                self.las_update(r, now);
+                self.refresh(r);
+            }
+        }
+    }
+
+    /// Bring the job's membership of the runnable sets up to date.
+    fn refresh(&mut self, r: usize) {
+        let run = &mut self.runs[r];
+        let id = run.spec.job_id();
+        let want = run.queue_task().map(|_| (run.queue, run.enter_us));
+        if want != run.queued {
+            if let Some((q, t)) = run.queued {
+                self.runnable[usize::from(q)].remove(&(t, id, r));
+            }
+            if let Some((q, t)) = want {
+                self.runnable[usize::from(q)].insert((t, id, r));
+            }
+            run.queued = want;
+        }
+        let spare = run.spare_task().is_some();
+        if spare != run.in_wc {
+            let key = (run.spec.arrival_us(), id, r);
+            if spare {
+                self.spare.insert(key);
+            } else {
+                self.spare.remove(&key);
+            }
+            run.in_wc = spare;
+        }
+    }
+
+    /// Fill free slots: weighted sharing across queues, then work
+    /// conservation.
+    fn schedule(&mut self, now: u64) {
+        while self.free > 0 {
+            let mut best: Option<(f64, usize)> = None;
+            for (q, set) in self.runnable.iter().enumerate() {
+                if set.is_empty() {
+                    continue;
+                }
+                let share = f64::from(self.in_use[q]) / self.queues.weight(q as u8);
+                if best.is_none_or(|(b, _)| share < b) {
+                    best = Some((share, q));
+                }
+            }
+            let pick = match best {
+                Some((_, q)) => self.runnable[q]
+                    .first()
+                    .and_then(|&(_, _, r)| Some((r, self.runs[r].queue_task()?))),
+                None => self
+                    .spare
+                    .first()
+                    .and_then(|&(_, _, r)| Some((r, self.runs[r].spare_task()?))),
+            };
+            let Some((r, task)) = pick else { break };
+            self.start_task(r, task, now);
+        }
+    }
+
+    fn start_task(&mut self, r: usize, task: u32, now: u64) {
+        let run = &mut self.runs[r];
+        run.task[task as usize] = TaskState::Running { start_us: now };
+        run.ready.remove(&task);
+        run.pilots_ready.remove(&task);
+        run.running += 1;
+        run.running_starts_us += u128::from(now);
+        run.first_start_us.get_or_insert(now);
+        let end = now.saturating_add(run.spec.runtimes_us()[task as usize]);
+        self.completions
+            .push(Reverse((end, run.spec.job_id(), task, r)));
+        self.in_use[usize::from(run.queue)] += 1;
+        self.free -= 1;
+        if run.phase == Phase::AttainedService {
+            self.las_update(r, now);
+        }
+        self.refresh(r);
+    }
+
+    fn finish_task(&mut self, r: usize, task: u32, now: u64, policy: &mut dyn Policy) {
+        let run = &mut self.runs[r];
+        let TaskState::Running { start_us } = run.task[task as usize] else {
+            return;
+        };
+        run.task[task as usize] = TaskState::Done;
+        run.running -= 1;
+        run.unfinished -= 1;
+        run.running_starts_us -= u128::from(start_us);
+        run.done_us += u128::from(now - start_us);
+        self.in_use[usize::from(run.queue)] -= 1;
+        self.free += 1;
+        let stage = run.stage_of[task as usize] as usize;
+        run.stage_left[stage] -= 1;
+        if run.stage_left[stage] == 0 {
+            for c in run.children[stage].clone() {
+                run.parents_left[c] -= 1;
+                if run.parents_left[c] == 0 {
+                    run.release(c);
+                }
+            }
+        }
+        if run.phase == Phase::AttainedService {
+            self.las_update(r, now);
+        }
+        let end = TaskEnd {
+            job_id: self.runs[r].spec.job_id(),
+            task_index: task,
+            time_us: now,
+            runtime_us: Some(now - start_us),
+        };
+        if let Some(decision) = policy.on_task_end(&end, &self.context(now)) {
+            self.apply(r, decision, now);
+        }
+        if self.runs[r].unfinished == 0 {
+            self.complete(r, now, policy);
+        }
+        self.refresh(r);
+    }
+
+    fn complete(&mut self, r: usize, now: u64, policy: &mut dyn Policy) {
+        let run = &self.runs[r];
+        let spec = run.spec;
+        let arrival = spec.arrival_us();
+        let jct_us = now - arrival;
+        let normalized_jct = jct_us as f64 / spec.idle_runtime_us() as f64;
+        let true_mean = spec.mean_task_runtime_us();
+        let placed = run.phase == Phase::Estimated;
+        let estimate = run.estimate.map(|e| e.mean_task_runtime_us);
+        let error_pct = estimate
+            .filter(|_| placed)
+            .map(|e| (e - true_mean).abs() / true_mean * 100.0);
+        let true_queue = self.queues.queue_for(spec.total_task_time_us() as f64);
+        self.results[r] = Some(JobResult {
+            job_id: spec.job_id(),
+            width: spec.width(),
+            arrival_us: arrival,
+            jct_us,
+            wait_us: run.first_start_us.unwrap_or(now) - arrival,
+            normalized_jct,
+            estimated_mean_task_runtime_us: estimate,
+            true_mean_task_runtime_us: true_mean,
+            error_pct,
+            queue: run.queue,
+            true_queue,
+            correct_queue: (placed && estimate.is_some()).then_some(run.queue == true_queue),
+            phase: run.phase,
+        });
+        spec.observe_into(&mut self.history, now);
+        let done = JobDone {
+            job_id: spec.job_id(),
+            submit_us: arrival,
+            end_us: now,
+            width: spec.width(),
+            mean_task_runtime_us: true_mean,
+            normalized_jct,
+        };
+        policy.on_job_done(&done, &self.context(now));
+    }
+}

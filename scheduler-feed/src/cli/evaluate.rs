@@ -1,0 +1,146 @@
+//! `jobcast evaluate`: every prediction policy on the same trace-driven
+//! cluster simulation (SLearn §5.2), with a results table or JSON and,
+//! optionally, the paper's error and speedup CDFs as SVG. The simulator and
+//! the workload split are documented in `jobcast_replay::sim` and
+//! `jobcast_replay::workload`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use jobcast_ingest::Format;
+use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
+
+/// Jobs per block of SLearn's adaptive sampling ratio (the paper's T).
+const ADAPTIVE_BLOCK: u32 = 100;
+
+/// The flags `simulate` and `evaluate` share.
+#[derive(clap::Args)]
+pub struct Common {
+    /// The trace: a directory (google2011, google2019, alibaba2018) or a file.
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Trace format: google2011, google2019, alibaba2018 or jsonl.
+    #[arg(long)]
+    pub format: Format,
+    /// Task slots of the simulated cluster [default: the average offered
+    /// load over the evaluated half is 1, as in the paper].
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Seed of the policies' random choices (SLearn's pilot tasks).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Jobs with fewer tasks than this skip sampling (SLearn's thinLimit).
+    #[arg(long, default_value_t = 3)]
+    pub thin_limit: u32,
+    /// SLearn's pilot fraction of a job's tasks, in (0, 1], or `adaptive`
+    /// (the paper's Fig. 4 algorithm over 1–5%).
+    #[arg(long, default_value = "adaptive", value_parser = parse_sampling)]
+    pub sampling_ratio: Sampling,
+    /// Drop jobs with more tasks than this (the paper drops those over 150).
+    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
+    pub max_width: u32,
+}
+
+fn parse_sampling(s: &str) -> Result<Sampling, String> {
+    if s == "adaptive" {
+        return Ok(Sampling::Adaptive {
+            block: ADAPTIVE_BLOCK,
+        });
+    }
+    match s.parse::<f64>() {
+        Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(Sampling::Fixed { ratio }),
+        _ => Err(format!(
+            "expected `adaptive` or a fraction in (0, 1] such as 0.03, got `{s}`"
+        )),
+    }
+}
+
+impl Common {
+    /// The evaluation settings these flags describe (all policies).
+    pub fn config(&self) -> EvalConfig {
+        EvalConfig {
+            slots: self.slots,
+            policy: PolicyConfig {
+                thin_limit: self.thin_limit,
+                sampling: self.sampling_ratio,
+                seed: self.seed,
+                ..PolicyConfig::default()
+            },
+            ..EvalConfig::default()
+        }
+    }
+
+    /// Read the trace into a workload, telling stderr what was kept.
+    pub fn workload(&self) -> anyhow::Result<Workload> {
+        let started = Instant::now();
+        let trace = jobcast_ingest::open(self.format, &self.trace)
+            .with_context(|| format!("opening {} trace", self.format.name()))?;
+        let diagnostics = trace.diagnostics().clone();
+        let workload = Workload::from_trace(trace, self.max_width)
+            .with_context(|| format!("reading {}", self.trace.display()))?;
+        if diagnostics.skipped_total() > 0 {
+            eprint!("{}", diagnostics.summary());
+        }
+        eprintln!(
+            "read {}: {} evaluated jobs, {} history jobs, {} excluded, in {:.1} s",
+            self.trace.display(),
+            workload.jobs.len(),
+            workload.training.len(),
+            workload.excluded.total(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(workload)
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    common: Common,
+    /// Write error_cdf.svg and speedup_cdf.svg (the paper's Figs. 3 and 6) here.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let workload = args.common.workload()?;
+    let started = Instant::now();
+    let evaluation = evaluate(&workload, &args.common.config())?;
+    eprintln!(
+        "simulated {} policies on {} slots in {:.1} s",
+        evaluation.reports.len(),
+        evaluation.slots,
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(dir) = &args.plots {
+        let written = evaluation.write_plots(dir)?;
+        let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        eprintln!("wrote {}", names.join(", "));
+    }
+    if args.common.json {
+        print_out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&evaluation.to_json())?
+        ))
+    } else {
+        print_out(&evaluation.table())
+    }
+}
+
+/// Write `text` to stdout; a closed pipe (e.g. `| head`) is the reader's
+/// choice, not a failure.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(err).context("writing to stdout")
+        }
+        _ => Ok(()),
+    }
+}

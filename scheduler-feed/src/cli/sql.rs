@@ -1,0 +1,88 @@
+//! `jobcast sql`: DataFusion SQL over converted Parquet tables, one query
+//! or an interactive prompt.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use jobcast_storage::sql::{open_session, render, run_query, run_script, OutputFormat};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Directory of Parquet tables written by `jobcast convert`.
+    #[arg(long)]
+    data: PathBuf,
+    /// Output format: table, csv or json.
+    #[arg(long, default_value = "table")]
+    format: OutputFormat,
+    /// Run every statement of this SQL file in order, printing each
+    /// statement before its result.
+    #[arg(long, conflicts_with = "query")]
+    file: Option<PathBuf>,
+    /// The query; without one (and without --file), an interactive prompt
+    /// opens (statements end with `;`).
+    #[arg(allow_hyphen_values = true)]
+    query: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the query runtime")?;
+    runtime.block_on(async {
+        let ctx = open_session(&args.data).await?;
+        // Bad SQL is reported as DataFusion words it.
+        if let Some(path) = &args.file {
+            let script = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let results = run_script(&ctx, &script)
+                .await
+                .with_context(|| format!("running {}", path.display()))?;
+            for (statement, batches) in results {
+                println!("{statement};");
+                print!("{}", render(&batches, args.format)?);
+                println!();
+            }
+            return Ok(());
+        }
+        match &args.query {
+            Some(sql) => {
+                let batches = run_query(&ctx, sql).await?;
+                print!("{}", render(&batches, args.format)?);
+                Ok(())
+            }
+            None => interactive(&ctx, args.format).await,
+        }
+    })
+}
+
+async fn interactive(ctx: &datafusion::prelude::SessionContext, format: OutputFormat) -> anyhow::Result<()> {
+    let mut editor = rustyline::DefaultEditor::new().context("opening the prompt")?;
+    eprintln!("jobcast sql: tables {}; end statements with `;`, quit with Ctrl-D", jobcast_storage::tables::TABLES.join(", "));
+    let mut statement = String::new();
+    loop {
+        let prompt = if statement.is_empty() { "jobcast> " } else { "     ..> " };
+        match editor.readline(prompt) {
+            Ok(line) => {
+                statement.push_str(&line);
+                statement.push('\n');
+                if !line.trim_end().ends_with(';') {
+                    continue;
+                }
+                let sql = std::mem::take(&mut statement);
+                let _ = editor.add_history_entry(sql.trim());
+                // Errors are shown and the prompt goes on.
+                match run_query(ctx, &sql).await {
+                    Ok(batches) => match render(&batches, format) {
+                        Ok(text) => print!("{text}"),
+                        Err(e) => eprintln!("error: {e}"),
+                    },
+                    Err(e) => eprintln!("error: {e}"),
+                }
+            }
+            Err(rustyline::error::ReadlineError::Interrupted) => statement.clear(),
+            Err(rustyline::error::ReadlineError::Eof) => return Ok(()),
+            Err(e) => return Err(e).context("reading the prompt"),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `jobcast`: the command-line entry point that wires the crates together.
+//! Each subcommand lives in its own module under `cli/`.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "jobcast", version, about = "Streaming job-runtime and preemption-risk predictions for cluster schedulers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert a trace into Parquet tables (jobs, tasks, events, machines).
+    Convert(cli::convert::Args),
+    /// Run SQL over converted Parquet tables (interactive without a query).
+    Sql(cli::sql::Args),
+    /// Write a seeded synthetic workload as canonical JSON lines.
+    Generate(cli::generate::Args),
+    /// Simulate a cluster scheduled by one prediction policy over a trace.
+    Simulate(cli::simulate::Args),
+    /// Compare every prediction policy on the same simulated cluster.
+    Evaluate(cli::evaluate::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("JOBCAST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Convert(args) => cli::convert::run(args),
+        Command::Sql(args) => cli::sql::run(args),
+        Command::Generate(args) => cli::generate::run(args),
+        Command::Simulate(args) => cli::simulate::run(args),
+        Command::Evaluate(args) => cli::evaluate::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Helpers for end-to-end tests of the `jobcast` binary. The tests run the
+//! real binary (built by `cargo build --release --bins`, which
+//! `scripts/test.sh` does first) on real and hand-made inputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_owned()
+}
+
+/// `../shared/data/NAME` if present; tests that need it skip otherwise.
+pub fn shared_data(name: &str) -> Option<PathBuf> {
+    let dir = repo().join("../shared/data").join(name);
+    if dir.exists() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: {} not found", dir.display());
+        None
+    }
+}
+
+/// The `jobcast` binary next to this test's own executable
+/// (`target/release/deps/<test>` → `target/release/jobcast`).
+pub fn jobcast_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join(format!("jobcast{}", std::env::consts::EXE_SUFFIX)))
+        .expect("test executable lives in target/<profile>/deps");
+    assert!(
+        bin.is_file(),
+        "{} not found: build it first with `cargo build --release --bins` (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Run `jobcast ARGS` and return its output, whatever its exit status.
+pub fn jobcast(args: &[&str]) -> Output {
+    Command::new(jobcast_bin())
+        .args(args)
+        .env("JOBCAST_LOG", "warn")
+        .output()
+        .expect("jobcast runs")
+}
+
+/// Run `jobcast ARGS`, insisting that it succeeds; its stdout.
+pub fn jobcast_ok(args: &[&str]) -> String {
+    let out = jobcast(args);
+    assert!(
+        out.status.success(),
+        "jobcast {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// Run a SQL query over converted tables and parse its JSON rows.
+pub fn sql_json(data: &Path, query: &str) -> Vec<serde_json::Value> {
+    let out = jobcast_ok(&["sql", "--data", data.to_str().expect("UTF-8 path"), "--format", "json", query]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}

@@ -1,0 +1,133 @@
+//! `jobcast convert` + `jobcast sql` end to end on the bundled Google 2011
+//! excerpt. Expected figures were computed independently of jobcast from the
+//! excerpt's raw CSV rows (last SCHEDULE → FINISH per task; job outcomes up
+//! to the last task event).
+
+use std::io::Write;
+
+use jobcast_tests::{jobcast, jobcast_ok, repo, sql_json};
+use serde_json::json;
+
+fn convert_excerpt(out: &std::path::Path) -> String {
+    let input = repo().join("tests/data/google2011-excerpt");
+    jobcast_ok(&[
+        "convert",
+        "--format",
+        "google2011",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn excerpt_tables_hold_the_ground_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = convert_excerpt(dir.path());
+    assert!(summary.contains("jobs") && summary.contains("rows/s"), "{summary}");
+    for table in ["events", "jobs", "tasks", "machines"] {
+        assert!(dir.path().join(format!("{table}.parquet")).is_file());
+    }
+
+    let rows = sql_json(
+        dir.path(),
+        "SELECT count(*) AS jobs,
+                sum(CASE WHEN finished THEN 1 ELSE 0 END) AS finished,
+                sum(CASE WHEN outcome = 'kill' THEN 1 ELSE 0 END) AS killed,
+                sum(CASE WHEN censored THEN 1 ELSE 0 END) AS censored
+         FROM jobs",
+    );
+    assert_eq!(rows, vec![json!({"jobs": 406, "finished": 267, "killed": 114, "censored": 21})]);
+
+    let rows = sql_json(
+        dir.path(),
+        "SELECT count(*) AS tasks, sum(CASE WHEN finished THEN 1 ELSE 0 END) AS finished,
+                sum(runtime_us) AS runtime_us
+         FROM tasks",
+    );
+    assert_eq!(
+        rows,
+        vec![json!({"tasks": 25024, "finished": 22689, "runtime_us": 24321705133439u64})]
+    );
+
+    let rows = sql_json(dir.path(), "SELECT count(*) AS n FROM events WHERE type = 'task'");
+    assert_eq!(rows, vec![json!({"n": 77875})]);
+
+    // A job's total task-time is the sum of its tasks' runtimes.
+    let rows = sql_json(
+        dir.path(),
+        "SELECT count(*) AS mismatches FROM jobs j JOIN
+           (SELECT job_id, sum(runtime_us) AS s FROM tasks GROUP BY job_id) t
+           ON j.job_id = t.job_id
+         WHERE j.total_task_time_us <> coalesce(t.s, 0)",
+    );
+    assert_eq!(rows, vec![json!({"mismatches": 0})]);
+}
+
+#[test]
+fn sql_output_formats_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let data = dir.path().to_str().unwrap();
+    let query = "SELECT outcome, count(*) AS n FROM jobs WHERE outcome IS NOT NULL GROUP BY outcome ORDER BY outcome";
+
+    let csv = jobcast_ok(&["sql", "--data", data, "--format", "csv", query]);
+    assert_eq!(csv, "outcome,n\nfail,4\nfinish,267\nkill,114\n");
+
+    let table = jobcast_ok(&["sql", "--data", data, query]);
+    assert!(table.contains("| outcome |") && table.contains("| finish  | 267 |"), "{table}");
+
+    // A bad query fails with DataFusion's own message, not a panic.
+    let out = jobcast(&["sql", "--data", data, "SELECT no_such_column FROM jobs"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no_such_column"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let out = jobcast(&["sql", "--data", "/nonexistent/dir", "SELECT 1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+}
+
+#[test]
+fn malformed_rows_are_reported_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("trace");
+    std::fs::create_dir_all(input.join("job_events")).unwrap();
+    std::fs::create_dir_all(input.join("task_events")).unwrap();
+    std::fs::write(
+        input.join("job_events/part-00000-of-00500.csv"),
+        "1000000,,7,0,user,1,name,logical\n\
+         2000000,,7,4,user,1,name,logical\n\
+         oops\n",
+    )
+    .unwrap();
+    let mut tasks = std::fs::File::create(input.join("task_events/part-00000-of-00500.csv")).unwrap();
+    tasks
+        .write_all(
+            b"1000000,,7,0,,0,user,1,9,0.1,0.1,0,0\n\
+              1100000,,7,0,42,1,user,1,9,0.1,0.1,0,0\n\
+              1200000,,7,0,42,12,user,1,9,0.1,0.1,0,0\n\
+              -5,,7,0,42,4,user,1,9,0.1,0.1,0,0\n\
+              1900000,,7,0,42,4,user,1,9,0.1,0.1,0,0\n",
+        )
+        .unwrap();
+    drop(tasks);
+    let out_dir = dir.path().join("tables");
+    let summary = jobcast_ok(&[
+        "convert",
+        "--format",
+        "google2011",
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(summary.contains("3 skipped"), "{summary}");
+    assert!(summary.contains("task_events/part-00000-of-00500.csv:3"), "{summary}");
+    assert!(summary.contains("task_events/part-00000-of-00500.csv:4"), "{summary}");
+    assert!(summary.contains("job_events/part-00000-of-00500.csv:3"), "{summary}");
+    let rows = sql_json(&out_dir, "SELECT runtime_us FROM tasks");
+    assert_eq!(rows, vec![json!({"runtime_us": 800000})]);
+}
