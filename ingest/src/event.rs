@@ -544,19 +544,27 @@ impl TryFrom<WireEvent> for Event {
                 Err(DecodeError::missing(name, ty))
             }
         };
-        let time_us = check_time("time_us", w.time_us.ok_or_else(|| DecodeError::missing("time_us", ty))?)?;
+        let time_us = check_time(
+            "time_us",
+            w.time_us
+                .ok_or_else(|| DecodeError::missing("time_us", ty))?,
+        )?;
         match ty {
             "job_submitted" => {
                 w.reject_foreign(ty, JOB_SUBMITTED_FIELDS)?;
                 let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
-                let num_tasks = w.num_tasks.ok_or_else(|| DecodeError::missing("num_tasks", ty))?;
+                let num_tasks = w
+                    .num_tasks
+                    .ok_or_else(|| DecodeError::missing("num_tasks", ty))?;
                 if let Some(stages) = &w.stages {
                     let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
                     if total != u64::from(num_tasks) {
                         return Err(DecodeError::new(
                             DecodeErrorKind::OutOfRange,
                             Some("stages"),
-                            format!("stage task counts add up to {total}, but num_tasks is {num_tasks}"),
+                            format!(
+                                "stage task counts add up to {total}, but num_tasks is {num_tasks}"
+                            ),
                         ));
                     }
                 }
@@ -577,7 +585,9 @@ impl TryFrom<WireEvent> for Event {
             "task" => {
                 w.reject_foreign(ty, TASK_FIELDS)?;
                 let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
-                let task_index = w.task_index.ok_or_else(|| DecodeError::missing("task_index", ty))?;
+                let task_index = w
+                    .task_index
+                    .ok_or_else(|| DecodeError::missing("task_index", ty))?;
                 req("kind", w.kind.is_some())?;
                 let kind = parse_kind("kind", w.kind.as_deref().unwrap_or_default())?;
                 Ok(Event::Task(TaskEvent {
@@ -592,7 +602,9 @@ impl TryFrom<WireEvent> for Event {
             "job_ended" => {
                 w.reject_foreign(ty, JOB_ENDED_FIELDS)?;
                 let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
-                let outcome = w.outcome.ok_or_else(|| DecodeError::missing("outcome", ty))?;
+                let outcome = w
+                    .outcome
+                    .ok_or_else(|| DecodeError::missing("outcome", ty))?;
                 Ok(Event::JobEnded(JobEnded {
                     time_us,
                     job_id,
@@ -601,7 +613,9 @@ impl TryFrom<WireEvent> for Event {
             }
             "machine" => {
                 w.reject_foreign(ty, MACHINE_FIELDS)?;
-                let machine_id = w.machine_id.ok_or_else(|| DecodeError::missing("machine_id", ty))?;
+                let machine_id = w
+                    .machine_id
+                    .ok_or_else(|| DecodeError::missing("machine_id", ty))?;
                 req("kind", w.kind.is_some())?;
                 let kind = parse_kind("kind", w.kind.as_deref().unwrap_or_default())?;
                 let is_vm = w.vm_type.is_some()
@@ -613,7 +627,9 @@ impl TryFrom<WireEvent> for Event {
                 let vm = if is_vm {
                     Some(VmInfo {
                         name: w.vm_name,
-                        vm_type: w.vm_type.ok_or_else(|| DecodeError::missing("vm_type", ty))?,
+                        vm_type: w
+                            .vm_type
+                            .ok_or_else(|| DecodeError::missing("vm_type", ty))?,
                         zone: w.zone.ok_or_else(|| DecodeError::missing("zone", ty))?,
                         preemptible: w
                             .preemptible
@@ -714,8 +730,18 @@ mod tests {
             mem_request: 0.0625,
             num_tasks: 3,
             stages: Some(vec![
-                Stage { id: 1, parents: vec![], num_tasks: 2, name: Some("M1".into()) },
-                Stage { id: 2, parents: vec![1], num_tasks: 1, name: Some("R2_1".into()) },
+                Stage {
+                    id: 1,
+                    parents: vec![],
+                    num_tasks: 2,
+                    name: Some("M1".into()),
+                },
+                Stage {
+                    id: 2,
+                    parents: vec![1],
+                    num_tasks: 1,
+                    name: Some("R2_1".into()),
+                },
             ]),
         })
     }
@@ -732,7 +758,11 @@ mod tests {
                 machine_id: Some(7),
                 stage: Some(1),
             }),
-            Event::JobEnded(JobEnded { time_us: 5, job_id: 42, outcome: JobOutcome::Kill }),
+            Event::JobEnded(JobEnded {
+                time_us: 5,
+                job_id: 42,
+                outcome: JobOutcome::Kill,
+            }),
             Event::Machine(MachineEvent {
                 time_us: 0,
                 machine_id: 9,
@@ -761,9 +791,21 @@ mod tests {
         let cases: &[(&str, DecodeErrorKind, Option<&str>)] = &[
             ("{", DecodeErrorKind::Syntax, None),
             ("not json", DecodeErrorKind::Syntax, None),
-            (r#"{"v":2,"type":"task"}"#, DecodeErrorKind::UnsupportedVersion, Some("v")),
-            (r#"{"type":"task"}"#, DecodeErrorKind::MissingField, Some("v")),
-            (r#"{"v":1,"type":"party","time_us":1}"#, DecodeErrorKind::UnknownType, Some("type")),
+            (
+                r#"{"v":2,"type":"task"}"#,
+                DecodeErrorKind::UnsupportedVersion,
+                Some("v"),
+            ),
+            (
+                r#"{"type":"task"}"#,
+                DecodeErrorKind::MissingField,
+                Some("v"),
+            ),
+            (
+                r#"{"v":1,"type":"party","time_us":1}"#,
+                DecodeErrorKind::UnknownType,
+                Some("type"),
+            ),
             (
                 r#"{"v":1,"type":"task","time_us":1,"task_index":0,"kind":"finish"}"#,
                 DecodeErrorKind::MissingField,
@@ -837,7 +879,9 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_a_syntax_error() {
-        let mut bytes = br#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"user":""#.to_vec();
+        let mut bytes =
+            br#"{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"user":""#
+                .to_vec();
         bytes.extend_from_slice(&[0xff, 0xfe]);
         bytes.extend_from_slice(br#""}"#);
         assert_eq!(decode(&bytes).unwrap_err().kind, DecodeErrorKind::Syntax);

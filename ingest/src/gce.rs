@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::event::{EndReason, Event, MachineEvent, MachineKind, VmInfo};
 use crate::ids::stable_id;
-use crate::source::{open_input, total_size, Diagnostics, Location, Trace, TraceError};
+use crate::source::{Diagnostics, Location, Trace, TraceError, open_input, total_size};
 
 #[derive(Deserialize)]
 struct Record {
@@ -75,19 +75,27 @@ fn vm_events(
     value: serde_json::Value,
     diagnostics: &Diagnostics,
 ) -> Result<[Event; 2], (&'static str, String)> {
-    let rec: Record = serde_json::from_value(value).map_err(|e| ("invalid_record", e.to_string()))?;
+    let rec: Record =
+        serde_json::from_value(value).map_err(|e| ("invalid_record", e.to_string()))?;
     let launch = chrono::DateTime::parse_from_rfc3339(&rec.insert.insert_time).map_err(|e| {
         (
             "invalid_field",
             format!("insert.insertTime {:?}: {e}", rec.insert.insert_time),
         )
     })?;
-    let launch_time_us = u64::try_from(launch.timestamp_micros())
-        .map_err(|_| ("out_of_range", "insert.insertTime is before 1970".to_owned()))?;
+    let launch_time_us = u64::try_from(launch.timestamp_micros()).map_err(|_| {
+        (
+            "out_of_range",
+            "insert.insertTime is before 1970".to_owned(),
+        )
+    })?;
     if !(rec.time_in_sec.is_finite() && rec.time_in_sec >= 0.0) {
         return Err((
             "invalid_field",
-            format!("time_in_sec {} is not a non-negative duration", rec.time_in_sec),
+            format!(
+                "time_in_sec {} is not a non-negative duration",
+                rec.time_in_sec
+            ),
         ));
     }
     let end_reason = match (&rec.preempted, &rec.stop) {
@@ -180,22 +188,40 @@ mod tests {
         let diags = trace.diagnostics().clone();
         let events: Vec<Event> = trace.map(Result::unwrap).collect();
         assert_eq!(events.len(), 4);
-        let Event::Machine(first) = &events[0] else { panic!() };
+        let Event::Machine(first) = &events[0] else {
+            panic!()
+        };
         assert_eq!(first.vm.as_ref().unwrap().name.as_deref(), Some("b"));
         assert_eq!(first.machine_id, stable_id(b"b"));
-        let Event::Machine(b_end) = &events[1] else { panic!() };
+        let Event::Machine(b_end) = &events[1] else {
+            panic!()
+        };
         assert_eq!(b_end.kind, MachineKind::Remove);
         assert_eq!(b_end.time_us - first.time_us, 60_000_000);
-        assert_eq!(b_end.vm.as_ref().unwrap().end_reason, Some(EndReason::Stopped));
-        let Event::Machine(a_end) = &events[3] else { panic!() };
+        assert_eq!(
+            b_end.vm.as_ref().unwrap().end_reason,
+            Some(EndReason::Stopped)
+        );
+        let Event::Machine(a_end) = &events[3] else {
+            panic!()
+        };
         let vm = a_end.vm.as_ref().unwrap();
-        assert_eq!((a_end.machine_id, vm.end_reason), (11, Some(EndReason::Preempted)));
+        assert_eq!(
+            (a_end.machine_id, vm.end_reason),
+            (11, Some(EndReason::Preempted))
+        );
         assert_eq!(a_end.time_us - vm.launch_time_us, 3_600_500_000);
         assert_eq!(vm.launch_time_us, 1_553_540_400_000_000);
         assert_eq!(diags.skipped_total(), 2, "{}", diags.summary());
-        assert!(diags.summary().contains("record `c`"), "{}", diags.summary());
+        assert!(
+            diags.summary().contains("record `c`"),
+            "{}",
+            diags.summary()
+        );
         assert_eq!(
-            diags.notes().get("PREEMPTIBLE field not a boolean (taken as preemptible)"),
+            diags
+                .notes()
+                .get("PREEMPTIBLE field not a boolean (taken as preemptible)"),
             Some(&1)
         );
     }

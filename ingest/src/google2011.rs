@@ -23,11 +23,11 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use crate::event::{
-    Event, JobEnded, JobOutcome, JobSubmitted, MachineEvent, MachineKind, TaskEvent, TaskKind,
-    MAX_TIME_US,
+    Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, MachineEvent, MachineKind, TaskEvent,
+    TaskKind,
 };
 use crate::merge::MergeByKey;
-use crate::source::{list_files, open_input, total_size, Diagnostics, Location, Trace, TraceError};
+use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Table {
@@ -77,8 +77,11 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
             Ok(Vec::new())
         }
     };
-    let (job_files, task_files, machine_files) =
-        (files(Table::Job)?, files(Table::Task)?, files(Table::Machine)?);
+    let (job_files, task_files, machine_files) = (
+        files(Table::Job)?,
+        files(Table::Task)?,
+        files(Table::Machine)?,
+    );
     if job_files.is_empty() && task_files.is_empty() {
         return Err(TraceError::invalid(
             input,
@@ -244,7 +247,10 @@ struct RowError(&'static str, String);
 fn req_u64(rec: &csv::ByteRecord, i: usize, name: &str) -> Result<u64, RowError> {
     let raw = rec.get(i).unwrap_or_default();
     if raw.is_empty() {
-        return Err(RowError("missing_field", format!("`{name}` (column {}) is empty", i + 1)));
+        return Err(RowError(
+            "missing_field",
+            format!("`{name}` (column {}) is empty", i + 1),
+        ));
     }
     std::str::from_utf8(raw)
         .ok()
@@ -332,7 +338,10 @@ impl PartRows {
         }
         let time_us = req_u64(rec, 0, "time")?;
         if time_us > MAX_TIME_US {
-            return Err(RowError("out_of_range", format!("time {time_us} is beyond the trace")));
+            return Err(RowError(
+                "out_of_range",
+                format!("time {time_us} is beyond the trace"),
+            ));
         }
         match self.table {
             Table::Machine => {
@@ -342,7 +351,10 @@ impl PartRows {
                     1 => MachineKind::Remove,
                     2 => MachineKind::Update,
                     other => {
-                        return Err(RowError("invalid_field", format!("machine event type {other} is not 0–2")));
+                        return Err(RowError(
+                            "invalid_field",
+                            format!("machine event type {other} is not 0–2"),
+                        ));
                     }
                 };
                 Ok(Some(Event::Machine(MachineEvent {
@@ -384,7 +396,10 @@ impl PartRows {
                     5 => JobOutcome::Kill,
                     6 => JobOutcome::Lost,
                     other => {
-                        return Err(RowError("invalid_field", format!("job event type {other} is not 0–8")));
+                        return Err(RowError(
+                            "invalid_field",
+                            format!("job event type {other} is not 0–8"),
+                        ));
                     }
                 };
                 Ok(Some(Event::JobEnded(JobEnded {
@@ -407,7 +422,10 @@ impl PartRows {
                     6 => TaskKind::Lost,
                     7 | 8 => TaskKind::Update,
                     other => {
-                        return Err(RowError("invalid_field", format!("task event type {other} is not 0–8")));
+                        return Err(RowError(
+                            "invalid_field",
+                            format!("task event type {other} is not 0–8"),
+                        ));
                     }
                 };
                 Ok(Some(Event::Task(TaskEvent {
@@ -432,7 +450,11 @@ impl Iterator for PartRows {
                 Ok(false) => self.done = true,
                 Ok(true) => {
                     self.diagnostics.rows(1);
-                    let missing_info = if self.table == Table::Machine { None } else { self.rec.get(1) };
+                    let missing_info = if self.table == Table::Machine {
+                        None
+                    } else {
+                        self.rec.get(1)
+                    };
                     match self.parse() {
                         Ok(Some(event)) => {
                             if missing_info.is_some_and(|m| !m.is_empty()) {
@@ -497,36 +519,37 @@ impl<I: Iterator<Item = Result<Event, TraceError>>> Iterator for Canonicalise<I>
                 continue;
             }
             if event.time_us() == 0 {
-                self.diagnostics.note("events at time 0, before the trace window (kept)");
+                self.diagnostics
+                    .note("events at time 0, before the trace window (kept)");
             }
             match &event {
-                Event::JobSubmitted(j) => {
-                    if !self.submitted.insert(j.job_id) {
-                        self.diagnostics.note("repeated SUBMIT of a job (dropped)");
-                        continue;
-                    }
+                Event::JobSubmitted(j) if !self.submitted.insert(j.job_id) => {
+                    self.diagnostics.note("repeated SUBMIT of a job (dropped)");
+                    continue;
                 }
-                Event::Task(t) if !self.jobs_with_submit.contains(&t.job_id) => {
-                    if self.submitted.insert(t.job_id) {
-                        self.diagnostics
-                            .note("jobs with task events but no SUBMIT in job_events (job_submitted synthesised)");
-                        let info = self.jobs.get(&t.job_id).cloned().unwrap_or_default();
-                        let (time_us, job_id) = (t.time_us, t.job_id);
-                        self.pending.push_back(event);
-                        return Some(Ok(Event::JobSubmitted(JobSubmitted {
-                            time_us,
-                            job_id,
-                            user: info.user,
-                            job_name: String::new(),
-                            logical_name: String::new(),
-                            scheduling_class: info.scheduling_class,
-                            priority: info.priority,
-                            cpu_request: info.cpu_request,
-                            mem_request: info.mem_request,
-                            num_tasks: info.num_tasks,
-                            stages: None,
-                        })));
-                    }
+                Event::Task(t)
+                    if !self.jobs_with_submit.contains(&t.job_id)
+                        && self.submitted.insert(t.job_id) =>
+                {
+                    self.diagnostics.note(
+                        "jobs with task events but no SUBMIT in job_events (job_submitted synthesised)",
+                    );
+                    let info = self.jobs.get(&t.job_id).cloned().unwrap_or_default();
+                    let (time_us, job_id) = (t.time_us, t.job_id);
+                    self.pending.push_back(event);
+                    return Some(Ok(Event::JobSubmitted(JobSubmitted {
+                        time_us,
+                        job_id,
+                        user: info.user,
+                        job_name: String::new(),
+                        logical_name: String::new(),
+                        scheduling_class: info.scheduling_class,
+                        priority: info.priority,
+                        cpu_request: info.cpu_request,
+                        mem_request: info.mem_request,
+                        num_tasks: info.num_tasks,
+                        stages: None,
+                    })));
                 }
                 _ => {}
             }
@@ -595,11 +618,21 @@ mod tests {
         // The window ends at the last valid task event (860): bad rows do
         // not extend it.
         assert!(times.iter().all(|&t| t <= 860));
-        let Event::Machine(m) = &events[0] else { panic!("{:?}", events[0]) };
+        let Event::Machine(m) = &events[0] else {
+            panic!("{:?}", events[0])
+        };
         assert_eq!((m.machine_id, m.kind), (77, MachineKind::Add));
-        let Event::JobSubmitted(j1) = &events[2] else { panic!("{:?}", events[2]) };
+        let Event::JobSubmitted(j1) = &events[2] else {
+            panic!("{:?}", events[2])
+        };
         assert_eq!(
-            (j1.job_id, j1.num_tasks, j1.priority, j1.cpu_request, j1.job_name.as_str()),
+            (
+                j1.job_id,
+                j1.num_tasks,
+                j1.priority,
+                j1.cpu_request,
+                j1.job_name.as_str()
+            ),
             (1, 2, 9, 0.5, "name1")
         );
         let submits: Vec<u64> = events
@@ -615,19 +648,44 @@ mod tests {
         let pos9 = events.iter().position(|e| e.job_id() == Some(9)).unwrap();
         assert!(matches!(events[pos9], Event::JobSubmitted(_)));
         assert!(matches!(events[pos9 + 1], Event::Task(_)));
-        assert!(events.iter().any(|e| matches!(e, Event::JobEnded(j) if j.job_id == 1 && j.outcome == JobOutcome::Finish)));
+        assert!(events.iter().any(
+            |e| matches!(e, Event::JobEnded(j) if j.job_id == 1 && j.outcome == JobOutcome::Finish)
+        ));
         // Job 2's KILL at 5000 is after the window and is dropped.
-        assert!(!events.iter().any(|e| matches!(e, Event::JobEnded(j) if j.job_id == 2)));
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, Event::JobEnded(j) if j.job_id == 2))
+        );
 
         let skipped = diags.skipped();
-        assert_eq!(skipped.get("invalid_field"), Some(&2), "{}", diags.summary());
-        assert_eq!(skipped.get("wrong_column_count"), Some(&1), "{}", diags.summary());
+        assert_eq!(
+            skipped.get("invalid_field"),
+            Some(&2),
+            "{}",
+            diags.summary()
+        );
+        assert_eq!(
+            skipped.get("wrong_column_count"),
+            Some(&1),
+            "{}",
+            diags.summary()
+        );
         let summary = diags.summary();
-        assert!(summary.contains("task_events/part-00000-of-00500.csv.gz:9"), "{summary}");
-        assert!(summary.contains("job_events/part-00000-of-00500.csv.gz:5"), "{summary}");
+        assert!(
+            summary.contains("task_events/part-00000-of-00500.csv.gz:9"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("job_events/part-00000-of-00500.csv.gz:5"),
+            "{summary}"
+        );
         let notes = diags.notes();
         assert_eq!(notes.get("repeated SUBMIT of a job (dropped)"), Some(&1));
-        assert_eq!(notes.get("task_events rows with a `missing info` flag (kept)"), Some(&1));
+        assert_eq!(
+            notes.get("task_events rows with a `missing info` flag (kept)"),
+            Some(&1)
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-use crate::event::{decode, Event};
-use crate::source::{open_input, total_size, Diagnostics, Location, Trace, TraceError};
+use crate::event::{Event, decode};
+use crate::source::{Diagnostics, Location, Trace, TraceError, open_input, total_size};
 
 /// Read canonical events from one JSON-lines file (gzip or plain), in file
 /// order.
@@ -20,7 +20,11 @@ pub fn open(path: &Path) -> Result<Trace, TraceError> {
         diagnostics: diagnostics.clone(),
         done: false,
     };
-    Ok(Trace::new(events, diagnostics, total_size(&[path.to_owned()])))
+    Ok(Trace::new(
+        events,
+        diagnostics,
+        total_size(&[path.to_owned()]),
+    ))
 }
 
 struct JsonLines {
@@ -80,11 +84,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let mut f = std::fs::File::create(&path).unwrap();
-        writeln!(f, r#"{{"v":1,"type":"job_ended","time_us":5,"job_id":1,"outcome":"finish"}}"#).unwrap();
+        writeln!(
+            f,
+            r#"{{"v":1,"type":"job_ended","time_us":5,"job_id":1,"outcome":"finish"}}"#
+        )
+        .unwrap();
         writeln!(f, "{{oops").unwrap();
         writeln!(f).unwrap();
-        writeln!(f, r#"{{"v":7,"type":"job_ended","time_us":5,"job_id":1,"outcome":"finish"}}"#).unwrap();
-        writeln!(f, r#"{{"v":1,"type":"job_ended","time_us":6,"job_id":2,"outcome":"kill"}}"#).unwrap();
+        writeln!(
+            f,
+            r#"{{"v":7,"type":"job_ended","time_us":5,"job_id":1,"outcome":"finish"}}"#
+        )
+        .unwrap();
+        writeln!(
+            f,
+            r#"{{"v":1,"type":"job_ended","time_us":6,"job_id":2,"outcome":"kill"}}"#
+        )
+        .unwrap();
         drop(f);
         let trace = open(&path).unwrap();
         let diags = trace.diagnostics().clone();
@@ -97,6 +113,10 @@ mod tests {
         assert!(examples[0].reason.starts_with("syntax"));
         assert_eq!(examples[1].at.line, 4);
         assert!(examples[1].reason.starts_with("unsupported_version"));
-        assert!(diags.summary().contains("events.jsonl:2"), "{}", diags.summary());
+        assert!(
+            diags.summary().contains("events.jsonl:2"),
+            "{}",
+            diags.summary()
+        );
     }
 }

@@ -22,7 +22,7 @@ pub mod truth;
 
 use std::path::Path;
 
-pub use event::{decode, encode, Event};
+pub use event::{Event, decode, encode};
 pub use source::{Diagnostics, Location, Trace, TraceError};
 
 /// The trace formats jobcast reads.
@@ -43,8 +43,13 @@ pub enum Format {
 }
 
 impl Format {
-    pub const NAMES: &'static [&'static str] =
-        &["google2011", "google2019", "alibaba2018", "gce-lifetimes", "jsonl"];
+    pub const NAMES: &'static [&'static str] = &[
+        "google2011",
+        "google2019",
+        "alibaba2018",
+        "gce-lifetimes",
+        "jsonl",
+    ];
 
     pub fn name(self) -> &'static str {
         match self {

@@ -97,9 +97,8 @@ mod tests {
 
     #[test]
     fn errors_are_passed_through() {
-        let bad: Source<u64> = Box::new(
-            vec![Ok(3), Err(TraceError::invalid("x".as_ref(), "boom"))].into_iter(),
-        );
+        let bad: Source<u64> =
+            Box::new(vec![Ok(3), Err(TraceError::invalid("x".as_ref(), "boom"))].into_iter());
         let out: Vec<_> = MergeByKey::new(vec![src(vec![1, 5]), bad], |t: &u64| *t).collect();
         assert!(out.iter().any(|r| r.is_err()));
         let ok: Vec<u64> = out.into_iter().filter_map(Result::ok).collect();

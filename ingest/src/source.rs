@@ -191,7 +191,10 @@ impl<R: Read> Read for CountingReader<R> {
 /// Open a file for buffered reading, decompressing it if it is gzip (told by
 /// its magic bytes, not its name). Bytes read from disk are added to
 /// `diagnostics.bytes_read()`.
-pub fn open_input(path: &Path, diagnostics: &Diagnostics) -> Result<Box<dyn BufRead + Send>, TraceError> {
+pub fn open_input(
+    path: &Path,
+    diagnostics: &Diagnostics,
+) -> Result<Box<dyn BufRead + Send>, TraceError> {
     let file = File::open(path).map_err(|e| TraceError::io(path, e))?;
     let mut raw = BufReader::with_capacity(
         256 * 1024,
@@ -200,7 +203,10 @@ pub fn open_input(path: &Path, diagnostics: &Diagnostics) -> Result<Box<dyn BufR
             counter: diagnostics.byte_counter(),
         },
     );
-    let is_gzip = raw.fill_buf().map_err(|e| TraceError::io(path, e))?.starts_with(&[0x1f, 0x8b]);
+    let is_gzip = raw
+        .fill_buf()
+        .map_err(|e| TraceError::io(path, e))?
+        .starts_with(&[0x1f, 0x8b]);
     if is_gzip {
         Ok(Box::new(BufReader::with_capacity(
             256 * 1024,

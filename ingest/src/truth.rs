@@ -218,7 +218,10 @@ impl TruthBuilder {
                         task.attempts += 1;
                         task.last_end = None;
                         task.end_time_us = None;
-                        job.first_schedule_us = Some(job.first_schedule_us.map_or(t.time_us, |f| f.min(t.time_us)));
+                        job.first_schedule_us = Some(
+                            job.first_schedule_us
+                                .map_or(t.time_us, |f| f.min(t.time_us)),
+                        );
                     }
                     TaskKind::Update => {}
                     kind => {
@@ -232,7 +235,9 @@ impl TruthBuilder {
                         task.end_time_us = Some(t.time_us);
                     }
                 }
-                job.width = job.width.max(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
+                job.width = job
+                    .width
+                    .max(u32::try_from(tasks.len()).unwrap_or(u32::MAX));
             }
             Event::JobEnded(e) => {
                 let Some((mut job, tasks)) = self.jobs.remove(&e.job_id) else {
@@ -377,7 +382,11 @@ mod tests {
             task(40, 1, 0, Schedule),
             task(100, 1, 0, Finish),
             task(125, 1, 1, Finish),
-            Event::JobEnded(JobEnded { time_us: 130, job_id: 1, outcome: JobOutcome::Finish }),
+            Event::JobEnded(JobEnded {
+                time_us: 130,
+                job_id: 1,
+                outcome: JobOutcome::Finish,
+            }),
             task(131, 1, 0, Kill),
             submit(50, 2, 1),
             task(0, 2, 0, Schedule),
@@ -395,7 +404,10 @@ mod tests {
         assert_eq!(tasks[1].runtime_us(), Some(100));
         assert_eq!(job.runtime_us(), Some(110));
         assert_eq!(job.jct_us(), Some(120));
-        assert_eq!((job.total_task_time_us, job.tasks_finished, job.width), (160, 2, 2));
+        assert_eq!(
+            (job.total_task_time_us, job.tasks_finished, job.width),
+            (160, 2, 2)
+        );
         assert!(job.finished() && !job.censored());
         assert_eq!(b.anomalies().tasks_after_job_end, 1);
 
@@ -419,14 +431,27 @@ mod tests {
             end_reason,
         };
         let m = |time_us, machine_id, kind, vm| {
-            Event::Machine(MachineEvent { time_us, machine_id, kind, platform: None, cpus: Some(1.0), memory: None, vm })
+            Event::Machine(MachineEvent {
+                time_us,
+                machine_id,
+                kind,
+                platform: None,
+                cpus: Some(1.0),
+                memory: None,
+                vm,
+            })
         };
         let mut b = TruthBuilder::new();
         for e in [
             m(5, 1, MachineKind::Add, Some(vm(None))),
             m(7, 2, MachineKind::Add, None),
             m(9, 3, MachineKind::Remove, None),
-            m(50, 1, MachineKind::Remove, Some(vm(Some(EndReason::Preempted)))),
+            m(
+                50,
+                1,
+                MachineKind::Remove,
+                Some(vm(Some(EndReason::Preempted))),
+            ),
         ] {
             b.apply(&e);
         }

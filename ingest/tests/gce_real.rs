@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use jobcast_ingest::event::{EndReason, Event, MachineKind};
-use jobcast_ingest::{open, Format};
+use jobcast_ingest::{Format, open};
 
 #[test]
 fn lifetimes_match_the_data_readme() {
@@ -23,7 +23,9 @@ fn lifetimes_match_the_data_readme() {
     let mut preempted = Vec::new();
     let mut stopped = Vec::new();
     for e in &events {
-        let Event::Machine(m) = e else { panic!("{e:?}") };
+        let Event::Machine(m) = e else {
+            panic!("{e:?}")
+        };
         let vm = m.vm.as_ref().unwrap();
         assert!(vm.preemptible);
         if m.kind == MachineKind::Remove {
@@ -46,7 +48,9 @@ fn lifetimes_match_the_data_readme() {
     assert!((median(&mut stopped) - 3_138.0).abs() < 60.0);
     assert!((stopped[0] - 38.0).abs() < 1.0);
     assert_eq!(
-        diagnostics.notes().get("PREEMPTIBLE field not a boolean (taken as preemptible)"),
+        diagnostics
+            .notes()
+            .get("PREEMPTIBLE field not a boolean (taken as preemptible)"),
         Some(&16)
     );
 }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use jobcast_ingest::event::{Event, TaskKind};
-use jobcast_ingest::{open, Format};
+use jobcast_ingest::{Format, open};
 
 fn shared_trace() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

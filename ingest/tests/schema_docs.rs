@@ -43,5 +43,8 @@ fn schema_lists_exactly_the_encoded_fields() {
     }
     // The examples carry every optional field at least once.
     assert_eq!(documented, encoded);
-    assert_eq!(schema["properties"]["v"]["const"], jobcast_ingest::event::SCHEMA_VERSION);
+    assert_eq!(
+        schema["properties"]["v"]["const"],
+        jobcast_ingest::event::SCHEMA_VERSION
+    );
 }

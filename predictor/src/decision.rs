@@ -74,7 +74,10 @@ impl std::str::FromStr for PolicyKind {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown policy `{s}` (expected one of: {})", names.join(", "))
+                format!(
+                    "unknown policy `{s}` (expected one of: {})",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -84,7 +87,9 @@ impl std::str::FromStr for PolicyKind {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum EstimateSource {
     /// 3Sigma history of one feature value.
-    History { feature: crate::features::FeatureKind },
+    History {
+        feature: crate::features::FeatureKind,
+    },
     /// No feature had history: the global history or the configured default.
     Fallback,
     /// The empirical mean of `pilots` finished pilot tasks.

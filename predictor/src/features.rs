@@ -64,7 +64,11 @@ impl JobFeatures {
     /// stage so that each stage learns its own history.
     pub fn of_stage(job: &JobSubmitted, stage: u32) -> Self {
         let mut f = Self::of(job);
-        for kind in [FeatureKind::User, FeatureKind::JobName, FeatureKind::LogicalName] {
+        for kind in [
+            FeatureKind::User,
+            FeatureKind::JobName,
+            FeatureKind::LogicalName,
+        ] {
             let slot = &mut f.values[kind as usize];
             *slot = slot.map(|key| key ^ stable_id(&stage.to_le_bytes()).rotate_left(17));
         }
@@ -118,7 +122,10 @@ mod tests {
         assert_eq!(a.get(FeatureKind::LogicalName), None);
         assert_eq!(a.get(FeatureKind::SubmitHour), Some(3));
         assert_eq!(b.get(FeatureKind::SubmitHour), Some(3));
-        assert_eq!(a.get(FeatureKind::CpuRequest), b.get(FeatureKind::CpuRequest));
+        assert_eq!(
+            a.get(FeatureKind::CpuRequest),
+            b.get(FeatureKind::CpuRequest)
+        );
         assert_eq!(a.get(FeatureKind::MemRequest), None);
         assert_ne!(bucket(0.125), bucket(0.25));
     }

@@ -66,13 +66,21 @@ impl HistoryConfig {
             return Err("history max_samples must be positive".into());
         }
         if !(self.utility_power.is_finite() && self.utility_power > 0.0) {
-            return Err(format!("utility power must be positive, got {}", self.utility_power));
+            return Err(format!(
+                "utility power must be positive, got {}",
+                self.utility_power
+            ));
         }
-        if !(self.default_mean_task_runtime_us.is_finite() && self.default_mean_task_runtime_us > 0.0) {
+        if !(self.default_mean_task_runtime_us.is_finite()
+            && self.default_mean_task_runtime_us > 0.0)
+        {
             return Err("default mean task runtime must be positive".into());
         }
         if !(self.error_smoothing > 0.0 && self.error_smoothing <= 1.0) {
-            return Err(format!("error smoothing must be in (0, 1], got {}", self.error_smoothing));
+            return Err(format!(
+                "error smoothing must be in (0, 1], got {}",
+                self.error_smoothing
+            ));
         }
         Ok(())
     }
@@ -134,7 +142,12 @@ impl ValueHistory {
             .map(|s| s.mean_task_runtime_us)
     }
 
-    fn estimate(&self, since_us: u64, estimator: Estimator, config: &HistoryConfig) -> Option<(f64, f64, usize)> {
+    fn estimate(
+        &self,
+        since_us: u64,
+        estimator: Estimator,
+        config: &HistoryConfig,
+    ) -> Option<(f64, f64, usize)> {
         let values: Vec<f64> = self.live(since_us).collect();
         if values.is_empty() {
             return None;
@@ -226,13 +239,24 @@ impl History {
     /// Estimate a job's mean task runtime at `now_us` from its most
     /// accurate feature value with history; failing that, from all jobs in
     /// the window; failing that, the configured default.
-    pub fn estimate(&self, features: &JobFeatures, now_us: u64, estimator: Estimator) -> HistoryEstimate {
+    pub fn estimate(
+        &self,
+        features: &JobFeatures,
+        now_us: u64,
+        estimator: Estimator,
+    ) -> HistoryEstimate {
         let since = self.since(now_us);
         let mut best: Option<(f64, FeatureKind, (f64, f64, usize))> = None;
         for kind in FeatureKind::ALL {
-            let Some(key) = features.get(kind) else { continue };
-            let Some(value) = self.values.get(&(kind, key)) else { continue };
-            let Some(est) = value.estimate(since, estimator, &self.config) else { continue };
+            let Some(key) = features.get(kind) else {
+                continue;
+            };
+            let Some(value) = self.values.get(&(kind, key)) else {
+                continue;
+            };
+            let Some(est) = value.estimate(since, estimator, &self.config) else {
+                continue;
+            };
             let score = self.error_score(kind, value);
             if best.as_ref().is_none_or(|(s, _, _)| score < *s) {
                 best = Some((score, kind, est));
@@ -288,7 +312,9 @@ impl History {
         };
         let (max, smoothing) = (self.config.max_samples, self.config.error_smoothing);
         for kind in FeatureKind::ALL {
-            let Some(key) = features.get(kind) else { continue };
+            let Some(key) = features.get(kind) else {
+                continue;
+            };
             let value = self.values.entry((kind, key)).or_default();
             if let Some((point, _, _)) = value.estimate(since, Estimator::Utility, &self.config) {
                 let err = (point / mean_task_runtime_us).ln().abs();
@@ -299,7 +325,7 @@ impl History {
         }
         self.global.push(sample, since, max);
         self.observed += 1;
-        if self.observed % SWEEP_EVERY == 0 {
+        if self.observed.is_multiple_of(SWEEP_EVERY) {
             self.values
                 .retain(|_, v| v.samples.back().is_some_and(|s| s.end_us >= since));
         }
@@ -353,19 +379,35 @@ mod tests {
             h.observe(&feats("u", "slow"), i * 100 + 50, 1000.0 * S);
         }
         let e = h.estimate(&feats("u", "fast"), 2000, Estimator::Median);
-        assert_eq!(e.source, EstimateSource::History { feature: FeatureKind::JobName });
+        assert_eq!(
+            e.source,
+            EstimateSource::History {
+                feature: FeatureKind::JobName
+            }
+        );
         assert!((e.mean_task_runtime_us - 10.0 * S).abs() < 1e-6);
         // An unknown name falls back to the user's history.
         let e = h.estimate(&feats("u", "new"), 2000, Estimator::Median);
-        assert!(matches!(e.source, EstimateSource::History { feature: FeatureKind::User | FeatureKind::SubmitHour }));
+        assert!(matches!(
+            e.source,
+            EstimateSource::History {
+                feature: FeatureKind::User | FeatureKind::SubmitHour
+            }
+        ));
     }
 
     #[test]
     fn the_window_forgets_and_the_fallbacks_apply() {
-        let config = HistoryConfig { window_us: DAY, ..HistoryConfig::default() };
+        let config = HistoryConfig {
+            window_us: DAY,
+            ..HistoryConfig::default()
+        };
         let mut h = History::new(config.clone());
         let e = h.estimate(&feats("u", "n"), 0, Estimator::Utility);
-        assert_eq!((e.mean_task_runtime_us, e.samples, e.source), (60e6, 0, EstimateSource::Fallback));
+        assert_eq!(
+            (e.mean_task_runtime_us, e.samples, e.source),
+            (60e6, 0, EstimateSource::Fallback)
+        );
         h.observe(&feats("u", "n"), DAY, 5.0 * S);
         // No feature value in common (another user, name and submit hour).
         let stranger = JobFeatures::from_parts("x", "y", "", 5 * 3_600_000_000, 0.0, 0.0);
@@ -379,7 +421,10 @@ mod tests {
 
     #[test]
     fn samples_per_value_are_capped() {
-        let mut h = History::new(HistoryConfig { max_samples: 3, ..HistoryConfig::default() });
+        let mut h = History::new(HistoryConfig {
+            max_samples: 3,
+            ..HistoryConfig::default()
+        });
         for (i, r) in [100.0, 1.0, 2.0, 3.0].into_iter().enumerate() {
             h.observe(&feats("u", "n"), i as u64, r * S);
         }

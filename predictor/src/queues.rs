@@ -69,13 +69,19 @@ impl QueueConfig {
             return Err("queue levels must be at least 2 (thin-job and sampling queues)".into());
         }
         if !(self.q0_upper_us.is_finite() && self.q0_upper_us > 0.0) {
-            return Err(format!("q0_upper_us must be positive, got {}", self.q0_upper_us));
+            return Err(format!(
+                "q0_upper_us must be positive, got {}",
+                self.q0_upper_us
+            ));
         }
         if !(self.growth.is_finite() && self.growth > 1.0) {
             return Err(format!("queue growth must exceed 1, got {}", self.growth));
         }
         if !(self.weight_ratio.is_finite() && self.weight_ratio >= 1.0) {
-            return Err(format!("queue weight ratio must be at least 1, got {}", self.weight_ratio));
+            return Err(format!(
+                "queue weight ratio must be at least 1, got {}",
+                self.weight_ratio
+            ));
         }
         Ok(())
     }

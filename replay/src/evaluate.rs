@@ -113,6 +113,7 @@ fn run_trained(
     let sim = SimConfig {
         slots,
         queues: config.queues.clone(),
+        accuracy_min_width: config.policy.thin_limit,
     };
     Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)
 }
@@ -126,6 +127,9 @@ pub struct Evaluation {
     /// Jobs the history was trained on.
     pub history_jobs: usize,
     pub excluded: Excluded,
+    /// Accuracy (errors, queues, the error plot) is over jobs at least this
+    /// wide: the thin limit.
+    pub accuracy_min_width: u32,
     /// In the order of [`EvalConfig::policies`].
     pub reports: Vec<SimReport>,
 }
@@ -162,6 +166,7 @@ pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, 
         jobs: workload.jobs.len(),
         history_jobs: workload.training.len(),
         excluded: workload.excluded,
+        accuracy_min_width: config.policy.thin_limit,
         reports,
     })
 }
@@ -188,7 +193,8 @@ impl Evaluation {
     }
 
     /// `{"policies": {name: {...}}, "speedup_of_slearn": {name: x},
-    /// "slots", "jobs", "history_jobs", "excluded": {...}}`; `null` where
+    /// "slots", "jobs", "history_jobs", "accuracy_min_width", "excluded":
+    /// {...}}`; `null` where
     /// a figure is undefined (no estimates, no jobs).
     pub fn to_json(&self) -> Value {
         let mut policies = Map::new();
@@ -220,6 +226,7 @@ impl Evaluation {
             "slots": self.slots,
             "jobs": self.jobs,
             "history_jobs": self.history_jobs,
+            "accuracy_min_width": self.accuracy_min_width,
             "excluded": self.excluded,
         })
     }
@@ -277,6 +284,11 @@ impl Evaluation {
             e.invalid,
             e.spans_split
         );
+        let _ = writeln!(
+            out,
+            "errors and right-queue rates are over jobs of at least {} tasks placed by an estimate",
+            self.accuracy_min_width
+        );
         out
     }
 
@@ -297,6 +309,7 @@ impl Evaluation {
                     r.policy.name().to_owned(),
                     r.jobs
                         .iter()
+                        .filter(|j| j.width >= self.accuracy_min_width)
                         .filter_map(|j| j.error_pct)
                         .collect::<Vec<_>>(),
                 )

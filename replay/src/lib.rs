@@ -1,16 +1,23 @@
 //! # jobcast-replay
 //!
-//! Owns what goes *out* as traffic: the synthetic workload generator now;
-//! trace replay into Kafka and the cluster simulator later.
+//! Owns what goes *out* as traffic and what plays the downstream scheduler:
 //!
-//! [`generate`] turns a [`WorkloadConfig`] into a lazy, seeded, time-ordered
-//! stream of canonical [`Event`](jobcast_ingest::Event)s.
+//! - [`generate`]: seeded synthetic workloads, a lazy, time-ordered stream
+//!   of canonical [`Event`](jobcast_ingest::Event)s;
+//! - [`workload`]: a trace turned into jobs with known task runtimes, split
+//!   into history (training) and evaluated jobs as the SLearn paper does;
+//! - [`sim`]: the deterministic trace-driven cluster simulator running the
+//!   GS multi-level queues on the decisions of one prediction policy;
+//! - [`evaluate`]: every policy on the same workload, with tables, JSON and
+//!   plots.
+//!
+//! Trace replay into Kafka comes with the streaming service.
 
+pub mod evaluate;
 pub mod generate;
+pub mod sim;
+pub mod workload;
 
 pub use generate::{ConfigError, DurationDist, Generator, WorkloadConfig, generate};
 /// The VM lifetime model in [`WorkloadConfig::vm_lifetime`].
 pub use jobcast_predictor::preemption::{Bathtub, BathtubError, BathtubParam};
-pub mod evaluate;
-pub mod sim;
-pub mod workload;

@@ -52,6 +52,11 @@ use crate::workload::SimJob;
 pub struct SimConfig {
     pub slots: u32,
     pub queues: QueueConfig,
+    /// Accuracy figures (errors, correct queue) count only jobs at least
+    /// this wide, so that every policy is judged on the same jobs: the
+    /// sampling policies never estimate thin jobs, and the paper reports
+    /// accuracy on wide jobs only (its thin limit, 3).
+    pub accuracy_min_width: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,20 +110,23 @@ pub struct Summary {
     pub p90_error_pct: Option<f64>,
     /// Share of the jobs placed by an estimate that ran in their true queue.
     pub correct_queue_pct: Option<f64>,
-    /// Jobs placed by an estimate.
+    /// Jobs counted in the accuracy figures (wide and placed by an estimate).
     pub estimated_jobs: usize,
     /// Jobs that bypassed to the top queue as thin.
     pub thin_jobs: usize,
 }
 
 impl Summary {
-    pub fn of(jobs: &[JobResult]) -> Summary {
+    /// Aggregate `jobs`; errors and queue placement over the jobs at least
+    /// `accuracy_min_width` wide.
+    pub fn of(jobs: &[JobResult], accuracy_min_width: u32) -> Summary {
         let secs = |us: u64| us as f64 / 1e6;
         let mut jct: Vec<f64> = jobs.iter().map(|j| secs(j.jct_us)).collect();
         jct.sort_by(f64::total_cmp);
-        let mut errors: Vec<f64> = jobs.iter().filter_map(|j| j.error_pct).collect();
+        let wide = || jobs.iter().filter(|j| j.width >= accuracy_min_width);
+        let mut errors: Vec<f64> = wide().filter_map(|j| j.error_pct).collect();
         errors.sort_by(f64::total_cmp);
-        let placed: Vec<bool> = jobs.iter().filter_map(|j| j.correct_queue).collect();
+        let placed: Vec<bool> = wide().filter_map(|j| j.correct_queue).collect();
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         let waits: Vec<f64> = jobs.iter().map(|j| secs(j.wait_us)).collect();
         Summary {
@@ -378,7 +386,7 @@ pub fn simulate(
     Ok(SimReport {
         policy: policy.kind(),
         slots: config.slots,
-        summary: Summary::of(&jobs),
+        summary: Summary::of(&jobs, config.accuracy_min_width),
         jobs,
     })
 }

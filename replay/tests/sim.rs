@@ -55,6 +55,7 @@ fn config(slots: u32) -> SimConfig {
     SimConfig {
         slots,
         queues: queues(),
+        accuracy_min_width: 0,
     }
 }
 
@@ -431,6 +432,7 @@ fn the_same_input_gives_the_same_report() {
         let cfg = SimConfig {
             slots,
             queues: QueueConfig::default(),
+            accuracy_min_width: 3,
         };
         simulate(
             &workload.jobs,

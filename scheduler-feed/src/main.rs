@@ -6,7 +6,11 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "jobcast", version, about = "Streaming job-runtime and preemption-risk predictions for cluster schedulers")]
+#[command(
+    name = "jobcast",
+    version,
+    about = "Streaming job-runtime and preemption-risk predictions for cluster schedulers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -60,7 +60,7 @@ pub fn convert(
             writer.write_machine(&machine)?;
         }
         events += 1;
-        if events % PROGRESS_EVERY == 0 {
+        if events.is_multiple_of(PROGRESS_EVERY) {
             progress(Progress {
                 events,
                 bytes_read: diagnostics.bytes_read(),

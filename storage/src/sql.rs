@@ -29,7 +29,9 @@ impl std::str::FromStr for OutputFormat {
             "table" => Ok(OutputFormat::Table),
             "csv" => Ok(OutputFormat::Csv),
             "json" => Ok(OutputFormat::Json),
-            other => Err(format!("unknown output format `{other}` (expected table, csv or json)")),
+            other => Err(format!(
+                "unknown output format `{other}` (expected table, csv or json)"
+            )),
         }
     }
 }
@@ -74,7 +76,10 @@ pub async fn open_session(dir: &Path) -> Result<SessionContext, DataFusionError>
 }
 
 /// Run one SQL statement and collect its result.
-pub async fn run_query(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>, DataFusionError> {
+pub async fn run_query(
+    ctx: &SessionContext,
+    sql: &str,
+) -> Result<Vec<RecordBatch>, DataFusionError> {
     ctx.sql(sql).await?.collect().await
 }
 
@@ -102,7 +107,9 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String, D
         OutputFormat::Csv => {
             let mut out = Vec::new();
             {
-                let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+                let mut writer = arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(&mut out);
                 for batch in batches {
                     writer.write(batch)?;
                 }

@@ -202,10 +202,12 @@ impl<R: Serialize> TableFile<R> {
         })?;
         self.rows += self.buffer.len() as u64;
         self.buffer.clear();
-        self.writer.write(&batch).map_err(|source| TableError::Parquet {
-            path: self.path.clone(),
-            source,
-        })
+        self.writer
+            .write(&batch)
+            .map_err(|source| TableError::Parquet {
+                path: self.path.clone(),
+                source,
+            })
     }
 
     fn close(mut self) -> Result<TableSummary, TableError> {
@@ -235,7 +237,10 @@ pub struct TableSummary {
 
 fn fields_of<T: Deserialize<'static>>(name: &'static str) -> Result<Vec<FieldRef>, TableError> {
     let options = TracingOptions::default().strings_as_large_utf8(false);
-    Vec::<FieldRef>::from_type::<T>(options).map_err(|source| TableError::Arrow { table: name, source })
+    Vec::<FieldRef>::from_type::<T>(options).map_err(|source| TableError::Arrow {
+        table: name,
+        source,
+    })
 }
 
 impl EventRow {
@@ -324,7 +329,10 @@ fn job_row(c: &CompletedJob) -> JobRow {
         mem_request: j.mem_request,
         num_tasks: j.num_tasks,
         width: j.width,
-        num_stages: j.stages.as_ref().map(|s| u32::try_from(s.len()).unwrap_or(u32::MAX)),
+        num_stages: j
+            .stages
+            .as_ref()
+            .map(|s| u32::try_from(s.len()).unwrap_or(u32::MAX)),
         first_schedule_us: j.first_schedule_us.map(t),
         end_time_us: j.end_time_us.map(t),
         outcome: j.outcome.map(|o| o.as_str().to_owned()),

@@ -63,8 +63,29 @@ pub fn jobcast_ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("stdout is UTF-8")
 }
 
+/// `jobcast convert --format FORMAT --input INPUT --output OUT`, which
+/// must succeed; its summary.
+pub fn convert(format: &str, input: &Path, out: &Path) -> String {
+    jobcast_ok(&[
+        "convert",
+        "--format",
+        format,
+        "--input",
+        input.to_str().expect("UTF-8 path"),
+        "--output",
+        out.to_str().expect("UTF-8 path"),
+    ])
+}
+
 /// Run a SQL query over converted tables and parse its JSON rows.
 pub fn sql_json(data: &Path, query: &str) -> Vec<serde_json::Value> {
-    let out = jobcast_ok(&["sql", "--data", data.to_str().expect("UTF-8 path"), "--format", "json", query]);
+    let out = jobcast_ok(&[
+        "sql",
+        "--data",
+        data.to_str().expect("UTF-8 path"),
+        "--format",
+        "json",
+        query,
+    ]);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }

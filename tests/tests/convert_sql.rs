@@ -5,27 +5,25 @@
 
 use std::io::Write;
 
-use jobcast_tests::{jobcast, jobcast_ok, repo, sql_json};
+use jobcast_tests::{convert, jobcast, jobcast_ok, repo, sql_json};
 use serde_json::json;
 
 fn convert_excerpt(out: &std::path::Path) -> String {
-    let input = repo().join("tests/data/google2011-excerpt");
-    jobcast_ok(&[
-        "convert",
-        "--format",
+    convert(
         "google2011",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ])
+        &repo().join("tests/data/google2011-excerpt"),
+        out,
+    )
 }
 
 #[test]
 fn excerpt_tables_hold_the_ground_truth() {
     let dir = tempfile::tempdir().unwrap();
     let summary = convert_excerpt(dir.path());
-    assert!(summary.contains("jobs") && summary.contains("rows/s"), "{summary}");
+    assert!(
+        summary.contains("jobs") && summary.contains("rows/s"),
+        "{summary}"
+    );
     for table in ["events", "jobs", "tasks", "machines"] {
         assert!(dir.path().join(format!("{table}.parquet")).is_file());
     }
@@ -38,7 +36,10 @@ fn excerpt_tables_hold_the_ground_truth() {
                 sum(CASE WHEN censored THEN 1 ELSE 0 END) AS censored
          FROM jobs",
     );
-    assert_eq!(rows, vec![json!({"jobs": 406, "finished": 267, "killed": 114, "censored": 21})]);
+    assert_eq!(
+        rows,
+        vec![json!({"jobs": 406, "finished": 267, "killed": 114, "censored": 21})]
+    );
 
     let rows = sql_json(
         dir.path(),
@@ -51,7 +52,10 @@ fn excerpt_tables_hold_the_ground_truth() {
         vec![json!({"tasks": 25024, "finished": 22689, "runtime_us": 24321705133439u64})]
     );
 
-    let rows = sql_json(dir.path(), "SELECT count(*) AS n FROM events WHERE type = 'task'");
+    let rows = sql_json(
+        dir.path(),
+        "SELECT count(*) AS n FROM events WHERE type = 'task'",
+    );
     assert_eq!(rows, vec![json!({"n": 77875})]);
 
     // A job's total task-time is the sum of its tasks' runtimes.
@@ -76,7 +80,10 @@ fn sql_output_formats_and_errors() {
     assert_eq!(csv, "outcome,n\nfail,4\nfinish,267\nkill,114\n");
 
     let table = jobcast_ok(&["sql", "--data", data, query]);
-    assert!(table.contains("| outcome |") && table.contains("| finish  | 267 |"), "{table}");
+    assert!(
+        table.contains("| outcome |") && table.contains("| finish  | 267 |"),
+        "{table}"
+    );
 
     // A bad query fails with DataFusion's own message, not a panic.
     let out = jobcast(&["sql", "--data", data, "SELECT no_such_column FROM jobs"]);
@@ -103,7 +110,8 @@ fn malformed_rows_are_reported_and_the_run_goes_on() {
          oops\n",
     )
     .unwrap();
-    let mut tasks = std::fs::File::create(input.join("task_events/part-00000-of-00500.csv")).unwrap();
+    let mut tasks =
+        std::fs::File::create(input.join("task_events/part-00000-of-00500.csv")).unwrap();
     tasks
         .write_all(
             b"1000000,,7,0,,0,user,1,9,0.1,0.1,0,0\n\
@@ -115,19 +123,52 @@ fn malformed_rows_are_reported_and_the_run_goes_on() {
         .unwrap();
     drop(tasks);
     let out_dir = dir.path().join("tables");
-    let summary = jobcast_ok(&[
-        "convert",
-        "--format",
-        "google2011",
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out_dir.to_str().unwrap(),
-    ]);
+    let summary = convert("google2011", &input, &out_dir);
     assert!(summary.contains("3 skipped"), "{summary}");
-    assert!(summary.contains("task_events/part-00000-of-00500.csv:3"), "{summary}");
-    assert!(summary.contains("task_events/part-00000-of-00500.csv:4"), "{summary}");
-    assert!(summary.contains("job_events/part-00000-of-00500.csv:3"), "{summary}");
+    assert!(
+        summary.contains("task_events/part-00000-of-00500.csv:3"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("task_events/part-00000-of-00500.csv:4"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("job_events/part-00000-of-00500.csv:3"),
+        "{summary}"
+    );
     let rows = sql_json(&out_dir, "SELECT runtime_us FROM tasks");
     assert_eq!(rows, vec![json!({"runtime_us": 800000})]);
+}
+
+#[test]
+fn the_prompt_runs_statements_and_survives_errors() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let mut child = Command::new(jobcast_tests::jobcast_bin())
+        .args([
+            "sql",
+            "--data",
+            dir.path().to_str().unwrap(),
+            "--format",
+            "csv",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            b"SELECT count(*) AS n\n  FROM jobs;\nSELECT nope FROM jobs;\nSELECT 1 AS one;\n",
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "n\n406\none\n1\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No field named nope"));
 }

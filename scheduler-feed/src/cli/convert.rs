@@ -36,7 +36,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bar.set_position(p.bytes_read.min(p.input_bytes));
         bar.set_message(format!("{} events", p.events));
     })
-    .with_context(|| format!("converting {} into {}", args.input.display(), args.output.display()))?;
+    .with_context(|| {
+        format!(
+            "converting {} into {}",
+            args.input.display(),
+            args.output.display()
+        )
+    })?;
     bar.finish_and_clear();
 
     let secs = started.elapsed().as_secs_f64().max(1e-9);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use jobcast_storage::sql::{open_session, render, run_query, run_script, OutputFormat};
+use jobcast_storage::sql::{OutputFormat, open_session, render, run_query, run_script};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -56,12 +56,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })
 }
 
-async fn interactive(ctx: &datafusion::prelude::SessionContext, format: OutputFormat) -> anyhow::Result<()> {
+async fn interactive(
+    ctx: &datafusion::prelude::SessionContext,
+    format: OutputFormat,
+) -> anyhow::Result<()> {
     let mut editor = rustyline::DefaultEditor::new().context("opening the prompt")?;
-    eprintln!("jobcast sql: tables {}; end statements with `;`, quit with Ctrl-D", jobcast_storage::tables::TABLES.join(", "));
+    eprintln!(
+        "jobcast sql: tables {}; end statements with `;`, quit with Ctrl-D",
+        jobcast_storage::tables::TABLES.join(", ")
+    );
     let mut statement = String::new();
     loop {
-        let prompt = if statement.is_empty() { "jobcast> " } else { "     ..> " };
+        let prompt = if statement.is_empty() {
+            "jobcast> "
+        } else {
+            "     ..> "
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 statement.push_str(&line);
