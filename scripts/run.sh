@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # jobcast's main job on the embedded default: no broker or database to
 # install. Until the streaming service lands this converts the bundled
-# Google 2011 excerpt to Parquet and answers questions over it with SQL.
+# Google 2011 excerpt to Parquet, answers questions over it with SQL, and
+# runs every prediction policy through the trace-driven scheduler simulator
+# on the excerpt and on a synthetic workload.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -27,3 +29,12 @@ echo "== tasks per job"
               WHEN width <= 100 THEN '11-100' ELSE '>100' END AS tasks,
          count(*) AS jobs
   FROM jobs GROUP BY 1 ORDER BY min(width)"
+echo
+echo "== runtime predictions on the excerpt (every policy, simulated GS scheduler)"
+"$jobcast" evaluate --trace tests/data/google2011-excerpt --format google2011
+echo
+echo "== runtime predictions on a synthetic workload (recurring jobs, large job-wise variance)"
+"$jobcast" generate --seed 1 --jobs 3000 --thin-fraction 0.3 --dag-fraction 0.1 --min-width 10 \
+    --max-width 150 --job-cv 1.0 --task-cv 0.1 --output "$out/synthetic.jsonl"
+"$jobcast" evaluate --trace "$out/synthetic.jsonl" --format jsonl --plots "$out/plots"
+echo "plots: $out/plots"
