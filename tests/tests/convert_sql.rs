@@ -172,3 +172,49 @@ fn the_prompt_runs_statements_and_survives_errors() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "n\n406\none\n1\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("No field named nope"));
 }
+
+#[test]
+fn the_documented_queries_run() {
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let script = repo().join("docs/queries.sql");
+    let out = jobcast_ok(&[
+        "sql",
+        "--data",
+        dir.path().to_str().unwrap(),
+        "--format",
+        "csv",
+        "--file",
+        script.to_str().unwrap(),
+    ]);
+    // One header per query, in the order of docs/queries.sql.
+    let headers: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            l.starts_with("scheduling_class,")
+                || l.starts_with("tasks_per_job,")
+                || l.starts_with("jobs,")
+                || l.starts_with("last_end,")
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            "scheduling_class,jobs,p10_s,p50_s,p90_s",
+            "tasks_per_job,jobs,pct",
+            "jobs,p50_cov,p90_cov,p50_cov_3pct,p90_cov_3pct",
+            "jobs,p50_cov,p90_cov",
+            "last_end,tasks,evictions,mean_attempts",
+        ],
+        "{out}"
+    );
+    // Q2's shares add up to 100%.
+    let q2: f64 = out
+        .lines()
+        .skip_while(|l| !l.starts_with("tasks_per_job,"))
+        .skip(1)
+        .take_while(|l| !l.is_empty() && !l.starts_with("WITH"))
+        .filter_map(|l| l.rsplit(',').next()?.parse::<f64>().ok())
+        .sum();
+    assert!((q2 - 100.0).abs() < 0.5, "{q2}\n{out}");
+}
