@@ -6,7 +6,7 @@ set -euo pipefail
 
 # libclang for bindgen (RocksDB's bindings), a C/C++ toolchain and make for
 # the bundled native libraries, pkg-config and zlib for librdkafka.
-packages=(libclang-dev clang g++ make pkg-config zlib1g-dev)
+packages=(libclang-dev libssl-dev clang g++ make pkg-config zlib1g-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -16,6 +16,8 @@ pub mod google2011;
 pub mod google2019;
 pub mod ids;
 pub mod jsonl;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod merge;
 pub mod source;
 pub mod truth;

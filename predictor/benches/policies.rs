@@ -3,8 +3,9 @@
 //! Each job contributes a submission, one end per task and the job's end
 //! (history update and `on_job_done`), as the service will see them.
 //!
-//! Run: `cargo bench --release -p jobcast-predictor --bench policies`
-//! (figures in `docs/performance.md`).
+//! Run: `cargo bench -p jobcast-predictor --bench policies -- --warm-up-time 1
+//! --measurement-time 3` (figures, and how to count instructions with
+//! callgrind, in `docs/performance.md`).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use jobcast_ingest::event::JobSubmitted;

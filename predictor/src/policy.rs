@@ -65,4 +65,8 @@ pub trait Policy: Send {
     /// A job ended: policies forget it and learn from it (the caller
     /// updates the shared history itself).
     fn on_job_done(&mut self, done: &JobDone, ctx: &Context<'_>);
+
+    /// A job ended without a usable outcome (failed, killed, lost): forget
+    /// it without learning from it.
+    fn on_job_abandoned(&mut self, job_id: u64);
 }

@@ -207,6 +207,8 @@ impl Evaluation {
                     "p50_error_pct": s.p50_error_pct,
                     "p90_error_pct": s.p90_error_pct,
                     "correct_queue_pct": s.correct_queue_pct,
+                    "too_high_queue_pct": s.too_high_queue_pct,
+                    "too_low_queue_pct": s.too_low_queue_pct,
                     "avg_jct_s": s.avg_jct_s,
                     "p50_jct_s": s.p50_jct_s,
                     "avg_wait_s": s.avg_wait_s,
@@ -242,6 +244,8 @@ impl Evaluation {
             "P50 err %",
             "P90 err %",
             "right queue %",
+            "too high %",
+            "too low %",
             "thin",
             "SLearn speedup",
         ];
@@ -260,6 +264,8 @@ impl Evaluation {
                 fmt_opt(s.p50_error_pct, 1),
                 fmt_opt(s.p90_error_pct, 1),
                 fmt_opt(s.correct_queue_pct, 1),
+                fmt_opt(s.too_high_queue_pct, 1),
+                fmt_opt(s.too_low_queue_pct, 1),
                 s.thin_jobs.to_string(),
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
@@ -286,7 +292,8 @@ impl Evaluation {
         );
         let _ = writeln!(
             out,
-            "errors and right-queue rates are over jobs of at least {} tasks placed by an estimate",
+            "errors and queue placements are over jobs of at least {} tasks placed by an estimate \
+             (too high: a higher-priority queue than the true size's, i.e. underestimated)",
             self.accuracy_min_width
         );
         out

@@ -9,12 +9,13 @@
 //! - [`sim`]: the deterministic trace-driven cluster simulator running the
 //!   GS multi-level queues on the decisions of one prediction policy;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
-//!   plots.
-//!
-//! Trace replay into Kafka comes with the streaming service.
+//!   plots;
+//! - [`kafka`]: any event stream replayed into a Kafka topic in event-time
+//!   order, paced and resumable, with every delivery accounted for.
 
 pub mod evaluate;
 pub mod generate;
+pub mod kafka;
 pub mod sim;
 pub mod workload;
 

@@ -36,7 +36,7 @@
 //! scheduling pass; ordered sets and heaps keyed by (time, job id, task)
 //! decide every tie, and nothing iterates a hash map.
 
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap};
 
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
@@ -110,6 +110,12 @@ pub struct Summary {
     pub p90_error_pct: Option<f64>,
     /// Share of the jobs placed by an estimate that ran in their true queue.
     pub correct_queue_pct: Option<f64>,
+    /// Share that ran in a higher-priority queue than their true size
+    /// belongs in (estimate too small): they delayed truly shorter jobs.
+    pub too_high_queue_pct: Option<f64>,
+    /// Share that ran in a lower-priority queue (estimate too large): they
+    /// were themselves delayed. The three shares sum to 100.
+    pub too_low_queue_pct: Option<f64>,
     /// Jobs counted in the accuracy figures (wide and placed by an estimate).
     pub estimated_jobs: usize,
     /// Jobs that bypassed to the top queue as thin.
@@ -126,7 +132,17 @@ impl Summary {
         let wide = || jobs.iter().filter(|j| j.width >= accuracy_min_width);
         let mut errors: Vec<f64> = wide().filter_map(|j| j.error_pct).collect();
         errors.sort_by(f64::total_cmp);
-        let placed: Vec<bool> = wide().filter_map(|j| j.correct_queue).collect();
+        // Queue 0 has the highest priority: a queue below the true one
+        // (Ordering::Less) is too high.
+        let placed: Vec<Ordering> = wide()
+            .filter(|j| j.correct_queue.is_some())
+            .map(|j| j.queue.cmp(&j.true_queue))
+            .collect();
+        let share = |o: Ordering| {
+            (!placed.is_empty()).then(|| {
+                placed.iter().filter(|&&p| p == o).count() as f64 * 100.0 / placed.len() as f64
+            })
+        };
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         let waits: Vec<f64> = jobs.iter().map(|j| secs(j.wait_us)).collect();
         Summary {
@@ -136,9 +152,9 @@ impl Summary {
             avg_wait_s: mean(&waits),
             p50_error_pct: percentile(&errors, 50.0),
             p90_error_pct: percentile(&errors, 90.0),
-            correct_queue_pct: (!placed.is_empty()).then(|| {
-                placed.iter().filter(|&&c| c).count() as f64 * 100.0 / placed.len() as f64
-            }),
+            correct_queue_pct: share(Ordering::Equal),
+            too_high_queue_pct: share(Ordering::Less),
+            too_low_queue_pct: share(Ordering::Greater),
             estimated_jobs: errors.len(),
             thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
         }
@@ -638,5 +654,66 @@ impl Sim<'_> {
             normalized_jct,
         };
         policy.on_job_done(&done, &self.context(now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job placed by an estimate in `queue` whose size belongs in
+    /// `true_queue`.
+    fn placed(width: u32, queue: u8, true_queue: u8) -> JobResult {
+        JobResult {
+            job_id: 0,
+            width,
+            arrival_us: 0,
+            jct_us: 1_000_000,
+            wait_us: 0,
+            normalized_jct: 1.0,
+            estimated_mean_task_runtime_us: Some(1.0),
+            true_mean_task_runtime_us: 1.0,
+            error_pct: Some(0.0),
+            queue,
+            true_queue,
+            correct_queue: Some(queue == true_queue),
+            phase: Phase::Estimated,
+        }
+    }
+
+    #[test]
+    fn wrong_queues_split_into_too_high_and_too_low() {
+        let jobs = [
+            placed(5, 2, 2),
+            placed(5, 0, 3),
+            placed(5, 1, 2),
+            placed(5, 4, 2),
+            placed(5, 3, 3),
+            placed(5, 2, 1),
+            placed(5, 5, 4),
+            placed(5, 6, 6),
+            // Too narrow to count, and not placed by an estimate.
+            placed(2, 0, 9),
+            JobResult {
+                estimated_mean_task_runtime_us: None,
+                error_pct: None,
+                correct_queue: None,
+                phase: Phase::ThinBypass,
+                ..placed(5, 0, 9)
+            },
+        ];
+        let s = Summary::of(&jobs, 3);
+        assert_eq!(s.correct_queue_pct, Some(3.0 / 8.0 * 100.0));
+        assert_eq!(s.too_high_queue_pct, Some(2.0 / 8.0 * 100.0));
+        assert_eq!(s.too_low_queue_pct, Some(3.0 / 8.0 * 100.0));
+        let none = Summary::of(&jobs[8..], 3);
+        assert_eq!(
+            (
+                none.correct_queue_pct,
+                none.too_high_queue_pct,
+                none.too_low_queue_pct
+            ),
+            (None, None, None)
+        );
     }
 }

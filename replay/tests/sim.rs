@@ -100,6 +100,8 @@ impl Policy for Fifo {
         None
     }
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// Places each job by its true mean task runtime.
@@ -133,6 +135,8 @@ impl Policy for Oracle {
         None
     }
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// Each job in a fixed queue.
@@ -155,6 +159,8 @@ impl Policy for Fixed {
         None
     }
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// SLearn in miniature: jobs of 1–2 tasks bypass to Q0; wider jobs sample
@@ -198,6 +204,8 @@ impl Policy for Sampler {
     fn on_job_done(&mut self, done: &JobDone, _: &Context<'_>) {
         self.done.push(*done);
     }
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// Least attained service: the simulator moves the jobs.
@@ -214,6 +222,8 @@ impl Policy for Las {
         None
     }
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 fn history() -> History {

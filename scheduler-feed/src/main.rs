@@ -28,6 +28,14 @@ enum Command {
     Simulate(cli::simulate::Args),
     /// Compare every prediction policy on the same simulated cluster.
     Evaluate(cli::evaluate::Args),
+    /// Replay a trace into Kafka in event-time order, keyed by job.
+    Replay(cli::replay::Args),
+    /// Run the streaming service: Kafka events in, decisions out.
+    Serve(cli::serve::Args),
+    /// Run the service on an embedded Kafka and replay a trace into it.
+    Demo(cli::demo::Args),
+    /// Preemption risk of transient VMs: scores, checkpoints, VM reuse.
+    Risk(cli::risk::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +53,10 @@ fn main() -> std::process::ExitCode {
         Command::Generate(args) => cli::generate::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         Command::Evaluate(args) => cli::evaluate::run(args),
+        Command::Replay(args) => cli::replay::run(args),
+        Command::Serve(args) => cli::serve::run(args),
+        Command::Demo(args) => cli::demo::run(args),
+        Command::Risk(args) => cli::risk::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -5,6 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use jobcast_ingest::event::Event;
+use jobcast_ingest::{Format, open};
+
+pub mod kafka;
+pub mod serve;
+pub mod tansu;
+
+/// The canonical events of the bundled Google 2011 excerpt.
+pub fn excerpt_events() -> Vec<Event> {
+    let dir = repo().join("tests/data/google2011-excerpt");
+    open(Format::Google2011, &dir)
+        .expect("the bundled excerpt opens")
+        .map(|e| e.expect("the bundled excerpt is clean"))
+        .collect()
+}
+
 /// The repository root.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

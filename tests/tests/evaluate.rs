@@ -91,6 +91,22 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
         v["policies"]["oracle"]["correct_queue_pct"].as_f64(),
         Some(100.0)
     );
+    // The wrong placements split into too high and too low queues.
+    for p in POLICIES {
+        let share = |key: &str| v["policies"][p][key].as_f64();
+        let split = (share("too_high_queue_pct"), share("too_low_queue_pct"));
+        match (share("correct_queue_pct"), split) {
+            (Some(right), (Some(high), Some(low))) => {
+                assert!((right + high + low - 100.0).abs() < 1e-9, "{p}: {v}")
+            }
+            (None, (None, None)) => {}
+            _ => panic!("{p}: queue shares defined inconsistently: {v}"),
+        }
+    }
+    assert_eq!(
+        v["policies"]["oracle"]["too_high_queue_pct"].as_f64(),
+        Some(0.0)
+    );
 
     for name in ["error_cdf.svg", "speedup_cdf.svg"] {
         let svg = std::fs::read_to_string(plots.join(name)).unwrap();

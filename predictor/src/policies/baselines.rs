@@ -38,6 +38,8 @@ impl Policy for Las {
     }
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// FIFO: one queue, arrival order; starvation-free without queue levels.
@@ -66,6 +68,8 @@ impl Policy for Fifo {
     }
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// The Oracle: places every job (thin ones too) by its true size, the true
@@ -129,6 +133,10 @@ impl Policy for Oracle {
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.truth.remove(done.job_id);
+    }
+
+    fn on_job_abandoned(&mut self, job_id: u64) {
+        self.truth.remove(job_id);
     }
 }
 

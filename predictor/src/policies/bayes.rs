@@ -256,6 +256,10 @@ impl Policy for Bayes {
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.jobs.remove(&done.job_id);
     }
+
+    fn on_job_abandoned(&mut self, job_id: u64) {
+        self.jobs.remove(&job_id);
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ impl Policy for HistoryBased {
     }
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 #[cfg(test)]

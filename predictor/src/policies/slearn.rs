@@ -249,6 +249,12 @@ impl Policy for SLearn {
             a.record(p, done.normalized_jct);
         }
     }
+
+    /// An abandoned job says nothing about how well its sampling ratio
+    /// did, so it is not scored.
+    fn on_job_abandoned(&mut self, job_id: u64) {
+        self.jobs.remove(&job_id);
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@
 //! So the lifetime has density `g(t) = F'(t) = A·(e^(−t/τ1)/τ1 + e^((t−b)/τ2)/τ2)`
 //! on `[0, t_end)`, zero elsewhere, plus the atom at `L`.
 
+use super::Lifetime;
 use rand::Rng;
 use rand::distr::Distribution;
 
@@ -295,13 +296,117 @@ impl Bathtub {
     /// The expected lifetime `E[T]` in hours (the paper's Eq. 3 adapted to
     /// `G`): `∫₀^t_end t·g(t) dt + L·P(T = L)`, in closed form.
     pub fn mean(&self) -> f64 {
-        // An antiderivative of t·F'(t).
-        let antiderivative = |t: f64| {
+        self.partial_expectation(0.0, self.end) + self.max_lifetime_h * self.deadline_mass
+    }
+
+    /// The partial expectation `∫_a^b t·g(t) dt` over the continuous part
+    /// (the point mass at `L` excluded), in closed form from the paper's
+    /// antiderivative of `t·F'(t)`:
+    ///
+    /// ```text
+    /// H(x) = −A(x + τ1)·e^(−x/τ1) + A(x − τ2)·e^((x−b)/τ2)
+    /// ```
+    ///
+    /// evaluated over `[a, b] ∩ [0, t_end]`. 0 when the interval is empty.
+    pub fn partial_expectation(&self, a: f64, b: f64) -> f64 {
+        let (lo, hi) = (a.max(0.0), b.min(self.end));
+        if hi <= lo {
+            return 0.0;
+        }
+        let antiderivative = |x: f64| {
             self.a
-                * (-(t + self.tau1) * (-t / self.tau1).exp()
-                    + (t - self.tau2) * ((t - self.b) / self.tau2).exp())
+                * (-(x + self.tau1) * (-x / self.tau1).exp()
+                    + (x - self.tau2) * ((x - self.b) / self.tau2).exp())
         };
-        antiderivative(self.end) - antiderivative(0.0) + self.max_lifetime_h * self.deadline_mass
+        antiderivative(hi) - antiderivative(lo)
+    }
+
+    /// `E[(T − s)·1{s < T ≤ u}] = ∫_(s,u] (t − s) dG(t)` in closed form, the
+    /// point mass at `L` included (it counts when `u ≥ L`): the work lost by
+    /// a job running from VM age `s` to `u`, weighted by the probability of
+    /// losing it. See [`Lifetime::lost_work_moment`].
+    ///
+    /// This is `H(m) − H(s) − s·(G(m) − G(s))` with `m = min(u, t_end)`,
+    /// regrouped in `Δ = m − s` so that short intervals do not cancel:
+    ///
+    /// ```text
+    /// A·τ1·e^(−s/τ1)·φ(Δ/τ1) + A·τ2·e^((s−b)/τ2)·φ(−Δ/τ2),   φ(y) = 1 − (1 + y)·e^(−y)
+    /// ```
+    pub fn lost_work_moment(&self, s: f64, u: f64) -> f64 {
+        let start = s.max(0.0);
+        if u <= start || start >= self.max_lifetime_h {
+            return 0.0;
+        }
+        let mut moment = 0.0;
+        let span = u.min(self.end) - start;
+        if span > 0.0 {
+            moment += self.a * self.tau1 * (-start / self.tau1).exp() * phi(span / self.tau1);
+            let y = span / self.tau2;
+            moment += self.a
+                * self.tau2
+                * if y < PHI_SERIES_BELOW {
+                    ((start - self.b) / self.tau2).exp() * phi(-y)
+                } else {
+                    // φ(−y) = 1 + (y − 1)·e^y; fold e^y into the exponent so
+                    // a tiny τ2 cannot overflow it.
+                    ((start - self.b) / self.tau2).exp()
+                        + (y - 1.0) * ((start + span - self.b) / self.tau2).exp()
+                };
+        }
+        if u >= self.max_lifetime_h {
+            moment += (self.max_lifetime_h - start) * self.deadline_mass;
+        }
+        moment
+    }
+}
+
+/// Below this `|y|`, [`phi`] sums its Taylor series instead of cancelling.
+const PHI_SERIES_BELOW: f64 = 0.5;
+
+/// `φ(y) = 1 − (1 + y)·e^(−y) = ∫₀^y x·e^(−x) dx`, accurate for small `|y|`,
+/// where the direct form cancels: `φ(y) = Σ_{k≥2} (−1)^k (k − 1) y^k / k!`.
+fn phi(y: f64) -> f64 {
+    if y.abs() >= PHI_SERIES_BELOW {
+        return -(-y).exp_m1() - y * (-y).exp();
+    }
+    // Terms shrink by at least |y|/k ≤ 1/4 per step from k = 2 on, so 24
+    // terms reach far below f64 precision.
+    // (−1)^k·y^k/k!, from k = 1.
+    let (mut sum, mut power_over_factorial) = (0.0, -y);
+    for k in 2..26 {
+        power_over_factorial *= -y / f64::from(k);
+        sum += f64::from(k - 1) * power_over_factorial;
+    }
+    sum
+}
+
+impl Lifetime for Bathtub {
+    fn cdf(&self, t_h: f64) -> f64 {
+        Bathtub::cdf(self, t_h)
+    }
+
+    fn density(&self, t_h: f64) -> f64 {
+        Bathtub::density(self, t_h)
+    }
+
+    fn max_lifetime_h(&self) -> f64 {
+        self.max_lifetime_h
+    }
+
+    fn survival(&self, t_h: f64) -> f64 {
+        Bathtub::survival(self, t_h)
+    }
+
+    fn mean_lifetime_h(&self) -> f64 {
+        self.mean()
+    }
+
+    fn partial_expectation(&self, a_h: f64, b_h: f64) -> f64 {
+        Bathtub::partial_expectation(self, a_h, b_h)
+    }
+
+    fn lost_work_moment(&self, s_h: f64, u_h: f64) -> f64 {
+        Bathtub::lost_work_moment(self, s_h, u_h)
     }
 }
 
@@ -439,6 +544,89 @@ mod tests {
                 "{m:?}: {mean} vs {}",
                 m.mean()
             );
+        }
+    }
+
+    #[test]
+    fn phi_series_and_direct_form_agree() {
+        for y in [-0.49_f64, -0.2, -1e-3, 1e-3, 0.2, 0.49] {
+            let direct = -(-y).exp_m1() - y * (-y).exp();
+            assert!(
+                (phi(y) - direct).abs() <= 1e-12 * direct.abs(),
+                "y={y}: {} vs {direct}",
+                phi(y)
+            );
+        }
+        // φ(y) ≈ y²/2 − y³/3 where the direct form has lost all its digits.
+        let y = 1e-9;
+        assert!((phi(y) - (y * y / 2.0 - y * y * y / 3.0)).abs() < 1e-30);
+        assert_eq!(phi(0.0), 0.0);
+    }
+
+    #[test]
+    fn partial_expectation_matches_numerical_integration() {
+        for m in models() {
+            let end = m.continuous_end_h();
+            let cuts = [
+                -1.0,
+                0.0,
+                0.3,
+                2.0,
+                11.0,
+                end - 0.5,
+                end,
+                m.max_lifetime_h + 1.0,
+            ];
+            for &a in &cuts {
+                for &b in &cuts {
+                    let exact = m.partial_expectation(a, b);
+                    // The density jumps to 0 at t_end when G is capped; the
+                    // quadrature needs that jump on its boundary.
+                    let numeric =
+                        crate::preemption::lifetime::numeric_partial_expectation(&m, a, b.min(end));
+                    assert!(
+                        (exact - numeric).abs() <= 1e-11 * numeric.abs().max(1.0),
+                        "{m:?} [{a}, {b}]: {exact} vs {numeric}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lost_work_moment_matches_numerical_integration() {
+        for m in models() {
+            let l = m.max_lifetime_h;
+            let starts = [0.0, 0.01, 1.0, 5.0, l / 2.0, l - 3.0, l - 0.2];
+            let lengths = [1e-4, 0.05, 1.0, 2.5, 6.0, 10.0, l];
+            for &s in &starts {
+                for &t in &lengths {
+                    let exact = m.lost_work_moment(s, s + t);
+                    let numeric =
+                        crate::preemption::lifetime::numeric_lost_work_moment(&m, s, s + t);
+                    assert!(
+                        (exact - numeric).abs() <= 1e-10 * numeric.max(1e-6),
+                        "{m:?} s={s} T={t}: {exact} vs {numeric}"
+                    );
+                    assert!(exact >= 0.0);
+                }
+            }
+            // Starting at 0 and running past L loses E[T] in expectation.
+            assert!((m.lost_work_moment(0.0, l + 1.0) - m.mean()).abs() < 1e-12);
+            assert_eq!(m.lost_work_moment(3.0, 3.0), 0.0);
+            assert_eq!(m.lost_work_moment(l, l + 5.0), 0.0);
+        }
+    }
+
+    #[test]
+    fn lost_work_moment_of_short_interval_is_density_times_half_square() {
+        // ∫_s^(s+Δ) (t − s) g(t) dt ≈ g(s)·Δ²/2 for small Δ, with no cancellation.
+        let m = Bathtub::default();
+        for s in [0.0, 3.0, 20.0, 23.9] {
+            let d = 1e-7;
+            let want = m.density(s) * d * d / 2.0;
+            let got = m.lost_work_moment(s, s + d);
+            assert!((got - want).abs() <= 1e-6 * want, "s={s}: {got} vs {want}");
         }
     }
 

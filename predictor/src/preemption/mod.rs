@@ -4,7 +4,21 @@
 //! preemptible VMs (Google Preemptible VMs, maximum lifetime 24 h) from
 //! Kadupitiya, Jadhao and Sharma, "Modeling the Temporally Constrained
 //! Preemptions of Transient Cloud VMs" (HPDC '20).
+//!
+//! [`fit`] fits it and the baselines of [`models`] to measured, censored
+//! lifetimes (via [`kaplan_meier`]), per VM group; [`online`] keeps those
+//! fits fresh from the stream of machine events.
 
 pub mod bathtub;
+pub mod checkpoint;
+pub mod fit;
+pub mod hints;
+pub mod kaplan_meier;
+pub mod lifetime;
+pub mod models;
+pub mod online;
+pub mod risk;
+pub mod running_time;
 
 pub use bathtub::{Bathtub, BathtubError, BathtubParam};
+pub use lifetime::Lifetime;

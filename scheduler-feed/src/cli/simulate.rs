@@ -44,6 +44,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ("P50 error (%)", opt(s.p50_error_pct)),
         ("P90 error (%)", opt(s.p90_error_pct)),
         ("right queue (%)", opt(s.correct_queue_pct)),
+        ("queue too high (%)", opt(s.too_high_queue_pct)),
+        ("queue too low (%)", opt(s.too_low_queue_pct)),
         ("estimated jobs", s.estimated_jobs.to_string()),
         ("thin jobs", s.thin_jobs.to_string()),
         ("excluded jobs", workload.excluded.total().to_string()),

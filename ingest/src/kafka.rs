@@ -1,0 +1,228 @@
+//! The Kafka side of ingest: how to reach the cluster, which topics jobcast
+//! reads and writes, how messages are keyed, and the headers a dead-lettered
+//! message carries. Everything that talks to Kafka (the service, trace
+//! replay, the closed-loop simulator, the tests) builds its clients here, so
+//! they agree on the contract documented in `docs/kafka.md`.
+//!
+//! Compiled only with the `kafka` feature, so pure users of the event model
+//! (the predictor) do not link librdkafka.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::RDKafkaErrorCode;
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+
+/// How to reach the Kafka cluster.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSettings {
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    pub brokers: String,
+    /// Any other librdkafka client property, passed through unchanged
+    /// (`security.protocol`, `sasl.mechanism`, `sasl.username`,
+    /// `sasl.password`, `ssl.ca.location`, …).
+    #[serde(default)]
+    pub client: BTreeMap<String, String>,
+}
+
+/// A broker on this machine, on Kafka's standard port.
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        KafkaSettings::new("127.0.0.1:9092")
+    }
+}
+
+impl KafkaSettings {
+    pub fn new(brokers: impl Into<String>) -> Self {
+        KafkaSettings {
+            brokers: brokers.into(),
+            client: BTreeMap::new(),
+        }
+    }
+
+    /// A librdkafka configuration with the brokers and every pass-through
+    /// property set.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.brokers);
+        for (key, value) in &self.client {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// A producer configuration for jobcast's outputs: idempotent (no
+    /// duplicates from internal retries) and acknowledged by all in-sync
+    /// replicas, since a batch's offsets are stored only once its outputs
+    /// are acknowledged.
+    pub fn producer_config(&self) -> ClientConfig {
+        let mut config = self.client_config();
+        config
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5");
+        for (key, value) in &self.client {
+            config.set(key, value);
+        }
+        config
+    }
+
+    /// Create `topics` (name, partitions) if they do not exist yet.
+    pub async fn ensure_topics(&self, topics: &[(&str, i32)]) -> Result<(), String> {
+        let admin: AdminClient<DefaultClientContext> = self
+            .client_config()
+            .create()
+            .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|&(name, partitions)| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics(&new, &options)
+            .await
+            .map_err(|e| format!("cannot create topics: {e}"))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(format!("cannot create topic {topic}: {code}")),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Property names whose values are secrets: never logged, never exported.
+fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key.contains("password")
+        || key.contains("secret")
+        || key.ends_with(".key.pem")
+        || key.contains("sasl.jaas")
+}
+
+/// Shows the settings with secret values replaced, so that configuration
+/// can be logged safely.
+impl fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let client: BTreeMap<&str, &str> = self
+            .client
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_secret(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
+            .collect();
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("client", &client)
+            .finish()
+    }
+}
+
+/// The topics jobcast reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topics {
+    /// Canonical events in (JSON), keyed by job id (machine id for machine
+    /// events).
+    pub events: String,
+    /// Scheduling decisions out, keyed by job id.
+    pub decisions: String,
+    /// Preemption-risk scores out, keyed by machine id.
+    pub risk: String,
+    /// Input messages that could not be used, bytes untouched, with the
+    /// reason in headers.
+    pub dead_letter: String,
+}
+
+impl Default for Topics {
+    fn default() -> Self {
+        Topics {
+            events: "jobcast.events".into(),
+            decisions: "jobcast.decisions".into(),
+            risk: "jobcast.risk".into(),
+            dead_letter: "jobcast.dead-letter".into(),
+        }
+    }
+}
+
+/// Header names on dead-lettered messages.
+pub mod dead_letter_headers {
+    /// Machine-readable reason class (`syntax`, `missing_field`, …).
+    pub const REASON: &str = "jobcast.reason";
+    /// The full error message, naming the field.
+    pub const ERROR: &str = "jobcast.error";
+    pub const SOURCE_TOPIC: &str = "jobcast.source.topic";
+    pub const SOURCE_PARTITION: &str = "jobcast.source.partition";
+    pub const SOURCE_OFFSET: &str = "jobcast.source.offset";
+}
+
+/// The key an event is produced with: its job id, or its machine id for
+/// machine events, in decimal. Keying by job keeps every event of a job in
+/// one partition, in order.
+pub fn event_key(event: &Event) -> String {
+    match event {
+        Event::Machine(m) => format!("m{}", m.machine_id),
+        other => other.job_id().map(|id| id.to_string()).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::decode;
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let mut settings = KafkaSettings::new("b:9092");
+        settings
+            .client
+            .insert("sasl.password".into(), "hunter2".into());
+        settings.client.insert("sasl.username".into(), "svc".into());
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("svc") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn pass_through_properties_reach_librdkafka_config() {
+        let mut settings = KafkaSettings::new("b:9092");
+        settings
+            .client
+            .insert("security.protocol".into(), "sasl_ssl".into());
+        settings.client.insert("acks".into(), "1".into());
+        let config = settings.producer_config();
+        assert_eq!(config.get("bootstrap.servers"), Some("b:9092"));
+        assert_eq!(config.get("security.protocol"), Some("sasl_ssl"));
+        // An operator's explicit choice wins over jobcast's defaults.
+        assert_eq!(config.get("acks"), Some("1"));
+    }
+
+    #[test]
+    fn events_are_keyed_by_job_or_machine() {
+        let job =
+            decode(br#"{"v":1,"type":"job_ended","time_us":5,"job_id":42,"outcome":"finish"}"#)
+                .unwrap();
+        assert_eq!(event_key(&job), "42");
+        let machine =
+            decode(br#"{"v":1,"type":"machine","time_us":5,"machine_id":7,"kind":"add"}"#).unwrap();
+        assert_eq!(event_key(&machine), "m7");
+    }
+}

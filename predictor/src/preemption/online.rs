@@ -1,0 +1,384 @@
+//! Refitting the lifetime models from the stream of machine events, for the
+//! streaming service to hold one [`OnlineFitter`] and ask it for the current
+//! model of a VM type and zone.
+//!
+//! The fitter follows preemptible VMs through their `add` (launched) and
+//! `remove` (preempted or stopped) events. Every
+//! [`OnlineConfig::refit_every`] finished lifetimes, or when asked, it
+//! refits every group with [`fit_groups`] on:
+//! - the finished lifetimes (preempted ones as events, stopped ones
+//!   censored), the most recent [`OnlineConfig::window`] of them, so memory
+//!   stays bounded and the fit follows a provider that changes its policy;
+//! - the VMs still running, censored at their current age. Early in a
+//!   stream only short lifetimes have finished; leaving the survivors out
+//!   would make preemptions look far more frequent than they are. A VM
+//!   still "running" past the deadline has lost its `remove` event and is
+//!   dropped.
+//!
+//! "Now" is the latest event time seen: the fitter reads no clock, so a
+//! replayed trace refits exactly as the live stream did.
+//!
+//! Until the first successful refit (enough preemptions, see
+//! [`FitConfig::min_events`]) lookups answer with the configured priors,
+//! by default the paper's typical bathtub; afterwards the pooled fit is
+//! still shrunk toward those priors with the weight `d/(d + k)` of
+//! [`fit`](super::fit), so a handful of early preemptions cannot swing it.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use jobcast_ingest::event::{MachineEvent, MachineKind};
+
+use super::bathtub::Bathtub;
+use super::fit::{FitConfig, FitError, FitSet, LifetimeRecord, fit_groups};
+use super::models::{LifetimeModel, ModelKind};
+
+/// How an [`OnlineFitter`] refits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnlineConfig {
+    /// What to fit and how; its `priors` are the answers before any data.
+    pub fit: FitConfig,
+    /// Finished lifetimes between automatic refits.
+    pub refit_every: usize,
+    /// The most recent finished lifetimes kept for fitting.
+    pub window: usize,
+}
+
+impl Default for OnlineConfig {
+    /// The bathtub model only (what risk scores use; each model costs a
+    /// fit per group), with the paper's typical fit ([`Bathtub::default`])
+    /// as prior, otherwise the default [`FitConfig`]; refit every 100
+    /// lifetimes over the last 20,000.
+    fn default() -> Self {
+        OnlineConfig {
+            fit: FitConfig {
+                models: vec![ModelKind::Bathtub],
+                priors: vec![LifetimeModel::Bathtub(Bathtub::default())],
+                ..FitConfig::default()
+            },
+            refit_every: 100,
+            window: 20_000,
+        }
+    }
+}
+
+/// A preemptible VM that is still running.
+#[derive(Debug, Clone, PartialEq)]
+struct LiveVm {
+    launch_time_us: u64,
+    vm_type: String,
+    zone: String,
+}
+
+/// Accumulates VM lifetimes from machine events and keeps per-group fits
+/// fresh (see the [module docs](self)).
+#[derive(Debug, Clone)]
+pub struct OnlineFitter {
+    config: OnlineConfig,
+    live: BTreeMap<u64, LiveVm>,
+    finished: VecDeque<LifetimeRecord>,
+    since_refit: usize,
+    now_us: u64,
+    fits: Option<FitSet>,
+    refits: u64,
+}
+
+impl OnlineFitter {
+    pub fn new(config: OnlineConfig) -> OnlineFitter {
+        OnlineFitter {
+            config,
+            live: BTreeMap::new(),
+            finished: VecDeque::new(),
+            since_refit: 0,
+            now_us: 0,
+            fits: None,
+            refits: 0,
+        }
+    }
+
+    /// Take in one machine event; returns whether it triggered a refit.
+    /// Events of machines that are not preemptible VMs are ignored.
+    pub fn observe(&mut self, event: &MachineEvent) -> bool {
+        self.now_us = self.now_us.max(event.time_us);
+        let Some(vm) = event.vm.as_ref().filter(|vm| vm.preemptible) else {
+            return false;
+        };
+        match event.kind {
+            MachineKind::Add => {
+                self.live.insert(
+                    event.machine_id,
+                    LiveVm {
+                        launch_time_us: vm.launch_time_us,
+                        vm_type: vm.vm_type.clone(),
+                        zone: vm.zone.clone(),
+                    },
+                );
+                false
+            }
+            MachineKind::Remove => {
+                self.live.remove(&event.machine_id);
+                let Some(record) = LifetimeRecord::from_machine_event(event) else {
+                    return false;
+                };
+                self.finished.push_back(record);
+                while self.finished.len() > self.config.window {
+                    self.finished.pop_front();
+                }
+                self.since_refit += 1;
+                // Too few preemptions yet: keep the previous answers and
+                // try again with the next lifetime.
+                self.since_refit >= self.config.refit_every && self.refit().is_ok()
+            }
+            MachineKind::Update => false,
+        }
+    }
+
+    /// Refit now, from the finished lifetimes and the running VMs censored
+    /// at their current age. On error (too few preemptions) the previous
+    /// fits stay in force.
+    pub fn refit(&mut self) -> Result<(), FitError> {
+        let deadline_us = self.config.fit.max_lifetime_h * 3.6e9;
+        let now = self.now_us;
+        // A VM running past the deadline has lost its remove event.
+        self.live
+            .retain(|_, vm| ((now.saturating_sub(vm.launch_time_us)) as f64) < deadline_us);
+        let running = self.live.values().filter_map(|vm| {
+            let age_us = now.checked_sub(vm.launch_time_us)?;
+            Some(LifetimeRecord {
+                lifetime_h: age_us as f64 / 3.6e9,
+                preempted: false,
+                vm_type: vm.vm_type.clone(),
+                zone: vm.zone.clone(),
+                launch_time_us: vm.launch_time_us,
+            })
+        });
+        let records: Vec<LifetimeRecord> = self.finished.iter().cloned().chain(running).collect();
+        let fits = fit_groups(&records, &self.config.fit)?;
+        self.fits = Some(fits);
+        self.since_refit = 0;
+        self.refits += 1;
+        Ok(())
+    }
+
+    /// The current fits; `None` before the first successful refit.
+    pub fn fits(&self) -> Option<&FitSet> {
+        self.fits.as_ref()
+    }
+
+    /// The model of `kind` for VMs of this type in this zone: the fitted one
+    /// (see [`FitSet::lookup`]), else the configured prior; `None` when
+    /// there is neither.
+    pub fn model_for(&self, kind: ModelKind, vm_type: &str, zone: &str) -> Option<LifetimeModel> {
+        self.fits
+            .as_ref()
+            .and_then(|f| f.lookup(kind, vm_type, zone))
+            .map(|f| f.model)
+            .or_else(|| {
+                self.config
+                    .fit
+                    .priors
+                    .iter()
+                    .copied()
+                    .find(|p| p.kind() == kind)
+            })
+    }
+
+    /// The bathtub for VMs of this type in this zone: fitted, else the
+    /// configured prior, else the paper's typical fit.
+    pub fn bathtub_for(&self, vm_type: &str, zone: &str) -> Bathtub {
+        match self.model_for(ModelKind::Bathtub, vm_type, zone) {
+            Some(LifetimeModel::Bathtub(b)) => b,
+            _ => Bathtub::default(),
+        }
+    }
+
+    /// Successful refits so far.
+    pub fn refits(&self) -> u64 {
+        self.refits
+    }
+
+    /// Preemptible VMs currently running.
+    pub fn running(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Finished lifetimes held for fitting.
+    pub fn finished(&self) -> usize {
+        self.finished.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jobcast_ingest::event::{EndReason, VmInfo};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    const HOUR_US: f64 = 3.6e9;
+
+    fn vm(launch_time_us: u64, end_reason: Option<EndReason>) -> VmInfo {
+        VmInfo {
+            name: None,
+            vm_type: "n1-highcpu-2".to_owned(),
+            zone: "us-east1-b".to_owned(),
+            preemptible: true,
+            launch_time_us,
+            end_reason,
+        }
+    }
+
+    fn event(time_us: u64, machine_id: u64, kind: MachineKind, vm: VmInfo) -> MachineEvent {
+        MachineEvent {
+            time_us,
+            machine_id,
+            kind,
+            platform: None,
+            cpus: None,
+            memory: None,
+            vm: Some(vm),
+        }
+    }
+
+    /// Add and remove events of `n` VMs launched a minute apart with
+    /// lifetimes from `truth`, a quarter stopped early by their users, in
+    /// time order.
+    fn stream(truth: &Bathtub, n: u64, seed: u64) -> Vec<MachineEvent> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut events = Vec::new();
+        for id in 0..n {
+            let launch = id * 60_000_000;
+            let mut life = truth.sample(&mut rng);
+            let mut reason = EndReason::Preempted;
+            if rng.random::<f64>() < 0.25 {
+                let stop = rng.random::<f64>() * 2.0;
+                if stop < life {
+                    life = stop;
+                    reason = EndReason::Stopped;
+                }
+            }
+            let end = launch + (life * HOUR_US) as u64;
+            events.push(event(launch, id, MachineKind::Add, vm(launch, None)));
+            events.push(event(
+                end,
+                id,
+                MachineKind::Remove,
+                vm(launch, Some(reason)),
+            ));
+        }
+        events.sort_by_key(|e| e.time_us);
+        events
+    }
+
+    #[test]
+    fn answers_with_the_prior_until_it_has_data() {
+        let fitter = OnlineFitter::new(OnlineConfig::default());
+        assert!(fitter.fits().is_none());
+        assert_eq!(
+            fitter.bathtub_for("n1-highcpu-2", "us-east1-b"),
+            Bathtub::default()
+        );
+        assert_eq!(fitter.model_for(ModelKind::Weibull, "t", "z"), None);
+    }
+
+    #[test]
+    fn refits_periodically_and_converges_to_the_truth() {
+        let truth = Bathtub::new(0.35, 1.5, 0.8, 24.0, 24.0).unwrap();
+        let mut fitter = OnlineFitter::new(OnlineConfig {
+            refit_every: 500,
+            ..OnlineConfig::default()
+        });
+        let events = stream(&truth, 3000, 1);
+        let triggered = events.iter().filter(|e| fitter.observe(e)).count();
+        assert_eq!(triggered, 6);
+        assert_eq!(fitter.refits(), 6);
+        assert_eq!((fitter.running(), fitter.finished()), (0, 3000));
+        let got = fitter.bathtub_for("n1-highcpu-2", "us-east1-b");
+        // 3000 lifetimes outweigh the prior (A = 0.45) but for 1–2 %.
+        assert!((got.a() - truth.a()).abs() < 0.03, "{got:?}");
+        let sup = (0..2400)
+            .map(|i| f64::from(i) / 100.0)
+            .map(|t| (got.cdf(t) - truth.cdf(t)).abs())
+            .fold(0.0, f64::max);
+        assert!(sup < 0.03, "{got:?}");
+    }
+
+    #[test]
+    fn running_vms_count_as_censored() {
+        let truth = Bathtub::default();
+        let mut fitter = OnlineFitter::new(OnlineConfig {
+            refit_every: usize::MAX,
+            ..OnlineConfig::default()
+        });
+        // 2000 VMs launched at once; watch the first 6 hours only.
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut events = Vec::new();
+        for id in 0..2000 {
+            events.push(event(0, id, MachineKind::Add, vm(0, None)));
+            let life = truth.sample(&mut rng);
+            if life < 6.0 {
+                let end = (life * HOUR_US) as u64;
+                events.push(event(
+                    end,
+                    id,
+                    MachineKind::Remove,
+                    vm(0, Some(EndReason::Preempted)),
+                ));
+            }
+        }
+        events.sort_by_key(|e| e.time_us);
+        for e in &events {
+            fitter.observe(e);
+        }
+        let six_hours = (6.0 * HOUR_US) as u64;
+        fitter.observe(&event(six_hours, 9999, MachineKind::Update, vm(0, None)));
+        assert!(fitter.running() > 1000);
+        fitter.refit().unwrap();
+        let km = &fitter.fits().unwrap().pooled().km;
+        assert_eq!(km.observations(), 2000);
+        // Only the preempted VMs have finished; with the survivors censored
+        // at 6 h the estimate still matches the truth.
+        for t in [0.5, 2.0, 5.0] {
+            assert!(
+                (km.cdf(t) - truth.cdf(t)).abs() < 0.03,
+                "t={t}: {}",
+                km.cdf(t)
+            );
+        }
+    }
+
+    #[test]
+    fn keeps_a_bounded_window_and_ignores_other_machines() {
+        let mut fitter = OnlineFitter::new(OnlineConfig {
+            refit_every: 50,
+            window: 100,
+            ..OnlineConfig::default()
+        });
+        for e in stream(&Bathtub::default(), 300, 3) {
+            fitter.observe(&e);
+        }
+        assert_eq!(fitter.finished(), 100);
+        assert!(fitter.refits() > 0);
+        let on_demand = VmInfo {
+            preemptible: false,
+            ..vm(0, Some(EndReason::Stopped))
+        };
+        let before = fitter.finished();
+        fitter.observe(&event(u64::MAX / 2, 1, MachineKind::Remove, on_demand));
+        let mut plain = event(u64::MAX / 2, 2, MachineKind::Remove, vm(0, None));
+        plain.vm = None;
+        fitter.observe(&plain);
+        assert_eq!(fitter.finished(), before);
+        // A VM added long ago and never removed is dropped at the next refit.
+        let mut stale = OnlineFitter::new(OnlineConfig::default());
+        stale.observe(&event(0, 1, MachineKind::Add, vm(0, None)));
+        stale.observe(&event(
+            (30.0 * HOUR_US) as u64,
+            2,
+            MachineKind::Update,
+            vm(0, None),
+        ));
+        assert_eq!(stale.running(), 1);
+        assert!(stale.refit().is_err());
+        assert_eq!(stale.running(), 0);
+    }
+}

@@ -1,0 +1,270 @@
+//! `jobcast demo`: the whole service on one machine with nothing to
+//! install. librdkafka's in-process mock cluster is the Kafka, RocksDB
+//! lives in a data directory, `serve` runs as it would in production, and a
+//! trace (the bundled Google 2011 excerpt by default) is replayed into it.
+//!
+//! The mock cluster keeps only a bounded log per partition, so the replay
+//! is paced against the service: it never runs more than a window of
+//! events ahead of what the service has committed.
+
+use std::net::SocketAddr;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use jobcast_ingest::Format;
+use jobcast_ingest::kafka::KafkaSettings;
+use jobcast_predictor::decision::PolicyKind;
+use jobcast_replay::kafka::{Outcome, ReplayOptions, Speed, replay};
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::engine::live_policies;
+use jobcast_scheduler_feed::service::{Recent, Shared};
+use rdkafka::mocking::MockCluster;
+
+use super::serve::{serve, shutdown_signal};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Stop after this many seconds (default: when the trace is done).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// HTTP API and /metrics address while the demo runs.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// The trace to replay (default: the bundled Google 2011 excerpt).
+    #[arg(long, requires = "format")]
+    trace: Option<PathBuf>,
+    /// Its format: google2011, google2019, alibaba2018, gce-lifetimes or jsonl.
+    #[arg(long)]
+    format: Option<Format>,
+    /// `max`, or an event-time speed-up factor.
+    #[arg(long, default_value = "max")]
+    speed: Speed,
+    /// The policy whose decisions are published.
+    #[arg(long, default_value = "slearn")]
+    policy: PolicyKind,
+    /// RocksDB directory (default: a temporary one, removed at the end).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Partitions of the input topic.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..))]
+    partitions: i32,
+    /// Most events the replay may run ahead of the service.
+    #[arg(long, default_value_t = 5_000)]
+    window: u64,
+}
+
+/// The bundled excerpt, found next to the binary's source tree or in the
+/// working directory.
+fn bundled_excerpt() -> anyhow::Result<PathBuf> {
+    let candidates = [
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/google2011-excerpt"),
+        PathBuf::from("tests/data/google2011-excerpt"),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.is_dir())
+        .context("the bundled Google 2011 excerpt (tests/data/google2011-excerpt) is not here; pass --trace and --format")
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (trace_path, format) = match (&args.trace, args.format) {
+        (Some(path), Some(format)) => (path.clone(), format),
+        _ => (bundled_excerpt()?, Format::Google2011),
+    };
+    let temp = match &args.data_dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().context("creating a data directory")?),
+    };
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| temp.as_ref().expect("set above").path().join("state"));
+
+    let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;
+    let mut config = ServeConfig {
+        kafka: KafkaSettings::new(mock.bootstrap_servers()),
+        ..ServeConfig::default()
+    };
+    config.storage.path = data_dir.clone();
+    config.storage.sync = false;
+    config.http.address = args.http;
+    config.engine.policy = args.policy;
+    let t = &config.topics;
+    mock.create_topic(&t.events, args.partitions, 1)?;
+    for topic in [&t.decisions, &t.risk, &t.dead_letter] {
+        mock.create_topic(topic, 1, 1)?;
+    }
+    config.validate().map_err(anyhow::Error::msg)?;
+    eprintln!(
+        "jobcast demo: embedded Kafka at {}, state in {}",
+        config.kafka.brokers,
+        data_dir.display()
+    );
+
+    let runtime = tokio::runtime::Runtime::new()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let settings = config.kafka.clone();
+    let options = ReplayOptions {
+        speed: args.speed,
+        ..ReplayOptions::new(config.topics.events.clone())
+    };
+    let trace = jobcast_ingest::open(format, &trace_path)
+        .with_context(|| format!("opening {}", trace_path.display()))?;
+
+    let (shared_tx, shared_rx) = std::sync::mpsc::channel::<Arc<Shared>>();
+    let serve_stop = stop.clone();
+    let service = runtime.spawn(serve(
+        config,
+        async move {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                () = wait_for(serve_stop) => {}
+            }
+        },
+        move |shared| {
+            let _ = shared_tx.send(shared);
+        },
+    ));
+    let shared = shared_rx
+        .recv_timeout(Duration::from_secs(30))
+        .context("the service did not start")?;
+
+    // Set once the whole trace is delivered: how many events it held.
+    let replayed_all = Arc::new(OnceLock::<u64>::new());
+    let window = args.window;
+    let replay_shared = shared.clone();
+    let replay_stop = stop.clone();
+    let replay_done = replayed_all.clone();
+    let replayer = std::thread::spawn(move || {
+        let gate = |produced: u64| loop {
+            if replay_stop.load(Ordering::Relaxed) {
+                return ControlFlow::Break(());
+            }
+            let committed = replay_shared.counters.committed.load(Ordering::Relaxed);
+            if produced < committed + window {
+                return ControlFlow::Continue(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let result = replay(&settings, &options, trace, &gate, |_| {});
+        match &result {
+            Ok(summary) if summary.outcome == Outcome::Complete => {
+                let _ = replay_done.set(summary.delivered);
+            }
+            _ => replay_stop.store(true, Ordering::Relaxed),
+        }
+        result
+    });
+
+    let deadline = args.duration.map(Duration::from_secs_f64);
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let committed = shared.counters.committed.load(Ordering::Relaxed);
+        if last.0.elapsed() >= Duration::from_secs(1) {
+            let rate = (committed - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            eprintln!("{}", live_line(&shared, rate));
+            last = (Instant::now(), committed);
+        }
+        let caught_up = replayed_all.get().is_some_and(|&n| committed >= n);
+        let out_of_time = deadline.is_some_and(|d| started.elapsed() >= d);
+        if caught_up || out_of_time || stop.load(Ordering::Relaxed) || service.is_finished() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let replayed = replayer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the replay thread panicked"))?;
+    let summary = runtime.block_on(service)??;
+    let replayed = replayed.context("replaying the trace")?;
+    print!(
+        "{}",
+        final_report(
+            &shared,
+            replayed.delivered,
+            summary.applied,
+            started.elapsed()
+        )
+    );
+    drop(temp);
+    Ok(())
+}
+
+async fn wait_for(flag: Arc<AtomicBool>) {
+    while !flag.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn live_line(shared: &Shared, rate: f64) -> String {
+    let c = &shared.counters;
+    let recent = shared.recent.lock().expect("not poisoned");
+    let queues: Vec<String> = recent
+        .decisions_by_queue
+        .iter()
+        .map(|(q, n)| format!("Q{q}:{n}"))
+        .collect();
+    let errors = error_columns(&recent, 0.5);
+    format!(
+        "{:>8.0} ev/s | applied {} | dead {} | live jobs {} | decisions {} [{}] | P50 err {}",
+        rate,
+        c.applied.load(Ordering::Relaxed),
+        c.dead_lettered.load(Ordering::Relaxed),
+        c.live_jobs.load(Ordering::Relaxed),
+        c.decisions.load(Ordering::Relaxed),
+        queues.join(" "),
+        errors,
+    )
+}
+
+fn error_columns(recent: &Recent, q: f64) -> String {
+    live_policies()
+        .iter()
+        .filter_map(|p| {
+            recent
+                .error_quantile(p.name(), q)
+                .map(|e| format!("{} {e:.0}%", p.name()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration) -> String {
+    let c = &shared.counters;
+    let recent = shared.recent.lock().expect("not poisoned");
+    let mut out = String::new();
+    out.push_str("\njobcast demo: summary\n");
+    out.push_str(&format!(
+        "  events replayed     {replayed}\n  events applied      {applied}\n  dead-lettered       {}\n  decisions           {}\n  elapsed             {:.1} s\n",
+        c.dead_lettered.load(Ordering::Relaxed),
+        c.decisions.load(Ordering::Relaxed),
+        elapsed.as_secs_f64(),
+    ));
+    out.push_str("  decisions by queue  ");
+    let queues: Vec<String> = recent
+        .decisions_by_queue
+        .iter()
+        .map(|(q, n)| format!("Q{q}: {n}"))
+        .collect();
+    out.push_str(&queues.join(", "));
+    out.push_str("\n\n  policy        jobs   P50 error   P90 error\n");
+    for policy in live_policies() {
+        let name = policy.name();
+        let n = recent.errors_pct.get(name).map_or(0, |e| e.len());
+        let p50 = recent.error_quantile(name, 0.5);
+        let p90 = recent.error_quantile(name, 0.9);
+        let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}%"));
+        out.push_str(&format!(
+            "  {name:<12} {n:>5}   {:>9}   {:>9}\n",
+            show(p50),
+            show(p90)
+        ));
+    }
+    out
+}

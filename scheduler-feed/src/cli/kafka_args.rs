@@ -1,0 +1,45 @@
+//! Command-line options shared by every subcommand that talks to Kafka.
+
+use jobcast_ingest::kafka::KafkaSettings;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers (`host:port,…`).
+    #[arg(long, env = "JOBCAST_BROKERS")]
+    pub brokers: Option<String>,
+    /// A librdkafka client property passed through unchanged, e.g.
+    /// `-X security.protocol=sasl_ssl -X sasl.mechanism=PLAIN`. Repeatable.
+    #[arg(short = 'X', long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_property)]
+    pub properties: Vec<(String, String)>,
+}
+
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    let (key, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
+    if key.trim().is_empty() {
+        return Err(format!("empty property name in {s:?}"));
+    }
+    Ok((key.trim().to_owned(), value.to_owned()))
+}
+
+impl KafkaArgs {
+    /// Apply the flags over `base` (flags win).
+    pub fn apply(&self, mut base: KafkaSettings) -> KafkaSettings {
+        if let Some(brokers) = &self.brokers {
+            base.brokers = brokers.clone();
+        }
+        for (key, value) in &self.properties {
+            base.client.insert(key.clone(), value.clone());
+        }
+        base
+    }
+
+    /// Settings from the flags alone; the brokers are required.
+    pub fn settings(&self) -> anyhow::Result<KafkaSettings> {
+        let brokers = self.brokers.clone().ok_or_else(|| {
+            anyhow::anyhow!("no Kafka brokers: pass --brokers or set JOBCAST_BROKERS")
+        })?;
+        Ok(self.apply(KafkaSettings::new(brokers)))
+    }
+}

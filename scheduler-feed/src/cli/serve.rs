@@ -1,0 +1,173 @@
+//! `jobcast serve`: the streaming service. Configuration comes from a TOML
+//! file, then environment variables, then flags (each overriding the one
+//! before); see `docs/configuration.md`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use jobcast_predictor::decision::PolicyKind;
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::http;
+use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
+use tracing::info;
+
+use super::kafka_args::KafkaArgs;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// TOML configuration file (every setting optional; see
+    /// deploy/jobcast.toml).
+    #[arg(long, short, env = "JOBCAST_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    /// Kafka consumer group shared by cooperating instances.
+    #[arg(long, env = "JOBCAST_GROUP")]
+    group: Option<String>,
+    /// RocksDB state directory.
+    #[arg(long, env = "JOBCAST_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// HTTP API and /metrics address (port 0 picks a free port).
+    #[arg(long, env = "JOBCAST_HTTP")]
+    http: Option<SocketAddr>,
+    /// The policy whose decisions are published: slearn, 3sigma,
+    /// 3sigma-tl, point, slearn-dag, 3sigma-dag or bayes.
+    #[arg(long, env = "JOBCAST_POLICY")]
+    policy: Option<PolicyKind>,
+    /// Input topic of canonical events.
+    #[arg(long, env = "JOBCAST_EVENTS_TOPIC")]
+    events_topic: Option<String>,
+    /// Output topic of decisions.
+    #[arg(long, env = "JOBCAST_DECISIONS_TOPIC")]
+    decisions_topic: Option<String>,
+    /// Output topic of unusable input messages.
+    #[arg(long, env = "JOBCAST_DEAD_LETTER_TOPIC")]
+    dead_letter_topic: Option<String>,
+    /// Create the topics if they are missing, the input one with this many
+    /// partitions.
+    #[arg(long, value_name = "PARTITIONS")]
+    create_topics: Option<i32>,
+}
+
+impl Args {
+    fn config(&self) -> anyhow::Result<ServeConfig> {
+        let mut config = match &self.config {
+            Some(path) => ServeConfig::from_file(path).map_err(anyhow::Error::msg)?,
+            None => ServeConfig::default(),
+        };
+        config.kafka = self.kafka.apply(config.kafka);
+        if let Some(group) = &self.group {
+            config.consumer.group = group.clone();
+        }
+        if let Some(dir) = &self.data_dir {
+            config.storage.path = dir.clone();
+        }
+        if let Some(address) = self.http {
+            config.http.address = address;
+        }
+        if let Some(policy) = self.policy {
+            config.engine.policy = policy;
+        }
+        let topics = &mut config.topics;
+        for (flag, topic) in [
+            (&self.events_topic, &mut topics.events),
+            (&self.decisions_topic, &mut topics.decisions),
+            (&self.dead_letter_topic, &mut topics.dead_letter),
+        ] {
+            if let Some(name) = flag {
+                *topic = name.clone();
+            }
+        }
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let config = args.config()?;
+    info!(kafka = ?config.kafka, topics = ?config.topics, "starting");
+    let runtime = tokio::runtime::Runtime::new()?;
+    if let Some(partitions) = args.create_topics {
+        runtime
+            .block_on(create_topics(&config, partitions))
+            .map_err(anyhow::Error::msg)?;
+    }
+    let summary = runtime.block_on(serve(config, shutdown_signal(), |_| {}))?;
+    eprintln!(
+        "jobcast serve: stopped; {} events applied, {} dead-lettered, {} decisions",
+        summary.applied, summary.dead_lettered, summary.decisions
+    );
+    Ok(())
+}
+
+/// Create the service's topics if they are missing.
+pub async fn create_topics(config: &ServeConfig, partitions: i32) -> Result<(), String> {
+    let t = &config.topics;
+    config
+        .kafka
+        .ensure_topics(&[
+            (&t.events, partitions),
+            (&t.decisions, partitions),
+            (&t.risk, partitions),
+            (&t.dead_letter, 1),
+        ])
+        .await
+}
+
+/// Run the pipeline on its own thread and the HTTP API on this runtime
+/// until `stop` resolves or the pipeline ends; then stop both. `started`
+/// gets the state the service shares, once it is listening.
+pub async fn serve(
+    config: ServeConfig,
+    stop: impl Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(Arc<Shared>),
+) -> anyhow::Result<RunSummary> {
+    let store = service::open_store(&config)?;
+    let shared = Shared::new(store);
+    let listener = tokio::net::TcpListener::bind(config.http.address)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.http.address))?;
+    // A stable line that scripts and tests read to find the port.
+    eprintln!("jobcast serve: HTTP on http://{}", listener.local_addr()?);
+    started(shared.clone());
+
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let pipeline_shared = shared.clone();
+    let pipeline = std::thread::Builder::new()
+        .name("pipeline".into())
+        .spawn(move || {
+            let result = service::run(&config, pipeline_shared);
+            let _ = done_tx.send(());
+            result
+        })?;
+
+    let http_shared = shared.clone();
+    let stopper = shared.clone();
+    let http = tokio::spawn(http::serve(listener, http_shared, async move {
+        tokio::select! {
+            () = stop => {}
+            _ = done_rx => {}
+        }
+        stopper.shutdown.store(true, Ordering::Relaxed);
+    }));
+    http.await??;
+    let result = tokio::task::spawn_blocking(move || pipeline.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
+    Ok(result?)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler installs");
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate.recv() => {}
+    }
+    info!("signal received: finishing the batch in hand");
+}

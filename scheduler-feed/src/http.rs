@@ -1,0 +1,138 @@
+//! The HTTP API: what jobcast knows about a job or a machine (and its
+//! preemption risk), health and readiness for orchestrators, and
+//! `/metrics` for Prometheus. Reads come from the committed RocksDB state,
+//! so an answer never shows an effect whose batch might still be lost in a
+//! crash.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::engine::{JobRecord, MachineRecord};
+use crate::service::Shared;
+use crate::telemetry;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/jobs/{id}", get(job))
+        .route("/machines/{id}", get(machine))
+        .route("/machines/{id}/risk", get(machine_risk))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(shared)
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+fn parse_id(raw: &str, what: &str) -> Result<u64, Response> {
+    raw.parse().map_err(|_| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("{what} id must be an unsigned integer, got {raw:?}"),
+        )
+    })
+}
+
+/// `GET /jobs/{id}`: state, each policy's current estimate, the driving
+/// policy's decision history and, once finished, each policy's error.
+async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
+    let id = match parse_id(&raw, "job") {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match shared.store.job::<JobRecord>(id) {
+        Ok(Some(record)) => Json(record).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /machines/{id}`: the machine's last known state.
+async fn machine(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
+    let id = match parse_id(&raw, "machine") {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match shared.store.machine::<MachineRecord>(id) {
+        Ok(Some(record)) => Json(record).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /machines/{id}/risk`: the latest preemption-risk score of the task
+/// placed on a transient VM.
+async fn machine_risk(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
+    let id = match parse_id(&raw, "machine") {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    match shared.store.machine::<MachineRecord>(id) {
+        Ok(Some(MachineRecord {
+            risk: Some(risk), ..
+        })) => Json(risk).into_response(),
+        Ok(Some(_)) => error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "machine {id} has no risk score: it is not a running transient VM with a task placed on it"
+            ),
+        ),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// Alive: the process answers.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready: state recovered, partitions assigned, brokers reachable.
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    use std::sync::atomic::Ordering::Relaxed;
+    let body = json!({
+        "ready": shared.ready(),
+        "recovered": shared.recovered.load(Relaxed),
+        "assigned": shared.assigned.load(Relaxed),
+        "broker_up": shared.broker_up.load(Relaxed),
+    });
+    let status = if shared.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    for family in jobcast_storage::state::STATE_FAMILIES {
+        metrics::gauge!(telemetry::STATE_RECORDS, "family" => family)
+            .set(shared.store.estimated_records(family) as f64);
+    }
+    let handle = telemetry::handle();
+    handle.run_upkeep();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,256 @@
+//! Event-time merge of the input topic's partitions.
+//!
+//! Events of one job share a partition (they are keyed by job id) and
+//! arrive in order, but the 3Sigma history and SLearn's adaptive ratio are
+//! global: what a job is predicted depends on which *other* jobs ended
+//! before it. Kafka gives no order across partitions, so the service
+//! restores one: an event is released only once every assigned partition
+//! either holds a later (or equal) event or has been read to its end (its
+//! high watermark). Ties break by partition, then offset.
+//!
+//! On a topic whose data is already written, the order is therefore a
+//! function of the data alone, so a restarted service, or a second run,
+//! applies events in exactly the same order. On a live topic a partition
+//! that is momentarily drained does not hold the others back; an event that
+//! arrives later with an earlier time is applied late.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// One consumed message, waiting for its turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending<T> {
+    pub partition: i32,
+    pub offset: i64,
+    /// Event time, µs. Messages that could not be decoded have no time of
+    /// their own and take their partition's latest, so that they neither
+    /// jump ahead of nor hold back the events around them.
+    pub time_us: u64,
+    pub item: T,
+}
+
+#[derive(Debug)]
+struct Partition<T> {
+    queue: VecDeque<Pending<T>>,
+    /// Everything in the partition has been pushed (nothing arrived since
+    /// the consumer reported its end).
+    at_end: bool,
+    /// Time of the latest message pushed.
+    latest_us: u64,
+}
+
+impl<T> Partition<T> {
+    fn new() -> Self {
+        Partition {
+            queue: VecDeque::new(),
+            at_end: false,
+            latest_us: 0,
+        }
+    }
+
+    /// Could this partition still deliver something that must go first?
+    fn holds_back(&self) -> bool {
+        self.queue.is_empty() && !self.at_end
+    }
+}
+
+#[derive(Debug)]
+pub struct PartitionMerge<T> {
+    partitions: BTreeMap<i32, Partition<T>>,
+}
+
+impl<T> Default for PartitionMerge<T> {
+    fn default() -> Self {
+        PartitionMerge {
+            partitions: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T> PartitionMerge<T> {
+    /// Start following `partition`. Anything buffered for it before is
+    /// dropped: it will be read again.
+    pub fn assign(&mut self, partition: i32) {
+        self.partitions.insert(partition, Partition::new());
+    }
+
+    /// Stop following `partition`, dropping what is buffered for it.
+    pub fn revoke(&mut self, partition: i32) {
+        self.partitions.remove(&partition);
+    }
+
+    pub fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
+        self.partitions.keys().copied()
+    }
+
+    /// Buffer a consumed message. `time_us` of `None` takes the
+    /// partition's latest time. Messages of unassigned partitions are
+    /// ignored (they arrive between a revocation and the next poll).
+    pub fn push(&mut self, partition: i32, offset: i64, time_us: Option<u64>, item: T) {
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        let time_us = time_us.unwrap_or(p.latest_us);
+        p.latest_us = p.latest_us.max(time_us);
+        p.at_end = false;
+        p.queue.push_back(Pending {
+            partition,
+            offset,
+            time_us,
+            item,
+        });
+    }
+
+    /// The consumer has read `partition` to its end.
+    pub fn reached_end(&mut self, partition: i32) {
+        if let Some(p) = self.partitions.get_mut(&partition) {
+            p.at_end = true;
+        }
+    }
+
+    /// Partitions whose emptiness keeps the others waiting.
+    pub fn holding_back(&self) -> Vec<i32> {
+        self.partitions
+            .iter()
+            .filter(|(_, p)| p.holds_back())
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    pub fn buffered(&self, partition: i32) -> usize {
+        self.partitions.get(&partition).map_or(0, |p| p.queue.len())
+    }
+
+    pub fn total_buffered(&self) -> usize {
+        self.partitions.values().map(|p| p.queue.len()).sum()
+    }
+
+    /// The next message in merged order, if it may go now.
+    pub fn pop(&mut self) -> Option<Pending<T>> {
+        if self.partitions.values().any(Partition::holds_back) {
+            return None;
+        }
+        let (&id, _) = self
+            .partitions
+            .iter()
+            .filter_map(|(id, p)| p.queue.front().map(|m| (id, m)))
+            .min_by_key(|(id, m)| (m.time_us, **id, m.offset))?;
+        self.partitions.get_mut(&id)?.queue.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn drain(merge: &mut PartitionMerge<&'static str>) -> Vec<&'static str> {
+        std::iter::from_fn(|| merge.pop().map(|m| m.item)).collect()
+    }
+
+    #[test]
+    fn waits_for_a_partition_that_is_not_read_to_its_end() {
+        let mut m = PartitionMerge::default();
+        m.assign(0);
+        m.assign(1);
+        m.push(0, 0, Some(10), "a");
+        m.push(0, 1, Some(30), "c");
+        m.reached_end(0);
+        // Partition 1 has not been read yet: nothing may go.
+        assert_eq!(m.pop(), None);
+        assert_eq!(m.holding_back(), vec![1]);
+        m.push(1, 0, Some(20), "b");
+        assert_eq!(drain(&mut m), ["a", "b"]);
+        // "c" waits: partition 1 may still hold something before it.
+        assert_eq!(m.holding_back(), vec![1]);
+        m.reached_end(1);
+        assert_eq!(drain(&mut m), ["c"]);
+        assert!(m.holding_back().is_empty());
+    }
+
+    #[test]
+    fn a_partition_read_to_its_end_does_not_hold_back_the_others_until_it_gets_more() {
+        let mut m = PartitionMerge::default();
+        m.assign(0);
+        m.assign(1);
+        m.reached_end(1);
+        m.push(0, 5, Some(1), "x");
+        assert_eq!(m.pop().map(|p| (p.item, p.offset)), Some(("x", 5)));
+        m.push(1, 0, Some(9), "late");
+        m.push(0, 6, Some(2), "y");
+        // Partition 1 got more: it is no longer known to be at its end.
+        assert_eq!(drain(&mut m), ["y"]);
+        assert_eq!(m.holding_back(), vec![0]);
+    }
+
+    #[test]
+    fn undecodable_messages_keep_their_partitions_time_and_order() {
+        let mut m = PartitionMerge::default();
+        m.assign(0);
+        m.push(0, 0, Some(50), "good");
+        m.push(0, 1, None, "bad");
+        m.push(0, 2, Some(60), "later");
+        m.reached_end(0);
+        let out: Vec<(u64, &str)> =
+            std::iter::from_fn(|| m.pop().map(|p| (p.time_us, p.item))).collect();
+        assert_eq!(out, [(50, "good"), (50, "bad"), (60, "later")]);
+    }
+
+    #[test]
+    fn revoking_drops_buffered_messages_and_ignores_late_ones() {
+        let mut m = PartitionMerge::default();
+        m.assign(0);
+        m.assign(1);
+        m.push(1, 0, Some(1), "gone");
+        m.revoke(1);
+        m.push(1, 1, Some(2), "late");
+        assert_eq!(m.total_buffered(), 0);
+        assert_eq!(m.partitions().collect::<Vec<_>>(), [0]);
+    }
+
+    proptest! {
+        /// However the partitions' messages interleave on arrival, the
+        /// merged order is the same: sorted by (time, partition, offset).
+        #[test]
+        fn merged_order_does_not_depend_on_arrival_order(
+            times in proptest::collection::vec(proptest::collection::vec(0u64..20, 0..8), 1..4),
+            seed in any::<u64>(),
+        ) {
+            let sorted: Vec<Vec<u64>> = times
+                .iter()
+                .map(|ts| { let mut s = ts.clone(); s.sort(); s })
+                .collect();
+            let mut expected: Vec<(u64, i32, i64)> = Vec::new();
+            for (p, ts) in sorted.iter().enumerate() {
+                for (o, &t) in ts.iter().enumerate() {
+                    expected.push((t, p as i32, o as i64));
+                }
+            }
+            expected.sort();
+            let mut m: PartitionMerge<(u64, i32, i64)> = PartitionMerge::default();
+            for p in 0..sorted.len() {
+                m.assign(p as i32);
+            }
+            let mut cursors = vec![0usize; sorted.len()];
+            let mut out = Vec::new();
+            let mut state = seed;
+            loop {
+                // Partitions read to their end say so, as the consumer does.
+                for (p, ts) in sorted.iter().enumerate() {
+                    if cursors[p] == ts.len() {
+                        m.reached_end(p as i32);
+                    }
+                }
+                while let Some(x) = m.pop() { out.push(x.item); }
+                let open: Vec<usize> = (0..sorted.len()).filter(|&p| cursors[p] < sorted[p].len()).collect();
+                if open.is_empty() { break; }
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let p = open[(state >> 33) as usize % open.len()];
+                let o = cursors[p];
+                cursors[p] += 1;
+                let t = sorted[p][o];
+                m.push(p as i32, o as i64, Some(t), (t, p as i32, o as i64));
+            }
+            prop_assert_eq!(out, expected);
+        }
+    }
+}

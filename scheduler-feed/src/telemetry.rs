@@ -1,0 +1,130 @@
+//! Prometheus metrics of the service: names, help texts, histogram buckets,
+//! and the recorder that `/metrics` renders. Every metric jobcast exports is
+//! declared here, so `docs/metrics.md` and the Grafana dashboard have one
+//! place to follow.
+
+use std::sync::OnceLock;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const EVENTS_CONSUMED: &str = "jobcast_events_consumed_total";
+pub const EVENTS_DEAD_LETTERED: &str = "jobcast_events_dead_lettered_total";
+pub const CONSUMER_LAG: &str = "jobcast_consumer_lag_events";
+pub const COMMITTED_OFFSET: &str = "jobcast_input_committed_offset";
+pub const DECISION_LATENCY: &str = "jobcast_event_to_decision_seconds";
+pub const PREDICTION_LOG_RATIO: &str = "jobcast_prediction_log_ratio";
+pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_percent";
+pub const DECISIONS: &str = "jobcast_decisions_total";
+pub const LIVE_JOBS: &str = "jobcast_live_jobs";
+pub const STATE_RECORDS: &str = "jobcast_state_records";
+pub const BATCH_EVENTS: &str = "jobcast_batch_events";
+pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
+pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
+pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
+
+/// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
+const LOG_RATIO_BUCKETS: [f64; 15] = [
+    -4.6, -2.3, -1.6, -0.69, -0.41, -0.22, -0.1, 0.0, 0.1, 0.22, 0.41, 0.69, 1.6, 2.3, 4.6,
+];
+const ERROR_PCT_BUCKETS: [f64; 11] = [
+    1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
+];
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+const PROBABILITY_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 0.95];
+const BATCH_BUCKETS: [f64; 9] = [1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0];
+
+/// The process-wide recorder (metrics has one global recorder), installed
+/// on first use.
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                (PREDICTION_LOG_RATIO, &LOG_RATIO_BUCKETS[..]),
+                (PREDICTION_ERROR, &ERROR_PCT_BUCKETS[..]),
+                (DECISION_LATENCY, &LATENCY_BUCKETS[..]),
+                (BATCH_EVENTS, &BATCH_BUCKETS[..]),
+                (RISK_PREEMPTION_PROBABILITY, &PROBABILITY_BUCKETS[..]),
+            ];
+            let mut builder = PrometheusBuilder::new();
+            for (name, values) in buckets {
+                builder = builder
+                    .set_buckets_for_metric(Matcher::Full(name.into()), values)
+                    .expect("bucket lists are not empty");
+            }
+            let handle = builder
+                .install_recorder()
+                .expect("no other metrics recorder is installed");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        EVENTS_CONSUMED,
+        Unit::Count,
+        "Input events applied, by event type"
+    );
+    describe_counter!(
+        EVENTS_DEAD_LETTERED,
+        Unit::Count,
+        "Input messages sent to the dead-letter topic, by reason"
+    );
+    describe_gauge!(
+        CONSUMER_LAG,
+        Unit::Count,
+        "Messages in the input partition not yet consumed, by partition"
+    );
+    describe_gauge!(
+        COMMITTED_OFFSET,
+        "Next input offset to consume, as stored in RocksDB with the state, by partition"
+    );
+    describe_histogram!(
+        DECISION_LATENCY,
+        Unit::Seconds,
+        "From consuming an event to the broker acknowledging the decision it caused"
+    );
+    describe_histogram!(
+        PREDICTION_LOG_RATIO,
+        "ln(estimated / actual mean task runtime) of finished jobs, by policy"
+    );
+    describe_histogram!(
+        PREDICTION_ERROR,
+        "Absolute percentage error of the mean task runtime estimate of finished jobs, by policy"
+    );
+    describe_counter!(
+        DECISIONS,
+        Unit::Count,
+        "Decisions published, by queue and phase"
+    );
+    describe_gauge!(LIVE_JOBS, Unit::Count, "Jobs submitted and not yet ended");
+    describe_gauge!(
+        STATE_RECORDS,
+        Unit::Count,
+        "Records in the RocksDB state, by column family (RocksDB's estimate)"
+    );
+    describe_histogram!(
+        BATCH_EVENTS,
+        Unit::Count,
+        "Input messages per committed batch"
+    );
+    describe_counter!(
+        PRODUCE_RETRIES,
+        Unit::Count,
+        "Output messages produced again after a failed delivery"
+    );
+    describe_histogram!(
+        RISK_PREEMPTION_PROBABILITY,
+        "Probability that a task placed on a transient VM is preempted before it completes, per published risk score"
+    );
+    describe_counter!(
+        RECOVERED_EVENTS,
+        Unit::Count,
+        "Logged events applied again on start to rebuild the predictor state"
+    );
+}

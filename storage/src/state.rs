@@ -1,0 +1,386 @@
+//! The service's durable state in RocksDB.
+//!
+//! One column family per kind of record, plus the consumed Kafka offsets and
+//! the log of applied events:
+//!
+//! | column family | key                          | value                          |
+//! |---------------|------------------------------|--------------------------------|
+//! | `jobs`        | job id (u64 BE)              | job record (JSON)              |
+//! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
+//! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
+//! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
+//! | `log`         | sequence number (u64 BE)     | canonical event (JSON)         |
+//! | `meta`        | name                         | value                          |
+//!
+//! Everything one batch of input changes, *and the offsets it consumed*, is
+//! written with one atomic [`WriteBatch`]: after a crash the store holds
+//! either all of a batch or none of it, and consumption resumes from the
+//! stored offsets, so no event is lost or applied twice. Big-endian keys
+//! make RocksDB's byte order the numeric order.
+//!
+//! The `log` holds every applied event in the order it was applied. The
+//! in-memory predictor state (policies, in-flight jobs) is a deterministic
+//! function of that sequence, so on start the service rebuilds it by
+//! applying the log again rather than serialising every policy.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch,
+    WriteOptions,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub const JOBS: &str = "jobs";
+pub const TASKS: &str = "tasks";
+pub const MACHINES: &str = "machines";
+pub const OFFSETS: &str = "offsets";
+pub const LOG: &str = "log";
+pub const META: &str = "meta";
+
+const COLUMN_FAMILIES: [&str; 6] = [JOBS, TASKS, MACHINES, OFFSETS, LOG, META];
+
+/// The column families that hold derived state (what two equivalent runs
+/// must agree on), as opposed to bookkeeping (offsets, log, meta).
+pub const STATE_FAMILIES: [&str; 3] = [JOBS, TASKS, MACHINES];
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("RocksDB at {path}: {source}")]
+    Rocks {
+        path: String,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error("corrupt {family} record {key:?}: {reason}")]
+    Corrupt {
+        family: &'static str,
+        key: Vec<u8>,
+        reason: String,
+    },
+}
+
+pub struct StateStore {
+    db: DB,
+    path: String,
+    write: WriteOptions,
+}
+
+impl StateStore {
+    /// Open (or create) the store at `path`. With `sync`, every commit is
+    /// flushed to disk before it returns, so even a machine crash loses no
+    /// committed batch; without it, a process crash still loses nothing.
+    pub fn open(path: &Path, sync: bool) -> Result<Self, StoreError> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        let families = COLUMN_FAMILIES
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
+        let shown = path.display().to_string();
+        let db = DB::open_cf_descriptors(&options, path, families).map_err(|source| {
+            StoreError::Rocks {
+                path: shown.clone(),
+                source,
+            }
+        })?;
+        let mut write = WriteOptions::default();
+        write.set_sync(sync);
+        Ok(StateStore {
+            db,
+            path: shown,
+            write,
+        })
+    }
+
+    fn cf(&self, name: &str) -> &ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("every column family is created on open")
+    }
+
+    fn rocks(&self, source: rocksdb::Error) -> StoreError {
+        StoreError::Rocks {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    pub fn batch(&self) -> StateBatch<'_> {
+        StateBatch {
+            store: self,
+            batch: WriteBatch::default(),
+        }
+    }
+
+    /// Write a batch atomically.
+    pub fn commit(&self, batch: StateBatch<'_>) -> Result<(), StoreError> {
+        self.db
+            .write_opt(batch.batch, &self.write)
+            .map_err(|e| self.rocks(e))
+    }
+
+    fn get_raw(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.db
+            .get_cf(self.cf(family), key)
+            .map_err(|e| self.rocks(e))
+    }
+
+    fn get_json<T: DeserializeOwned>(
+        &self,
+        family: &'static str,
+        key: &[u8],
+    ) -> Result<Option<T>, StoreError> {
+        self.get_raw(family, key)?
+            .map(|bytes| {
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                    family,
+                    key: key.to_vec(),
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    pub fn job<T: DeserializeOwned>(&self, job_id: u64) -> Result<Option<T>, StoreError> {
+        self.get_json(JOBS, &job_id.to_be_bytes())
+    }
+
+    pub fn task<T: DeserializeOwned>(
+        &self,
+        job_id: u64,
+        task_index: u32,
+    ) -> Result<Option<T>, StoreError> {
+        self.get_json(TASKS, &task_key(job_id, task_index))
+    }
+
+    pub fn machine<T: DeserializeOwned>(&self, machine_id: u64) -> Result<Option<T>, StoreError> {
+        self.get_json(MACHINES, &machine_id.to_be_bytes())
+    }
+
+    /// The next offset to consume for each stored partition of `topic`.
+    pub fn offsets(&self, topic: &str) -> Result<BTreeMap<i32, i64>, StoreError> {
+        let prefix = offset_prefix(topic);
+        let mut out = BTreeMap::new();
+        let iter = self.db.iterator_cf(
+            self.cf(OFFSETS),
+            IteratorMode::From(&prefix, Direction::Forward),
+        );
+        for item in iter {
+            let (key, value) = item.map_err(|e| self.rocks(e))?;
+            let Some(partition) = key.strip_prefix(prefix.as_slice()) else {
+                break;
+            };
+            let corrupt = |reason: &str| StoreError::Corrupt {
+                family: OFFSETS,
+                key: key.to_vec(),
+                reason: reason.into(),
+            };
+            let partition = i32::from_be_bytes(
+                partition
+                    .try_into()
+                    .map_err(|_| corrupt("partition is not 4 bytes"))?,
+            );
+            let offset = i64::from_be_bytes(
+                value[..]
+                    .try_into()
+                    .map_err(|_| corrupt("offset is not 8 bytes"))?,
+            );
+            out.insert(partition, offset);
+        }
+        Ok(out)
+    }
+
+    /// The sequence number the next logged event gets.
+    pub fn next_log_seq(&self) -> Result<u64, StoreError> {
+        let mut iter = self.db.iterator_cf(self.cf(LOG), IteratorMode::End);
+        match iter.next() {
+            None => Ok(0),
+            Some(item) => {
+                let (key, _) = item.map_err(|e| self.rocks(e))?;
+                let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
+                    family: LOG,
+                    key: key.to_vec(),
+                    reason: "sequence number is not 8 bytes".into(),
+                })?;
+                Ok(u64::from_be_bytes(seq) + 1)
+            }
+        }
+    }
+
+    /// Every logged event, in the order it was applied.
+    pub fn log(&self) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
+        self.db
+            .iterator_cf(self.cf(LOG), IteratorMode::Start)
+            .map(|item| {
+                item.map(|(_, value)| value.into_vec())
+                    .map_err(|e| self.rocks(e))
+            })
+    }
+
+    pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_raw(META, name.as_bytes())
+    }
+
+    /// Every key and value of a column family, in key order (for
+    /// comparing two stores, and for debugging).
+    pub fn dump(&self, family: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        self.db
+            .iterator_cf(self.cf(family), IteratorMode::Start)
+            .map(|item| {
+                item.map(|(k, v)| (k.into_vec(), v.into_vec()))
+                    .map_err(|e| self.rocks(e))
+            })
+            .collect()
+    }
+
+    /// Records in a column family (RocksDB's estimate).
+    pub fn estimated_records(&self, family: &str) -> u64 {
+        self.db
+            .property_int_value_cf(self.cf(family), "rocksdb.estimate-num-keys")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+}
+
+/// Writes collected for one atomic commit.
+pub struct StateBatch<'a> {
+    store: &'a StateStore,
+    batch: WriteBatch,
+}
+
+impl StateBatch<'_> {
+    fn put_json<T: Serialize>(&mut self, family: &str, key: &[u8], value: &T) {
+        let bytes = serde_json::to_vec(value).expect("records serialise to JSON");
+        self.batch.put_cf(self.store.cf(family), key, bytes);
+    }
+
+    pub fn put_job<T: Serialize>(&mut self, job_id: u64, record: &T) {
+        self.put_json(JOBS, &job_id.to_be_bytes(), record);
+    }
+
+    pub fn put_task<T: Serialize>(&mut self, job_id: u64, task_index: u32, record: &T) {
+        self.put_json(TASKS, &task_key(job_id, task_index), record);
+    }
+
+    pub fn put_machine<T: Serialize>(&mut self, machine_id: u64, record: &T) {
+        self.put_json(MACHINES, &machine_id.to_be_bytes(), record);
+    }
+
+    /// Record that `partition` of `topic` is consumed up to (not
+    /// including) `next_offset`.
+    pub fn set_offset(&mut self, topic: &str, partition: i32, next_offset: i64) {
+        let mut key = offset_prefix(topic);
+        key.extend_from_slice(&partition.to_be_bytes());
+        self.batch
+            .put_cf(self.store.cf(OFFSETS), key, next_offset.to_be_bytes());
+    }
+
+    pub fn append_log(&mut self, seq: u64, event: &[u8]) {
+        self.batch
+            .put_cf(self.store.cf(LOG), seq.to_be_bytes(), event);
+    }
+
+    pub fn set_meta(&mut self, name: &str, value: &[u8]) {
+        self.batch
+            .put_cf(self.store.cf(META), name.as_bytes(), value);
+    }
+
+    /// Writes collected so far.
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+}
+
+fn task_key(job_id: u64, task_index: u32) -> [u8; 12] {
+    let mut key = [0u8; 12];
+    key[..8].copy_from_slice(&job_id.to_be_bytes());
+    key[8..].copy_from_slice(&task_index.to_be_bytes());
+    key
+}
+
+/// Topic names cannot contain NUL, so `topic, 0` is an unambiguous prefix.
+fn offset_prefix(topic: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(topic.len() + 5);
+    key.extend_from_slice(topic.as_bytes());
+    key.push(0);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_committed_batch_is_there_after_reopening_and_an_uncommitted_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = StateStore::open(dir.path(), true).unwrap();
+            let mut batch = store.batch();
+            batch.put_job(7, &serde_json::json!({"job_id": 7}));
+            batch.put_task(7, 1, &serde_json::json!({"task": 1}));
+            batch.set_offset("events", 3, 42);
+            batch.set_offset("events-2", 0, 5);
+            batch.append_log(0, b"{\"a\":1}");
+            batch.append_log(1, b"{\"a\":2}");
+            store.commit(batch).unwrap();
+            let mut lost = store.batch();
+            lost.put_job(8, &serde_json::json!({"job_id": 8}));
+            lost.set_offset("events", 3, 99);
+            // Dropped without commit: as if the process died here.
+        }
+        let store = StateStore::open(dir.path(), true).unwrap();
+        let job: Option<serde_json::Value> = store.job(7).unwrap();
+        assert_eq!(job, Some(serde_json::json!({"job_id": 7})));
+        assert_eq!(store.job::<serde_json::Value>(8).unwrap(), None);
+        assert!(store.task::<serde_json::Value>(7, 1).unwrap().is_some());
+        assert_eq!(store.offsets("events").unwrap(), BTreeMap::from([(3, 42)]));
+        assert_eq!(store.offsets("events-2").unwrap(), BTreeMap::from([(0, 5)]));
+        assert_eq!(store.offsets("other").unwrap(), BTreeMap::new());
+        assert_eq!(store.next_log_seq().unwrap(), 2);
+        let log: Vec<Vec<u8>> = store.log().collect::<Result<_, _>>().unwrap();
+        assert_eq!(log, vec![b"{\"a\":1}".to_vec(), b"{\"a\":2}".to_vec()]);
+    }
+
+    #[test]
+    fn log_and_offsets_keep_numeric_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        for seq in [300u64, 2, 256, 1] {
+            batch.append_log(seq, seq.to_string().as_bytes());
+        }
+        for partition in [10, 2, 256] {
+            batch.set_offset("t", partition, i64::from(partition) * 2);
+        }
+        store.commit(batch).unwrap();
+        let log: Vec<String> = store
+            .log()
+            .map(|r| String::from_utf8(r.unwrap()).unwrap())
+            .collect();
+        assert_eq!(log, ["1", "2", "256", "300"]);
+        assert_eq!(store.next_log_seq().unwrap(), 301);
+        let offsets: Vec<(i32, i64)> = store.offsets("t").unwrap().into_iter().collect();
+        assert_eq!(offsets, [(2, 4), (10, 20), (256, 512)]);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_reported_with_its_family() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        batch
+            .batch
+            .put_cf(store.cf(JOBS), 5u64.to_be_bytes(), b"not json");
+        store.commit(batch).unwrap();
+        let err = store.job::<serde_json::Value>(5).unwrap_err();
+        assert!(err.to_string().starts_with("corrupt jobs record"), "{err}");
+    }
+}

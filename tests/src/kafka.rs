@@ -1,0 +1,152 @@
+//! Kafka for tests: librdkafka's in-process mock cluster, and small
+//! producers and readers that go around jobcast's own code, so that tests
+//! check jobcast against the broker rather than against itself.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use jobcast_ingest::event::{Event, encode};
+use jobcast_ingest::kafka::{Topics, event_key};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// One message read back: where it was, and what it held.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A mock cluster of one broker with jobcast's topics: the input one with
+/// `partitions` partitions, the outputs with one.
+pub struct Cluster {
+    pub mock: MockCluster<'static, DefaultProducerContext>,
+}
+
+impl Cluster {
+    pub fn new(topics: &Topics, partitions: i32) -> Self {
+        let mock = MockCluster::new(1).expect("mock cluster starts");
+        mock.create_topic(&topics.events, partitions, 1)
+            .expect("topic created");
+        for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+            mock.create_topic(topic, 1, 1).expect("topic created");
+        }
+        Cluster { mock }
+    }
+
+    pub fn brokers(&self) -> String {
+        self.mock.bootstrap_servers()
+    }
+
+    pub fn produce(&self, topic: &str, messages: &[(String, Vec<u8>)]) {
+        produce(&self.brokers(), topic, messages);
+    }
+
+    pub fn read_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
+        read_all(&self.brokers(), topic, partitions)
+    }
+}
+
+/// Produce (key, payload) messages and wait for every acknowledgement.
+pub fn produce(brokers: &str, topic: &str, messages: &[(String, Vec<u8>)]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("producer");
+    for (key, payload) in messages {
+        let mut record = BaseRecord::to(topic).key(key).payload(payload);
+        while let Err((_, back)) = producer.send(record) {
+            record = back;
+            producer.poll(Duration::from_millis(10));
+        }
+    }
+    producer
+        .flush(Duration::from_secs(30))
+        .expect("every message acknowledged");
+}
+
+/// Every message of `topic`'s first `partitions` partitions, in partition
+/// then offset order.
+pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> Vec<Record> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "jobcast-tests-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = 0i64;
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition added");
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(5))
+            .expect("watermarks");
+        remaining += high - low;
+    }
+    consumer.assign(&tpl).expect("assigned");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while remaining > 0 && Instant::now() < deadline {
+        let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        let value = String::from_utf8_lossy(h.value.unwrap_or_default());
+                        (h.key.to_owned(), value.into_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Record {
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().unwrap_or_default().to_vec(),
+            payload: m.payload().unwrap_or_default().to_vec(),
+            headers,
+        });
+        remaining -= 1;
+    }
+    assert_eq!(remaining, 0, "could not read all of {topic}");
+    out.sort_by_key(|r| (r.partition, r.offset));
+    out
+}
+
+/// A decisions topic as (job id, version) → decision JSON. Redelivered
+/// duplicates collapse, as they do for any consumer that keys by both.
+pub fn decisions(brokers: &str, topic: &str) -> BTreeMap<(u64, u64), serde_json::Value> {
+    read_all(brokers, topic, 1)
+        .into_iter()
+        .map(|m| {
+            let d: serde_json::Value =
+                serde_json::from_slice(&m.payload).expect("decisions are JSON");
+            let key = (
+                d["job_id"].as_u64().expect("job_id"),
+                d["version"].as_u64().expect("version"),
+            );
+            (key, d)
+        })
+        .collect()
+}
+
+/// Events as the input topic carries them: (key, canonical JSON).
+pub fn messages(events: &[Event]) -> Vec<(String, Vec<u8>)> {
+    events
+        .iter()
+        .map(|e| {
+            let mut bytes = Vec::new();
+            encode(e, &mut bytes);
+            (event_key(e), bytes)
+        })
+        .collect()
+}

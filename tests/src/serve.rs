@@ -1,0 +1,179 @@
+//! `jobcast serve` as a child process: started with flags, found through
+//! the address it prints, asked over HTTP, and stopped with a signal.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use jobcast_storage::state::{STATE_FAMILIES, StateStore};
+
+use crate::jobcast_bin;
+
+pub struct Serve {
+    child: Child,
+    pub http: String,
+    agent: ureq::Agent,
+}
+
+impl Serve {
+    /// Start `jobcast serve` on `brokers` with its state in `data` and any
+    /// extra flags; returns once its HTTP address is known.
+    pub fn start(brokers: &str, data: &Path, extra: &[&str]) -> Serve {
+        let mut child = Command::new(jobcast_bin())
+            .args(["serve", "--brokers", brokers, "--http", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data)
+            .args(extra)
+            .env("JOBCAST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("jobcast serve starts");
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("jobcast serve: HTTP on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+                eprintln!("[serve] {line}");
+            }
+        });
+        let http = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("jobcast serve printed its HTTP address");
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(10)))
+            .build()
+            .into();
+        Serve { child, http, agent }
+    }
+
+    /// `GET path`: (status, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let mut response = self
+            .agent
+            .get(format!("{}{path}", self.http))
+            .call()
+            .expect("HTTP request");
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().expect("body");
+        (status, body)
+    }
+
+    /// Sum of a metric's samples over all label sets (0 if absent).
+    pub fn metric(&self, name: &str) -> f64 {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200);
+        metric_sum(&body, name)
+    }
+
+    /// Input messages committed so far: applied plus dead-lettered.
+    pub fn committed(&self) -> u64 {
+        let (_, body) = self.get("/metrics");
+        (metric_sum(&body, "jobcast_events_consumed_total")
+            + metric_sum(&body, "jobcast_events_dead_lettered_total")) as u64
+    }
+
+    /// Wait until `n` input messages are committed.
+    pub fn wait_committed(&mut self, n: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("jobcast serve exited early: {status}");
+            }
+            if self.committed() >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} committed",
+                self.committed()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Wait until the input offsets stored with the state add up to `n`
+    /// (every partition starts at 0): the whole input is applied, across
+    /// restarts.
+    pub fn wait_stored_offsets(&mut self, n: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("jobcast serve exited early: {status}");
+            }
+            let stored = self.metric("jobcast_input_committed_offset") as u64;
+            if stored >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {stored} of {n} offsets stored"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                assert!(
+                    status.success(),
+                    "jobcast serve exited with {status} after SIGTERM"
+                );
+                return;
+            }
+            assert!(Instant::now() < deadline, "jobcast serve ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no chance to finish anything.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every record of the derived state (jobs, tasks, machines) of
+/// the RocksDB store at `path`, by column family.
+pub fn stored_state(path: &Path) -> BTreeMap<&'static str, Vec<(Vec<u8>, Vec<u8>)>> {
+    let store = StateStore::open(path, false).expect("store opens");
+    STATE_FAMILIES
+        .iter()
+        .map(|&family| (family, store.dump(family).expect("store reads")))
+        .collect()
+}
+
+/// Sum of the samples of metric `name` in a Prometheus text exposition.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,154 @@
+//! `jobcast risk fit` end to end on the real GCE preemptible-VM lifetimes
+//! (skipped when `../shared/data` is absent): the JSON shape, the bathtub
+//! model beating the memoryless one on the pooled data, groups and plots,
+//! and byte-identical output for the same input.
+
+use std::path::PathBuf;
+
+use jobcast_tests::{jobcast, jobcast_ok, shared_data};
+use serde_json::Value;
+
+const MODELS: [(&str, &[&str]); 5] = [
+    ("bathtub", &["a", "tau1", "tau2", "b"]),
+    ("exponential", &["rate"]),
+    ("weibull", &["lambda", "k"]),
+    ("gompertz-makeham", &["lambda", "alpha", "beta"]),
+    ("uniform", &[]),
+];
+
+fn lifetimes() -> Option<PathBuf> {
+    shared_data("google-preemptible-vm-lifetimes-2019").map(|d| d.join("data.json.gz"))
+}
+
+fn fit_json(args: &[&str]) -> (String, Vec<Value>) {
+    let out = jobcast_ok(args);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let fits = v.as_array().expect("a list of fits").clone();
+    (out, fits)
+}
+
+fn find<'a>(fits: &'a [Value], group: &str, model: &str) -> &'a Value {
+    fits.iter()
+        .find(|f| f["group"] == group && f["model"] == model)
+        .unwrap_or_else(|| panic!("no {model} fit for {group}"))
+}
+
+#[test]
+fn fits_every_model_and_group_and_the_bathtub_beats_the_memoryless_model() {
+    let Some(data) = lifetimes() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let args = [
+        "risk",
+        "fit",
+        "--lifetimes",
+        data.to_str().unwrap(),
+        "--json",
+        "--plots",
+        plots.to_str().unwrap(),
+    ];
+    let (out, fits) = fit_json(&args);
+    for f in &fits {
+        let model = f["model"].as_str().unwrap();
+        let (_, names) = MODELS
+            .iter()
+            .find(|(m, _)| *m == model)
+            .unwrap_or_else(|| panic!("unknown model {model}"));
+        let params = f["params"].as_object().unwrap();
+        let mut keys: Vec<&str> = params.keys().map(String::as_str).collect();
+        let mut want = names.to_vec();
+        keys.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(keys, want, "{f}");
+        assert!(
+            params
+                .values()
+                .all(|v| v.as_f64().is_some_and(f64::is_finite))
+        );
+        assert!(f["group"].is_string() && f["vms"].is_u64() && f["preemptions"].is_u64());
+        let ks = f["ks"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&ks), "{f}");
+        // R² is null only for a group with fewer than two distinct times.
+        assert!(f["r2"].is_f64() || f["r2"].is_null(), "{f}");
+        let w = f["weight"].as_f64().unwrap();
+        assert!(w > 0.0 && w <= 1.0, "{f}");
+        assert_eq!(f["max_lifetime_h"], 24.0);
+    }
+    // The pooled data: all 1,442 VMs, every model.
+    let pooled: Vec<&Value> = fits.iter().filter(|f| f["group"] == "all").collect();
+    assert_eq!(pooled.len(), MODELS.len());
+    assert!(
+        pooled
+            .iter()
+            .all(|f| f["vms"] == 1442 && f["weight"] == 1.0)
+    );
+    let bathtub = find(&fits, "all", "bathtub");
+    let exponential = find(&fits, "all", "exponential");
+    let r2 = |f: &Value| f["r2"].as_f64().unwrap();
+    let ks_of = |f: &Value| f["ks"].as_f64().unwrap();
+    assert!(
+        r2(bathtub) > r2(exponential) + 0.3,
+        "{bathtub} vs {exponential}"
+    );
+    assert!(
+        ks_of(bathtub) < ks_of(exponential) / 2.0,
+        "{bathtub} vs {exponential}"
+    );
+    // Groups by type, zone and VM-local day/night.
+    for group in [
+        "type=n1-highcpu-16",
+        "zone=us-central1-c",
+        "zone=us-east1-b",
+        "period=day",
+        "period=night",
+    ] {
+        let f = find(&fits, group, "bathtub");
+        assert!(f["weight"].as_f64().unwrap() < 1.0, "{f}");
+    }
+    for name in [
+        "lifetime_cdf.svg",
+        "bathtub_density.svg",
+        "lifetime_cdf_zone-us-east1-b.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(name)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.len() < 200_000,
+            "{name}: {} bytes",
+            svg.len()
+        );
+    }
+    // Same input, same bytes.
+    assert_eq!(jobcast_ok(&args[..5]), out);
+}
+
+#[test]
+fn combined_groupings_and_the_table() {
+    let Some(data) = lifetimes() else { return };
+    let data = data.to_str().unwrap();
+    let (_, fits) = fit_json(&[
+        "risk",
+        "fit",
+        "--lifetimes",
+        data,
+        "--by",
+        "type+zone",
+        "--json",
+    ]);
+    let groups: Vec<&str> = fits.iter().map(|f| f["group"].as_str().unwrap()).collect();
+    assert!(
+        groups.contains(&"type=n1-highcpu-32,zone=us-central1-c"),
+        "{groups:?}"
+    );
+    assert!(
+        !groups.iter().any(|g| g.starts_with("period=")),
+        "{groups:?}"
+    );
+    let table = jobcast_ok(&["risk", "fit", "--lifetimes", data]);
+    assert!(
+        table.contains("gompertz-makeham") && table.contains("period=night"),
+        "{table}"
+    );
+    let bad = jobcast(&["risk", "fit", "--lifetimes", data, "--by", "colour"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("colour"));
+}

@@ -1,0 +1,133 @@
+//! `jobcast serve` as operators run it: a separate process on a Kafka
+//! cluster (librdkafka's mock, hosted by this test), RocksDB on disk, the
+//! HTTP API and metrics, SIGTERM and SIGKILL.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use jobcast_ingest::event::Event;
+use jobcast_ingest::kafka::Topics;
+use jobcast_storage::state::StateStore;
+use jobcast_tests::excerpt_events;
+use jobcast_tests::kafka::{Cluster, decisions, messages};
+use jobcast_tests::serve::{Serve, stored_state};
+
+const PARTITIONS: i32 = 4;
+const WAIT: Duration = Duration::from_secs(120);
+
+/// (job id, version) → decision JSON, from a decisions topic.
+
+#[test]
+fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let input = messages(&events);
+    cluster.produce(&topics.events, &input);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
+    serve.wait_committed(input.len() as u64, WAIT);
+
+    assert_eq!(serve.get("/healthz").0, 200);
+    let (status, ready) = serve.get("/readyz");
+    assert_eq!(status, 200, "{ready}");
+
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    let mut checked = 0;
+    let submitted: BTreeSet<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobSubmitted(j) => Some(j.job_id),
+            _ => None,
+        })
+        .collect();
+    for &job_id in &submitted {
+        let (status, body) = serve.get(&format!("/jobs/{job_id}"));
+        assert_eq!(status, 200, "job {job_id}: {body}");
+        let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let versions: Vec<u64> = job["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["version"].as_u64().unwrap())
+            .collect();
+        assert_eq!(versions, (1..=versions.len() as u64).collect::<Vec<_>>());
+        for d in job["decisions"].as_array().unwrap() {
+            let key = (job_id, d["version"].as_u64().unwrap());
+            assert_eq!(published.get(&key), Some(d), "job {job_id}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= submitted.len(), "every job has a decision");
+    assert_eq!(serve.get("/jobs/123456789012").0, 404);
+    assert_eq!(serve.get("/jobs/not-a-number").0, 400);
+
+    for policy in ["slearn", "3sigma"] {
+        let count = serve.metric(&format!(
+            "jobcast_prediction_error_percent_count{{policy=\"{policy}\"}}"
+        ));
+        assert!(count > 0.0, "no prediction errors recorded for {policy}");
+    }
+    serve.terminate();
+}
+
+#[test]
+fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
+    let mut topics = Topics::default();
+    topics.decisions = "whole.decisions".into();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    cluster.mock.create_topic("killed.decisions", 1, 1).unwrap();
+    let input = messages(&excerpt_events());
+    cluster.produce(&topics.events, &input);
+    let total = input.len() as u64;
+
+    let whole = tempfile::tempdir().unwrap();
+    let whole_state = whole.path().join("state");
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &whole_state,
+        &["--decisions-topic", "whole.decisions"],
+    );
+    serve.wait_committed(total, WAIT);
+    serve.terminate();
+
+    let interrupted = tempfile::tempdir().unwrap();
+    let state = interrupted.path().join("state");
+    // A killed member stays in the group until its session times out:
+    // keep that short so that each restart takes its partitions back soon.
+    let flags = [
+        "--decisions-topic",
+        "killed.decisions",
+        "-X",
+        "session.timeout.ms=6000",
+        "-X",
+        "heartbeat.interval.ms=500",
+    ];
+    // Each run commits more; the committed count survives restarts.
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(total / 4, WAIT);
+    serve.kill();
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(total / 5, WAIT);
+    serve.terminate();
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(1, WAIT);
+    serve.kill();
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_stored_offsets(total, WAIT);
+    serve.terminate();
+
+    let offsets = |path: &Path| {
+        StateStore::open(path, false)
+            .unwrap()
+            .offsets(&topics.events)
+            .unwrap()
+    };
+    assert_eq!(offsets(&state), offsets(&whole_state));
+    assert_eq!(stored_state(&state), stored_state(&whole_state));
+    assert_eq!(
+        decisions(&cluster.brokers(), "killed.decisions"),
+        decisions(&cluster.brokers(), "whole.decisions")
+    );
+}

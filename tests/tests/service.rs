@@ -1,0 +1,252 @@
+//! The service pipeline against librdkafka's in-process mock cluster, with
+//! RocksDB on disk: everything consumed is applied or dead-lettered, the
+//! state is what applying the events in merged order gives, and a stop in
+//! the middle followed by a restart ends in the same state as a run that
+//! never stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use jobcast_ingest::event::{Event, decode};
+use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::engine::{Effects, Engine, JobRecord};
+use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
+use jobcast_storage::state::StateStore;
+use jobcast_tests::excerpt_events;
+use jobcast_tests::kafka::{Cluster, decisions, messages};
+use jobcast_tests::serve::stored_state;
+
+const PARTITIONS: i32 = 4;
+
+/// Messages that must all be dead-lettered, with the reason each gets.
+fn bad_messages() -> Vec<(&'static [u8], &'static str)> {
+    vec![
+        (b"not json at all", "syntax"),
+        (br#"{"v":1,"type":"task","time_us":5,"job_id":1"#, "syntax"),
+        (br#"{"v":9,"type":"job_ended","time_us":5,"job_id":1,"outcome":"finish"}"#, "unsupported_version"),
+        (br#"{"v":1,"type":"reboot","time_us":5}"#, "unknown_type"),
+        (br#"{"v":1,"type":"job_ended","time_us":5,"outcome":"finish"}"#, "missing_field"),
+        (br#"{"v":1,"type":"job_ended","time_us":"soon","job_id":1,"outcome":"finish"}"#, "invalid_field"),
+        (
+            br#"{"v":1,"type":"task","time_us":5,"job_id":18446744073709551000,"task_index":0,"kind":"finish"}"#,
+            "unknown_job",
+        ),
+        (b"\xff\xfe\x00invalid utf-8", "syntax"),
+    ]
+}
+
+fn config(brokers: &str, topics: &Topics, data: &Path) -> ServeConfig {
+    let mut config = ServeConfig::default();
+    config.kafka = KafkaSettings::new(brokers);
+    config.topics = topics.clone();
+    config.storage.path = data.to_path_buf();
+    config.storage.sync = false;
+    // Small batches, so that a stop lands in the middle of the stream.
+    config.consumer.batch_max_events = 64;
+    config
+}
+
+/// Run the service until it has committed `stop_at` messages (or all of
+/// them), then stop it gracefully.
+fn run_until(config: &ServeConfig, stop_at: u64) -> RunSummary {
+    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
+    let shared = Shared::new(store);
+    let thread_shared = shared.clone();
+    let thread_config = config.clone();
+    let handle = std::thread::spawn(move || service::run(&thread_config, thread_shared));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while shared.counters.committed.load(Ordering::Relaxed) < stop_at {
+        assert!(
+            !handle.is_finished(),
+            "the service ended early: {:?}",
+            handle.join()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the service did not get through the input"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    shared.shutdown.store(true, Ordering::Relaxed);
+    handle
+        .join()
+        .expect("no panic")
+        .expect("the service runs cleanly")
+}
+
+fn input(events: &[Event]) -> Vec<(String, Vec<u8>)> {
+    let mut messages = messages(events);
+    // Bad messages spread through the stream.
+    let step = messages.len() / (bad_messages().len() + 1);
+    for (i, (payload, _)) in bad_messages().into_iter().enumerate() {
+        messages.insert((i + 1) * step, (format!("bad{i}"), payload.to_vec()));
+    }
+    messages
+}
+
+fn temp() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state");
+    (dir, path)
+}
+
+#[test]
+fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let messages = input(&events);
+    cluster.produce(&topics.events, &messages);
+    let (_dir, path) = temp();
+    let config = config(&cluster.brokers(), &topics, &path);
+    let summary = run_until(&config, messages.len() as u64);
+    assert_eq!(summary.committed, messages.len() as u64);
+    assert_eq!(summary.applied + summary.dead_lettered, summary.committed);
+
+    // The reference: a fresh engine fed the input in (time, partition,
+    // offset) order, skipping what it refuses.
+    let mut ordered: Vec<(u64, i32, i64, Event)> = cluster
+        .read_all(&topics.events, PARTITIONS)
+        .into_iter()
+        .filter_map(|m| {
+            decode(&m.payload)
+                .ok()
+                .map(|e| (e.time_us(), m.partition, m.offset, e))
+        })
+        .collect();
+    ordered.sort_by_key(|(t, p, o, _)| (*t, *p, *o));
+    let mut engine = Engine::new(&config.engine).unwrap();
+    let mut effects = Effects::default();
+    let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut jobs = BTreeSet::new();
+    for (_, _, _, event) in &ordered {
+        match engine.apply(event, &mut effects) {
+            Ok(()) => {
+                if let Event::JobSubmitted(j) = event {
+                    jobs.insert(j.job_id);
+                }
+            }
+            Err(r) => *refused.entry(r.reason).or_default() += 1,
+        }
+    }
+    let undecodable = bad_messages()
+        .iter()
+        .filter(|(_, r)| *r != "unknown_job")
+        .count() as u64;
+    assert_eq!(summary.applied, engine.events());
+    assert_eq!(
+        summary.dead_lettered,
+        undecodable + refused.values().sum::<u64>()
+    );
+
+    // Every bad message is in the dead-letter topic, bytes untouched, with
+    // its reason and where it came from.
+    let dead = cluster.read_all(&topics.dead_letter, 1);
+    assert_eq!(dead.len() as u64, summary.dead_lettered);
+    for (payload, reason) in bad_messages() {
+        let letter = dead
+            .iter()
+            .find(|m| m.payload == payload)
+            .unwrap_or_else(|| panic!("{:?} not dead-lettered", String::from_utf8_lossy(payload)));
+        assert_eq!(letter.headers[dead_letter_headers::REASON], reason);
+        assert!(!letter.headers[dead_letter_headers::ERROR].is_empty());
+        assert_eq!(
+            letter.headers[dead_letter_headers::SOURCE_TOPIC],
+            topics.events
+        );
+        assert!(
+            letter.headers[dead_letter_headers::SOURCE_OFFSET]
+                .parse::<i64>()
+                .is_ok()
+        );
+    }
+
+    // Stored job records equal the reference engine's; every submitted job
+    // has decisions, versions 1, 2, … in order, all on the decisions topic.
+    let store = StateStore::open(&path, false).unwrap();
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    assert!(!jobs.is_empty());
+    for &job_id in &jobs {
+        let stored: JobRecord = store.job(job_id).unwrap().expect("job stored");
+        assert_eq!(Some(&stored), engine.job(job_id));
+        assert!(!stored.decisions.is_empty(), "job {job_id} has no decision");
+        for (i, d) in stored.decisions.iter().enumerate() {
+            assert_eq!(d.version as usize, i + 1, "job {job_id}");
+            assert!(
+                published
+                    .iter()
+                    .any(|(j, v, _)| *j == job_id && *v == d.version)
+            );
+        }
+    }
+    let finished = jobs
+        .iter()
+        .filter_map(|&id| store.job::<JobRecord>(id).unwrap())
+        .filter(|r| r.actual_mean_task_runtime_us.is_some())
+        .count();
+    assert!(
+        finished > 0,
+        "some jobs finish within the excerpt and are scored"
+    );
+}
+
+#[test]
+fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
+    let mut topics_a = Topics::default();
+    topics_a.decisions = "a.decisions".into();
+    let cluster = Cluster::new(&topics_a, PARTITIONS);
+    let mut topics_b = topics_a.clone();
+    topics_b.decisions = "b.decisions".into();
+    cluster
+        .mock
+        .create_topic(&topics_b.decisions, 1, 1)
+        .unwrap();
+    let messages = input(&excerpt_events());
+    cluster.produce(&topics_a.events, &messages);
+    let total = messages.len() as u64;
+
+    let (_a, path_a) = temp();
+    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    assert_eq!(whole.committed, total);
+
+    let (_b, path_b) = temp();
+    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let first = run_until(&config_b, total * 2 / 5);
+    assert!(first.committed < total, "the first run stopped early");
+    let second = run_until(&config_b, total - first.committed);
+    assert_eq!(second.recovered_events, first.applied);
+    assert_eq!(
+        first.committed + second.committed,
+        total,
+        "nothing read twice"
+    );
+
+    assert_eq!(stored_state(&path_a), stored_state(&path_b));
+    let a = decisions(&cluster.brokers(), &topics_a.decisions);
+    let b = decisions(&cluster.brokers(), &topics_b.decisions);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_store_built_with_another_engine_configuration_is_refused() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
+    cluster.produce(&topics.events, &messages);
+    let (_dir, path) = temp();
+    let config_a = config(&cluster.brokers(), &topics, &path);
+    run_until(&config_a, messages.len() as u64);
+    let mut config_b = config_a.clone();
+    config_b.engine.policies.thin_limit = 5;
+    let store = Arc::new(StateStore::open(&path, false).unwrap());
+    let err = service::run(&config_b, Shared::new(store)).unwrap_err();
+    assert!(
+        err.to_string().contains("another engine configuration"),
+        "{err}"
+    );
+}
