@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::report::{PALETTE, align};
 pub use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::history::{History, HistoryConfig};
 use jobcast_predictor::policies::{self, JobTruth, OracleTruth};
@@ -270,7 +271,7 @@ impl Evaluation {
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
         }
-        let mut out = align(&rows);
+        let mut out = align(&rows, |c, _| c == 0);
         let e = &self.excluded;
         let _ = writeln!(
             out,
@@ -363,51 +364,6 @@ impl Evaluation {
     }
 }
 
-/// Pad every column to its widest cell; numbers right-aligned.
-fn align(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, s)| {
-                if c == 0 {
-                    format!("{s:<w$}", w = widths[c])
-                } else {
-                    format!("{s:>w$}", w = widths[c])
-                }
-            })
-            .collect();
-        out += cells.join("  ").trim_end();
-        out.push('\n');
-    }
-    out
-}
-
-/// Line colours, distinguishable from each other (Tableau 10).
-const COLORS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
-
 /// Steps of at most this many rises are drawn per CDF; more jobs are
 /// drawn at evenly spaced quantiles, which keeps the SVG small.
 const CDF_STEPS: usize = 500;
@@ -475,7 +431,7 @@ fn cdf_plot(
     for (i, (name, values)) in series.iter().enumerate() {
         let mut v: Vec<f64> = values.iter().map(|x| x.clamp(lo, hi)).collect();
         v.sort_by(f64::total_cmp);
-        let color = COLORS[i % COLORS.len()].to_rgba();
+        let color = PALETTE[i % PALETTE.len()].to_rgba();
         // Earlier series are drawn wider, so that a later one with the same
         // values (e.g. slearn-dag on a trace without DAGs) leaves it visible.
         let width = 2 + 2 * (series.len() - 1 - i) / series.len().max(1);
@@ -527,7 +483,7 @@ mod tests {
             vec!["3sigma-dag".to_owned(), "1.0".to_owned()],
         ];
         assert_eq!(
-            align(&rows),
+            align(&rows, |c, _| c == 0),
             "policy       avg\nslearn      12.5\n3sigma-dag   1.0\n"
         );
     }

@@ -16,6 +16,7 @@
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;
+pub mod report;
 pub mod sim;
 pub mod workload;
 

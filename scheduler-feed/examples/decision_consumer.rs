@@ -27,7 +27,9 @@ struct Decision {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let brokers = args.next().ok_or("usage: decision_consumer BROKERS [TOPIC]")?;
+    let brokers = args
+        .next()
+        .ok_or("usage: decision_consumer BROKERS [TOPIC]")?;
     let topic = args.next().unwrap_or_else(|| "jobcast.decisions".into());
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)

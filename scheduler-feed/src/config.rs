@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineConfig;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     pub kafka: KafkaSettings,
@@ -20,19 +20,6 @@ pub struct ServeConfig {
     pub storage: StorageConfig,
     pub http: HttpConfig,
     pub engine: EngineConfig,
-}
-
-impl Default for ServeConfig {
-    fn default() -> Self {
-        ServeConfig {
-            kafka: KafkaSettings::default(),
-            topics: Topics::default(),
-            consumer: ConsumerConfig::default(),
-            storage: StorageConfig::default(),
-            http: HttpConfig::default(),
-            engine: EngineConfig::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

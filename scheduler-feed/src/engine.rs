@@ -421,7 +421,9 @@ impl Engine {
         ) else {
             return;
         };
-        if !(machine.preemptible && machine.up) || !(runtime.mean_h > 0.0) {
+        // A NaN or non-positive runtime cannot be scored.
+        let has_work = runtime.mean_h > 0.0;
+        if !(machine.preemptible && machine.up && has_work) {
             return;
         }
         let age_h = now_us.saturating_sub(launch) as f64 / 3.6e9;

@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::engine::{JobRecord, MachineRecord};
+use crate::engine::MachineRecord;
 use crate::service::Shared;
 use crate::telemetry;
 
@@ -43,37 +43,43 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
-fn parse_id(raw: &str, what: &str) -> Result<u64, Response> {
+/// A path id, or the 400 answer naming what was wrong.
+fn parse_id(raw: &str, what: &str) -> Result<u64, Box<Response>> {
     raw.parse().map_err(|_| {
-        error(
+        Box::new(error(
             StatusCode::BAD_REQUEST,
             format!("{what} id must be an unsigned integer, got {raw:?}"),
-        )
+        ))
     })
 }
 
 /// `GET /jobs/{id}`: state, each policy's current estimate, the driving
-/// policy's decision history and, once finished, each policy's error.
+/// policy's decision history and, once finished, each policy's error. The
+/// stored JSON is served as is, so numbers are exactly what was published.
 async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
     let id = match parse_id(&raw, "job") {
         Ok(id) => id,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
-    match shared.store.job::<JobRecord>(id) {
-        Ok(Some(record)) => Json(record).into_response(),
+    match shared.store.job_json(id) {
+        Ok(Some(json)) => json_bytes(json),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
 
-/// `GET /machines/{id}`: the machine's last known state.
+fn json_bytes(json: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+}
+
+/// `GET /machines/{id}`: the machine's last known state, as stored.
 async fn machine(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
     let id = match parse_id(&raw, "machine") {
         Ok(id) => id,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
-    match shared.store.machine::<MachineRecord>(id) {
-        Ok(Some(record)) => Json(record).into_response(),
+    match shared.store.machine_json(id) {
+        Ok(Some(json)) => json_bytes(json),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
@@ -84,7 +90,7 @@ async fn machine(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> 
 async fn machine_risk(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
     let id = match parse_id(&raw, "machine") {
         Ok(id) => id,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     match shared.store.machine::<MachineRecord>(id) {
         Ok(Some(MachineRecord {

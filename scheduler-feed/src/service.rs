@@ -181,10 +181,16 @@ impl ClientContext for SourceContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.shared.broker_up.store(false, Ordering::Relaxed);
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AllBrokersDown) => {
+                self.shared.broker_up.store(false, Ordering::Relaxed);
+                warn!("Kafka consumer: {error}: {reason}");
+            }
+            // Reaching a partition's end is news for the merge, which gets
+            // it from poll; nothing is wrong.
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
+            _ => warn!("Kafka consumer: {error}: {reason}"),
         }
-        warn!("Kafka consumer: {error}: {reason}");
     }
 
     /// Consumer lag per partition, from librdkafka's periodic statistics
@@ -485,7 +491,13 @@ impl<'a> Pipeline<'a> {
             }
         }
         producer.flush(Duration::from_secs(10))?;
+        // Leave the group now rather than when the session times out, so
+        // that the partitions move to the other members at once.
         consumer.unsubscribe();
+        let leaving = Instant::now();
+        while leaving.elapsed() < Duration::from_millis(500) {
+            let _ = consumer.poll(Duration::from_millis(50));
+        }
         info!(?self.summary, "stopped");
         Ok(self.summary)
     }
@@ -761,7 +773,7 @@ impl<'a> Pipeline<'a> {
                 let mut headers = OwnedHeaders::new_with_capacity(message.headers.len());
                 for (name, value) in &message.headers {
                     headers = headers.insert(Header {
-                        key: *name,
+                        key: name,
                         value: Some(value),
                     });
                 }

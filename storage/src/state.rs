@@ -62,6 +62,9 @@ pub enum StoreError {
     },
 }
 
+/// Keys and values of a column family, in key order.
+pub type Records = Vec<(Vec<u8>, Vec<u8>)>;
+
 pub struct StateStore {
     db: DB,
     path: String,
@@ -142,6 +145,17 @@ impl StateStore {
                 })
             })
             .transpose()
+    }
+
+    /// A job's record as stored (JSON bytes), for serving without a
+    /// decode/encode round trip.
+    pub fn job_json(&self, job_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_raw(JOBS, &job_id.to_be_bytes())
+    }
+
+    /// A machine's record as stored (JSON bytes).
+    pub fn machine_json(&self, machine_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_raw(MACHINES, &machine_id.to_be_bytes())
     }
 
     pub fn job<T: DeserializeOwned>(&self, job_id: u64) -> Result<Option<T>, StoreError> {
@@ -226,7 +240,7 @@ impl StateStore {
 
     /// Every key and value of a column family, in key order (for
     /// comparing two stores, and for debugging).
-    pub fn dump(&self, family: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn dump(&self, family: &str) -> Result<Records, StoreError> {
         self.db
             .iterator_cf(self.cf(family), IteratorMode::Start)
             .map(|item| {

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use jobcast_storage::state::{STATE_FAMILIES, StateStore};
+use jobcast_storage::state::{Records, STATE_FAMILIES, StateStore};
 
 use crate::jobcast_bin;
 
@@ -158,7 +158,7 @@ impl Drop for Serve {
 
 /// Every record of the derived state (jobs, tasks, machines) of
 /// the RocksDB store at `path`, by column family.
-pub fn stored_state(path: &Path) -> BTreeMap<&'static str, Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn stored_state(path: &Path) -> BTreeMap<&'static str, Records> {
     let store = StateStore::open(path, false).expect("store opens");
     STATE_FAMILIES
         .iter()

@@ -41,8 +41,8 @@ fn generate(path: &Path) -> u64 {
     std::fs::read_to_string(path).unwrap().lines().count() as u64
 }
 
-/// `jobcast replay ... --json` into `mock`; its parsed summary.
-fn replay(mock: &Mock, trace: &Path, extra: &[&str]) -> Value {
+/// `jobcast replay ... --json` into `mock`: its output, whatever its status.
+fn replay_output(mock: &Mock, trace: &Path, extra: &[&str]) -> std::process::Output {
     let brokers = mock.bootstrap_servers();
     let mut args = vec![
         "replay",
@@ -55,8 +55,16 @@ fn replay(mock: &Mock, trace: &Path, extra: &[&str]) -> Value {
         "--json",
     ];
     args.extend(extra);
-    let out = jobcast_ok(&args);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    jobcast(&args)
+}
+
+/// `jobcast replay ... --json` into `mock`, which must succeed; its parsed
+/// summary.
+fn replay(mock: &Mock, trace: &Path, extra: &[&str]) -> Value {
+    let out = replay_output(mock, trace, extra);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
 }
 
 /// Read every partition of `topic` from the beginning until `n` messages
@@ -106,17 +114,7 @@ fn every_good_event_arrives_and_bad_rows_are_reported() {
     std::fs::write(&trace, text).unwrap();
 
     let mock = cluster("jobcast.events");
-    let brokers = mock.bootstrap_servers();
-    let out = jobcast(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "jsonl",
-        "--brokers",
-        &brokers,
-        "--json",
-    ]);
+    let out = replay_output(&mock, &trace, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("1 skipped"), "{stderr}");

@@ -152,14 +152,15 @@ fn score_uses_the_bathtub_fitted_for_the_vm_type_and_zone() {
 
 #[test]
 fn checkpoints_for_a_five_hour_job_beat_young_daly() {
-    let v = json(&[
+    let base = [
         "risk",
         "checkpoints",
         "--job-hours",
         "5",
         "--delta-minutes",
         "1",
-    ]);
+    ];
+    let v = json(&base);
     let intervals: Vec<f64> = v["intervals_minutes"]
         .as_array()
         .unwrap()
@@ -178,16 +179,9 @@ fn checkpoints_for_a_five_hour_job_beat_young_daly() {
     let tau = f(&v, "young_daly_interval_minutes");
     assert!((tau - (2.0 * (1.0 / 60.0) * mttf).sqrt() * 60.0).abs() < 1e-9);
 
-    let v = json(&[
-        "risk",
-        "checkpoints",
-        "--job-hours",
-        "5",
-        "--delta-minutes",
-        "1",
-        "--young-daly-mttf-hours",
-        "1",
-    ]);
+    let mut args = base.to_vec();
+    args.extend(["--young-daly-mttf-hours", "1"]);
+    let v = json(&args);
     assert!((f(&v, "young_daly_interval_minutes") - 10.954_451_150_103_322).abs() < 1e-9);
     assert!(f(&v, "young_daly_overhead_percent") > f(&v, "overhead_percent"));
 

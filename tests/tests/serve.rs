@@ -2,7 +2,7 @@
 //! cluster (librdkafka's mock, hosted by this test), RocksDB on disk, the
 //! HTTP API and metrics, SIGTERM and SIGKILL.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -74,8 +74,10 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
 
 #[test]
 fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
-    let mut topics = Topics::default();
-    topics.decisions = "whole.decisions".into();
+    let topics = Topics {
+        decisions: "whole.decisions".into(),
+        ..Topics::default()
+    };
     let cluster = Cluster::new(&topics, PARTITIONS);
     cluster.mock.create_topic("killed.decisions", 1, 1).unwrap();
     let input = messages(&excerpt_events());
@@ -87,7 +89,7 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     let mut serve = Serve::start(
         &cluster.brokers(),
         &whole_state,
-        &["--decisions-topic", "whole.decisions"],
+        &["--decisions-topic", "whole.decisions", "--group", "whole"],
     );
     serve.wait_committed(total, WAIT);
     serve.terminate();
@@ -99,6 +101,8 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     let flags = [
         "--decisions-topic",
         "killed.decisions",
+        "--group",
+        "killed",
         "-X",
         "session.timeout.ms=6000",
         "-X",

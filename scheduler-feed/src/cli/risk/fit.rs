@@ -22,6 +22,7 @@ use jobcast_predictor::preemption::fit::{
 };
 use jobcast_predictor::preemption::kaplan_meier::KaplanMeier;
 use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
+use jobcast_replay::report::{PALETTE, align};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use serde_json::json;
@@ -268,7 +269,8 @@ fn table(fits: &FitSet, config: &FitConfig) -> String {
             ]);
         }
     }
-    out += &align(&rows);
+    // Group, model and parameters left, numbers right.
+    out += &align(&rows, |c, cols| c == 0 || c == 4 || c + 1 == cols);
     if !fits.skipped().is_empty() {
         let skipped: Vec<String> = fits
             .skipped()
@@ -284,44 +286,13 @@ fn table(fits: &FitSet, config: &FitConfig) -> String {
     out
 }
 
-/// Left-align the group, model and parameter columns, right-align the numbers.
-fn align(rows: &[Vec<String>]) -> String {
-    let cols = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, s)| {
-                let pad = " ".repeat(widths[c] - s.chars().count());
-                if c == 0 || c == 4 || c + 1 == cols {
-                    format!("{s}{pad}")
-                } else {
-                    format!("{pad}{s}")
-                }
-            })
-            .collect();
-        out += cells.join("  ").trim_end();
-        out.push('\n');
-    }
-    out
-}
-
-/// Line colours (Tableau 10), one per model in [`ModelKind::ALL`] order.
-const COLORS: [RGBColor; 5] = [
-    RGBColor(214, 39, 40),
-    RGBColor(31, 119, 180),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-    RGBColor(255, 127, 14),
-];
+/// Line colour of each model, in [`ModelKind::ALL`] order: red, blue,
+/// green, purple, orange from the shared palette.
+const MODEL_COLORS: [usize; 5] = [3, 0, 2, 4, 1];
 
 fn model_color(kind: ModelKind) -> RGBColor {
     let i = ModelKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
-    COLORS[i]
+    PALETTE[MODEL_COLORS[i]]
 }
 
 /// Points per fitted curve.
@@ -518,7 +489,11 @@ fn density_plot(path: &Path, fitted: &Bathtub, vms: usize) -> anyhow::Result<()>
         )
     };
     for (points, color, name) in [
-        (fitted_curve, COLORS[0], label(fitted, "fitted")),
+        (
+            fitted_curve,
+            PALETTE[MODEL_COLORS[0]],
+            label(fitted, "fitted"),
+        ),
         (paper_curve, RGBColor(127, 127, 127), label(&paper, "paper")),
     ] {
         chart
