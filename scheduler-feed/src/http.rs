@@ -13,6 +13,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use jobcast_storage::state::StoreError;
+
 use crate::engine::MachineRecord;
 use crate::service::Shared;
 use crate::telemetry;
@@ -53,36 +55,33 @@ fn parse_id(raw: &str, what: &str) -> Result<u64, Box<Response>> {
     })
 }
 
+/// A stored record served as is (so numbers are exactly what was
+/// published), 404 if absent, 400 for an id that is not a number.
+fn stored_json(
+    raw: &str,
+    what: &str,
+    read: impl FnOnce(u64) -> Result<Option<Vec<u8>>, StoreError>,
+) -> Response {
+    let id = match parse_id(raw, what) {
+        Ok(id) => id,
+        Err(response) => return *response,
+    };
+    match read(id) {
+        Ok(Some(json)) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no {what} {id}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
 /// `GET /jobs/{id}`: state, each policy's current estimate, the driving
-/// policy's decision history and, once finished, each policy's error. The
-/// stored JSON is served as is, so numbers are exactly what was published.
+/// policy's decision history and, once finished, each policy's error.
 async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
-    let id = match parse_id(&raw, "job") {
-        Ok(id) => id,
-        Err(response) => return *response,
-    };
-    match shared.store.job_json(id) {
-        Ok(Some(json)) => json_bytes(json),
-        Ok(None) => error(StatusCode::NOT_FOUND, format!("no job {id}")),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    stored_json(&raw, "job", |id| shared.store.job_json(id))
 }
 
-fn json_bytes(json: Vec<u8>) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], json).into_response()
-}
-
-/// `GET /machines/{id}`: the machine's last known state, as stored.
+/// `GET /machines/{id}`: the machine's last known state.
 async fn machine(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
-    let id = match parse_id(&raw, "machine") {
-        Ok(id) => id,
-        Err(response) => return *response,
-    };
-    match shared.store.machine_json(id) {
-        Ok(Some(json)) => json_bytes(json),
-        Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    stored_json(&raw, "machine", |id| shared.store.machine_json(id))
 }
 
 /// `GET /machines/{id}/risk`: the latest preemption-risk score of the task
