@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the build needs,
 # builds everything in the release profile (the project's only profile),
-# and runs every test.
+# builds the tansu broker the end-to-end tests start, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -9,4 +9,5 @@ source scripts/setup.sh
 # Build every target once, with the same feature resolution as the tests,
 # so that the tests reuse these artifacts (the binary included).
 cargo build --release --locked --workspace --all-targets
+source scripts/tansu.sh
 cargo test --release --locked --workspace

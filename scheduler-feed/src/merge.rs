@@ -15,6 +15,7 @@
 //! arrives later with an earlier time is applied late.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 
 /// One consumed message, waiting for its turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,14 +37,17 @@ struct Partition<T> {
     at_end: bool,
     /// Time of the latest message pushed.
     latest_us: u64,
+    /// The offset the next message should have, once known.
+    next_offset: Option<i64>,
 }
 
 impl<T> Partition<T> {
-    fn new() -> Self {
+    fn new(next_offset: Option<i64>) -> Self {
         Partition {
             queue: VecDeque::new(),
             at_end: false,
             latest_us: 0,
+            next_offset,
         }
     }
 
@@ -67,10 +71,12 @@ impl<T> Default for PartitionMerge<T> {
 }
 
 impl<T> PartitionMerge<T> {
-    /// Start following `partition`. Anything buffered for it before is
-    /// dropped: it will be read again.
-    pub fn assign(&mut self, partition: i32) {
-        self.partitions.insert(partition, Partition::new());
+    /// Start following `partition`, whose next message is at `next_offset`
+    /// if that is known (an offset stored with the state). Anything buffered
+    /// for it before is dropped: it will be read again.
+    pub fn assign(&mut self, partition: i32, next_offset: Option<i64>) {
+        self.partitions
+            .insert(partition, Partition::new(next_offset));
     }
 
     /// Stop following `partition`, dropping what is buffered for it.
@@ -85,10 +91,23 @@ impl<T> PartitionMerge<T> {
     /// Buffer a consumed message. `time_us` of `None` takes the
     /// partition's latest time. Messages of unassigned partitions are
     /// ignored (they arrive between a revocation and the next poll).
-    pub fn push(&mut self, partition: i32, offset: i64, time_us: Option<u64>, item: T) {
-        let Some(p) = self.partitions.get_mut(&partition) else {
-            return;
-        };
+    ///
+    /// Returns the offsets skipped before this message, if any. Compaction
+    /// and transaction markers leave such gaps legitimately; on a plain
+    /// topic they mean the broker never delivered those records.
+    pub fn push(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        time_us: Option<u64>,
+        item: T,
+    ) -> Option<Range<i64>> {
+        let p = self.partitions.get_mut(&partition)?;
+        let gap = p
+            .next_offset
+            .filter(|&next| offset > next)
+            .map(|next| next..offset);
+        p.next_offset = Some(offset + 1);
         let time_us = time_us.unwrap_or(p.latest_us);
         p.latest_us = p.latest_us.max(time_us);
         p.at_end = false;
@@ -98,6 +117,7 @@ impl<T> PartitionMerge<T> {
             time_us,
             item,
         });
+        gap
     }
 
     /// The consumer has read `partition` to its end.
@@ -150,8 +170,8 @@ mod tests {
     #[test]
     fn waits_for_a_partition_that_is_not_read_to_its_end() {
         let mut m = PartitionMerge::default();
-        m.assign(0);
-        m.assign(1);
+        m.assign(0, None);
+        m.assign(1, None);
         m.push(0, 0, Some(10), "a");
         m.push(0, 1, Some(30), "c");
         m.reached_end(0);
@@ -170,8 +190,8 @@ mod tests {
     #[test]
     fn a_partition_read_to_its_end_does_not_hold_back_the_others_until_it_gets_more() {
         let mut m = PartitionMerge::default();
-        m.assign(0);
-        m.assign(1);
+        m.assign(0, None);
+        m.assign(1, None);
         m.reached_end(1);
         m.push(0, 5, Some(1), "x");
         assert_eq!(m.pop().map(|p| (p.item, p.offset)), Some(("x", 5)));
@@ -185,7 +205,7 @@ mod tests {
     #[test]
     fn undecodable_messages_keep_their_partitions_time_and_order() {
         let mut m = PartitionMerge::default();
-        m.assign(0);
+        m.assign(0, None);
         m.push(0, 0, Some(50), "good");
         m.push(0, 1, None, "bad");
         m.push(0, 2, Some(60), "later");
@@ -198,13 +218,29 @@ mod tests {
     #[test]
     fn revoking_drops_buffered_messages_and_ignores_late_ones() {
         let mut m = PartitionMerge::default();
-        m.assign(0);
-        m.assign(1);
+        m.assign(0, None);
+        m.assign(1, None);
         m.push(1, 0, Some(1), "gone");
         m.revoke(1);
         m.push(1, 1, Some(2), "late");
         assert_eq!(m.total_buffered(), 0);
         assert_eq!(m.partitions().collect::<Vec<_>>(), [0]);
+    }
+
+    #[test]
+    fn skipped_offsets_are_reported_from_the_stored_offset_on() {
+        let mut m = PartitionMerge::default();
+        m.assign(0, Some(5));
+        m.assign(1, None);
+        assert_eq!(m.push(0, 5, Some(1), "a"), None);
+        assert_eq!(m.push(0, 9, Some(2), "b"), Some(6..9));
+        assert_eq!(m.push(0, 10, Some(3), "c"), None);
+        // Without a stored offset the first message sets the expectation.
+        assert_eq!(m.push(1, 40, Some(1), "d"), None);
+        assert_eq!(m.push(1, 42, Some(1), "e"), Some(41..42));
+        // A fresh assignment starts over.
+        m.assign(0, Some(0));
+        assert_eq!(m.push(0, 1447, Some(1), "f"), Some(0..1447));
     }
 
     proptest! {
@@ -228,7 +264,7 @@ mod tests {
             expected.sort();
             let mut m: PartitionMerge<(u64, i32, i64)> = PartitionMerge::default();
             for p in 0..sorted.len() {
-                m.assign(p as i32);
+                m.assign(p as i32, None);
             }
             let mut cursors = vec![0usize; sorted.len()];
             let mut out = Vec::new();

@@ -461,7 +461,18 @@ impl<'a> Pipeline<'a> {
                             self.shared.broker_up.store(true, Ordering::Relaxed);
                             let consumed = Consumed::of(&message);
                             let time = consumed.event.as_ref().ok().map(Event::time_us);
-                            merge.push(message.partition(), message.offset(), time, consumed);
+                            let partition = message.partition();
+                            if let Some(gap) =
+                                merge.push(partition, message.offset(), time, consumed)
+                            {
+                                warn!(
+                                    partition,
+                                    skipped = ?gap,
+                                    "input offsets never delivered: expected on compacted or transactional topics, otherwise the broker lost records"
+                                );
+                                metrics::counter!(telemetry::INPUT_OFFSETS_SKIPPED, "partition" => partition.to_string())
+                                    .increment((gap.end - gap.start) as u64);
+                            }
                         }
                         Err(KafkaError::PartitionEOF(partition)) => merge.reached_end(partition),
                         Err(e) => warn!("consume: {e}"),
@@ -527,7 +538,7 @@ impl<'a> Pipeline<'a> {
                 AssignmentChange::Assigned(partitions) => {
                     batch.clear();
                     for (partition, next) in &partitions {
-                        merge.assign(*partition);
+                        merge.assign(*partition, *next);
                         metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
                             .set(next.unwrap_or(0) as f64);
                     }

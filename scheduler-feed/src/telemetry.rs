@@ -22,6 +22,7 @@ pub const BATCH_EVENTS: &str = "jobcast_batch_events";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
+pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
 
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [
@@ -69,6 +70,11 @@ fn describe() {
         EVENTS_CONSUMED,
         Unit::Count,
         "Input events applied, by event type"
+    );
+    describe_counter!(
+        INPUT_OFFSETS_SKIPPED,
+        Unit::Count,
+        "Input offsets the broker never delivered, by partition (non-zero only on compacted or transactional topics, or a faulty broker)"
     );
     describe_counter!(
         EVENTS_DEAD_LETTERED,

@@ -1,0 +1,79 @@
+//! A real broker for end-to-end tests: tansu, a Kafka-compatible broker,
+//! started by the test itself on a free loopback port with in-memory
+//! storage, and killed when dropped. `scripts/test.sh` builds tansu and
+//! names its binary in `JOBCAST_TEST_TANSU`; without it the tests that need
+//! a real broker skip, saying so.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Tansu {
+    child: Child,
+    binary: PathBuf,
+    pub brokers: String,
+}
+
+impl Tansu {
+    /// Start a broker, or `None` (with a note) if no tansu binary is named.
+    pub fn start() -> Option<Tansu> {
+        let Some(binary) = std::env::var_os("JOBCAST_TEST_TANSU").map(PathBuf::from) else {
+            eprintln!("skipping: JOBCAST_TEST_TANSU is not set (scripts/test.sh sets it)");
+            return None;
+        };
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(&binary)
+            .args(["broker", "--storage-engine", "memory://tansu/"])
+            .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let brokers = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(&brokers).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "tansu is not listening on {brokers}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(Tansu {
+            child,
+            binary,
+            brokers,
+        })
+    }
+
+    /// `tansu topic create NAME --partitions N`.
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let out = Command::new(&self.binary)
+            .args([
+                "topic",
+                "create",
+                name,
+                "--partitions",
+                &partitions.to_string(),
+            ])
+            .args(["--broker", &format!("tcp://{}", self.brokers)])
+            .output()
+            .expect("tansu topic create runs");
+        assert!(
+            out.status.success(),
+            "tansu topic create {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
