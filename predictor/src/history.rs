@@ -26,7 +26,7 @@
 //! Σ r⁻ᵖ per value (O(1), kept within 3·10⁻¹¹ of the exact sum, see
 //! `RunningSum`); an arrival summarises only the one value it chooses.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -335,6 +335,68 @@ pub struct History {
     global: ValueHistory,
     kind_errors: [RunningError; 6],
     observed: u64,
+    /// What changed since [`Self::take_changes`], when tracking.
+    changes: Option<BTreeSet<HistoryKey>>,
+}
+
+/// One stored unit of the history: a feature value's distribution, or the
+/// global one with the per-feature errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HistoryKey {
+    Value { feature: FeatureKind, key: u64 },
+    Global,
+}
+
+impl HistoryKey {
+    /// A byte key that sorts like the history it names: `global`, or the
+    /// feature's name, `/`, and the value's hash in big-endian.
+    pub fn to_bytes(self) -> Vec<u8> {
+        match self {
+            HistoryKey::Global => b"global".to_vec(),
+            HistoryKey::Value { feature, key } => {
+                let mut bytes = format!("{}/", feature.name()).into_bytes();
+                bytes.extend_from_slice(&key.to_be_bytes());
+                bytes
+            }
+        }
+    }
+}
+
+/// A job a distribution remembers: when it ended and its mean task runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RecordedJob {
+    pub end_us: u64,
+    pub mean_task_runtime_us: f64,
+}
+
+/// The running prediction error of a feature value (or of a feature).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RecordedError {
+    /// Smoothed mean |ln(estimate / actual)|.
+    pub mean_abs_log_error: f64,
+    pub count: u64,
+}
+
+/// What the state store keeps for a [`HistoryKey`]: the jobs in the
+/// distribution, in the order learnt, and its running error. The global
+/// record also carries every feature's error and the jobs learnt in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub jobs: Vec<RecordedJob>,
+    pub error: RecordedError,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub feature_errors: BTreeMap<FeatureKind, RecordedError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<u64>,
+}
+
+impl From<RunningError> for RecordedError {
+    fn from(e: RunningError) -> Self {
+        RecordedError {
+            mean_abs_log_error: e.mean_abs_log_error,
+            count: e.count,
+        }
+    }
 }
 
 impl History {
@@ -345,7 +407,54 @@ impl History {
             global: ValueHistory::default(),
             kind_errors: [RunningError::default(); 6],
             observed: 0,
+            changes: None,
         }
+    }
+
+    /// Start recording which [`HistoryKey`]s change, for a caller that
+    /// persists the history incrementally ([`Self::take_changes`]).
+    pub fn track_changes(&mut self) {
+        self.changes.get_or_insert_with(BTreeSet::new);
+    }
+
+    /// The keys changed since the last call (empty unless tracking): for
+    /// each, [`Self::record`] is its new content, or `None` if it was
+    /// dropped.
+    pub fn take_changes(&mut self) -> BTreeSet<HistoryKey> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The stored form of `key`'s distribution; `None` for a feature value
+    /// that holds no history (never seen, or dropped once its jobs left the
+    /// window).
+    pub fn record(&self, key: HistoryKey) -> Option<HistoryRecord> {
+        let (value, global) = match key {
+            HistoryKey::Global => (&self.global, true),
+            HistoryKey::Value { feature, key } => (self.values.get(&(feature, key))?, false),
+        };
+        Some(HistoryRecord {
+            jobs: value
+                .samples
+                .iter()
+                .map(|s| RecordedJob {
+                    end_us: s.end_us,
+                    mean_task_runtime_us: s.mean_task_runtime_us,
+                })
+                .collect(),
+            error: value.error.into(),
+            feature_errors: if global {
+                FeatureKind::ALL
+                    .into_iter()
+                    .map(|k| (k, self.kind_errors[k as usize].into()))
+                    .collect()
+            } else {
+                BTreeMap::new()
+            },
+            observed: global.then_some(self.observed),
+        })
     }
 
     pub fn config(&self) -> &HistoryConfig {
@@ -453,12 +562,24 @@ impl History {
                 self.kind_errors[kind as usize].update(err, smoothing);
             }
             value.push(sample, since, max);
+            if let Some(changes) = &mut self.changes {
+                changes.insert(HistoryKey::Value { feature: kind, key });
+            }
         }
         self.global.push(sample, since, max);
         self.observed += 1;
+        if let Some(changes) = &mut self.changes {
+            changes.insert(HistoryKey::Global);
+        }
         if self.observed.is_multiple_of(SWEEP_EVERY) {
-            self.values
-                .retain(|_, v| v.samples.back().is_some_and(|s| s.end_us >= since));
+            let changes = &mut self.changes;
+            self.values.retain(|&(feature, key), v| {
+                let live = v.samples.back().is_some_and(|s| s.end_us >= since);
+                if !live && let Some(changes) = changes {
+                    changes.insert(HistoryKey::Value { feature, key });
+                }
+                live
+            });
         }
     }
 
@@ -483,6 +604,59 @@ mod tests {
 
     fn feats(user: &str, name: &str) -> JobFeatures {
         JobFeatures::from_parts(user, name, "", 0, 0.0, 0.0)
+    }
+
+    #[test]
+    fn tracked_changes_name_every_record_that_changed_or_left() {
+        let config = HistoryConfig {
+            window_us: 1_000,
+            ..HistoryConfig::default()
+        };
+        let mut h = History::new(config);
+        h.observe(&feats("old", "x"), 10, 5.0 * S);
+        // Not tracking yet: nothing is recorded.
+        assert!(h.take_changes().is_empty());
+        h.track_changes();
+        h.observe(&feats("u", "n"), 20, 10.0 * S);
+        let f = feats("u", "n");
+        let changed = h.take_changes();
+        // The job's feature values and the global distribution.
+        let values = FeatureKind::ALL.iter().filter(|&&k| f.get(k).is_some());
+        assert_eq!(changed.len(), values.count() + 1);
+        assert!(changed.contains(&HistoryKey::Global));
+        let user = HistoryKey::Value {
+            feature: FeatureKind::User,
+            key: f.get(FeatureKind::User).unwrap(),
+        };
+        let record = h.record(user).unwrap();
+        assert_eq!(
+            record.jobs,
+            [RecordedJob {
+                end_us: 20,
+                mean_task_runtime_us: 10.0 * S
+            }]
+        );
+        let global = h.record(HistoryKey::Global).unwrap();
+        assert_eq!(global.observed, Some(2));
+        assert_eq!(global.jobs.len(), 2);
+        assert_eq!(global.feature_errors.len(), 6);
+        assert!(h.take_changes().is_empty());
+
+        // The periodic sweep drops values whose jobs all left the window;
+        // their keys are reported, and they have no record any more.
+        let old = HistoryKey::Value {
+            feature: FeatureKind::User,
+            key: feats("old", "x").get(FeatureKind::User).unwrap(),
+        };
+        assert!(h.record(old).is_some());
+        for i in 0..SWEEP_EVERY {
+            h.observe(&feats("u", "n"), 5_000 + i, 10.0 * S);
+        }
+        let changed = h.take_changes();
+        assert!(changed.contains(&old));
+        assert_eq!(h.record(old), None);
+        assert_ne!(old.to_bytes(), user.to_bytes());
+        assert!(user.to_bytes().starts_with(b"user/"));
     }
 
     #[test]

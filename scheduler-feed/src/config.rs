@@ -168,6 +168,60 @@ mod tests {
     }
 
     #[test]
+    fn a_custom_lifetime_prior_round_trips_and_a_bad_one_is_refused_by_name() {
+        let config: ServeConfig = toml::from_str(
+            r#"
+            [engine.risk]
+            refit_every = 50
+            [engine.risk.prior]
+            a = 0.3
+            tau1 = 2.0
+            tau2 = 1.0
+            b = 22.0
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let prior = crate::engine::BathtubPrior {
+            a: 0.3,
+            tau1: 2.0,
+            tau2: 1.0,
+            b: 22.0,
+            max_lifetime_h: 24.0,
+        };
+        assert_eq!(config.engine.risk.prior, prior);
+        assert_eq!(config.engine.risk.refit_every, 50);
+        let text = toml::to_string(&config).unwrap();
+        assert_eq!(toml::from_str::<ServeConfig>(&text).unwrap(), config);
+
+        let bad: ServeConfig = toml::from_str(
+            "[engine.risk.prior]
+tau2 = -0.5
+",
+        )
+        .unwrap();
+        let err = bad.validate().unwrap_err();
+        assert!(
+            err.contains("risk.prior.tau2") && err.contains("-0.5"),
+            "{err}"
+        );
+        let bad: ServeConfig = toml::from_str(
+            "[engine.risk.prior]
+a = 1.2
+",
+        )
+        .unwrap();
+        assert!(bad.validate().unwrap_err().contains("risk.prior.a"));
+        let err = toml::from_str::<ServeConfig>(
+            "[engine.risk.prior]
+tau3 = 1.0
+",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("tau3"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused_by_name() {
         let err = toml::from_str::<ServeConfig>("[consumer]\nbatch_size = 5\n").unwrap_err();
         assert!(err.to_string().contains("batch_size"), "{err}");

@@ -21,9 +21,12 @@ use jobcast_ingest::event::{
     TaskKind,
 };
 use jobcast_predictor::decision::{Decision, Estimate, PolicyKind};
-use jobcast_predictor::history::{History, HistoryConfig};
+use jobcast_predictor::history::{History, HistoryConfig, HistoryKey};
 use jobcast_predictor::policies::{PolicyConfig, build};
 use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
+use jobcast_predictor::preemption::Bathtub;
+use jobcast_predictor::preemption::fit::FitConfig;
+use jobcast_predictor::preemption::models::LifetimeModel;
 use jobcast_predictor::preemption::online::{OnlineConfig, OnlineFitter};
 use jobcast_predictor::preemption::risk::{RiskConfig, RiskScore, RuntimeEstimate, score};
 use jobcast_predictor::queues::QueueConfig;
@@ -67,7 +70,9 @@ impl Default for EngineConfig {
     }
 }
 
-/// When and how tasks on transient VMs are scored.
+/// When and how tasks on transient VMs are scored, and how the VM
+/// lifetimes they are scored with are fitted from the machine events (see
+/// [`OnlineFitter`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RiskSettings {
@@ -76,14 +81,109 @@ pub struct RiskSettings {
     /// runs: where the bathtub's hazard turns (the end of the early-failure
     /// phase, the approach of the 24 h deadline).
     pub refresh_ages_h: Vec<f64>,
+    /// The lifetime model before enough preemptions are seen to fit one,
+    /// and the one the pooled fit is shrunk toward afterwards.
+    pub prior: BathtubPrior,
+    /// Finished VM lifetimes between refits.
+    pub refit_every: usize,
+    /// The most recent finished VM lifetimes fitted.
+    pub window: usize,
+    /// `k` of the shrinkage weight `d/(d + k)`, in preemptions: how many a
+    /// group needs before its own fit outweighs the pooled one (and the
+    /// pooled fit the prior).
+    pub shrinkage_events: f64,
 }
 
 impl Default for RiskSettings {
     fn default() -> Self {
+        let online = OnlineConfig::default();
         RiskSettings {
             recommendation: RiskConfig::default(),
             refresh_ages_h: vec![3.0, 18.0, 22.0, 23.5],
+            prior: BathtubPrior::default(),
+            refit_every: online.refit_every,
+            window: online.window,
+            shrinkage_events: online.fit.shrinkage_events,
         }
+    }
+}
+
+impl RiskSettings {
+    /// The online fitter's configuration; an error names the bad setting.
+    pub fn online(&self) -> Result<OnlineConfig, String> {
+        let prior = self.prior.bathtub()?;
+        if self.refit_every == 0 {
+            return Err("risk.refit_every must be at least 1".into());
+        }
+        if self.window == 0 {
+            return Err("risk.window must be at least 1".into());
+        }
+        if !(self.shrinkage_events.is_finite() && self.shrinkage_events >= 0.0) {
+            return Err(format!(
+                "risk.shrinkage_events must be finite and ≥ 0, got {}",
+                self.shrinkage_events
+            ));
+        }
+        let defaults = OnlineConfig::default();
+        let config = OnlineConfig {
+            fit: FitConfig {
+                max_lifetime_h: prior.max_lifetime_h(),
+                priors: vec![LifetimeModel::Bathtub(prior)],
+                shrinkage_events: self.shrinkage_events,
+                ..defaults.fit
+            },
+            refit_every: self.refit_every,
+            window: self.window,
+        };
+        config
+            .fit
+            .check_priors()
+            .map_err(|e| format!("risk.prior: {e}"))?;
+        Ok(config)
+    }
+}
+
+/// The parameters of a prior [`Bathtub`], under its field names; the
+/// default is the paper's typical GCE fit ([`Bathtub::default`]).
+/// `max_lifetime_h` is the provider's deadline `L`, which the fits use too.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BathtubPrior {
+    pub a: f64,
+    pub tau1: f64,
+    pub tau2: f64,
+    pub b: f64,
+    pub max_lifetime_h: f64,
+}
+
+impl Default for BathtubPrior {
+    fn default() -> Self {
+        let b = Bathtub::default();
+        BathtubPrior {
+            a: b.a(),
+            tau1: b.tau1(),
+            tau2: b.tau2(),
+            b: b.b(),
+            max_lifetime_h: b.max_lifetime_h(),
+        }
+    }
+}
+
+impl BathtubPrior {
+    /// The bathtub, with `a` in (0, 1] and the other parameters in their
+    /// domains (see [`Bathtub::new`]); an error names the parameter.
+    pub fn bathtub(&self) -> Result<Bathtub, String> {
+        if !(self.a > 0.0 && self.a <= 1.0) {
+            return Err(format!("risk.prior.a must be in (0, 1], got {}", self.a));
+        }
+        Bathtub::new(self.a, self.tau1, self.tau2, self.b, self.max_lifetime_h).map_err(|e| {
+            format!(
+                "risk.prior.{} must be {}, got {}",
+                e.param.as_str(),
+                e.requirement,
+                e.value
+            )
+        })
     }
 }
 
@@ -227,6 +327,9 @@ pub struct Effects {
     pub jobs: BTreeSet<u64>,
     pub tasks: BTreeSet<(u64, u32)>,
     pub machines: BTreeSet<u64>,
+    /// History distributions changed or dropped ([`Engine::history`]'s
+    /// `record` gives the new content, `None` when dropped).
+    pub history: BTreeSet<HistoryKey>,
 }
 
 impl Effects {
@@ -235,6 +338,7 @@ impl Effects {
         self.jobs.clear();
         self.tasks.clear();
         self.machines.clear();
+        self.history.clear();
     }
 }
 
@@ -283,6 +387,7 @@ impl Engine {
                 "risk refresh ages must be positive hours, got {age}"
             ));
         }
+        let online = config.risk.online()?;
         let mut kinds = vec![config.policy];
         for &kind in &config.shadow {
             if kind == PolicyKind::Oracle {
@@ -299,13 +404,17 @@ impl Engine {
         Ok(Engine {
             driver: config.policy,
             policies,
-            history: History::new(config.history.clone()),
+            history: {
+                let mut history = History::new(config.history.clone());
+                history.track_changes();
+                history
+            },
             queues: config.queues.clone(),
             jobs: HashMap::new(),
             tasks: HashMap::new(),
             ended: HashMap::new(),
             machines: HashMap::new(),
-            lifetimes: OnlineFitter::new(OnlineConfig::default()),
+            lifetimes: OnlineFitter::new(online),
             risk: config.risk.clone(),
             risk_refresh: BTreeSet::new(),
             events: 0,
@@ -361,6 +470,7 @@ impl Engine {
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
         self.refresh_risks(event.time_us(), effects);
+        effects.history.append(&mut self.history.take_changes());
         self.events += 1;
         Ok(())
     }
@@ -427,7 +537,8 @@ impl Engine {
             return;
         }
         let age_h = now_us.saturating_sub(launch) as f64 / 3.6e9;
-        let model = self.lifetimes.bathtub_for(&vm_type, &zone);
+        // By type, zone and VM-local day/night of the launch, as fitted.
+        let model = self.lifetimes.bathtub_for(&vm_type, &zone, launch);
         let Ok(score) = score(&model, age_h, runtime, &self.risk.recommendation, None) else {
             return;
         };
@@ -971,20 +1082,26 @@ mod tests {
         assert_eq!(run(), run());
     }
 
-    #[test]
-    fn a_task_placed_on_a_transient_vm_is_scored_and_rescored_as_the_vm_ages() {
-        let hour = 3_600_000_000u64;
-        let risks = |effects: &Effects| -> Vec<MachineRisk> {
-            effects
-                .outputs
-                .iter()
-                .filter_map(|o| match o {
-                    Output::Risk(r) => Some(r.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    const HOUR: u64 = 3_600_000_000;
+
+    fn risks(effects: &Effects) -> Vec<MachineRisk> {
+        effects
+            .outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Risk(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// An engine of `config` that has seen a 10 h job, a preemptible VM
+    /// launched at 9 h (03:00 CST, night, in us-central1-c), a plain
+    /// machine, and a similar job placed on the VM at 10 h; with the risk
+    /// scores of the placement.
+    fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) {
+        let hour = HOUR;
+        let mut engine = Engine::new(config).unwrap();
         let mut effects = Effects::default();
         // History: a similar job ran 10 h.
         engine.apply(&submit(10, 0, 1), &mut effects).unwrap();
@@ -1016,7 +1133,7 @@ mod tests {
             )
             .unwrap();
 
-        // Placed at VM age 1 h with about 10 h of work: scored.
+        // Placed at VM age 1 h with about 10 h of work.
         engine
             .apply(&submit(1, 10 * hour, 1), &mut effects)
             .unwrap();
@@ -1024,7 +1141,14 @@ mod tests {
         engine
             .apply(&task(1, 0, 10 * hour, "schedule"), &mut effects)
             .unwrap();
-        let first = risks(&effects);
+        let placed = risks(&effects);
+        (engine, effects, placed)
+    }
+
+    #[test]
+    fn a_task_placed_on_a_transient_vm_is_scored_and_rescored_as_the_vm_ages() {
+        let hour = HOUR;
+        let (mut engine, mut effects, first) = placed_on_a_vm(&EngineConfig::default());
         assert_eq!(first.len(), 1);
         let p = first[0].score.this_vm.preemption_probability;
         assert!(p > 0.0 && p < 1.0, "{p}");
@@ -1051,6 +1175,101 @@ mod tests {
         assert_eq!(refreshed[0].time_us, 12 * hour);
         assert!((refreshed[0].score.runtime.mean_h - 8.0).abs() < 1e-9);
         assert!((refreshed[0].score.this_vm.age_h - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn risk_scores_start_from_the_configured_prior() {
+        let custom = BathtubPrior {
+            a: 0.8,
+            tau1: 0.5,
+            ..BathtubPrior::default()
+        };
+        let mut config = EngineConfig::default();
+        config.risk.prior = custom;
+        let (_, _, by_default) = placed_on_a_vm(&EngineConfig::default());
+        let (_, _, by_custom) = placed_on_a_vm(&config);
+        let (d, c) = (&by_default[0], &by_custom[0]);
+        // No VM has ended, so there is no fit: each engine scores with its
+        // prior, exactly.
+        for (risk, prior) in [(d, Bathtub::default()), (c, custom.bathtub().unwrap())] {
+            let want = score(
+                &prior,
+                risk.score.this_vm.age_h,
+                risk.score.runtime,
+                &RiskConfig::default(),
+                None,
+            )
+            .unwrap();
+            assert_eq!(risk.score, want);
+        }
+        let p = |r: &MachineRisk| r.score.this_vm.preemption_probability;
+        assert!(p(c) > p(d) + 0.1, "{} vs {}", p(c), p(d));
+    }
+
+    #[test]
+    fn bad_online_fit_settings_are_refused_by_name() {
+        let refused = |risk: RiskSettings| {
+            let config = EngineConfig {
+                risk,
+                ..EngineConfig::default()
+            };
+            Engine::new(&config).err().expect("refused")
+        };
+        let with_prior = |prior: BathtubPrior| RiskSettings {
+            prior,
+            ..RiskSettings::default()
+        };
+        let base = BathtubPrior::default();
+        for (prior, field) in [
+            (BathtubPrior { a: 1.5, ..base }, "risk.prior.a"),
+            (BathtubPrior { a: 0.0, ..base }, "risk.prior.a"),
+            (BathtubPrior { tau1: -1.0, ..base }, "risk.prior.tau1"),
+            (BathtubPrior { tau2: 0.0, ..base }, "risk.prior.tau2"),
+            (
+                BathtubPrior {
+                    b: f64::NAN,
+                    ..base
+                },
+                "risk.prior.b",
+            ),
+            (
+                BathtubPrior {
+                    max_lifetime_h: 0.0,
+                    ..base
+                },
+                "risk.prior.max_lifetime_h",
+            ),
+            // Valid, but beyond what the fit searches (τ1 ≤ 2L).
+            (
+                BathtubPrior {
+                    tau1: 100.0,
+                    ..base
+                },
+                "`tau1`",
+            ),
+        ] {
+            let err = refused(with_prior(prior));
+            assert!(err.contains(field), "{prior:?}: {err}");
+        }
+        let err = refused(RiskSettings {
+            refit_every: 0,
+            ..RiskSettings::default()
+        });
+        assert!(err.contains("risk.refit_every"), "{err}");
+        let err = refused(RiskSettings {
+            window: 0,
+            ..RiskSettings::default()
+        });
+        assert!(err.contains("risk.window"), "{err}");
+        let err = refused(RiskSettings {
+            shrinkage_events: -1.0,
+            ..RiskSettings::default()
+        });
+        assert!(err.contains("risk.shrinkage_events"), "{err}");
+        assert_eq!(
+            RiskSettings::default().online().unwrap(),
+            OnlineConfig::default()
+        );
     }
 
     #[test]

@@ -652,6 +652,12 @@ impl<'a> Pipeline<'a> {
                 write.put_machine(machine_id, record);
             }
         }
+        for &key in &effects.history {
+            match self.engine.history().record(key) {
+                Some(record) => write.put_history(&key.to_bytes(), &record),
+                None => write.delete_history(&key.to_bytes()),
+            }
+        }
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }

@@ -8,6 +8,7 @@
 //! | `jobs`        | job id (u64 BE)              | job record (JSON)              |
 //! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
+//! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (JSON) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | canonical event (JSON)         |
 //! | `meta`        | name                         | value                          |
@@ -21,7 +22,11 @@
 //! The `log` holds every applied event in the order it was applied. The
 //! in-memory predictor state (policies, in-flight jobs) is a deterministic
 //! function of that sequence, so on start the service rebuilds it by
-//! applying the log again rather than serialising every policy.
+//! applying the log again rather than serialising every policy. The
+//! `history` family holds the 3Sigma distributions of that state, per
+//! feature value, written with the batch that changed them, so that what
+//! the predictor has learnt can be inspected (and compared between runs)
+//! without replaying anything.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,15 +41,16 @@ use serde::de::DeserializeOwned;
 pub const JOBS: &str = "jobs";
 pub const TASKS: &str = "tasks";
 pub const MACHINES: &str = "machines";
+pub const HISTORY: &str = "history";
 pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 6] = [JOBS, TASKS, MACHINES, OFFSETS, LOG, META];
+const COLUMN_FAMILIES: [&str; 7] = [JOBS, TASKS, MACHINES, HISTORY, OFFSETS, LOG, META];
 
 /// The column families that hold derived state (what two equivalent runs
 /// must agree on), as opposed to bookkeeping (offsets, log, meta).
-pub const STATE_FAMILIES: [&str; 3] = [JOBS, TASKS, MACHINES];
+pub const STATE_FAMILIES: [&str; 4] = [JOBS, TASKS, MACHINES, HISTORY];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -282,6 +288,17 @@ impl StateBatch<'_> {
 
     pub fn put_machine<T: Serialize>(&mut self, machine_id: u64, record: &T) {
         self.put_json(MACHINES, &machine_id.to_be_bytes(), record);
+    }
+
+    /// Store a history distribution under its key
+    /// (`jobcast_predictor::history::HistoryKey::to_bytes`).
+    pub fn put_history<T: Serialize>(&mut self, key: &[u8], record: &T) {
+        self.put_json(HISTORY, key, record);
+    }
+
+    /// Drop a history distribution that holds no jobs any more.
+    pub fn delete_history(&mut self, key: &[u8]) {
+        self.batch.delete_cf(self.store.cf(HISTORY), key);
     }
 
     /// Record that `partition` of `topic` is consumed up to (not

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
+use jobcast_predictor::history::HistoryKey;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::engine::{Effects, Engine, JobRecord};
 use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
-use jobcast_storage::state::{JOBS, StateStore};
+use jobcast_storage::state::{HISTORY, JOBS, StateStore};
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
 use jobcast_tests::serve::stored_state;
@@ -189,6 +190,16 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
             assert!(published.contains_key(&(job_id, u64::from(d.version))));
         }
     }
+    // The stored 3Sigma history is the reference engine's: one record per
+    // feature value it tracks plus the global one, equal byte for byte.
+    let history: BTreeMap<Vec<u8>, Vec<u8>> = store.dump(HISTORY).unwrap().into_iter().collect();
+    assert_eq!(history.len(), engine.history().tracked_values() + 1);
+    let global = engine.history().record(HistoryKey::Global).unwrap();
+    assert!(global.observed.unwrap() > 0);
+    assert_eq!(
+        history[&HistoryKey::Global.to_bytes()],
+        serde_json::to_vec(&global).unwrap()
+    );
     let finished = jobs
         .iter()
         .filter_map(|&id| store.job::<JobRecord>(id).unwrap())

@@ -57,7 +57,7 @@
 //! [`FitConfig::priors`] when a prior is configured for its model (the
 //! online fitter starts from the paper's typical parameters this way).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use argmin::core::{CostFunction, Executor, State};
@@ -289,17 +289,49 @@ impl Grouping {
         &self.0
     }
 
+    /// Every combination of one or more dimensions, most specific first:
+    /// by number of dimensions, then in [`Dimension::ALL`] order
+    /// (type+zone+period, type+zone, type+period, zone+period, type, zone,
+    /// period). [`FitSet::lookup`] tries groups in this order.
+    pub fn combinations() -> Vec<Grouping> {
+        let mut all: Vec<Grouping> = (1..1u8 << Dimension::ALL.len())
+            .map(|mask| {
+                Grouping(
+                    Dimension::ALL
+                        .into_iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask & (1 << i) != 0)
+                        .map(|(_, d)| d)
+                        .collect(),
+                )
+            })
+            .collect();
+        all.sort_by(|x, y| y.0.len().cmp(&x.0.len()).then_with(|| x.0.cmp(&y.0)));
+        all
+    }
+
     /// The record's group under this grouping; `None` if a dimension has no
     /// value for it (an unknown region's day/night).
     pub fn key(&self, record: &LifetimeRecord) -> Option<GroupKey> {
+        let period = || local_period(&record.zone, record.launch_time_us);
+        self.key_of(&record.vm_type, &record.zone, period)
+    }
+
+    /// The group of a VM of this type in this zone launched in `period`
+    /// (computed only if this grouping splits by it); `None` if a dimension
+    /// has no value.
+    fn key_of(
+        &self,
+        vm_type: &str,
+        zone: &str,
+        period: impl Fn() -> Option<Period>,
+    ) -> Option<GroupKey> {
         let mut key = GroupKey::default();
         for d in &self.0 {
             match d {
-                Dimension::Type => key.vm_type = Some(record.vm_type.clone()),
-                Dimension::Zone => key.zone = Some(record.zone.clone()),
-                Dimension::Period => {
-                    key.period = Some(local_period(&record.zone, record.launch_time_us)?);
-                }
+                Dimension::Type => key.vm_type = Some(vm_type.to_owned()),
+                Dimension::Zone => key.zone = Some(zone.to_owned()),
+                Dimension::Period => key.period = Some(period()?),
             }
         }
         Some(key)
@@ -428,6 +460,53 @@ pub enum FitError {
     InvalidDeadline(f64),
     #[error("only {events} preemptions in all; at least {min} are needed to fit")]
     TooFewEvents { events: usize, min: usize },
+    #[error(
+        "the {kind} prior's `{param}` must be in [{lo}, {hi}] (the range the fit searches), got {value}"
+    )]
+    PriorOutOfRange {
+        kind: ModelKind,
+        param: &'static str,
+        lo: f64,
+        hi: f64,
+        value: f64,
+    },
+    #[error("the {kind} prior's deadline is {prior} h, the fit's max_lifetime_h is {fit} h")]
+    PriorDeadline {
+        kind: ModelKind,
+        prior: f64,
+        fit: f64,
+    },
+}
+
+impl FitConfig {
+    /// Check that every prior shares the fit's deadline and has its
+    /// parameters within the bounds the fit searches: the shrinkage blends
+    /// on those bounds, so a prior outside them would be clamped silently.
+    pub fn check_priors(&self) -> Result<(), FitError> {
+        for prior in &self.priors {
+            let kind = prior.kind();
+            if prior.max_lifetime_h() != self.max_lifetime_h {
+                return Err(FitError::PriorDeadline {
+                    kind,
+                    prior: prior.max_lifetime_h(),
+                    fit: self.max_lifetime_h,
+                });
+            }
+            let bounds = bounds(kind, self.max_lifetime_h);
+            for ((param, value), bound) in prior.named_params().into_iter().zip(bounds) {
+                if !(bound.lo..=bound.hi).contains(&value) {
+                    return Err(FitError::PriorOutOfRange {
+                        kind,
+                        param,
+                        lo: bound.lo,
+                        hi: bound.hi,
+                        value,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One model fitted to one group.
@@ -494,25 +573,39 @@ impl FitSet {
         self.groups.iter().find(|g| g.key == *key)
     }
 
-    /// The fit of `kind` for VMs of this type in this zone: the most
-    /// specific fitted group among type+zone, type, zone, then the pooled
-    /// one. `None` only if `kind` was not fitted.
-    pub fn lookup(&self, kind: ModelKind, vm_type: &str, zone: &str) -> Option<&ModelFit> {
-        let key = |t: bool, z: bool| GroupKey {
-            vm_type: t.then(|| vm_type.to_owned()),
-            zone: z.then(|| zone.to_owned()),
-            period: None,
-        };
-        [key(true, true), key(true, false), key(false, true)]
+    /// The fit of `kind` for VMs of this type in this zone launched in
+    /// `period` (VM-local; `None` if unknown): the most specific fitted
+    /// group in [`Grouping::combinations`] order (type+zone+period,
+    /// type+zone, type+period, zone+period, type, zone, period; the ones
+    /// with a period only when it is known), then the pooled one. `None`
+    /// only if `kind` was not fitted.
+    pub fn lookup(
+        &self,
+        kind: ModelKind,
+        vm_type: &str,
+        zone: &str,
+        period: Option<Period>,
+    ) -> Option<&ModelFit> {
+        Grouping::combinations()
             .iter()
-            .find_map(|k| self.group(k).and_then(|g| g.fit(kind)))
+            .filter_map(|g| g.key_of(vm_type, zone, || period))
+            .find_map(|k| self.group(&k).and_then(|g| g.fit(kind)))
             .or_else(|| self.pooled().fit(kind))
     }
 
-    /// The bathtub model for VMs of this type in this zone (see
-    /// [`FitSet::lookup`]); `None` if the bathtub was not fitted.
-    pub fn bathtub_for(&self, vm_type: &str, zone: &str) -> Option<Bathtub> {
-        match self.lookup(ModelKind::Bathtub, vm_type, zone)?.model {
+    /// The bathtub model for VMs of this type in this zone launched in
+    /// `period` (see [`FitSet::lookup`]); `None` if the bathtub was not
+    /// fitted.
+    pub fn bathtub_for(
+        &self,
+        vm_type: &str,
+        zone: &str,
+        period: Option<Period>,
+    ) -> Option<Bathtub> {
+        match self
+            .lookup(ModelKind::Bathtub, vm_type, zone, period)?
+            .model
+        {
             LifetimeModel::Bathtub(b) => Some(b),
             _ => None,
         }
@@ -525,6 +618,7 @@ pub fn fit_groups(records: &[LifetimeRecord], config: &FitConfig) -> Result<FitS
     if !(l.is_finite() && l > 0.0) {
         return Err(FitError::InvalidDeadline(l));
     }
+    config.check_priors()?;
     let pooled_obs: Vec<Observation> = records.iter().map(|r| observation(r, l)).collect();
     let pooled_km = KaplanMeier::new(&pooled_obs)?;
     if pooled_km.events() < config.min_events.max(1) {
@@ -556,17 +650,30 @@ pub fn fit_groups(records: &[LifetimeRecord], config: &FitConfig) -> Result<FitS
         fits: pooled_fits,
     }];
     let mut skipped = Vec::new();
+    // Groups of the same VMs (a type seen in one zone only: type and
+    // type+zone) get the same fit, which is deterministic: fit them once.
+    // By members, the index in `groups` of the group fitted to them.
+    let mut fitted: HashMap<Vec<usize>, usize> = HashMap::new();
     for grouping in &config.groupings {
-        let mut by_key: BTreeMap<GroupKey, Vec<Observation>> = BTreeMap::new();
-        for (r, o) in records.iter().zip(&pooled_obs) {
+        let mut by_key: BTreeMap<GroupKey, Vec<usize>> = BTreeMap::new();
+        for (i, r) in records.iter().enumerate() {
             if let Some(key) = grouping.key(r) {
-                by_key.entry(key).or_default().push(*o);
+                by_key.entry(key).or_default().push(i);
             }
         }
-        for (key, obs) in by_key {
+        for (key, members) in by_key {
             if key.is_pooled() || groups.iter().any(|g| g.key == key) {
                 continue;
             }
+            if let Some(&same) = fitted.get(&members) {
+                let twin = GroupFit {
+                    key,
+                    ..groups[same].clone()
+                };
+                groups.push(twin);
+                continue;
+            }
+            let obs: Vec<Observation> = members.iter().map(|&i| pooled_obs[i]).collect();
             let km = KaplanMeier::new(&obs)?;
             if km.events() < config.min_events {
                 skipped.push((key, km.observations(), km.events()));
@@ -588,6 +695,7 @@ pub fn fit_groups(records: &[LifetimeRecord], config: &FitConfig) -> Result<FitS
                     }
                 })
                 .collect();
+            fitted.insert(members, groups.len());
             groups.push(GroupFit { key, km, fits });
         }
     }
@@ -1160,11 +1268,12 @@ mod tests {
         assert!((a(&small.model) - a(&pooled)).abs() < (a(&small.model) - a(&small.raw)).abs());
         // Lookups fall back from type to pooled.
         assert_eq!(
-            fits.bathtub_for("large", "us-central1-c").map(|b| b.a()),
+            fits.bathtub_for("large", "us-central1-c", None)
+                .map(|b| b.a()),
             Some(a(&large.model))
         );
         assert_eq!(
-            fits.bathtub_for("unknown", "nowhere").map(|b| b.a()),
+            fits.bathtub_for("unknown", "nowhere", None).map(|b| b.a()),
             Some(a(&pooled))
         );
     }
@@ -1192,6 +1301,83 @@ mod tests {
             matches!(too_few, FitError::TooFewEvents { .. }),
             "{too_few}"
         );
+    }
+
+    #[test]
+    fn lookups_take_the_most_specific_fitted_group_with_the_period() {
+        let names: Vec<String> = Grouping::combinations()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "type+zone+period",
+                "type+zone",
+                "type+period",
+                "zone+period",
+                "type",
+                "zone",
+                "period"
+            ]
+        );
+        // Half the VMs launched at 14:22 CDT (day), half 12 h later (night).
+        let mut records = censored_sample(&Bathtub::default(), 400, 10.0, 51);
+        for r in records.iter_mut().step_by(2) {
+            r.launch_time_us += 12 * 3_600_000_000;
+        }
+        let config = FitConfig {
+            models: vec![ModelKind::Bathtub],
+            groupings: vec![
+                Grouping::new(&[Dimension::Type, Dimension::Zone, Dimension::Period]),
+                Grouping::new(&[Dimension::Type]),
+            ],
+            ..FitConfig::default()
+        };
+        let fits = fit_groups(&records, &config).unwrap();
+        let (t, z) = ("n1-highcpu-2", "us-central1-c");
+        let group = |key: &str| {
+            let g = fits.groups().iter().find(|g| g.key.to_string() == key);
+            g.unwrap().fit(ModelKind::Bathtub).unwrap()
+        };
+        let found = |vm_type, zone, period| {
+            fits.lookup(ModelKind::Bathtub, vm_type, zone, period)
+                .unwrap()
+        };
+        let day = group("type=n1-highcpu-2,zone=us-central1-c,period=day");
+        let night = group("type=n1-highcpu-2,zone=us-central1-c,period=night");
+        assert_ne!(day, night);
+        assert_eq!(found(t, z, Some(Period::Day)), day);
+        assert_eq!(found(t, z, Some(Period::Night)), night);
+        // Without a period, or in a zone without its own group: the type.
+        assert_eq!(found(t, z, None), group("type=n1-highcpu-2"));
+        assert_eq!(
+            found(t, "us-east1-b", Some(Period::Day)),
+            group("type=n1-highcpu-2")
+        );
+        assert_eq!(found("other", z, Some(Period::Day)), group("all"));
+    }
+
+    #[test]
+    fn priors_outside_the_fitted_range_are_refused() {
+        let records = censored_sample(&Bathtub::default(), 100, 10.0, 61);
+        let with_prior = |prior: Bathtub| FitConfig {
+            priors: vec![LifetimeModel::Bathtub(prior)],
+            ..bathtub_only()
+        };
+        let wide = with_prior(Bathtub::new(0.45, 60.0, 0.8, 24.0, 24.0).unwrap());
+        let err = wide.check_priors().unwrap_err();
+        assert!(
+            err.to_string().contains("`tau1` must be in [0.01, 48]"),
+            "{err}"
+        );
+        assert_eq!(fit_groups(&records, &wide).unwrap_err(), err);
+        let other_deadline = with_prior(Bathtub::new(0.45, 1.0, 0.8, 24.0, 12.0).unwrap());
+        assert!(matches!(
+            other_deadline.check_priors(),
+            Err(FitError::PriorDeadline { .. })
+        ));
+        with_prior(Bathtub::default()).check_priors().unwrap();
     }
 
     #[test]

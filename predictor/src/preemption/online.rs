@@ -1,6 +1,6 @@
 //! Refitting the lifetime models from the stream of machine events, for the
 //! streaming service to hold one [`OnlineFitter`] and ask it for the current
-//! model of a VM type and zone.
+//! model of a VM by type, zone and launch time.
 //!
 //! The fitter follows preemptible VMs through their `add` (launched) and
 //! `remove` (preempted or stopped) events. Every
@@ -15,21 +15,29 @@
 //!   still "running" past the deadline has lost its `remove` event and is
 //!   dropped.
 //!
+//! Groups are the offline fit's dimensions: machine type, zone and
+//! day/night by VM-local launch time ([`local_period`]), by default in
+//! every combination ([`Grouping::combinations`]). A lookup answers with
+//! the most specific group fitted (type+zone+period first, then the coarser
+//! ones, then the pooled fit; [`FitSet::lookup`], as offline), so a thin
+//! type+zone+period group gives way to broader ones instead of guessing.
+//!
 //! "Now" is the latest event time seen: the fitter reads no clock, so a
 //! replayed trace refits exactly as the live stream did.
 //!
 //! Until the first successful refit (enough preemptions, see
-//! [`FitConfig::min_events`]) lookups answer with the configured priors,
-//! by default the paper's typical bathtub; afterwards the pooled fit is
-//! still shrunk toward those priors with the weight `d/(d + k)` of
-//! [`fit`](super::fit), so a handful of early preemptions cannot swing it.
+//! [`FitConfig::min_events`]) lookups answer with the configured priors
+//! ([`FitConfig::priors`]; by default the paper's typical bathtub);
+//! afterwards the pooled fit is still shrunk toward those priors with the
+//! weight `d/(d + k)` of [`fit`](super::fit), and each group toward the
+//! pooled fit, so a handful of early preemptions cannot swing it.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use jobcast_ingest::event::{MachineEvent, MachineKind};
 
 use super::bathtub::Bathtub;
-use super::fit::{FitConfig, FitError, FitSet, LifetimeRecord, fit_groups};
+use super::fit::{FitConfig, FitError, FitSet, Grouping, LifetimeRecord, fit_groups, local_period};
 use super::models::{LifetimeModel, ModelKind};
 
 /// How an [`OnlineFitter`] refits.
@@ -46,12 +54,14 @@ pub struct OnlineConfig {
 impl Default for OnlineConfig {
     /// The bathtub model only (what risk scores use; each model costs a
     /// fit per group), with the paper's typical fit ([`Bathtub::default`])
-    /// as prior, otherwise the default [`FitConfig`]; refit every 100
-    /// lifetimes over the last 20,000.
+    /// as prior, groups in every combination of type, zone and period,
+    /// otherwise the default [`FitConfig`]; refit every 100 lifetimes over
+    /// the last 20,000.
     fn default() -> Self {
         OnlineConfig {
             fit: FitConfig {
                 models: vec![ModelKind::Bathtub],
+                groupings: Grouping::combinations(),
                 priors: vec![LifetimeModel::Bathtub(Bathtub::default())],
                 ..FitConfig::default()
             },
@@ -164,13 +174,21 @@ impl OnlineFitter {
         self.fits.as_ref()
     }
 
-    /// The model of `kind` for VMs of this type in this zone: the fitted one
-    /// (see [`FitSet::lookup`]), else the configured prior; `None` when
-    /// there is neither.
-    pub fn model_for(&self, kind: ModelKind, vm_type: &str, zone: &str) -> Option<LifetimeModel> {
+    /// The model of `kind` for a VM of this type in this zone launched at
+    /// `launch_time_us` (µs since the epoch, which gives its VM-local
+    /// day/night): the most specific fitted group (see [`FitSet::lookup`]),
+    /// else the configured prior; `None` when there is neither.
+    pub fn model_for(
+        &self,
+        kind: ModelKind,
+        vm_type: &str,
+        zone: &str,
+        launch_time_us: u64,
+    ) -> Option<LifetimeModel> {
+        let period = local_period(zone, launch_time_us);
         self.fits
             .as_ref()
-            .and_then(|f| f.lookup(kind, vm_type, zone))
+            .and_then(|f| f.lookup(kind, vm_type, zone, period))
             .map(|f| f.model)
             .or_else(|| {
                 self.config
@@ -182,10 +200,11 @@ impl OnlineFitter {
             })
     }
 
-    /// The bathtub for VMs of this type in this zone: fitted, else the
+    /// The bathtub for a VM of this type in this zone launched at
+    /// `launch_time_us` (see [`OnlineFitter::model_for`]): fitted, else the
     /// configured prior, else the paper's typical fit.
-    pub fn bathtub_for(&self, vm_type: &str, zone: &str) -> Bathtub {
-        match self.model_for(ModelKind::Bathtub, vm_type, zone) {
+    pub fn bathtub_for(&self, vm_type: &str, zone: &str, launch_time_us: u64) -> Bathtub {
+        match self.model_for(ModelKind::Bathtub, vm_type, zone, launch_time_us) {
             Some(LifetimeModel::Bathtub(b)) => b,
             _ => Bathtub::default(),
         }
@@ -216,15 +235,19 @@ mod tests {
 
     const HOUR_US: f64 = 3.6e9;
 
-    fn vm(launch_time_us: u64, end_reason: Option<EndReason>) -> VmInfo {
+    fn vm_in(zone: &str, launch_time_us: u64, end_reason: Option<EndReason>) -> VmInfo {
         VmInfo {
             name: None,
             vm_type: "n1-highcpu-2".to_owned(),
-            zone: "us-east1-b".to_owned(),
+            zone: zone.to_owned(),
             preemptible: true,
             launch_time_us,
             end_reason,
         }
+    }
+
+    fn vm(launch_time_us: u64, end_reason: Option<EndReason>) -> VmInfo {
+        vm_in("us-east1-b", launch_time_us, end_reason)
     }
 
     fn event(time_us: u64, machine_id: u64, kind: MachineKind, vm: VmInfo) -> MachineEvent {
@@ -239,14 +262,13 @@ mod tests {
         }
     }
 
-    /// Add and remove events of `n` VMs launched a minute apart with
-    /// lifetimes from `truth`, a quarter stopped early by their users, in
-    /// time order.
-    fn stream(truth: &Bathtub, n: u64, seed: u64) -> Vec<MachineEvent> {
+    /// Add and remove events of VMs in `zone`, each launched at its time
+    /// with a lifetime from its model, a quarter stopped early by their
+    /// users, in time order.
+    fn lifetimes_in(zone: &str, vms: &[(u64, &Bathtub)], seed: u64) -> Vec<MachineEvent> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut events = Vec::new();
-        for id in 0..n {
-            let launch = id * 60_000_000;
+        for (id, &(launch, truth)) in (0..).zip(vms) {
             let mut life = truth.sample(&mut rng);
             let mut reason = EndReason::Preempted;
             if rng.random::<f64>() < 0.25 {
@@ -257,16 +279,28 @@ mod tests {
                 }
             }
             let end = launch + (life * HOUR_US) as u64;
-            events.push(event(launch, id, MachineKind::Add, vm(launch, None)));
+            events.push(event(
+                launch,
+                id,
+                MachineKind::Add,
+                vm_in(zone, launch, None),
+            ));
             events.push(event(
                 end,
                 id,
                 MachineKind::Remove,
-                vm(launch, Some(reason)),
+                vm_in(zone, launch, Some(reason)),
             ));
         }
         events.sort_by_key(|e| e.time_us);
         events
+    }
+
+    /// `n` VMs in us-east1-b launched a minute apart from the epoch, with
+    /// lifetimes from `truth`.
+    fn stream(truth: &Bathtub, n: u64, seed: u64) -> Vec<MachineEvent> {
+        let vms: Vec<(u64, &Bathtub)> = (0..n).map(|id| (id * 60_000_000, truth)).collect();
+        lifetimes_in("us-east1-b", &vms, seed)
     }
 
     #[test]
@@ -274,10 +308,10 @@ mod tests {
         let fitter = OnlineFitter::new(OnlineConfig::default());
         assert!(fitter.fits().is_none());
         assert_eq!(
-            fitter.bathtub_for("n1-highcpu-2", "us-east1-b"),
+            fitter.bathtub_for("n1-highcpu-2", "us-east1-b", 0),
             Bathtub::default()
         );
-        assert_eq!(fitter.model_for(ModelKind::Weibull, "t", "z"), None);
+        assert_eq!(fitter.model_for(ModelKind::Weibull, "t", "z", 0), None);
     }
 
     #[test]
@@ -292,7 +326,7 @@ mod tests {
         assert_eq!(triggered, 6);
         assert_eq!(fitter.refits(), 6);
         assert_eq!((fitter.running(), fitter.finished()), (0, 3000));
-        let got = fitter.bathtub_for("n1-highcpu-2", "us-east1-b");
+        let got = fitter.bathtub_for("n1-highcpu-2", "us-east1-b", 0);
         // 3000 lifetimes outweigh the prior (A = 0.45) but for 1–2 %.
         assert!((got.a() - truth.a()).abs() < 0.03, "{got:?}");
         let sup = (0..2400)
@@ -300,6 +334,83 @@ mod tests {
             .map(|t| (got.cdf(t) - truth.cdf(t)).abs())
             .fold(0.0, f64::max);
         assert!(sup < 0.03, "{got:?}");
+    }
+
+    #[test]
+    fn day_and_night_launches_get_their_own_fits() {
+        use crate::preemption::fit::{Period, local_period};
+        // 2019-06-03T00:00Z; us-central1 is on CDT (UTC−5) then, so 19:00
+        // UTC is 14:00 local (day) and 07:00 UTC is 02:00 local (night).
+        const JUNE_3: u64 = 1_559_520_000_000_000;
+        const DAY_US: u64 = 86_400_000_000;
+        let zone = "us-central1-c";
+        let day_launch = JUNE_3 + 19 * 3_600_000_000;
+        let night_launch = JUNE_3 + 7 * 3_600_000_000;
+        assert_eq!(local_period(zone, day_launch), Some(Period::Day));
+        assert_eq!(local_period(zone, night_launch), Some(Period::Night));
+        // Day launches are made short-lived, night ones long-lived.
+        let short = Bathtub::new(0.7, 1.0, 0.8, 24.0, 24.0).unwrap();
+        let long = Bathtub::new(0.2, 2.0, 0.8, 24.0, 24.0).unwrap();
+        let prior = Bathtub::new(0.4, 1.5, 1.0, 23.0, 24.0).unwrap();
+        let config = OnlineConfig {
+            fit: FitConfig {
+                priors: vec![LifetimeModel::Bathtub(prior)],
+                ..OnlineConfig::default().fit
+            },
+            refit_every: usize::MAX,
+            ..OnlineConfig::default()
+        };
+        // 20 VMs of each period a day, a minute apart, for 40 days.
+        let mut vms = Vec::new();
+        for day in 0..40 {
+            for i in 0..20 {
+                let offset = day * DAY_US + i * 60_000_000;
+                vms.push((day_launch + offset, &short));
+                vms.push((night_launch + offset, &long));
+            }
+        }
+        let events = lifetimes_in(zone, &vms, 4);
+        let mut fitter = OnlineFitter::new(config);
+        // Before a refit: exactly the configured prior, day or night.
+        for e in &events[..200] {
+            assert!(!fitter.observe(e));
+        }
+        for launch in [day_launch, night_launch] {
+            assert_eq!(fitter.bathtub_for("n1-highcpu-2", zone, launch), prior);
+        }
+        for e in &events[200..] {
+            fitter.observe(e);
+        }
+        fitter.refit().unwrap();
+        let at_day = fitter.bathtub_for("n1-highcpu-2", zone, day_launch + 30 * DAY_US);
+        let at_night = fitter.bathtub_for("n1-highcpu-2", zone, night_launch + 30 * DAY_US);
+        // The answers are the type+zone+period groups' fits.
+        let group = |period| {
+            let key = crate::preemption::fit::GroupKey {
+                vm_type: Some("n1-highcpu-2".to_owned()),
+                zone: Some(zone.to_owned()),
+                period: Some(period),
+            };
+            fitter
+                .fits()
+                .unwrap()
+                .group(&key)
+                .unwrap()
+                .fit(ModelKind::Bathtub)
+                .unwrap()
+                .model
+        };
+        assert_eq!(LifetimeModel::Bathtub(at_day), group(Period::Day));
+        assert_eq!(LifetimeModel::Bathtub(at_night), group(Period::Night));
+        // P(preempted before 5 h): short ≈ 0.69, long ≈ 0.18, prior ≈ 0.38.
+        let p5 = |b: &Bathtub| b.cdf(5.0);
+        assert!((p5(&at_day) - p5(&short)).abs() < 0.05, "{at_day:?}");
+        assert!((p5(&at_night) - p5(&long)).abs() < 0.05, "{at_night:?}");
+        assert!(p5(&at_day) > p5(&prior) + 0.2 && p5(&at_night) < p5(&prior) - 0.1);
+        // A VM whose period is unknown (a region not in the table) gets the
+        // type's fit, which pools both periods.
+        let pooled = fitter.bathtub_for("n1-highcpu-2", "mars-base1-a", day_launch);
+        assert!(p5(&at_night) < p5(&pooled) && p5(&pooled) < p5(&at_day));
     }
 
     #[test]

@@ -127,7 +127,7 @@ pub(super) fn fitted_bathtub(
         ..FitConfig::default()
     };
     let fits = fit_groups(&records, &config)?;
-    fits.bathtub_for(vm_type, zone)
+    fits.bathtub_for(vm_type, zone, None)
         .context("the bathtub was not fitted")
 }
 
