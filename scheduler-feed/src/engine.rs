@@ -217,6 +217,54 @@ impl PredictionError {
     }
 }
 
+/// Upper bounds (%) of the absolute-error buckets of [`PolicyErrors`]; a
+/// last bucket counts the larger errors.
+pub const ERROR_PCT_BOUNDS: [f64; 8] = [5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
+/// One policy's errors over every job scored so far: stored in the
+/// `policies` column family and served at `GET /policies`, so that the
+/// policies running in shadow can be compared on the live workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyErrors {
+    pub jobs: u64,
+    /// Jobs whose runtime it under-estimated.
+    pub underestimated: u64,
+    pub sum_abs_pct: f64,
+    pub sum_log_ratio: f64,
+    pub sum_sq_log_ratio: f64,
+    /// Jobs per absolute error: at most `ERROR_PCT_BOUNDS[i]` %, then the
+    /// rest.
+    pub abs_pct_buckets: Vec<u64>,
+}
+
+impl Default for PolicyErrors {
+    fn default() -> Self {
+        PolicyErrors {
+            jobs: 0,
+            underestimated: 0,
+            sum_abs_pct: 0.0,
+            sum_log_ratio: 0.0,
+            sum_sq_log_ratio: 0.0,
+            abs_pct_buckets: vec![0; ERROR_PCT_BOUNDS.len() + 1],
+        }
+    }
+}
+
+impl PolicyErrors {
+    fn record(&mut self, error: &PredictionError) {
+        self.jobs += 1;
+        self.underestimated += u64::from(error.log_ratio < 0.0);
+        self.sum_abs_pct += error.abs_pct;
+        self.sum_log_ratio += error.log_ratio;
+        self.sum_sq_log_ratio += error.log_ratio * error.log_ratio;
+        let bucket = ERROR_PCT_BOUNDS
+            .iter()
+            .position(|&bound| error.abs_pct <= bound)
+            .unwrap_or(ERROR_PCT_BOUNDS.len());
+        self.abs_pct_buckets[bucket] += 1;
+    }
+}
+
 /// What jobcast knows about a job: stored in the `jobs` column family and
 /// served at `GET /jobs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -330,6 +378,8 @@ pub struct Effects {
     /// History distributions changed or dropped ([`Engine::history`]'s
     /// `record` gives the new content, `None` when dropped).
     pub history: BTreeSet<HistoryKey>,
+    /// Policies whose [`PolicyErrors`] changed.
+    pub policies: BTreeSet<&'static str>,
 }
 
 impl Effects {
@@ -339,6 +389,7 @@ impl Effects {
         self.tasks.clear();
         self.machines.clear();
         self.history.clear();
+        self.policies.clear();
     }
 }
 
@@ -365,6 +416,7 @@ pub struct Engine {
     risk: RiskSettings,
     /// (event time, machine) at which a VM's risk is to be scored again.
     risk_refresh: BTreeSet<(u64, u64)>,
+    policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
 }
 
@@ -417,6 +469,7 @@ impl Engine {
             lifetimes: OnlineFitter::new(online),
             risk: config.risk.clone(),
             risk_refresh: BTreeSet::new(),
+            policy_errors: BTreeMap::new(),
             events: 0,
         })
     }
@@ -445,6 +498,11 @@ impl Engine {
 
     pub fn task(&self, job_id: u64, task_index: u32) -> Option<&TaskRecord> {
         self.tasks.get(&(job_id, task_index))
+    }
+
+    /// A policy's errors so far, once it has scored a job.
+    pub fn policy_errors(&self, policy: &str) -> Option<&PolicyErrors> {
+        self.policy_errors.get(policy)
     }
 
     pub fn machine(&self, machine_id: u64) -> Option<&MachineRecord> {
@@ -786,6 +844,11 @@ impl Engine {
                     if let Some(estimate) = job.record.estimates.get(kind.name()) {
                         let error = PredictionError::of(estimate.mean_task_runtime_us, actual);
                         job.record.errors.insert(kind.name().to_owned(), error);
+                        self.policy_errors
+                            .entry(kind.name())
+                            .or_default()
+                            .record(&error);
+                        effects.policies.insert(kind.name());
                         effects.outputs.push(Output::Scored {
                             policy: kind,
                             job_id: end.job_id,

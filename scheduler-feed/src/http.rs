@@ -13,9 +13,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use jobcast_storage::state::StoreError;
+use jobcast_storage::state::{POLICIES, StoreError};
 
-use crate::engine::MachineRecord;
+use crate::engine::{ERROR_PCT_BOUNDS, MachineRecord, PolicyErrors};
 use crate::service::Shared;
 use crate::telemetry;
 
@@ -24,6 +24,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/jobs/{id}", get(job))
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
+        .route("/policies", get(policies))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -104,6 +105,42 @@ async fn machine_risk(State(shared): State<Arc<Shared>>, Path(raw): Path<String>
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// `GET /policies`: every policy's errors over the jobs scored so far, with
+/// their means, so that the shadow policies can be compared live.
+async fn policies(State(shared): State<Arc<Shared>>) -> Response {
+    let records = match shared.store.dump(POLICIES) {
+        Ok(records) => records,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let mut out = serde_json::Map::new();
+    for (name, bytes) in records {
+        let errors: PolicyErrors = match serde_json::from_slice(&bytes) {
+            Ok(errors) => errors,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let n = errors.jobs.max(1) as f64;
+        let mean_log_ratio = errors.sum_log_ratio / n;
+        let buckets: Vec<_> = errors
+            .abs_pct_buckets
+            .iter()
+            .enumerate()
+            .map(|(i, &jobs)| json!({ "le_pct": ERROR_PCT_BOUNDS.get(i), "jobs": jobs }))
+            .collect();
+        out.insert(
+            String::from_utf8_lossy(&name).into_owned(),
+            json!({
+                "jobs": errors.jobs,
+                "mean_abs_error_pct": errors.sum_abs_pct / n,
+                "mean_log_ratio": mean_log_ratio,
+                "sd_log_ratio": (errors.sum_sq_log_ratio / n - mean_log_ratio.powi(2)).max(0.0).sqrt(),
+                "underestimated_pct": errors.underestimated as f64 * 100.0 / n,
+                "abs_error_pct_buckets": buckets,
+            }),
+        );
+    }
+    Json(out).into_response()
 }
 
 /// Alive: the process answers.

@@ -658,6 +658,11 @@ impl<'a> Pipeline<'a> {
                 None => write.delete_history(&key.to_bytes()),
             }
         }
+        for &policy in &effects.policies {
+            if let Some(errors) = self.engine.policy_errors(policy) {
+                write.put_policy(policy, errors);
+            }
+        }
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }

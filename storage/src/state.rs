@@ -8,6 +8,7 @@
 //! | `jobs`        | job id (u64 BE)              | job record (JSON)              |
 //! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
+//! | `policies`    | policy name                  | its error statistics (JSON)    |
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (JSON) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | canonical event (JSON)         |
@@ -42,15 +43,16 @@ pub const JOBS: &str = "jobs";
 pub const TASKS: &str = "tasks";
 pub const MACHINES: &str = "machines";
 pub const HISTORY: &str = "history";
+pub const POLICIES: &str = "policies";
 pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 7] = [JOBS, TASKS, MACHINES, HISTORY, OFFSETS, LOG, META];
+const COLUMN_FAMILIES: [&str; 8] = [JOBS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, META];
 
 /// The column families that hold derived state (what two equivalent runs
 /// must agree on), as opposed to bookkeeping (offsets, log, meta).
-pub const STATE_FAMILIES: [&str; 4] = [JOBS, TASKS, MACHINES, HISTORY];
+pub const STATE_FAMILIES: [&str; 5] = [JOBS, TASKS, MACHINES, HISTORY, POLICIES];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -294,6 +296,10 @@ impl StateBatch<'_> {
     /// (`jobcast_predictor::history::HistoryKey::to_bytes`).
     pub fn put_history<T: Serialize>(&mut self, key: &[u8], record: &T) {
         self.put_json(HISTORY, key, record);
+    }
+
+    pub fn put_policy<T: Serialize>(&mut self, name: &str, record: &T) {
+        self.put_json(POLICIES, name.as_bytes(), record);
     }
 
     /// Drop a history distribution that holds no jobs any more.

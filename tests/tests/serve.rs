@@ -63,11 +63,32 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
     assert_eq!(serve.get("/jobs/123456789012").0, 404);
     assert_eq!(serve.get("/jobs/not-a-number").0, 400);
 
+    // Each policy's error statistics count the jobs the metrics count.
+    let (status, body) = serve.get("/policies");
+    assert_eq!(status, 200, "{body}");
+    let policies: serde_json::Value = serde_json::from_str(&body).unwrap();
     for policy in ["slearn", "3sigma"] {
         let count = serve.metric(&format!(
             "jobcast_prediction_error_percent_count{{policy=\"{policy}\"}}"
         ));
         assert!(count > 0.0, "no prediction errors recorded for {policy}");
+        let stats = &policies[policy];
+        assert_eq!(stats["jobs"].as_f64(), Some(count), "{policy}: {stats}");
+        let in_buckets: u64 = stats["abs_error_pct_buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["jobs"].as_u64().unwrap())
+            .sum();
+        assert_eq!(in_buckets as f64, count);
+        let mean = stats["mean_abs_error_pct"].as_f64().unwrap();
+        let sum = serve.metric(&format!(
+            "jobcast_prediction_error_percent_sum{{policy=\"{policy}\"}}"
+        ));
+        assert!(
+            (mean * count - sum).abs() <= 1e-6 * sum.max(1.0),
+            "{mean} × {count} vs {sum}"
+        );
     }
     serve.terminate();
 }
