@@ -152,6 +152,31 @@ fn from_event_resumes_at_the_event_offset() {
 }
 
 #[test]
+fn max_events_bounds_a_replay_from_any_event_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("workload.jsonl");
+    let total = generate(&trace);
+    assert!(total > 200);
+    let mock = cluster("bounded");
+    let summary = replay(
+        &mock,
+        &trace,
+        &[
+            "--topic",
+            "bounded",
+            "--from-event",
+            "100",
+            "--max-events",
+            "50",
+        ],
+    );
+    assert_eq!(summary["skipped"], 100, "{summary}");
+    assert_eq!(summary["delivered"], 50, "{summary}");
+    assert_eq!(summary["resume_from"], 150, "{summary}");
+    consume(&mock, "bounded", 50);
+}
+
+#[test]
 fn ctrl_c_stops_with_an_exact_resume_offset() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("workload.jsonl");

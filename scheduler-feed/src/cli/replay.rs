@@ -40,6 +40,9 @@ pub struct Args {
     /// "resume with" figure continues an interrupted replay.
     #[arg(long, default_value_t = 0)]
     from_event: u64,
+    /// Replay at most this many events (those from --from-event on).
+    #[arg(long)]
+    max_events: Option<u64>,
     /// Create the topic first if it does not exist.
     #[arg(long)]
     create_topic: bool,
@@ -99,6 +102,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ControlFlow::Continue(())
         }
     };
+    // The replay skips --from-event events itself: read that many more.
+    let end = args
+        .max_events
+        .map_or(u64::MAX, |n| args.from_event.saturating_add(n));
+    let trace = trace.take(usize::try_from(end).unwrap_or(usize::MAX));
     let result = replay(&settings, &options, trace, &gate, |p| {
         bar.set_position(diagnostics.bytes_read().min(input_bytes));
         bar.set_message(progress_message(p));
