@@ -21,6 +21,23 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// (durations, Parquet `Int64` columns) never overflows.
 pub const MAX_TIME_US: u64 = i64::MAX as u64;
 
+/// The longest string field (`user`, `job_name`, `zone`, a stage's `name`,
+/// …) a decoded event may carry, in bytes of UTF-8. Real traces' strings
+/// are far shorter (hashes and names under 100 bytes); the bound keeps one
+/// hostile message from being copied into every record, decision and log
+/// entry derived from it.
+pub const MAX_STRING_BYTES: usize = 4096;
+
+/// The most tasks one job may declare. The service keeps a slot per task of
+/// every live job, so an unbounded `num_tasks` would let one message claim
+/// gigabytes; the largest jobs in the public traces have under 100,000.
+pub const MAX_TASKS_PER_JOB: u32 = 1 << 20;
+
+/// Error messages quote the offending input (serde includes whole strings);
+/// they are cut to this many characters so that a dead letter's error
+/// header stays small whatever the message held.
+const MAX_ERROR_CHARS: usize = 256;
+
 /// One canonical event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -295,12 +312,20 @@ impl DecodeErrorKind {
     }
 }
 
+/// `text` cut to [`MAX_ERROR_CHARS`] characters, marked with `…` if cut.
+fn bounded(text: String) -> String {
+    match text.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
+
 impl DecodeError {
     fn new(kind: DecodeErrorKind, field: Option<&str>, message: impl Into<String>) -> Self {
         DecodeError {
             kind,
-            field: field.map(str::to_owned),
-            message: message.into(),
+            field: field.map(|f| bounded(f.to_owned())),
+            message: bounded(message.into()),
         }
     }
 
@@ -337,12 +362,23 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
                     DecodeErrorKind::InvalidField
                 }
             }
+            // serde_json reports some wrong types (a number where an enum
+            // such as `outcome` is expected) as a syntax error at the
+            // field; if the document itself is well-formed JSON, the
+            // field's value is what is wrong. (Skipping a string does not
+            // check its UTF-8, hence the separate check.)
+            _ if field.is_some()
+                && std::str::from_utf8(bytes).is_ok()
+                && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() =>
+            {
+                DecodeErrorKind::InvalidField
+            }
             _ => DecodeErrorKind::Syntax,
         };
         DecodeError {
             kind,
-            field,
-            message,
+            field: field.map(bounded),
+            message: bounded(message),
         }
     })?;
     de.end().map_err(|e| {
@@ -422,6 +458,20 @@ fn check_time(field: &str, t: u64) -> Result<u64, DecodeError> {
     Ok(t)
 }
 
+fn check_len(field: &str, s: &str) -> Result<(), DecodeError> {
+    if s.len() > MAX_STRING_BYTES {
+        return Err(DecodeError::new(
+            DecodeErrorKind::OutOfRange,
+            Some(field),
+            format!(
+                "{} bytes long; strings are limited to {MAX_STRING_BYTES} bytes",
+                s.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_nonneg(field: &str, x: Option<f64>) -> Result<Option<f64>, DecodeError> {
     match x {
         Some(v) if !(v.is_finite() && v >= 0.0) => Err(DecodeError::new(
@@ -494,6 +544,32 @@ impl WireEvent {
         ]
     }
 
+    /// Reject any string field longer than [`MAX_STRING_BYTES`], naming it.
+    fn check_strings(&self) -> Result<(), DecodeError> {
+        let fields = [
+            ("type", Some(&self.ty)),
+            ("user", self.user.as_ref()),
+            ("job_name", self.job_name.as_ref()),
+            ("logical_name", self.logical_name.as_ref()),
+            ("kind", self.kind.as_ref()),
+            ("platform", self.platform.as_ref()),
+            ("vm_name", self.vm_name.as_ref()),
+            ("vm_type", self.vm_type.as_ref()),
+            ("zone", self.zone.as_ref()),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                check_len(name, value)?;
+            }
+        }
+        for (i, stage) in self.stages.iter().flatten().enumerate() {
+            if let Some(name) = &stage.name {
+                check_len(&format!("stages[{i}].name"), name)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Reject fields that do not belong to the event's type, so that a
     /// typo'd producer is caught rather than silently half-read.
     fn reject_foreign(&self, ty: &str, allowed: &[&str]) -> Result<(), DecodeError> {
@@ -536,6 +612,7 @@ impl TryFrom<WireEvent> for Event {
                 ),
             ));
         }
+        w.check_strings()?;
         let ty = w.ty.as_str();
         let req = |name: &'static str, present: bool| {
             if present {
@@ -556,6 +633,15 @@ impl TryFrom<WireEvent> for Event {
                 let num_tasks = w
                     .num_tasks
                     .ok_or_else(|| DecodeError::missing("num_tasks", ty))?;
+                if num_tasks > MAX_TASKS_PER_JOB {
+                    return Err(DecodeError::new(
+                        DecodeErrorKind::OutOfRange,
+                        Some("num_tasks"),
+                        format!(
+                            "{num_tasks} exceeds the most tasks a job may have, {MAX_TASKS_PER_JOB}"
+                        ),
+                    ));
+                }
                 if let Some(stages) = &w.stages {
                     let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
                     if total != u64::from(num_tasks) {
@@ -827,6 +913,16 @@ mod tests {
                 Some("time_us"),
             ),
             (
+                r#"{"v":1,"type":"job_ended","time_us":1,"job_id":1,"outcome":0}"#,
+                DecodeErrorKind::InvalidField,
+                Some("outcome"),
+            ),
+            (
+                r#"{"v":1,"type":"machine","time_us":1,"machine_id":1,"kind":"add","vm_type":"t","zone":"z","preemptible":true,"launch_time_us":0,"end_reason":[]}"#,
+                DecodeErrorKind::InvalidField,
+                Some("end_reason"),
+            ),
+            (
                 r#"{"v":1,"type":"task","time_us":1,"job_id":1,"task_index":0,"kind":"explode"}"#,
                 DecodeErrorKind::InvalidField,
                 Some("kind"),
@@ -875,6 +971,84 @@ mod tests {
                 assert!(err.to_string().contains(f), "{err}");
             }
         }
+    }
+
+    fn job_with_user(user: &str) -> Vec<u8> {
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"user":"{user}"}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn strings_longer_than_the_limit_are_out_of_range() {
+        let at_limit = "u".repeat(MAX_STRING_BYTES);
+        assert!(decode(&job_with_user(&at_limit)).is_ok());
+        // Three megabytes, multi-byte characters: the limit is in bytes.
+        let huge = "é".repeat(3 << 19);
+        for bytes in [job_with_user(&format!("{at_limit}x")), job_with_user(&huge)] {
+            let err = decode(&bytes).unwrap_err();
+            assert_eq!(err.kind, DecodeErrorKind::OutOfRange, "{err}");
+            assert_eq!(err.field.as_deref(), Some("user"));
+            assert!(err.to_string().contains("limited to 4096 bytes"), "{err}");
+        }
+        let cases = [
+            (format!(r#"{{"v":1,"type":"{huge}","time_us":1}}"#), "type"),
+            (
+                format!(
+                    r#"{{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":1,"stages":[{{"id":1,"num_tasks":1,"name":"{huge}"}}]}}"#
+                ),
+                "stages[0].name",
+            ),
+            (
+                format!(
+                    r#"{{"v":1,"type":"machine","time_us":1,"machine_id":1,"kind":"add","vm_type":"t","zone":"{huge}","preemptible":true,"launch_time_us":0}}"#
+                ),
+                "zone",
+            ),
+        ];
+        for (json, field) in cases {
+            let err = decode(json.as_bytes()).unwrap_err();
+            assert_eq!(err.kind, DecodeErrorKind::OutOfRange, "{field}: {err}");
+            assert_eq!(err.field.as_deref(), Some(field));
+        }
+    }
+
+    #[test]
+    fn error_messages_stay_short_whatever_the_input_quotes() {
+        let huge = "x".repeat(1 << 20);
+        let inputs = [
+            // serde quotes the whole string in a type error…
+            format!(
+                r#"{{"v":1,"type":"job_ended","time_us":1,"job_id":"{huge}","outcome":"kill"}}"#
+            ),
+            // …and the whole name of an unknown field.
+            format!(r#"{{"v":1,"type":"job_ended","time_us":1,"{huge}":1}}"#),
+            format!(r#"{{"v":1,"type":"job_ended","time_us":1,"job_id":1,"outcome":"{huge}"}}"#),
+        ];
+        for input in inputs {
+            let err = decode(input.as_bytes()).unwrap_err();
+            assert_eq!(err.kind, DecodeErrorKind::InvalidField, "{err}");
+            assert!(err.message.chars().count() <= MAX_ERROR_CHARS + 1, "{err}");
+            assert!(err.message.ends_with('…'), "{err}");
+            assert!(
+                err.field
+                    .as_ref()
+                    .is_none_or(|f| f.chars().count() <= MAX_ERROR_CHARS + 1),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_job_may_not_claim_more_tasks_than_the_limit() {
+        let job = |n: u32| {
+            format!(r#"{{"v":1,"type":"job_submitted","time_us":1,"job_id":1,"num_tasks":{n}}}"#)
+        };
+        assert!(decode(job(MAX_TASKS_PER_JOB).as_bytes()).is_ok());
+        let err = decode(job(u32::MAX).as_bytes()).unwrap_err();
+        assert_eq!(err.kind, DecodeErrorKind::OutOfRange);
+        assert_eq!(err.field.as_deref(), Some("num_tasks"));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
@@ -79,7 +79,7 @@ impl KafkaSettings {
         let admin: AdminClient<DefaultClientContext> = self
             .client_config()
             .create()
-            .map_err(|e| format!("cannot create a Kafka admin client: {e}"))?;
+            .map_err(|e| format!("cannot create a Kafka admin client: {}", self.redact(e)))?;
         let new: Vec<NewTopic<'_>> = topics
             .iter()
             .map(|&(name, partitions)| NewTopic::new(name, partitions, TopicReplication::Fixed(1)))
@@ -96,6 +96,30 @@ impl KafkaSettings {
             }
         }
         Ok(())
+    }
+}
+
+impl KafkaSettings {
+    /// `error` with every configured secret value replaced by
+    /// `<redacted>`: librdkafka's configuration errors quote the offending
+    /// property's value, and a password must not reach a log that way. Use
+    /// it wherever a client is created from these settings.
+    pub fn redact(&self, error: KafkaError) -> KafkaError {
+        let scrub = |text: String| {
+            self.client
+                .iter()
+                .filter(|(key, value)| is_secret(key) && !value.is_empty())
+                .fold(text, |text, (_, value)| {
+                    text.replace(value.as_str(), "<redacted>")
+                })
+        };
+        match error {
+            KafkaError::ClientConfig(code, description, key, value) => {
+                KafkaError::ClientConfig(code, scrub(description), key, scrub(value))
+            }
+            KafkaError::ClientCreation(message) => KafkaError::ClientCreation(scrub(message)),
+            other => other,
+        }
     }
 }
 
@@ -197,6 +221,30 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(
             shown.contains("svc") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn client_configuration_errors_do_not_quote_secrets() {
+        let mut settings = KafkaSettings::new("b:9092");
+        settings
+            .client
+            .insert("ssl.key.password".into(), "hunter2".into());
+        // An unknown property is refused with its value quoted.
+        settings
+            .client
+            .insert("no.such.password".into(), "hunter3".into());
+        let error = settings
+            .client_config()
+            .create::<rdkafka::producer::BaseProducer>()
+            .err()
+            .expect("an unknown property is refused");
+        assert!(error.to_string().contains("hunter3"), "{error}");
+        let shown = settings.redact(error).to_string();
+        assert!(!shown.contains("hunter3"), "{shown}");
+        assert!(
+            shown.contains("no.such.password") && shown.contains("<redacted>"),
             "{shown}"
         );
     }

@@ -3,8 +3,9 @@
 //! (error CDF) and Fig. 6 (per-job JCT speedup CDF) as SVG.
 //!
 //! Each policy runs independently on its own copy of the history trained
-//! on the first half of the trace, so the runs can go in parallel and
-//! still give exactly the results of running them one by one.
+//! on the first half of the trace (or of an empty one, for a cold start),
+//! so the runs can go in parallel and still give exactly the results of
+//! running them one by one.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,9 @@ pub struct EvalConfig {
     pub policy: PolicyConfig,
     /// The policies to run, in report order.
     pub policies: Vec<PolicyKind>,
+    /// Start from an empty history instead of one trained on the first
+    /// half, as a freshly started `jobcast serve` does.
+    pub cold_start: bool,
 }
 
 impl Default for EvalConfig {
@@ -43,6 +47,7 @@ impl Default for EvalConfig {
             history: HistoryConfig::default(),
             policy: PolicyConfig::default(),
             policies: PolicyKind::ALL.to_vec(),
+            cold_start: false,
         }
     }
 }
@@ -76,6 +81,35 @@ pub fn oracle_truth(jobs: &[SimJob]) -> OracleTruth {
 }
 
 impl EvalConfig {
+    /// The history the runs start from: trained on the first half, or
+    /// empty for a cold start.
+    pub fn history_for(&self, workload: &Workload) -> Result<History, EvalError> {
+        self.history.validate().map_err(EvalError::History)?;
+        Ok(if self.cold_start {
+            History::new(self.history.clone())
+        } else {
+            workload.train(self.history.clone())
+        })
+    }
+
+    /// The simulated cluster on `slots` slots.
+    pub fn sim_config(&self, slots: u32) -> SimConfig {
+        SimConfig {
+            slots,
+            queues: self.queues.clone(),
+            accuracy_min_width: self.policy.thin_limit,
+        }
+    }
+
+    /// Jobs the starting history learned from.
+    pub fn history_jobs(&self, workload: &Workload) -> usize {
+        if self.cold_start {
+            0
+        } else {
+            workload.training.len()
+        }
+    }
+
     /// The slot count to simulate: the configured one or the unit-load one.
     pub fn slots_for(&self, workload: &Workload) -> Result<u32, SimError> {
         match self.slots {
@@ -93,8 +127,7 @@ pub fn run_policy(
     config: &EvalConfig,
     slots: u32,
 ) -> Result<SimReport, EvalError> {
-    config.history.validate().map_err(EvalError::History)?;
-    let history = workload.train(config.history.clone());
+    let history = config.history_for(workload)?;
     run_trained(workload, kind, config, slots, history)
 }
 
@@ -111,11 +144,7 @@ fn run_trained(
             policy: kind,
             message,
         })?;
-    let sim = SimConfig {
-        slots,
-        queues: config.queues.clone(),
-        accuracy_min_width: config.policy.thin_limit,
-    };
+    let sim = config.sim_config(slots);
     Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)
 }
 
@@ -139,8 +168,7 @@ pub struct Evaluation {
 /// as many threads as the machine has cores.
 pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, EvalError> {
     let slots = config.slots_for(workload)?;
-    config.history.validate().map_err(EvalError::History)?;
-    let history = workload.train(config.history.clone());
+    let history = config.history_for(workload)?;
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     let kinds = &config.policies;
     let mut results: Vec<Option<Result<SimReport, EvalError>>> =
@@ -165,7 +193,7 @@ pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, 
     Ok(Evaluation {
         slots,
         jobs: workload.jobs.len(),
-        history_jobs: workload.training.len(),
+        history_jobs: config.history_jobs(workload),
         excluded: workload.excluded,
         accuracy_min_width: config.policy.thin_limit,
         reports,

@@ -373,7 +373,7 @@ where
     let producer: BaseProducer<Deliveries> = settings
         .producer_config()
         .create_with_context(Deliveries::default())
-        .map_err(ReplayError::Producer)?;
+        .map_err(|e| ReplayError::Producer(settings.redact(e)))?;
     check_topic(&producer, &options.topic)?;
 
     let mut run = Run {

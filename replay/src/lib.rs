@@ -11,8 +11,12 @@
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
 //! - [`kafka`]: any event stream replayed into a Kafka topic in event-time
-//!   order, paced and resumable, with every delivery accounted for.
+//!   order, paced and resumable, with every delivery accounted for;
+//! - [`closed_loop`]: the simulator as the downstream scheduler of a
+//!   running `jobcast serve`, exchanging events and decisions through
+//!   Kafka in virtual time.
 
+pub mod closed_loop;
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;

@@ -25,11 +25,30 @@
 //! - **FIFO** (`Arrival`) jobs all sit in the queue their decision names,
 //!   in arrival order.
 //!
-//! Tasks are never preempted. Every completion is passed to
-//! [`Policy::on_task_end`] and a returned decision is applied at once (the
-//! job moves to its new queue). When a job's last task finishes, the
-//! shared [`History`] learns from it (the job and each DAG stage) and the
-//! policy gets [`Policy::on_job_done`].
+//! Tasks are never preempted.
+//!
+//! **Predictions.** The simulator is the downstream scheduler; what it
+//! schedules by comes from a [`Predictions`] implementation, told once per
+//! simulated instant what happened then, as a scheduler would report it:
+//! tasks started by the previous instant's scheduling pass, task
+//! completions (each followed by its job's end when it was the job's last
+//! task), then arrivals ([`SimEvent`], convertible to canonical
+//! [`Event`]s). It answers with the decisions those events caused, which
+//! are applied before the instant's scheduling pass. [`InProcess`] calls a
+//! [`Policy`] and a [`History`] directly: on a completion
+//! [`Policy::on_task_end`]; on a job's end the history learns from it (the
+//! job and each DAG stage) and then [`Policy::on_job_done`];
+//! `crate::closed_loop` asks `jobcast serve` through Kafka instead.
+//!
+//! Applying an instant's decisions after all of its completions and
+//! arrivals is the same as applying each right after the event that caused
+//! it: a decision changes only its own job's phase, pilots and queue, and
+//! what a completion or an arrival does to other jobs (free slots, running
+//! counts per queue, a LAS job's own queue) commutes with that: queue
+//! membership is ordered by (entry time, job id) whatever the order of
+//! insertion, and nothing is scheduled until the instant's pass. A job's
+//! result (its final queue, phase and estimate) is read after the
+//! decisions, and no event of a finished job follows its end.
 //!
 //! Determinism: events at the same time are handled task completions first
 //! (by job id, then task index), then arrivals (by job id), then the
@@ -37,8 +56,9 @@
 //! decide every tie, and nothing iterates a hash map.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::history::History;
 use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
@@ -69,6 +89,181 @@ pub enum SimError {
     DuplicateJob(u64),
     #[error("{0} jobs never finished (a scheduler bug)")]
     Stalled(usize),
+    #[error("predictions: {0}")]
+    Predictions(String),
+    #[error("job {job_id} arrived at {time_us} µs but got no decision")]
+    NoDecision { job_id: u64, time_us: u64 },
+    #[error("a decision at {time_us} µs names job {job_id}, which is not running")]
+    StrayDecision { job_id: u64, time_us: u64 },
+}
+
+/// Something that happened in the simulated cluster, as the scheduler
+/// reports it to whoever predicts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SimEvent<'a> {
+    /// The job arrived (at its submission time).
+    Submitted(&'a SimJob),
+    /// A task started.
+    Scheduled {
+        job: &'a SimJob,
+        task: u32,
+        time_us: u64,
+    },
+    /// A task finished after running `runtime_us`.
+    Finished {
+        job: &'a SimJob,
+        task: u32,
+        time_us: u64,
+        runtime_us: u64,
+    },
+    /// The job's last task finished.
+    Ended { job: &'a SimJob, time_us: u64 },
+}
+
+impl<'a> SimEvent<'a> {
+    pub fn job(&self) -> &'a SimJob {
+        match *self {
+            SimEvent::Submitted(job)
+            | SimEvent::Scheduled { job, .. }
+            | SimEvent::Finished { job, .. }
+            | SimEvent::Ended { job, .. } => job,
+        }
+    }
+
+    pub fn time_us(&self) -> u64 {
+        match *self {
+            SimEvent::Submitted(job) => job.arrival_us(),
+            SimEvent::Scheduled { time_us, .. }
+            | SimEvent::Finished { time_us, .. }
+            | SimEvent::Ended { time_us, .. } => time_us,
+        }
+    }
+
+    /// The canonical event a scheduler would publish for it. Task events
+    /// carry no machine (simulated slots are not machines) and, for DAG
+    /// jobs, the task's stage.
+    pub fn to_event(&self) -> Event {
+        let task = |job: &SimJob, task: u32, time_us: u64, kind: TaskKind| {
+            Event::Task(TaskEvent {
+                time_us,
+                job_id: job.job_id(),
+                task_index: task,
+                kind,
+                machine_id: None,
+                stage: job.job().stages.as_ref().and_then(|_| {
+                    job.stages()
+                        .iter()
+                        .find(|s| s.tasks.contains(&task))
+                        .map(|s| s.id)
+                }),
+            })
+        };
+        match *self {
+            SimEvent::Submitted(job) => Event::JobSubmitted(job.job().clone()),
+            SimEvent::Scheduled {
+                job,
+                task: index,
+                time_us,
+            } => task(job, index, time_us, TaskKind::Schedule),
+            SimEvent::Finished {
+                job,
+                task: index,
+                time_us,
+                ..
+            } => task(job, index, time_us, TaskKind::Finish),
+            SimEvent::Ended { job, time_us } => Event::JobEnded(JobEnded {
+                time_us,
+                job_id: job.job_id(),
+                outcome: JobOutcome::Finish,
+            }),
+        }
+    }
+}
+
+/// The prediction side of the simulation.
+pub trait Predictions {
+    /// The policy whose decisions these are.
+    fn kind(&self) -> PolicyKind;
+
+    /// The events of the instant `now_us`, in order; returns the decisions
+    /// they caused, each job's in the order they were made. Every
+    /// [`SimEvent::Submitted`] job must get one.
+    fn instant(&mut self, now_us: u64, events: &[SimEvent<'_>]) -> Result<Vec<Decision>, String>;
+}
+
+/// Predictions by a policy called in process, learning into `history`.
+pub struct InProcess<'p> {
+    policy: &'p mut dyn Policy,
+    history: History,
+    queues: QueueConfig,
+}
+
+impl<'p> InProcess<'p> {
+    pub fn new(policy: &'p mut dyn Policy, history: History, queues: QueueConfig) -> Self {
+        InProcess {
+            policy,
+            history,
+            queues,
+        }
+    }
+}
+
+impl Predictions for InProcess<'_> {
+    fn kind(&self) -> PolicyKind {
+        self.policy.kind()
+    }
+
+    fn instant(&mut self, now_us: u64, events: &[SimEvent<'_>]) -> Result<Vec<Decision>, String> {
+        let mut decisions = Vec::new();
+        for event in events {
+            let ctx = Context {
+                now_us,
+                history: &self.history,
+                queues: &self.queues,
+            };
+            match *event {
+                SimEvent::Submitted(job) => decisions.push(self.policy.on_submit(job.job(), &ctx)),
+                SimEvent::Scheduled { .. } => {}
+                SimEvent::Finished {
+                    job,
+                    task,
+                    time_us,
+                    runtime_us,
+                } => {
+                    let end = TaskEnd {
+                        job_id: job.job_id(),
+                        task_index: task,
+                        time_us,
+                        runtime_us: Some(runtime_us),
+                    };
+                    decisions.extend(self.policy.on_task_end(&end, &ctx));
+                }
+                SimEvent::Ended { job, time_us } => {
+                    job.observe_into(&mut self.history, time_us);
+                    let done = JobDone {
+                        job_id: job.job_id(),
+                        submit_us: job.arrival_us(),
+                        end_us: time_us,
+                        width: job.width(),
+                        mean_task_runtime_us: job.mean_task_runtime_us(),
+                        normalized_jct: normalized_jct(job, time_us),
+                    };
+                    let ctx = Context {
+                        now_us,
+                        history: &self.history,
+                        queues: &self.queues,
+                    };
+                    self.policy.on_job_done(&done, &ctx);
+                }
+            }
+        }
+        Ok(decisions)
+    }
+}
+
+/// JCT over the job's runtime on an idle cluster, had it ended at `end_us`.
+fn normalized_jct(job: &SimJob, end_us: u64) -> f64 {
+    (end_us - job.arrival_us()) as f64 / job.idle_runtime_us() as f64
 }
 
 /// What happened to one job.
@@ -332,7 +527,9 @@ struct Sim<'a> {
     /// (time, job id, run, version) at which a LAS job crosses its
     /// queue's upper threshold.
     crossings: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
-    history: History,
+    /// Tasks started by the last scheduling pass, to report with the next
+    /// instant's events.
+    started: Vec<SimEvent<'a>>,
     results: Vec<Option<JobResult>>,
 }
 
@@ -345,6 +542,16 @@ pub fn simulate(
     jobs: &[SimJob],
     history: History,
     policy: &mut dyn Policy,
+    config: &SimConfig,
+) -> Result<SimReport, SimError> {
+    let mut predictions = InProcess::new(policy, history, config.queues.clone());
+    simulate_with(jobs, &mut predictions, config)
+}
+
+/// [`simulate`] with the decisions coming from `predictions`.
+pub fn simulate_with(
+    jobs: &[SimJob],
+    predictions: &mut dyn Predictions,
     config: &SimConfig,
 ) -> Result<SimReport, SimError> {
     if config.slots == 0 {
@@ -368,10 +575,17 @@ pub fn simulate(
         in_use: vec![0; levels],
         completions: BinaryHeap::new(),
         crossings: BinaryHeap::new(),
-        history,
+        started: Vec::new(),
         results: vec![None; order.len()],
     };
+    let run_of: HashMap<u64, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(r, j)| (j.job_id(), r))
+        .collect();
     let mut next = 0;
+    let mut events: Vec<SimEvent<'_>> = Vec::new();
+    let (mut ended, mut arrived) = (Vec::new(), Vec::new());
     loop {
         let next_end = sim.completions.peek().map(|Reverse(c)| c.0);
         let next_arrival = order.get(next).map(|j| j.arrival_us());
@@ -380,16 +594,53 @@ pub fn simulate(
             (Some(e), Some(a)) => e.min(a),
             (e, a) => e.or(a).unwrap_or_default(),
         };
+        events.clear();
+        events.append(&mut sim.started);
         while let Some(&Reverse((end, _, task, run))) = sim.completions.peek() {
             if end != now {
                 break;
             }
             sim.completions.pop();
-            sim.finish_task(run, task, now, policy);
+            if let Some(finished) = sim.finish_task(run, task, now) {
+                events.push(finished);
+                if sim.runs[run].unfinished == 0 {
+                    events.push(SimEvent::Ended {
+                        job: sim.runs[run].spec,
+                        time_us: now,
+                    });
+                    ended.push(run);
+                }
+            }
         }
         while next < order.len() && order[next].arrival_us() == now {
-            sim.arrive(next, now, policy);
+            sim.arrive(next);
+            events.push(SimEvent::Submitted(order[next]));
+            arrived.push(next);
             next += 1;
+        }
+        let decisions = predictions
+            .instant(now, &events)
+            .map_err(SimError::Predictions)?;
+        for decision in decisions {
+            match run_of.get(&decision.job_id) {
+                Some(&r) if r < next && sim.results[r].is_none() => sim.apply(r, decision, now),
+                _ => {
+                    return Err(SimError::StrayDecision {
+                        job_id: decision.job_id,
+                        time_us: now,
+                    });
+                }
+            }
+        }
+        if let Some(&r) = arrived.iter().find(|&&r| !sim.runs[r].placed) {
+            return Err(SimError::NoDecision {
+                job_id: sim.runs[r].spec.job_id(),
+                time_us: now,
+            });
+        }
+        arrived.clear();
+        for r in ended.drain(..) {
+            sim.complete(r, now);
         }
         sim.due_crossings(now);
         sim.schedule(now);
@@ -400,31 +651,23 @@ pub fn simulate(
     }
     let jobs: Vec<JobResult> = sim.results.into_iter().flatten().collect();
     Ok(SimReport {
-        policy: policy.kind(),
+        policy: predictions.kind(),
         slots: config.slots,
         summary: Summary::of(&jobs, config.accuracy_min_width),
         jobs,
     })
 }
 
-impl Sim<'_> {
-    fn context(&self, now: u64) -> Context<'_> {
-        Context {
-            now_us: now,
-            history: &self.history,
-            queues: &self.queues,
-        }
-    }
-
-    fn arrive(&mut self, r: usize, now: u64, policy: &mut dyn Policy) {
+impl<'a> Sim<'a> {
+    /// The job's root stages become runnable; it is placed by its first
+    /// decision.
+    fn arrive(&mut self, r: usize) {
         let roots: Vec<usize> = (0..self.runs[r].parents_left.len())
             .filter(|&s| self.runs[r].parents_left[s] == 0)
             .collect();
         for s in roots {
             self.runs[r].release(s);
         }
-        let decision = policy.on_submit(self.runs[r].spec.job(), &self.context(now));
-        self.apply(r, decision, now);
     }
 
     /// Act on a decision: phase, estimate, pilots and queue; a job that
@@ -568,6 +811,11 @@ impl Sim<'_> {
         let end = now.saturating_add(run.spec.runtimes_us()[task as usize]);
         self.completions
             .push(Reverse((end, run.spec.job_id(), task, r)));
+        self.started.push(SimEvent::Scheduled {
+            job: run.spec,
+            task,
+            time_us: now,
+        });
         self.in_use[usize::from(run.queue)] += 1;
         self.free -= 1;
         if run.phase == Phase::AttainedService {
@@ -576,10 +824,11 @@ impl Sim<'_> {
         self.refresh(r);
     }
 
-    fn finish_task(&mut self, r: usize, task: u32, now: u64, policy: &mut dyn Policy) {
+    /// The task's end, for the predictions; `None` if it was not running.
+    fn finish_task(&mut self, r: usize, task: u32, now: u64) -> Option<SimEvent<'a>> {
         let run = &mut self.runs[r];
         let TaskState::Running { start_us } = run.task[task as usize] else {
-            return;
+            return None;
         };
         run.task[task as usize] = TaskState::Done;
         run.running -= 1;
@@ -601,27 +850,23 @@ impl Sim<'_> {
         if run.phase == Phase::AttainedService {
             self.las_update(r, now);
         }
-        let end = TaskEnd {
-            job_id: self.runs[r].spec.job_id(),
-            task_index: task,
-            time_us: now,
-            runtime_us: Some(now - start_us),
-        };
-        if let Some(decision) = policy.on_task_end(&end, &self.context(now)) {
-            self.apply(r, decision, now);
-        }
-        if self.runs[r].unfinished == 0 {
-            self.complete(r, now, policy);
-        }
         self.refresh(r);
+        Some(SimEvent::Finished {
+            job: self.runs[r].spec,
+            task,
+            time_us: now,
+            runtime_us: now - start_us,
+        })
     }
 
-    fn complete(&mut self, r: usize, now: u64, policy: &mut dyn Policy) {
+    /// Record the result of a job whose last task ended at `now`, once the
+    /// instant's decisions are applied.
+    fn complete(&mut self, r: usize, now: u64) {
         let run = &self.runs[r];
         let spec = run.spec;
         let arrival = spec.arrival_us();
         let jct_us = now - arrival;
-        let normalized_jct = jct_us as f64 / spec.idle_runtime_us() as f64;
+        let normalized_jct = normalized_jct(spec, now);
         let true_mean = spec.mean_task_runtime_us();
         let placed = run.phase == Phase::Estimated;
         let estimate = run.estimate.map(|e| e.mean_task_runtime_us);
@@ -644,16 +889,6 @@ impl Sim<'_> {
             correct_queue: (placed && estimate.is_some()).then_some(run.queue == true_queue),
             phase: run.phase,
         });
-        spec.observe_into(&mut self.history, now);
-        let done = JobDone {
-            job_id: spec.job_id(),
-            submit_us: arrival,
-            end_us: now,
-            width: spec.width(),
-            mean_task_runtime_us: true_mean,
-            normalized_jct,
-        };
-        policy.on_job_done(&done, &self.context(now));
     }
 }
 

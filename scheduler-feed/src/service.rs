@@ -147,6 +147,29 @@ pub enum ServiceError {
 /// refused instead of silently corrupting the state.
 const ENGINE_CONFIG_KEY: &str = "engine_config";
 
+/// How often, and how patiently, the consumer asks the brokers for metadata
+/// to keep `/readyz` true to whether they answer, input or not.
+const BROKER_PROBE_EVERY: Duration = Duration::from_secs(2);
+const BROKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a batch's outputs may take to be acknowledged before they are
+/// produced again.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serve `producer`'s delivery reports until nothing is in flight (true) or
+/// `timeout` passes. `BaseProducer::flush` would do the same but sleeps in
+/// 100 ms steps, which put 100 ms on every batch's event → decision latency.
+fn await_deliveries<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while producer.in_flight_count() > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        producer.poll(Duration::from_millis(1));
+    }
+    true
+}
+
 /// One consumed message on its way through the pipeline.
 struct Consumed {
     key: Option<Vec<u8>>,
@@ -265,14 +288,19 @@ impl ConsumerContext for SourceContext {
     }
 }
 
-/// Records which produced messages failed, by their index in the batch.
-#[derive(Default)]
+/// Records which produced messages failed, by their index in the batch,
+/// and tells readiness when the producer loses every broker (the consume
+/// loop may then be waiting for acknowledgements, not probing).
 struct SinkContext {
     failed: Mutex<Vec<usize>>,
+    shared: Arc<Shared>,
 }
 
 impl ClientContext for SinkContext {
     fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.shared.broker_up.store(false, Ordering::Relaxed);
+        }
         warn!("Kafka producer: {error}: {reason}");
     }
 }
@@ -426,13 +454,19 @@ impl<'a> Pipeline<'a> {
         for (key, value) in &self.config.kafka.client {
             consumer_config.set(key, value);
         }
-        let consumer: BaseConsumer<SourceContext> = consumer_config.create_with_context(context)?;
+        let consumer: BaseConsumer<SourceContext> = consumer_config
+            .create_with_context(context)
+            .map_err(|e| self.config.kafka.redact(e))?;
         consumer.subscribe(&[&self.topics.events])?;
         let producer: BaseProducer<SinkContext> = self
             .config
             .kafka
             .producer_config()
-            .create_with_context(SinkContext::default())?;
+            .create_with_context(SinkContext {
+                failed: Mutex::new(Vec::new()),
+                shared: self.shared.clone(),
+            })
+            .map_err(|e| self.config.kafka.redact(e))?;
 
         let mut merge: PartitionMerge<Consumed> = PartitionMerge::default();
         let mut paused: BTreeSet<i32> = BTreeSet::new();
@@ -441,9 +475,17 @@ impl<'a> Pipeline<'a> {
         let max_buffered = self.config.consumer.max_buffered_per_partition;
         let mut batch: Vec<(i32, i64, Consumed)> = Vec::with_capacity(max_batch);
         let mut batch_started: Option<Instant> = None;
+        let mut last_probe: Option<Instant> = None;
 
         loop {
             let stopping = self.shared.shutdown.load(Ordering::Relaxed);
+            if last_probe.is_none_or(|t| t.elapsed() >= BROKER_PROBE_EVERY) {
+                last_probe = Some(Instant::now());
+                let answered = consumer
+                    .fetch_metadata(Some(&self.topics.events), BROKER_PROBE_TIMEOUT)
+                    .is_ok();
+                self.shared.broker_up.store(answered, Ordering::Relaxed);
+            }
             // Fill: everything the client has ready, waiting briefly for
             // the first message only.
             let mut idle = true;
@@ -823,9 +865,8 @@ impl<'a> Pipeline<'a> {
                     }
                 }
             }
-            // flush() waits for every delivery report.
-            if let Err(e) = producer.flush(Duration::from_secs(30)) {
-                warn!("flush: {e}");
+            if !await_deliveries(producer, DELIVERY_TIMEOUT) {
+                warn!("outputs still unacknowledged after {DELIVERY_TIMEOUT:?}");
             }
             let acknowledged = Instant::now();
             let failed =
@@ -838,6 +879,7 @@ impl<'a> Pipeline<'a> {
             }
             pending = failed;
             if pending.is_empty() {
+                self.shared.broker_up.store(true, Ordering::Relaxed);
                 break;
             }
             attempts += 1;

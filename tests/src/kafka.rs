@@ -52,6 +52,23 @@ impl Cluster {
     pub fn read_all(&self, topic: &str, partitions: i32) -> Vec<Record> {
         read_all(&self.brokers(), topic, partitions)
     }
+
+    /// The first offset still held by each partition: 0 unless the mock
+    /// cluster's bounded log (about 5 MB per partition) dropped records.
+    pub fn low_watermarks(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .create()
+            .expect("consumer");
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .expect("watermarks")
+                    .0
+            })
+            .collect()
+    }
 }
 
 /// Produce (key, payload) messages and wait for every acknowledgement.
@@ -127,10 +144,20 @@ pub fn read_all(brokers: &str, topic: &str, partitions: i32) -> Vec<Record> {
     out
 }
 
-/// A decisions topic as (job id, version) → decision JSON. Redelivered
-/// duplicates collapse, as they do for any consumer that keys by both.
+/// A one-partition decisions topic as (job id, version) → decision JSON.
+/// Redelivered duplicates collapse, as they do for any consumer that keys
+/// by both.
 pub fn decisions(brokers: &str, topic: &str) -> BTreeMap<(u64, u64), serde_json::Value> {
-    read_all(brokers, topic, 1)
+    decisions_across(brokers, topic, 1)
+}
+
+/// [`decisions`] of a topic with `partitions` partitions.
+pub fn decisions_across(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<(u64, u64), serde_json::Value> {
+    read_all(brokers, topic, partitions)
         .into_iter()
         .map(|m| {
             let d: serde_json::Value =

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use jobcast_storage::state::{Records, STATE_FAMILIES, StateStore};
@@ -16,31 +17,43 @@ pub struct Serve {
     child: Child,
     pub http: String,
     agent: ureq::Agent,
+    log: Arc<Mutex<Vec<String>>>,
+    /// Drains the child's stderr into `log` until it closes.
+    reader: Option<JoinHandle<()>>,
 }
 
 impl Serve {
     /// Start `jobcast serve` on `brokers` with its state in `data` and any
     /// extra flags; returns once its HTTP address is known.
     pub fn start(brokers: &str, data: &Path, extra: &[&str]) -> Serve {
+        Serve::start_logging(brokers, data, extra, "warn")
+    }
+
+    /// [`Serve::start`] with the log filter `JOBCAST_LOG=filter`; the log
+    /// lines are kept ([`Serve::log`]).
+    pub fn start_logging(brokers: &str, data: &Path, extra: &[&str], filter: &str) -> Serve {
         let mut child = Command::new(jobcast_bin())
             .args(["serve", "--brokers", brokers, "--http", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data)
             .args(extra)
-            .env("JOBCAST_LOG", "warn")
+            .env("JOBCAST_LOG", filter)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("jobcast serve starts");
         let stderr = child.stderr.take().expect("piped");
         let (tx, rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix("jobcast serve: HTTP on ") {
                     let _ = tx.send(addr.to_owned());
                 }
                 eprintln!("[serve] {line}");
+                kept.lock().expect("not poisoned").push(line);
             }
         });
         let http = rx
@@ -51,7 +64,18 @@ impl Serve {
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
-        Serve { child, http, agent }
+        Serve {
+            child,
+            http,
+            agent,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// Every line the service has logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("not poisoned").clone()
     }
 
     /// `GET path`: (status, body).
@@ -120,8 +144,8 @@ impl Serve {
         }
     }
 
-    /// SIGTERM, and wait for a clean exit.
-    pub fn terminate(mut self) {
+    /// SIGTERM, and wait for a clean exit; every line it logged.
+    pub fn terminate(mut self) -> Vec<String> {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
@@ -135,7 +159,10 @@ impl Serve {
                     status.success(),
                     "jobcast serve exited with {status} after SIGTERM"
                 );
-                return;
+                if let Some(reader) = self.reader.take() {
+                    reader.join().expect("the log reader does not panic");
+                }
+                return self.log();
             }
             assert!(Instant::now() < deadline, "jobcast serve ignored SIGTERM");
             std::thread::sleep(Duration::from_millis(20));

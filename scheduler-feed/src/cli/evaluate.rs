@@ -45,6 +45,10 @@ pub struct Common {
     /// Drop jobs with more tasks than this (the paper drops those over 150).
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
     pub max_width: u32,
+    /// Start from an empty history instead of one trained on the first
+    /// half of the trace, as a freshly started `jobcast serve` does.
+    #[arg(long)]
+    pub cold_start: bool,
 }
 
 fn parse_sampling(s: &str) -> Result<Sampling, String> {
@@ -72,6 +76,7 @@ impl Common {
                 seed: self.seed,
                 ..PolicyConfig::default()
             },
+            cold_start: self.cold_start,
             ..EvalConfig::default()
         }
     }

@@ -1,6 +1,6 @@
 //! Command-line options shared by every subcommand that talks to Kafka.
 
-use jobcast_ingest::kafka::KafkaSettings;
+use jobcast_ingest::kafka::{KafkaSettings, Topics};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct KafkaArgs {
@@ -41,5 +41,36 @@ impl KafkaArgs {
             anyhow::anyhow!("no Kafka brokers: pass --brokers or set JOBCAST_BROKERS")
         })?;
         Ok(self.apply(KafkaSettings::new(brokers)))
+    }
+}
+
+/// The service's topics, for commands that talk to a running `jobcast
+/// serve` (flag and variable names as `serve` has them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopicArgs {
+    /// Input topic of canonical events [default: jobcast.events].
+    #[arg(long, env = "JOBCAST_EVENTS_TOPIC")]
+    pub events_topic: Option<String>,
+    /// Output topic of decisions [default: jobcast.decisions].
+    #[arg(long, env = "JOBCAST_DECISIONS_TOPIC")]
+    pub decisions_topic: Option<String>,
+    /// Output topic of unusable input messages [default: jobcast.dead-letter].
+    #[arg(long, env = "JOBCAST_DEAD_LETTER_TOPIC")]
+    pub dead_letter_topic: Option<String>,
+}
+
+impl TopicArgs {
+    /// Apply the flags over `base` (flags win).
+    pub fn apply(&self, mut base: Topics) -> Topics {
+        for (flag, topic) in [
+            (&self.events_topic, &mut base.events),
+            (&self.decisions_topic, &mut base.decisions),
+            (&self.dead_letter_topic, &mut base.dead_letter),
+        ] {
+            if let Some(name) = flag {
+                *topic = name.clone();
+            }
+        }
+        base
     }
 }

@@ -1,10 +1,22 @@
 //! `jobcast simulate`: one prediction policy driving the trace-driven
-//! cluster simulation; a summary table, or JSON with every job.
+//! cluster simulation; a summary table, or JSON with every job. With
+//! `--via-kafka` the policy runs in a live `jobcast serve` and the
+//! simulator is its downstream scheduler (`jobcast_replay::closed_loop`).
 
+use std::time::Duration;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jobcast_ingest::kafka::Topics;
+use jobcast_replay::closed_loop::{self, ClosedLoopConfig, LoopSummary};
 use jobcast_replay::evaluate::{PolicyKind, run_policy};
+use jobcast_replay::sim::SimReport;
+use jobcast_replay::workload::Workload;
+use jobcast_scheduler_feed::config::ConsumerConfig;
 use serde_json::json;
 
 use super::evaluate::{Common, print_out};
+use super::kafka_args::{KafkaArgs, TopicArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,19 +26,50 @@ pub struct Args {
     /// bayes, las, fifo or oracle.
     #[arg(long)]
     policy: PolicyKind,
+    /// Close the loop through Kafka: the policy runs in a `jobcast serve`
+    /// (started with the same policy, settings and seed, on an empty state);
+    /// the simulator sends it task and job events and schedules by the
+    /// decisions it publishes. Implies --cold-start, since the service
+    /// learns only from what it consumes.
+    #[arg(long)]
+    via_kafka: bool,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    #[command(flatten)]
+    topics: TopicArgs,
+    /// The service's consumer group (with --via-kafka) [default: serve's,
+    /// jobcast].
+    #[arg(long, env = "JOBCAST_GROUP")]
+    group: Option<String>,
+    /// With --via-kafka, the longest wait (seconds) for the service to
+    /// apply one simulated instant's events.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_secs)]
+    catch_up_timeout: f64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
+        _ => Err(format!("expected a positive number of seconds, got `{s}`")),
+    }
+}
+
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    args.common.cold_start |= args.via_kafka;
     let workload = args.common.workload()?;
     let config = args.common.config();
     let slots = config.slots_for(&workload)?;
-    let report = run_policy(&workload, args.policy, &config, slots)?;
+    let report = if args.via_kafka {
+        via_kafka(&args, &workload, config.sim_config(slots))?
+    } else {
+        run_policy(&workload, args.policy, &config, slots)?
+    };
     if args.common.json {
         let out = json!({
             "policy": report.policy,
             "slots": report.slots,
             "summary": report.summary,
-            "history_jobs": workload.training.len(),
+            "history_jobs": config.history_jobs(&workload),
             "excluded": workload.excluded,
             "jobs": report.jobs,
         });
@@ -56,4 +99,71 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
         .collect();
     print_out(&table)
+}
+
+/// The run with `jobcast serve` predicting, with a progress bar over the
+/// simulated jobs and a summary of the exchange on stderr.
+fn via_kafka(
+    args: &Args,
+    workload: &Workload,
+    sim: jobcast_replay::sim::SimConfig,
+) -> anyhow::Result<SimReport> {
+    if args.policy == PolicyKind::Oracle {
+        anyhow::bail!(
+            "--via-kafka: the oracle needs true runtimes, which `jobcast serve` does not have"
+        );
+    }
+    let config = ClosedLoopConfig {
+        kafka: args.kafka.settings()?,
+        topics: args.topics.apply(Topics::default()),
+        group: args
+            .group
+            .clone()
+            .unwrap_or_else(|| ConsumerConfig::default().group),
+        catch_up_timeout: Duration::from_secs_f64(args.catch_up_timeout),
+    };
+    let bar = ProgressBar::with_draw_target(
+        Some(workload.jobs.len() as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {human_pos}/{human_len} jobs (eta {eta}) {msg}")
+    {
+        bar.set_style(style);
+    }
+    let result = closed_loop::simulate(&workload.jobs, args.policy, &sim, &config, &mut |p| {
+        bar.set_position(p.jobs_done);
+        bar.set_message(format!(
+            "instant {}, simulated time {:.0} s",
+            p.instants,
+            p.now_us as f64 / 1e6
+        ));
+    });
+    bar.finish_and_clear();
+    let (report, summary) = result.with_context(|| {
+        format!(
+            "simulating through Kafka (brokers {}, service group {}, topics {} and {})",
+            config.kafka.brokers, config.group, config.topics.events, config.topics.decisions
+        )
+    })?;
+    report_exchange(&summary);
+    Ok(report)
+}
+
+fn report_exchange(s: &LoopSummary) {
+    if s.prior_input_messages > 0 {
+        eprintln!(
+            "warning: the input topic held {} messages before this run: if the service read them, it did not start cold and its decisions differ from `jobcast simulate --cold-start`",
+            s.prior_input_messages
+        );
+    }
+    let per_instant_ms = if s.instants > 0 {
+        s.elapsed_secs * 1e3 / s.instants as f64
+    } else {
+        0.0
+    };
+    eprintln!(
+        "closed loop: {} instants, {} events sent, {} decisions applied ({} duplicates ignored) in {:.1} s ({per_instant_ms:.1} ms per instant)",
+        s.instants, s.events, s.decisions, s.duplicates, s.elapsed_secs
+    );
 }

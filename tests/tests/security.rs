@@ -1,0 +1,103 @@
+//! Credentials stay secret: with SASL and SSL secrets configured (passed
+//! through to librdkafka) and every log level on, no secret appears in the
+//! service's log, in `/metrics`, or in the dead-letter topic; and the HTTP
+//! API binds to loopback unless configured otherwise.
+
+use jobcast_ingest::kafka::Topics;
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_tests::kafka::{Cluster, messages};
+use jobcast_tests::serve::Serve;
+use jobcast_tests::{excerpt_events, jobcast};
+use std::time::Duration;
+
+const SECRETS: [(&str, &str); 3] = [
+    ("sasl.password", "s3cr3t-sasl-Pa55"),
+    ("ssl.key.password", "s3cr3t-key-Pa55"),
+    ("ssl.keystore.password", "s3cr3t-store-Pa55"),
+];
+
+#[test]
+fn secrets_never_reach_logs_metrics_or_dead_letters() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 2);
+    let mut input = messages(&excerpt_events()[..5_000]);
+    // Undecodable input goes to the dead-letter topic with the error.
+    input.insert(
+        100,
+        ("1".into(), b"{\"v\":1,\"type\":\"job_ended\"".to_vec()),
+    );
+    input.insert(2_000, ("2".into(), b"not json".to_vec()));
+    cluster.produce(&topics.events, &input);
+
+    let mut flags = vec!["-X".to_owned(), "sasl.username=jobcast".to_owned()];
+    for (key, secret) in SECRETS {
+        flags.push("-X".into());
+        flags.push(format!("{key}={secret}"));
+    }
+    // librdkafka's own configuration and protocol debug output too.
+    flags.extend(["-X".into(), "debug=conf,generic,broker".into()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start_logging(
+        &cluster.brokers(),
+        &data.path().join("state"),
+        &flags,
+        "trace",
+    );
+    serve.wait_committed(input.len() as u64, Duration::from_secs(120));
+    let (_, metrics) = serve.get("/metrics");
+    let (_, ready) = serve.get("/readyz");
+    let log = serve.terminate();
+
+    let dead = cluster.read_all(&topics.dead_letter, 1);
+    assert_eq!(dead.len(), 2);
+    for (key, secret) in SECRETS {
+        assert!(!metrics.contains(secret), "{key} in /metrics");
+        assert!(!ready.contains(secret), "{key} in /readyz");
+        for line in &log {
+            assert!(!line.contains(secret), "{key} logged: {line}");
+        }
+        for letter in &dead {
+            for (name, value) in &letter.headers {
+                assert!(
+                    !value.contains(secret),
+                    "{key} in dead-letter header {name}"
+                );
+            }
+            assert!(!String::from_utf8_lossy(&letter.payload).contains(secret));
+        }
+    }
+    assert!(
+        log.len() > 50,
+        "trace logging produced only {} lines",
+        log.len()
+    );
+
+    let default = ServeConfig::default();
+    assert!(
+        default.http.address.ip().is_loopback(),
+        "{}",
+        default.http.address
+    );
+}
+
+#[test]
+fn a_refused_secret_property_is_not_echoed() {
+    let data = tempfile::tempdir().unwrap();
+    // librdkafka refuses an unknown property, quoting its value.
+    let out = jobcast(&[
+        "serve",
+        "--brokers",
+        "127.0.0.1:9",
+        "--http",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().join("state").to_str().unwrap(),
+        "-X",
+        "no.such.password=s3cr3t-typo-Pa55",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no.such.password"), "{stderr}");
+    assert!(!stderr.contains("s3cr3t-typo-Pa55"), "{stderr}");
+}
