@@ -11,3 +11,5 @@ source scripts/setup.sh
 cargo build --release --locked --workspace --all-targets
 source scripts/tansu.sh
 cargo test --release --locked --workspace
+# The long crash-safety run: a million events, 20 SIGKILLs (minutes).
+cargo test --release --locked --workspace --test crash -- --ignored

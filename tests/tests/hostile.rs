@@ -1,0 +1,514 @@
+//! Hostile input: `jobcast serve` (the real binary, on librdkafka's mock
+//! cluster) reads the bundled excerpt with many classes of bad messages
+//! spread through it. Every bad message is dead-lettered with its reason
+//! and counted, the service stays up and ready with bounded memory, and
+//! the good events give exactly what they give alone.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jobcast_ingest::event::Event;
+use jobcast_ingest::kafka::{Topics, dead_letter_headers};
+use jobcast_tests::excerpt_events;
+use jobcast_tests::kafka::{Cluster, Record, decisions, messages};
+use jobcast_tests::serve::{Serve, metric_sum, stored_state};
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+/// librdkafka's mock cluster keeps about 5 MB per partition and drops the
+/// oldest records beyond that: enough partitions that the excerpt's share
+/// plus the one multi-megabyte message fit in each.
+const PARTITIONS: i32 = 16;
+const WAIT: Duration = Duration::from_secs(180);
+/// Each class of bad message appears this many times, at different places.
+const REPEATS: usize = 3;
+/// The big string of the first repetition: three times librdkafka's
+/// default `message.max.bytes` and `fetch.message.max.bytes` (1 MB). One
+/// only, as the mock cluster's dead-letter partition holds about 5 MB; the
+/// other repetitions use strings just over the decoder's limit.
+const BIG_STRING_BYTES: usize = 3 << 20;
+const LONG_STRING_BYTES: usize = 64 << 10;
+/// Client limit for the test's producer and the service, above the big
+/// messages (see docs/reliability.md: a topic that accepts them needs
+/// clients that do too).
+const MAX_MESSAGE_BYTES: &str = "16777216";
+/// The error header of a dead letter stays short whatever the message held.
+const MAX_ERROR_BYTES: usize = 1024;
+/// Peak resident memory allowed to the service on this input. The good
+/// excerpt alone peaks well under 200 MiB (docs/reliability.md); a bad
+/// message is held at most a few times (payload, decoded copy, dead
+/// letter), so the big one may add tens of MiB but never hundreds.
+const MAX_PEAK_RSS_KIB: u64 = 512 * 1024;
+
+/// One input message: key, payload (`None`: no payload at all), and the
+/// reason it must be dead-lettered with if it is bad.
+struct Input {
+    key: String,
+    payload: Option<Vec<u8>>,
+    bad: Option<&'static str>,
+}
+
+impl Input {
+    fn good(key: String, payload: Vec<u8>) -> Self {
+        Input {
+            key,
+            payload: Some(payload),
+            bad: None,
+        }
+    }
+
+    fn bad(key: impl Into<String>, payload: Vec<u8>, reason: &'static str) -> Self {
+        Input {
+            key: key.into(),
+            payload: Some(payload),
+            bad: Some(reason),
+        }
+    }
+}
+
+/// Bad messages that are bad whatever the state: the `i`-th repetition of
+/// each class, with its reason. Each payload is distinct, so that every one
+/// can be found in the dead-letter topic.
+fn context_free(i: usize) -> Vec<Input> {
+    let job = 900_000_000 + i as u64;
+    let big = "x".repeat(if i == 0 {
+        BIG_STRING_BYTES
+    } else {
+        LONG_STRING_BYTES
+    });
+    let task = |fields: &str| {
+        format!(
+            r#"{{"v":1,"type":"task","job_id":{job},"task_index":0,"kind":"schedule",{fields}}}"#
+        )
+        .into_bytes()
+    };
+    let good = format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":5,"job_id":{job},"user":"u{i}","num_tasks":1}}"#
+    );
+    let mut invalid_utf8 =
+        format!(r#"{{"v":1,"type":"job_submitted","time_us":5,"job_id":{job},"user":""#)
+            .into_bytes();
+    invalid_utf8.extend_from_slice(&[0xff, 0xfe, 0xc3]);
+    invalid_utf8.extend_from_slice(br#"","num_tasks":1}"#);
+    let key = job.to_string();
+    vec![
+        Input::bad(&key, format!("not json at all #{i}").into_bytes(), "syntax"),
+        Input::bad(&key, format!("<html>{i}</html>").into_bytes(), "syntax"),
+        Input::bad(
+            &key,
+            good.as_bytes()[..good.len() / 2 + i].to_vec(),
+            "syntax",
+        ),
+        Input::bad(
+            &key,
+            task(&format!(r#""time_us":"{i} seconds""#)),
+            "invalid_field",
+        ),
+        Input::bad(
+            &key,
+            format!(r#"{{"v":1,"type":"job_ended","time_us":5,"job_id":{job},"outcome":{i}}}"#)
+                .into_bytes(),
+            "invalid_field",
+        ),
+        Input::bad(
+            &key,
+            format!(r#"{{"v":1,"type":"reboot{i}","time_us":5,"job_id":{job}}}"#).into_bytes(),
+            "unknown_type",
+        ),
+        Input::bad(
+            &key,
+            good.replace(r#""v":1"#, &format!(r#""v":{}"#, 2 + i))
+                .into_bytes(),
+            "unsupported_version",
+        ),
+        Input::bad(
+            &key,
+            format!(r#"{{"v":1,"type":"job_ended","time_us":{i},"outcome":"finish"}}"#)
+                .into_bytes(),
+            "missing_field",
+        ),
+        Input::bad(
+            format!("m{i}"),
+            format!(r#"{{"v":1,"type":"machine","time_us":{i},"kind":"add"}}"#).into_bytes(),
+            "missing_field",
+        ),
+        Input::bad(
+            &key,
+            task(&format!(r#""time_us":-{}"#, i + 1)),
+            "invalid_field",
+        ),
+        Input::bad(
+            &key,
+            task(&format!(r#""time_us":1e{}"#, 30 + i)),
+            "invalid_field",
+        ),
+        Input::bad(
+            &key,
+            task(&format!(r#""time_us":1844674407370955161{}"#, 6 + i)),
+            "invalid_field",
+        ),
+        Input::bad(
+            &key,
+            task(&format!(r#""time_us":{}"#, i64::MAX as u64 + 1 + i as u64)),
+            "out_of_range",
+        ),
+        Input::bad(
+            &key,
+            good.replace(&format!(r#""u{i}""#), &format!(r#""{big}{i}""#))
+                .into_bytes(),
+            "out_of_range",
+        ),
+        Input::bad(
+            &key,
+            good.replace(r#""num_tasks":1"#, r#""num_tasks":4294967295"#)
+                .into_bytes(),
+            "out_of_range",
+        ),
+        Input::bad(&key, invalid_utf8, "syntax"),
+        Input {
+            key,
+            payload: None,
+            bad: Some("empty"),
+        },
+        // A task of a job that is never submitted, at time 0 so that it
+        // takes its turn at once and holds back nothing.
+        Input::bad(
+            (job + 1).to_string(),
+            format!(
+                r#"{{"v":1,"type":"task","time_us":0,"job_id":{},"task_index":0,"kind":"finish"}}"#,
+                job + 1
+            )
+            .into_bytes(),
+            "unknown_job",
+        ),
+    ]
+}
+
+/// Bad messages that are bad only in context, for the job `job` (just
+/// submitted at `at` with `num_tasks` tasks): put right after its
+/// submission in the same partition (same key) and at the same time or
+/// earlier, they are next in merged order, when the job has only its
+/// submission applied. Each is refused, so none changes anything.
+fn in_context(job: &Event, class: usize) -> Input {
+    let Event::JobSubmitted(j) = job else {
+        unreachable!("jobs are picked by their submission")
+    };
+    let task = |time: u64, index: u32, kind: &str| {
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{time},"job_id":{},"task_index":{index},"kind":"{kind}"}}"#,
+            j.job_id
+        )
+        .into_bytes()
+    };
+    let key = j.job_id.to_string();
+    match class {
+        0 => {
+            let mut again = job.clone();
+            if let Event::JobSubmitted(again) = &mut again {
+                again.job_name = "submitted again".into();
+            }
+            Input::bad(key, again.to_json().into_bytes(), "duplicate_job")
+        }
+        1 => Input::bad(key, task(j.time_us, 0, "finish"), "no_running_attempt"),
+        2 => Input::bad(key, task(j.time_us - 1, 0, "schedule"), "time_backwards"),
+        _ => Input::bad(
+            key,
+            task(j.time_us, j.num_tasks, "schedule"),
+            "unknown_task",
+        ),
+    }
+}
+
+const CONTEXT_CLASSES: usize = 4;
+
+/// The excerpt's good events with every class of bad message spread
+/// through them.
+fn hostile_input(events: &[Event]) -> Vec<Input> {
+    let good: Vec<Input> = messages(events)
+        .into_iter()
+        .map(|(k, p)| Input::good(k, p))
+        .collect();
+    // Jobs whose submission is their first event, after time 0: the
+    // in-context bad messages follow these submissions.
+    let mut seen = std::collections::BTreeSet::new();
+    let candidates: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.job_id().is_some_and(|id| seen.insert(id)))
+        .filter(|(_, e)| matches!(e, Event::JobSubmitted(j) if j.time_us > 0 && j.num_tasks > 0))
+        .map(|(i, _)| i)
+        .collect();
+    let wanted = CONTEXT_CLASSES * REPEATS;
+    assert!(
+        candidates.len() >= wanted,
+        "{} candidates",
+        candidates.len()
+    );
+    let stride = candidates.len() / wanted;
+    let mut after: BTreeMap<usize, Input> = BTreeMap::new();
+    for n in 0..wanted {
+        let at = candidates[n * stride];
+        after.insert(at, in_context(&events[at], n % CONTEXT_CLASSES));
+    }
+    // The context-free ones, a repetition at each of REPEATS places.
+    let step = good.len() / (REPEATS + 1);
+    let mut spread: BTreeMap<usize, Vec<Input>> = BTreeMap::new();
+    for r in 0..REPEATS {
+        spread.insert((r + 1) * step + r, context_free(r));
+    }
+    let mut out = Vec::new();
+    for (i, message) in good.into_iter().enumerate() {
+        if let Some(bad) = spread.remove(&i) {
+            out.extend(bad);
+        }
+        out.push(message);
+        if let Some(bad) = after.remove(&i) {
+            out.push(bad);
+        }
+    }
+    out
+}
+
+/// Produce with a client limit above the big messages, and with real null
+/// payloads (the shared helper sends bytes only).
+fn produce(brokers: &str, topic: &str, input: &[Input]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.max.bytes", MAX_MESSAGE_BYTES)
+        .create()
+        .expect("producer");
+    for message in input {
+        let mut record = BaseRecord::to(topic).key(&message.key);
+        if let Some(payload) = &message.payload {
+            record = record.payload(payload);
+        }
+        while let Err((e, back)) = producer.send(record) {
+            assert!(
+                matches!(
+                    e,
+                    KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+                ),
+                "cannot produce: {e}"
+            );
+            record = back;
+            producer.poll(Duration::from_millis(10));
+        }
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every message acknowledged");
+}
+
+/// The pid of the `jobcast` child this test process started.
+fn serve_pid() -> u32 {
+    let me = std::process::id().to_string();
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces, not ')'.
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            head.ends_with("(jobcast") && rest.split(' ').nth(1) == Some(me.as_str())
+        })
+        .collect();
+    assert_eq!(pids.len(), 1, "one jobcast child: {pids:?}");
+    pids[0]
+}
+
+/// Peak resident set size of `pid`, KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
+/// What one run left behind.
+struct Outcome {
+    state: BTreeMap<&'static str, jobcast_storage::state::Records>,
+    decisions: BTreeMap<(u64, u64), serde_json::Value>,
+    dead: Vec<Record>,
+    dead_by_reason: BTreeMap<String, u64>,
+    peak_rss_kib: u64,
+}
+
+/// `jobcast serve` on `input` in its own topics and group, until every
+/// message is committed; checks it is alive and ready, then stops it.
+fn run(cluster: &Cluster, name: &str, input: &[Input]) -> Outcome {
+    let topics = Topics {
+        events: format!("{name}.events"),
+        decisions: format!("{name}.decisions"),
+        risk: format!("{name}.risk"),
+        dead_letter: format!("{name}.dead-letter"),
+    };
+    cluster
+        .mock
+        .create_topic(&topics.events, PARTITIONS, 1)
+        .unwrap();
+    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+        cluster.mock.create_topic(topic, 1, 1).unwrap();
+    }
+    produce(&cluster.brokers(), &topics.events, input);
+    let data = tempfile::tempdir().unwrap();
+    let state = data.path().join("state");
+    let limit = format!("message.max.bytes={MAX_MESSAGE_BYTES}");
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &state,
+        &[
+            "--group",
+            name,
+            "--events-topic",
+            &topics.events,
+            "--decisions-topic",
+            &topics.decisions,
+            "--dead-letter-topic",
+            &topics.dead_letter,
+            "-X",
+            &limit,
+        ],
+    );
+    let pid = serve_pid();
+    serve.wait_committed(input.len() as u64, WAIT);
+    assert_eq!(serve.get("/healthz").0, 200, "{name}: alive");
+    let (status, ready) = serve.get("/readyz");
+    assert_eq!(status, 200, "{name}: ready: {ready}");
+    let peak_rss_kib = peak_rss_kib(pid);
+    let (_, metrics) = serve.get("/metrics");
+    let prefix = "jobcast_events_dead_lettered_total{reason=\"";
+    let dead_by_reason = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix)?.split_once("\"}"))
+        .map(|(reason, _)| {
+            let line = format!("{prefix}{reason}\"}}");
+            (reason.to_owned(), metric_sum(&metrics, &line) as u64)
+        })
+        .collect();
+    serve.terminate();
+    Outcome {
+        state: stored_state(&state),
+        decisions: decisions(&cluster.brokers(), &topics.decisions),
+        dead: cluster.read_all(&topics.dead_letter, 1),
+        dead_by_reason,
+        peak_rss_kib,
+    }
+}
+
+#[test]
+fn bad_messages_are_dead_lettered_and_change_nothing_else() {
+    let events = excerpt_events();
+    let hostile = hostile_input(&events);
+    let good: Vec<Input> = messages(&events)
+        .into_iter()
+        .map(|(k, p)| Input::good(k, p))
+        .collect();
+    let bad: Vec<&Input> = hostile.iter().filter(|m| m.bad.is_some()).collect();
+    let mut expected_by_reason: BTreeMap<String, u64> = BTreeMap::new();
+    for m in &bad {
+        *expected_by_reason
+            .entry(m.bad.unwrap().to_owned())
+            .or_default() += 1;
+    }
+    // 22 classes of bad message with 12 reasons between them, each class
+    // REPEATS times.
+    let classes = context_free(0).len() + CONTEXT_CLASSES;
+    assert_eq!(classes, 22);
+    assert_eq!(bad.len(), classes * REPEATS);
+    assert_eq!(expected_by_reason.len(), 12, "{expected_by_reason:?}");
+
+    let cluster = Cluster::new(&Topics::default(), PARTITIONS);
+    let alone = run(&cluster, "good", &good);
+    let mixed = run(&cluster, "hostile", &hostile);
+    eprintln!(
+        "peak RSS: good alone {} MiB, with {} bad messages {} MiB",
+        alone.peak_rss_kib / 1024,
+        bad.len(),
+        mixed.peak_rss_kib / 1024
+    );
+
+    // Every bad message is dead-lettered once, bytes untouched, with its
+    // reason and a short error; nothing else is but what the good events
+    // get alone.
+    let mut letters: BTreeMap<Vec<u8>, Vec<&Record>> = BTreeMap::new();
+    for letter in &mixed.dead {
+        letters
+            .entry(letter.payload.clone())
+            .or_default()
+            .push(letter);
+    }
+    for m in &bad {
+        let payload = m.payload.clone().unwrap_or_default();
+        let shown = String::from_utf8_lossy(&payload[..payload.len().min(120)]).into_owned();
+        let found = letters
+            .get_mut(&payload)
+            .and_then(Vec::pop)
+            .unwrap_or_else(|| panic!("{shown:?} not dead-lettered"));
+        assert_eq!(
+            found.headers[dead_letter_headers::REASON],
+            m.bad.unwrap(),
+            "{shown:?}"
+        );
+        let error = &found.headers[dead_letter_headers::ERROR];
+        assert!(
+            !error.is_empty() && error.len() <= MAX_ERROR_BYTES,
+            "{shown:?}: {} bytes of error",
+            error.len()
+        );
+        assert_eq!(
+            found.headers[dead_letter_headers::SOURCE_TOPIC],
+            "hostile.events"
+        );
+    }
+    let mut rest: Vec<(Vec<u8>, String)> = letters
+        .into_iter()
+        .flat_map(|(p, ls)| {
+            ls.into_iter()
+                .map(move |l| (p.clone(), l.headers[dead_letter_headers::REASON].clone()))
+        })
+        .collect();
+    rest.sort();
+    let mut alone_dead: Vec<(Vec<u8>, String)> = alone
+        .dead
+        .iter()
+        .map(|l| {
+            (
+                l.payload.clone(),
+                l.headers[dead_letter_headers::REASON].clone(),
+            )
+        })
+        .collect();
+    alone_dead.sort();
+    assert_eq!(
+        rest, alone_dead,
+        "good events dead-lettered as they are alone"
+    );
+
+    // The metric counts each reason: the bad messages' plus the good
+    // events' own.
+    let mut want = alone.dead_by_reason.clone();
+    for (reason, n) in &expected_by_reason {
+        *want.entry(reason.clone()).or_default() += n;
+    }
+    assert_eq!(mixed.dead_by_reason, want);
+
+    assert!(
+        mixed.peak_rss_kib < MAX_PEAK_RSS_KIB,
+        "peak RSS {} KiB",
+        mixed.peak_rss_kib
+    );
+
+    // The good events give exactly what they give alone.
+    assert!(!alone.decisions.is_empty());
+    assert_eq!(mixed.decisions, alone.decisions);
+    assert!(!alone.state.values().all(Vec::is_empty));
+    assert_eq!(mixed.state, alone.state);
+}
