@@ -204,3 +204,39 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Flags of a `jobcast serve` that a test kills and restarts: its decisions
+/// topic and group, and a short session, since a killed member stays in
+/// the group until its session times out and only then do its partitions
+/// go to the restarted one.
+pub fn restartable<'a>(decisions_topic: &'a str, group: &'a str) -> [&'a str; 8] {
+    [
+        "--decisions-topic",
+        decisions_topic,
+        "--group",
+        group,
+        "-X",
+        "session.timeout.ms=6000",
+        "-X",
+        "heartbeat.interval.ms=500",
+    ]
+}
+
+/// Assert that the stores at `a` and `b` hold the same offsets of
+/// `events_topic` and the same derived state, family by family, and that
+/// none of it is empty.
+pub fn assert_same_state(a: &Path, b: &Path, events_topic: &str) {
+    let offsets = |path: &Path| {
+        StateStore::open(path, false)
+            .expect("store opens")
+            .offsets(events_topic)
+            .expect("offsets read")
+    };
+    assert_eq!(offsets(a), offsets(b));
+    let (a, b) = (stored_state(a), stored_state(b));
+    assert_eq!(a.len(), b.len());
+    for (family, records) in &b {
+        assert!(!records.is_empty(), "no {family} stored");
+        assert!(a[family] == *records, "the {family} records differ");
+    }
+}

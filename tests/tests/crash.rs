@@ -19,9 +19,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::Topics;
-use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
-use jobcast_tests::serve::{Serve, stored_state};
+use jobcast_tests::serve::{Serve, assert_same_state, restartable};
 use jobcast_tests::{jobcast_ok, shared_data};
 
 const PARTITIONS: i32 = 48;
@@ -140,17 +139,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
 
     let killed_dir = tempfile::tempdir().unwrap();
     let killed = killed_dir.path().join("state");
-    // A killed member stays in the group until its session times out.
-    let flags = [
-        "--decisions-topic",
-        "killed.decisions",
-        "--group",
-        "killed",
-        "-X",
-        "session.timeout.ms=6000",
-        "-X",
-        "heartbeat.interval.ms=500",
-    ];
+    let flags = restartable("killed.decisions", "killed");
     let started = Instant::now();
     let mut random = Seeded(20_261_123);
     // Each run gets on average a 1/(KILLS + 2) share of the input before
@@ -177,19 +166,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
         started.elapsed().as_secs_f64()
     );
 
-    let offsets = |path: &Path| {
-        StateStore::open(path, false)
-            .unwrap()
-            .offsets(&topics.events)
-            .unwrap()
-    };
-    assert_eq!(offsets(&killed), offsets(&whole));
-    let (a, b) = (stored_state(&killed), stored_state(&whole));
-    for (family, records) in &b {
-        assert!(!records.is_empty(), "no {family} stored");
-        assert!(a[family] == *records, "{family} differs after the kills");
-    }
-    assert_eq!(a.len(), b.len());
+    assert_same_state(&killed, &whole, &topics.events);
     let (a, b) = (
         decisions_across(&brokers, "killed.decisions", DECISION_PARTITIONS),
         decisions_across(&brokers, "whole.decisions", DECISION_PARTITIONS),

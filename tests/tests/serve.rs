@@ -3,15 +3,13 @@
 //! HTTP API and metrics, SIGTERM and SIGKILL.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
-use jobcast_storage::state::StateStore;
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
-use jobcast_tests::serve::{Serve, stored_state};
+use jobcast_tests::serve::{Serve, assert_same_state, restartable};
 
 const PARTITIONS: i32 = 4;
 const WAIT: Duration = Duration::from_secs(120);
@@ -117,18 +115,7 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
 
     let interrupted = tempfile::tempdir().unwrap();
     let state = interrupted.path().join("state");
-    // A killed member stays in the group until its session times out:
-    // keep that short so that each restart takes its partitions back soon.
-    let flags = [
-        "--decisions-topic",
-        "killed.decisions",
-        "--group",
-        "killed",
-        "-X",
-        "session.timeout.ms=6000",
-        "-X",
-        "heartbeat.interval.ms=500",
-    ];
+    let flags = restartable("killed.decisions", "killed");
     // Each run commits more; the committed count survives restarts.
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
     serve.wait_committed(total / 4, WAIT);
@@ -143,14 +130,7 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     serve.wait_stored_offsets(total, WAIT);
     serve.terminate();
 
-    let offsets = |path: &Path| {
-        StateStore::open(path, false)
-            .unwrap()
-            .offsets(&topics.events)
-            .unwrap()
-    };
-    assert_eq!(offsets(&state), offsets(&whole_state));
-    assert_eq!(stored_state(&state), stored_state(&whole_state));
+    assert_same_state(&state, &whole_state, &topics.events);
     assert_eq!(
         decisions(&cluster.brokers(), "killed.decisions"),
         decisions(&cluster.brokers(), "whole.decisions")

@@ -10,14 +10,12 @@
 //! paused partition) would silently skip records (docs/kafka.md).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::Duration;
 
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
-use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{decisions, read_all};
-use jobcast_tests::serve::{Serve, stored_state};
+use jobcast_tests::serve::{Serve, assert_same_state, restartable};
 use jobcast_tests::tansu::Tansu;
 use jobcast_tests::{excerpt_events, jobcast_ok, repo};
 
@@ -150,16 +148,7 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
 
     let interrupted = tempfile::tempdir().unwrap();
     let state = interrupted.path().join("state");
-    let flags = [
-        "--decisions-topic",
-        "killed.decisions",
-        "--group",
-        "killed",
-        "-X",
-        "session.timeout.ms=6000",
-        "-X",
-        "heartbeat.interval.ms=500",
-    ];
+    let flags = restartable("killed.decisions", "killed");
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
     serve.wait_committed(total / 3, WAIT);
     serve.kill();
@@ -170,14 +159,7 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     serve.wait_stored_offsets(total, WAIT);
     serve.terminate();
 
-    let offsets = |path: &Path| {
-        StateStore::open(path, false)
-            .unwrap()
-            .offsets(&topics.events)
-            .unwrap()
-    };
-    assert_eq!(offsets(&state), offsets(&whole_state));
-    assert_eq!(stored_state(&state), stored_state(&whole_state));
+    assert_same_state(&state, &whole_state, &topics.events);
     assert_eq!(
         decisions(&tansu.brokers, "killed.decisions"),
         decisions(&tansu.brokers, "whole.decisions")
