@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs what building and testing jobcast needs on a fresh Debian
 # machine. Idempotent: installs only what is missing. Sourced by run.sh and
-# test.sh; safe to run on its own.
+# test.sh; safe to run on its own. With JOBCAST_SETUP_TESTS=1 (test.sh sets
+# it) it also installs the validators the deployment tests run.
 set -euo pipefail
 
 # libclang for bindgen (RocksDB's bindings), a C/C++ toolchain and make for
 # the bundled native libraries, pkg-config and zlib for librdkafka.
 packages=(libclang-dev libssl-dev clang g++ make pkg-config zlib1g-dev)
+testing=${JOBCAST_SETUP_TESTS:-0}
+# Validators of deploy/ (tests/tests/deploy.rs): promtool, docker-compose
+# (`config` needs no engine), systemd-analyze, and a Python venv.
+[[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -21,6 +26,23 @@ if ((${#missing[@]})); then
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found (install Rust 1.95+)" >&2; exit 1; }
+
+# Kubernetes schema validators, outside the clone and reused across runs:
+# kubernetes-validate (PyPI; bundles the Kubernetes API schemas) and the
+# Prometheus Operator's ServiceMonitor schema (npm). Versions pinned.
+export JOBCAST_VALIDATORS="${JOBCAST_VALIDATORS:-$HOME/.cache/jobcast/validators}"
+if [[ $testing == 1 && ! -x $JOBCAST_VALIDATORS/venv/bin/kubernetes-validate ]]; then
+    echo "setup: installing kubernetes-validate into $JOBCAST_VALIDATORS/venv" >&2
+    python3 -m venv "$JOBCAST_VALIDATORS/venv"
+    "$JOBCAST_VALIDATORS/venv/bin/pip" install -q kubernetes-validate==1.37.0
+fi
+if [[ $testing == 1 && ! -d $JOBCAST_VALIDATORS/npm/node_modules/@kubernetes-models/prometheus-operator ]]; then
+    command -v npm >/dev/null || { echo "setup: npm not found (install Node.js 20+)" >&2; exit 1; }
+    echo "setup: installing @kubernetes-models/prometheus-operator into $JOBCAST_VALIDATORS/npm" >&2
+    mkdir -p "$JOBCAST_VALIDATORS/npm"
+    npm install --prefix "$JOBCAST_VALIDATORS/npm" --no-audit --no-fund --silent \
+        @kubernetes-models/prometheus-operator@6.0.0
+fi
 
 # One target directory outside the clone, reused across clones and runs.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/jobcast/target}"

@@ -4,7 +4,7 @@
 # builds the tansu broker the end-to-end tests start, and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup.sh
+JOBCAST_SETUP_TESTS=1 source scripts/setup.sh
 
 # Build every target once, with the same feature resolution as the tests,
 # so that the tests reuse these artifacts (the binary included).

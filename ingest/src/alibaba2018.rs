@@ -41,7 +41,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::dag::build_job;
-use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, TaskEvent, TaskKind};
+use crate::event::{
+    DecodeError, Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, TaskEvent, TaskKind,
+};
 use crate::ids::stable_id;
 use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
 
@@ -169,10 +171,16 @@ struct Attempt {
     machine: Option<u64>,
 }
 
+/// Where a row is: the index of its file (task files, then instance
+/// files) and its line.
+type RowAt = (usize, u64);
+
 /// Everything read about one Alibaba task of a job.
 #[derive(Default)]
 struct TaskRows {
     name: String,
+    /// The task's first row, named if its stage name is refused.
+    first_at: RowAt,
     /// Whether a `batch_task` row was read (a second one is a duplicate).
     has_task_row: bool,
     plan_cpu: Option<f64>,
@@ -184,17 +192,27 @@ struct TaskRows {
     attempts: Vec<Attempt>,
 }
 
-#[derive(Default)]
 struct JobRows {
+    /// The job's first row, named if its `job_submitted` is refused.
+    first_at: RowAt,
     tasks: Vec<TaskRows>,
     by_name: HashMap<String, usize>,
 }
 
 impl JobRows {
-    fn task(&mut self, name: &str) -> &mut TaskRows {
+    fn new(first_at: RowAt) -> Self {
+        JobRows {
+            first_at,
+            tasks: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+
+    fn task(&mut self, name: &str, at: RowAt) -> &mut TaskRows {
         let i = *self.by_name.entry(name.to_owned()).or_insert_with(|| {
             self.tasks.push(TaskRows {
                 name: name.to_owned(),
+                first_at: at,
                 ..TaskRows::default()
             });
             self.tasks.len() - 1
@@ -208,11 +226,21 @@ type Bad = (&'static str, String);
 
 fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> {
     let with_instances = !files.instances.is_empty();
+    let paths: Vec<PathBuf> = files
+        .tasks
+        .iter()
+        .chain(&files.instances)
+        .cloned()
+        .collect();
     let mut jobs: HashMap<String, JobRows> = HashMap::new();
-    for path in &files.tasks {
-        read_csv(path, diagnostics, |fields| {
+    for (file, path) in files.tasks.iter().enumerate() {
+        read_csv(path, diagnostics, |fields, line| {
             let row = parse_task_row(fields, !with_instances, diagnostics)?;
-            let task = jobs.entry(row.job.to_owned()).or_default().task(row.task);
+            let at = (file, line);
+            let task = jobs
+                .entry(row.job.to_owned())
+                .or_insert_with(|| JobRows::new(at))
+                .task(row.task, at);
             if task.has_task_row {
                 return Err((
                     "duplicate_task",
@@ -227,12 +255,14 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
             Ok(())
         })?;
     }
-    for path in &files.instances {
-        read_csv(path, diagnostics, |fields| {
+    for (file, path) in files.instances.iter().enumerate() {
+        let file = files.tasks.len() + file;
+        read_csv(path, diagnostics, |fields, line| {
             let row = parse_instance_row(fields, diagnostics)?;
+            let at = (file, line);
             jobs.entry(row.job.to_owned())
-                .or_default()
-                .task(row.task)
+                .or_insert_with(|| JobRows::new(at))
+                .task(row.task, at)
                 .attempts
                 .push(Attempt {
                     instance: row.instance.to_owned(),
@@ -265,7 +295,13 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
             continue;
         }
         last_id = Some(job_id);
-        emit_job(job_id, name, rows, with_instances, diagnostics, &mut items);
+        let job = JobInput {
+            job_id,
+            name,
+            rows,
+            with_instances,
+        };
+        emit_job(job, &paths, diagnostics, &mut items);
     }
     items.sort_unstable_by_key(|item| (item.time_us, item.class, item.job_id, item.seq));
     Ok(Events {
@@ -274,12 +310,12 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
     })
 }
 
-/// Read one header-less CSV file, handing each row's fields to `row`; a row
-/// it rejects is recorded as skipped at its line.
+/// Read one header-less CSV file, handing each row's fields and line to
+/// `row`; a row it rejects is recorded as skipped at its line.
 fn read_csv(
     path: &Path,
     diagnostics: &Diagnostics,
-    mut row: impl FnMut(&[&str]) -> Result<(), Bad>,
+    mut row: impl FnMut(&[&str], u64) -> Result<(), Bad>,
 ) -> Result<(), TraceError> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
@@ -293,11 +329,7 @@ fn read_csv(
             Err(e) => return Err(csv_error(path, e)),
         }
         diagnostics.rows(1);
-        let at = Location {
-            file: path.to_owned(),
-            line: record.position().map_or(0, |p| p.line()),
-            record: None,
-        };
+        let line = record.position().map_or(0, |p| p.line());
         let mut fields: Vec<&str> = Vec::with_capacity(INSTANCE_COLUMNS);
         let mut utf8 = true;
         for field in &record {
@@ -307,11 +339,16 @@ fn read_csv(
             }
         }
         let result = if utf8 {
-            row(&fields)
+            row(&fields, line)
         } else {
             Err(("encoding", "a field is not UTF-8".to_owned()))
         };
         if let Err((class, detail)) = result {
+            let at = Location {
+                file: path.to_owned(),
+                line,
+                record: None,
+            };
             diagnostics.skip(at, class, detail);
         }
     }
@@ -492,15 +529,25 @@ fn numbered_id(name: &str, prefix: &str) -> Option<u64> {
     canonical.then(|| digits.parse().ok()).flatten()
 }
 
-/// Turn one job's rows into sort items.
-fn emit_job(
+/// One job's rows, as `load` hands them to [`emit_job`].
+struct JobInput {
     job_id: u64,
     name: String,
     rows: JobRows,
     with_instances: bool,
-    diagnostics: &Diagnostics,
-    items: &mut Vec<Item>,
-) {
+}
+
+/// Turn one job's rows into sort items. A job whose `job_submitted` breaks
+/// a canonical limit (a name too long, too many tasks) is dropped whole and
+/// skipped at the offending task's first row (for a stage name) or the
+/// job's first row: its task events mean nothing without the submit.
+fn emit_job(job: JobInput, paths: &[PathBuf], diagnostics: &Diagnostics, items: &mut Vec<Item>) {
+    let JobInput {
+        job_id,
+        name,
+        rows,
+        with_instances,
+    } = job;
     let mut tasks = rows.tasks;
     tasks.sort_by(|a, b| a.name.cmp(&b.name));
 
@@ -569,6 +616,41 @@ fn emit_job(
     }
     let max_plan =
         |plan: fn(&TaskRows) -> Option<f64>| tasks.iter().filter_map(plan).fold(0.0, f64::max);
+    let submit = Event::JobSubmitted(JobSubmitted {
+        time_us: submit_time,
+        job_id,
+        user: String::new(),
+        job_name: name.clone(),
+        logical_name: name.clone(),
+        scheduling_class: 0,
+        priority: 0,
+        cpu_request: max_plan(|t| t.plan_cpu),
+        mem_request: max_plan(|t| t.plan_mem),
+        num_tasks,
+        stages: Some(dag.stages),
+    });
+    let at = |err: &DecodeError| {
+        // `stages[i]` is the stage with the i-th smallest id; find its task.
+        let mut ids = dag.task_stage.clone();
+        ids.sort_unstable();
+        let stage_task = err
+            .field
+            .as_deref()
+            .and_then(|f| f.strip_prefix("stages["))
+            .and_then(|rest| rest.split(']').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| ids.get(i))
+            .and_then(|id| dag.task_stage.iter().position(|t| t == id));
+        let (file, line) = stage_task.map_or(rows.first_at, |t| tasks[t].first_at);
+        Location {
+            file: paths[file].clone(),
+            line,
+            record: None,
+        }
+    };
+    if !diagnostics.within_limits(&submit, at) {
+        return;
+    }
     let mut seq = items.len() as u64;
     let mut push = |time_us: u64, class: u8, what: Pending| {
         items.push(Item {
@@ -580,23 +662,7 @@ fn emit_job(
         });
         seq += 1;
     };
-    push(
-        submit_time,
-        CLASS_SUBMIT,
-        Pending::Submit(Box::new(JobSubmitted {
-            time_us: submit_time,
-            job_id,
-            user: String::new(),
-            job_name: name.clone(),
-            logical_name: name.clone(),
-            scheduling_class: 0,
-            priority: 0,
-            cpu_request: max_plan(|t| t.plan_cpu),
-            mem_request: max_plan(|t| t.plan_mem),
-            num_tasks,
-            stages: Some(dag.stages),
-        })),
-    );
+    push(submit_time, CLASS_SUBMIT, Pending::Submit(Box::new(submit)));
 
     // Stages in id order; `dag.task_stage[i]` is the stage of `tasks[i]`.
     let mut by_stage: Vec<(u32, usize)> = dag
@@ -712,7 +778,7 @@ struct Item {
 }
 
 enum Pending {
-    Submit(Box<JobSubmitted>),
+    Submit(Box<Event>),
     Tasks(TaskRange),
     End(JobOutcome),
 }
@@ -757,7 +823,7 @@ impl Iterator for Events {
             }
             let item = self.items.next()?;
             match item.what {
-                Pending::Submit(job) => return Some(Event::JobSubmitted(*job)),
+                Pending::Submit(submit) => return Some(*submit),
                 Pending::End(outcome) => {
                     return Some(Event::JobEnded(JobEnded {
                         time_us: item.time_us,

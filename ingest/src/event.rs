@@ -260,6 +260,71 @@ impl Event {
         }
     }
 
+    /// Apply the decoder's value limits to an event however it was built:
+    /// times at most [`MAX_TIME_US`], strings at most [`MAX_STRING_BYTES`],
+    /// `num_tasks` at most [`MAX_TASKS_PER_JOB`] and equal to its stages'
+    /// sum, requests and capacities finite and non-negative. [`decode`]
+    /// ends with this check, and trace adapters run it on every event they
+    /// build, so an adapter can never emit what the service would refuse.
+    /// The error is `OutOfRange` and names the field.
+    pub fn check_limits(&self) -> Result<(), DecodeError> {
+        check_time("time_us", self.time_us())?;
+        match self {
+            Event::JobSubmitted(j) => {
+                check_len("user", &j.user)?;
+                check_len("job_name", &j.job_name)?;
+                check_len("logical_name", &j.logical_name)?;
+                if j.num_tasks > MAX_TASKS_PER_JOB {
+                    return Err(DecodeError::new(
+                        DecodeErrorKind::OutOfRange,
+                        Some("num_tasks"),
+                        format!(
+                            "{} exceeds the most tasks a job may have, {MAX_TASKS_PER_JOB}",
+                            j.num_tasks
+                        ),
+                    ));
+                }
+                if let Some(stages) = &j.stages {
+                    for (i, stage) in stages.iter().enumerate() {
+                        if let Some(name) = &stage.name {
+                            check_len(&format!("stages[{i}].name"), name)?;
+                        }
+                    }
+                    let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
+                    if total != u64::from(j.num_tasks) {
+                        return Err(DecodeError::new(
+                            DecodeErrorKind::OutOfRange,
+                            Some("stages"),
+                            format!(
+                                "stage task counts add up to {total}, but num_tasks is {}",
+                                j.num_tasks
+                            ),
+                        ));
+                    }
+                }
+                check_nonneg("cpu_request", Some(j.cpu_request))?;
+                check_nonneg("mem_request", Some(j.mem_request))?;
+            }
+            Event::Task(_) | Event::JobEnded(_) => {}
+            Event::Machine(m) => {
+                if let Some(platform) = &m.platform {
+                    check_len("platform", platform)?;
+                }
+                check_nonneg("cpus", m.cpus)?;
+                check_nonneg("memory", m.memory)?;
+                if let Some(vm) = &m.vm {
+                    if let Some(name) = &vm.name {
+                        check_len("vm_name", name)?;
+                    }
+                    check_len("vm_type", &vm.vm_type)?;
+                    check_len("zone", &vm.zone)?;
+                    check_time("launch_time_us", vm.launch_time_us)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Serialise to one line of JSON (no trailing newline).
     pub fn to_json(&self) -> String {
         serde_json::to_string(&WireEvent::from(self)).expect("wire events always serialise")
@@ -447,7 +512,7 @@ struct WireEvent {
     end_reason: Option<EndReason>,
 }
 
-fn check_time(field: &str, t: u64) -> Result<u64, DecodeError> {
+fn check_time(field: &str, t: u64) -> Result<(), DecodeError> {
     if t > MAX_TIME_US {
         return Err(DecodeError::new(
             DecodeErrorKind::OutOfRange,
@@ -455,7 +520,7 @@ fn check_time(field: &str, t: u64) -> Result<u64, DecodeError> {
             format!("{t} exceeds the largest time, {MAX_TIME_US} µs"),
         ));
     }
-    Ok(t)
+    Ok(())
 }
 
 fn check_len(field: &str, s: &str) -> Result<(), DecodeError> {
@@ -472,14 +537,14 @@ fn check_len(field: &str, s: &str) -> Result<(), DecodeError> {
     Ok(())
 }
 
-fn check_nonneg(field: &str, x: Option<f64>) -> Result<Option<f64>, DecodeError> {
+fn check_nonneg(field: &str, x: Option<f64>) -> Result<(), DecodeError> {
     match x {
         Some(v) if !(v.is_finite() && v >= 0.0) => Err(DecodeError::new(
             DecodeErrorKind::OutOfRange,
             Some(field),
             format!("{v} is not a finite, non-negative number"),
         )),
-        _ => Ok(x),
+        _ => Ok(()),
     }
 }
 
@@ -544,28 +609,13 @@ impl WireEvent {
         ]
     }
 
-    /// Reject any string field longer than [`MAX_STRING_BYTES`], naming it.
-    fn check_strings(&self) -> Result<(), DecodeError> {
-        let fields = [
-            ("type", Some(&self.ty)),
-            ("user", self.user.as_ref()),
-            ("job_name", self.job_name.as_ref()),
-            ("logical_name", self.logical_name.as_ref()),
-            ("kind", self.kind.as_ref()),
-            ("platform", self.platform.as_ref()),
-            ("vm_name", self.vm_name.as_ref()),
-            ("vm_type", self.vm_type.as_ref()),
-            ("zone", self.zone.as_ref()),
-        ];
-        for (name, value) in fields {
-            if let Some(value) = value {
-                check_len(name, value)?;
-            }
-        }
-        for (i, stage) in self.stages.iter().flatten().enumerate() {
-            if let Some(name) = &stage.name {
-                check_len(&format!("stages[{i}].name"), name)?;
-            }
+    /// Reject an over-long `type` or `kind` before they are matched: these
+    /// two strings do not survive into the [`Event`], so
+    /// [`Event::check_limits`] cannot see them.
+    fn check_tags(&self) -> Result<(), DecodeError> {
+        check_len("type", &self.ty)?;
+        if let Some(kind) = &self.kind {
+            check_len("kind", kind)?;
         }
         Ok(())
     }
@@ -612,7 +662,7 @@ impl TryFrom<WireEvent> for Event {
                 ),
             ));
         }
-        w.check_strings()?;
+        w.check_tags()?;
         let ty = w.ty.as_str();
         let req = |name: &'static str, present: bool| {
             if present {
@@ -621,40 +671,17 @@ impl TryFrom<WireEvent> for Event {
                 Err(DecodeError::missing(name, ty))
             }
         };
-        let time_us = check_time(
-            "time_us",
-            w.time_us
-                .ok_or_else(|| DecodeError::missing("time_us", ty))?,
-        )?;
-        match ty {
+        let time_us = w
+            .time_us
+            .ok_or_else(|| DecodeError::missing("time_us", ty))?;
+        let event = match ty {
             "job_submitted" => {
                 w.reject_foreign(ty, JOB_SUBMITTED_FIELDS)?;
                 let job_id = w.job_id.ok_or_else(|| DecodeError::missing("job_id", ty))?;
                 let num_tasks = w
                     .num_tasks
                     .ok_or_else(|| DecodeError::missing("num_tasks", ty))?;
-                if num_tasks > MAX_TASKS_PER_JOB {
-                    return Err(DecodeError::new(
-                        DecodeErrorKind::OutOfRange,
-                        Some("num_tasks"),
-                        format!(
-                            "{num_tasks} exceeds the most tasks a job may have, {MAX_TASKS_PER_JOB}"
-                        ),
-                    ));
-                }
-                if let Some(stages) = &w.stages {
-                    let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
-                    if total != u64::from(num_tasks) {
-                        return Err(DecodeError::new(
-                            DecodeErrorKind::OutOfRange,
-                            Some("stages"),
-                            format!(
-                                "stage task counts add up to {total}, but num_tasks is {num_tasks}"
-                            ),
-                        ));
-                    }
-                }
-                Ok(Event::JobSubmitted(JobSubmitted {
+                Event::JobSubmitted(JobSubmitted {
                     time_us,
                     job_id,
                     user: w.user.unwrap_or_default(),
@@ -662,11 +689,11 @@ impl TryFrom<WireEvent> for Event {
                     logical_name: w.logical_name.unwrap_or_default(),
                     scheduling_class: w.scheduling_class.unwrap_or(0),
                     priority: w.priority.unwrap_or(0),
-                    cpu_request: check_nonneg("cpu_request", w.cpu_request)?.unwrap_or(0.0),
-                    mem_request: check_nonneg("mem_request", w.mem_request)?.unwrap_or(0.0),
+                    cpu_request: w.cpu_request.unwrap_or(0.0),
+                    mem_request: w.mem_request.unwrap_or(0.0),
                     num_tasks,
                     stages: w.stages,
-                }))
+                })
             }
             "task" => {
                 w.reject_foreign(ty, TASK_FIELDS)?;
@@ -676,14 +703,14 @@ impl TryFrom<WireEvent> for Event {
                     .ok_or_else(|| DecodeError::missing("task_index", ty))?;
                 req("kind", w.kind.is_some())?;
                 let kind = parse_kind("kind", w.kind.as_deref().unwrap_or_default())?;
-                Ok(Event::Task(TaskEvent {
+                Event::Task(TaskEvent {
                     time_us,
                     job_id,
                     task_index,
                     kind,
                     machine_id: w.machine_id,
                     stage: w.stage,
-                }))
+                })
             }
             "job_ended" => {
                 w.reject_foreign(ty, JOB_ENDED_FIELDS)?;
@@ -691,11 +718,11 @@ impl TryFrom<WireEvent> for Event {
                 let outcome = w
                     .outcome
                     .ok_or_else(|| DecodeError::missing("outcome", ty))?;
-                Ok(Event::JobEnded(JobEnded {
+                Event::JobEnded(JobEnded {
                     time_us,
                     job_id,
                     outcome,
-                }))
+                })
             }
             "machine" => {
                 w.reject_foreign(ty, MACHINE_FIELDS)?;
@@ -720,34 +747,36 @@ impl TryFrom<WireEvent> for Event {
                         preemptible: w
                             .preemptible
                             .ok_or_else(|| DecodeError::missing("preemptible", ty))?,
-                        launch_time_us: check_time(
-                            "launch_time_us",
-                            w.launch_time_us
-                                .ok_or_else(|| DecodeError::missing("launch_time_us", ty))?,
-                        )?,
+                        launch_time_us: w
+                            .launch_time_us
+                            .ok_or_else(|| DecodeError::missing("launch_time_us", ty))?,
                         end_reason: w.end_reason,
                     })
                 } else {
                     None
                 };
-                Ok(Event::Machine(MachineEvent {
+                Event::Machine(MachineEvent {
                     time_us,
                     machine_id,
                     kind,
                     platform: w.platform,
-                    cpus: check_nonneg("cpus", w.cpus)?,
-                    memory: check_nonneg("memory", w.memory)?,
+                    cpus: w.cpus,
+                    memory: w.memory,
                     vm,
-                }))
+                })
             }
-            other => Err(DecodeError::new(
-                DecodeErrorKind::UnknownType,
-                Some("type"),
-                format!(
-                    "unknown event type `{other}` (expected job_submitted, task, job_ended or machine)"
-                ),
-            )),
-        }
+            other => {
+                return Err(DecodeError::new(
+                    DecodeErrorKind::UnknownType,
+                    Some("type"),
+                    format!(
+                        "unknown event type `{other}` (expected job_submitted, task, job_ended or machine)"
+                    ),
+                ));
+            }
+        };
+        event.check_limits()?;
+        Ok(event)
     }
 }
 
@@ -1049,6 +1078,63 @@ mod tests {
         let err = decode(job(u32::MAX).as_bytes()).unwrap_err();
         assert_eq!(err.kind, DecodeErrorKind::OutOfRange);
         assert_eq!(err.field.as_deref(), Some("num_tasks"));
+    }
+
+    #[test]
+    fn check_limits_applies_the_decoders_limits_to_built_events() {
+        assert_eq!(job().check_limits(), Ok(()));
+        let long = "é".repeat(MAX_STRING_BYTES / 2) + "x";
+        let mutations: [(&str, fn(&mut JobSubmitted, &str)); 6] = [
+            ("user", |j, s| j.user = s.to_owned()),
+            ("logical_name", |j, s| j.logical_name = s.to_owned()),
+            ("stages[1].name", |j, s| {
+                j.stages.as_mut().unwrap()[1].name = Some(s.to_owned())
+            }),
+            ("num_tasks", |j, _| j.num_tasks = MAX_TASKS_PER_JOB + 1),
+            ("stages", |j, _| j.num_tasks = 4),
+            ("cpu_request", |j, _| j.cpu_request = -1.0),
+        ];
+        for (field, mutate) in mutations {
+            let Event::JobSubmitted(mut j) = job() else {
+                unreachable!()
+            };
+            mutate(&mut j, &long);
+            let event = Event::JobSubmitted(j);
+            let err = event.check_limits().unwrap_err();
+            assert_eq!(err.kind, DecodeErrorKind::OutOfRange, "{field}: {err}");
+            assert_eq!(err.field.as_deref(), Some(field), "{err}");
+            // The decoder refuses the same event for the same reason.
+            assert_eq!(decode(event.to_json().as_bytes()), Err(err));
+        }
+        let machine = |zone: String, launch_time_us: u64| {
+            Event::Machine(MachineEvent {
+                time_us: 0,
+                machine_id: 1,
+                kind: MachineKind::Add,
+                platform: None,
+                cpus: None,
+                memory: None,
+                vm: Some(VmInfo {
+                    name: None,
+                    vm_type: "t".into(),
+                    zone,
+                    preemptible: true,
+                    launch_time_us,
+                    end_reason: None,
+                }),
+            })
+        };
+        assert_eq!(
+            machine("z".repeat(MAX_STRING_BYTES), 0).check_limits(),
+            Ok(())
+        );
+        for (event, field) in [
+            (machine(long.clone(), 0), "zone"),
+            (machine("z".into(), MAX_TIME_US + 1), "launch_time_us"),
+        ] {
+            let err = event.check_limits().unwrap_err();
+            assert_eq!(err.field.as_deref(), Some(field), "{err}");
+        }
     }
 
     #[test]

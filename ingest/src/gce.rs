@@ -60,7 +60,15 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
             record: Some(name.clone()),
         };
         match vm_events(&name, value, &diagnostics) {
-            Ok(pair) => events.extend(pair),
+            // Both events or neither: a VM without its end is no lifetime.
+            Ok(pair) => {
+                if pair
+                    .iter()
+                    .all(|e| diagnostics.within_limits(e, |_| at.clone()))
+                {
+                    events.extend(pair);
+                }
+            }
             Err((class, detail)) => diagnostics.skip(at, class, detail),
         }
     }
@@ -134,7 +142,9 @@ fn vm_events(
         launch_time_us,
         end_reason: None,
     };
-    let end_time_us = launch_time_us + (rec.time_in_sec * 1e6).round() as u64;
+    // Saturating (as is the float cast): an absurd lifetime ends beyond
+    // `MAX_TIME_US`, which the limits check then refuses.
+    let end_time_us = launch_time_us.saturating_add((rec.time_in_sec * 1e6).round() as u64);
     let add = Event::Machine(MachineEvent {
         time_us: launch_time_us,
         machine_id,

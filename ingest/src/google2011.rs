@@ -64,6 +64,11 @@ struct JobInfo {
     priority: u32,
     cpu_request: f64,
     mem_request: f64,
+    /// The job's first row in `task_events` (file index, line): where the
+    /// user of a synthesised `job_submitted` came from, so a refused one
+    /// names a real row. (0, 0) only for jobs the scan never saw, whose
+    /// synthesised submit has no user and no tasks and so breaks no limit.
+    origin: (usize, u64),
 }
 
 /// Open a `clusterdata-2011-2` directory (holding `job_events/`,
@@ -109,9 +114,10 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
         }
     }
     let merged = MergeByKey::new(sources, |e: &Event| (e.time_us(), rank(e)));
-    let all: Vec<PathBuf> = [job_files, task_files, machine_files].concat();
+    let all: Vec<PathBuf> = [job_files, task_files.clone(), machine_files].concat();
     let events = Canonicalise {
         inner: merged,
+        task_files,
         window_end: scan.window_end,
         jobs: scan.jobs,
         jobs_with_submit: scan.jobs_with_submit,
@@ -146,7 +152,7 @@ fn scan(job_files: &[PathBuf], task_files: &[PathBuf]) -> Result<Scan, TraceErro
     let mut jobs: HashMap<u64, JobInfo> = HashMap::new();
     let mut seen_tasks: HashSet<(u64, u32)> = HashSet::new();
     let mut window_end = None;
-    for path in task_files {
+    for (file, path) in task_files.iter().enumerate() {
         let mut reader = csv_reader(open_input(path, &quiet)?);
         let mut rec = csv::ByteRecord::new();
         while read_record(&mut reader, &mut rec, path)? {
@@ -168,6 +174,7 @@ fn scan(job_files: &[PathBuf], task_files: &[PathBuf]) -> Result<Scan, TraceErro
                 user: field_str(&rec, 6).unwrap_or_default(),
                 scheduling_class: field_u64(&rec, 7).map_or(0, |c| c.min(u8::MAX.into()) as u8),
                 priority: field_u64(&rec, 8).map_or(0, |p| p.min(u32::MAX.into()) as u32),
+                origin: (file, rec.position().map_or(0, |p| p.line())),
                 ..JobInfo::default()
             });
             if info.cpu_request == 0.0 {
@@ -455,7 +462,13 @@ impl Iterator for PartRows {
                     } else {
                         self.rec.get(1)
                     };
+                    let at = || Location {
+                        file: self.path.clone(),
+                        line: self.rec.position().map_or(0, |p| p.line()),
+                        record: None,
+                    };
                     match self.parse() {
+                        Ok(Some(event)) if !self.diagnostics.within_limits(&event, |_| at()) => {}
                         Ok(Some(event)) => {
                             if missing_info.is_some_and(|m| !m.is_empty()) {
                                 self.diagnostics.note(&format!(
@@ -466,15 +479,7 @@ impl Iterator for PartRows {
                             return Some(Ok(event));
                         }
                         Ok(None) => {}
-                        Err(RowError(class, detail)) => self.diagnostics.skip(
-                            Location {
-                                file: self.path.clone(),
-                                line: self.rec.position().map_or(0, |p| p.line()),
-                                record: None,
-                            },
-                            class,
-                            detail,
-                        ),
+                        Err(RowError(class, detail)) => self.diagnostics.skip(at(), class, detail),
                     }
                 }
                 Err(e) => {
@@ -493,6 +498,8 @@ impl Iterator for PartRows {
 /// SUBMIT in `job_events`.
 struct Canonicalise<I> {
     inner: I,
+    /// The `task_events` parts, indexed as in [`JobInfo::origin`].
+    task_files: Vec<PathBuf>,
     window_end: Option<u64>,
     jobs: std::sync::Arc<HashMap<u64, JobInfo>>,
     jobs_with_submit: HashSet<u64>,
@@ -536,8 +543,7 @@ impl<I: Iterator<Item = Result<Event, TraceError>>> Iterator for Canonicalise<I>
                     );
                     let info = self.jobs.get(&t.job_id).cloned().unwrap_or_default();
                     let (time_us, job_id) = (t.time_us, t.job_id);
-                    self.pending.push_back(event);
-                    return Some(Ok(Event::JobSubmitted(JobSubmitted {
+                    let submit = Event::JobSubmitted(JobSubmitted {
                         time_us,
                         job_id,
                         user: info.user,
@@ -549,7 +555,20 @@ impl<I: Iterator<Item = Result<Event, TraceError>>> Iterator for Canonicalise<I>
                         mem_request: info.mem_request,
                         num_tasks: info.num_tasks,
                         stages: None,
-                    })));
+                    });
+                    // A refused submit is skipped like a bad SUBMIT row:
+                    // the job's task events still follow.
+                    let (file, line) = info.origin;
+                    let at = || Location {
+                        file: self.task_files.get(file).cloned().unwrap_or_default(),
+                        line,
+                        record: None,
+                    };
+                    if !self.diagnostics.within_limits(&submit, |_| at()) {
+                        return Some(Ok(event));
+                    }
+                    self.pending.push_back(event);
+                    return Some(Ok(submit));
                 }
                 _ => {}
             }

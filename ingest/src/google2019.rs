@@ -327,9 +327,13 @@ type Bad = (&'static str, String);
 /// A row as read: its text, or why it could not be read.
 type RawRow = Result<Raw, Bad>;
 
+/// Where a row is: the index of its part and its line.
+type RowAt = (usize, u64);
+
 /// A validated row.
 #[derive(Debug)]
 struct Row {
+    at: RowAt,
     /// µs; `u64::MAX` stands for anything beyond `u64`.
     time: u64,
     event_type: u8,
@@ -357,7 +361,7 @@ enum Detail {
     },
 }
 
-fn parse_row(raw: Raw, table: Table) -> Result<Row, Bad> {
+fn parse_row(raw: Raw, table: Table, at: RowAt) -> Result<Row, Bad> {
     let time = parse_time(required(&raw.time, "time")?)?;
     let event_type =
         parse_code(required(&raw.event_type, "type")?, &EVENT_NAMES).ok_or_else(|| {
@@ -416,6 +420,7 @@ fn parse_row(raw: Raw, table: Table) -> Result<Row, Bad> {
         }
     };
     Ok(Row {
+        at,
         time,
         event_type,
         collection_id,
@@ -572,6 +577,8 @@ struct Collection {
     alloc_set: bool,
     /// From the collection's earliest event, for synthesised submits.
     first_time: Option<u64>,
+    /// Where that event is, to name if a synthesised submit is refused.
+    first_at: RowAt,
     user: String,
     name: String,
     logical_name: String,
@@ -591,8 +598,8 @@ fn survey(
     diagnostics: &Diagnostics,
 ) -> Result<HashMap<u64, Collection>, TraceError> {
     let mut collections: HashMap<u64, Collection> = HashMap::new();
-    for part in parts {
-        for row in PartRows::open(part, diagnostics, false)? {
+    for (index, part) in parts.iter().enumerate() {
+        for row in PartRows::open(part, index, diagnostics, false)? {
             let row = row?;
             let c = collections.entry(row.collection_id).or_default();
             if row.collection_type == Some(ALLOC_SET) {
@@ -607,6 +614,7 @@ fn survey(
                 } => {
                     if c.first_time.is_none_or(|t| row.time < t) {
                         c.first_time = Some(row.time);
+                        c.first_at = row.at;
                         c.user = user;
                         c.name = name;
                         c.logical_name = logical_name;
@@ -639,6 +647,8 @@ fn survey(
 struct PartRows {
     reader: RowReader,
     path: PathBuf,
+    /// The part's index in the trace's parts.
+    index: usize,
     table: Table,
     diagnostics: Diagnostics,
     report: bool,
@@ -647,10 +657,16 @@ struct PartRows {
 }
 
 impl PartRows {
-    fn open(part: &Part, diagnostics: &Diagnostics, report: bool) -> Result<PartRows, TraceError> {
+    fn open(
+        part: &Part,
+        index: usize,
+        diagnostics: &Diagnostics,
+        report: bool,
+    ) -> Result<PartRows, TraceError> {
         Ok(PartRows {
             reader: RowReader::open(part, diagnostics)?,
             path: part.path.clone(),
+            index,
             table: part.table,
             diagnostics: diagnostics.clone(),
             report,
@@ -685,7 +701,7 @@ impl Iterator for PartRows {
             if self.report {
                 self.diagnostics.rows(1);
             }
-            let row = match raw.and_then(|r| parse_row(r, self.table)) {
+            let row = match raw.and_then(|r| parse_row(r, self.table, (self.index, line))) {
                 Ok(row) if row.time >= MAX_TIME_US => {
                     self.note("rows after the end of the trace dropped");
                     continue;
@@ -770,6 +786,8 @@ impl Iterator for Adapter {
 /// Turns merged rows into canonical events.
 struct Mapper {
     rows: Merged,
+    /// The parts' paths, indexed by [`RowAt`].
+    paths: Vec<PathBuf>,
     collections: HashMap<u64, Collection>,
     submitted: HashSet<u64>,
     ended: HashSet<u64>,
@@ -781,11 +799,12 @@ impl Mapper {
     fn new(parts: &[Part], diagnostics: &Diagnostics) -> Result<Mapper, TraceError> {
         let collections = survey(parts, diagnostics)?;
         let mut sources: Vec<RowSource> = Vec::new();
-        for part in parts {
-            sources.push(Box::new(PartRows::open(part, diagnostics, true)?));
+        for (index, part) in parts.iter().enumerate() {
+            sources.push(Box::new(PartRows::open(part, index, diagnostics, true)?));
         }
         Ok(Mapper {
             rows: MergeByKey::new(sources, merge_key as fn(&Row) -> (u64, u8)),
+            paths: parts.iter().map(|p| p.path.clone()).collect(),
             collections,
             submitted: HashSet::new(),
             ended: HashSet::new(),
@@ -836,7 +855,7 @@ impl Mapper {
                         priority: row.priority,
                         scheduling_class: row.scheduling_class,
                     };
-                    self.submit(row.time, id, meta);
+                    self.submit(row.time, id, meta, row.at);
                 }
                 FAIL | FINISH | KILL | LOST => {
                     let outcome = match row.event_type {
@@ -850,11 +869,12 @@ impl Mapper {
                     } else if !self.ended.insert(id) {
                         self.diagnostics.note("repeated job ends dropped");
                     } else {
-                        self.out.push_back(Event::JobEnded(JobEnded {
+                        let end = Event::JobEnded(JobEnded {
                             time_us: row.time,
                             job_id: id,
                             outcome,
-                        }));
+                        });
+                        self.emit(end, row.at);
                     }
                 }
                 _ => self
@@ -863,23 +883,31 @@ impl Mapper {
             },
             Detail::Instance { index, machine, .. } => {
                 if !self.submitted.contains(&id) {
-                    let meta = match known {
-                        Some(c) if c.first_time.is_some() => JobMeta {
-                            user: c.user.clone(),
-                            name: c.name.clone(),
-                            logical_name: c.logical_name.clone(),
-                            priority: c.priority,
-                            scheduling_class: c.scheduling_class,
-                        },
-                        _ => JobMeta {
-                            user: String::new(),
-                            name: String::new(),
-                            logical_name: String::new(),
-                            priority: row.priority,
-                            scheduling_class: row.scheduling_class,
-                        },
+                    // A refused synthesised submit names the collection
+                    // row its names came from, if any, else this row.
+                    let (meta, at) = match known {
+                        Some(c) if c.first_time.is_some() => (
+                            JobMeta {
+                                user: c.user.clone(),
+                                name: c.name.clone(),
+                                logical_name: c.logical_name.clone(),
+                                priority: c.priority,
+                                scheduling_class: c.scheduling_class,
+                            },
+                            c.first_at,
+                        ),
+                        _ => (
+                            JobMeta {
+                                user: String::new(),
+                                name: String::new(),
+                                logical_name: String::new(),
+                                priority: row.priority,
+                                scheduling_class: row.scheduling_class,
+                            },
+                            row.at,
+                        ),
                     };
-                    self.submit(row.time, id, meta);
+                    self.submit(row.time, id, meta, at);
                     self.diagnostics
                         .note("job submits synthesised at a first instance event");
                 }
@@ -899,24 +927,41 @@ impl Mapper {
                         return;
                     }
                 };
-                self.out.push_back(Event::Task(TaskEvent {
+                let task = Event::Task(TaskEvent {
                     time_us: row.time,
                     job_id: id,
                     task_index: index,
                     kind,
                     machine_id: machine,
                     stage: None,
-                }));
+                });
+                self.emit(task, row.at);
             }
         }
     }
 
+    /// Queue `event` if it is within the canonical limits; otherwise skip
+    /// the row at `at`.
+    fn emit(&mut self, event: Event, (part, line): RowAt) {
+        let at = || Location {
+            file: self.paths[part].clone(),
+            line,
+            record: None,
+        };
+        if self.diagnostics.within_limits(&event, |_| at()) {
+            self.out.push_back(event);
+        }
+    }
+
     /// Queue a `job_submitted`, with the first pass's task count and request.
-    fn submit(&mut self, time_us: u64, job_id: u64, meta: JobMeta) {
+    /// A refused one still marks the job submitted, so it is reported once
+    /// rather than resynthesised at each of the job's instance rows; the
+    /// job's other events follow, as in Google 2011.
+    fn submit(&mut self, time_us: u64, job_id: u64, meta: JobMeta, at: RowAt) {
         self.submitted.insert(job_id);
         let known = self.collections.get(&job_id);
         let (_, cpu_request, mem_request) = known.and_then(|c| c.request).unwrap_or_default();
-        self.out.push_back(Event::JobSubmitted(JobSubmitted {
+        let submit = Event::JobSubmitted(JobSubmitted {
             time_us,
             job_id,
             user: meta.user,
@@ -928,7 +973,8 @@ impl Mapper {
             mem_request,
             num_tasks: known.map_or(0, |c| u32::try_from(c.instances.len()).unwrap_or(u32::MAX)),
             stages: None,
-        }));
+        });
+        self.emit(submit, at);
     }
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::event::Event;
+use crate::event::{DecodeError, Event};
 
 /// An error that stops an adapter (as opposed to a bad row, which is
 /// skipped and recorded in [`Diagnostics`]).
@@ -109,6 +109,23 @@ impl Diagnostics {
                 at,
                 reason: format!("{class}: {detail}"),
             });
+        }
+    }
+
+    /// Admit `event` if it is within the canonical limits
+    /// ([`Event::check_limits`]); otherwise skip the row it came from, at
+    /// `at`, like any other bad row (class `out_of_range`, detail naming
+    /// the field). Every adapter calls this where a row becomes an event,
+    /// so none emits an event the service would dead-letter. `at` is only
+    /// called on refusal (so the common path builds no `Location`), with
+    /// the error, for adapters whose event spans rows to pick the row.
+    pub fn within_limits(&self, event: &Event, at: impl FnOnce(&DecodeError) -> Location) -> bool {
+        match event.check_limits() {
+            Ok(()) => true,
+            Err(err) => {
+                self.skip(at(&err), err.kind.as_str(), err);
+                false
+            }
         }
     }
 

@@ -452,6 +452,8 @@ fn apply(line: &str, mutation: &LineMutation) -> Vec<Vec<u8>> {
     let bytes = line.as_bytes();
     match mutation {
         LineMutation::Truncate(i) => vec![bytes[..i.index(bytes.len() + 1)].to_vec()],
+        // An earlier mutation may have emptied the line: nothing to flip.
+        LineMutation::Flip(..) if bytes.is_empty() => vec![Vec::new()],
         LineMutation::Flip(i, b) => {
             let mut out = bytes.to_vec();
             let at = i.index(out.len());

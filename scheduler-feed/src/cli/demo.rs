@@ -28,7 +28,9 @@ use super::serve::{serve, shutdown_signal};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Stop after this many seconds (default: when the trace is done).
+    /// Run this many seconds, stopping the replay if it is not done and
+    /// otherwise keeping the service and its HTTP API up until then
+    /// (default: stop when the trace is done).
     #[arg(long)]
     duration: Option<f64>,
     /// HTTP API and /metrics address while the demo runs.
@@ -171,7 +173,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("{}", live_line(&shared, rate));
             last = (Instant::now(), committed);
         }
-        let caught_up = replayed_all.get().is_some_and(|&n| committed >= n);
+        // With a duration, the service stays up (and answers HTTP) after the
+        // trace is done, until the duration is over.
+        let caught_up = deadline.is_none() && replayed_all.get().is_some_and(|&n| committed >= n);
         let out_of_time = deadline.is_some_and(|d| started.elapsed() >= d);
         if caught_up || out_of_time || stop.load(Ordering::Relaxed) || service.is_finished() {
             break;
