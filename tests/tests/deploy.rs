@@ -271,9 +271,7 @@ fn demo_metric_names(args: &[&str], wanted: &BTreeSet<String>) -> BTreeSet<Strin
     let mut child = Command::new(jobcast_bin())
         .arg("demo")
         .args(args)
-        // Up until every name is seen (then SIGTERM), not only until the
-        // trace is done: a short trace ends before a scrape sees it.
-        .args(["--http", "127.0.0.1:0", "--duration", "120"])
+        .args(["--http", "127.0.0.1:0"])
         .env("JOBCAST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -406,8 +404,10 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
         risk_trace(&trace);
         let trace = trace.to_str().expect("UTF-8 path");
         let missing: BTreeSet<String> = wanted.difference(&seen).cloned().collect();
+        // Up until every name is seen (then SIGTERM), not only until the
+        // trace is done: so short a trace ends before a scrape sees it.
         seen.extend(demo_metric_names(
-            &["--trace", trace, "--format", "jsonl"],
+            &["--trace", trace, "--format", "jsonl", "--duration", "120"],
             &missing,
         ));
     }
