@@ -170,6 +170,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         metrics::gauge!(telemetry::STATE_RECORDS, "family" => family)
             .set(shared.store.estimated_records(family) as f64);
     }
+    let (stopped, delayed_rate) = shared.store.write_stall();
+    metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));
+    metrics::gauge!(telemetry::ROCKSDB_DELAYED_WRITE_RATE).set(delayed_rate as f64);
     let handle = telemetry::handle();
     handle.run_upkeep();
     (

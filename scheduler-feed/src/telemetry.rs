@@ -23,6 +23,8 @@ pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
+pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
+pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [
@@ -70,6 +72,16 @@ fn describe() {
         EVENTS_CONSUMED,
         Unit::Count,
         "Input events applied, by event type"
+    );
+    describe_gauge!(
+        ROCKSDB_WRITE_STOPPED,
+        Unit::Count,
+        "1 while RocksDB stops writes (write stall), else 0"
+    );
+    describe_gauge!(
+        ROCKSDB_DELAYED_WRITE_RATE,
+        Unit::Bytes,
+        "Rate RocksDB slows writes to while it throttles them, else 0"
     );
     describe_counter!(
         INPUT_OFFSETS_SKIPPED,

@@ -258,6 +258,17 @@ impl StateStore {
             .collect()
     }
 
+    /// RocksDB's write throttling now: whether writes are stopped (too
+    /// many memtables or level-0 files, or too much pending compaction),
+    /// and the rate in bytes/s writes are slowed to (0 when not slowed).
+    pub fn write_stall(&self) -> (bool, u64) {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        (
+            property("rocksdb.is-write-stopped") > 0,
+            property("rocksdb.actual-delayed-write-rate"),
+        )
+    }
+
     /// Records in a column family (RocksDB's estimate).
     pub fn estimated_records(&self, family: &str) -> u64 {
         self.db

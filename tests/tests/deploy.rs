@@ -158,6 +158,7 @@ fn every_alert_has_a_unit_test() {
         "JobcastPredictionErrorDrift",
         "JobcastNoDecisionsPublished",
         "JobcastCommitsStalled",
+        "JobcastRocksDBWriteStall",
     ] {
         assert!(alerts.contains(&expected), "no alert {expected}");
     }
