@@ -36,6 +36,8 @@ enum Command {
     Demo(cli::demo::Args),
     /// Preemption risk of transient VMs: scores, checkpoints, VM reuse.
     Risk(cli::risk::Args),
+    /// Measure throughput: `bench pipeline` is events/s end to end.
+    Bench(cli::bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Risk(args) => cli::risk::run(args),
+        Command::Bench(args) => cli::bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! One module per subcommand: its clap `Args` and its `run`.
 
+pub mod bench;
 pub mod convert;
 pub mod demo;
 pub mod evaluate;

@@ -1,0 +1,60 @@
+//! `jobcast bench pipeline` on the embedded mock cluster: every figure is
+//! reported and consistent. No speed thresholds: the rates depend on the
+//! machine and its load.
+
+use jobcast_tests::jobcast_ok;
+use serde_json::Value;
+
+fn number(report: &Value, field: &str) -> f64 {
+    report[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no numeric `{field}` in {report}"))
+}
+
+#[test]
+fn bench_pipeline_reports_both_rates_and_their_ratio() {
+    let out = jobcast_ok(&[
+        "bench",
+        "pipeline",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--partitions",
+        "4",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    let events = report["events"].as_u64().expect("events is a count");
+    assert!(events > 0, "{report}");
+    assert_eq!(report["partitions"].as_u64(), Some(4), "{report}");
+    assert_eq!(
+        report["broker"].as_str(),
+        Some("embedded mock cluster"),
+        "{report}"
+    );
+    let raw = number(&report, "raw_consume_events_per_sec");
+    let pipeline = number(&report, "pipeline_events_per_sec");
+    assert!(raw > 0.0 && pipeline > 0.0, "{report}");
+    assert!(number(&report, "write_events_per_sec") > 0.0, "{report}");
+    let ratio = number(&report, "ratio");
+    assert!(
+        (ratio - pipeline / raw).abs() <= 1e-9 * ratio.abs().max(1.0),
+        "{report}"
+    );
+    assert!(
+        report["decisions"].as_u64().expect("decisions is a count") > 0,
+        "{report}"
+    );
+}
+
+#[test]
+fn bench_pipeline_needs_an_input() {
+    let out = jobcast_tests::jobcast(&["bench", "pipeline", "--json"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--trace") && stderr.contains("--generate-jobs"),
+        "{stderr}"
+    );
+}
