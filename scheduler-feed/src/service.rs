@@ -587,8 +587,32 @@ impl<'a> Pipeline<'a> {
                     self.shared
                         .assigned
                         .store(!partitions.is_empty(), Ordering::Relaxed);
+                    self.warn_if_shared(consumer, partitions.len());
                 }
             }
+        }
+    }
+
+    /// The predictor's state is global, so one instance must own every
+    /// partition of the input topic; say so loudly when another member of
+    /// the group took some (docs/operations.md, "Scaling out").
+    fn warn_if_shared(&self, consumer: &BaseConsumer<SourceContext>, assigned: usize) {
+        let topic = &self.topics.events;
+        let Ok(metadata) = consumer.fetch_metadata(Some(topic), BROKER_PROBE_TIMEOUT) else {
+            return;
+        };
+        let total = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map_or(0, |t| t.partitions().len());
+        if assigned < total {
+            warn!(
+                assigned,
+                partitions = total,
+                group = %self.config.consumer.group,
+                "another instance shares this consumer group: each learns from only part of the input; run one instance per group and input topic"
+            );
         }
     }
 

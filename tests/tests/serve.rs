@@ -136,3 +136,29 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
         decisions(&cluster.brokers(), "whole.decisions")
     );
 }
+
+#[test]
+fn a_second_instance_in_the_group_is_reported() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let first_dir = tempfile::tempdir().unwrap();
+    let second_dir = tempfile::tempdir().unwrap();
+    let first = Serve::start(&cluster.brokers(), &first_dir.path().join("state"), &[]);
+    let second = Serve::start(&cluster.brokers(), &second_dir.path().join("state"), &[]);
+    let warning = "another instance shares this consumer group";
+    let deadline = std::time::Instant::now() + WAIT;
+    while !(first
+        .log()
+        .iter()
+        .chain(&second.log())
+        .any(|l| l.contains(warning)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no instance warned that the group is shared"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    first.terminate();
+    second.terminate();
+}
