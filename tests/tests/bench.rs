@@ -58,3 +58,69 @@ fn bench_pipeline_needs_an_input() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_latency_reports_ordered_percentiles_per_load() {
+    let out = jobcast_ok(&[
+        "bench",
+        "latency",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--rates",
+        "2000,max",
+        "--partitions",
+        "4",
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    assert!(
+        report["events"].as_u64().expect("events is a count") > 0,
+        "{report}"
+    );
+    let loads = report["loads"].as_array().expect("loads is a list");
+    assert_eq!(loads.len(), 2, "{report}");
+    assert_eq!(
+        loads[0]["offered_per_sec"].as_f64(),
+        Some(2000.0),
+        "{report}"
+    );
+    assert!(loads[1]["offered_per_sec"].is_null(), "{report}");
+    for load in loads {
+        assert!(number(load, "achieved_per_sec") > 0.0, "{report}");
+        let decisions = load["decisions"].as_u64().expect("decisions is a count");
+        let samples = load["samples"].as_u64().expect("samples is a count");
+        // Every job's first decision is a sample: 300 jobs, 300 samples.
+        assert_eq!(samples, 300, "{report}");
+        assert!(decisions >= samples, "{report}");
+        let (p50, p99, p999, max) = (
+            number(load, "p50_ms"),
+            number(load, "p99_ms"),
+            number(load, "p999_ms"),
+            number(load, "max_ms"),
+        );
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+            "{report}"
+        );
+    }
+}
+
+#[test]
+fn bench_latency_rejects_a_non_positive_rate() {
+    let out = jobcast_tests::jobcast(&[
+        "bench",
+        "latency",
+        "--generate-jobs",
+        "10",
+        "--rates",
+        "1000,0",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("positive number of events per second"),
+        "{stderr}"
+    );
+}

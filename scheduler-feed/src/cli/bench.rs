@@ -1,4 +1,5 @@
-//! `jobcast bench`: throughput measurements of the service as shipped.
+//! `jobcast bench`: throughput and latency measurements of the service as
+//! shipped.
 //!
 //! `jobcast bench pipeline` writes a workload to a fresh input topic, then
 //! reads it twice from the same broker in the same run: once with a bare
@@ -7,23 +8,38 @@
 //! acknowledged by the broker). The ratio of the two rates says how much of
 //! the broker's delivery rate the pipeline keeps, a figure that stays
 //! comparable across machines and brokers where the absolute rates do not.
+//!
+//! `jobcast bench latency` offers the workload to a running service at
+//! fixed rates, and as fast as the producer goes (saturation), each load on
+//! fresh topics, state and consumer group. It times every job's first
+//! decision from outside the service: from the moment the job's submission
+//! is handed to the producer until a consumer of the decisions topic
+//! receives the job's version-1 decision (every submission publishes one,
+//! so that decision is the submission's). That is end to end: producer
+//! linger, both broker hops, the service's merge and batch linger, the
+//! RocksDB commit and the wait for the decision's acknowledgement. The
+//! service's own `jobcast_event_to_decision_seconds` (poll to
+//! acknowledgement) leaves the broker hops out, has 12 buckets and is
+//! process-wide, so it would mix the loads; it is not used here.
 
-use std::collections::BTreeSet;
-use std::convert::Infallible;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
 use std::error::Error as StdError;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use jobcast_ingest::Format;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{KafkaSettings, Topics};
+use jobcast_ingest::{Diagnostics, Format, TraceError};
 use jobcast_replay::WorkloadConfig;
-use jobcast_replay::kafka::{Outcome, ReplayOptions, ReplaySummary, Speed, replay};
+use jobcast_replay::kafka::{Gate, Outcome, ReplayOptions, ReplaySummary, Speed, Ungated, replay};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::{self, RunSummary, ServiceError, Shared};
 use rdkafka::admin::{AdminClient, AdminOptions};
@@ -33,6 +49,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::{Offset, TopicPartitionList};
+use tempfile::TempDir;
 
 use super::evaluate::print_out;
 use super::kafka_args::KafkaArgs;
@@ -41,6 +58,9 @@ use super::kafka_args::KafkaArgs;
 const STALL: Duration = Duration::from_secs(60);
 /// Consumed messages between progress-bar updates.
 const PROGRESS_EVERY: u64 = 1 << 12;
+/// The decisions listener's fetch wait: an upper bound on what it adds to
+/// the measured latency when the broker holds a fetch open.
+const LISTENER_FETCH_WAIT_MS: &str = "10";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -54,11 +74,16 @@ enum BenchCommand {
     /// (RocksDB on disk), beside the raw librdkafka consume rate of the same
     /// messages from the same broker, and their ratio.
     Pipeline(PipelineArgs),
+    /// p50/p99/p99.9 of the latency from a job's submission being produced
+    /// to its first decision being received, at fixed offered loads and at
+    /// saturation.
+    Latency(LatencyArgs),
 }
 
+/// The workload a benchmark writes to the input topic.
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["trace", "generate_jobs"])))]
-struct PipelineArgs {
+struct InputArgs {
     /// The trace to write to the input topic.
     #[arg(long, requires = "format")]
     trace: Option<PathBuf>,
@@ -75,6 +100,11 @@ struct PipelineArgs {
     /// Write at most this many events.
     #[arg(long)]
     max_events: Option<u64>,
+}
+
+/// Where the benchmarked service runs.
+#[derive(clap::Args)]
+struct ServiceArgs {
     /// Partitions of the input topic. The embedded mock cluster keeps about
     /// 5 MB per partition: more events need more partitions.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(i32).range(1..))]
@@ -82,9 +112,6 @@ struct PipelineArgs {
     /// Sync every RocksDB commit to disk (as `storage.sync` in production).
     #[arg(long)]
     sync: bool,
-    /// Print the figures as JSON on stdout instead of a table.
-    #[arg(long)]
-    json: bool,
     /// Without --brokers (or JOBCAST_BROKERS), librdkafka's in-process mock
     /// cluster. With them, topics with unique names are created for the run
     /// and deleted after it.
@@ -92,9 +119,189 @@ struct PipelineArgs {
     kafka: KafkaArgs,
 }
 
+#[derive(clap::Args)]
+struct PipelineArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// Print the figures as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct LatencyArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Offered loads in events/s, comma-separated; `max` produces as fast
+    /// as the producer goes, which measures the latency at saturation.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,20000,max")]
+    rates: Vec<Rate>,
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// Print the figures as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// An offered load.
+#[derive(Clone, Copy, Debug)]
+enum Rate {
+    PerSec(f64),
+    Max,
+}
+
+impl FromStr for Rate {
+    type Err = String;
+
+    /// `max`, or a positive number of events per second.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "max" {
+            return Ok(Rate::Max);
+        }
+        match s.parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(Rate::PerSec(r)),
+            _ => Err(format!(
+                "expected `max` or a positive number of events per second, got `{s}`"
+            )),
+        }
+    }
+}
+
+impl Rate {
+    fn per_sec(self) -> Option<f64> {
+        match self {
+            Rate::PerSec(r) => Some(r),
+            Rate::Max => None,
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Pipeline(args) => pipeline(&args),
+        BenchCommand::Latency(args) => latency(&args),
+    }
+}
+
+/// A configuration whose topics, consumer group and RocksDB directory
+/// (returned, deleted when dropped) belong to this run alone, so that runs
+/// never see each other's messages or state. `label` tells the runs of one
+/// process apart.
+fn fresh_config(label: &str, service: &ServiceArgs) -> anyhow::Result<(ServeConfig, TempDir)> {
+    let run_id = format!(
+        "{}-{}-{label}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    );
+    let topics = Topics {
+        events: format!("jobcast-bench-{run_id}.events"),
+        decisions: format!("jobcast-bench-{run_id}.decisions"),
+        risk: format!("jobcast-bench-{run_id}.risk"),
+        dead_letter: format!("jobcast-bench-{run_id}.dead-letter"),
+    };
+    let state = tempfile::tempdir().context("creating the RocksDB directory")?;
+    let mut config = ServeConfig {
+        topics,
+        ..ServeConfig::default()
+    };
+    config.consumer.group = format!("jobcast-bench-{run_id}");
+    config.storage.path = state.path().join("state");
+    config.storage.sync = service.sync;
+    Ok((config, state))
+}
+
+/// The broker a report names.
+fn broker_name(kafka: &KafkaArgs) -> String {
+    kafka
+        .brokers
+        .clone()
+        .unwrap_or_else(|| "embedded mock cluster".into())
+}
+
+/// Create the run's topics (on a new embedded mock cluster, or on the
+/// brokers), run `measure` with `config` pointing there, then delete the
+/// topics from the brokers.
+fn on_cluster<T>(
+    service: &ServiceArgs,
+    mut config: ServeConfig,
+    measure: impl FnOnce(ServeConfig) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let t = &config.topics;
+    let topics = [
+        (t.events.clone(), service.partitions),
+        (t.decisions.clone(), service.partitions),
+        (t.risk.clone(), service.partitions),
+        (t.dead_letter.clone(), 1),
+    ];
+    let kafka = &service.kafka;
+    if kafka.brokers.is_none() {
+        let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;
+        config.kafka = kafka.apply(KafkaSettings::new(mock.bootstrap_servers()));
+        for (topic, partitions) in &topics {
+            mock.create_topic(topic, *partitions, 1)
+                .with_context(|| format!("creating topic {topic} on the mock cluster"))?;
+        }
+        return measure(config);
+    }
+    config.kafka = kafka.settings()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let refs: Vec<(&str, i32)> = topics.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+    runtime
+        .block_on(config.kafka.ensure_topics(&refs))
+        .map_err(anyhow::Error::msg)?;
+    let settings = config.kafka.clone();
+    let result = measure(config);
+    let names: Vec<&str> = refs.iter().map(|(t, _)| *t).collect();
+    let deleted = runtime.block_on(delete_topics(&settings, &names));
+    // The measurement's error matters more than the clean-up's.
+    let value = result?;
+    deleted?;
+    Ok(value)
+}
+
+/// The workload's events, at most `--max-events`.
+type Events = Box<dyn Iterator<Item = Result<Event, TraceError>>>;
+
+/// Open the workload; the trace's diagnostics (none for a synthetic
+/// workload) are complete once the events are read.
+fn open_input(input: &InputArgs) -> anyhow::Result<(Events, Option<Diagnostics>)> {
+    let limit = input
+        .max_events
+        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    match (&input.trace, input.format, input.generate_jobs) {
+        (Some(path), Some(format), _) => {
+            let trace = jobcast_ingest::open(format, path)
+                .with_context(|| format!("opening {} trace {}", format.name(), path.display()))?;
+            let diagnostics = trace.diagnostics().clone();
+            Ok((Box::new(trace.take(limit)), Some(diagnostics)))
+        }
+        (_, _, Some(jobs)) => {
+            let workload = WorkloadConfig {
+                seed: input.seed,
+                jobs: Some(jobs),
+                ..WorkloadConfig::default()
+            };
+            let events = jobcast_replay::generate(&workload)?;
+            Ok((Box::new(events.map(Ok).take(limit)), None))
+        }
+        _ => bail!("pass --trace with --format, or --generate-jobs"),
+    }
+}
+
+/// Print what the trace adapter skipped, if anything.
+fn report_skipped(diagnostics: Option<&Diagnostics>) {
+    if let Some(diagnostics) = diagnostics
+        && diagnostics.skipped_total() > 0
+    {
+        eprint!("{}", diagnostics.summary());
     }
 }
 
@@ -122,122 +329,34 @@ struct Report {
 }
 
 fn pipeline(args: &PipelineArgs) -> anyhow::Result<()> {
-    let run_id = format!(
-        "{}-{}",
-        std::process::id(),
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis()
-    );
-    let topics = Topics {
-        events: format!("jobcast-bench-{run_id}.events"),
-        decisions: format!("jobcast-bench-{run_id}.decisions"),
-        risk: format!("jobcast-bench-{run_id}.risk"),
-        dead_letter: format!("jobcast-bench-{run_id}.dead-letter"),
-    };
-    let state = tempfile::tempdir().context("creating the RocksDB directory")?;
-    let mut config = ServeConfig {
-        topics,
-        ..ServeConfig::default()
-    };
-    config.consumer.group = format!("jobcast-bench-{run_id}");
-    config.storage.path = state.path().join("state");
-    config.storage.sync = args.sync;
-    let topic_list = |config: &ServeConfig| {
-        let t = &config.topics;
-        [
-            (t.events.clone(), args.partitions),
-            (t.decisions.clone(), args.partitions),
-            (t.risk.clone(), args.partitions),
-            (t.dead_letter.clone(), 1),
-        ]
-    };
-
-    let report = match &args.kafka.brokers {
-        None => {
-            let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;
-            config.kafka = args
-                .kafka
-                .apply(KafkaSettings::new(mock.bootstrap_servers()));
-            for (topic, partitions) in topic_list(&config) {
-                mock.create_topic(&topic, partitions, 1)
-                    .with_context(|| format!("creating topic {topic} on the mock cluster"))?;
-            }
-            measure(args, config, "embedded mock cluster".into())?
-        }
-        Some(brokers) => {
-            config.kafka = args.kafka.settings()?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            let list = topic_list(&config);
-            let refs: Vec<(&str, i32)> = list.iter().map(|(t, p)| (t.as_str(), *p)).collect();
-            runtime
-                .block_on(config.kafka.ensure_topics(&refs))
-                .map_err(anyhow::Error::msg)?;
-            let settings = config.kafka.clone();
-            let result = measure(args, config, brokers.clone());
-            let names: Vec<&str> = refs.iter().map(|(t, _)| *t).collect();
-            let deleted = runtime.block_on(delete_topics(&settings, &names));
-            // The measurement's error matters more than the clean-up's.
-            let report = result?;
-            deleted?;
-            report
-        }
-    };
+    let (config, _state) = fresh_config("pipeline", &args.service)?;
+    let report = on_cluster(&args.service, config, |config| measure(args, config))?;
     output(&report, args.json)
 }
 
 /// Write, consume raw, run the service: the three timed steps.
-fn measure(args: &PipelineArgs, config: ServeConfig, broker: String) -> anyhow::Result<Report> {
+fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
     config.validate().map_err(anyhow::Error::msg)?;
-    let limit = args
-        .max_events
-        .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
     let topic = &config.topics.events;
-    let written = match (&args.trace, args.format, args.generate_jobs) {
-        (Some(path), Some(format), _) => {
-            let trace = jobcast_ingest::open(format, path)
-                .with_context(|| format!("opening {} trace {}", format.name(), path.display()))?;
-            let diagnostics = trace.diagnostics().clone();
-            let written = write(&config.kafka, topic, trace.take(limit))?;
-            if diagnostics.skipped_total() > 0 {
-                eprint!("{}", diagnostics.summary());
-            }
-            written
-        }
-        (_, _, Some(jobs)) => {
-            let workload = WorkloadConfig {
-                seed: args.seed,
-                jobs: Some(jobs),
-                ..WorkloadConfig::default()
-            };
-            let events = jobcast_replay::generate(&workload)?;
-            write(
-                &config.kafka,
-                topic,
-                events.map(Ok::<Event, Infallible>).take(limit),
-            )?
-        }
-        _ => bail!("pass --trace with --format, or --generate-jobs"),
-    };
+    let (events, diagnostics) = open_input(&args.input)?;
+    let written = write(&config.kafka, topic, events)?;
+    report_skipped(diagnostics.as_ref());
     let events = written.delivered;
     if events == 0 {
         bail!("the input holds no events: nothing to measure");
     }
 
+    let partitions = args.service.partitions;
     let raw_group = format!("{}.raw", config.consumer.group);
-    let raw_secs = raw_consume(&config.kafka, topic, args.partitions, events, &raw_group)?;
+    let raw_secs = raw_consume(&config.kafka, topic, partitions, events, &raw_group)?;
     let (pipeline_secs, summary) = run_service(config, events)?;
 
     let raw_rate = events as f64 / raw_secs;
     let pipeline_rate = events as f64 / pipeline_secs;
     Ok(Report {
         events,
-        partitions: args.partitions,
-        broker,
+        partitions,
+        broker: broker_name(&args.service.kafka),
         raw_consume_events_per_sec: raw_rate,
         pipeline_events_per_sec: pipeline_rate,
         ratio: pipeline_rate / raw_rate,
@@ -265,18 +384,31 @@ where
     I: IntoIterator<Item = Result<Event, E>>,
     E: StdError + Send + Sync + 'static,
 {
+    produce(settings, topic, events, None, &Ungated)
+}
+
+/// Produce `events` into `topic`, at most `rate` per second, consulting
+/// `gate` before each; an error unless every event was delivered.
+fn produce<I, E>(
+    settings: &KafkaSettings,
+    topic: &str,
+    events: I,
+    rate: Option<f64>,
+    gate: &dyn Gate,
+) -> anyhow::Result<ReplaySummary>
+where
+    I: IntoIterator<Item = Result<Event, E>>,
+    E: StdError + Send + Sync + 'static,
+{
     let bar = progress(None, "{spinner} write    [{elapsed_precise}] {msg}");
     let options = ReplayOptions {
         speed: Speed::Max,
+        rate,
         ..ReplayOptions::new(topic)
     };
-    let result = replay(
-        settings,
-        &options,
-        events,
-        &|_| ControlFlow::Continue(()),
-        |p| bar.set_message(format!("{} events produced", p.produced)),
-    );
+    let result = replay(settings, &options, events, gate, |p| {
+        bar.set_message(format!("{} events produced", p.produced))
+    });
     bar.finish_and_clear();
     let summary = result.with_context(|| format!("writing the events to {topic}"))?;
     if summary.outcome != Outcome::Complete {
@@ -404,79 +536,421 @@ fn raw_consume(
     Ok(secs)
 }
 /// Step 3: the service in-process with a fresh RocksDB, timed from its
-/// partition assignment (so the consumer group's join delay, a fixed cost
-/// that a long-running service pays once, is left out) until it has
-/// committed every event. Returns the seconds and the service's totals.
+/// partition assignment until it has committed every event. Returns the
+/// seconds and the service's totals.
 fn run_service(config: ServeConfig, total: u64) -> anyhow::Result<(f64, RunSummary)> {
-    let store = service::open_store(&config)?;
-    let shared = Shared::new(store);
-    let pipeline_shared = shared.clone();
-    let pipeline = std::thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || service::run(&config, pipeline_shared))
-        .context("starting the pipeline thread")?;
+    let service = Service::start(config)?;
     let bar = progress(
         Some(total),
         "{spinner} pipeline [{elapsed_precise}] {bar:40} {human_pos}/{human_len} events",
     );
-    let outcome = wait_for_commits(&shared, &pipeline, total, &bar);
+    let started = Instant::now();
+    let outcome = service.wait_for_commits(total, &bar);
+    let secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    shared.shutdown.store(true, Ordering::Relaxed);
-    let summary = join(pipeline)?;
-    let secs = outcome?;
-    if summary.committed < total {
-        bail!(
-            "the service stopped after committing {} of {total} events",
-            summary.committed
-        );
-    }
+    let summary = service.stop()?;
+    outcome?;
     Ok((secs, summary))
 }
 
-/// Seconds from the service's partition assignment until it has committed
-/// `total` events; an error if it stops or stalls first.
-fn wait_for_commits(
-    shared: &Shared,
-    pipeline: &JoinHandle<Result<RunSummary, ServiceError>>,
-    total: u64,
-    bar: &ProgressBar,
-) -> anyhow::Result<f64> {
-    let tick = Duration::from_millis(1);
-    let waiting = Instant::now();
-    while !shared.assigned.load(Ordering::Relaxed) {
-        if pipeline.is_finished() {
-            return Ok(0.0);
+/// The service running in-process on its own thread.
+struct Service {
+    shared: Arc<Shared>,
+    thread: JoinHandle<Result<RunSummary, ServiceError>>,
+}
+
+impl Service {
+    /// Start the service with a fresh RocksDB and wait for its partition
+    /// assignment, so that the consumer group's join delay, a fixed cost a
+    /// long-running service pays once, is left out of every measurement.
+    fn start(config: ServeConfig) -> anyhow::Result<Service> {
+        let store = service::open_store(&config)?;
+        let shared = Shared::new(store);
+        let service_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("pipeline".into())
+            .spawn(move || service::run(&config, service_shared))
+            .context("starting the pipeline thread")?;
+        let service = Service { shared, thread };
+        let waiting = Instant::now();
+        while !service.shared.assigned.load(Ordering::Relaxed) {
+            if service.thread.is_finished() {
+                let summary = service.stop()?;
+                bail!(
+                    "the service stopped before it got partitions, after committing {} events",
+                    summary.committed
+                );
+            }
+            if waiting.elapsed() > STALL {
+                service.stop()?;
+                bail!("the service got no partitions in {} s", STALL.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if waiting.elapsed() > STALL {
-            bail!("the service got no partitions in {} s", STALL.as_secs());
-        }
-        std::thread::sleep(tick);
+        Ok(service)
     }
-    let started = Instant::now();
-    let mut last = (Instant::now(), 0u64);
-    loop {
-        let committed = shared.counters.committed.load(Ordering::Relaxed);
-        if committed >= total || pipeline.is_finished() {
-            return Ok(started.elapsed().as_secs_f64());
+
+    /// Wait until the service has committed `total` events; an error if it
+    /// stops or stalls first.
+    fn wait_for_commits(&self, total: u64, bar: &ProgressBar) -> anyhow::Result<()> {
+        let mut last = (Instant::now(), 0u64);
+        loop {
+            let committed = self.shared.counters.committed.load(Ordering::Relaxed);
+            if committed >= total {
+                return Ok(());
+            }
+            if self.thread.is_finished() {
+                bail!("the service stopped after committing {committed} of {total} events");
+            }
+            if committed != last.1 {
+                bar.set_position(committed);
+                last = (Instant::now(), committed);
+            } else if last.0.elapsed() > STALL {
+                bail!(
+                    "the service committed nothing for {} s after {committed} of {total} events",
+                    STALL.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if committed != last.1 {
-            bar.set_position(committed);
-            last = (Instant::now(), committed);
-        } else if last.0.elapsed() > STALL {
-            bail!(
-                "the service committed nothing for {} s after {committed} of {total} events",
-                STALL.as_secs()
-            );
-        }
-        std::thread::sleep(tick);
+    }
+
+    /// Shut the service down and return its totals.
+    fn stop(self) -> anyhow::Result<RunSummary> {
+        self.shared.shutdown.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?
+            .context("running the service")
     }
 }
 
-fn join(pipeline: JoinHandle<Result<RunSummary, ServiceError>>) -> anyhow::Result<RunSummary> {
-    pipeline
-        .join()
-        .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?
-        .context("running the service")
+/// The figures of one offered load of `bench latency`.
+#[derive(serde::Serialize)]
+struct LoadReport {
+    /// Events/s offered; `null` for as fast as the producer goes.
+    offered_per_sec: Option<f64>,
+    /// Events delivered to the input topic per second of producing.
+    achieved_per_sec: f64,
+    /// Decisions the service published.
+    decisions: u64,
+    /// Jobs whose submission and first decision were both seen: the
+    /// latency samples.
+    samples: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+}
+
+/// The figures of a `bench latency` run.
+#[derive(serde::Serialize)]
+struct LatencyReport {
+    events: u64,
+    partitions: i32,
+    broker: String,
+    loads: Vec<LoadReport>,
+}
+
+fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
+    let (events, diagnostics) = open_input(&args.input)?;
+    let events: Vec<Event> = events
+        .collect::<Result<_, _>>()
+        .context("reading the workload")?;
+    report_skipped(diagnostics.as_ref());
+    if events.is_empty() {
+        bail!("the input holds no events: nothing to measure");
+    }
+    // A job's first submission is what its version-1 decision answers; a
+    // repeated submission is rejected and publishes nothing.
+    let mut submissions = HashMap::new();
+    for (index, event) in events.iter().enumerate() {
+        if let Event::JobSubmitted(job) = event {
+            submissions.entry(job.job_id).or_insert(index);
+        }
+    }
+    let mut loads = Vec::with_capacity(args.rates.len());
+    for (n, &rate) in args.rates.iter().enumerate() {
+        let (config, _state) = fresh_config(&format!("latency{n}"), &args.service)?;
+        let load = on_cluster(&args.service, config, |config| {
+            measure_load(config, args.service.partitions, &events, &submissions, rate)
+        })
+        .with_context(|| match rate {
+            Rate::PerSec(r) => format!("measuring the latency at {r} events/s"),
+            Rate::Max => "measuring the latency at saturation".to_owned(),
+        })?;
+        loads.push(load);
+    }
+    let report = LatencyReport {
+        events: events.len() as u64,
+        partitions: args.service.partitions,
+        broker: broker_name(&args.service.kafka),
+        loads,
+    };
+    output_latency(&report, args.json)
+}
+
+/// One load: the service started on the fresh topics, a listener on the
+/// decisions topic, then the events produced at `rate` while both run.
+fn measure_load(
+    config: ServeConfig,
+    partitions: i32,
+    events: &[Event],
+    submissions: &HashMap<u64, usize>,
+    rate: Rate,
+) -> anyhow::Result<LoadReport> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let settings = config.kafka.clone();
+    let (input, decisions) = (
+        config.topics.events.clone(),
+        config.topics.decisions.clone(),
+    );
+    let listener_group = format!("{}.listener", config.consumer.group);
+    let total = events.len() as u64;
+    let service = Service::start(config)?;
+    let ready = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let (produced, stopped, received) = std::thread::scope(|scope| {
+        let listener = scope.spawn(|| {
+            listen(
+                &settings,
+                &decisions,
+                partitions,
+                &listener_group,
+                &ready,
+                &done,
+            )
+        });
+        let produced = (|| {
+            while !ready.load(Ordering::Relaxed) {
+                if listener.is_finished() {
+                    bail!("the decisions listener stopped before it was ready");
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let sent = send_times(&settings, &input, events, rate.per_sec())?;
+            let bar = progress(
+                Some(total),
+                "{spinner} drain    [{elapsed_precise}] {bar:40} {human_pos}/{human_len} events",
+            );
+            let committed = service.wait_for_commits(total, &bar);
+            bar.finish_and_clear();
+            committed.map(|()| sent)
+        })();
+        // Everything the service published is in the topic once it has
+        // stopped: the listener reads up to there and ends.
+        let stopped = service.stop();
+        done.store(true, Ordering::Relaxed);
+        let received = listener
+            .join()
+            .map_err(|_| anyhow::anyhow!("the decisions listener panicked"))
+            .and_then(|r| r);
+        (produced, stopped, received)
+    });
+    // A listener that failed is the cause of whatever failed after it.
+    let summary = stopped?;
+    let received = received?;
+    let (written, sent) = produced?;
+
+    let mut samples: Vec<Duration> = submissions
+        .iter()
+        .filter_map(|(job, &index)| {
+            let at = received.get(job)?;
+            Some(at.saturating_duration_since(*sent.get(index)?))
+        })
+        .collect();
+    if samples.is_empty() {
+        bail!(
+            "no job's first decision arrived on {decisions} ({} decisions published)",
+            summary.decisions
+        );
+    }
+    samples.sort_unstable();
+    let ms = |q: f64| percentile(&samples, q).as_secs_f64() * 1e3;
+    Ok(LoadReport {
+        offered_per_sec: rate.per_sec(),
+        achieved_per_sec: written.events_per_sec,
+        decisions: summary.decisions,
+        samples: samples.len() as u64,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: ms(1.0),
+    })
+}
+
+/// The nearest-rank `q`-quantile of sorted, non-empty `samples`.
+fn percentile(samples: &[Duration], q: f64) -> Duration {
+    let rank = (q * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}
+
+/// Produce `events` at most `rate` per second and return the replay's
+/// summary with the moment each event was handed to the producer, by
+/// position. The replay consults its gate with the count produced so far
+/// right before each send (repeatedly while it paces), so the gate's last
+/// call for a count is that event's send time.
+fn send_times(
+    settings: &KafkaSettings,
+    topic: &str,
+    events: &[Event],
+    rate: Option<f64>,
+) -> anyhow::Result<(ReplaySummary, Vec<Instant>)> {
+    let sent = RefCell::new(Vec::with_capacity(events.len()));
+    let gate = |produced: u64| {
+        let now = Instant::now();
+        let mut sent = sent.borrow_mut();
+        match sent.get_mut(produced as usize) {
+            Some(at) => *at = now,
+            None => sent.push(now),
+        }
+        ControlFlow::Continue(())
+    };
+    let summary = produce(
+        settings,
+        topic,
+        events.iter().cloned().map(Ok::<Event, TraceError>),
+        rate,
+        &gate,
+    )?;
+    Ok((summary, sent.into_inner()))
+}
+
+/// The fields of a decision that identify it.
+#[derive(serde::Deserialize)]
+struct DecisionId {
+    job_id: u64,
+    version: u32,
+}
+
+/// Read `topic` from the beginning, noting when each job's version-1
+/// decision arrives, until `done` is set and every partition is read to its
+/// end at that moment. `ready` is set once the consumer is connected and
+/// assigned, before which the caller produces nothing, so that connecting
+/// is not counted as latency.
+fn listen(
+    settings: &KafkaSettings,
+    topic: &str,
+    partitions: i32,
+    group: &str,
+    ready: &AtomicBool,
+    done: &AtomicBool,
+) -> anyhow::Result<HashMap<u64, Instant>> {
+    let consumer: BaseConsumer<RawContext> = settings
+        .client_config()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", LISTENER_FETCH_WAIT_MS)
+        .create_with_context(RawContext)
+        .map_err(|e| settings.redact(e))
+        .context("creating the decisions listener")?;
+    let watermarks = || {
+        (0..partitions)
+            .map(|partition| {
+                consumer
+                    .fetch_watermarks(topic, partition, Duration::from_secs(10))
+                    .map(|(_, high)| high)
+                    .with_context(|| format!("reading the watermarks of {topic} [{partition}]"))
+            })
+            .collect::<anyhow::Result<Vec<i64>>>()
+    };
+    watermarks()?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+    }
+    consumer
+        .assign(&assignment)
+        .with_context(|| format!("assigning {topic} to the decisions listener"))?;
+    ready.store(true, Ordering::Relaxed);
+
+    let mut first = HashMap::new();
+    let mut next = vec![0i64; usize::try_from(partitions).unwrap_or_default()];
+    let mut ends: Option<Vec<i64>> = None;
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if ends.is_none() && done.load(Ordering::Relaxed) {
+            ends = Some(watermarks()?);
+        }
+        if let Some(ends) = &ends
+            && next.iter().zip(ends).all(|(next, end)| next >= end)
+        {
+            return Ok(first);
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                let at = Instant::now();
+                idle_since = None;
+                let (partition, offset) = (message.partition(), message.offset());
+                let decision: DecisionId = serde_json::from_slice(
+                    message.payload().unwrap_or_default(),
+                )
+                .with_context(|| {
+                    format!("decoding the decision at {topic} [{partition}] offset {offset}")
+                })?;
+                if decision.version == 1 {
+                    first.entry(decision.job_id).or_insert(at);
+                }
+                if let Some(next) = usize::try_from(partition)
+                    .ok()
+                    .and_then(|p| next.get_mut(p))
+                {
+                    *next = offset + 1;
+                }
+            }
+            Some(Err(err)) => return Err(err).with_context(|| format!("listening on {topic}")),
+            // Decisions may be sparse while the service runs; once it has
+            // stopped, everything left to read is in the topic.
+            None if ends.is_some()
+                && idle_since.get_or_insert_with(Instant::now).elapsed() > STALL =>
+            {
+                bail!(
+                    "the decisions listener got nothing on {topic} for {} s after the \
+                     service stopped, short of the topic's end",
+                    STALL.as_secs()
+                );
+            }
+            None => {}
+        }
+    }
+}
+
+fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_out(&format!("{}\n", serde_json::to_string_pretty(report)?));
+    }
+    let mut out = format!(
+        "jobcast bench latency: {} events, {} partitions, {}\n\
+         latency: job submission handed to the producer -> its first decision received\n\n  \
+         {:>10} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        report.events,
+        report.partitions,
+        report.broker,
+        "offered/s",
+        "achieved/s",
+        "decisions",
+        "samples",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms"
+    );
+    for load in &report.loads {
+        let offered = load
+            .offered_per_sec
+            .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
+        out.push_str(&format!(
+            "  {offered:>10} {:>11.0} {:>10} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+            load.achieved_per_sec,
+            load.decisions,
+            load.samples,
+            load.p50_ms,
+            load.p99_ms,
+            load.p999_ms,
+            load.max_ms
+        ));
+    }
+    print_out(&out)
 }
 
 async fn delete_topics(settings: &KafkaSettings, topics: &[&str]) -> anyhow::Result<()> {
