@@ -87,8 +87,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| temp.as_ref().expect("set above").path().join("state"));
 
     let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;
+    let mut kafka = KafkaSettings::new(mock.bootstrap_servers());
+    // The mock broker holds a fetch with no data for its whole wait (a real
+    // one answers when data arrives): with the default 500 ms every
+    // decision would wait that long (docs/performance.md, latency).
+    kafka.client.insert("fetch.wait.max.ms".into(), "10".into());
     let mut config = ServeConfig {
-        kafka: KafkaSettings::new(mock.bootstrap_servers()),
+        kafka,
         ..ServeConfig::default()
     };
     config.storage.path = data_dir.clone();
