@@ -1084,7 +1084,8 @@ mod tests {
     fn check_limits_applies_the_decoders_limits_to_built_events() {
         assert_eq!(job().check_limits(), Ok(()));
         let long = "é".repeat(MAX_STRING_BYTES / 2) + "x";
-        let mutations: [(&str, fn(&mut JobSubmitted, &str)); 6] = [
+        type Mutation = fn(&mut JobSubmitted, &str);
+        let mutations: [(&str, Mutation); 6] = [
             ("user", |j, s| j.user = s.to_owned()),
             ("logical_name", |j, s| j.logical_name = s.to_owned()),
             ("stages[1].name", |j, s| {
