@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::{Cluster, decisions_across};
 use jobcast_tests::serve::{Serve, assert_same_state, restartable};
-use jobcast_tests::{jobcast_ok, repo, shared_data};
+use jobcast_tests::{jobcast_ok, repo};
 
 const PARTITIONS: i32 = 48;
 const DECISION_PARTITIONS: i32 = 16;
@@ -76,8 +76,12 @@ impl Seeded {
 fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
     // Real Google events: the shared trace when it is there, else the
     // bundled excerpt of it (87,679 events), so the test never skips.
-    let google = shared_data("google-clusterdata-2011-2")
-        .unwrap_or_else(|| repo().join("tests/data/google2011-excerpt"));
+    let shared = repo().join("../shared/data/google-clusterdata-2011-2");
+    let google = if shared.is_dir() {
+        shared
+    } else {
+        repo().join("tests/data/google2011-excerpt")
+    };
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
     for topic in ["whole.decisions", "killed.decisions"] {
