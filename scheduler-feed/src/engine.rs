@@ -113,14 +113,14 @@ impl RiskSettings {
     pub fn online(&self) -> Result<OnlineConfig, String> {
         let prior = self.prior.bathtub()?;
         if self.refit_every == 0 {
-            return Err("risk.refit_every must be at least 1".into());
+            return Err("engine.risk.refit_every must be at least 1".into());
         }
         if self.window == 0 {
-            return Err("risk.window must be at least 1".into());
+            return Err("engine.risk.window must be at least 1".into());
         }
         if !(self.shrinkage_events.is_finite() && self.shrinkage_events >= 0.0) {
             return Err(format!(
-                "risk.shrinkage_events must be finite and ≥ 0, got {}",
+                "engine.risk.shrinkage_events must be finite and ≥ 0, got {}",
                 self.shrinkage_events
             ));
         }
@@ -138,7 +138,7 @@ impl RiskSettings {
         config
             .fit
             .check_priors()
-            .map_err(|e| format!("risk.prior: {e}"))?;
+            .map_err(|e| format!("engine.risk.prior: {e}"))?;
         Ok(config)
     }
 }
@@ -174,11 +174,14 @@ impl BathtubPrior {
     /// domains (see [`Bathtub::new`]); an error names the parameter.
     pub fn bathtub(&self) -> Result<Bathtub, String> {
         if !(self.a > 0.0 && self.a <= 1.0) {
-            return Err(format!("risk.prior.a must be in (0, 1], got {}", self.a));
+            return Err(format!(
+                "engine.risk.prior.a must be in (0, 1], got {}",
+                self.a
+            ));
         }
         Bathtub::new(self.a, self.tau1, self.tau2, self.b, self.max_lifetime_h).map_err(|e| {
             format!(
-                "risk.prior.{} must be {}, got {}",
+                "engine.risk.prior.{} must be {}, got {}",
                 e.param.as_str(),
                 e.requirement,
                 e.value
