@@ -148,13 +148,15 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready: state recovered, partitions assigned, brokers reachable.
+/// Ready: state recovered, a member of the group (owning any number of
+/// partitions: an instance with none is a hot standby), brokers reachable.
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let body = json!({
         "ready": shared.ready(),
         "recovered": shared.recovered.load(Relaxed),
         "assigned": shared.assigned.load(Relaxed),
+        "owned_partitions": *shared.owned.lock().expect("not poisoned"),
         "broker_up": shared.broker_up.load(Relaxed),
     });
     let status = if shared.ready() {

@@ -3,25 +3,39 @@
 //! offsets it consumed.
 //!
 //! One batch goes through these steps, in this order:
-//! 1. consume messages from the assigned partitions into the
+//! 1. consume messages from every partition of the input topic into the
 //!    [`PartitionMerge`] and release those whose turn has come;
 //! 2. decode each one and apply it to the [`Engine`]; a message that does
 //!    not decode, or that the engine rejects, becomes a dead letter;
-//! 3. produce the batch's decisions and dead letters and wait until the
-//!    broker has acknowledged every one (failed deliveries are produced
-//!    again, with backoff);
-//! 4. commit one RocksDB `WriteBatch`: the records the batch changed, the
-//!    applied events (the log), and the next offset of each partition.
+//! 3. produce the decisions, risk scores and dead letters of the messages
+//!    of *owned* partitions and wait until the broker has acknowledged
+//!    every one (failed deliveries are produced again, with backoff);
+//! 4. commit one RocksDB `WriteBatch`: the owned partitions' records the
+//!    batch changed, the learnt state (history, policy errors), every
+//!    consumed message (the log), and the next offset of each partition.
 //!
 //! A crash before step 4 loses the batch's effects on RocksDB but not its
 //! input: the restarted service rebuilds its state from the log, resumes
 //! from the stored offsets, and applies the batch again, producing the same
 //! decisions with the same (job id, version), which consumers drop as
-//! duplicates (at-least-once output, exactly-once state). Partition
-//! assignments seek to the stored offsets, never to Kafka's committed ones
-//! (those are committed too, but only for monitoring tools).
+//! duplicates (at-least-once output, exactly-once state).
+//!
+//! # Several instances
+//!
+//! The predictor learns from every job (the 3Sigma history, SLearn's
+//! sampling ratio, the VM lifetime fits), so every instance reads and
+//! applies *every* partition, in the same event-time order, and learns the
+//! same state. The consumer group divides the partitions for what costs
+//! most: an instance publishes the outputs of, and stores the records
+//! (jobs, tasks, machines) of, only the partitions it owns. When a
+//! partition changes hands, its new owner applies its log again
+//! ([`Pipeline::reconcile`]): it stores the partition's records and
+//! publishes the outputs the previous owner had not, from the offset the
+//! previous owner committed to the group (after its outputs were
+//! acknowledged). Offsets for input are always the ones stored in RocksDB;
+//! the group's committed offsets only say where each owner's outputs end.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,7 +45,7 @@ use jobcast_ingest::kafka::{Topics, dead_letter_headers};
 use jobcast_storage::state::{StateStore, StoreError};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -53,10 +67,13 @@ pub struct Shared {
     pub shutdown: AtomicBool,
     /// The log has been applied again and the service consumes.
     pub recovered: AtomicBool,
-    /// Partitions are assigned to this instance.
+    /// The consumer group has given this instance its partitions (possibly
+    /// none).
     pub assigned: AtomicBool,
     /// The brokers answered recently.
     pub broker_up: AtomicBool,
+    /// The input partitions this instance owns.
+    pub owned: Mutex<Vec<i32>>,
     pub counters: Counters,
     pub recent: Mutex<Recent>,
 }
@@ -115,12 +132,13 @@ impl Shared {
             recovered: AtomicBool::new(false),
             assigned: AtomicBool::new(false),
             broker_up: AtomicBool::new(false),
+            owned: Mutex::new(Vec::new()),
             counters: Counters::default(),
             recent: Mutex::new(Recent::default()),
         })
     }
 
-    /// Ready to serve: recovered, holding partitions, brokers reachable.
+    /// Ready to serve: recovered, in the group, brokers reachable.
     pub fn ready(&self) -> bool {
         self.recovered.load(Ordering::Relaxed)
             && self.assigned.load(Ordering::Relaxed)
@@ -169,38 +187,37 @@ fn await_deliveries<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Dur
     }
     true
 }
-
 /// One consumed message on its way through the pipeline.
 struct Consumed {
     key: Option<Vec<u8>>,
-    payload: Vec<u8>,
+    /// `None` for a message without a payload (a tombstone).
+    payload: Option<Vec<u8>>,
     event: Result<Event, (&'static str, String)>,
     polled_at: Instant,
 }
 
-enum AssignmentChange {
-    Assigned(Vec<(i32, Option<i64>)>),
-    Revoked,
+fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => error!(target: "librdkafka", "{fac}: {message}"),
+        RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "{fac}: {message}"),
+        _ => debug!(target: "librdkafka", "{fac}: {message}"),
+    }
 }
 
-/// Seeks every assigned partition to the offset stored in RocksDB.
-struct SourceContext {
-    store: Arc<StateStore>,
+/// The input consumer: reads every partition of the input topic, outside
+/// any consumer group (every instance applies every event; see the module
+/// docs), from the offsets stored in RocksDB.
+struct InputContext {
     topic: String,
     shared: Arc<Shared>,
-    changes: Mutex<Vec<AssignmentChange>>,
 }
 
-impl ClientContext for SourceContext {
+impl ClientContext for InputContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => error!(target: "librdkafka", "{fac}: {message}"),
-            RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "{fac}: {message}"),
-            _ => debug!(target: "librdkafka", "{fac}: {message}"),
-        }
+        log_librdkafka(level, fac, message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -231,57 +248,108 @@ impl ClientContext for SourceContext {
     }
 }
 
-impl ConsumerContext for SourceContext {
+impl ConsumerContext for InputContext {}
+
+/// A change in the partitions the consumer group gives this instance.
+enum MembershipChange {
+    Added(Vec<i32>),
+    Removed(Vec<i32>),
+}
+
+/// The consumer-group member. It fetches nothing (its partitions are
+/// paused at their end); the group's assignment says which partitions this
+/// instance *owns*: publishes the outputs of and stores the records of.
+struct MemberContext {
+    topic: String,
+    shared: Arc<Shared>,
+    changes: Mutex<Vec<MembershipChange>>,
+    /// Per owned partition, the offset below which its outputs are
+    /// published. Committed to the group when the partition is revoked, so
+    /// that its next owner publishes from there.
+    published: Mutex<BTreeMap<i32, i64>>,
+}
+
+impl ClientContext for MemberContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            warn!("Kafka group member: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for MemberContext {
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
         err: RDKafkaRespErr,
         tpl: &mut TopicPartitionList,
     ) {
+        let partitions: Vec<i32> = tpl
+            .elements_for_topic(&self.topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let stored = match self.store.offsets(&self.topic) {
-                    Ok(stored) => stored,
-                    Err(e) => {
-                        // Without the stored offsets the safe choice is to
-                        // take no partitions: the service stops below.
-                        error!("cannot read stored offsets: {e}");
-                        self.shared.shutdown.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                };
-                let partitions: Vec<i32> = tpl
-                    .elements_for_topic(&self.topic)
-                    .iter()
-                    .map(|e| e.partition())
-                    .collect();
-                let mut assigned = Vec::with_capacity(partitions.len());
-                for partition in partitions {
-                    let next = stored.get(&partition).copied();
-                    let offset = next.map_or(Offset::Beginning, Offset::Offset);
-                    if let Err(e) = tpl.set_partition_offset(&self.topic, partition, offset) {
-                        error!("cannot seek partition {partition}: {e}");
-                    }
-                    assigned.push((partition, next));
+                for &partition in &partitions {
+                    // The member never reads: start at the end, paused.
+                    let _ = tpl.set_partition_offset(&self.topic, partition, Offset::End);
                 }
-                info!(?assigned, "partitions assigned (partition, stored offset)");
-                if let Err(e) = consumer.assign(tpl) {
+                let assigned = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = assigned.and_then(|()| consumer.pause(tpl)) {
                     error!("cannot take the assigned partitions: {e}");
                 }
+                info!(?partitions, "partitions assigned to this instance");
+                self.shared.assigned.store(true, Ordering::Relaxed);
                 self.changes
                     .lock()
                     .expect("not poisoned")
-                    .push(AssignmentChange::Assigned(assigned));
+                    .push(MembershipChange::Added(partitions));
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                info!("partitions revoked");
-                if let Err(e) = consumer.unassign() {
+                // Tell the next owner where this instance's outputs end.
+                let mut commit = TopicPartitionList::new();
+                let published = self.published.lock().expect("not poisoned");
+                for partition in &partitions {
+                    if let Some(&next) = published.get(partition) {
+                        let _ = commit.add_partition_offset(
+                            &self.topic,
+                            *partition,
+                            Offset::Offset(next),
+                        );
+                    }
+                }
+                drop(published);
+                if commit.count() > 0
+                    && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
+                {
+                    warn!("cannot commit the revoked partitions' offsets: {e}");
+                }
+                let unassigned = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = unassigned {
                     error!("cannot give up the revoked partitions: {e}");
                 }
+                info!(?partitions, "partitions revoked from this instance");
                 self.changes
                     .lock()
                     .expect("not poisoned")
-                    .push(AssignmentChange::Revoked);
+                    .push(MembershipChange::Removed(partitions));
             }
             other => error!("rebalance failed: {other:?}"),
         }
@@ -350,9 +418,43 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     config.validate().map_err(ServiceError::Config)?;
     telemetry::handle();
     let mut pipeline = Pipeline::new(config, shared)?;
-    pipeline.recover()?;
-    pipeline.consume()
+    pipeline.check_store()?;
+    let member = pipeline.join_group()?;
+    let producer: BaseProducer<SinkContext> = config
+        .kafka
+        .producer_config()
+        .create_with_context(SinkContext {
+            failed: Mutex::new(Vec::new()),
+            shared: pipeline.shared.clone(),
+        })
+        .map_err(|e| config.kafka.redact(e))?;
+    if pipeline.await_assignment(&member) {
+        pipeline.reconcile(&member, &producer, true)?;
+        pipeline.shared.recovered.store(true, Ordering::Relaxed);
+        pipeline.consume(&member, &producer)?;
+    }
+    producer.flush(Duration::from_secs(10))?;
+    pipeline.leave_group(&member);
+    info!(?pipeline.summary, "stopped");
+    Ok(pipeline.summary)
 }
+
+/// The store's layout version: the log holds every consumed message with
+/// its partition, offset and key (version 1 logged applied events only).
+const STORE_FORMAT: &[u8] = b"2";
+const STORE_FORMAT_KEY: &str = "store_format";
+
+/// The partitions whose records the store holds, kept current with every
+/// batch (JSON list).
+const STORED_PARTITIONS_KEY: &str = "stored_partitions";
+
+/// Writes per intermediate commit while a replay stores a partition's
+/// records (the final commit, with the stored partitions, makes them
+/// count).
+const REPLAY_COMMIT_EVERY: usize = 50_000;
+
+/// How long to wait for the group coordinator's committed offsets.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Pipeline<'a> {
     config: &'a ServeConfig,
@@ -362,7 +464,22 @@ struct Pipeline<'a> {
     engine: Engine,
     next_seq: u64,
     summary: RunSummary,
+    /// Partitions this instance owns, each with the first offset whose
+    /// outputs are its to publish (those before were published by the
+    /// partition's previous owner).
+    owned: BTreeMap<i32, i64>,
+    /// Partitions assigned by the group but not yet taken over.
+    added: BTreeSet<i32>,
+    /// Partitions whose records the store holds.
+    stored: BTreeSet<i32>,
+    /// The input partition each live job's events come from, and each
+    /// machine's: records belong to the owner of that partition.
+    job_partitions: HashMap<u64, i32>,
+    machine_partitions: HashMap<u64, i32>,
 }
+
+/// Why applying a message produced a dead letter instead.
+type DeadLetter = (&'static str, String);
 
 impl<'a> Pipeline<'a> {
     fn new(config: &'a ServeConfig, shared: Arc<Shared>) -> Result<Self, ServiceError> {
@@ -375,6 +492,11 @@ impl<'a> Pipeline<'a> {
             engine,
             next_seq: 0,
             summary: RunSummary::default(),
+            owned: BTreeMap::new(),
+            added: BTreeSet::new(),
+            stored: BTreeSet::new(),
+            job_partitions: HashMap::new(),
+            machine_partitions: HashMap::new(),
         })
     }
 
@@ -385,10 +507,11 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Rebuild the engine's state by applying the logged events again.
-    fn recover(&mut self) -> Result<(), ServiceError> {
+    /// Refuse a store built by another engine configuration or an older
+    /// layout, and read which partitions it holds.
+    fn check_store(&mut self) -> Result<(), ServiceError> {
         let wanted = serde_json::to_vec(&self.config.engine).expect("config serialises");
-        let next_seq = self.store.next_log_seq()?;
+        self.next_seq = self.store.next_log_seq()?;
         match self.store.meta(ENGINE_CONFIG_KEY)? {
             Some(stored) if stored != wanted => {
                 return Err(self.recovery_error(format!(
@@ -397,28 +520,242 @@ impl<'a> Pipeline<'a> {
                     String::from_utf8_lossy(&stored)
                 )));
             }
-            None if next_seq > 0 => {
+            None if self.next_seq > 0 => {
                 return Err(
                     self.recovery_error("it has logged events but no engine configuration".into())
                 );
             }
             _ => {}
         }
-        let started = Instant::now();
-        let mut effects = Effects::default();
-        let mut count = 0u64;
-        for raw in self.store.log() {
-            let raw = raw?;
-            let event = decode(&raw)
-                .map_err(|e| self.recovery_error(format!("logged event {count}: {e}")))?;
-            self.engine.apply(&event, &mut effects).map_err(|e| {
-                self.recovery_error(format!("logged event {count} is refused: {e}"))
-            })?;
-            effects.clear();
-            self.engine.release_ended();
-            count += 1;
+        if self.next_seq > 0 && self.store.meta(STORE_FORMAT_KEY)?.as_deref() != Some(STORE_FORMAT)
+        {
+            return Err(self.recovery_error(
+                "it was written by an older jobcast (its log has no partitions and offsets); \
+                 use a new storage path"
+                    .into(),
+            ));
         }
-        self.next_seq = next_seq;
+        if let Some(stored) = self.store.meta(STORED_PARTITIONS_KEY)? {
+            self.stored = serde_json::from_slice(&stored).map_err(|e| {
+                self.recovery_error(format!("its list of stored partitions is corrupt: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Join the consumer group that divides the input topic's partitions
+    /// between the instances.
+    fn join_group(&self) -> Result<BaseConsumer<MemberContext>, ServiceError> {
+        let mut member_config = self.config.kafka.client_config();
+        member_config
+            .set("group.id", &self.config.consumer.group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            // Only the partitions that move change hands, so a rebalance
+            // costs the instances that keep theirs nothing.
+            .set("partition.assignment.strategy", "cooperative-sticky");
+        for (key, value) in &self.config.kafka.client {
+            member_config.set(key, value);
+        }
+        let member: BaseConsumer<MemberContext> = member_config
+            .create_with_context(MemberContext {
+                topic: self.topics.events.clone(),
+                shared: self.shared.clone(),
+                changes: Mutex::new(Vec::new()),
+                published: Mutex::new(BTreeMap::new()),
+            })
+            .map_err(|e| self.config.kafka.redact(e))?;
+        member.subscribe(&[&self.topics.events])?;
+        Ok(member)
+    }
+
+    /// Wait for the group's first assignment (false if stopped first).
+    fn await_assignment(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
+        while !self.shared.shutdown.load(Ordering::Relaxed) {
+            let _ = member.poll(Duration::from_millis(100));
+            if self.membership_changes(member) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Take the group's news: a revoked partition stops being published at
+    /// once; an added one waits for [`Pipeline::reconcile`]. True if
+    /// anything changed.
+    fn membership_changes(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
+        let changes = std::mem::take(&mut *member.context().changes.lock().expect("not poisoned"));
+        for change in &changes {
+            match change {
+                MembershipChange::Added(partitions) => self.added.extend(partitions),
+                MembershipChange::Removed(partitions) => {
+                    for partition in partitions {
+                        self.added.remove(partition);
+                        self.owned.remove(partition);
+                    }
+                }
+            }
+        }
+        self.show_owned();
+        !changes.is_empty()
+    }
+
+    fn show_owned(&self) {
+        let owned: Vec<i32> = self.owned.keys().copied().collect();
+        metrics::gauge!(telemetry::OWNED_PARTITIONS).set(owned.len() as f64);
+        *self.shared.owned.lock().expect("not poisoned") = owned;
+    }
+
+    /// Bring the engine and the store in line with the partitions this
+    /// instance owns. The log is applied again (always on start, when
+    /// `rebuild`; otherwise only if partitions changed hands): for each
+    /// partition taken over, its records are stored and the outputs its
+    /// previous owner had not published (from the group's committed offset
+    /// on) are published; the records of each partition given up are
+    /// deleted.
+    fn reconcile(
+        &mut self,
+        member: &BaseConsumer<MemberContext>,
+        producer: &BaseProducer<SinkContext>,
+        rebuild: bool,
+    ) -> Result<(), ServiceError> {
+        let added = std::mem::take(&mut self.added);
+        let publish_from = self.committed_offsets(member, &added)?;
+        self.owned.extend(publish_from);
+        let owned: BTreeSet<i32> = self.owned.keys().copied().collect();
+        let taken: BTreeSet<i32> = owned.difference(&self.stored).copied().collect();
+        let dropped: BTreeSet<i32> = self.stored.difference(&owned).copied().collect();
+        if rebuild || !taken.is_empty() || !dropped.is_empty() {
+            self.replay(producer, &taken, &dropped)?;
+        }
+        let mut published = member.context().published.lock().expect("not poisoned");
+        let stored_offsets = self.store.offsets(&self.topics.events)?;
+        *published = self
+            .owned
+            .iter()
+            .map(|(&p, &from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0))))
+            .collect();
+        self.show_owned();
+        info!(owned = ?owned, "this instance owns these partitions");
+        Ok(())
+    }
+
+    /// The group's committed offset of each partition (0 where none is):
+    /// outputs of earlier offsets were published by a previous owner.
+    fn committed_offsets(
+        &self,
+        member: &BaseConsumer<MemberContext>,
+        partitions: &BTreeSet<i32>,
+    ) -> Result<BTreeMap<i32, i64>, ServiceError> {
+        if partitions.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &partition in partitions {
+            tpl.add_partition(&self.topics.events, partition);
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match member.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
+                Ok(committed) => {
+                    return Ok(committed
+                        .elements_for_topic(&self.topics.events)
+                        .iter()
+                        .map(|e| match e.offset() {
+                            Offset::Offset(next) => (e.partition(), next),
+                            _ => (e.partition(), 0),
+                        })
+                        .collect());
+                }
+                // Without them the new partitions' outputs could be lost
+                // or all published again: wait for the coordinator.
+                Err(e) if !self.shared.shutdown.load(Ordering::Relaxed) => {
+                    warn!("cannot read the group's committed offsets ({e}); retrying");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Rebuild the engine by applying the log again (see
+    /// [`Pipeline::reconcile`]).
+    fn replay(
+        &mut self,
+        producer: &BaseProducer<SinkContext>,
+        taken: &BTreeSet<i32>,
+        dropped: &BTreeSet<i32>,
+    ) -> Result<(), ServiceError> {
+        let started = Instant::now();
+        self.engine = Engine::new(&self.config.engine).map_err(ServiceError::Config)?;
+        self.job_partitions.clear();
+        self.machine_partitions.clear();
+        let mut effects = Effects::default();
+        let mut outgoing: Vec<Outgoing> = Vec::new();
+        let store = self.store.clone();
+        let mut write = store.batch();
+        let mut gone = Effects::default();
+        let mut count = 0u64;
+        for logged in store.log() {
+            let logged = logged?;
+            let consumed = Consumed::new(logged.key, logged.payload);
+            let outcome = self.apply_message(logged.partition, &consumed, &mut effects);
+            if taken.contains(&logged.partition)
+                && self
+                    .owned
+                    .get(&logged.partition)
+                    .is_some_and(|&from| logged.offset >= from)
+            {
+                match outcome {
+                    Ok(()) => self.outputs_to(&effects.outputs, &mut outgoing, None),
+                    Err((reason, message)) => outgoing.push(self.dead_letter(
+                        &consumed,
+                        logged.partition,
+                        logged.offset,
+                        reason,
+                        &message,
+                    )),
+                }
+            }
+            self.write_records(&effects, taken, &mut write);
+            gone.jobs.extend(effects.jobs.iter().filter(|j| {
+                self.job_partition(**j)
+                    .is_some_and(|p| dropped.contains(&p))
+            }));
+            gone.tasks.extend(effects.tasks.iter().filter(|t| {
+                self.job_partition(t.0)
+                    .is_some_and(|p| dropped.contains(&p))
+            }));
+            gone.machines.extend(effects.machines.iter().filter(|m| {
+                self.machine_partitions
+                    .get(m)
+                    .is_some_and(|p| dropped.contains(p))
+            }));
+            self.release_ended(&effects);
+            effects.clear();
+            count += 1;
+            if write.len() >= REPLAY_COMMIT_EVERY {
+                store.commit(std::mem::replace(&mut write, store.batch()))?;
+            }
+        }
+        self.publish(producer, &outgoing, false)?;
+        for &job_id in &gone.jobs {
+            write.delete_job(job_id);
+        }
+        for &(job_id, task_index) in &gone.tasks {
+            write.delete_task(job_id, task_index);
+        }
+        for &machine_id in &gone.machines {
+            write.delete_machine(machine_id);
+        }
+        let owned: BTreeSet<i32> = self.owned.keys().copied().collect();
+        write.set_meta(
+            STORED_PARTITIONS_KEY,
+            &serde_json::to_vec(&owned).expect("partitions serialise"),
+        );
+        store.commit(write)?;
+        self.stored = owned;
         self.summary.recovered_events = count;
         self.shared
             .counters
@@ -427,26 +764,122 @@ impl<'a> Pipeline<'a> {
         metrics::counter!(telemetry::RECOVERED_EVENTS).increment(count);
         info!(
             events = count,
+            taken_over = ?taken,
+            given_up = ?dropped,
+            republished = outgoing.len(),
             seconds = started.elapsed().as_secs_f64(),
             "predictor state rebuilt from the log"
         );
-        self.shared.recovered.store(true, Ordering::Relaxed);
         Ok(())
     }
 
-    fn consume(&mut self) -> Result<RunSummary, ServiceError> {
-        let context = SourceContext {
-            store: self.store.clone(),
-            topic: self.topics.events.clone(),
-            shared: self.shared.clone(),
-            changes: Mutex::new(Vec::new()),
+    fn job_partition(&self, job_id: u64) -> Option<i32> {
+        self.job_partitions.get(&job_id).copied()
+    }
+
+    /// Apply one input message; what it produced is appended to `effects`.
+    fn apply_message(
+        &mut self,
+        partition: i32,
+        consumed: &Consumed,
+        effects: &mut Effects,
+    ) -> Result<(), DeadLetter> {
+        let event = consumed.event.as_ref().map_err(|(r, m)| (*r, m.clone()))?;
+        self.engine
+            .apply(event, effects)
+            .map_err(|rejection| (rejection.reason, rejection.message))?;
+        match event {
+            Event::JobSubmitted(job) => {
+                self.job_partitions.insert(job.job_id, partition);
+            }
+            Event::Machine(machine) => {
+                self.machine_partitions
+                    .entry(machine.machine_id)
+                    .or_insert(partition);
+            }
+            Event::Task(_) | Event::JobEnded(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Write the records `effects` changed that belong to `partitions`.
+    fn write_records(
+        &self,
+        effects: &Effects,
+        partitions: &BTreeSet<i32>,
+        write: &mut jobcast_storage::state::StateBatch<'_>,
+    ) {
+        if partitions.is_empty() {
+            return;
+        }
+        let ours = |job_id: u64| {
+            self.job_partition(job_id)
+                .is_some_and(|p| partitions.contains(&p))
         };
+        for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
+            if let Some(record) = self.engine.job(job_id) {
+                write.put_job(job_id, record);
+            }
+        }
+        for &(job_id, task_index) in effects.tasks.iter().filter(|t| ours(t.0)) {
+            if let Some(record) = self.engine.task(job_id, task_index) {
+                write.put_task(job_id, task_index, record);
+            }
+        }
+        for &machine_id in &effects.machines {
+            if self
+                .machine_partitions
+                .get(&machine_id)
+                .is_some_and(|p| partitions.contains(p))
+                && let Some(record) = self.engine.machine(machine_id)
+            {
+                write.put_machine(machine_id, record);
+            }
+        }
+    }
+
+    /// Let the engine drop ended jobs (once their records are written), and
+    /// forget their partitions.
+    fn release_ended(&mut self, effects: &Effects) {
+        self.engine.release_ended();
+        for job_id in &effects.jobs {
+            if self.engine.job(*job_id).is_none() {
+                self.job_partitions.remove(job_id);
+            }
+        }
+    }
+
+    /// Messages for the decisions and risk scores among `outputs`.
+    fn outputs_to(
+        &self,
+        outputs: &[Output],
+        outgoing: &mut Vec<Outgoing>,
+        polled_at: Option<Instant>,
+    ) {
+        for output in outputs {
+            match output {
+                Output::Decision(d) => outgoing.push(self.decision_message(d, polled_at)),
+                Output::Risk(r) => outgoing.push(self.risk_message(r)),
+                Output::Scored { .. } => {}
+            }
+        }
+    }
+
+    /// Consume until stopped. Every instance reads every partition (the
+    /// predictor learns from all of them); the group decides whose outputs
+    /// and records this instance keeps.
+    fn consume(
+        &mut self,
+        member: &BaseConsumer<MemberContext>,
+        producer: &BaseProducer<SinkContext>,
+    ) -> Result<(), ServiceError> {
         let mut consumer_config = self.config.kafka.client_config();
         consumer_config
-            .set("group.id", &self.config.consumer.group)
+            // Never joined nor committed to: librdkafka wants a group for
+            // incremental assignment, which adds partitions the topic gains.
+            .set("group.id", format!("{}.input", self.config.consumer.group))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
             // The event-time merge needs to know when a partition is read
             // to its end; statistics carry the consumer lag.
             .set("enable.partition.eof", "true")
@@ -454,16 +887,9 @@ impl<'a> Pipeline<'a> {
         for (key, value) in &self.config.kafka.client {
             consumer_config.set(key, value);
         }
-        let consumer: BaseConsumer<SourceContext> = consumer_config
-            .create_with_context(context)
-            .map_err(|e| self.config.kafka.redact(e))?;
-        consumer.subscribe(&[&self.topics.events])?;
-        let producer: BaseProducer<SinkContext> = self
-            .config
-            .kafka
-            .producer_config()
-            .create_with_context(SinkContext {
-                failed: Mutex::new(Vec::new()),
+        let consumer: BaseConsumer<InputContext> = consumer_config
+            .create_with_context(InputContext {
+                topic: self.topics.events.clone(),
                 shared: self.shared.clone(),
             })
             .map_err(|e| self.config.kafka.redact(e))?;
@@ -481,10 +907,15 @@ impl<'a> Pipeline<'a> {
             let stopping = self.shared.shutdown.load(Ordering::Relaxed);
             if last_probe.is_none_or(|t| t.elapsed() >= BROKER_PROBE_EVERY) {
                 last_probe = Some(Instant::now());
-                let answered = consumer
-                    .fetch_metadata(Some(&self.topics.events), BROKER_PROBE_TIMEOUT)
-                    .is_ok();
-                self.shared.broker_up.store(answered, Ordering::Relaxed);
+                self.follow_new_partitions(&consumer, &mut merge)?;
+            }
+            let _ = member.poll(Duration::ZERO);
+            if self.membership_changes(member) {
+                if !batch.is_empty() {
+                    self.process(producer, member, std::mem::take(&mut batch), stopping)?;
+                    batch_started = None;
+                }
+                self.reconcile(member, producer, false)?;
             }
             // Fill: everything the client has ready, waiting briefly for
             // the first message only.
@@ -496,7 +927,6 @@ impl<'a> Pipeline<'a> {
                         break;
                     };
                     wait = Duration::ZERO;
-                    self.apply_assignment_changes(&consumer, &mut merge, &mut paused, &mut batch);
                     match result {
                         Ok(message) => {
                             idle = false;
@@ -520,7 +950,6 @@ impl<'a> Pipeline<'a> {
                         Err(e) => warn!("consume: {e}"),
                     }
                 }
-                self.apply_assignment_changes(&consumer, &mut merge, &mut paused, &mut batch);
             }
 
             while batch.len() < max_batch {
@@ -535,92 +964,63 @@ impl<'a> Pipeline<'a> {
                 || idle
                 || stopping;
             if due && !batch.is_empty() {
-                let committed = self.process(&producer, std::mem::take(&mut batch), stopping)?;
+                self.process(producer, member, std::mem::take(&mut batch), stopping)?;
                 batch_started = None;
-                self.commit_to_kafka(&consumer, &committed);
             }
             if stopping {
-                break;
+                return Ok(());
             }
         }
-        producer.flush(Duration::from_secs(10))?;
-        // Leave the group now rather than when the session times out, so
-        // that the partitions move to the other members at once.
-        consumer.unsubscribe();
-        let leaving = Instant::now();
-        while leaving.elapsed() < Duration::from_millis(500) {
-            let _ = consumer.poll(Duration::from_millis(50));
-        }
-        info!(?self.summary, "stopped");
-        Ok(self.summary)
     }
 
-    fn apply_assignment_changes(
+    /// Probe the brokers (for `/readyz`) and start reading partitions the
+    /// input topic gained (all of them on the first call), from their
+    /// stored offsets.
+    fn follow_new_partitions(
         &self,
-        consumer: &BaseConsumer<SourceContext>,
+        consumer: &BaseConsumer<InputContext>,
         merge: &mut PartitionMerge<Consumed>,
-        paused: &mut BTreeSet<i32>,
-        batch: &mut Vec<(i32, i64, Consumed)>,
-    ) {
-        let changes =
-            std::mem::take(&mut *consumer.context().changes.lock().expect("not poisoned"));
-        for change in changes {
-            paused.clear();
-            match change {
-                AssignmentChange::Revoked => {
-                    // Released but uncommitted messages are read again by
-                    // whoever gets the partition, from the stored offsets.
-                    batch.clear();
-                    let all: Vec<i32> = merge.partitions().collect();
-                    for partition in all {
-                        merge.revoke(partition);
-                    }
-                    self.shared.assigned.store(false, Ordering::Relaxed);
-                }
-                AssignmentChange::Assigned(partitions) => {
-                    batch.clear();
-                    for (partition, next) in &partitions {
-                        merge.assign(*partition, *next);
-                        metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
-                            .set(next.unwrap_or(0) as f64);
-                    }
-                    self.shared
-                        .assigned
-                        .store(!partitions.is_empty(), Ordering::Relaxed);
-                    self.warn_if_shared(consumer, partitions.len());
-                }
-            }
-        }
-    }
-
-    /// The predictor's state is global, so one instance must own every
-    /// partition of the input topic; say so loudly when another member of
-    /// the group took some (docs/operations.md, "Scaling out").
-    fn warn_if_shared(&self, consumer: &BaseConsumer<SourceContext>, assigned: usize) {
+    ) -> Result<(), ServiceError> {
         let topic = &self.topics.events;
         let Ok(metadata) = consumer.fetch_metadata(Some(topic), BROKER_PROBE_TIMEOUT) else {
-            return;
+            self.shared.broker_up.store(false, Ordering::Relaxed);
+            return Ok(());
         };
-        let total = metadata
+        self.shared.broker_up.store(true, Ordering::Relaxed);
+        let known: BTreeSet<i32> = merge.partitions().collect();
+        let new: Vec<i32> = metadata
             .topics()
             .iter()
-            .find(|t| t.name() == topic)
-            .map_or(0, |t| t.partitions().len());
-        if assigned < total {
-            warn!(
-                assigned,
-                partitions = total,
-                group = %self.config.consumer.group,
-                "another instance shares this consumer group: each learns from only part of the input; run one instance per group and input topic"
-            );
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .filter(|p| !known.contains(p))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
         }
+        let stored = self.store.offsets(topic)?;
+        let mut tpl = TopicPartitionList::new();
+        for &partition in &new {
+            let next = stored.get(&partition).copied();
+            tpl.add_partition_offset(
+                topic,
+                partition,
+                next.map_or(Offset::Beginning, Offset::Offset),
+            )?;
+            merge.assign(partition, next);
+            metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
+                .set(next.unwrap_or(0) as f64);
+        }
+        consumer.incremental_assign(&tpl)?;
+        info!(partitions = ?new, "reading input partitions (partition, stored offset)");
+        Ok(())
     }
 
     /// Bound memory: stop fetching a partition that is far ahead of the
     /// others in event time, and resume it once it has drained.
     fn pause_or_resume(
         &self,
-        consumer: &BaseConsumer<SourceContext>,
+        consumer: &BaseConsumer<InputContext>,
         merge: &PartitionMerge<Consumed>,
         paused: &mut BTreeSet<i32>,
         max_buffered: usize,
@@ -642,82 +1042,76 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Apply, publish and commit one batch; the next offset per partition
-    /// it committed.
+    /// Apply, publish and commit one batch.
     fn process(
         &mut self,
         producer: &BaseProducer<SinkContext>,
+        member: &BaseConsumer<MemberContext>,
         batch: Vec<(i32, i64, Consumed)>,
         stopping: bool,
-    ) -> Result<BTreeMap<i32, i64>, ServiceError> {
+    ) -> Result<(), ServiceError> {
         let mut effects = Effects::default();
         let mut outgoing: Vec<Outgoing> = Vec::new();
-        let mut logged: Vec<Vec<u8>> = Vec::new();
+        // Outputs of the messages this instance owns, for its metrics.
+        let mut ours: Vec<std::ops::Range<usize>> = Vec::new();
         let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
         let mut applied = 0u64;
         let mut dead = 0u64;
+        let store = self.store.clone();
+        let mut write = store.batch();
+        if self.next_seq == 0 {
+            let config = serde_json::to_vec(&self.config.engine).expect("config serialises");
+            write.set_meta(ENGINE_CONFIG_KEY, &config);
+            write.set_meta(STORE_FORMAT_KEY, STORE_FORMAT);
+        }
         let n = batch.len();
         for (partition, offset, consumed) in batch {
             offsets.insert(partition, offset + 1);
-            let outcome = match &consumed.event {
-                Ok(event) => {
-                    let before = effects.outputs.len();
-                    match self.engine.apply(event, &mut effects) {
-                        Ok(()) => {
+            let owned = self
+                .owned
+                .get(&partition)
+                .is_some_and(|&from| offset >= from);
+            let before = effects.outputs.len();
+            match self.apply_message(partition, &consumed, &mut effects) {
+                Ok(()) => {
+                    applied += 1;
+                    if owned {
+                        if let Ok(event) = &consumed.event {
                             metrics::counter!(telemetry::EVENTS_CONSUMED, "type" => event.type_name())
                                 .increment(1);
-                            for output in &effects.outputs[before..] {
-                                match output {
-                                    Output::Decision(d) => {
-                                        outgoing.push(self.decision_message(d, consumed.polled_at))
-                                    }
-                                    Output::Risk(r) => outgoing.push(self.risk_message(r)),
-                                    Output::Scored { .. } => {}
-                                }
-                            }
-                            logged.push(consumed.payload.clone());
-                            applied += 1;
-                            Ok(())
                         }
-                        Err(rejection) => Err((rejection.reason, rejection.message)),
+                        self.outputs_to(
+                            &effects.outputs[before..],
+                            &mut outgoing,
+                            Some(consumed.polled_at),
+                        );
+                        ours.push(before..effects.outputs.len());
                     }
                 }
-                Err((reason, message)) => Err((*reason, message.clone())),
-            };
-            if let Err((reason, message)) = outcome {
-                metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => reason).increment(1);
-                debug!(partition, offset, reason, "dead letter: {message}");
-                outgoing.push(self.dead_letter(consumed, partition, offset, reason, &message));
-                dead += 1;
+                Err((reason, message)) => {
+                    if owned {
+                        metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => reason)
+                            .increment(1);
+                        debug!(partition, offset, reason, "dead letter: {message}");
+                        outgoing
+                            .push(self.dead_letter(&consumed, partition, offset, reason, &message));
+                        dead += 1;
+                    }
+                }
             }
+            write.append_log(
+                self.next_seq,
+                partition,
+                offset,
+                consumed.key.as_deref(),
+                consumed.payload.as_deref(),
+            );
+            self.next_seq += 1;
         }
 
         self.publish(producer, &outgoing, stopping)?;
 
-        let mut write = self.store.batch();
-        if self.next_seq == 0 {
-            let config = serde_json::to_vec(&self.config.engine).expect("config serialises");
-            write.set_meta(ENGINE_CONFIG_KEY, &config);
-        }
-        for raw in &logged {
-            write.append_log(self.next_seq, raw);
-            self.next_seq += 1;
-        }
-        for &job_id in &effects.jobs {
-            if let Some(record) = self.engine.job(job_id) {
-                write.put_job(job_id, record);
-            }
-        }
-        for &(job_id, task_index) in &effects.tasks {
-            if let Some(record) = self.engine.task(job_id, task_index) {
-                write.put_task(job_id, task_index, record);
-            }
-        }
-        for &machine_id in &effects.machines {
-            if let Some(record) = self.engine.machine(machine_id) {
-                write.put_machine(machine_id, record);
-            }
-        }
+        self.write_records(&effects, &self.stored, &mut write);
         for &key in &effects.history {
             match self.engine.history().record(key) {
                 Some(record) => write.put_history(&key.to_bytes(), &record),
@@ -732,17 +1126,18 @@ impl<'a> Pipeline<'a> {
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }
-        self.store.commit(write)?;
-        self.engine.release_ended();
+        store.commit(write)?;
+        self.release_ended(&effects);
         for (&partition, &next) in &offsets {
             metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
                 .set(next as f64);
         }
+        self.commit_to_group(member, &offsets);
 
         let mut decisions = 0u64;
         let mut scored = 0u64;
         let mut recent = self.shared.recent.lock().expect("not poisoned");
-        for output in &effects.outputs {
+        for output in ours.into_iter().flat_map(|range| &effects.outputs[range]) {
             match output {
                 Output::Decision(d) => {
                     decisions += 1;
@@ -779,13 +1174,50 @@ impl<'a> Pipeline<'a> {
         self.summary.applied += applied;
         self.summary.dead_lettered += dead;
         self.summary.decisions += decisions;
-        Ok(offsets)
+        Ok(())
+    }
+
+    /// Commit the owned partitions' offsets to the group: where their next
+    /// owner would start publishing (and what monitoring tools read).
+    fn commit_to_group(&self, member: &BaseConsumer<MemberContext>, offsets: &BTreeMap<i32, i64>) {
+        let mut tpl = TopicPartitionList::new();
+        let mut published = member.context().published.lock().expect("not poisoned");
+        for (&partition, &next) in offsets {
+            let Some(&from) = self.owned.get(&partition) else {
+                continue;
+            };
+            let next = next.max(from);
+            published.insert(partition, next);
+            if tpl
+                .add_partition_offset(&self.topics.events, partition, Offset::Offset(next))
+                .is_err()
+            {
+                return;
+            }
+        }
+        drop(published);
+        if tpl.count() > 0
+            && let Err(e) = member.commit(&tpl, CommitMode::Async)
+        {
+            debug!("committing offsets to the group: {e}");
+        }
+    }
+
+    /// Leave the group now rather than when the session times out, so
+    /// that the partitions move to the other members at once (the
+    /// revocation commits where this instance's outputs end).
+    fn leave_group(&self, member: &BaseConsumer<MemberContext>) {
+        member.unsubscribe();
+        let leaving = Instant::now();
+        while leaving.elapsed() < Duration::from_millis(500) {
+            let _ = member.poll(Duration::from_millis(50));
+        }
     }
 
     fn decision_message(
         &self,
         d: &jobcast_predictor::decision::Decision,
-        polled_at: Instant,
+        polled_at: Option<Instant>,
     ) -> Outgoing {
         Outgoing {
             topic: self.topics.decisions.clone(),
@@ -795,7 +1227,7 @@ impl<'a> Pipeline<'a> {
                 ("jobcast.job_id", d.job_id.to_string().into_bytes()),
                 ("jobcast.version", d.version.to_string().into_bytes()),
             ],
-            caused_at: Some(polled_at),
+            caused_at: polled_at,
         }
     }
 
@@ -814,7 +1246,7 @@ impl<'a> Pipeline<'a> {
 
     fn dead_letter(
         &self,
-        consumed: Consumed,
+        consumed: &Consumed,
         partition: i32,
         offset: i64,
         reason: &'static str,
@@ -822,8 +1254,8 @@ impl<'a> Pipeline<'a> {
     ) -> Outgoing {
         Outgoing {
             topic: self.topics.dead_letter.clone(),
-            key: consumed.key.unwrap_or_default(),
-            payload: consumed.payload,
+            key: consumed.key.clone().unwrap_or_default(),
+            payload: consumed.payload.clone().unwrap_or_default(),
             headers: vec![
                 (dead_letter_headers::REASON, reason.as_bytes().to_vec()),
                 (dead_letter_headers::ERROR, message.as_bytes().to_vec()),
@@ -921,41 +1353,26 @@ impl<'a> Pipeline<'a> {
         }
         Ok(())
     }
-
-    /// Mirror the stored offsets to Kafka, for monitoring tools only.
-    fn commit_to_kafka(
-        &self,
-        consumer: &BaseConsumer<SourceContext>,
-        offsets: &BTreeMap<i32, i64>,
-    ) {
-        let mut tpl = TopicPartitionList::new();
-        for (&partition, &next) in offsets {
-            if tpl
-                .add_partition_offset(&self.topics.events, partition, Offset::Offset(next))
-                .is_err()
-            {
-                return;
-            }
-        }
-        if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-            debug!("mirroring offsets to Kafka: {e}");
-        }
-    }
 }
 
 impl Consumed {
-    fn of<M: Message>(message: &M) -> Self {
-        let payload = message.payload().unwrap_or_default().to_vec();
-        let event = if message.payload().is_none() {
-            Err(("empty", "the message has no payload".to_owned()))
-        } else {
-            decode(&payload).map_err(|e| (e.kind.as_str(), e.to_string()))
+    fn new(key: Option<Vec<u8>>, payload: Option<Vec<u8>>) -> Self {
+        let event = match &payload {
+            None => Err(("empty", "the message has no payload".to_owned())),
+            Some(bytes) => decode(bytes).map_err(|e| (e.kind.as_str(), e.to_string())),
         };
         Consumed {
-            key: message.key().map(<[u8]>::to_vec),
+            key,
             payload,
             event,
             polled_at: Instant::now(),
         }
+    }
+
+    fn of<M: Message>(message: &M) -> Self {
+        Consumed::new(
+            message.key().map(<[u8]>::to_vec),
+            message.payload().map(<[u8]>::to_vec),
+        )
     }
 }

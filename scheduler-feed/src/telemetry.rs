@@ -23,6 +23,7 @@ pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
+pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 
@@ -71,7 +72,12 @@ fn describe() {
     describe_counter!(
         EVENTS_CONSUMED,
         Unit::Count,
-        "Input events applied, by event type"
+        "Input events applied in the partitions this instance owns, by event type"
+    );
+    describe_gauge!(
+        OWNED_PARTITIONS,
+        Unit::Count,
+        "Input partitions this instance owns (publishes the outputs and stores the records of)"
     );
     describe_gauge!(
         ROCKSDB_WRITE_STOPPED,
@@ -91,7 +97,7 @@ fn describe() {
     describe_counter!(
         EVENTS_DEAD_LETTERED,
         Unit::Count,
-        "Input messages sent to the dead-letter topic, by reason"
+        "Input messages of the partitions this instance owns sent to the dead-letter topic, by reason"
     );
     describe_gauge!(
         CONSUMER_LAG,

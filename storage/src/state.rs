@@ -11,7 +11,7 @@
 //! | `policies`    | policy name                  | its error statistics (JSON)    |
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (JSON) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
-//! | `log`         | sequence number (u64 BE)     | canonical event (JSON)         |
+//! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `meta`        | name                         | value                          |
 //!
 //! Everything one batch of input changes, *and the offsets it consumed*, is
@@ -20,10 +20,13 @@
 //! stored offsets, so no event is lost or applied twice. Big-endian keys
 //! make RocksDB's byte order the numeric order.
 //!
-//! The `log` holds every applied event in the order it was applied. The
-//! in-memory predictor state (policies, in-flight jobs) is a deterministic
-//! function of that sequence, so on start the service rebuilds it by
-//! applying the log again rather than serialising every policy. The
+//! The `log` holds every consumed input message (applied or dead-lettered)
+//! in the order it was processed, with the partition and offset it came
+//! from. The in-memory predictor state (policies, in-flight jobs) is a
+//! deterministic function of that sequence, so on start the service
+//! rebuilds it by applying the log again rather than serialising every
+//! policy; the partitions and offsets let it recompute what any one
+//! partition produced, for an instance taking that partition over. The
 //! `history` family holds the 3Sigma distributions of that state, per
 //! feature value, written with the batch that changed them, so that what
 //! the predictor has learnt can be inspected (and compared between runs)
@@ -232,13 +235,17 @@ impl StateStore {
         }
     }
 
-    /// Every logged event, in the order it was applied.
-    pub fn log(&self) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
+    /// Every logged message, in the order it was processed.
+    pub fn log(&self) -> impl Iterator<Item = Result<LoggedMessage, StoreError>> + '_ {
         self.db
             .iterator_cf(self.cf(LOG), IteratorMode::Start)
             .map(|item| {
-                item.map(|(_, value)| value.into_vec())
-                    .map_err(|e| self.rocks(e))
+                let (key, value) = item.map_err(|e| self.rocks(e))?;
+                LoggedMessage::decode(&value).ok_or_else(|| StoreError::Corrupt {
+                    family: LOG,
+                    key: key.to_vec(),
+                    reason: "not a logged message (partition, offset, key, payload)".into(),
+                })
             })
     }
 
@@ -313,6 +320,21 @@ impl StateBatch<'_> {
         self.put_json(POLICIES, name.as_bytes(), record);
     }
 
+    pub fn delete_job(&mut self, job_id: u64) {
+        self.batch
+            .delete_cf(self.store.cf(JOBS), job_id.to_be_bytes());
+    }
+
+    pub fn delete_task(&mut self, job_id: u64, task_index: u32) {
+        self.batch
+            .delete_cf(self.store.cf(TASKS), task_key(job_id, task_index));
+    }
+
+    pub fn delete_machine(&mut self, machine_id: u64) {
+        self.batch
+            .delete_cf(self.store.cf(MACHINES), machine_id.to_be_bytes());
+    }
+
     /// Drop a history distribution that holds no jobs any more.
     pub fn delete_history(&mut self, key: &[u8]) {
         self.batch.delete_cf(self.store.cf(HISTORY), key);
@@ -327,9 +349,19 @@ impl StateBatch<'_> {
             .put_cf(self.store.cf(OFFSETS), key, next_offset.to_be_bytes());
     }
 
-    pub fn append_log(&mut self, seq: u64, event: &[u8]) {
+    /// Log the input message at `partition`/`offset` as the `seq`th
+    /// processed.
+    pub fn append_log(
+        &mut self,
+        seq: u64,
+        partition: i32,
+        offset: i64,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+    ) {
+        let value = LoggedMessage::encode(partition, offset, key, payload);
         self.batch
-            .put_cf(self.store.cf(LOG), seq.to_be_bytes(), event);
+            .put_cf(self.store.cf(LOG), seq.to_be_bytes(), value);
     }
 
     pub fn set_meta(&mut self, name: &str, value: &[u8]) {
@@ -344,6 +376,57 @@ impl StateBatch<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.batch.is_empty()
+    }
+}
+
+/// One input message as logged: where it came from, its key and its
+/// payload (`None` for a message without one, which is dead-lettered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedMessage {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+}
+
+impl LoggedMessage {
+    /// partition (i32 BE), offset (i64 BE), key length (i32 BE, -1 for
+    /// none), key, 1 if a payload follows (else 0), payload.
+    fn encode(partition: i32, offset: i64, key: Option<&[u8]>, payload: Option<&[u8]>) -> Vec<u8> {
+        let key_len = key.map_or(-1, |k| i32::try_from(k.len()).expect("Kafka keys fit i32"));
+        let mut value =
+            Vec::with_capacity(17 + key.map_or(0, <[u8]>::len) + payload.map_or(0, <[u8]>::len));
+        value.extend_from_slice(&partition.to_be_bytes());
+        value.extend_from_slice(&offset.to_be_bytes());
+        value.extend_from_slice(&key_len.to_be_bytes());
+        value.extend_from_slice(key.unwrap_or_default());
+        value.push(u8::from(payload.is_some()));
+        value.extend_from_slice(payload.unwrap_or_default());
+        value
+    }
+
+    fn decode(value: &[u8]) -> Option<Self> {
+        let (partition, rest) = value.split_first_chunk::<4>()?;
+        let (offset, rest) = rest.split_first_chunk::<8>()?;
+        let (key_len, rest) = rest.split_first_chunk::<4>()?;
+        let (key, rest) = match i32::from_be_bytes(*key_len) {
+            -1 => (None, rest),
+            len => {
+                let len = usize::try_from(len).ok()?;
+                (Some(rest.get(..len)?.to_vec()), rest.get(len..)?)
+            }
+        };
+        let (has_payload, payload) = rest.split_first()?;
+        Some(LoggedMessage {
+            partition: i32::from_be_bytes(*partition),
+            offset: i64::from_be_bytes(*offset),
+            key,
+            payload: match has_payload {
+                0 if payload.is_empty() => None,
+                1 => Some(payload.to_vec()),
+                _ => return None,
+            },
+        })
     }
 }
 
@@ -376,8 +459,9 @@ mod tests {
             batch.put_task(7, 1, &serde_json::json!({"task": 1}));
             batch.set_offset("events", 3, 42);
             batch.set_offset("events-2", 0, 5);
-            batch.append_log(0, b"{\"a\":1}");
-            batch.append_log(1, b"{\"a\":2}");
+            batch.append_log(0, 3, 41, Some(b"7"), Some(b"{\"a\":1}"));
+            batch.append_log(1, 0, 7, None, None);
+            batch.append_log(2, 1, 0, Some(b""), Some(b""));
             store.commit(batch).unwrap();
             let mut lost = store.batch();
             lost.put_job(8, &serde_json::json!({"job_id": 8}));
@@ -392,9 +476,31 @@ mod tests {
         assert_eq!(store.offsets("events").unwrap(), BTreeMap::from([(3, 42)]));
         assert_eq!(store.offsets("events-2").unwrap(), BTreeMap::from([(0, 5)]));
         assert_eq!(store.offsets("other").unwrap(), BTreeMap::new());
-        assert_eq!(store.next_log_seq().unwrap(), 2);
-        let log: Vec<Vec<u8>> = store.log().collect::<Result<_, _>>().unwrap();
-        assert_eq!(log, vec![b"{\"a\":1}".to_vec(), b"{\"a\":2}".to_vec()]);
+        assert_eq!(store.next_log_seq().unwrap(), 3);
+        let log: Vec<LoggedMessage> = store.log().collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            log,
+            vec![
+                LoggedMessage {
+                    partition: 3,
+                    offset: 41,
+                    key: Some(b"7".to_vec()),
+                    payload: Some(b"{\"a\":1}".to_vec())
+                },
+                LoggedMessage {
+                    partition: 0,
+                    offset: 7,
+                    key: None,
+                    payload: None
+                },
+                LoggedMessage {
+                    partition: 1,
+                    offset: 0,
+                    key: Some(Vec::new()),
+                    payload: Some(Vec::new())
+                }
+            ]
+        );
     }
 
     #[test]
@@ -403,7 +509,7 @@ mod tests {
         let store = StateStore::open(dir.path(), false).unwrap();
         let mut batch = store.batch();
         for seq in [300u64, 2, 256, 1] {
-            batch.append_log(seq, seq.to_string().as_bytes());
+            batch.append_log(seq, -1, i64::MIN, None, Some(seq.to_string().as_bytes()));
         }
         for partition in [10, 2, 256] {
             batch.set_offset("t", partition, i64::from(partition) * 2);
@@ -411,7 +517,7 @@ mod tests {
         store.commit(batch).unwrap();
         let log: Vec<String> = store
             .log()
-            .map(|r| String::from_utf8(r.unwrap()).unwrap())
+            .map(|r| String::from_utf8(r.unwrap().payload.unwrap()).unwrap())
             .collect();
         assert_eq!(log, ["1", "2", "256", "300"]);
         assert_eq!(store.next_log_seq().unwrap(), 301);

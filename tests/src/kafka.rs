@@ -151,22 +151,42 @@ pub fn decisions(brokers: &str, topic: &str) -> BTreeMap<(u64, u64), serde_json:
     decisions_across(brokers, topic, 1)
 }
 
-/// [`decisions`] of a topic with `partitions` partitions.
+/// [`decisions`] of a topic with `partitions` partitions. A decision
+/// published twice (again after a restart, or by a partition's old and new
+/// owner) must be identical both times.
 pub fn decisions_across(
     brokers: &str,
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<(u64, u64), serde_json::Value> {
-    read_all(brokers, topic, partitions)
+    let mut out = BTreeMap::new();
+    for m in read_all(brokers, topic, partitions) {
+        let d: serde_json::Value = serde_json::from_slice(&m.payload).expect("decisions are JSON");
+        let key = (
+            d["job_id"].as_u64().expect("job_id"),
+            d["version"].as_u64().expect("version"),
+        );
+        if let Some(before) = out.insert(key, d.clone()) {
+            assert_eq!(before, d, "two different decisions {key:?} on {topic}");
+        }
+    }
+    out
+}
+
+/// The dead letters on a one-partition topic: source (partition, offset)
+/// → reason.
+pub fn dead_letters(brokers: &str, topic: &str) -> BTreeMap<(String, String), String> {
+    read_all(brokers, topic, 1)
         .into_iter()
         .map(|m| {
-            let d: serde_json::Value =
-                serde_json::from_slice(&m.payload).expect("decisions are JSON");
-            let key = (
-                d["job_id"].as_u64().expect("job_id"),
-                d["version"].as_u64().expect("version"),
-            );
-            (key, d)
+            let header = |name: &str| m.headers.get(name).cloned().unwrap_or_default();
+            (
+                (
+                    header("jobcast.source.partition"),
+                    header("jobcast.source.offset"),
+                ),
+                header("jobcast.reason"),
+            )
         })
         .collect()
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use jobcast_storage::state::{Records, STATE_FAMILIES, StateStore};
+use jobcast_storage::state::{
+    HISTORY, JOBS, MACHINES, POLICIES, Records, STATE_FAMILIES, StateStore, TASKS,
+};
 
 use crate::jobcast_bin;
 
@@ -144,6 +146,16 @@ impl Serve {
         }
     }
 
+    /// The input partitions this instance owns (`/readyz`).
+    pub fn owned_partitions(&self) -> Vec<i64> {
+        let (_, body) = self.get("/readyz");
+        let readyz: serde_json::Value = serde_json::from_str(&body).expect("/readyz is JSON");
+        readyz["owned_partitions"]
+            .as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect())
+            .unwrap_or_default()
+    }
+
     /// SIGTERM, and wait for a clean exit; every line it logged.
     pub fn terminate(mut self) -> Vec<String> {
         let pid = self.child.id().to_string();
@@ -238,5 +250,54 @@ pub fn assert_same_state(a: &Path, b: &Path, events_topic: &str) {
     for (family, records) in &b {
         assert!(!records.is_empty(), "no {family} stored");
         assert!(a[family] == *records, "the {family} records differ");
+    }
+}
+
+/// Wait until `serves` own all `partitions` input partitions between them,
+/// each at least one.
+pub fn wait_balanced(serves: &[&Serve], partitions: i32, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let owned: Vec<Vec<i64>> = serves.iter().map(|s| s.owned_partitions()).collect();
+        let all: std::collections::BTreeSet<i64> = owned.iter().flatten().copied().collect();
+        if all.len() == partitions as usize && owned.iter().all(|o| !o.is_empty()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "partitions owned: {owned:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Assert that the instances whose stores are at `shared` learnt what the
+/// single instance at `single` learnt (the same history and policy
+/// errors, each of them), and hold its records between them, each record
+/// in one store only.
+pub fn assert_shared_state(single: &Path, shared: &[&Path]) {
+    let dump = |path: &Path, family: &str| {
+        StateStore::open(path, false)
+            .expect("store opens")
+            .dump(family)
+            .expect("store reads")
+    };
+    for family in [HISTORY, POLICIES] {
+        let expected = dump(single, family);
+        assert!(!expected.is_empty(), "no {family} stored");
+        for path in shared {
+            assert!(dump(path, family) == expected, "{family} differs");
+        }
+    }
+    for family in [JOBS, TASKS, MACHINES] {
+        let mut union: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for path in shared {
+            for (key, value) in dump(path, family) {
+                assert!(
+                    union.insert(key.clone(), value).is_none(),
+                    "{family} record {key:?} stored by two instances"
+                );
+            }
+        }
+        let expected: BTreeMap<Vec<u8>, Vec<u8>> = dump(single, family).into_iter().collect();
+        assert!(!expected.is_empty(), "no {family} stored");
+        assert!(union == expected, "the instances' {family} records differ");
     }
 }

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::{excerpt_events, jobcast_ok, repo};
+
 pub struct Tansu {
     child: Child,
     binary: PathBuf,
@@ -48,6 +50,33 @@ impl Tansu {
             binary,
             brokers,
         })
+    }
+
+    /// Replay the bundled Google 2011 excerpt into `topic` with `jobcast
+    /// replay`, one record per batch: tansu 0.6.0 answers a fetch that
+    /// starts inside a record batch with the *next* batch, so a consumer
+    /// resuming mid-batch (after a restart, or a paused partition) would
+    /// silently skip records (docs/kafka.md). Returns the messages written.
+    pub fn replay_excerpt(&self, topic: &str) -> u64 {
+        let excerpt = repo().join("tests/data/google2011-excerpt");
+        let summary = jobcast_ok(&[
+            "replay",
+            "--trace",
+            excerpt.to_str().unwrap(),
+            "--format",
+            "google2011",
+            "--topic",
+            topic,
+            "--brokers",
+            &self.brokers,
+            "-X",
+            "batch.num.messages=1",
+            "--json",
+        ]);
+        let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+        let delivered = summary["delivered"].as_u64().unwrap();
+        assert_eq!(delivered, excerpt_events().len() as u64);
+        delivered
     }
 
     /// `tansu topic create NAME --partitions N`.

@@ -8,8 +8,10 @@ use std::time::Duration;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::excerpt_events;
-use jobcast_tests::kafka::{Cluster, decisions, messages};
-use jobcast_tests::serve::{Serve, assert_same_state, restartable};
+use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
+use jobcast_tests::serve::{
+    Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
+};
 
 const PARTITIONS: i32 = 4;
 const WAIT: Duration = Duration::from_secs(120);
@@ -138,27 +140,54 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
 }
 
 #[test]
-fn a_second_instance_in_the_group_is_reported() {
+fn two_instances_in_one_group_publish_and_store_what_one_does() {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
-    let first_dir = tempfile::tempdir().unwrap();
-    let second_dir = tempfile::tempdir().unwrap();
-    let first = Serve::start(&cluster.brokers(), &first_dir.path().join("state"), &[]);
-    let second = Serve::start(&cluster.brokers(), &second_dir.path().join("state"), &[]);
-    let warning = "another instance shares this consumer group";
-    let deadline = std::time::Instant::now() + WAIT;
-    while !(first
-        .log()
-        .iter()
-        .chain(&second.log())
-        .any(|l| l.contains(warning)))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no instance warned that the group is shared"
-        );
-        std::thread::sleep(Duration::from_millis(100));
+    for topic in ["pair.decisions", "pair.dead-letter"] {
+        cluster
+            .mock
+            .create_topic(topic, 1, 1)
+            .expect("topic created");
     }
-    first.terminate();
-    second.terminate();
+    cluster.produce(&topics.events, &messages(&excerpt_events()));
+    let total = excerpt_events().len() as u64;
+    let dir = tempfile::tempdir().unwrap();
+
+    let single_state = dir.path().join("single");
+    let mut single = Serve::start(&cluster.brokers(), &single_state, &[]);
+    single.wait_stored_offsets(total, WAIT);
+    single.terminate();
+
+    // The pair starts together, so the group divides the partitions before
+    // much is applied; whoever owned a partition first hands it over.
+    let states = [dir.path().join("pair-0"), dir.path().join("pair-1")];
+    let flags = [
+        "--group",
+        "pair",
+        "--decisions-topic",
+        "pair.decisions",
+        "--dead-letter-topic",
+        "pair.dead-letter",
+    ];
+    let mut pair: Vec<Serve> = states
+        .iter()
+        .map(|state| Serve::start(&cluster.brokers(), state, &flags))
+        .collect();
+    for serve in &mut pair {
+        serve.wait_stored_offsets(total, WAIT);
+    }
+    wait_balanced(&pair.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
+    for serve in pair {
+        serve.terminate();
+    }
+
+    assert_eq!(
+        decisions(&cluster.brokers(), "pair.decisions"),
+        decisions(&cluster.brokers(), &topics.decisions)
+    );
+    assert_eq!(
+        dead_letters(&cluster.brokers(), "pair.dead-letter"),
+        dead_letters(&cluster.brokers(), &topics.dead_letter)
+    );
+    assert_shared_state(&single_state, &[&states[0], &states[1]]);
 }

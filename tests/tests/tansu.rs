@@ -4,46 +4,20 @@
 //! agrees; a service killed and restarted mid-stream ends where one
 //! uninterrupted run ends.
 //!
-//! The input is written one record per batch (`batch.num.messages=1`):
-//! tansu 0.6.0 answers a fetch that starts inside a record batch with the
-//! *next* batch, so a consumer resuming mid-batch (after a restart, or a
-//! paused partition) would silently skip records (docs/kafka.md).
+//! The input is written one record per batch ([`Tansu::replay_excerpt`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
+use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{decisions, read_all};
 use jobcast_tests::serve::{Serve, assert_same_state, restartable};
 use jobcast_tests::tansu::Tansu;
-use jobcast_tests::{excerpt_events, jobcast_ok, repo};
 
 const PARTITIONS: i32 = 3;
 const WAIT: Duration = Duration::from_secs(240);
-
-/// Replay the bundled excerpt into `topics.events`, one record per batch.
-fn replay_excerpt(tansu: &Tansu, topics: &Topics) -> u64 {
-    let excerpt = repo().join("tests/data/google2011-excerpt");
-    let summary = jobcast_ok(&[
-        "replay",
-        "--trace",
-        excerpt.to_str().unwrap(),
-        "--format",
-        "google2011",
-        "--topic",
-        &topics.events,
-        "--brokers",
-        &tansu.brokers,
-        "-X",
-        "batch.num.messages=1",
-        "--json",
-    ]);
-    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
-    let delivered = summary["delivered"].as_u64().unwrap();
-    assert_eq!(delivered, excerpt_events().len() as u64);
-    delivered
-}
 
 #[test]
 fn replay_serve_and_query_on_a_real_broker() {
@@ -53,7 +27,7 @@ fn replay_serve_and_query_on_a_real_broker() {
     for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
         tansu.create_topic(topic, 1);
     }
-    let total = replay_excerpt(&tansu, &topics);
+    let total = tansu.replay_excerpt(&topics.events);
 
     let data = tempfile::tempdir().unwrap();
     let mut serve = Serve::start(&tansu.brokers, &data.path().join("state"), &[]);
@@ -134,7 +108,7 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     ] {
         tansu.create_topic(topic, 1);
     }
-    let total = replay_excerpt(&tansu, &topics);
+    let total = tansu.replay_excerpt(&topics.events);
 
     let whole = tempfile::tempdir().unwrap();
     let whole_state = whole.path().join("state");

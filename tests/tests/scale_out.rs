@@ -1,0 +1,108 @@
+//! Several `jobcast serve` instances in one consumer group, on a real
+//! broker process (tansu): they divide the input topic's partitions, one is
+//! killed with SIGKILL mid-stream, the survivors take its partitions over,
+//! and together they publish and store exactly what one instance alone
+//! does: the same decisions, dead letters, history and prediction errors.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jobcast_ingest::kafka::Topics;
+use jobcast_tests::kafka::{dead_letters, decisions};
+use jobcast_tests::serve::{Serve, assert_shared_state, restartable, wait_balanced};
+use jobcast_tests::tansu::Tansu;
+
+const PARTITIONS: i32 = 6;
+const WAIT: Duration = Duration::from_secs(300);
+
+#[test]
+fn three_instances_with_one_killed_end_where_one_instance_ends() {
+    let Some(tansu) = Tansu::start() else { return };
+    let topics = Topics::default();
+    tansu.create_topic(&topics.events, PARTITIONS);
+    for topic in [
+        "single.decisions",
+        "single.dead-letter",
+        "trio.decisions",
+        "trio.dead-letter",
+        &topics.risk,
+    ] {
+        tansu.create_topic(topic, 1);
+    }
+    let total = tansu.replay_excerpt(&topics.events);
+
+    let dir = tempfile::tempdir().unwrap();
+    let single_state = dir.path().join("single");
+    let mut single = Serve::start(
+        &tansu.brokers,
+        &single_state,
+        &[
+            "--decisions-topic",
+            "single.decisions",
+            "--dead-letter-topic",
+            "single.dead-letter",
+            "--group",
+            "single",
+        ],
+    );
+    single.wait_stored_offsets(total, WAIT);
+    single.terminate();
+
+    let states: Vec<PathBuf> = (0..3)
+        .map(|i| dir.path().join(format!("trio-{i}")))
+        .collect();
+    let mut flags = restartable("trio.decisions", "trio").to_vec();
+    flags.extend(["--dead-letter-topic", "trio.dead-letter"]);
+    let mut trio: Vec<Serve> = states
+        .iter()
+        .map(|state| Serve::start_logging(&tansu.brokers, state, &flags, "info"))
+        .collect();
+    wait_balanced(&trio.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
+
+    // Kill one while it still has input to apply and outputs to publish.
+    let victim = trio.remove(1);
+    let stored = victim.metric("jobcast_input_committed_offset") as u64;
+    assert!(
+        stored < total,
+        "the victim had applied all {total} messages before the kill: make the input longer"
+    );
+    let victim_owned = victim.owned_partitions();
+    victim.kill();
+    eprintln!("killed an instance owning {victim_owned:?} at {stored} of {total} offsets");
+
+    for serve in &mut trio {
+        serve.wait_stored_offsets(total, WAIT);
+    }
+    wait_balanced(&trio.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
+    let logs: Vec<Vec<String>> = trio.into_iter().map(Serve::terminate).collect();
+    let took_over = |p: i64| {
+        logs.iter().flatten().any(|line| {
+            line.contains("predictor state rebuilt from the log")
+                && line.split_once("taken_over={").is_some_and(|(_, rest)| {
+                    rest.split('}')
+                        .next()
+                        .unwrap_or("")
+                        .split(", ")
+                        .any(|q| q == p.to_string())
+                })
+        })
+    };
+    for &partition in &victim_owned {
+        assert!(
+            took_over(partition),
+            "no survivor took partition {partition} over"
+        );
+    }
+
+    assert_eq!(
+        decisions(&tansu.brokers, "trio.decisions"),
+        decisions(&tansu.brokers, "single.decisions")
+    );
+    let dead = dead_letters(&tansu.brokers, "single.dead-letter");
+    assert!(!dead.is_empty());
+    assert_eq!(dead_letters(&tansu.brokers, "trio.dead-letter"), dead);
+
+    // Each survivor learnt what the single instance learnt; between them
+    // they hold its records.
+    assert_shared_state(&single_state, &[&states[0], &states[2]]);
+}
