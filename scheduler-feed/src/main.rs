@@ -41,12 +41,16 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    use std::io::IsTerminal;
+
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("JOBCAST_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only, not for journald or a log collector.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -51,8 +51,18 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
     let states: Vec<PathBuf> = (0..3)
         .map(|i| dir.path().join(format!("trio-{i}")))
         .collect();
+    // Small batches (each synced to disk), so that the input lasts long
+    // enough for the group to settle and an instance to die mid-stream
+    // (batching does not change what is applied, or in which order).
+    let config = dir.path().join("slow.toml");
+    std::fs::write(&config, "[consumer]\nbatch_max_events = 50\n").unwrap();
     let mut flags = restartable("trio.decisions", "trio").to_vec();
-    flags.extend(["--dead-letter-topic", "trio.dead-letter"]);
+    flags.extend([
+        "--dead-letter-topic",
+        "trio.dead-letter",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
     let mut trio: Vec<Serve> = states
         .iter()
         .map(|state| Serve::start_logging(&tansu.brokers, state, &flags, "info"))
@@ -60,7 +70,8 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
     wait_balanced(&trio.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
 
     // Kill one while it still has input to apply and outputs to publish.
-    let victim = trio.remove(1);
+    let mut victim = trio.remove(1);
+    victim.wait_stored_offsets(total / 3, WAIT);
     let stored = victim.metric("jobcast_input_committed_offset") as u64;
     assert!(
         stored < total,
@@ -74,7 +85,13 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
         serve.wait_stored_offsets(total, WAIT);
     }
     wait_balanced(&trio.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
-    let logs: Vec<Vec<String>> = trio.into_iter().map(Serve::terminate).collect();
+    // Stopped together and at once: an instance that left the group
+    // (SIGTERM) would hand its partitions to the other, whose store would
+    // then hold them too.
+    let logs: Vec<Vec<String>> = trio.iter().map(Serve::log).collect();
+    for serve in trio {
+        serve.kill();
+    }
     let took_over = |p: i64| {
         logs.iter().flatten().any(|line| {
             line.contains("predictor state rebuilt from the log")
