@@ -25,9 +25,9 @@ pub struct ServeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsumerConfig {
-    /// Kafka consumer group. Run one instance per group and input topic:
-    /// the predictor's state is global, so instances sharing a group would
-    /// each learn from only part of the input (docs/operations.md).
+    /// Kafka consumer group. Instances in one group divide the input's
+    /// partitions for publishing and storage; each applies all of them
+    /// (docs/operations.md, "Scaling out").
     pub group: String,
     /// Most events applied and committed together.
     pub batch_max_events: usize,

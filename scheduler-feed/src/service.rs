@@ -119,9 +119,16 @@ pub struct Counters {
     pub dead_lettered: AtomicU64,
     pub decisions: AtomicU64,
     pub scored: AtomicU64,
-    /// Events applied again from the log on start.
+    /// Logged messages applied again by the latest log replay.
     pub recovered_events: AtomicU64,
     pub live_jobs: AtomicU64,
+    /// Batches committed, and the nanoseconds their steps took: applying
+    /// (decoded messages to the engine, outputs and log built), publishing
+    /// (until every output is acknowledged), committing to RocksDB.
+    pub batches: AtomicU64,
+    pub apply_ns: AtomicU64,
+    pub publish_ns: AtomicU64,
+    pub commit_ns: AtomicU64,
 }
 
 impl Shared {
@@ -239,10 +246,12 @@ impl ClientContext for InputContext {
         let Some(topic) = statistics.topics.get(&self.topic) else {
             return;
         };
+        // librdkafka's own `consumer_lag` counts from committed offsets,
+        // which this consumer never has (its offsets live in RocksDB).
         for (&partition, p) in &topic.partitions {
-            if partition >= 0 && p.consumer_lag >= 0 {
+            if partition >= 0 && p.hi_offset >= 0 && p.app_offset >= 0 {
                 metrics::gauge!(telemetry::CONSUMER_LAG, "partition" => partition.to_string())
-                    .set(p.consumer_lag as f64);
+                    .set((p.hi_offset - p.app_offset).max(0) as f64);
             }
         }
     }
@@ -1050,6 +1059,7 @@ impl<'a> Pipeline<'a> {
         batch: Vec<(i32, i64, Consumed)>,
         stopping: bool,
     ) -> Result<(), ServiceError> {
+        let started = Instant::now();
         let mut effects = Effects::default();
         let mut outgoing: Vec<Outgoing> = Vec::new();
         // Outputs of the messages this instance owns, for its metrics.
@@ -1109,7 +1119,9 @@ impl<'a> Pipeline<'a> {
             self.next_seq += 1;
         }
 
+        let applied_at = Instant::now();
         self.publish(producer, &outgoing, stopping)?;
+        let published_at = Instant::now();
 
         self.write_records(&effects, &self.stored, &mut write);
         for &key in &effects.history {
@@ -1127,6 +1139,7 @@ impl<'a> Pipeline<'a> {
             write.set_offset(&self.topics.events, partition, next);
         }
         store.commit(write)?;
+        let committed_at = Instant::now();
         self.release_ended(&effects);
         for (&partition, &next) in &offsets {
             metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
@@ -1170,6 +1183,16 @@ impl<'a> Pipeline<'a> {
         c.scored.fetch_add(scored, Ordering::Relaxed);
         c.live_jobs
             .store(self.engine.live_jobs() as u64, Ordering::Relaxed);
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        for (stage, counter, took) in [
+            ("apply", &c.apply_ns, applied_at - started),
+            ("publish", &c.publish_ns, published_at - applied_at),
+            ("commit", &c.commit_ns, committed_at - published_at),
+        ] {
+            counter.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+            metrics::histogram!(telemetry::BATCH_STAGE_SECONDS, "stage" => stage)
+                .record(took.as_secs_f64());
+        }
         self.summary.committed += n as u64;
         self.summary.applied += applied;
         self.summary.dead_lettered += dead;

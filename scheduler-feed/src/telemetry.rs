@@ -19,6 +19,7 @@ pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
 pub const BATCH_EVENTS: &str = "jobcast_batch_events";
+pub const BATCH_STAGE_SECONDS: &str = "jobcast_batch_stage_seconds";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
@@ -50,6 +51,7 @@ pub fn handle() -> PrometheusHandle {
                 (PREDICTION_LOG_RATIO, &LOG_RATIO_BUCKETS[..]),
                 (PREDICTION_ERROR, &ERROR_PCT_BUCKETS[..]),
                 (DECISION_LATENCY, &LATENCY_BUCKETS[..]),
+                (BATCH_STAGE_SECONDS, &LATENCY_BUCKETS[..]),
                 (BATCH_EVENTS, &BATCH_BUCKETS[..]),
                 (RISK_PREEMPTION_PROBABILITY, &PROBABILITY_BUCKETS[..]),
             ];
@@ -73,6 +75,11 @@ fn describe() {
         EVENTS_CONSUMED,
         Unit::Count,
         "Input events applied in the partitions this instance owns, by event type"
+    );
+    describe_histogram!(
+        BATCH_STAGE_SECONDS,
+        Unit::Seconds,
+        "Time of each step of a batch: apply (engine, outputs and log built), publish (until every output is acknowledged), commit (RocksDB write)"
     );
     describe_gauge!(
         OWNED_PARTITIONS,
@@ -149,6 +156,6 @@ fn describe() {
     describe_counter!(
         RECOVERED_EVENTS,
         Unit::Count,
-        "Logged events applied again on start to rebuild the predictor state"
+        "Logged input messages applied again to rebuild the predictor state (on start, and when partitions change hands)"
     );
 }

@@ -318,6 +318,8 @@ struct Report {
     ratio: f64,
     write_events_per_sec: f64,
     decisions: u64,
+    /// Where the pipeline's time went.
+    stages: Stages,
     #[serde(skip)]
     write_secs: f64,
     #[serde(skip)]
@@ -326,6 +328,17 @@ struct Report {
     pipeline_secs: f64,
     #[serde(skip)]
     dead_lettered: u64,
+}
+
+/// The pipeline's seconds by batch step, and the rest: waiting for input
+/// (polling, the event-time merge) between batches.
+#[derive(serde::Serialize)]
+struct Stages {
+    batches: u64,
+    apply_secs: f64,
+    publish_secs: f64,
+    commit_secs: f64,
+    other_secs: f64,
 }
 
 fn pipeline(args: &PipelineArgs) -> anyhow::Result<()> {
@@ -349,7 +362,21 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
     let partitions = args.service.partitions;
     let raw_group = format!("{}.raw", config.consumer.group);
     let raw_secs = raw_consume(&config.kafka, topic, partitions, events, &raw_group)?;
-    let (pipeline_secs, summary) = run_service(config, events)?;
+    let (pipeline_secs, summary, shared) = run_service(config, events)?;
+    let counters = &shared.counters;
+    let secs = |ns: &std::sync::atomic::AtomicU64| ns.load(Ordering::Relaxed) as f64 / 1e9;
+    let (apply_secs, publish_secs, commit_secs) = (
+        secs(&counters.apply_ns),
+        secs(&counters.publish_ns),
+        secs(&counters.commit_ns),
+    );
+    let stages = Stages {
+        batches: counters.batches.load(Ordering::Relaxed),
+        apply_secs,
+        publish_secs,
+        commit_secs,
+        other_secs: (pipeline_secs - apply_secs - publish_secs - commit_secs).max(0.0),
+    };
 
     let raw_rate = events as f64 / raw_secs;
     let pipeline_rate = events as f64 / pipeline_secs;
@@ -362,6 +389,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
         ratio: pipeline_rate / raw_rate,
         write_events_per_sec: written.events_per_sec,
         decisions: summary.decisions,
+        stages,
         write_secs: written.elapsed_secs,
         raw_secs,
         pipeline_secs,
@@ -538,7 +566,7 @@ fn raw_consume(
 /// Step 3: the service in-process with a fresh RocksDB, timed from its
 /// partition assignment until it has committed every event. Returns the
 /// seconds and the service's totals.
-fn run_service(config: ServeConfig, total: u64) -> anyhow::Result<(f64, RunSummary)> {
+fn run_service(config: ServeConfig, total: u64) -> anyhow::Result<(f64, RunSummary, Arc<Shared>)> {
     let service = Service::start(config)?;
     let bar = progress(
         Some(total),
@@ -548,9 +576,10 @@ fn run_service(config: ServeConfig, total: u64) -> anyhow::Result<(f64, RunSumma
     let outcome = service.wait_for_commits(total, &bar);
     let secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    let shared = service.shared.clone();
     let summary = service.stop()?;
     outcome?;
-    Ok((secs, summary))
+    Ok((secs, summary, shared))
 }
 
 /// The service running in-process on its own thread.
@@ -999,6 +1028,11 @@ fn output(report: &Report, json: bool) -> anyhow::Result<()> {
     out.push_str(&format!(
         "\n  ratio pipeline / raw         {:>12.3}\n  decisions published          {:>12}\n  dead-lettered                {:>12}\n",
         report.ratio, report.decisions, report.dead_lettered
+    ));
+    let st = &report.stages;
+    out.push_str(&format!(
+        "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (RocksDB)           {:>12.2}\n    waiting for input, merge   {:>12.2}\n",
+        st.batches, st.apply_secs, st.publish_secs, st.commit_secs, st.other_secs
     ));
     print_out(&out)
 }
