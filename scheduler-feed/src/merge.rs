@@ -144,6 +144,12 @@ impl<T> PartitionMerge<T> {
         self.partitions.values().map(|p| p.queue.len()).sum()
     }
 
+    /// Whether [`PartitionMerge::pop`] would release a message now.
+    pub fn ready(&self) -> bool {
+        !self.partitions.values().any(Partition::holds_back)
+            && self.partitions.values().any(|p| !p.queue.is_empty())
+    }
+
     /// The next message in merged order, if it may go now.
     pub fn pop(&mut self) -> Option<Pending<T>> {
         if self.partitions.values().any(Partition::holds_back) {
@@ -178,8 +184,11 @@ mod tests {
         // Partition 1 has not been read yet: nothing may go.
         assert_eq!(m.pop(), None);
         assert_eq!(m.holding_back(), vec![1]);
+        assert!(!m.ready());
         m.push(1, 0, Some(20), "b");
+        assert!(m.ready());
         assert_eq!(drain(&mut m), ["a", "b"]);
+        assert!(!m.ready());
         // "c" waits: partition 1 may still hold something before it.
         assert_eq!(m.holding_back(), vec![1]);
         m.reached_end(1);

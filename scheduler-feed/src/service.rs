@@ -177,6 +177,10 @@ const ENGINE_CONFIG_KEY: &str = "engine_config";
 const BROKER_PROBE_EVERY: Duration = Duration::from_secs(2);
 const BROKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The longest the consumer waits for a message when there is nothing
+/// else to do.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
 /// How long a batch's outputs may take to be acknowledged before they are
 /// produced again.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -429,9 +433,16 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     let mut pipeline = Pipeline::new(config, shared)?;
     pipeline.check_store()?;
     let member = pipeline.join_group()?;
-    let producer: BaseProducer<SinkContext> = config
-        .kafka
-        .producer_config()
+    let mut producer_config = config.kafka.producer_config();
+    // A batch's outputs are all produced at once and then awaited: lingering
+    // for more would only add its time to every batch.
+    if !["linger.ms", "queue.buffering.max.ms"]
+        .iter()
+        .any(|key| config.kafka.client.contains_key(*key))
+    {
+        producer_config.set("linger.ms", "0");
+    }
+    let producer: BaseProducer<SinkContext> = producer_config
         .create_with_context(SinkContext {
             failed: Mutex::new(Vec::new()),
             shared: pipeline.shared.clone(),
@@ -926,11 +937,19 @@ impl<'a> Pipeline<'a> {
                 }
                 self.reconcile(member, producer, false)?;
             }
-            // Fill: everything the client has ready, waiting briefly for
-            // the first message only.
+            // Fill: everything the client has ready, waiting for the first
+            // message only if the merge has nothing to release (else the
+            // wait would cap the rate at a batch per wait) and no longer
+            // than the batch in hand may linger.
             let mut idle = true;
             if !stopping {
-                let mut wait = Duration::from_millis(50);
+                let mut wait = if merge.ready() {
+                    Duration::ZERO
+                } else {
+                    batch_started.map_or(POLL_WAIT, |t| {
+                        linger.saturating_sub(t.elapsed()).min(POLL_WAIT)
+                    })
+                };
                 for _ in 0..max_batch {
                     let Some(result) = consumer.poll(wait) else {
                         break;
