@@ -44,7 +44,7 @@ use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::{Topics, dead_letter_headers};
 use jobcast_storage::state::{StateStore, StoreError};
 use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
@@ -566,18 +566,13 @@ impl<'a> Pipeline<'a> {
     /// Join the consumer group that divides the input topic's partitions
     /// between the instances.
     fn join_group(&self) -> Result<BaseConsumer<MemberContext>, ServiceError> {
-        let mut member_config = self.config.kafka.client_config();
-        member_config
-            .set("group.id", &self.config.consumer.group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            // Only the partitions that move change hands, so a rebalance
-            // costs the instances that keep theirs nothing.
-            .set("partition.assignment.strategy", "cooperative-sticky");
-        for (key, value) in &self.config.kafka.client {
-            member_config.set(key, value);
-        }
-        let member: BaseConsumer<MemberContext> = member_config
+        // Only the partitions that move change hands, so a rebalance costs
+        // the instances that keep theirs nothing.
+        let member: BaseConsumer<MemberContext> = self
+            .consumer_config(
+                &self.config.consumer.group,
+                &[("partition.assignment.strategy", "cooperative-sticky")],
+            )
             .create_with_context(MemberContext {
                 topic: self.topics.events.clone(),
                 shared: self.shared.clone(),
@@ -587,6 +582,23 @@ impl<'a> Pipeline<'a> {
             .map_err(|e| self.config.kafka.redact(e))?;
         member.subscribe(&[&self.topics.events])?;
         Ok(member)
+    }
+
+    /// A consumer's settings: `group`, no automatic commits, `extra`, then
+    /// the configured client properties (which win).
+    fn consumer_config(&self, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
+        let mut config = self.config.kafka.client_config();
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        for (key, value) in extra {
+            config.set(*key, *value);
+        }
+        for (key, value) in &self.config.kafka.client {
+            config.set(key, value);
+        }
+        config
     }
 
     /// Wait for the group's first assignment (false if stopped first).
@@ -893,21 +905,18 @@ impl<'a> Pipeline<'a> {
         member: &BaseConsumer<MemberContext>,
         producer: &BaseProducer<SinkContext>,
     ) -> Result<(), ServiceError> {
-        let mut consumer_config = self.config.kafka.client_config();
-        consumer_config
-            // Never joined nor committed to: librdkafka wants a group for
-            // incremental assignment, which adds partitions the topic gains.
-            .set("group.id", format!("{}.input", self.config.consumer.group))
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            // The event-time merge needs to know when a partition is read
-            // to its end; statistics carry the consumer lag.
-            .set("enable.partition.eof", "true")
-            .set("statistics.interval.ms", "5000");
-        for (key, value) in &self.config.kafka.client {
-            consumer_config.set(key, value);
-        }
-        let consumer: BaseConsumer<InputContext> = consumer_config
+        // Its group is never joined nor committed to: librdkafka wants one
+        // for incremental assignment, which adds partitions the topic gains.
+        // The event-time merge needs to know when a partition is read to
+        // its end; statistics carry the consumer lag.
+        let consumer: BaseConsumer<InputContext> = self
+            .consumer_config(
+                &format!("{}.input", self.config.consumer.group),
+                &[
+                    ("enable.partition.eof", "true"),
+                    ("statistics.interval.ms", "5000"),
+                ],
+            )
             .create_with_context(InputContext {
                 topic: self.topics.events.clone(),
                 shared: self.shared.clone(),

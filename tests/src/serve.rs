@@ -254,13 +254,15 @@ pub fn assert_same_state(a: &Path, b: &Path, events_topic: &str) {
 }
 
 /// Wait until `serves` own all `partitions` input partitions between them,
-/// each at least one.
+/// each at least one and no partition twice (a partition the group has
+/// moved stays with its old owner until that one hears of it).
 pub fn wait_balanced(serves: &[&Serve], partitions: i32, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     loop {
         let owned: Vec<Vec<i64>> = serves.iter().map(|s| s.owned_partitions()).collect();
         let all: std::collections::BTreeSet<i64> = owned.iter().flatten().copied().collect();
-        if all.len() == partitions as usize && owned.iter().all(|o| !o.is_empty()) {
+        let owned_once = owned.iter().map(Vec::len).sum::<usize>() == all.len();
+        if all.len() == partitions as usize && owned.iter().all(|o| !o.is_empty()) && owned_once {
             return;
         }
         assert!(Instant::now() < deadline, "partitions owned: {owned:?}");

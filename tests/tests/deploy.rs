@@ -485,7 +485,10 @@ fn kubernetes_manifests_fit_together() {
     let pod = &set["spec"]["template"];
     let labels = &pod["metadata"]["labels"];
     assert_eq!(set["spec"]["selector"]["matchLabels"], *labels);
-    assert_eq!(set["spec"]["replicas"], 1, "one instance per input topic");
+    assert_eq!(
+        set["spec"]["replicas"], 2,
+        "two instances in one group: one takes over when the other stops"
+    );
     let container = &pod["spec"]["containers"][0];
     assert_eq!(str_at(container, "/readinessProbe/httpGet/path"), "/readyz");
     assert_eq!(str_at(container, "/livenessProbe/httpGet/path"), "/healthz");

@@ -67,17 +67,21 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
         .iter()
         .map(|state| Serve::start_logging(&tansu.brokers, state, &flags, "info"))
         .collect();
-    wait_balanced(&trio.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
-
-    // Kill one while it still has input to apply and outputs to publish.
-    let mut victim = trio.remove(1);
-    victim.wait_stored_offsets(total / 3, WAIT);
+    // A quarter of the way in, kill the instance that owns the most
+    // partitions: it still has input to apply and outputs to publish.
+    let mut first = trio.remove(0);
+    first.wait_stored_offsets(total / 4, WAIT);
+    trio.insert(0, first);
+    let owned: Vec<Vec<i64>> = trio.iter().map(Serve::owned_partitions).collect();
+    let victim_index = (0..trio.len()).max_by_key(|&i| owned[i].len()).unwrap();
+    let victim = trio.remove(victim_index);
+    let victim_owned = owned[victim_index].clone();
+    assert!(!victim_owned.is_empty(), "no instance owns a partition");
     let stored = victim.metric("jobcast_input_committed_offset") as u64;
     assert!(
         stored < total,
         "the victim had applied all {total} messages before the kill: make the input longer"
     );
-    let victim_owned = victim.owned_partitions();
     victim.kill();
     eprintln!("killed an instance owning {victim_owned:?} at {stored} of {total} offsets");
 
@@ -121,5 +125,12 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
 
     // Each survivor learnt what the single instance learnt; between them
     // they hold its records.
-    assert_shared_state(&single_state, &[&states[0], &states[2]]);
+    let survivors: Vec<&PathBuf> = (0..states.len())
+        .filter(|&i| i != victim_index)
+        .map(|i| &states[i])
+        .collect();
+    assert_shared_state(
+        &single_state,
+        &survivors.iter().map(|p| p.as_path()).collect::<Vec<_>>(),
+    );
 }
