@@ -1,7 +1,7 @@
 //! The service's durable state in RocksDB.
 //!
 //! One column family per kind of record, plus the consumed Kafka offsets and
-//! the log of applied events:
+//! the log of consumed messages:
 //!
 //! | column family | key                          | value                          |
 //! |---------------|------------------------------|--------------------------------|
