@@ -617,6 +617,9 @@ impl<'a> Pipeline<'a> {
     /// anything changed.
     fn membership_changes(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
         let changes = std::mem::take(&mut *member.context().changes.lock().expect("not poisoned"));
+        if changes.is_empty() {
+            return false;
+        }
         for change in &changes {
             match change {
                 MembershipChange::Added(partitions) => self.added.extend(partitions),
@@ -629,7 +632,7 @@ impl<'a> Pipeline<'a> {
             }
         }
         self.show_owned();
-        !changes.is_empty()
+        true
     }
 
     fn show_owned(&self) {

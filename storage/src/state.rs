@@ -526,6 +526,20 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_log_entry_is_reported_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        // A partition and half an offset: no key length, no payload flag.
+        batch
+            .batch
+            .put_cf(store.cf(LOG), 0u64.to_be_bytes(), [0u8; 8]);
+        store.commit(batch).unwrap();
+        let err = store.log().next().unwrap().unwrap_err();
+        assert!(err.to_string().starts_with("corrupt log record"), "{err}");
+    }
+
+    #[test]
     fn a_corrupt_record_is_reported_with_its_family() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path(), false).unwrap();

@@ -46,6 +46,18 @@ fn bench_pipeline_reports_both_rates_and_their_ratio() {
         report["decisions"].as_u64().expect("decisions is a count") > 0,
         "{report}"
     );
+    // The steps account for the pipeline's time: each measured, together
+    // no more than the whole.
+    let stages = &report["stages"];
+    assert!(stages["batches"].as_u64().unwrap_or(0) > 0, "{report}");
+    let steps: f64 = ["apply_secs", "publish_secs", "commit_secs"]
+        .iter()
+        .map(|k| number(stages, k))
+        .sum();
+    assert!(number(stages, "apply_secs") > 0.0, "{report}");
+    assert!(number(stages, "commit_secs") > 0.0, "{report}");
+    assert!(steps <= events as f64 / pipeline * 1.001, "{report}");
+    assert!(number(stages, "other_secs") >= 0.0, "{report}");
 }
 
 #[test]
