@@ -269,7 +269,8 @@ impl PolicyErrors {
 }
 
 /// What jobcast knows about a job: stored in the `jobs` column family and
-/// served at `GET /jobs/{id}`.
+/// served at `GET /jobs/{id}`, with the job's decisions (`Output::Decision`,
+/// stored apart in the `decisions` family) added.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub job_id: u64,
@@ -281,8 +282,6 @@ pub struct JobRecord {
     pub state: JobState,
     pub end_us: Option<u64>,
     pub tasks_finished: u32,
-    /// Every decision of the driving policy, oldest first.
-    pub decisions: Vec<Decision>,
     /// The latest estimate of each policy that has one, by policy name.
     pub estimates: BTreeMap<String, Estimate>,
     /// True mean task runtime, once the job finished with every task's
@@ -678,7 +677,6 @@ impl Engine {
             state: JobState::Running,
             end_us: None,
             tasks_finished: 0,
-            decisions: Vec::new(),
             estimates: BTreeMap::new(),
             actual_mean_task_runtime_us: None,
             errors: BTreeMap::new(),
@@ -933,8 +931,8 @@ impl Engine {
     }
 }
 
-/// Keep a policy's decision on the job's record; publish the driving
-/// policy's.
+/// Keep a policy's estimate on the job's record; publish the driving
+/// policy's decision.
 fn record_decision(
     record: &mut JobRecord,
     decision: Decision,
@@ -947,7 +945,6 @@ fn record_decision(
             .insert(decision.policy.name().to_owned(), estimate);
     }
     if decision.policy == driver {
-        record.decisions.push(decision.clone());
         outputs.push(Output::Decision(decision));
     }
 }
@@ -1057,7 +1054,10 @@ mod tests {
         assert_eq!(record.state, JobState::Finished);
         assert_eq!(record.tasks_finished, 100);
         assert_eq!(record.actual_mean_task_runtime_us, Some(5_000_000.0));
-        assert_eq!(record.decisions.len(), 2);
+        assert!(
+            decisions(&effects).is_empty(),
+            "nothing new to decide once placed"
+        );
         // SLearn's pilots saw the true mean exactly.
         assert_eq!(record.errors["slearn"].abs_pct, 0.0);
         let scored: Vec<&str> = effects

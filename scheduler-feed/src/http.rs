@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use jobcast_storage::state::{POLICIES, StoreError};
 
@@ -77,7 +77,19 @@ fn stored_json(
 /// `GET /jobs/{id}`: state, each policy's current estimate, the driving
 /// policy's decision history and, once finished, each policy's error.
 async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
-    stored_json(&raw, "job", |id| shared.store.job_json(id))
+    stored_json(&raw, "job", |id| {
+        let Some(record) = shared.store.job::<serde_json::Map<String, Value>>(id)? else {
+            return Ok(None);
+        };
+        let decisions = shared.store.decisions::<Value>(id)?;
+        Ok(Some(with_decisions(record, decisions)))
+    })
+}
+
+/// The job's record with its decisions (stored apart) added.
+fn with_decisions(mut record: serde_json::Map<String, Value>, decisions: Vec<Value>) -> Vec<u8> {
+    record.insert("decisions".to_owned(), Value::Array(decisions));
+    serde_json::to_vec(&record).expect("JSON values serialise")
 }
 
 /// `GET /machines/{id}`: the machine's last known state.

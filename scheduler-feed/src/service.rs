@@ -459,9 +459,10 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     Ok(pipeline.summary)
 }
 
-/// The store's layout version: the log holds every consumed message with
-/// its partition, offset and key (version 1 logged applied events only).
-const STORE_FORMAT: &[u8] = b"2";
+/// The store's layout version. 3: a job's decisions are stored apart from
+/// its record; 2: the log holds every consumed message with its partition,
+/// offset and key; 1: the log held applied events only.
+const STORE_FORMAT: &[u8] = b"3";
 const STORE_FORMAT_KEY: &str = "store_format";
 
 /// The partitions whose records the store holds, kept current with every
@@ -547,13 +548,14 @@ impl<'a> Pipeline<'a> {
             }
             _ => {}
         }
-        if self.next_seq > 0 && self.store.meta(STORE_FORMAT_KEY)?.as_deref() != Some(STORE_FORMAT)
-        {
-            return Err(self.recovery_error(
-                "it was written by an older jobcast (its log has no partitions and offsets); \
-                 use a new storage path"
-                    .into(),
-            ));
+        let format = self.store.meta(STORE_FORMAT_KEY)?;
+        if self.next_seq > 0 && format.as_deref() != Some(STORE_FORMAT) {
+            let found = format.map_or("1".into(), |f| String::from_utf8_lossy(&f).into_owned());
+            return Err(self.recovery_error(format!(
+                "it was written by an older jobcast (store format {found}; this one reads {}); \
+                 use a new storage path",
+                String::from_utf8_lossy(STORE_FORMAT)
+            )));
         }
         if let Some(stored) = self.store.meta(STORED_PARTITIONS_KEY)? {
             self.stored = serde_json::from_slice(&stored).map_err(|e| {
@@ -854,6 +856,13 @@ impl<'a> Pipeline<'a> {
         for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
             if let Some(record) = self.engine.job(job_id) {
                 write.put_job(job_id, record);
+            }
+        }
+        for output in &effects.outputs {
+            if let Output::Decision(d) = output
+                && ours(d.job_id)
+            {
+                write.put_decision(d.job_id, d.version, d);
             }
         }
         for &(job_id, task_index) in effects.tasks.iter().filter(|t| ours(t.0)) {

@@ -6,6 +6,7 @@
 //! | column family | key                          | value                          |
 //! |---------------|------------------------------|--------------------------------|
 //! | `jobs`        | job id (u64 BE)              | job record (JSON)              |
+//! | `decisions`   | job id, version (u64, u32 BE) | a published decision (JSON)   |
 //! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
 //! | `policies`    | policy name                  | its error statistics (JSON)    |
@@ -18,7 +19,10 @@
 //! written with one atomic [`WriteBatch`]: after a crash the store holds
 //! either all of a batch or none of it, and consumption resumes from the
 //! stored offsets, so no event is lost or applied twice. Big-endian keys
-//! make RocksDB's byte order the numeric order.
+//! make RocksDB's byte order the numeric order. A job's decisions are kept
+//! apart from its record so that each is written once: a wide job makes
+//! hundreds of decisions, each with its pilot list, while its record changes
+//! with every batch.
 //!
 //! The `log` holds every consumed input message (applied or dead-lettered)
 //! in the order it was processed, with the partition and offset it came
@@ -43,6 +47,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub const JOBS: &str = "jobs";
+pub const DECISIONS: &str = "decisions";
 pub const TASKS: &str = "tasks";
 pub const MACHINES: &str = "machines";
 pub const HISTORY: &str = "history";
@@ -51,11 +56,15 @@ pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 8] = [JOBS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, META];
+const COLUMN_FAMILIES: [&str; 9] = [
+    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, META,
+];
+
+const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
 /// The column families that hold derived state (what two equivalent runs
 /// must agree on), as opposed to bookkeeping (offsets, log, meta).
-pub const STATE_FAMILIES: [&str; 5] = [JOBS, TASKS, MACHINES, HISTORY, POLICIES];
+pub const STATE_FAMILIES: [&str; 6] = [JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -90,6 +99,11 @@ impl StateStore {
         let mut options = Options::default();
         options.create_if_missing(true);
         options.create_missing_column_families(true);
+        // A WAL file is deleted only once every column family with writes in
+        // it has flushed; rarely written families (meta, policies) would
+        // otherwise keep gigabytes of WAL alive (RocksDB's default bound is
+        // four times all the memtables).
+        options.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let families = COLUMN_FAMILIES
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
@@ -158,10 +172,27 @@ impl StateStore {
             .transpose()
     }
 
-    /// A job's record as stored (JSON bytes), for serving without a
-    /// decode/encode round trip.
-    pub fn job_json(&self, job_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        self.get_raw(JOBS, &job_id.to_be_bytes())
+    /// A job's decisions, oldest first.
+    pub fn decisions<T: DeserializeOwned>(&self, job_id: u64) -> Result<Vec<T>, StoreError> {
+        let prefix = job_id.to_be_bytes();
+        let iter = self.db.iterator_cf(
+            self.cf(DECISIONS),
+            IteratorMode::From(&prefix, Direction::Forward),
+        );
+        let mut out = Vec::new();
+        for item in iter {
+            let (key, value) = item.map_err(|e| self.rocks(e))?;
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let decision = serde_json::from_slice(&value).map_err(|e| StoreError::Corrupt {
+                family: DECISIONS,
+                key: key.to_vec(),
+                reason: e.to_string(),
+            })?;
+            out.push(decision);
+        }
+        Ok(out)
     }
 
     /// A machine's record as stored (JSON bytes).
@@ -302,6 +333,11 @@ impl StateBatch<'_> {
         self.put_json(JOBS, &job_id.to_be_bytes(), record);
     }
 
+    /// Store one of a job's decisions; `version` orders them.
+    pub fn put_decision<T: Serialize>(&mut self, job_id: u64, version: u32, decision: &T) {
+        self.put_json(DECISIONS, &task_key(job_id, version), decision);
+    }
+
     pub fn put_task<T: Serialize>(&mut self, job_id: u64, task_index: u32, record: &T) {
         self.put_json(TASKS, &task_key(job_id, task_index), record);
     }
@@ -320,9 +356,15 @@ impl StateBatch<'_> {
         self.put_json(POLICIES, name.as_bytes(), record);
     }
 
+    /// Delete a job's record and its decisions.
     pub fn delete_job(&mut self, job_id: u64) {
         self.batch
             .delete_cf(self.store.cf(JOBS), job_id.to_be_bytes());
+        // The end is exclusive: one byte past the job's last possible key.
+        let mut end = task_key(job_id, u32::MAX).to_vec();
+        end.push(0);
+        self.batch
+            .delete_range_cf(self.store.cf(DECISIONS), &task_key(job_id, 0)[..], &end[..]);
     }
 
     pub fn delete_task(&mut self, job_id: u64, task_index: u32) {
@@ -430,10 +472,12 @@ impl LoggedMessage {
     }
 }
 
-fn task_key(job_id: u64, task_index: u32) -> [u8; 12] {
+/// The key of a task (job id, task index) or of a decision (job id,
+/// version).
+fn task_key(job_id: u64, index: u32) -> [u8; 12] {
     let mut key = [0u8; 12];
     key[..8].copy_from_slice(&job_id.to_be_bytes());
-    key[8..].copy_from_slice(&task_index.to_be_bytes());
+    key[8..].copy_from_slice(&index.to_be_bytes());
     key
 }
 
@@ -448,6 +492,32 @@ fn offset_prefix(topic: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_decisions_are_listed_in_version_order_and_deleted_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        for (job_id, version) in [(7, 2), (7, 1), (6, 1), (8, 1), (7, u32::MAX), (7, 256)] {
+            batch.put_job(job_id, &serde_json::json!({ "job_id": job_id }));
+            batch.put_decision(job_id, version, &serde_json::json!({ "v": version }));
+        }
+        store.commit(batch).unwrap();
+        let versions = |job_id| -> Vec<u64> {
+            let stored = store.decisions::<serde_json::Value>(job_id).unwrap();
+            stored.iter().map(|d| d["v"].as_u64().unwrap()).collect()
+        };
+        assert_eq!(versions(7), [1, 2, 256, u64::from(u32::MAX)]);
+        assert_eq!(versions(9), Vec::<u64>::new());
+
+        let mut batch = store.batch();
+        batch.delete_job(7);
+        store.commit(batch).unwrap();
+        assert_eq!(versions(7), Vec::<u64>::new());
+        assert!(store.job::<serde_json::Value>(7).unwrap().is_none());
+        assert_eq!(versions(6), [1]);
+        assert_eq!(versions(8), [1]);
+    }
 
     #[test]
     fn a_committed_batch_is_there_after_reopening_and_an_uncommitted_one_is_not() {

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use jobcast_storage::state::{
-    HISTORY, JOBS, MACHINES, POLICIES, Records, STATE_FAMILIES, StateStore, TASKS,
+    DECISIONS, HISTORY, JOBS, MACHINES, POLICIES, Records, STATE_FAMILIES, StateStore, TASKS,
 };
 
 use crate::jobcast_bin;
@@ -195,7 +195,8 @@ impl Drop for Serve {
     }
 }
 
-/// Every record of the derived state (jobs, tasks, machines) of
+/// Every record of the derived state (jobs, decisions, tasks, machines,
+/// history, policies) of
 /// the RocksDB store at `path`, by column family.
 pub fn stored_state(path: &Path) -> BTreeMap<&'static str, Records> {
     let store = StateStore::open(path, false).expect("store opens");
@@ -288,7 +289,7 @@ pub fn assert_shared_state(single: &Path, shared: &[&Path]) {
             assert!(dump(path, family) == expected, "{family} differs");
         }
     }
-    for family in [JOBS, TASKS, MACHINES] {
+    for family in [JOBS, DECISIONS, TASKS, MACHINES] {
         let mut union: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for path in shared {
             for (key, value) in dump(path, family) {
