@@ -42,9 +42,9 @@ impl Default for ConsumerConfig {
     fn default() -> Self {
         ConsumerConfig {
             group: "jobcast".into(),
-            batch_max_events: 1000,
+            batch_max_events: 10_000,
             batch_linger_ms: 20,
-            max_buffered_per_partition: 10_000,
+            max_buffered_per_partition: 25_000,
         }
     }
 }

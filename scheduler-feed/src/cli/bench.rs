@@ -117,6 +117,23 @@ struct ServiceArgs {
     /// and deleted after it.
     #[command(flatten)]
     kafka: KafkaArgs,
+    /// A librdkafka property for the producer that writes the workload
+    /// only, over `-X`; e.g. `--write-property batch.num.messages=1` for a
+    /// broker that mishandles fetches starting inside a record batch
+    /// (tansu 0.6.0, see docs/kafka.md). Repeatable.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_property)]
+    write_property: Vec<(String, String)>,
+}
+
+impl ServiceArgs {
+    /// The settings of the producer that writes the workload.
+    fn writer(&self, settings: &KafkaSettings) -> KafkaSettings {
+        let mut settings = settings.clone();
+        for (key, value) in &self.write_property {
+            settings.client.insert(key.clone(), value.clone());
+        }
+        settings
+    }
 }
 
 #[derive(clap::Args)]
@@ -352,7 +369,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
     config.validate().map_err(anyhow::Error::msg)?;
     let topic = &config.topics.events;
     let (events, diagnostics) = open_input(&args.input)?;
-    let written = write(&config.kafka, topic, events)?;
+    let written = write(&args.service.writer(&config.kafka), topic, events)?;
     report_skipped(diagnostics.as_ref());
     let events = written.delivered;
     if events == 0 {
@@ -702,7 +719,7 @@ fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     for (n, &rate) in args.rates.iter().enumerate() {
         let (config, _state) = fresh_config(&format!("latency{n}"), &args.service)?;
         let load = on_cluster(&args.service, config, |config| {
-            measure_load(config, args.service.partitions, &events, &submissions, rate)
+            measure_load(config, &args.service, &events, &submissions, rate)
         })
         .with_context(|| match rate {
             Rate::PerSec(r) => format!("measuring the latency at {r} events/s"),
@@ -723,7 +740,7 @@ fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
 /// decisions topic, then the events produced at `rate` while both run.
 fn measure_load(
     config: ServeConfig,
-    partitions: i32,
+    run: &ServiceArgs,
     events: &[Event],
     submissions: &HashMap<u64, usize>,
     rate: Rate,
@@ -744,7 +761,7 @@ fn measure_load(
             listen(
                 &settings,
                 &decisions,
-                partitions,
+                run.partitions,
                 &listener_group,
                 &ready,
                 &done,
@@ -757,7 +774,7 @@ fn measure_load(
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let sent = send_times(&settings, &input, events, rate.per_sec())?;
+            let sent = send_times(&run.writer(&settings), &input, events, rate.per_sec())?;
             let bar = progress(
                 Some(total),
                 "{spinner} drain    [{elapsed_precise}] {bar:40} {human_pos}/{human_len} events",

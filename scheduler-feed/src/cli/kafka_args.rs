@@ -13,7 +13,7 @@ pub struct KafkaArgs {
     pub properties: Vec<(String, String)>,
 }
 
-fn parse_property(s: &str) -> Result<(String, String), String> {
+pub fn parse_property(s: &str) -> Result<(String, String), String> {
     let (key, value) = s
         .split_once('=')
         .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))?;
