@@ -55,6 +55,10 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// stop the replay) is consulted regularly during long event-time gaps.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 
+/// How long the first event may take to be acknowledged before pacing
+/// starts anyway (its failure, if it fails, is reported like any other).
+const FIRST_DELIVERY_WAIT: Duration = Duration::from_secs(10);
+
 /// How long to serve delivery reports before retrying a send that found
 /// the producer's queue full.
 const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(5);
@@ -478,6 +482,15 @@ impl Run<'_> {
             self.send(offset, &event_key(&event), &value)?;
             self.produced += 1;
             self.last_time_us = Some(event.time_us());
+            if self.produced == 1 {
+                // An idempotent producer sends nothing until the broker has
+                // given it a producer id (about 0.5 s after it starts, as
+                // measured here), so the first events of a paced replay
+                // would queue up and leave in a burst. Pacing starts once
+                // the first event is delivered.
+                let _ = self.producer.flush(FIRST_DELIVERY_WAIT);
+                self.started = Some(Instant::now());
+            }
             if self.produced.is_multiple_of(POLL_EVERY) {
                 self.producer.poll(Duration::ZERO);
             }
