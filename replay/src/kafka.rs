@@ -34,7 +34,7 @@ use std::error::Error as StdError;
 use std::ops::ControlFlow;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::{KafkaSettings, event_key};
@@ -43,6 +43,7 @@ use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
 use rdkafka::util::Timeout;
 use serde::Serialize;
 
@@ -55,9 +56,8 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// stop the replay) is consulted regularly during long event-time gaps.
 const MAX_WAIT: Duration = Duration::from_millis(100);
 
-/// How long the first event may take to be acknowledged before pacing
-/// starts anyway (its failure, if it fails, is reported like any other).
-const FIRST_DELIVERY_WAIT: Duration = Duration::from_secs(10);
+/// How long a replay waits for its producer's id before producing anyway.
+const PRODUCER_ID_WAIT: Duration = Duration::from_secs(10);
 
 /// How long to serve delivery reports before retrying a send that found
 /// the producer's queue full.
@@ -321,9 +321,20 @@ struct Deliveries {
     failed: AtomicU64,
     bytes: AtomicU64,
     first_failure: Mutex<Option<DeliveryFailure>>,
+    /// The broker has given the (idempotent) producer its id.
+    has_producer_id: AtomicBool,
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn stats(&self, statistics: Statistics) {
+        if statistics
+            .eos
+            .is_some_and(|eos| eos.idemp_state == "Assigned")
+        {
+            self.has_producer_id.store(true, Ordering::Relaxed);
+        }
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = usize;
@@ -374,11 +385,27 @@ where
     E: StdError + Send + Sync + 'static,
 {
     options.validate()?;
-    let producer: BaseProducer<Deliveries> = settings
-        .producer_config()
+    let mut config = settings.producer_config();
+    // An idempotent producer sends nothing until the broker has given it an
+    // id (about 0.5 s after it starts, as measured here): the first events
+    // of a paced replay would queue up and leave in a burst. librdkafka
+    // tells the id's state only in its statistics.
+    let idempotent = config.get("enable.idempotence") == Some("true");
+    if idempotent && config.get("statistics.interval.ms").is_none() {
+        config.set("statistics.interval.ms", "100");
+    }
+    let producer: BaseProducer<Deliveries> = config
         .create_with_context(Deliveries::default())
         .map_err(|e| ReplayError::Producer(settings.redact(e)))?;
     check_topic(&producer, &options.topic)?;
+    if idempotent {
+        let deadline = Instant::now() + PRODUCER_ID_WAIT;
+        while !producer.context().has_producer_id.load(Ordering::Relaxed)
+            && Instant::now() < deadline
+        {
+            producer.poll(Duration::from_millis(10));
+        }
+    }
 
     let mut run = Run {
         producer: &producer,
@@ -482,15 +509,6 @@ impl Run<'_> {
             self.send(offset, &event_key(&event), &value)?;
             self.produced += 1;
             self.last_time_us = Some(event.time_us());
-            if self.produced == 1 {
-                // An idempotent producer sends nothing until the broker has
-                // given it a producer id (about 0.5 s after it starts, as
-                // measured here), so the first events of a paced replay
-                // would queue up and leave in a burst. Pacing starts once
-                // the first event is delivered.
-                let _ = self.producer.flush(FIRST_DELIVERY_WAIT);
-                self.started = Some(Instant::now());
-            }
             if self.produced.is_multiple_of(POLL_EVERY) {
                 self.producer.poll(Duration::ZERO);
             }

@@ -43,7 +43,7 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             group: "jobcast".into(),
             batch_max_events: 10_000,
-            batch_linger_ms: 20,
+            batch_linger_ms: 2,
             max_buffered_per_partition: 25_000,
         }
     }

@@ -58,8 +58,9 @@ use super::kafka_args::KafkaArgs;
 const STALL: Duration = Duration::from_secs(60);
 /// Consumed messages between progress-bar updates.
 const PROGRESS_EVERY: u64 = 1 << 12;
-/// The decisions listener's fetch wait: an upper bound on what it adds to
-/// the measured latency when the broker holds a fetch open.
+/// The decisions listener's fetch wait unless `-X fetch.wait.max.ms` sets
+/// one: an upper bound on what it adds to the measured latency when the
+/// broker holds a fetch open.
 const LISTENER_FETCH_WAIT_MS: &str = "10";
 
 #[derive(clap::Args)]
@@ -882,11 +883,14 @@ fn listen(
     ready: &AtomicBool,
     done: &AtomicBool,
 ) -> anyhow::Result<HashMap<u64, Instant>> {
-    let consumer: BaseConsumer<RawContext> = settings
-        .client_config()
+    let mut config = settings.client_config();
+    config
         .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", LISTENER_FETCH_WAIT_MS)
+        .set("enable.auto.commit", "false");
+    if !settings.client.contains_key("fetch.wait.max.ms") {
+        config.set("fetch.wait.max.ms", LISTENER_FETCH_WAIT_MS);
+    }
+    let consumer: BaseConsumer<RawContext> = config
         .create_with_context(RawContext)
         .map_err(|e| settings.redact(e))
         .context("creating the decisions listener")?;
