@@ -277,3 +277,26 @@ fn a_store_built_with_another_engine_configuration_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
+    cluster.produce(&topics.events, &messages);
+    let (_dir, path) = temp();
+    let config = config(&cluster.brokers(), &topics, &path);
+    run_until(&config, messages.len() as u64);
+    let store = Arc::new(StateStore::open(&path, false).unwrap());
+    // What a jobcast of store format 2 (decisions inside the job records)
+    // left behind.
+    let mut batch = store.batch();
+    batch.set_meta("store_format", b"2");
+    store.commit(batch).unwrap();
+    let err = service::run(&config, Shared::new(store)).unwrap_err();
+    assert!(
+        err.to_string().contains("store format 2; this one reads 3"),
+        "{err}"
+    );
+}
