@@ -260,17 +260,10 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
 
 #[test]
 fn a_store_built_with_another_engine_configuration_is_refused() {
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let events = excerpt_events();
-    let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
-    cluster.produce(&topics.events, &messages);
-    let (_dir, path) = temp();
-    let config_a = config(&cluster.brokers(), &topics, &path);
-    run_until(&config_a, messages.len() as u64);
+    let (_cluster, _dir, config_a) = store_of_a_short_run();
     let mut config_b = config_a.clone();
     config_b.engine.policies.thin_limit = 5;
-    let store = Arc::new(StateStore::open(&path, false).unwrap());
+    let store = Arc::new(StateStore::open(&config_a.storage.path, false).unwrap());
     let err = service::run(&config_b, Shared::new(store)).unwrap_err();
     assert!(
         err.to_string().contains("another engine configuration"),
@@ -280,15 +273,8 @@ fn a_store_built_with_another_engine_configuration_is_refused() {
 
 #[test]
 fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let events = excerpt_events();
-    let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
-    cluster.produce(&topics.events, &messages);
-    let (_dir, path) = temp();
-    let config = config(&cluster.brokers(), &topics, &path);
-    run_until(&config, messages.len() as u64);
-    let store = Arc::new(StateStore::open(&path, false).unwrap());
+    let (_cluster, _dir, config) = store_of_a_short_run();
+    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
     // What a jobcast of store format 2 (decisions inside the job records)
     // left behind.
     let mut batch = store.batch();
@@ -299,4 +285,18 @@ fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
         err.to_string().contains("store format 2; this one reads 3"),
         "{err}"
     );
+}
+
+/// The store of a run over the excerpt's first 200 events, the cluster it
+/// read them from, and the run's configuration.
+fn store_of_a_short_run() -> (Cluster, tempfile::TempDir, ServeConfig) {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
+    cluster.produce(&topics.events, &messages);
+    let (dir, path) = temp();
+    let config = config(&cluster.brokers(), &topics, &path);
+    run_until(&config, messages.len() as u64);
+    (cluster, dir, config)
 }
