@@ -389,16 +389,22 @@ where
     // An idempotent producer sends nothing until the broker has given it an
     // id (about 0.5 s after it starts, as measured here): the first events
     // of a paced replay would queue up and leave in a burst. librdkafka
-    // tells the id's state only in its statistics.
+    // tells the id's state only in its statistics, so the wait needs them
+    // (and is skipped if the user turned them off).
     let idempotent = config.get("enable.idempotence") == Some("true");
-    if idempotent && config.get("statistics.interval.ms").is_none() {
-        config.set("statistics.interval.ms", "100");
-    }
+    let wait_for_id = idempotent
+        && match config.get("statistics.interval.ms") {
+            None => {
+                config.set("statistics.interval.ms", "100");
+                true
+            }
+            Some(interval) => interval != "0",
+        };
     let producer: BaseProducer<Deliveries> = config
         .create_with_context(Deliveries::default())
         .map_err(|e| ReplayError::Producer(settings.redact(e)))?;
     check_topic(&producer, &options.topic)?;
-    if idempotent {
+    if wait_for_id {
         let deadline = Instant::now() + PRODUCER_ID_WAIT;
         while !producer.context().has_producer_id.load(Ordering::Relaxed)
             && Instant::now() < deadline

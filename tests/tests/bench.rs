@@ -136,3 +136,23 @@ fn bench_latency_rejects_a_non_positive_rate() {
         "{stderr}"
     );
 }
+
+#[test]
+fn bench_write_properties_reach_the_workload_writer() {
+    let out = jobcast_tests::jobcast(&[
+        "bench",
+        "pipeline",
+        "--generate-jobs",
+        "10",
+        "--write-property",
+        "batch.num.messages=many",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("batch.num.messages"), "{stderr}");
+
+    let out = jobcast_tests::jobcast(&["bench", "pipeline", "--write-property", "linger.ms"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("expected KEY=VALUE"), "{stderr}");
+}
