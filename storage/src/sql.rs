@@ -1,10 +1,23 @@
 //! SQL over the Parquet trace tables with DataFusion: the engine behind
 //! `jobcast sql`.
+//!
+//! One thing is added to DataFusion's own planning: a common table
+//! expression (or any identical aliased subquery) used more than once in a
+//! query is computed once, before the query, and read from memory at each
+//! use ([`materialise_shared_subqueries`]). DataFusion inlines a CTE at
+//! every reference, so a self-join of a CTE scans and aggregates its
+//! tables once per side; DuckDB and PostgreSQL materialise such CTEs.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
+use datafusion::common::TableReference;
+use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
+use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::error::DataFusionError;
+use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion::sql::parser::DFParser;
 
@@ -75,12 +88,22 @@ pub async fn open_session(dir: &Path) -> Result<SessionContext, DataFusionError>
     Ok(ctx)
 }
 
+/// How queries are planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueryOptions {
+    /// Leave CTEs inlined at every use, as DataFusion plans them, instead of
+    /// computing each one used more than once a single time.
+    pub inline_ctes: bool,
+}
+
 /// Run one SQL statement and collect its result.
 pub async fn run_query(
     ctx: &SessionContext,
     sql: &str,
+    options: QueryOptions,
 ) -> Result<Vec<RecordBatch>, DataFusionError> {
-    ctx.sql(sql).await?.collect().await
+    let plan = ctx.state().create_logical_plan(sql).await?;
+    execute(ctx, plan, options).await
 }
 
 /// Run every statement of a script (statements separated by `;`, comments
@@ -89,15 +112,153 @@ pub async fn run_query(
 pub async fn run_script(
     ctx: &SessionContext,
     script: &str,
+    options: QueryOptions,
 ) -> Result<Vec<(String, Vec<RecordBatch>)>, DataFusionError> {
     let mut results = Vec::new();
     for statement in DFParser::parse_sql(script)? {
         let text = statement.to_string();
         let plan = ctx.state().statement_to_plan(statement).await?;
-        let batches = ctx.execute_logical_plan(plan).await?.collect().await?;
-        results.push((text, batches));
+        results.push((text, execute(ctx, plan, options).await?));
     }
     Ok(results)
+}
+
+async fn execute(
+    ctx: &SessionContext,
+    plan: LogicalPlan,
+    options: QueryOptions,
+) -> Result<Vec<RecordBatch>, DataFusionError> {
+    let plan = if options.inline_ctes {
+        plan
+    } else {
+        materialise_shared_subqueries(ctx, plan).await?
+    };
+    ctx.execute_logical_plan(plan).await?.collect().await
+}
+
+/// Compute every aliased subquery that occurs more than once in a query
+/// (a CTE referenced twice or more: DataFusion's SQL planner copies its
+/// plan into each reference) a single time, and replace each occurrence
+/// with a scan of the result held in memory. The outermost repeated
+/// subquery goes first; what repeats inside it is computed with it.
+///
+/// Left as planned: statements other than queries (a `CREATE VIEW`'s
+/// definition must stay a definition; `EXPLAIN` shows DataFusion's own
+/// plan), recursive queries, and subqueries that refer to an outer query.
+/// The cost is memory: a shared CTE's whole result is held while the query
+/// runs (`--inline-ctes` turns this off).
+pub async fn materialise_shared_subqueries(
+    ctx: &SessionContext,
+    mut plan: LogicalPlan,
+) -> Result<LogicalPlan, DataFusionError> {
+    if !is_query(&plan) || contains(&plan, |p| matches!(p, LogicalPlan::RecursiveQuery(_)))? {
+        return Ok(plan);
+    }
+    let mut computed = 0;
+    while let Some(shared) = first_repeated_subquery(&plan)? {
+        computed += 1;
+        let LogicalPlan::SubqueryAlias(alias) = &shared else {
+            unreachable!("only aliased subqueries are candidates")
+        };
+        let schema = Arc::new(shared.schema().as_arrow().clone());
+        let partitions = ctx
+            .execute_logical_plan(shared.clone())
+            .await?
+            .collect_partitioned()
+            .await?
+            .into_iter()
+            .map(|batches| {
+                batches
+                    .into_iter()
+                    .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let table = MemTable::try_new(schema, partitions)?;
+        // Plans compare table scans by name, not by source: a name of its
+        // own keeps two computed subqueries apart, the alias restores the
+        // qualifier the query refers to.
+        let scan = LogicalPlanBuilder::scan(
+            TableReference::bare(format!("{} (computed {computed})", alias.alias)),
+            provider_as_source(Arc::new(table)),
+            None,
+        )?
+        .alias(alias.alias.clone())?
+        .build()?;
+        plan = plan
+            .transform_down_with_subqueries(|node| {
+                Ok(if node == shared {
+                    Transformed::new(scan.clone(), true, TreeNodeRecursion::Jump)
+                } else {
+                    Transformed::no(node)
+                })
+            })?
+            .data;
+    }
+    Ok(plan)
+}
+
+/// A plan that returns rows and changes nothing.
+fn is_query(plan: &LogicalPlan) -> bool {
+    !matches!(
+        plan,
+        LogicalPlan::Ddl(_)
+            | LogicalPlan::Dml(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::Statement(_)
+            | LogicalPlan::Explain(_)
+            | LogicalPlan::Analyze(_)
+            | LogicalPlan::DescribeTable(_)
+    )
+}
+
+fn contains(
+    plan: &LogicalPlan,
+    predicate: impl Fn(&LogicalPlan) -> bool,
+) -> Result<bool, DataFusionError> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        found = predicate(node);
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(found)
+}
+
+/// The first (outermost, in pre-order) aliased subquery that occurs more
+/// than once, computes something (more than scan a table) and can be
+/// computed on its own.
+fn first_repeated_subquery(plan: &LogicalPlan) -> Result<Option<LogicalPlan>, DataFusionError> {
+    let mut seen: HashMap<&LogicalPlan, usize> = HashMap::new();
+    let mut order: Vec<&LogicalPlan> = Vec::new();
+    // `apply_with_subqueries` hands out borrows that do not outlive the
+    // closure, so the nodes are counted by value.
+    let mut nodes: Vec<LogicalPlan> = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        if matches!(node, LogicalPlan::SubqueryAlias(_)) {
+            nodes.push(node.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    for node in &nodes {
+        let count = seen.entry(node).or_default();
+        if *count == 0 {
+            order.push(node);
+        }
+        *count += 1;
+    }
+    // An alias of a bare table (a computed one included) is only a scan.
+    let computes = |node: &LogicalPlan| match node {
+        LogicalPlan::SubqueryAlias(alias) => !matches!(*alias.input, LogicalPlan::TableScan(_)),
+        _ => false,
+    };
+    Ok(order
+        .into_iter()
+        .find(|node| seen[node] > 1 && computes(node) && !node.contains_outer_reference())
+        .cloned())
 }
 
 /// Render record batches in the given format.
@@ -131,5 +292,143 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String, D
             out.push(b'\n');
             Ok(String::from_utf8_lossy(&out).into_owned())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    /// A session with `t(k, v)`: 6 rows over 3 keys, in memory.
+    fn session() -> SessionContext {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec!["a", "a", "b", "b", "b", "c"])),
+                Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6])),
+            ],
+        )
+        .unwrap();
+        let ctx = SessionContext::new();
+        ctx.register_table(
+            "t",
+            Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
+        )
+        .unwrap();
+        ctx
+    }
+
+    /// Scans of the registered table `t` left in the plan.
+    fn scans_of_t(plan: &LogicalPlan) -> usize {
+        let mut n = 0;
+        plan.apply_with_subqueries(|node| {
+            if let LogicalPlan::TableScan(scan) = node
+                && scan.table_name.table() == "t"
+            {
+                n += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        n
+    }
+
+    async fn rows(ctx: &SessionContext, sql: &str, inline_ctes: bool) -> String {
+        let batches = run_query(ctx, sql, QueryOptions { inline_ctes })
+            .await
+            .unwrap();
+        render(&batches, OutputFormat::Csv).unwrap()
+    }
+
+    const SELF_JOIN: &str = "WITH sums AS (SELECT k, sum(v) AS s, count(*) AS n FROM t GROUP BY k)
+        SELECT a.k, b.k AS other, a.s + b.s AS total FROM sums a JOIN sums b ON a.n <= b.n
+        ORDER BY a.k, other";
+
+    #[tokio::test]
+    async fn a_cte_used_twice_is_computed_once_with_the_same_answer() {
+        let ctx = session();
+        let plan = ctx.state().create_logical_plan(SELF_JOIN).await.unwrap();
+        assert_eq!(
+            scans_of_t(&plan),
+            2,
+            "DataFusion inlines the CTE at each use"
+        );
+        let shared = materialise_shared_subqueries(&ctx, plan).await.unwrap();
+        assert_eq!(scans_of_t(&shared), 0, "{shared}");
+
+        let materialised = rows(&ctx, SELF_JOIN, false).await;
+        assert_eq!(materialised, rows(&ctx, SELF_JOIN, true).await);
+        assert!(
+            materialised.starts_with("k,other,total\na,a,6\na,b,15\n"),
+            "{materialised}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cte_used_once_stays_inlined() {
+        let ctx = session();
+        let sql =
+            "WITH big AS (SELECT k, v FROM t WHERE v > 1) SELECT count(*) FROM big WHERE k = 'b'";
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        let same = materialise_shared_subqueries(&ctx, plan.clone())
+            .await
+            .unwrap();
+        assert_eq!(same, plan);
+        assert_eq!(rows(&ctx, sql, false).await, "count(*)\n3\n");
+    }
+
+    #[tokio::test]
+    async fn shared_ctes_in_subqueries_and_nested_ctes() {
+        let ctx = session();
+        // `c` is used in the outer query and in a correlated scalar
+        // subquery; `d` (used twice) is built on `c`.
+        let sql = "WITH c AS (SELECT k, v FROM t WHERE v % 2 = 1),
+                        d AS (SELECT k, max(v) AS m FROM c GROUP BY k)
+            SELECT o.k, o.v, (SELECT sum(i.v) FROM c i WHERE i.k = o.k) AS key_sum,
+                   (SELECT max(m) FROM d) AS top, (SELECT count(*) FROM d) AS keys
+            FROM c o ORDER BY o.v";
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        assert!(scans_of_t(&plan) >= 3);
+        let shared = materialise_shared_subqueries(&ctx, plan).await.unwrap();
+        assert_eq!(scans_of_t(&shared), 0, "{shared}");
+        let materialised = rows(&ctx, sql, false).await;
+        assert_eq!(materialised, rows(&ctx, sql, true).await);
+        assert_eq!(
+            materialised,
+            "k,v,key_sum,top,keys\na,1,1,5,2\nb,3,8,5,2\nb,5,8,5,2\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn views_and_recursive_queries_are_left_as_planned() {
+        let ctx = session();
+        // A view's definition must see rows inserted after it was made.
+        run_query(
+            &ctx,
+            &format!("CREATE VIEW pairs AS {SELF_JOIN}"),
+            QueryOptions::default(),
+        )
+        .await
+        .unwrap();
+        let before = rows(&ctx, "SELECT count(*) AS n FROM pairs", false).await;
+        run_query(
+            &ctx,
+            "INSERT INTO t VALUES ('d', 9), ('d', 10)",
+            QueryOptions::default(),
+        )
+        .await
+        .unwrap();
+        let after = rows(&ctx, "SELECT count(*) AS n FROM pairs", false).await;
+        assert_eq!((before.as_str(), after.as_str()), ("n\n6\n", "n\n11\n"));
+
+        let sql = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 4)
+            SELECT sum(a.i) AS s FROM r a JOIN r b ON a.i = b.i";
+        assert_eq!(rows(&ctx, sql, false).await, "s\n10\n");
     }
 }

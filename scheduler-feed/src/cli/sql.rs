@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use jobcast_storage::sql::{OutputFormat, open_session, render, run_query, run_script};
+use jobcast_storage::sql::{
+    OutputFormat, QueryOptions, open_session, render, run_query, run_script,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,6 +20,11 @@ pub struct Args {
     /// statement before its result.
     #[arg(long, conflicts_with = "query")]
     file: Option<PathBuf>,
+    /// Plan a CTE used more than once at each of its uses (DataFusion's
+    /// own plan) instead of computing it once and holding its result in
+    /// memory while the query runs.
+    #[arg(long)]
+    inline_ctes: bool,
     /// The query; without one (and without --file), an interactive prompt
     /// opens (statements end with `;`).
     #[arg(allow_hyphen_values = true)]
@@ -29,13 +36,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the query runtime")?;
+    let options = QueryOptions {
+        inline_ctes: args.inline_ctes,
+    };
     runtime.block_on(async {
         let ctx = open_session(&args.data).await?;
         // Bad SQL is reported as DataFusion words it.
         if let Some(path) = &args.file {
             let script = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let results = run_script(&ctx, &script)
+            let results = run_script(&ctx, &script, options)
                 .await
                 .with_context(|| format!("running {}", path.display()))?;
             for (statement, batches) in results {
@@ -47,11 +57,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         match &args.query {
             Some(sql) => {
-                let batches = run_query(&ctx, sql).await?;
+                let batches = run_query(&ctx, sql, options).await?;
                 print!("{}", render(&batches, args.format)?);
                 Ok(())
             }
-            None => interactive(&ctx, args.format).await,
+            None => interactive(&ctx, args.format, options).await,
         }
     })
 }
@@ -59,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 async fn interactive(
     ctx: &datafusion::prelude::SessionContext,
     format: OutputFormat,
+    options: QueryOptions,
 ) -> anyhow::Result<()> {
     let mut editor = rustyline::DefaultEditor::new().context("opening the prompt")?;
     eprintln!(
@@ -82,7 +93,7 @@ async fn interactive(
                 let sql = std::mem::take(&mut statement);
                 let _ = editor.add_history_entry(sql.trim());
                 // Errors are shown and the prompt goes on.
-                match run_query(ctx, &sql).await {
+                match run_query(ctx, &sql, options).await {
                     Ok(batches) => match render(&batches, format) {
                         Ok(text) => print!("{text}"),
                         Err(e) => eprintln!("error: {e}"),
