@@ -185,18 +185,39 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// produced again.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`await_deliveries`] sleeps when no acknowledgement came in.
+const DELIVERY_POLL_SLEEP: Duration = Duration::from_micros(100);
+
 /// Serve `producer`'s delivery reports until nothing is in flight (true) or
 /// `timeout` passes. `BaseProducer::flush` would do the same but sleeps in
-/// 100 ms steps, which put 100 ms on every batch's event → decision latency.
+/// 100 ms steps, which put 100 ms on every batch's event → decision latency;
+/// `BaseProducer::poll(timeout)` returns only at its deadline and spins
+/// through the last millisecond of it (librdkafka waits in whole
+/// milliseconds), which took a core from the broker and the consumer while
+/// every batch waited. So: serve what is there, and sleep briefly when
+/// nothing was.
 fn await_deliveries<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
-    while producer.in_flight_count() > 0 {
+    loop {
+        let in_flight = producer.in_flight_count();
+        if in_flight == 0 {
+            return true;
+        }
         if Instant::now() >= deadline {
             return false;
         }
-        producer.poll(Duration::from_millis(1));
+        producer.poll(Duration::ZERO);
+        if producer.in_flight_count() == in_flight {
+            std::thread::sleep(DELIVERY_POLL_SLEEP);
+        }
     }
-    true
+}
+
+/// `wait` rounded up to whole milliseconds. librdkafka waits in whole
+/// milliseconds, and rust-rdkafka's `poll` spins through a remainder under
+/// one.
+fn whole_millis(wait: Duration) -> Duration {
+    Duration::from_millis(wait.as_micros().div_ceil(1000) as u64)
 }
 /// One consumed message on its way through the pipeline.
 struct Consumed {
@@ -968,7 +989,7 @@ impl<'a> Pipeline<'a> {
                     Duration::ZERO
                 } else {
                     batch_started.map_or(POLL_WAIT, |t| {
-                        linger.saturating_sub(t.elapsed()).min(POLL_WAIT)
+                        whole_millis(linger.saturating_sub(t.elapsed())).min(POLL_WAIT)
                     })
                 };
                 for _ in 0..max_batch {
