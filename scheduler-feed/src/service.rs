@@ -1460,3 +1460,17 @@ impl Consumed {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_rounded_up_to_whole_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
+        assert_eq!(whole_millis(Duration::from_micros(1)), ms(1));
+        assert_eq!(whole_millis(Duration::from_micros(1_300)), ms(2));
+        assert_eq!(whole_millis(ms(2)), ms(2));
+    }
+}
