@@ -530,7 +530,9 @@ impl Engine {
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
         self.refresh_risks(event.time_us(), effects);
-        effects.history.append(&mut self.history.take_changes());
+        // `extend`, not `append`: `append` rebuilds the whole set, and
+        // `effects` gathers a batch of thousands of events.
+        effects.history.extend(self.history.take_changes());
         self.events += 1;
         Ok(())
     }

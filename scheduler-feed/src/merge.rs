@@ -14,7 +14,9 @@
 //! that is momentarily drained does not hold the others back; an event that
 //! arrives later with an earlier time is applied late.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::ops::Range;
 
 /// One consumed message, waiting for its turn.
@@ -60,12 +62,21 @@ impl<T> Partition<T> {
 #[derive(Debug)]
 pub struct PartitionMerge<T> {
     partitions: BTreeMap<i32, Partition<T>>,
+    /// The first message of every non-empty queue as (time, partition,
+    /// offset), earliest first: the next message out is always on top, so
+    /// releasing one costs O(log partitions), not a scan of them all.
+    fronts: BinaryHeap<Reverse<(u64, i32, i64)>>,
+    /// How many partitions hold the others back (see
+    /// [`Partition::holds_back`]); nothing is released while any does.
+    holding_back: usize,
 }
 
 impl<T> Default for PartitionMerge<T> {
     fn default() -> Self {
         PartitionMerge {
             partitions: BTreeMap::new(),
+            fronts: BinaryHeap::new(),
+            holding_back: 0,
         }
     }
 }
@@ -75,13 +86,23 @@ impl<T> PartitionMerge<T> {
     /// if that is known (an offset stored with the state). Anything buffered
     /// for it before is dropped: it will be read again.
     pub fn assign(&mut self, partition: i32, next_offset: Option<i64>) {
+        self.revoke(partition);
         self.partitions
             .insert(partition, Partition::new(next_offset));
+        self.holding_back += 1;
     }
 
     /// Stop following `partition`, dropping what is buffered for it.
     pub fn revoke(&mut self, partition: i32) {
-        self.partitions.remove(&partition);
+        let Some(p) = self.partitions.remove(&partition) else {
+            return;
+        };
+        if p.holds_back() {
+            self.holding_back -= 1;
+        }
+        if !p.queue.is_empty() {
+            self.fronts.retain(|Reverse((_, id, _))| *id != partition);
+        }
     }
 
     pub fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
@@ -110,6 +131,12 @@ impl<T> PartitionMerge<T> {
         p.next_offset = Some(offset + 1);
         let time_us = time_us.unwrap_or(p.latest_us);
         p.latest_us = p.latest_us.max(time_us);
+        if p.holds_back() {
+            self.holding_back -= 1;
+        }
+        if p.queue.is_empty() {
+            self.fronts.push(Reverse((time_us, partition, offset)));
+        }
         p.at_end = false;
         p.queue.push_back(Pending {
             partition,
@@ -123,6 +150,9 @@ impl<T> PartitionMerge<T> {
     /// The consumer has read `partition` to its end.
     pub fn reached_end(&mut self, partition: i32) {
         if let Some(p) = self.partitions.get_mut(&partition) {
+            if p.holds_back() {
+                self.holding_back -= 1;
+            }
             p.at_end = true;
         }
     }
@@ -146,21 +176,32 @@ impl<T> PartitionMerge<T> {
 
     /// Whether [`PartitionMerge::pop`] would release a message now.
     pub fn ready(&self) -> bool {
-        !self.partitions.values().any(Partition::holds_back)
-            && self.partitions.values().any(|p| !p.queue.is_empty())
+        self.holding_back == 0 && !self.fronts.is_empty()
     }
 
     /// The next message in merged order, if it may go now.
     pub fn pop(&mut self) -> Option<Pending<T>> {
-        if self.partitions.values().any(Partition::holds_back) {
+        if self.holding_back > 0 {
             return None;
         }
-        let (&id, _) = self
+        let mut top = self.fronts.peek_mut()?;
+        let Reverse((_, id, _)) = *top;
+        let p = self
             .partitions
-            .iter()
-            .filter_map(|(id, p)| p.queue.front().map(|m| (id, m)))
-            .min_by_key(|(id, m)| (m.time_us, **id, m.offset))?;
-        self.partitions.get_mut(&id)?.queue.pop_front()
+            .get_mut(&id)
+            .expect("every front belongs to a followed partition");
+        let message = p.queue.pop_front().expect("a front is a queued message");
+        match p.queue.front() {
+            // The partition's next message takes its place in one sift.
+            Some(next) => *top = Reverse((next.time_us, id, next.offset)),
+            None => {
+                PeekMut::pop(top);
+                if !p.at_end {
+                    self.holding_back += 1;
+                }
+            }
+        }
+        Some(message)
     }
 }
 
@@ -252,6 +293,28 @@ mod tests {
         assert_eq!(m.push(0, 1447, Some(1), "f"), Some(0..1447));
     }
 
+    /// The merge as first written: a scan of every partition per message.
+    /// The heap and the holding-back count must agree with it.
+    #[derive(Default)]
+    struct ScanMerge {
+        partitions: BTreeMap<i32, (VecDeque<(u64, i64)>, bool)>,
+    }
+
+    impl ScanMerge {
+        fn pop(&mut self) -> Option<(u64, i32, i64)> {
+            if self.partitions.values().any(|(q, end)| q.is_empty() && !end) {
+                return None;
+            }
+            let (&id, _) = self
+                .partitions
+                .iter()
+                .filter_map(|(id, (q, _))| q.front().map(|m| (id, m)))
+                .min_by_key(|(id, m)| (m.0, **id, m.1))?;
+            let (time, offset) = self.partitions.get_mut(&id)?.0.pop_front()?;
+            Some((time, id, offset))
+        }
+    }
+
     proptest! {
         /// However the partitions' messages interleave on arrival, the
         /// merged order is the same: sorted by (time, partition, offset).
@@ -296,6 +359,52 @@ mod tests {
                 m.push(p as i32, o as i64, Some(t), (t, p as i32, o as i64));
             }
             prop_assert_eq!(out, expected);
+        }
+
+        /// Any sequence of assignments, revocations, arrivals, ends and
+        /// releases gives what a scan of every partition gives.
+        #[test]
+        fn agrees_with_a_scan_of_every_partition(
+            ops in proptest::collection::vec((0u8..6, 0i32..4, 0u64..10), 0..200),
+        ) {
+            let mut m: PartitionMerge<()> = PartitionMerge::default();
+            let mut scan = ScanMerge::default();
+            let mut next_offset = [0i64; 4];
+            for (op, partition, time) in ops {
+                match op {
+                    0 => {
+                        m.assign(partition, None);
+                        scan.partitions.insert(partition, (VecDeque::new(), false));
+                    }
+                    1 => {
+                        m.revoke(partition);
+                        scan.partitions.remove(&partition);
+                    }
+                    2 => {
+                        m.reached_end(partition);
+                        if let Some(p) = scan.partitions.get_mut(&partition) {
+                            p.1 = true;
+                        }
+                    }
+                    3 | 4 => {
+                        let offset = next_offset[partition as usize];
+                        next_offset[partition as usize] += 1;
+                        m.push(partition, offset, Some(time), ());
+                        if let Some(p) = scan.partitions.get_mut(&partition) {
+                            p.0.push_back((time, offset));
+                            p.1 = false;
+                        }
+                    }
+                    _ => {
+                        let ready = m.ready();
+                        let got = m.pop().map(|p| (p.time_us, p.partition, p.offset));
+                        prop_assert_eq!(ready, got.is_some());
+                        prop_assert_eq!(got, scan.pop());
+                    }
+                }
+                let total: usize = scan.partitions.values().map(|p| p.0.len()).sum();
+                prop_assert_eq!(m.total_buffered(), total);
+            }
         }
     }
 }

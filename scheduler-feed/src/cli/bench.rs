@@ -41,7 +41,7 @@ use jobcast_ingest::{Diagnostics, Format, TraceError};
 use jobcast_replay::WorkloadConfig;
 use jobcast_replay::kafka::{Gate, Outcome, ReplayOptions, ReplaySummary, Speed, Ungated, replay};
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::service::{self, RunSummary, ServiceError, Shared};
+use jobcast_scheduler_feed::service::{self, FETCH_QUEUE_BACKOFF_MS, RunSummary, ServiceError, Shared};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -500,11 +500,18 @@ fn raw_consume(
     total: u64,
     group: &str,
 ) -> anyhow::Result<f64> {
-    let consumer: BaseConsumer<RawContext> = settings
-        .client_config()
+    let mut config = settings.client_config();
+    config
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        // As the service's input consumer, so that neither waits out
+        // librdkafka's default second once its prefetch queue is full.
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+    for (key, value) in &settings.client {
+        config.set(key, value);
+    }
+    let consumer: BaseConsumer<RawContext> = config
         .create_with_context(RawContext)
         .map_err(|e| settings.redact(e))
         .context("creating the raw consumer")?;
