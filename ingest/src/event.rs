@@ -405,8 +405,20 @@ impl DecodeError {
 
 /// Decode one event from JSON bytes, strictly.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    // Tracking the path costs on every field of every event; only a
+    // failure needs it, and decoding again fails the same way.
+    match serde_json::from_slice::<WireEvent>(bytes) {
+        Ok(wire) => Event::try_from(wire),
+        Err(_) => Err(explain_failure(bytes)),
+    }
+}
+
+/// Why `bytes` is not a wire event: decoded again, tracking the path of
+/// the field where it fails.
+#[cold]
+fn explain_failure(bytes: &[u8]) -> DecodeError {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let wire: WireEvent = serde_path_to_error::deserialize(&mut de).map_err(|err| {
+    let error = serde_path_to_error::deserialize::<_, WireEvent>(&mut de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         let mut field = (path != "." && !path.is_empty()).then_some(path);
@@ -445,11 +457,19 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
             field: field.map(bounded),
             message: bounded(message),
         }
-    })?;
-    de.end().map_err(|e| {
-        DecodeError::new(DecodeErrorKind::Syntax, None, format!("trailing data: {e}"))
-    })?;
-    Event::try_from(wire)
+    });
+    if let Err(error) = error {
+        return error;
+    }
+    match de.end() {
+        Err(e) => DecodeError::new(DecodeErrorKind::Syntax, None, format!("trailing data: {e}")),
+        // Unreachable while both decoders agree; say so rather than panic.
+        Ok(()) => DecodeError::new(
+            DecodeErrorKind::Syntax,
+            None,
+            "rejected by the JSON decoder, accepted when decoded again",
+        ),
+    }
 }
 
 /// The flat wire form. Every field but `v` and `type` is optional here;
@@ -906,6 +926,12 @@ mod tests {
         let cases: &[(&str, DecodeErrorKind, Option<&str>)] = &[
             ("{", DecodeErrorKind::Syntax, None),
             ("not json", DecodeErrorKind::Syntax, None),
+            // A whole event with more after it.
+            (
+                r#"{"v":1,"type":"task","time_us":1,"job_id":1,"task_index":0,"kind":"finish"} {}"#,
+                DecodeErrorKind::Syntax,
+                None,
+            ),
             (
                 r#"{"v":2,"type":"task"}"#,
                 DecodeErrorKind::UnsupportedVersion,
