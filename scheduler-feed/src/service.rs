@@ -1147,6 +1147,9 @@ impl<'a> Pipeline<'a> {
             write.set_meta(STORE_FORMAT_KEY, STORE_FORMAT);
         }
         let n = batch.len();
+        // Counted here and added to the metrics once per batch: a labelled
+        // metric costs a registry lookup per call.
+        let mut consumed_by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
         for (partition, offset, consumed) in batch {
             offsets.insert(partition, offset + 1);
             let owned = self
@@ -1159,8 +1162,7 @@ impl<'a> Pipeline<'a> {
                     applied += 1;
                     if owned {
                         if let Ok(event) = &consumed.event {
-                            metrics::counter!(telemetry::EVENTS_CONSUMED, "type" => event.type_name())
-                                .increment(1);
+                            *consumed_by_type.entry(event.type_name()).or_default() += 1;
                         }
                         self.outputs_to(
                             &effects.outputs[before..],
@@ -1219,16 +1221,18 @@ impl<'a> Pipeline<'a> {
         }
         self.commit_to_group(member, &offsets);
 
+        for (kind, count) in consumed_by_type {
+            metrics::counter!(telemetry::EVENTS_CONSUMED, "type" => kind).increment(count);
+        }
         let mut decisions = 0u64;
         let mut scored = 0u64;
+        let mut decisions_by_queue: BTreeMap<u8, u64> = BTreeMap::new();
         let mut recent = self.shared.recent.lock().expect("not poisoned");
         for output in ours.into_iter().flat_map(|range| &effects.outputs[range]) {
             match output {
                 Output::Decision(d) => {
                     decisions += 1;
-                    *recent.decisions_by_queue.entry(d.queue).or_default() += 1;
-                    metrics::counter!(telemetry::DECISIONS, "queue" => d.queue.to_string())
-                        .increment(1);
+                    *decisions_by_queue.entry(d.queue).or_default() += 1;
                 }
                 Output::Risk(r) => {
                     metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
@@ -1243,6 +1247,10 @@ impl<'a> Pipeline<'a> {
                         .record(error.abs_pct);
                 }
             }
+        }
+        for (queue, count) in decisions_by_queue {
+            *recent.decisions_by_queue.entry(queue).or_default() += count;
+            metrics::counter!(telemetry::DECISIONS, "queue" => queue.to_string()).increment(count);
         }
         drop(recent);
         metrics::histogram!(telemetry::BATCH_EVENTS).record(n as f64);
