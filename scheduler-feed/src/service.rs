@@ -1227,6 +1227,8 @@ impl<'a> Pipeline<'a> {
         let mut decisions = 0u64;
         let mut scored = 0u64;
         let mut decisions_by_queue: BTreeMap<u8, u64> = BTreeMap::new();
+        // Each policy's two error histograms, looked up once per batch.
+        let mut error_histograms = HashMap::new();
         let mut recent = self.shared.recent.lock().expect("not poisoned");
         for output in ours.into_iter().flat_map(|range| &effects.outputs[range]) {
             match output {
@@ -1241,10 +1243,16 @@ impl<'a> Pipeline<'a> {
                 Output::Scored { policy, error, .. } => {
                     scored += 1;
                     recent.record_error(policy.name(), error.abs_pct);
-                    metrics::histogram!(telemetry::PREDICTION_LOG_RATIO, "policy" => policy.name())
-                        .record(error.log_ratio);
-                    metrics::histogram!(telemetry::PREDICTION_ERROR, "policy" => policy.name())
-                        .record(error.abs_pct);
+                    let (log_ratio, abs_pct) = error_histograms
+                        .entry(policy.name())
+                        .or_insert_with(|| {
+                            (
+                                metrics::histogram!(telemetry::PREDICTION_LOG_RATIO, "policy" => policy.name()),
+                                metrics::histogram!(telemetry::PREDICTION_ERROR, "policy" => policy.name()),
+                            )
+                        });
+                    log_ratio.record(error.log_ratio);
+                    abs_pct.record(error.abs_pct);
                 }
             }
         }
@@ -1430,10 +1438,10 @@ impl<'a> Pipeline<'a> {
             let acknowledged = Instant::now();
             let failed =
                 std::mem::take(&mut *producer.context().failed.lock().expect("not poisoned"));
+            let latency = metrics::histogram!(telemetry::DECISION_LATENCY);
             for &index in pending.iter().filter(|i| !failed.contains(i)) {
                 if let Some(caused_at) = outgoing[index].caused_at {
-                    metrics::histogram!(telemetry::DECISION_LATENCY)
-                        .record(acknowledged.duration_since(caused_at).as_secs_f64());
+                    latency.record(acknowledged.duration_since(caused_at).as_secs_f64());
                 }
             }
             pending = failed;
