@@ -302,7 +302,11 @@ mod tests {
 
     impl ScanMerge {
         fn pop(&mut self) -> Option<(u64, i32, i64)> {
-            if self.partitions.values().any(|(q, end)| q.is_empty() && !end) {
+            if self
+                .partitions
+                .values()
+                .any(|(q, end)| q.is_empty() && !end)
+            {
                 return None;
             }
             let (&id, _) = self

@@ -41,7 +41,9 @@ use jobcast_ingest::{Diagnostics, Format, TraceError};
 use jobcast_replay::WorkloadConfig;
 use jobcast_replay::kafka::{Gate, Outcome, ReplayOptions, ReplaySummary, Speed, Ungated, replay};
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::service::{self, FETCH_QUEUE_BACKOFF_MS, RunSummary, ServiceError, Shared};
+use jobcast_scheduler_feed::service::{
+    self, FETCH_QUEUE_BACKOFF_MS, RunSummary, ServiceError, Shared,
+};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
