@@ -44,6 +44,18 @@ fn replay_serve_and_query_on_a_real_broker() {
             .or_default()
             .push(d);
     }
+    // Decisions are counted per batch and queue; the counts match what was
+    // published, queue by queue.
+    let mut by_queue: BTreeMap<u64, u64> = BTreeMap::new();
+    for d in published.values().flatten() {
+        *by_queue.entry(d["queue"].as_u64().unwrap()).or_default() += 1;
+    }
+    assert!(!by_queue.is_empty());
+    for (queue, count) in &by_queue {
+        let counted = serve.metric(&format!("jobcast_decisions_total{{queue=\"{queue}\"}}"));
+        assert_eq!(counted as u64, *count, "decisions in queue {queue}");
+    }
+
     let events = excerpt_events();
     let wide: BTreeSet<u64> = events
         .iter()
