@@ -8,6 +8,8 @@
 //!   that the global predictor state sees one deterministic order;
 //! - [`service`]: the pipeline of `jobcast serve` — Kafka source, engine,
 //!   Kafka sinks, each batch committed to RocksDB with its offsets;
+//! - `source`: the pipeline's input consumer and merge, on a thread of its
+//!   own;
 //! - [`http`]: the HTTP API (`/jobs/{id}`, `/machines/{id}`, health,
 //!   readiness, `/metrics`);
 //! - [`telemetry`]: the Prometheus metrics;
@@ -21,4 +23,5 @@ pub mod engine;
 pub mod http;
 pub mod merge;
 pub mod service;
+mod source;
 pub mod telemetry;

@@ -5,6 +5,13 @@ mod cli;
 
 use clap::{Parser, Subcommand};
 
+/// The pipeline's source thread allocates every consumed message and the
+/// pipeline thread frees it; glibc's malloc takes the allocating thread's
+/// arena lock for each such free, and made the pipeline's own work a third
+/// slower once the two ran side by side (docs/performance.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "jobcast",

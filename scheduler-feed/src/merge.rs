@@ -157,6 +157,23 @@ impl<T> PartitionMerge<T> {
         }
     }
 
+    /// The broker's latest fetch of `partition` said its next record will
+    /// have offset `high_watermark`: if everything before that has been
+    /// pushed, the partition is at its end now. The consumer reports an
+    /// end only after one more fetch comes back empty, which against a
+    /// broker that holds empty fetches (`fetch.wait.max.ms`) keeps every
+    /// other partition waiting that long. Returns whether this let the
+    /// partition stop holding the others back.
+    pub fn caught_up(&mut self, partition: i32, high_watermark: i64) -> bool {
+        let at_end = self.partitions.get(&partition).is_some_and(|p| {
+            p.holds_back() && p.next_offset.is_some_and(|next| next >= high_watermark)
+        });
+        if at_end {
+            self.reached_end(partition);
+        }
+        at_end
+    }
+
     /// Partitions whose emptiness keeps the others waiting.
     pub fn holding_back(&self) -> Vec<i32> {
         self.partitions
@@ -253,6 +270,34 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_pushed_up_to_its_high_watermark_is_at_its_end() {
+        let mut m = PartitionMerge::default();
+        m.assign(0, None);
+        m.assign(1, Some(7));
+        m.push(0, 0, Some(10), "a");
+        m.push(0, 1, Some(20), "b");
+        // Partition 1 resumes at 7: a watermark of 8 means one record
+        // more is still to come, 7 that there is none.
+        assert!(!m.caught_up(1, 8));
+        assert_eq!(m.holding_back(), vec![1]);
+        assert!(m.caught_up(1, 7));
+        assert_eq!(drain(&mut m), ["a", "b"]);
+        // Partition 0 drained: only a watermark at its next offset (2)
+        // lets partition 1's later record go.
+        m.push(1, 7, Some(30), "c");
+        assert_eq!(m.holding_back(), vec![0]);
+        assert!(!m.caught_up(0, 3));
+        assert_eq!(m.pop(), None);
+        assert!(m.caught_up(0, 2));
+        assert_eq!(drain(&mut m), ["c"]);
+        // A partition with no known position (nothing pushed, none
+        // stored) waits for the consumer's end of partition.
+        m.assign(2, None);
+        assert!(!m.caught_up(2, 0));
+        assert_eq!(m.holding_back(), vec![1, 2]);
+    }
+
+    #[test]
     fn undecodable_messages_keep_their_partitions_time_and_order() {
         let mut m = PartitionMerge::default();
         m.assign(0, None);
@@ -346,13 +391,22 @@ mod tests {
             let mut out = Vec::new();
             let mut state = seed;
             loop {
-                // Partitions read to their end say so, as the consumer does.
-                for (p, ts) in sorted.iter().enumerate() {
-                    if cursors[p] == ts.len() {
-                        m.reached_end(p as i32);
+                // The topic is written: every fetch reports each
+                // partition's final high watermark. A partition read to its
+                // end is known by it, or (an empty one only by this) the
+                // consumer says so. Releasing drains partitions, so look
+                // again until nothing more goes.
+                loop {
+                    for (p, ts) in sorted.iter().enumerate() {
+                        m.caught_up(p as i32, ts.len() as i64);
+                        if cursors[p] == ts.len() && (ts.is_empty() || (seed >> p) & 1 == 1) {
+                            m.reached_end(p as i32);
+                        }
                     }
+                    let released = out.len();
+                    while let Some(x) = m.pop() { out.push(x.item); }
+                    if out.len() == released { break; }
                 }
-                while let Some(x) = m.pop() { out.push(x.item); }
                 let open: Vec<usize> = (0..sorted.len()).filter(|&p| cursors[p] < sorted[p].len()).collect();
                 if open.is_empty() { break; }
                 state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

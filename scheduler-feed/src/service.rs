@@ -3,16 +3,21 @@
 //! offsets it consumed.
 //!
 //! One batch goes through these steps, in this order:
-//! 1. consume messages from every partition of the input topic into the
-//!    [`PartitionMerge`] and release those whose turn has come;
-//! 2. decode each one and apply it to the [`Engine`]; a message that does
-//!    not decode, or that the engine rejects, becomes a dead letter;
+//! 1. the source thread (`source.rs`) consumes messages from every
+//!    partition of the input topic, decodes them into the event-time
+//!    merge and releases those whose turn has come, as a batch;
+//! 2. the pipeline thread applies each one to the [`Engine`]; a message
+//!    that did not decode, or that the engine rejects, becomes a dead
+//!    letter;
 //! 3. produce the decisions, risk scores and dead letters of the messages
 //!    of *owned* partitions and wait until the broker has acknowledged
 //!    every one (failed deliveries are produced again, with backoff);
 //! 4. commit one RocksDB `WriteBatch`: the owned partitions' records the
 //!    batch changed, the learnt state (history, policy errors), every
 //!    consumed message (the log), and the next offset of each partition.
+//!
+//! The source fills the next batch while the pipeline thread takes this
+//! one through steps 2–4.
 //!
 //! A crash before step 4 loses the batch's effects on RocksDB but not its
 //! input: the restarted service rebuilds its state from the log, resumes
@@ -40,23 +45,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use jobcast_ingest::event::{Event, decode};
+use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{Topics, dead_letter_headers};
 use jobcast_storage::state::{StateStore, StoreError};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use crate::config::ServeConfig;
 use crate::engine::{Effects, Engine, MachineRisk, Output};
-use crate::merge::PartitionMerge;
+pub use crate::source::FETCH_QUEUE_BACKOFF_MS;
+use crate::source::{Batch, Consumed, InputContext, Source};
 use crate::telemetry;
 
 /// State shared between the pipeline thread, the HTTP server and whoever
@@ -172,21 +177,9 @@ pub enum ServiceError {
 /// refused instead of silently corrupting the state.
 const ENGINE_CONFIG_KEY: &str = "engine_config";
 
-/// How often, and how patiently, the consumer asks the brokers for metadata
-/// to keep `/readyz` true to whether they answer, input or not.
-const BROKER_PROBE_EVERY: Duration = Duration::from_secs(2);
-const BROKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The longest the consumer waits for a message when there is nothing
-/// else to do.
+/// The longest the pipeline waits for a batch before it looks at the
+/// group's membership again.
 const POLL_WAIT: Duration = Duration::from_millis(50);
-
-/// How long librdkafka stops fetching a partition whose prefetched messages
-/// reach its queue limits (`fetch.queue.backoff.ms`, 1,000 ms by default).
-/// Reading a backlog, the merge drains that queue within milliseconds, but
-/// the partition then stays empty for the rest of the second and holds
-/// every other partition back (measured: 0.6–0.8 s idle in a 3.8 s run).
-pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 
 /// How long a batch's outputs may take to be acknowledged before they are
 /// produced again.
@@ -220,22 +213,7 @@ fn await_deliveries<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Dur
     }
 }
 
-/// `wait` rounded up to whole milliseconds. librdkafka waits in whole
-/// milliseconds, and rust-rdkafka's `poll` spins through a remainder under
-/// one.
-fn whole_millis(wait: Duration) -> Duration {
-    Duration::from_millis(wait.as_micros().div_ceil(1000) as u64)
-}
-/// One consumed message on its way through the pipeline.
-struct Consumed {
-    key: Option<Vec<u8>>,
-    /// `None` for a message without a payload (a tombstone).
-    payload: Option<Vec<u8>>,
-    event: Result<Event, (&'static str, String)>,
-    polled_at: Instant,
-}
-
-fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
+pub(crate) fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
     match level {
         RDKafkaLogLevel::Emerg
         | RDKafkaLogLevel::Alert
@@ -245,51 +223,6 @@ fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
         _ => debug!(target: "librdkafka", "{fac}: {message}"),
     }
 }
-
-/// The input consumer: reads every partition of the input topic, outside
-/// any consumer group (every instance applies every event; see the module
-/// docs), from the offsets stored in RocksDB.
-struct InputContext {
-    topic: String,
-    shared: Arc<Shared>,
-}
-
-impl ClientContext for InputContext {
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log_librdkafka(level, fac, message);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        match error.rdkafka_error_code() {
-            Some(RDKafkaErrorCode::AllBrokersDown) => {
-                self.shared.broker_up.store(false, Ordering::Relaxed);
-                warn!("Kafka consumer: {error}: {reason}");
-            }
-            // Reaching a partition's end is news for the merge, which gets
-            // it from poll; nothing is wrong.
-            Some(RDKafkaErrorCode::PartitionEOF) => {}
-            _ => warn!("Kafka consumer: {error}: {reason}"),
-        }
-    }
-
-    /// Consumer lag per partition, from librdkafka's periodic statistics
-    /// (no extra broker round trips).
-    fn stats(&self, statistics: Statistics) {
-        let Some(topic) = statistics.topics.get(&self.topic) else {
-            return;
-        };
-        // librdkafka's own `consumer_lag` counts from committed offsets,
-        // which this consumer never has (its offsets live in RocksDB).
-        for (&partition, p) in &topic.partitions {
-            if partition >= 0 && p.hi_offset >= 0 && p.app_offset >= 0 {
-                metrics::gauge!(telemetry::CONSUMER_LAG, "partition" => partition.to_string())
-                    .set((p.hi_offset - p.app_offset).max(0) as f64);
-            }
-        }
-    }
-}
-
-impl ConsumerContext for InputContext {}
 
 /// A change in the partitions the consumer group gives this instance.
 enum MembershipChange {
@@ -963,162 +896,21 @@ impl<'a> Pipeline<'a> {
                 shared: self.shared.clone(),
             })
             .map_err(|e| self.config.kafka.redact(e))?;
-
-        let mut merge: PartitionMerge<Consumed> = PartitionMerge::default();
-        let mut paused: BTreeSet<i32> = BTreeSet::new();
-        let max_batch = self.config.consumer.batch_max_events;
-        let linger = Duration::from_millis(self.config.consumer.batch_linger_ms);
-        let max_buffered = self.config.consumer.max_buffered_per_partition;
-        let mut batch: Vec<(i32, i64, Consumed)> = Vec::with_capacity(max_batch);
-        let mut batch_started: Option<Instant> = None;
-        let mut last_probe: Option<Instant> = None;
-
+        let source = Source::start(consumer, &self.config.consumer, self.store.clone())?;
         loop {
-            let stopping = self.shared.shutdown.load(Ordering::Relaxed);
-            if last_probe.is_none_or(|t| t.elapsed() >= BROKER_PROBE_EVERY) {
-                last_probe = Some(Instant::now());
-                self.follow_new_partitions(&consumer, &mut merge)?;
-            }
             let _ = member.poll(Duration::ZERO);
             if self.membership_changes(member) {
-                if !batch.is_empty() {
-                    self.process(producer, member, std::mem::take(&mut batch), stopping)?;
-                    batch_started = None;
-                }
                 self.reconcile(member, producer, false)?;
             }
-            // Fill: everything the client has ready, waiting for the first
-            // message only if the merge has nothing to release (else the
-            // wait would cap the rate at a batch per wait) and no longer
-            // than the batch in hand may linger.
-            let mut idle = true;
-            if !stopping {
-                let mut wait = if merge.ready() {
-                    Duration::ZERO
-                } else {
-                    batch_started.map_or(POLL_WAIT, |t| {
-                        whole_millis(linger.saturating_sub(t.elapsed())).min(POLL_WAIT)
-                    })
-                };
-                for _ in 0..max_batch {
-                    let Some(result) = consumer.poll(wait) else {
-                        break;
-                    };
-                    wait = Duration::ZERO;
-                    match result {
-                        Ok(message) => {
-                            idle = false;
-                            self.shared.broker_up.store(true, Ordering::Relaxed);
-                            let consumed = Consumed::of(&message);
-                            let time = consumed.event.as_ref().ok().map(Event::time_us);
-                            let partition = message.partition();
-                            if let Some(gap) =
-                                merge.push(partition, message.offset(), time, consumed)
-                            {
-                                warn!(
-                                    partition,
-                                    skipped = ?gap,
-                                    "input offsets never delivered: expected on compacted or transactional topics, otherwise the broker lost records"
-                                );
-                                metrics::counter!(telemetry::INPUT_OFFSETS_SKIPPED, "partition" => partition.to_string())
-                                    .increment((gap.end - gap.start) as u64);
-                            }
-                        }
-                        Err(KafkaError::PartitionEOF(partition)) => merge.reached_end(partition),
-                        Err(e) => warn!("consume: {e}"),
-                    }
+            match source.next(POLL_WAIT) {
+                Ok(Some(batch)) => {
+                    let stopping = self.shared.shutdown.load(Ordering::Relaxed);
+                    self.process(producer, member, batch, stopping)?;
                 }
-            }
-
-            while batch.len() < max_batch {
-                let Some(pending) = merge.pop() else { break };
-                batch_started.get_or_insert_with(Instant::now);
-                batch.push((pending.partition, pending.offset, pending.item));
-            }
-            self.pause_or_resume(&consumer, &merge, &mut paused, max_buffered);
-
-            let due = batch.len() >= max_batch
-                || batch_started.is_some_and(|t| t.elapsed() >= linger)
-                || idle
-                || stopping;
-            if due && !batch.is_empty() {
-                self.process(producer, member, std::mem::take(&mut batch), stopping)?;
-                batch_started = None;
-            }
-            if stopping {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Probe the brokers (for `/readyz`) and start reading partitions the
-    /// input topic gained (all of them on the first call), from their
-    /// stored offsets.
-    fn follow_new_partitions(
-        &self,
-        consumer: &BaseConsumer<InputContext>,
-        merge: &mut PartitionMerge<Consumed>,
-    ) -> Result<(), ServiceError> {
-        let topic = &self.topics.events;
-        let Ok(metadata) = consumer.fetch_metadata(Some(topic), BROKER_PROBE_TIMEOUT) else {
-            self.shared.broker_up.store(false, Ordering::Relaxed);
-            return Ok(());
-        };
-        self.shared.broker_up.store(true, Ordering::Relaxed);
-        let known: BTreeSet<i32> = merge.partitions().collect();
-        let new: Vec<i32> = metadata
-            .topics()
-            .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .filter(|p| !known.contains(p))
-            .collect();
-        if new.is_empty() {
-            return Ok(());
-        }
-        let stored = self.store.offsets(topic)?;
-        let mut tpl = TopicPartitionList::new();
-        for &partition in &new {
-            let next = stored.get(&partition).copied();
-            tpl.add_partition_offset(
-                topic,
-                partition,
-                next.map_or(Offset::Beginning, Offset::Offset),
-            )?;
-            merge.assign(partition, next);
-            metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
-                .set(next.unwrap_or(0) as f64);
-        }
-        consumer.incremental_assign(&tpl)?;
-        info!(partitions = ?new, "reading input partitions (partition, stored offset)");
-        Ok(())
-    }
-
-    /// Bound memory: stop fetching a partition that is far ahead of the
-    /// others in event time, and resume it once it has drained.
-    fn pause_or_resume(
-        &self,
-        consumer: &BaseConsumer<InputContext>,
-        merge: &PartitionMerge<Consumed>,
-        paused: &mut BTreeSet<i32>,
-        max_buffered: usize,
-    ) {
-        let tpl = |partition| {
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(&self.topics.events, partition);
-            tpl
-        };
-        for partition in merge.partitions() {
-            let buffered = merge.buffered(partition);
-            if buffered >= max_buffered && paused.insert(partition) {
-                if let Err(e) = consumer.pause(&tpl(partition)) {
-                    warn!("cannot pause partition {partition}: {e}");
-                }
-            } else if buffered <= max_buffered / 2
-                && paused.remove(&partition)
-                && let Err(e) = consumer.resume(&tpl(partition))
-            {
-                warn!("cannot resume partition {partition}: {e}");
+                Ok(None) => {}
+                // The source has handed over what it held and stopped.
+                Err(None) => return Ok(()),
+                Err(Some(error)) => return Err(error),
             }
         }
     }
@@ -1128,7 +920,7 @@ impl<'a> Pipeline<'a> {
         &mut self,
         producer: &BaseProducer<SinkContext>,
         member: &BaseConsumer<MemberContext>,
-        batch: Vec<(i32, i64, Consumed)>,
+        batch: Batch,
         stopping: bool,
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
@@ -1463,41 +1255,5 @@ impl<'a> Pipeline<'a> {
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
         Ok(())
-    }
-}
-
-impl Consumed {
-    fn new(key: Option<Vec<u8>>, payload: Option<Vec<u8>>) -> Self {
-        let event = match &payload {
-            None => Err(("empty", "the message has no payload".to_owned())),
-            Some(bytes) => decode(bytes).map_err(|e| (e.kind.as_str(), e.to_string())),
-        };
-        Consumed {
-            key,
-            payload,
-            event,
-            polled_at: Instant::now(),
-        }
-    }
-
-    fn of<M: Message>(message: &M) -> Self {
-        Consumed::new(
-            message.key().map(<[u8]>::to_vec),
-            message.payload().map(<[u8]>::to_vec),
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waits_are_rounded_up_to_whole_milliseconds() {
-        let ms = Duration::from_millis;
-        assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
-        assert_eq!(whole_millis(Duration::from_micros(1)), ms(1));
-        assert_eq!(whole_millis(Duration::from_micros(1_300)), ms(2));
-        assert_eq!(whole_millis(ms(2)), ms(2));
     }
 }

@@ -101,9 +101,41 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     };
     let cluster = Cluster::new(&topics, PARTITIONS);
     cluster.mock.create_topic("killed.decisions", 1, 1).unwrap();
-    let input = messages(&excerpt_events());
-    cluster.produce(&topics.events, &input);
-    let total = input.len() as u64;
+    // The input is written in three parts, so that each interrupted run
+    // has input of its own to be interrupted in, however fast the one
+    // before it consumed. Each cut is where event time moves on: every
+    // event of a part comes before every event of the next in the merged
+    // order, as when the whole input is there from the start.
+    let events = excerpt_events();
+    assert!(events.windows(2).all(|w| w[0].time_us() <= w[1].time_us()));
+    let cut = |from: usize| {
+        (from..events.len())
+            .find(|&i| events[i].time_us() > events[i - 1].time_us())
+            .expect("the excerpt spans more than one instant")
+    };
+    let (a, b) = (cut(events.len() * 2 / 5), cut(events.len() * 7 / 10));
+    let parts = [&events[..a], &events[a..b], &events[b..]].map(messages);
+    let total = events.len() as u64;
+
+    let interrupted = tempfile::tempdir().unwrap();
+    let state = interrupted.path().join("state");
+    let flags = restartable("killed.decisions", "killed");
+    // Each run commits more; the committed count survives restarts.
+    cluster.produce(&topics.events, &parts[0]);
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(total / 4, WAIT);
+    serve.kill();
+    cluster.produce(&topics.events, &parts[1]);
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(1, WAIT);
+    serve.terminate();
+    cluster.produce(&topics.events, &parts[2]);
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_committed(1, WAIT);
+    serve.kill();
+    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
+    serve.wait_stored_offsets(total, WAIT);
+    serve.terminate();
 
     let whole = tempfile::tempdir().unwrap();
     let whole_state = whole.path().join("state");
@@ -113,23 +145,6 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
         &["--decisions-topic", "whole.decisions", "--group", "whole"],
     );
     serve.wait_committed(total, WAIT);
-    serve.terminate();
-
-    let interrupted = tempfile::tempdir().unwrap();
-    let state = interrupted.path().join("state");
-    let flags = restartable("killed.decisions", "killed");
-    // Each run commits more; the committed count survives restarts.
-    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(total / 4, WAIT);
-    serve.kill();
-    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(total / 5, WAIT);
-    serve.terminate();
-    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(1, WAIT);
-    serve.kill();
-    let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_stored_offsets(total, WAIT);
     serve.terminate();
 
     assert_same_state(&state, &whole_state, &topics.events);

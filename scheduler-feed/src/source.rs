@@ -1,0 +1,453 @@
+//! The pipeline's source: the input consumer on a thread of its own.
+//!
+//! Reading the input is a third of the pipeline's work (polling librdkafka,
+//! copying and decoding each message, the event-time merge), and none of
+//! it needs the engine. So the source thread polls every partition of the
+//! input topic, decodes, merges by event time (see [`PartitionMerge`]) and
+//! cuts the merged stream into batches, while the pipeline thread applies,
+//! publishes and commits the batch before: two cores busy instead of one.
+//!
+//! Batches go through a channel holding one: while the pipeline is busy
+//! the source fills the next, and then waits, so the merge (and, past
+//! `max_buffered_per_partition`, the paused partitions) bounds memory as
+//! before. The order of events is the merge's, whichever thread reads it.
+
+use std::ffi::{CStr, CString};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use jobcast_ingest::event::{Event, decode};
+use jobcast_storage::state::StateStore;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use crate::config::ConsumerConfig;
+use crate::merge::PartitionMerge;
+use crate::service::{ServiceError, Shared, log_librdkafka};
+use crate::telemetry;
+
+/// librdkafka's `fetch.queue.backoff.ms` for the input consumer. librdkafka
+/// stops fetching a partition for this long once its prefetch queue would
+/// reach its queue limits (`fetch.queue.backoff.ms`, 1,000 ms by default).
+/// Reading a backlog, the merge drains that queue within milliseconds, but
+/// the partition then stays empty for the rest of the second and holds
+/// every other partition back (measured: 0.6–0.8 s idle in a 3.8 s run).
+pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
+/// How often, and how patiently, the source asks the brokers for metadata
+/// to keep `/readyz` true to whether they answer, input or not.
+const BROKER_PROBE_EVERY: Duration = Duration::from_secs(2);
+const BROKER_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest the source waits for a message when there is nothing else
+/// to do.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// Merged messages as (partition, offset, message), in the merge's order.
+pub(crate) type Batch = Vec<(i32, i64, Consumed)>;
+
+/// One consumed message on its way through the pipeline.
+pub(crate) struct Consumed {
+    pub key: Option<Vec<u8>>,
+    /// `None` for a message without a payload (a tombstone).
+    pub payload: Option<Vec<u8>>,
+    pub event: Result<Event, (&'static str, String)>,
+    pub polled_at: Instant,
+}
+
+impl Consumed {
+    /// Decode a message (from the input topic, or the log).
+    pub fn new(key: Option<Vec<u8>>, payload: Option<Vec<u8>>) -> Self {
+        let event = match &payload {
+            None => Err(("empty", "the message has no payload".to_owned())),
+            Some(bytes) => decode(bytes).map_err(|e| (e.kind.as_str(), e.to_string())),
+        };
+        Consumed {
+            key,
+            payload,
+            event,
+            polled_at: Instant::now(),
+        }
+    }
+
+    fn of<M: Message>(message: &M) -> Self {
+        Consumed::new(
+            message.key().map(<[u8]>::to_vec),
+            message.payload().map(<[u8]>::to_vec),
+        )
+    }
+}
+
+/// The input consumer's context: reads every partition of the input topic,
+/// outside any consumer group (every instance applies every event; see the
+/// service's module docs), from the offsets stored in RocksDB.
+pub(crate) struct InputContext {
+    pub topic: String,
+    pub shared: Arc<Shared>,
+}
+
+impl ClientContext for InputContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::AllBrokersDown) => {
+                self.shared.broker_up.store(false, Ordering::Relaxed);
+                warn!("Kafka consumer: {error}: {reason}");
+            }
+            // Reaching a partition's end is news for the merge, which gets
+            // it from poll; nothing is wrong.
+            Some(RDKafkaErrorCode::PartitionEOF) => {}
+            _ => warn!("Kafka consumer: {error}: {reason}"),
+        }
+    }
+
+    /// Consumer lag per partition, from librdkafka's periodic statistics
+    /// (no extra broker round trips).
+    fn stats(&self, statistics: Statistics) {
+        let Some(topic) = statistics.topics.get(&self.topic) else {
+            return;
+        };
+        // librdkafka's own `consumer_lag` counts from committed offsets,
+        // which this consumer never has (its offsets live in RocksDB).
+        for (&partition, p) in &topic.partitions {
+            if partition >= 0 && p.hi_offset >= 0 && p.app_offset >= 0 {
+                metrics::gauge!(telemetry::CONSUMER_LAG, "partition" => partition.to_string())
+                    .set((p.hi_offset - p.app_offset).max(0) as f64);
+            }
+        }
+    }
+}
+
+impl ConsumerContext for InputContext {}
+
+/// The running source: batches come out of [`Source::next`]. Dropping it
+/// stops the thread.
+pub(crate) struct Source {
+    batches: Option<Receiver<Result<Batch, ServiceError>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Source {
+    /// Start reading every partition of `consumer`'s topic (and those it
+    /// gains) from the offsets stored in `store`.
+    pub fn start(
+        consumer: BaseConsumer<InputContext>,
+        settings: &ConsumerConfig,
+        store: Arc<StateStore>,
+    ) -> Result<Source, ServiceError> {
+        let topic = consumer.context().topic.clone();
+        let topic_c = CString::new(topic.as_str())
+            .map_err(|_| ServiceError::Config("the input topic's name contains NUL".into()))?;
+        let (sender, batches) = sync_channel(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = Reader {
+            consumer,
+            topic,
+            topic_c,
+            store,
+            stop: stop.clone(),
+            sender,
+            merge: PartitionMerge::default(),
+            max_batch: settings.batch_max_events,
+            linger: Duration::from_millis(settings.batch_linger_ms),
+            max_buffered: settings.max_buffered_per_partition,
+        };
+        let thread = std::thread::Builder::new()
+            .name("source".into())
+            .spawn(move || reader.run())
+            .map_err(|e| ServiceError::Config(format!("cannot start the source thread: {e}")))?;
+        Ok(Source {
+            batches: Some(batches),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The next batch, waiting at most `wait`; `Ok(None)` if none came in
+    /// that time. Once the service is shutting down, the source hands over
+    /// the merged messages it holds (at most a batch) and ends: then
+    /// `Err(None)`.
+    pub fn next(&self, wait: Duration) -> Result<Option<Batch>, Option<ServiceError>> {
+        let batches = self.batches.as_ref().expect("open until dropped");
+        match batches.recv_timeout(wait) {
+            Ok(Ok(batch)) => Ok(Some(batch)),
+            Ok(Err(error)) => Err(Some(error)),
+            Err(RecvTimeoutError::Timeout) => Ok(None),
+            Err(RecvTimeoutError::Disconnected) => Err(None),
+        }
+    }
+}
+
+impl Drop for Source {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // A reader blocked handing over a batch gets an error and ends.
+        drop(self.batches.take());
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            warn!("the source thread panicked");
+        }
+    }
+}
+
+/// The source thread's state.
+struct Reader {
+    consumer: BaseConsumer<InputContext>,
+    topic: String,
+    topic_c: CString,
+    store: Arc<StateStore>,
+    stop: Arc<AtomicBool>,
+    sender: SyncSender<Result<Batch, ServiceError>>,
+    merge: PartitionMerge<Consumed>,
+    max_batch: usize,
+    linger: Duration,
+    max_buffered: usize,
+}
+
+impl Reader {
+    fn shared(&self) -> &Shared {
+        &self.consumer.context().shared
+    }
+
+    fn run(mut self) {
+        if let Err(error) = self.read() {
+            // The pipeline may be gone already; then it needs no reason.
+            let _ = self.sender.send(Err(error));
+        }
+    }
+
+    /// Poll, merge and hand over batches until the service shuts down (or
+    /// the pipeline goes away).
+    fn read(&mut self) -> Result<(), ServiceError> {
+        let mut paused = std::collections::BTreeSet::new();
+        let mut batch: Batch = Vec::with_capacity(self.max_batch);
+        let mut batch_started: Option<Instant> = None;
+        let mut last_probe: Option<Instant> = None;
+        loop {
+            let stopping =
+                self.shared().shutdown.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed);
+            if last_probe.is_none_or(|t| t.elapsed() >= BROKER_PROBE_EVERY) {
+                last_probe = Some(Instant::now());
+                self.follow_new_partitions()?;
+            }
+            // Fill: everything the client has ready, waiting for the first
+            // message only if the merge has nothing to release (else the
+            // wait would cap the rate at a batch per wait) and no longer
+            // than the batch in hand may linger.
+            let mut idle = true;
+            if !stopping {
+                let wait = if self.merge.ready() {
+                    Duration::ZERO
+                } else {
+                    batch_started.map_or(POLL_WAIT, |t| {
+                        whole_millis(self.linger.saturating_sub(t.elapsed())).min(POLL_WAIT)
+                    })
+                };
+                idle = self.poll(wait) == 0;
+            }
+
+            // Releasing may drain a partition; one read to its high
+            // watermark holds nothing back, and need not wait for the
+            // consumer to report its end.
+            loop {
+                while batch.len() < self.max_batch {
+                    let Some(pending) = self.merge.pop() else {
+                        break;
+                    };
+                    batch_started.get_or_insert_with(Instant::now);
+                    batch.push((pending.partition, pending.offset, pending.item));
+                }
+                if batch.len() >= self.max_batch || !self.caught_up() {
+                    break;
+                }
+            }
+            self.pause_or_resume(&mut paused);
+
+            let due = batch.len() >= self.max_batch
+                || batch_started.is_some_and(|t| t.elapsed() >= self.linger)
+                || idle
+                || stopping;
+            if due && !batch.is_empty() {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(self.max_batch));
+                if self.sender.send(Ok(full)).is_err() {
+                    return Ok(());
+                }
+                batch_started = None;
+            }
+            if stopping {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Poll up to a batch of messages into the merge, waiting at most
+    /// `wait` for the first; how many arrived.
+    fn poll(&mut self, mut wait: Duration) -> usize {
+        let mut arrived = 0;
+        for _ in 0..self.max_batch {
+            let Some(result) = self.consumer.poll(wait) else {
+                break;
+            };
+            wait = Duration::ZERO;
+            match result {
+                Ok(message) => {
+                    arrived += 1;
+                    self.shared().broker_up.store(true, Ordering::Relaxed);
+                    let consumed = Consumed::of(&message);
+                    let time = consumed.event.as_ref().ok().map(Event::time_us);
+                    let partition = message.partition();
+                    if let Some(gap) = self.merge.push(partition, message.offset(), time, consumed)
+                    {
+                        warn!(
+                            partition,
+                            skipped = ?gap,
+                            "input offsets never delivered: expected on compacted or transactional topics, otherwise the broker lost records"
+                        );
+                        metrics::counter!(telemetry::INPUT_OFFSETS_SKIPPED, "partition" => partition.to_string())
+                            .increment((gap.end - gap.start) as u64);
+                    }
+                }
+                Err(KafkaError::PartitionEOF(partition)) => self.merge.reached_end(partition),
+                Err(e) => warn!("consume: {e}"),
+            }
+        }
+        arrived
+    }
+
+    /// Mark the partitions holding the merge back that the last fetch
+    /// shows read to their high watermark; whether any was.
+    fn caught_up(&mut self) -> bool {
+        let mut any = false;
+        for partition in self.merge.holding_back() {
+            if let Some(high) = cached_high_watermark(&self.consumer, &self.topic_c, partition) {
+                any |= self.merge.caught_up(partition, high);
+            }
+        }
+        any
+    }
+
+    /// Probe the brokers (for `/readyz`) and start reading partitions the
+    /// input topic gained (all of them on the first call), from their
+    /// stored offsets.
+    fn follow_new_partitions(&mut self) -> Result<(), ServiceError> {
+        let topic = &self.topic;
+        let shared = &self.consumer.context().shared;
+        let Ok(metadata) = self
+            .consumer
+            .fetch_metadata(Some(topic), BROKER_PROBE_TIMEOUT)
+        else {
+            shared.broker_up.store(false, Ordering::Relaxed);
+            return Ok(());
+        };
+        shared.broker_up.store(true, Ordering::Relaxed);
+        let known: std::collections::BTreeSet<i32> = self.merge.partitions().collect();
+        let new: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .filter(|p| !known.contains(p))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let stored = self.store.offsets(topic)?;
+        let mut tpl = TopicPartitionList::new();
+        for &partition in &new {
+            let next = stored.get(&partition).copied();
+            tpl.add_partition_offset(
+                topic,
+                partition,
+                next.map_or(Offset::Beginning, Offset::Offset),
+            )?;
+            self.merge.assign(partition, next);
+            metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
+                .set(next.unwrap_or(0) as f64);
+        }
+        self.consumer.incremental_assign(&tpl)?;
+        info!(partitions = ?new, "reading input partitions (partition, stored offset)");
+        Ok(())
+    }
+
+    /// Bound memory: stop fetching a partition that is far ahead of the
+    /// others in event time, and resume it once it has drained.
+    fn pause_or_resume(&self, paused: &mut std::collections::BTreeSet<i32>) {
+        let tpl = |partition| {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&self.topic, partition);
+            tpl
+        };
+        for partition in self.merge.partitions() {
+            let buffered = self.merge.buffered(partition);
+            if buffered >= self.max_buffered && paused.insert(partition) {
+                if let Err(e) = self.consumer.pause(&tpl(partition)) {
+                    warn!("cannot pause partition {partition}: {e}");
+                }
+            } else if buffered <= self.max_buffered / 2
+                && paused.remove(&partition)
+                && let Err(e) = self.consumer.resume(&tpl(partition))
+            {
+                warn!("cannot resume partition {partition}: {e}");
+            }
+        }
+    }
+}
+
+/// `wait` rounded up to whole milliseconds. librdkafka waits in whole
+/// milliseconds, and rust-rdkafka's `poll` spins through a remainder under
+/// one.
+fn whole_millis(wait: Duration) -> Duration {
+    Duration::from_millis(wait.as_micros().div_ceil(1000) as u64)
+}
+
+/// The high watermark of `partition` in librdkafka's last fetch response
+/// for it, without asking the broker; `None` before the first. rust-rdkafka
+/// does not wrap `rd_kafka_get_watermark_offsets`.
+fn cached_high_watermark<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &CStr,
+    partition: i32,
+) -> Option<i64> {
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client handle lives as long as `consumer`, `topic` is
+    // NUL-terminated, and librdkafka writes only the two out-parameters.
+    let error = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (error == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_rounded_up_to_whole_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
+        assert_eq!(whole_millis(Duration::from_micros(1)), ms(1));
+        assert_eq!(whole_millis(Duration::from_micros(1_300)), ms(2));
+        assert_eq!(whole_millis(ms(2)), ms(2));
+    }
+}
