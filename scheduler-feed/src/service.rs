@@ -177,6 +177,9 @@ pub enum ServiceError {
 /// refused instead of silently corrupting the state.
 const ENGINE_CONFIG_KEY: &str = "engine_config";
 
+/// How long the producer may take to look up an output topic at start.
+const OUTPUT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The longest the pipeline waits for a batch before it looks at the
 /// group's membership again.
 const POLL_WAIT: Duration = Duration::from_millis(50);
@@ -409,6 +412,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
             shared: pipeline.shared.clone(),
         })
         .map_err(|e| config.kafka.redact(e))?;
+    pipeline.warm_up(&producer);
     if pipeline.await_assignment(&member) {
         pipeline.reconcile(&member, &producer, true)?;
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
@@ -480,6 +484,26 @@ impl<'a> Pipeline<'a> {
             job_partitions: HashMap::new(),
             machine_partitions: HashMap::new(),
         })
+    }
+
+    /// Have the producer connect and learn where its topics' partitions
+    /// live before the first batch: otherwise the first batch's outputs
+    /// wait for that (measured: 0.8 s against tansu on fresh topics). A
+    /// topic that cannot be looked up is only reported here; producing to
+    /// it fails, and is retried, as any failed delivery.
+    fn warm_up(&self, producer: &BaseProducer<SinkContext>) {
+        for topic in [
+            &self.topics.decisions,
+            &self.topics.risk,
+            &self.topics.dead_letter,
+        ] {
+            if let Err(e) = producer
+                .client()
+                .fetch_metadata(Some(topic), OUTPUT_LOOKUP_TIMEOUT)
+            {
+                warn!("cannot look up output topic {topic}: {e}");
+            }
+        }
     }
 
     fn recovery_error(&self, reason: String) -> ServiceError {
