@@ -168,6 +168,8 @@ pub enum ServiceError {
     Kafka(#[from] KafkaError),
     #[error("the RocksDB state at {path} cannot be recovered: {reason}")]
     Recovery { path: String, reason: String },
+    #[error("cannot start the source thread: {0}")]
+    Thread(std::io::Error),
     #[error("stopped with {0} output messages unacknowledged; their batch was not committed")]
     Unacknowledged(usize),
 }

@@ -169,7 +169,7 @@ impl Source {
         let thread = std::thread::Builder::new()
             .name("source".into())
             .spawn(move || reader.run())
-            .map_err(|e| ServiceError::Config(format!("cannot start the source thread: {e}")))?;
+            .map_err(ServiceError::Thread)?;
         Ok(Source {
             batches: Some(batches),
             stop,

@@ -38,7 +38,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch,
@@ -90,10 +89,6 @@ pub struct StateStore {
     db: DB,
     path: String,
     write: WriteOptions,
-    /// Bytes of the last batch committed: the next one starts that large
-    /// instead of growing by doubling, a copy of everything so far each
-    /// time.
-    last_batch_bytes: AtomicUsize,
 }
 
 impl StateStore {
@@ -125,7 +120,6 @@ impl StateStore {
             db,
             path: shown,
             write,
-            last_batch_bytes: AtomicUsize::new(0),
         })
     }
 
@@ -145,15 +139,12 @@ impl StateStore {
     pub fn batch(&self) -> StateBatch<'_> {
         StateBatch {
             store: self,
-            batch: WriteBatch::with_capacity_bytes(self.last_batch_bytes.load(Ordering::Relaxed)),
-            scratch: Vec::new(),
+            batch: WriteBatch::default(),
         }
     }
 
     /// Write a batch atomically.
     pub fn commit(&self, batch: StateBatch<'_>) -> Result<(), StoreError> {
-        self.last_batch_bytes
-            .store(batch.batch.size_in_bytes(), Ordering::Relaxed);
         self.db
             .write_opt(batch.batch, &self.write)
             .map_err(|e| self.rocks(e))
@@ -330,15 +321,12 @@ impl StateStore {
 pub struct StateBatch<'a> {
     store: &'a StateStore,
     batch: WriteBatch,
-    /// Reused for every record serialised into the batch.
-    scratch: Vec<u8>,
 }
 
 impl StateBatch<'_> {
     fn put_json<T: Serialize>(&mut self, family: &str, key: &[u8], value: &T) {
-        self.scratch.clear();
-        serde_json::to_writer(&mut self.scratch, value).expect("records serialise to JSON");
-        self.batch.put_cf(self.store.cf(family), key, &self.scratch);
+        let bytes = serde_json::to_vec(value).expect("records serialise to JSON");
+        self.batch.put_cf(self.store.cf(family), key, bytes);
     }
 
     pub fn put_job<T: Serialize>(&mut self, job_id: u64, record: &T) {
