@@ -363,14 +363,14 @@ impl HistoryKey {
 }
 
 /// A job a distribution remembers: when it ended and its mean task runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecordedJob {
     pub end_us: u64,
     pub mean_task_runtime_us: f64,
 }
 
 /// The running prediction error of a feature value (or of a feature).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecordedError {
     /// Smoothed mean |ln(estimate / actual)|.
     pub mean_abs_log_error: f64,
@@ -380,14 +380,152 @@ pub struct RecordedError {
 /// What the state store keeps for a [`HistoryKey`]: the jobs in the
 /// distribution, in the order learnt, and its running error. The global
 /// record also carries every feature's error and the jobs learnt in all.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Stored in a fixed binary layout ([`Self::to_bytes`]), not JSON: the
+/// service rewrites every changed distribution, up to `max_samples` jobs
+/// each, with every batch, and formatting those numbers as JSON was an
+/// eighth of the pipeline's time.
+#[derive(Debug, Clone, PartialEq)]
 pub struct HistoryRecord {
     pub jobs: Vec<RecordedJob>,
     pub error: RecordedError,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub feature_errors: BTreeMap<FeatureKind, RecordedError>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<u64>,
+}
+
+/// First byte of [`HistoryRecord::to_bytes`], changed with the layout.
+const RECORD_LAYOUT: u8 = 1;
+
+impl HistoryRecord {
+    /// The stored form, integers and floats little-endian:
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | layout version (1) |
+    /// | 8 + 8 | `error`: mean_abs_log_error (f64), count (u64) |
+    /// | 1 (+ 8) | `observed`: 0 for none, else 1 and the count (u64) |
+    /// | 1 + n × 17 | `feature_errors`: n, then per feature its index in [`FeatureKind::ALL`] (u8) and error (f64, u64) |
+    /// | 4 + m × 16 | `jobs`: m (u32), then per job end_us (u64), mean_task_runtime_us (f64) |
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(32 + 17 * self.feature_errors.len() + 16 * self.jobs.len());
+        out.push(RECORD_LAYOUT);
+        put_error(&mut out, self.error);
+        match self.observed {
+            None => out.push(0),
+            Some(n) => {
+                out.push(1);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+        out.push(self.feature_errors.len() as u8);
+        for (&kind, &error) in &self.feature_errors {
+            out.push(kind as u8);
+            put_error(&mut out, error);
+        }
+        out.extend_from_slice(&(self.jobs.len() as u32).to_le_bytes());
+        for job in &self.jobs {
+            out.extend_from_slice(&job.end_us.to_le_bytes());
+            out.extend_from_slice(&job.mean_task_runtime_us.to_le_bytes());
+        }
+        out
+    }
+
+    /// Read back [`Self::to_bytes`]; what is wrong, and where, otherwise.
+    pub fn from_bytes(bytes: &[u8]) -> Result<HistoryRecord, String> {
+        let mut r = Reader { bytes, at: 0 };
+        let layout = r.u8()?;
+        if layout != RECORD_LAYOUT {
+            return Err(format!(
+                "history record layout {layout}, expected {RECORD_LAYOUT}"
+            ));
+        }
+        let error = r.error()?;
+        let observed = match r.u8()? {
+            0 => None,
+            1 => Some(r.u64()?),
+            flag => return Err(format!("byte 17: observed flag {flag}, expected 0 or 1")),
+        };
+        let mut feature_errors = BTreeMap::new();
+        for _ in 0..r.u8()? {
+            let at = r.at;
+            let index = r.u8()?;
+            let kind = *FeatureKind::ALL
+                .get(usize::from(index))
+                .ok_or_else(|| format!("byte {at}: no feature with index {index}"))?;
+            feature_errors.insert(kind, r.error()?);
+        }
+        let count = r.u32()? as usize;
+        let mut jobs = Vec::with_capacity(count.min(bytes.len() / 16));
+        for _ in 0..count {
+            jobs.push(RecordedJob {
+                end_us: r.u64()?,
+                mean_task_runtime_us: r.f64()?,
+            });
+        }
+        if r.at != bytes.len() {
+            return Err(format!(
+                "{} bytes after the record's end at byte {}",
+                bytes.len() - r.at,
+                r.at
+            ));
+        }
+        Ok(HistoryRecord {
+            jobs,
+            error,
+            feature_errors,
+            observed,
+        })
+    }
+}
+
+fn put_error(out: &mut Vec<u8>, error: RecordedError) {
+    out.extend_from_slice(&error.mean_abs_log_error.to_le_bytes());
+    out.extend_from_slice(&error.count.to_le_bytes());
+}
+
+/// Reads [`HistoryRecord::to_bytes`] front to back.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let end = self.at + N;
+        let field = self.bytes.get(self.at..end).ok_or_else(|| {
+            format!(
+                "record ends at byte {}, inside a {N}-byte field at byte {}",
+                self.bytes.len(),
+                self.at
+            )
+        })?;
+        self.at = end;
+        Ok(field.try_into().expect("N bytes"))
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+
+    fn f64(&mut self) -> Result<f64, String> {
+        Ok(f64::from_le_bytes(self.take()?))
+    }
+
+    fn error(&mut self) -> Result<RecordedError, String> {
+        Ok(RecordedError {
+            mean_abs_log_error: self.f64()?,
+            count: self.u64()?,
+        })
+    }
 }
 
 impl From<RunningError> for RecordedError {
@@ -604,6 +742,47 @@ mod tests {
 
     fn feats(user: &str, name: &str) -> JobFeatures {
         JobFeatures::from_parts(user, name, "", 0, 0.0, 0.0)
+    }
+
+    #[test]
+    fn a_stored_record_reads_back_as_written_and_damage_is_named() {
+        let mut h = History::new(HistoryConfig::default());
+        for i in 0..300u64 {
+            h.observe(
+                &feats(&format!("u{}", i % 3), "n"),
+                1_000 + i,
+                (1 + i) as f64 * S,
+            );
+        }
+        let global = h.record(HistoryKey::Global).unwrap();
+        assert_eq!(global.feature_errors.len(), 6);
+        assert_eq!(global.jobs.len(), HistoryConfig::default().max_samples);
+        let user = h
+            .record(HistoryKey::Value {
+                feature: FeatureKind::User,
+                key: feats("u1", "n").get(FeatureKind::User).unwrap(),
+            })
+            .unwrap();
+        assert_eq!(user.observed, None);
+        for record in [&global, &user] {
+            let bytes = record.to_bytes();
+            assert_eq!(HistoryRecord::from_bytes(&bytes).as_ref(), Ok(record));
+        }
+
+        let bytes = user.to_bytes();
+        let cut = HistoryRecord::from_bytes(&bytes[..bytes.len() - 3]).unwrap_err();
+        assert!(cut.contains("inside a 8-byte field"), "{cut}");
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let extra = HistoryRecord::from_bytes(&longer).unwrap_err();
+        assert!(extra.contains("1 bytes after the record's end"), "{extra}");
+        let json = HistoryRecord::from_bytes(b"{\"jobs\":[]}").unwrap_err();
+        assert!(json.contains("layout 123"), "{json}");
+        let mut bad_kind = global.to_bytes();
+        // layout, error, observed flag and count, number of feature errors.
+        bad_kind[1 + 16 + 9 + 1] = 6;
+        let kind = HistoryRecord::from_bytes(&bad_kind).unwrap_err();
+        assert!(kind.contains("byte 27: no feature with index 6"), "{kind}");
     }
 
     #[test]

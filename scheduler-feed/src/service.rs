@@ -426,10 +426,11 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     Ok(pipeline.summary)
 }
 
-/// The store's layout version. 3: a job's decisions are stored apart from
-/// its record; 2: the log holds every consumed message with its partition,
+/// The store's layout version. 4: the `history` family holds binary
+/// records (`HistoryRecord::to_bytes`); 3: a job's decisions are stored
+/// apart from its record; 2: the log holds every consumed message with its partition,
 /// offset and key; 1: the log held applied events only.
-const STORE_FORMAT: &[u8] = b"3";
+const STORE_FORMAT: &[u8] = b"4";
 const STORE_FORMAT_KEY: &str = "store_format";
 
 /// The partitions whose records the store holds, kept current with every
@@ -1018,7 +1019,7 @@ impl<'a> Pipeline<'a> {
         self.write_records(&effects, &self.stored, &mut write);
         for &key in &effects.history {
             match self.engine.history().record(key) {
-                Some(record) => write.put_history(&key.to_bytes(), &record),
+                Some(record) => write.put_history(&key.to_bytes(), &record.to_bytes()),
                 None => write.delete_history(&key.to_bytes()),
             }
         }

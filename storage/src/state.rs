@@ -10,7 +10,7 @@
 //! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
 //! | `policies`    | policy name                  | its error statistics (JSON)    |
-//! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (JSON) |
+//! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (binary, `HistoryRecord::to_bytes`) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `meta`        | name                         | value                          |
@@ -347,9 +347,10 @@ impl StateBatch<'_> {
     }
 
     /// Store a history distribution under its key
-    /// (`jobcast_predictor::history::HistoryKey::to_bytes`).
-    pub fn put_history<T: Serialize>(&mut self, key: &[u8], record: &T) {
-        self.put_json(HISTORY, key, record);
+    /// (`jobcast_predictor::history::HistoryKey::to_bytes`), in its binary
+    /// form (`HistoryRecord::to_bytes`).
+    pub fn put_history(&mut self, key: &[u8], record: &[u8]) {
+        self.batch.put_cf(self.store.cf(HISTORY), key, record);
     }
 
     pub fn put_policy<T: Serialize>(&mut self, name: &str, record: &T) {

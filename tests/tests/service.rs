@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
-use jobcast_predictor::history::HistoryKey;
+use jobcast_predictor::history::{HistoryKey, HistoryRecord};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::engine::{Effects, Engine, JobRecord};
 use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
@@ -203,9 +203,10 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     assert_eq!(history.len(), engine.history().tracked_values() + 1);
     let global = engine.history().record(HistoryKey::Global).unwrap();
     assert!(global.observed.unwrap() > 0);
+    assert_eq!(history[&HistoryKey::Global.to_bytes()], global.to_bytes());
     assert_eq!(
-        history[&HistoryKey::Global.to_bytes()],
-        serde_json::to_vec(&global).unwrap()
+        HistoryRecord::from_bytes(&history[&HistoryKey::Global.to_bytes()]).unwrap(),
+        global
     );
     let finished = jobs
         .iter()
@@ -275,14 +276,14 @@ fn a_store_built_with_another_engine_configuration_is_refused() {
 fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
     let (_cluster, _dir, config) = store_of_a_short_run();
     let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
-    // What a jobcast of store format 2 (decisions inside the job records)
-    // left behind.
+    // What a jobcast of store format 3 (history records as JSON) left
+    // behind.
     let mut batch = store.batch();
-    batch.set_meta("store_format", b"2");
+    batch.set_meta("store_format", b"3");
     store.commit(batch).unwrap();
     let err = service::run(&config, Shared::new(store)).unwrap_err();
     assert!(
-        err.to_string().contains("store format 2; this one reads 3"),
+        err.to_string().contains("store format 3; this one reads 4"),
         "{err}"
     );
 }
