@@ -441,10 +441,11 @@ impl HistoryRecord {
             ));
         }
         let error = r.error()?;
+        let at = r.at;
         let observed = match r.u8()? {
             0 => None,
             1 => Some(r.u64()?),
-            flag => return Err(format!("byte 17: observed flag {flag}, expected 0 or 1")),
+            flag => return Err(format!("byte {at}: observed flag {flag}, expected 0 or 1")),
         };
         let mut feature_errors = BTreeMap::new();
         for _ in 0..r.u8()? {
@@ -776,6 +777,10 @@ mod tests {
         longer.push(0);
         let extra = HistoryRecord::from_bytes(&longer).unwrap_err();
         assert!(extra.contains("1 bytes after the record's end"), "{extra}");
+        let mut bad_flag = bytes.clone();
+        bad_flag[17] = 2;
+        let flag = HistoryRecord::from_bytes(&bad_flag).unwrap_err();
+        assert!(flag.contains("byte 17: observed flag 2"), "{flag}");
         let json = HistoryRecord::from_bytes(b"{\"jobs\":[]}").unwrap_err();
         assert!(json.contains("layout 123"), "{json}");
         let mut bad_kind = global.to_bytes();
