@@ -55,6 +55,9 @@ use tempfile::TempDir;
 
 use super::evaluate::print_out;
 use super::kafka_args::KafkaArgs;
+use relay::Relay;
+
+mod relay;
 
 /// A step that makes no progress for this long has failed.
 const STALL: Duration = Duration::from_secs(60);
@@ -160,6 +163,11 @@ struct LatencyArgs {
     rates: Vec<Rate>,
     #[command(flatten)]
     service: ServiceArgs,
+    /// Leave out the relay: by default each load is also offered to a bare
+    /// consumer that republishes each submission at once, the broker's own
+    /// latency on the same path, measured the same way.
+    #[arg(long)]
+    no_relay: bool,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -649,26 +657,13 @@ impl Service {
     /// Wait until the service has committed `total` events; an error if it
     /// stops or stalls first.
     fn wait_for_commits(&self, total: u64, bar: &ProgressBar) -> anyhow::Result<()> {
-        let mut last = (Instant::now(), 0u64);
-        loop {
-            let committed = self.shared.counters.committed.load(Ordering::Relaxed);
-            if committed >= total {
-                return Ok(());
-            }
-            if self.thread.is_finished() {
-                bail!("the service stopped after committing {committed} of {total} events");
-            }
-            if committed != last.1 {
-                bar.set_position(committed);
-                last = (Instant::now(), committed);
-            } else if last.0.elapsed() > STALL {
-                bail!(
-                    "the service committed nothing for {} s after {committed} of {total} events",
-                    STALL.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        await_count(
+            total,
+            bar,
+            || self.shared.counters.committed.load(Ordering::Relaxed),
+            || self.thread.is_finished(),
+            "the service stopped after committing",
+        )
     }
 
     /// Shut the service down and return its totals.
@@ -681,14 +676,53 @@ impl Service {
     }
 }
 
+/// Wait until `count` reaches `total`; an error if `finished` (`stopped`
+/// names how) or if the count stalls first.
+fn await_count(
+    total: u64,
+    bar: &ProgressBar,
+    count: impl Fn() -> u64,
+    finished: impl Fn() -> bool,
+    stopped: &str,
+) -> anyhow::Result<()> {
+    let mut last = (Instant::now(), 0u64);
+    loop {
+        let done = count();
+        if done >= total {
+            return Ok(());
+        }
+        if finished() {
+            bail!("{stopped} {done} of {total} events");
+        }
+        if done != last.1 {
+            bar.set_position(done);
+            last = (Instant::now(), done);
+        } else if last.0.elapsed() > STALL {
+            bail!(
+                "nothing for {} s after {done} of {total} events",
+                STALL.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The figures of one offered load of `bench latency`.
 #[derive(serde::Serialize)]
 struct LoadReport {
     /// Events/s offered; `null` for as fast as the producer goes.
     offered_per_sec: Option<f64>,
+    service: LatencyFigures,
+    /// The same load answered by the relay: the broker's own latency.
+    relay: Option<LatencyFigures>,
+}
+
+/// What one responder's run at one load measured.
+#[derive(serde::Serialize)]
+struct LatencyFigures {
     /// Events delivered to the input topic per second of producing.
     achieved_per_sec: f64,
-    /// Decisions the service published.
+    /// Decisions published.
     decisions: u64,
     /// Jobs whose submission and first decision were both seen: the
     /// latency samples.
@@ -697,6 +731,34 @@ struct LoadReport {
     p99_ms: f64,
     p999_ms: f64,
     max_ms: f64,
+    /// The service's batches (none for the relay), which its latency
+    /// waits on.
+    batches: Option<BatchMeans>,
+}
+
+/// A service run's batches and the mean milliseconds of each batch step.
+#[derive(serde::Serialize)]
+struct BatchMeans {
+    batches: u64,
+    events_per_batch: f64,
+    apply_ms: f64,
+    publish_ms: f64,
+    commit_ms: f64,
+}
+
+impl BatchMeans {
+    fn of(shared: &Shared) -> Self {
+        let c = &shared.counters;
+        let batches = c.batches.load(Ordering::Relaxed);
+        let per_batch = |n: u64| n as f64 / batches.max(1) as f64;
+        BatchMeans {
+            batches,
+            events_per_batch: per_batch(c.committed.load(Ordering::Relaxed)),
+            apply_ms: per_batch(c.apply_ns.load(Ordering::Relaxed)) / 1e6,
+            publish_ms: per_batch(c.publish_ns.load(Ordering::Relaxed)) / 1e6,
+            commit_ms: per_batch(c.commit_ns.load(Ordering::Relaxed)) / 1e6,
+        }
+    }
 }
 
 /// The figures of a `bench latency` run.
@@ -727,15 +789,36 @@ fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     }
     let mut loads = Vec::with_capacity(args.rates.len());
     for (n, &rate) in args.rates.iter().enumerate() {
-        let (config, _state) = fresh_config(&format!("latency{n}"), &args.service)?;
-        let load = on_cluster(&args.service, config, |config| {
-            measure_load(config, &args.service, &events, &submissions, rate)
-        })
-        .with_context(|| match rate {
-            Rate::PerSec(r) => format!("measuring the latency at {r} events/s"),
-            Rate::Max => "measuring the latency at saturation".to_owned(),
-        })?;
-        loads.push(load);
+        let offered = match rate {
+            Rate::PerSec(r) => format!("{r} events/s"),
+            Rate::Max => "saturation".to_owned(),
+        };
+        let run = |responder: Responder| {
+            let (config, _state) =
+                fresh_config(&format!("{}{n}", responder.name()), &args.service)?;
+            on_cluster(&args.service, config, |config| {
+                measure_load(
+                    config,
+                    &args.service,
+                    &events,
+                    &submissions,
+                    rate,
+                    responder,
+                )
+            })
+            .with_context(|| format!("measuring the {} latency at {offered}", responder.name()))
+        };
+        let relay = if args.no_relay {
+            None
+        } else {
+            Some(run(Responder::Relay)?)
+        };
+        let service = run(Responder::Service)?;
+        loads.push(LoadReport {
+            offered_per_sec: rate.per_sec(),
+            service,
+            relay,
+        });
     }
     let report = LatencyReport {
         events: events.len() as u64,
@@ -746,7 +829,65 @@ fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     output_latency(&report, args.json)
 }
 
-/// One load: the service started on the fresh topics, a listener on the
+/// What answers the submissions of a latency run.
+#[derive(Clone, Copy)]
+enum Responder {
+    Service,
+    Relay,
+}
+
+impl Responder {
+    fn name(self) -> &'static str {
+        match self {
+            Responder::Service => "service",
+            Responder::Relay => "relay",
+        }
+    }
+}
+
+/// A responder, started.
+enum Running {
+    Service(Service),
+    Relay(Relay),
+}
+
+impl Running {
+    fn start(responder: Responder, config: ServeConfig, partitions: i32) -> anyhow::Result<Self> {
+        Ok(match responder {
+            Responder::Service => Running::Service(Service::start(config)?),
+            Responder::Relay => Running::Relay(Relay::start(&config, partitions)?),
+        })
+    }
+
+    /// Wait until all `total` events are handled: committed by the service,
+    /// read by the relay.
+    fn wait_for(&self, total: u64, bar: &ProgressBar) -> anyhow::Result<()> {
+        match self {
+            Running::Service(service) => service.wait_for_commits(total, bar),
+            Running::Relay(relay) => await_count(
+                total,
+                bar,
+                || relay.consumed(),
+                || relay.is_finished(),
+                "the relay stopped after reading",
+            ),
+        }
+    }
+
+    /// Stop; the decisions published, and the service's batches.
+    fn stop(self) -> anyhow::Result<(u64, Option<BatchMeans>)> {
+        match self {
+            Running::Service(service) => {
+                let shared = service.shared.clone();
+                let decisions = service.stop()?.decisions;
+                Ok((decisions, Some(BatchMeans::of(&shared))))
+            }
+            Running::Relay(relay) => Ok((relay.stop()?, None)),
+        }
+    }
+}
+
+/// One load: the responder started on the fresh topics, a listener on the
 /// decisions topic, then the events produced at `rate` while both run.
 fn measure_load(
     config: ServeConfig,
@@ -754,7 +895,8 @@ fn measure_load(
     events: &[Event],
     submissions: &HashMap<u64, usize>,
     rate: Rate,
-) -> anyhow::Result<LoadReport> {
+    responder: Responder,
+) -> anyhow::Result<LatencyFigures> {
     config.validate().map_err(anyhow::Error::msg)?;
     let settings = config.kafka.clone();
     let (input, decisions) = (
@@ -763,7 +905,7 @@ fn measure_load(
     );
     let listener_group = format!("{}.listener", config.consumer.group);
     let total = events.len() as u64;
-    let service = Service::start(config)?;
+    let running = Running::start(responder, config, run.partitions)?;
     let ready = AtomicBool::new(false);
     let done = AtomicBool::new(false);
     let (produced, stopped, received) = std::thread::scope(|scope| {
@@ -789,13 +931,13 @@ fn measure_load(
                 Some(total),
                 "{spinner} drain    [{elapsed_precise}] {bar:40} {human_pos}/{human_len} events",
             );
-            let committed = service.wait_for_commits(total, &bar);
+            let handled = running.wait_for(total, &bar);
             bar.finish_and_clear();
-            committed.map(|()| sent)
+            handled.map(|()| sent)
         })();
-        // Everything the service published is in the topic once it has
+        // Everything the responder published is in the topic once it has
         // stopped: the listener reads up to there and ends.
-        let stopped = service.stop();
+        let stopped = running.stop();
         done.store(true, Ordering::Relaxed);
         let received = listener
             .join()
@@ -804,7 +946,7 @@ fn measure_load(
         (produced, stopped, received)
     });
     // A listener that failed is the cause of whatever failed after it.
-    let summary = stopped?;
+    let (published, batches) = stopped?;
     let received = received?;
     let (written, sent) = produced?;
 
@@ -816,22 +958,19 @@ fn measure_load(
         })
         .collect();
     if samples.is_empty() {
-        bail!(
-            "no job's first decision arrived on {decisions} ({} decisions published)",
-            summary.decisions
-        );
+        bail!("no job's first decision arrived on {decisions} ({published} decisions published)");
     }
     samples.sort_unstable();
     let ms = |q: f64| percentile(&samples, q).as_secs_f64() * 1e3;
-    Ok(LoadReport {
-        offered_per_sec: rate.per_sec(),
+    Ok(LatencyFigures {
         achieved_per_sec: written.events_per_sec,
-        decisions: summary.decisions,
+        decisions: published,
         samples: samples.len() as u64,
         p50_ms: ms(0.5),
         p99_ms: ms(0.99),
         p999_ms: ms(0.999),
         max_ms: ms(1.0),
+        batches,
     })
 }
 
@@ -980,12 +1119,14 @@ fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
     }
     let mut out = format!(
         "jobcast bench latency: {} events, {} partitions, {}\n\
-         latency: job submission handed to the producer -> its first decision received\n\n  \
-         {:>10} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+         latency: job submission handed to the producer -> its first decision received\n\
+         relay: a bare consumer republishing each submission at once (the broker's own latency)\n\n  \
+         {:>10} {:>8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
         report.events,
         report.partitions,
         report.broker,
         "offered/s",
+        "by",
         "achieved/s",
         "decisions",
         "samples",
@@ -998,15 +1139,32 @@ fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
         let offered = load
             .offered_per_sec
             .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
+        let rows = [
+            ("service", Some(&load.service)),
+            ("relay", load.relay.as_ref()),
+        ];
+        for (by, figures) in rows {
+            let Some(f) = figures else { continue };
+            out.push_str(&format!(
+                "  {offered:>10} {by:>8} {:>11.0} {:>10} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+                f.achieved_per_sec, f.decisions, f.samples, f.p50_ms, f.p99_ms, f.p999_ms, f.max_ms
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "offered/s", "batches", "events", "apply ms", "publish ms", "commit ms"
+    ));
+    for load in &report.loads {
+        let Some(b) = &load.service.batches else {
+            continue;
+        };
+        let offered = load
+            .offered_per_sec
+            .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
         out.push_str(&format!(
-            "  {offered:>10} {:>11.0} {:>10} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
-            load.achieved_per_sec,
-            load.decisions,
-            load.samples,
-            load.p50_ms,
-            load.p99_ms,
-            load.p999_ms,
-            load.max_ms
+            "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2}\n",
+            b.batches, b.events_per_batch, b.apply_ms, b.publish_ms, b.commit_ms
         ));
     }
     print_out(&out)
