@@ -20,7 +20,10 @@
 //! RocksDB commit and the wait for the decision's acknowledgement. The
 //! service's own `jobcast_event_to_decision_seconds` (poll to
 //! acknowledgement) leaves the broker hops out, has 12 buckets and is
-//! process-wide, so it would mix the loads; it is not used here.
+//! process-wide, so it would mix the loads; it is not used here. Each load
+//! is also offered to a relay ([`relay`]) that republishes each submission
+//! at once: the broker's own latency on the same path, and so what bounds
+//! the service's.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
