@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::Event;
-use jobcast_ingest::kafka::{Topics, dead_letter_headers};
+use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
 use jobcast_storage::state::{StateStore, StoreError};
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
@@ -399,16 +399,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     let mut pipeline = Pipeline::new(config, shared)?;
     pipeline.check_store()?;
     let member = pipeline.join_group()?;
-    let mut producer_config = config.kafka.producer_config();
-    // A batch's outputs are all produced at once and then awaited: lingering
-    // for more would only add its time to every batch.
-    if !["linger.ms", "queue.buffering.max.ms"]
-        .iter()
-        .any(|key| config.kafka.client.contains_key(*key))
-    {
-        producer_config.set("linger.ms", "0");
-    }
-    let producer: BaseProducer<SinkContext> = producer_config
+    let producer: BaseProducer<SinkContext> = output_producer_config(&config.kafka)
         .create_with_context(SinkContext {
             failed: Mutex::new(Vec::new()),
             shared: pipeline.shared.clone(),
@@ -424,6 +415,20 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     pipeline.leave_group(&member);
     info!(?pipeline.summary, "stopped");
     Ok(pipeline.summary)
+}
+
+/// The settings of the producer of the service's outputs.
+pub fn output_producer_config(kafka: &KafkaSettings) -> ClientConfig {
+    let mut config = kafka.producer_config();
+    // A batch's outputs are all produced at once and then awaited: lingering
+    // for more would only add its time to every batch.
+    if !["linger.ms", "queue.buffering.max.ms"]
+        .iter()
+        .any(|key| kafka.client.contains_key(*key))
+    {
+        config.set("linger.ms", "0");
+    }
+    config
 }
 
 /// The store's layout version. 4: the `history` family holds binary

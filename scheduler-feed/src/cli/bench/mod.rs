@@ -499,6 +499,29 @@ impl ClientContext for RawContext {
 
 impl ConsumerContext for RawContext {}
 
+/// A consumer in `group` that commits nothing, reporting partition ends if
+/// `eof`, with the configured client properties.
+fn bare_consumer(
+    settings: &KafkaSettings,
+    group: &str,
+    eof: bool,
+) -> anyhow::Result<BaseConsumer<RawContext>> {
+    let mut config = settings.client_config();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", if eof { "true" } else { "false" })
+        // As the service's input consumer, so that none waits out
+        // librdkafka's default second once its prefetch queue is full.
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+    for (key, value) in &settings.client {
+        config.set(key, value);
+    }
+    Ok(config
+        .create_with_context(RawContext)
+        .map_err(|e| settings.redact(e))?)
+}
+
 /// Step 2: a bare consumer assigned every partition from the beginning
 /// reads each message (summing payload lengths, so nothing is skipped)
 /// until every partition reports its end, which proves no message is
@@ -513,21 +536,7 @@ fn raw_consume(
     total: u64,
     group: &str,
 ) -> anyhow::Result<f64> {
-    let mut config = settings.client_config();
-    config
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        // As the service's input consumer, so that neither waits out
-        // librdkafka's default second once its prefetch queue is full.
-        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
-    for (key, value) in &settings.client {
-        config.set(key, value);
-    }
-    let consumer: BaseConsumer<RawContext> = config
-        .create_with_context(RawContext)
-        .map_err(|e| settings.redact(e))
-        .context("creating the raw consumer")?;
+    let consumer = bare_consumer(settings, group, true).context("creating the raw consumer")?;
 
     // The mock cluster drops the oldest messages of a partition past ~5 MB;
     // a measurement over a truncated topic would compare different inputs.

@@ -19,7 +19,7 @@ use anyhow::{Context as _, bail};
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::service::FETCH_QUEUE_BACKOFF_MS;
+use jobcast_scheduler_feed::service::output_producer_config;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -28,7 +28,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{RawContext, STALL};
+use super::{RawContext, STALL, bare_consumer};
 
 /// How long a relay poll waits for a message before looking at its stop
 /// flag.
@@ -146,26 +146,10 @@ fn connect(
     partitions: i32,
     group: &str,
 ) -> anyhow::Result<Clients> {
-    // As the service's input consumer and producer are set.
-    let mut config = settings.client_config();
-    config
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
-    for (key, value) in &settings.client {
-        config.set(key, value);
-    }
-    let consumer: BaseConsumer<RawContext> = config
-        .create_with_context(RawContext)
-        .map_err(|e| settings.redact(e))
-        .context("creating the relay's consumer")?;
-    let mut config = settings.producer_config();
-    if !["linger.ms", "queue.buffering.max.ms"]
-        .iter()
-        .any(|key| settings.client.contains_key(*key))
-    {
-        config.set("linger.ms", "0");
-    }
+    // As the service's input consumer and output producer are set.
+    let consumer =
+        bare_consumer(settings, group, false).context("creating the relay's consumer")?;
+    let mut config = output_producer_config(settings);
     // An idempotent producer sends nothing until it has its id (about
     // 0.5 s): the service waits longer than that for its group assignment
     // before it is ready, so the relay waits for the id, which librdkafka
