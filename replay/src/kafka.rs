@@ -327,13 +327,20 @@ struct Deliveries {
 
 impl ClientContext for Deliveries {
     fn stats(&self, statistics: Statistics) {
-        if statistics
-            .eos
-            .is_some_and(|eos| eos.idemp_state == "Assigned")
-        {
+        if has_producer_id(&statistics) {
             self.has_producer_id.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether an idempotent producer's statistics say the broker has given it
+/// its id: librdkafka reports the id's state nowhere else, and the producer
+/// sends nothing before it has one.
+pub fn has_producer_id(statistics: &Statistics) -> bool {
+    statistics
+        .eos
+        .as_ref()
+        .is_some_and(|eos| eos.idemp_state == "Assigned")
 }
 
 impl ProducerContext for Deliveries {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::KafkaSettings;
+use jobcast_replay::kafka::has_producer_id;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::output_producer_config;
 use rdkafka::client::ClientContext;
@@ -45,10 +46,7 @@ struct RelayContext {
 
 impl ClientContext for RelayContext {
     fn stats(&self, statistics: Statistics) {
-        if statistics
-            .eos
-            .is_some_and(|eos| eos.idemp_state == "Assigned")
-        {
+        if has_producer_id(&statistics) {
             self.has_producer_id.store(true, Ordering::Relaxed);
         }
     }
