@@ -33,9 +33,10 @@ pub struct ConsumerConfig {
     pub batch_max_events: usize,
     /// Longest a consumed event waits for its batch to fill, ms.
     pub batch_linger_ms: u64,
-    /// Events buffered per partition while waiting for slower partitions
-    /// (event-time merge) before that partition is paused.
-    pub max_buffered_per_partition: usize,
+    /// Events the event-time merge holds, across all partitions, before
+    /// it pauses the partitions that have events waiting (see
+    /// `source::Throttle`).
+    pub max_buffered_events: usize,
 }
 
 impl Default for ConsumerConfig {
@@ -44,7 +45,7 @@ impl Default for ConsumerConfig {
             group: "jobcast".into(),
             batch_max_events: 10_000,
             batch_linger_ms: 2,
-            max_buffered_per_partition: 25_000,
+            max_buffered_events: 500_000,
         }
     }
 }
@@ -99,8 +100,8 @@ impl ServeConfig {
         if self.consumer.batch_max_events == 0 {
             return Err("consumer.batch_max_events must be positive".into());
         }
-        if self.consumer.max_buffered_per_partition == 0 {
-            return Err("consumer.max_buffered_per_partition must be positive".into());
+        if self.consumer.max_buffered_events == 0 {
+            return Err("consumer.max_buffered_events must be positive".into());
         }
         let topics = [
             &self.topics.events,

@@ -105,7 +105,7 @@ impl<T> PartitionMerge<T> {
         }
     }
 
-    pub fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
+    pub fn partitions(&self) -> impl Iterator<Item = i32> + Clone + '_ {
         self.partitions.keys().copied()
     }
 

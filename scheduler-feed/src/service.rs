@@ -127,6 +127,8 @@ pub struct Counters {
     /// Logged messages applied again by the latest log replay.
     pub recovered_events: AtomicU64,
     pub live_jobs: AtomicU64,
+    /// Input partitions paused to bound the event-time merge's memory.
+    pub input_pauses: AtomicU64,
     /// Batches committed, and the nanoseconds their steps took: applying
     /// (decoded messages to the engine, outputs and log built), publishing
     /// (until every output is acknowledged), committing to RocksDB.

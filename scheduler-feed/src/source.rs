@@ -9,9 +9,11 @@
 //!
 //! Batches go through a channel holding one: while the pipeline is busy
 //! the source fills the next, and then waits, so the merge (and, past
-//! `max_buffered_per_partition`, the paused partitions) bounds memory as
-//! before. The order of events is the merge's, whichever thread reads it.
+//! `max_buffered_events`, the paused partitions: see [`Throttle`]) bounds
+//! memory as before. The order of events is the merge's, whichever thread
+//! reads it.
 
+use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -164,7 +166,7 @@ impl Source {
             merge: PartitionMerge::default(),
             max_batch: settings.batch_max_events,
             linger: Duration::from_millis(settings.batch_linger_ms),
-            max_buffered: settings.max_buffered_per_partition,
+            throttle: Throttle::new(settings.max_buffered_events),
         };
         let thread = std::thread::Builder::new()
             .name("source".into())
@@ -216,7 +218,7 @@ struct Reader {
     merge: PartitionMerge<Consumed>,
     max_batch: usize,
     linger: Duration,
-    max_buffered: usize,
+    throttle: Throttle,
 }
 
 impl Reader {
@@ -234,7 +236,6 @@ impl Reader {
     /// Poll, merge and hand over batches until the service shuts down (or
     /// the pipeline goes away).
     fn read(&mut self) -> Result<(), ServiceError> {
-        let mut paused = std::collections::BTreeSet::new();
         let mut batch: Batch = Vec::with_capacity(self.max_batch);
         let mut batch_started: Option<Instant> = None;
         let mut last_probe: Option<Instant> = None;
@@ -276,7 +277,7 @@ impl Reader {
                     break;
                 }
             }
-            self.pause_or_resume(&mut paused);
+            self.pause_or_resume();
 
             let due = batch.len() >= self.max_batch
                 || batch_started.is_some_and(|t| t.elapsed() >= self.linger)
@@ -355,7 +356,7 @@ impl Reader {
             return Ok(());
         };
         shared.broker_up.store(true, Ordering::Relaxed);
-        let known: std::collections::BTreeSet<i32> = self.merge.partitions().collect();
+        let known: BTreeSet<i32> = self.merge.partitions().collect();
         let new: Vec<i32> = metadata
             .topics()
             .iter()
@@ -384,27 +385,97 @@ impl Reader {
         Ok(())
     }
 
-    /// Bound memory: stop fetching a partition that is far ahead of the
-    /// others in event time, and resume it once it has drained.
-    fn pause_or_resume(&self, paused: &mut std::collections::BTreeSet<i32>) {
-        let tpl = |partition| {
+    /// Bound the merge's memory (see [`Throttle`]).
+    fn pause_or_resume(&mut self) {
+        let merge = &self.merge;
+        let (pause, resume) = self
+            .throttle
+            .update(merge.partitions().map(|p| (p, merge.buffered(p))));
+        let tpl = |partitions: &[i32]| {
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(&self.topic, partition);
+            for &partition in partitions {
+                tpl.add_partition(&self.topic, partition);
+            }
             tpl
         };
-        for partition in self.merge.partitions() {
-            let buffered = self.merge.buffered(partition);
-            if buffered >= self.max_buffered && paused.insert(partition) {
-                if let Err(e) = self.consumer.pause(&tpl(partition)) {
-                    warn!("cannot pause partition {partition}: {e}");
-                }
-            } else if buffered <= self.max_buffered / 2
-                && paused.remove(&partition)
-                && let Err(e) = self.consumer.resume(&tpl(partition))
-            {
-                warn!("cannot resume partition {partition}: {e}");
+        metrics::gauge!(telemetry::INPUT_BUFFERED).set(self.throttle.buffered as f64);
+        if !pause.is_empty() {
+            let counters = &self.shared().counters;
+            counters
+                .input_pauses
+                .fetch_add(pause.len() as u64, Ordering::Relaxed);
+            metrics::counter!(telemetry::INPUT_PAUSES).increment(pause.len() as u64);
+            if let Err(e) = self.consumer.pause(&tpl(&pause)) {
+                warn!("cannot pause partitions {pause:?}: {e}");
             }
         }
+        if !resume.is_empty()
+            && let Err(e) = self.consumer.resume(&tpl(&resume))
+        {
+            warn!("cannot resume partitions {resume:?}: {e}");
+        }
+    }
+}
+
+/// Which partitions the source stops fetching, so that the event-time
+/// merge holds about `budget` events across all partitions (at most about
+/// twice that).
+///
+/// Once the merge holds `budget` events, each partition holding more than
+/// its share (`budget` / partitions) is paused, and fetched again once it
+/// is down to half its share, or the merge to half the budget: before it
+/// runs dry, so that its refetch overlaps the draining. A partition below
+/// its share goes on being fetched; above all, one with nothing waiting
+/// must be, since the merge releases nothing until every partition has
+/// something (or is read to its end).
+///
+/// The budget is a total rather than a fixed cap per partition because
+/// brokers that serve a backlog one partition after another (tansu does)
+/// fill some partitions' queues long before the last one delivers, and
+/// every pause costs a refetch: librdkafka discards what it had fetched
+/// ahead for a paused partition
+/// ([librdkafka#5343](https://github.com/confluentinc/librdkafka/issues/5343)).
+#[derive(Debug)]
+struct Throttle {
+    budget: usize,
+    paused: BTreeSet<i32>,
+    /// What the merge held at the last update.
+    buffered: usize,
+}
+
+impl Throttle {
+    fn new(budget: usize) -> Self {
+        Throttle {
+            budget,
+            paused: BTreeSet::new(),
+            buffered: 0,
+        }
+    }
+
+    /// Given what each partition has buffered, the partitions to pause and
+    /// those to resume now.
+    fn update(
+        &mut self,
+        buffered: impl Iterator<Item = (i32, usize)> + Clone,
+    ) -> (Vec<i32>, Vec<i32>) {
+        let (partitions, total) = buffered
+            .clone()
+            .fold((0, 0), |(count, total), (_, n)| (count + 1, total + n));
+        self.buffered = total;
+        let share = (self.budget / partitions.max(1)).max(1);
+        let (mut pause, mut resume) = (Vec::new(), Vec::new());
+        for (partition, n) in buffered {
+            if self.paused.contains(&partition) {
+                if n <= share / 2 || total <= self.budget / 2 {
+                    self.paused.remove(&partition);
+                    resume.push(partition);
+                }
+            } else if n >= share && total >= self.budget {
+                self.paused.insert(partition);
+                pause.push(partition);
+            }
+        }
+        (pause, resume)
     }
 }
 
@@ -441,6 +512,71 @@ fn cached_high_watermark<C: ConsumerContext>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_throttle_pauses_partitions_over_their_share_once_the_budget_is_reached() {
+        // Three partitions: a share of 33.
+        let mut t = Throttle::new(100);
+        let none: (Vec<i32>, Vec<i32>) = (vec![], vec![]);
+        assert_eq!(t.update([(0, 60), (1, 39), (2, 0)].into_iter()), none);
+        // At the budget: the two partitions over their share stop; the
+        // empty one, which the merge is waiting for, goes on.
+        assert_eq!(
+            t.update([(0, 60), (1, 40), (2, 0)].into_iter()),
+            (vec![0, 1], vec![])
+        );
+        assert_eq!(t.update([(0, 60), (1, 40), (2, 20)].into_iter()), none);
+        assert_eq!(
+            t.update([(0, 60), (1, 40), (2, 33)].into_iter()),
+            (vec![2], vec![])
+        );
+        // Over half the budget: only a partition down to half its share
+        // (16) resumes.
+        assert_eq!(
+            t.update([(0, 40), (1, 16), (2, 17)].into_iter()),
+            (vec![], vec![1])
+        );
+        assert_eq!(t.update([(0, 40), (1, 16), (2, 17)].into_iter()), none);
+        // Down to half the budget: every paused partition resumes.
+        assert_eq!(
+            t.update([(0, 31), (1, 2), (2, 17)].into_iter()),
+            (vec![], vec![0, 2])
+        );
+    }
+
+    proptest! {
+        /// Whatever the merge holds, the source keeps fetching every
+        /// partition the merge waits for, and past the budget stops every
+        /// one over its share.
+        #[test]
+        fn the_throttle_never_stalls_the_merge(
+            budget in 1usize..50,
+            steps in proptest::collection::vec(proptest::collection::vec(0usize..30, 4), 1..40),
+        ) {
+            let mut t = Throttle::new(budget);
+            let mut paused = BTreeSet::new();
+            for buffered in steps {
+                let parts = buffered.iter().enumerate().map(|(p, &n)| (p as i32, n));
+                let (pause, resume) = t.update(parts.clone());
+                for p in pause {
+                    prop_assert!(paused.insert(p), "paused twice");
+                }
+                for p in resume {
+                    prop_assert!(paused.remove(&p), "resumed while not paused");
+                }
+                let total: usize = buffered.iter().sum();
+                let share = (budget / buffered.len()).max(1);
+                for (p, n) in parts {
+                    if n == 0 {
+                        prop_assert!(!paused.contains(&p), "a partition the merge waits for is paused");
+                    } else if total >= budget && n >= share {
+                        prop_assert!(paused.contains(&p), "over the budget, partition {} still fetched", p);
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn waits_are_rounded_up_to_whole_milliseconds() {

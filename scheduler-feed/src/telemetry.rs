@@ -24,6 +24,8 @@ pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
+pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
+pub const INPUT_PAUSES: &str = "jobcast_input_pauses_total";
 pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
@@ -80,6 +82,16 @@ fn describe() {
         BATCH_STAGE_SECONDS,
         Unit::Seconds,
         "Time of each step of a batch: apply (engine, outputs and log built), publish (until every output is acknowledged), commit (RocksDB write)"
+    );
+    describe_gauge!(
+        INPUT_BUFFERED,
+        Unit::Count,
+        "Input messages the event-time merge holds, waiting for other partitions"
+    );
+    describe_counter!(
+        INPUT_PAUSES,
+        Unit::Count,
+        "Times an input partition was paused because the merge held consumer.max_buffered_events"
     );
     describe_gauge!(
         OWNED_PARTITIONS,

@@ -58,6 +58,43 @@ fn bench_pipeline_reports_both_rates_and_their_ratio() {
     assert!(number(stages, "commit_secs") > 0.0, "{report}");
     assert!(steps <= events as f64 / pipeline * 1.001, "{report}");
     assert!(number(stages, "other_secs") >= 0.0, "{report}");
+    // The default merge budget holds the whole of this input.
+    assert_eq!(stages["input_pauses"].as_u64(), Some(0), "{report}");
+}
+
+#[test]
+fn bench_pipeline_runs_the_service_with_the_given_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobcast.toml");
+    // A merge budget far below the input: the service pauses partitions,
+    // which only this file can make it do.
+    std::fs::write(
+        &config,
+        "[consumer]\nmax_buffered_events = 2000\nbatch_max_events = 64\n",
+    )
+    .unwrap();
+    let out = jobcast_ok(&[
+        "bench",
+        "pipeline",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--partitions",
+        "4",
+        "--config",
+        config.to_str().unwrap(),
+        "--json",
+    ]);
+    let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    let stages = &report["stages"];
+    assert!(stages["input_pauses"].as_u64().unwrap_or(0) > 0, "{report}");
+    // Batches of at most 64 events.
+    let events = report["events"].as_u64().unwrap();
+    assert!(
+        stages["batches"].as_u64().unwrap() >= events.div_ceil(64),
+        "{report}"
+    );
 }
 
 #[test]

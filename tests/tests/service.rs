@@ -58,6 +58,11 @@ fn config(brokers: &str, topics: &Topics, data: &Path) -> ServeConfig {
 /// Run the service until it has committed `stop_at` messages (or all of
 /// them), then stop it gracefully.
 fn run_until(config: &ServeConfig, stop_at: u64) -> RunSummary {
+    run_observed(config, stop_at).0
+}
+
+/// [`run_until`], with the service's shared state to look at afterwards.
+fn run_observed(config: &ServeConfig, stop_at: u64) -> (RunSummary, Arc<Shared>) {
     let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
     let shared = Shared::new(store);
     let thread_shared = shared.clone();
@@ -77,10 +82,11 @@ fn run_until(config: &ServeConfig, stop_at: u64) -> RunSummary {
         std::thread::sleep(Duration::from_millis(20));
     }
     shared.shutdown.store(true, Ordering::Relaxed);
-    handle
+    let summary = handle
         .join()
         .expect("no panic")
-        .expect("the service runs cleanly")
+        .expect("the service runs cleanly");
+    (summary, shared)
 }
 
 fn input(events: &[Event]) -> Vec<(String, Vec<u8>)> {
@@ -252,6 +258,54 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
         total,
         "nothing read twice"
     );
+
+    assert_eq!(stored_state(&path_a), stored_state(&path_b));
+    let a = decisions(&cluster.brokers(), &topics_a.decisions);
+    let b = decisions(&cluster.brokers(), &topics_b.decisions);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
+    let topics_a = Topics {
+        decisions: "a.decisions".into(),
+        ..Topics::default()
+    };
+    let cluster = Cluster::new(&topics_a, PARTITIONS);
+    let mut topics_b = topics_a.clone();
+    topics_b.decisions = "b.decisions".into();
+    cluster
+        .mock
+        .create_topic(&topics_b.decisions, 1, 1)
+        .unwrap();
+    let messages = input(&excerpt_events());
+    cluster.produce(&topics_a.events, &messages);
+    let total = messages.len() as u64;
+
+    let (_a, path_a) = temp();
+    let (roomy, shared) = run_observed(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    assert_eq!(roomy.committed, total);
+    assert_eq!(shared.counters.input_pauses.load(Ordering::Relaxed), 0);
+    drop(shared); // closes the store
+
+    // A budget of 2,000 events, 500 a partition: the excerpt's partitions
+    // run unevenly enough in event time that partitions are paused and
+    // resumed dozens of times, and the merged order, so every decision
+    // and record, stays what it was.
+    let (_b, path_b) = temp();
+    let mut tight = config(&cluster.brokers(), &topics_b, &path_b);
+    tight.consumer.max_buffered_events = 2000;
+    // librdkafka starts fetching a resumed partition when its broker thread
+    // next wakes, which may be when the fetch in flight returns: the broker
+    // holds that open for up to this long when nothing new has come.
+    tight
+        .kafka
+        .client
+        .insert("fetch.wait.max.ms".into(), "10".into());
+    let (summary, shared) = run_observed(&tight, total);
+    assert_eq!(summary.committed, total);
+    assert!(shared.counters.input_pauses.load(Ordering::Relaxed) > 0);
+    drop(shared);
 
     assert_eq!(stored_state(&path_a), stored_state(&path_b));
     let a = decisions(&cluster.brokers(), &topics_a.decisions);

@@ -132,6 +132,12 @@ struct ServiceArgs {
     /// (tansu 0.6.0, see docs/kafka.md). Repeatable.
     #[arg(long, value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_property)]
     write_property: Vec<(String, String)>,
+    /// Run the service with the consumer and engine settings of this
+    /// `jobcast serve` configuration file (TOML) instead of the defaults.
+    /// Its topics, consumer group, RocksDB directory and brokers are the
+    /// run's own; `--sync` says whether commits are synced.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 impl ServiceArgs {
@@ -236,10 +242,11 @@ fn fresh_config(label: &str, service: &ServiceArgs) -> anyhow::Result<(ServeConf
         dead_letter: format!("jobcast-bench-{run_id}.dead-letter"),
     };
     let state = tempfile::tempdir().context("creating the RocksDB directory")?;
-    let mut config = ServeConfig {
-        topics,
-        ..ServeConfig::default()
+    let mut config = match &service.config {
+        Some(path) => ServeConfig::from_file(path).map_err(anyhow::Error::msg)?,
+        None => ServeConfig::default(),
     };
+    config.topics = topics;
     config.consumer.group = format!("jobcast-bench-{run_id}");
     config.storage.path = state.path().join("state");
     config.storage.sync = service.sync;
@@ -370,6 +377,9 @@ struct Stages {
     publish_secs: f64,
     commit_secs: f64,
     other_secs: f64,
+    /// Input partitions paused to bound the event-time merge (each costs a
+    /// refetch: `consumer.max_buffered_events`).
+    input_pauses: u64,
 }
 
 fn pipeline(args: &PipelineArgs) -> anyhow::Result<()> {
@@ -407,6 +417,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
         publish_secs,
         commit_secs,
         other_secs: (pipeline_secs - apply_secs - publish_secs - commit_secs).max(0.0),
+        input_pauses: counters.input_pauses.load(Ordering::Relaxed),
     };
 
     let raw_rate = events as f64 / raw_secs;
@@ -1231,8 +1242,8 @@ fn output(report: &Report, json: bool) -> anyhow::Result<()> {
     ));
     let st = &report.stages;
     out.push_str(&format!(
-        "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (RocksDB)           {:>12.2}\n    waiting for input, merge   {:>12.2}\n",
-        st.batches, st.apply_secs, st.publish_secs, st.commit_secs, st.other_secs
+        "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (RocksDB)           {:>12.2}\n    waiting for input, merge   {:>12.2}\n  input partitions paused      {:>12}\n",
+        st.batches, st.apply_secs, st.publish_secs, st.commit_secs, st.other_secs, st.input_pauses
     ));
     print_out(&out)
 }
