@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
 use jobcast_storage::state::{StateStore, StoreError};
+use jobcast_storage::writer::Writer;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
@@ -129,13 +130,18 @@ pub struct Counters {
     pub live_jobs: AtomicU64,
     /// Input partitions paused to bound the event-time merge's memory.
     pub input_pauses: AtomicU64,
-    /// Batches committed, and the nanoseconds their steps took: applying
-    /// (decoded messages to the engine, outputs and log built), publishing
-    /// (until every output is acknowledged), committing to RocksDB.
+    /// Batches committed, and the nanoseconds the pipeline thread's steps
+    /// took: applying (decoded messages to the engine, outputs and log
+    /// built), publishing (until every output is acknowledged), committing
+    /// (the changed records serialised into the batch, handed to the writer
+    /// thread).
     pub batches: AtomicU64,
     pub apply_ns: AtomicU64,
     pub publish_ns: AtomicU64,
     pub commit_ns: AtomicU64,
+    /// Nanoseconds the writer thread spent writing batches to RocksDB,
+    /// beside the pipeline thread (overlapping the steps above).
+    pub write_ns: AtomicU64,
 }
 
 impl Shared {
@@ -188,8 +194,8 @@ const OUTPUT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// group's membership again.
 const POLL_WAIT: Duration = Duration::from_millis(50);
 
-/// How long a batch's outputs may take to be acknowledged before they are
-/// produced again.
+/// How long a batch's outputs may be in flight before the service says so
+/// (and, shutting down, gives up on them).
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long [`await_deliveries`] sleeps when no acknowledgement came in.
@@ -375,6 +381,13 @@ struct Outgoing {
     caused_at: Option<Instant>,
 }
 
+/// Add a batch step's time to its counter and histogram.
+fn record_stage(stage: &'static str, counter: &AtomicU64, took: Duration) {
+    counter.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    metrics::histogram!(telemetry::BATCH_STAGE_SECONDS, "stage" => stage)
+        .record(took.as_secs_f64());
+}
+
 /// Totals of one run of [`run`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunSummary {
@@ -413,6 +426,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
         pipeline.consume(&member, &producer)?;
     }
+    pipeline.writer.flush()?;
     producer.flush(Duration::from_secs(10))?;
     pipeline.leave_group(&member);
     info!(?pipeline.summary, "stopped");
@@ -457,6 +471,9 @@ struct Pipeline<'a> {
     topics: &'a Topics,
     shared: Arc<Shared>,
     store: Arc<StateStore>,
+    /// Commits each batch's [`jobcast_storage::state::StateBatch`] while
+    /// the next one is applied.
+    writer: Writer,
     engine: Engine,
     next_seq: u64,
     summary: RunSummary,
@@ -484,6 +501,7 @@ impl<'a> Pipeline<'a> {
             config,
             topics: &config.topics,
             store: shared.store.clone(),
+            writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,
             shared,
             engine,
             next_seq: 0,
@@ -651,6 +669,8 @@ impl<'a> Pipeline<'a> {
         producer: &BaseProducer<SinkContext>,
         rebuild: bool,
     ) -> Result<(), ServiceError> {
+        // Replaying reads the store, which must hold every batch first.
+        self.writer.flush()?;
         let added = std::mem::take(&mut self.added);
         let publish_from = self.committed_offsets(member, &added)?;
         self.owned.extend(publish_from);
@@ -1038,13 +1058,25 @@ impl<'a> Pipeline<'a> {
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }
-        store.commit(write)?;
+        let committed = {
+            let shared = self.shared.clone();
+            let offsets = offsets.clone();
+            move |took: Duration| {
+                for (&partition, &next) in &offsets {
+                    metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
+                        .set(next as f64);
+                }
+                let c = &shared.counters;
+                c.committed.fetch_add(n as u64, Ordering::Relaxed);
+                c.applied.fetch_add(applied, Ordering::Relaxed);
+                c.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+                c.batches.fetch_add(1, Ordering::Relaxed);
+                record_stage("write", &c.write_ns, took);
+            }
+        };
+        self.writer.submit(write, Box::new(committed))?;
         let committed_at = Instant::now();
         self.release_ended(&effects);
-        for (&partition, &next) in &offsets {
-            metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
-                .set(next as f64);
-        }
         self.commit_to_group(member, &offsets);
 
         for (kind, count) in consumed_by_type {
@@ -1090,23 +1122,13 @@ impl<'a> Pipeline<'a> {
         metrics::histogram!(telemetry::BATCH_EVENTS).record(n as f64);
         metrics::gauge!(telemetry::LIVE_JOBS).set(self.engine.live_jobs() as f64);
         let c = &self.shared.counters;
-        c.committed.fetch_add(n as u64, Ordering::Relaxed);
-        c.applied.fetch_add(applied, Ordering::Relaxed);
-        c.dead_lettered.fetch_add(dead, Ordering::Relaxed);
         c.decisions.fetch_add(decisions, Ordering::Relaxed);
         c.scored.fetch_add(scored, Ordering::Relaxed);
         c.live_jobs
             .store(self.engine.live_jobs() as u64, Ordering::Relaxed);
-        c.batches.fetch_add(1, Ordering::Relaxed);
-        for (stage, counter, took) in [
-            ("apply", &c.apply_ns, applied_at - started),
-            ("publish", &c.publish_ns, published_at - applied_at),
-            ("commit", &c.commit_ns, committed_at - published_at),
-        ] {
-            counter.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
-            metrics::histogram!(telemetry::BATCH_STAGE_SECONDS, "stage" => stage)
-                .record(took.as_secs_f64());
-        }
+        record_stage("apply", &c.apply_ns, applied_at - started);
+        record_stage("publish", &c.publish_ns, published_at - applied_at);
+        record_stage("commit", &c.commit_ns, committed_at - published_at);
         self.summary.committed += n as u64;
         self.summary.applied += applied;
         self.summary.dead_lettered += dead;
@@ -1258,8 +1280,20 @@ impl<'a> Pipeline<'a> {
                     }
                 }
             }
-            if !await_deliveries(producer, DELIVERY_TIMEOUT) {
-                warn!("outputs still unacknowledged after {DELIVERY_TIMEOUT:?}");
+            // Outputs in flight are librdkafka's to retry (until
+            // `message.timeout.ms`, when they fail and are produced again
+            // below); the batch is committed only once every one is
+            // acknowledged, so keep waiting.
+            while !await_deliveries(producer, DELIVERY_TIMEOUT) {
+                self.shared.broker_up.store(false, Ordering::Relaxed);
+                let in_flight = producer.in_flight_count();
+                if stopping {
+                    return Err(ServiceError::Unacknowledged(in_flight.max(0) as usize));
+                }
+                warn!(
+                    in_flight,
+                    "outputs still unacknowledged after {DELIVERY_TIMEOUT:?}; waiting on"
+                );
             }
             let acknowledged = Instant::now();
             let failed =

@@ -81,7 +81,7 @@ fn describe() {
     describe_histogram!(
         BATCH_STAGE_SECONDS,
         Unit::Seconds,
-        "Time of each step of a batch: apply (engine, outputs and log built), publish (until every output is acknowledged), commit (RocksDB write)"
+        "Time of each step of a batch: apply (engine, outputs and log built), publish (until every output is acknowledged), commit (records serialised, batch handed to the writer thread), write (the RocksDB write, on the writer thread)"
     );
     describe_gauge!(
         INPUT_BUFFERED,

@@ -80,6 +80,8 @@ pub enum StoreError {
         key: Vec<u8>,
         reason: String,
     },
+    #[error("the state writer thread has stopped after an earlier failed write")]
+    WriterStopped,
 }
 
 /// Keys and values of a column family, in key order.
@@ -145,8 +147,14 @@ impl StateStore {
 
     /// Write a batch atomically.
     pub fn commit(&self, batch: StateBatch<'_>) -> Result<(), StoreError> {
+        self.commit_write_batch(batch.batch)
+    }
+
+    /// Write a batch taken out of a [`StateBatch`] of this store
+    /// ([`crate::writer`]).
+    pub(crate) fn commit_write_batch(&self, batch: WriteBatch) -> Result<(), StoreError> {
         self.db
-            .write_opt(batch.batch, &self.write)
+            .write_opt(batch, &self.write)
             .map_err(|e| self.rocks(e))
     }
 
@@ -324,6 +332,16 @@ pub struct StateBatch<'a> {
 }
 
 impl StateBatch<'_> {
+    pub(crate) fn store(&self) -> &StateStore {
+        self.store
+    }
+
+    /// The batch itself, to be committed elsewhere ([`crate::writer`]):
+    /// column family handles live as long as the store.
+    pub(crate) fn into_write_batch(self) -> WriteBatch {
+        self.batch
+    }
+
     fn put_json<T: Serialize>(&mut self, family: &str, key: &[u8], value: &T) {
         let bytes = serde_json::to_vec(value).expect("records serialise to JSON");
         self.batch.put_cf(self.store.cf(family), key, bytes);

@@ -56,6 +56,12 @@ fn bench_pipeline_reports_both_rates_and_their_ratio() {
         .sum();
     assert!(number(stages, "apply_secs") > 0.0, "{report}");
     assert!(number(stages, "commit_secs") > 0.0, "{report}");
+    // The writer thread's writes overlap the steps; each batch is written.
+    let write = number(stages, "write_secs");
+    assert!(
+        write > 0.0 && write <= events as f64 / pipeline * 1.001,
+        "{report}"
+    );
     assert!(steps <= events as f64 / pipeline * 1.001, "{report}");
     assert!(number(stages, "other_secs") >= 0.0, "{report}");
     // The default merge budget holds the whole of this input.

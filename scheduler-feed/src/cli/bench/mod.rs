@@ -377,6 +377,8 @@ struct Stages {
     publish_secs: f64,
     commit_secs: f64,
     other_secs: f64,
+    /// The writer thread's RocksDB writes, beside the steps above.
+    write_secs: f64,
     /// Input partitions paused to bound the event-time merge (each costs a
     /// refetch: `consumer.max_buffered_events`).
     input_pauses: u64,
@@ -417,6 +419,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
         publish_secs,
         commit_secs,
         other_secs: (pipeline_secs - apply_secs - publish_secs - commit_secs).max(0.0),
+        write_secs: secs(&counters.write_ns),
         input_pauses: counters.input_pauses.load(Ordering::Relaxed),
     };
 
@@ -1242,8 +1245,14 @@ fn output(report: &Report, json: bool) -> anyhow::Result<()> {
     ));
     let st = &report.stages;
     out.push_str(&format!(
-        "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (RocksDB)           {:>12.2}\n    waiting for input, merge   {:>12.2}\n  input partitions paused      {:>12}\n",
-        st.batches, st.apply_secs, st.publish_secs, st.commit_secs, st.other_secs, st.input_pauses
+        "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (records, handover) {:>12.2}\n    waiting for input, merge   {:>12.2}\n  RocksDB writes (writer thread) {:>10.2}\n  input partitions paused      {:>12}\n",
+        st.batches,
+        st.apply_secs,
+        st.publish_secs,
+        st.commit_secs,
+        st.other_secs,
+        st.write_secs,
+        st.input_pauses
     ));
     print_out(&out)
 }
