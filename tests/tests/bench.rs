@@ -11,9 +11,10 @@ fn number(report: &Value, field: &str) -> f64 {
         .unwrap_or_else(|| panic!("no numeric `{field}` in {report}"))
 }
 
-#[test]
-fn bench_pipeline_reports_both_rates_and_their_ratio() {
-    let out = jobcast_ok(&[
+/// `jobcast bench pipeline` over 300 generated jobs on 4 partitions of the
+/// mock cluster, with `extra` arguments: its JSON report.
+fn bench_pipeline(extra: &[&str]) -> Value {
+    let mut args = vec![
         "bench",
         "pipeline",
         "--generate-jobs",
@@ -23,8 +24,14 @@ fn bench_pipeline_reports_both_rates_and_their_ratio() {
         "--partitions",
         "4",
         "--json",
-    ]);
-    let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    ];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&jobcast_ok(&args)).expect("the output is JSON")
+}
+
+#[test]
+fn bench_pipeline_reports_both_rates_and_their_ratio() {
+    let report = bench_pipeline(&[]);
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 0, "{report}");
     assert_eq!(report["partitions"].as_u64(), Some(4), "{report}");
@@ -79,20 +86,7 @@ fn bench_pipeline_runs_the_service_with_the_given_configuration() {
         "[consumer]\nmax_buffered_events = 2000\nbatch_max_events = 64\n",
     )
     .unwrap();
-    let out = jobcast_ok(&[
-        "bench",
-        "pipeline",
-        "--generate-jobs",
-        "300",
-        "--seed",
-        "1",
-        "--partitions",
-        "4",
-        "--config",
-        config.to_str().unwrap(),
-        "--json",
-    ]);
-    let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    let report = bench_pipeline(&["--config", config.to_str().unwrap()]);
     let stages = &report["stages"];
     assert!(stages["input_pauses"].as_u64().unwrap_or(0) > 0, "{report}");
     // Batches of at most 64 events.

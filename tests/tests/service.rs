@@ -225,8 +225,10 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     );
 }
 
-#[test]
-fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
+/// The excerpt, bad messages and all, in the input topic of a cluster with
+/// a decisions topic for each of two runs to compare (run A's topics, run
+/// B's, and the number of input messages).
+fn excerpt_for_two_runs() -> (Cluster, Topics, Topics, u64) {
     let topics_a = Topics {
         decisions: "a.decisions".into(),
         ..Topics::default()
@@ -240,7 +242,21 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
         .unwrap();
     let messages = input(&excerpt_events());
     cluster.produce(&topics_a.events, &messages);
-    let total = messages.len() as u64;
+    (cluster, topics_a, topics_b, messages.len() as u64)
+}
+
+/// The two runs stored the same state and published the same decisions.
+fn assert_same_outcome(cluster: &Cluster, a: (&Path, &Topics), b: (&Path, &Topics)) {
+    assert_eq!(stored_state(a.0), stored_state(b.0));
+    assert_eq!(
+        decisions(&cluster.brokers(), &a.1.decisions),
+        decisions(&cluster.brokers(), &b.1.decisions)
+    );
+}
+
+#[test]
+fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
+    let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
     let (_a, path_a) = temp();
     let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
@@ -259,28 +275,12 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
         "nothing read twice"
     );
 
-    assert_eq!(stored_state(&path_a), stored_state(&path_b));
-    let a = decisions(&cluster.brokers(), &topics_a.decisions);
-    let b = decisions(&cluster.brokers(), &topics_b.decisions);
-    assert_eq!(a, b);
+    assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
 }
 
 #[test]
 fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
-    let topics_a = Topics {
-        decisions: "a.decisions".into(),
-        ..Topics::default()
-    };
-    let cluster = Cluster::new(&topics_a, PARTITIONS);
-    let mut topics_b = topics_a.clone();
-    topics_b.decisions = "b.decisions".into();
-    cluster
-        .mock
-        .create_topic(&topics_b.decisions, 1, 1)
-        .unwrap();
-    let messages = input(&excerpt_events());
-    cluster.produce(&topics_a.events, &messages);
-    let total = messages.len() as u64;
+    let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
     let (_a, path_a) = temp();
     let (roomy, shared) = run_observed(&config(&cluster.brokers(), &topics_a, &path_a), total);
@@ -307,10 +307,7 @@ fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
     assert!(shared.counters.input_pauses.load(Ordering::Relaxed) > 0);
     drop(shared);
 
-    assert_eq!(stored_state(&path_a), stored_state(&path_b));
-    let a = decisions(&cluster.brokers(), &topics_a.decisions);
-    let b = decisions(&cluster.brokers(), &topics_b.decisions);
-    assert_eq!(a, b);
+    assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
 }
 
 #[test]
