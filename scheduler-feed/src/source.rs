@@ -421,8 +421,8 @@ impl Reader {
 /// merge holds about `budget` events across all partitions (at most about
 /// twice that).
 ///
-/// Once the merge holds `budget` events, each partition holding more than
-/// its share (`budget` / partitions) is paused, and fetched again once it
+/// Once the merge holds `budget` events, each partition holding its
+/// share (`budget` / partitions) or more is paused, and fetched again once it
 /// is down to half its share, or the merge to half the budget: before it
 /// runs dry, so that its refetch overlaps the draining. A partition below
 /// its share goes on being fetched; above all, one with nothing waiting
