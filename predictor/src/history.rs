@@ -22,12 +22,15 @@
 //!
 //! Cost: this runs once per job end for six feature values and once per
 //! arrival, on the service's hot path. Each sample's r⁻ᵖ and ln r are
-//! computed once, when it is learnt; the prequential scores read a running
-//! Σ r⁻ᵖ per value (O(1), kept within 3·10⁻¹¹ of the exact sum, see
-//! `RunningSum`); an arrival summarises only the one value it chooses.
+//! computed once, when it is learnt; each value keeps running sums of r⁻ᵖ,
+//! ln r and (ln r)² (kept within 3·10⁻¹¹ of the exact sums, see
+//! `RunningSum`), so the prequential scores and the utility estimate and
+//! spread of an arrival cost O(1) per value; only Point-Est's median walks
+//! the samples, and an arrival summarises only the one value it chooses.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
+use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use crate::decision::EstimateSource;
@@ -202,17 +205,90 @@ impl RunningSum {
     }
 }
 
+/// The running sums over a value's samples that its estimates need, so
+/// that estimating from a value whose samples are all in the window costs
+/// O(1) rather than a walk over up to `max_samples` jobs.
+///
+/// The spread is kept as Σ d and Σ d² of d = ln r − `shift`, with `shift`
+/// a recent mean of ln r (set at each re-summation), so that the variance
+/// is not the small difference of two large sums. All three sums are
+/// re-summed together when either positive sum needs it (see
+/// [`RunningSum`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct SampleSums {
+    /// Σ r⁻ᵖ.
+    utility: RunningSum,
+    shift: f64,
+    /// Σ (ln r − shift).
+    ln: f64,
+    /// Σ (ln r − shift)².
+    ln_sq: RunningSum,
+}
+
+impl SampleSums {
+    fn add(&mut self, s: &Sample) {
+        let d = s.ln_runtime - self.shift;
+        self.utility.add(s.utility);
+        self.ln += d;
+        self.ln_sq.add(d * d);
+    }
+
+    fn subtract(&mut self, s: &Sample) {
+        let d = s.ln_runtime - self.shift;
+        self.utility.subtract(s.utility);
+        self.ln -= d;
+        self.ln_sq.subtract(d * d);
+    }
+
+    fn needs_resum(&self) -> bool {
+        self.utility.needs_resum() || self.ln_sq.needs_resum()
+    }
+
+    /// Exact sums of `samples`, re-centred on their mean ln r.
+    fn of(samples: &VecDeque<Sample>) -> Self {
+        let shift = if samples.is_empty() {
+            0.0
+        } else {
+            samples.iter().map(|s| s.ln_runtime).sum::<f64>() / samples.len() as f64
+        };
+        let d = |s: &Sample| s.ln_runtime - shift;
+        let mut sums = SampleSums {
+            shift,
+            ln: samples.iter().map(d).sum(),
+            ..SampleSums::default()
+        };
+        sums.utility.resum(samples.iter().map(|s| s.utility));
+        sums.ln_sq.resum(samples.iter().map(|s| d(s) * d(s)));
+        sums
+    }
+
+    /// (utility point, ln-sd, n) over `n` samples, as
+    /// [`ValueHistory::exact_estimate`] gives them for the utility
+    /// estimator.
+    fn summary(&self, n: usize, config: &HistoryConfig) -> (f64, f64) {
+        let point = (self.utility.sum / n as f64).powf(-1.0 / config.utility_power);
+        let log_sd = if n >= 2 {
+            let var = (self.ln_sq.sum - self.ln * self.ln / n as f64) / (n - 1) as f64;
+            var.max(0.0).sqrt()
+        } else {
+            config.default_log_sd
+        };
+        (point, log_sd)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 struct ValueHistory {
     /// In the order learnt: job end order, except for jobs reported late.
     samples: VecDeque<Sample>,
-    /// Σ utility over `samples`.
-    utility_sum: RunningSum,
+    /// Running sums over `samples`.
+    sums: SampleSums,
     /// The end times of the samples no later sample ended before: a
     /// monotonic queue whose front is the earliest end in `samples`. When
-    /// that is inside the window every sample is live and `utility_sum` is
-    /// the live sum; otherwise an expired job sits behind a live one
-    /// (jobs learnt out of end order) and estimates walk the samples.
+    /// that is inside the window every sample is live and `sums` are the
+    /// live sums; otherwise an expired job sits behind a live one (jobs
+    /// learnt out of end order, or none learnt lately) and estimates walk
+    /// the samples.
     min_ends: VecDeque<u64>,
     error: RunningError,
 }
@@ -228,8 +304,38 @@ impl ValueHistory {
             || self.live(since_us).next().is_some()
     }
 
-    /// The estimate from the live samples, computed from scratch.
+    /// Whether every sample is inside the window that starts at `since_us`.
+    fn all_live(&self, since_us: u64) -> bool {
+        self.min_ends.front().is_some_and(|&end| end >= since_us)
+    }
+
+    /// (point, ln-sd, samples) from the live samples: from the running sums
+    /// when all are live, except the median, which needs them all.
     fn estimate(
+        &self,
+        since_us: u64,
+        estimator: Estimator,
+        config: &HistoryConfig,
+    ) -> Option<(f64, f64, usize)> {
+        if !self.all_live(since_us) {
+            return self.exact_estimate(since_us, estimator, config);
+        }
+        let n = self.samples.len();
+        let (utility, log_sd) = self.sums.summary(n, config);
+        let point = match estimator {
+            Estimator::Utility => utility,
+            Estimator::Median => median(
+                self.samples
+                    .iter()
+                    .map(|s| s.mean_task_runtime_us)
+                    .collect(),
+            ),
+        };
+        Some((point, log_sd, n))
+    }
+
+    /// The estimate from the live samples, computed from scratch.
+    fn exact_estimate(
         &self,
         since_us: u64,
         estimator: Estimator,
@@ -256,29 +362,21 @@ impl ValueHistory {
         Some((point, log_sd, n))
     }
 
-    /// The utility estimate at `since_us`, as [`Self::estimate`] gives it
-    /// but from the running sum; evicts the expired prefix first (which the
-    /// next push would evict anyway).
+    /// The utility estimate at `since_us`, as [`Self::estimate`] gives it;
+    /// evicts the expired prefix first (which the next push would evict
+    /// anyway).
     fn utility_estimate(&mut self, since_us: u64, config: &HistoryConfig) -> Option<f64> {
         while self.samples.front().is_some_and(|s| s.end_us < since_us) {
             self.pop_front();
         }
         self.resum_if_needed();
-        match self.min_ends.front() {
-            None => None,
-            Some(&earliest) if earliest >= since_us => Some(
-                (self.utility_sum.sum / self.samples.len() as f64)
-                    .powf(-1.0 / config.utility_power),
-            ),
-            Some(_) => self
-                .estimate(since_us, Estimator::Utility, config)
-                .map(|(point, _, _)| point),
-        }
+        self.estimate(since_us, Estimator::Utility, config)
+            .map(|(point, _, _)| point)
     }
 
     fn pop_front(&mut self) {
         if let Some(old) = self.samples.pop_front() {
-            self.utility_sum.subtract(old.utility);
+            self.sums.subtract(&old);
             // Had this sample left the queue, a strictly earlier end would
             // be at its front now; so an equal front end is this sample.
             if self.min_ends.front() == Some(&old.end_us) {
@@ -288,9 +386,8 @@ impl ValueHistory {
     }
 
     fn resum_if_needed(&mut self) {
-        if self.utility_sum.needs_resum() {
-            self.utility_sum
-                .resum(self.samples.iter().map(|s| s.utility));
+        if self.sums.needs_resum() {
+            self.sums = SampleSums::of(&self.samples);
         }
     }
 
@@ -306,7 +403,15 @@ impl ValueHistory {
             self.min_ends.pop_back();
         }
         self.min_ends.push_back(sample.end_us);
-        self.utility_sum.add(sample.utility);
+        if self.samples.is_empty() {
+            // Centre the spread's sums on the first job, and drop what
+            // rounding left of the old ones.
+            self.sums = SampleSums {
+                shift: sample.ln_runtime,
+                ..SampleSums::default()
+            };
+        }
+        self.sums.add(&sample);
         self.samples.push_back(sample);
         self.resum_if_needed();
     }
@@ -335,8 +440,9 @@ pub struct History {
     global: ValueHistory,
     kind_errors: [RunningError; 6],
     observed: u64,
-    /// What changed since [`Self::take_changes`], when tracking.
-    changes: Option<BTreeSet<HistoryKey>>,
+    /// What changed since [`Self::drain_changes`], when tracking: in the
+    /// order changed, with repeats (a job's end touches the global key).
+    changes: Option<Vec<HistoryKey>>,
 }
 
 /// One stored unit of the history: a feature value's distribution, or the
@@ -551,19 +657,18 @@ impl History {
     }
 
     /// Start recording which [`HistoryKey`]s change, for a caller that
-    /// persists the history incrementally ([`Self::take_changes`]).
+    /// persists the history incrementally ([`Self::drain_changes`]).
     pub fn track_changes(&mut self) {
-        self.changes.get_or_insert_with(BTreeSet::new);
+        self.changes.get_or_insert_with(Vec::new);
     }
 
-    /// The keys changed since the last call (empty unless tracking): for
-    /// each, [`Self::record`] is its new content, or `None` if it was
-    /// dropped.
-    pub fn take_changes(&mut self) -> BTreeSet<HistoryKey> {
-        self.changes
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
+    /// Move the keys changed since the last call (none unless tracking)
+    /// onto `into`, in the order changed and possibly repeated: for each,
+    /// [`Self::record`] is its new content, or `None` if it was dropped.
+    pub fn drain_changes(&mut self, into: &mut Vec<HistoryKey>) {
+        if let Some(changes) = &mut self.changes {
+            into.append(changes);
+        }
     }
 
     /// The stored form of `key`'s distribution; `None` for a feature value
@@ -702,20 +807,20 @@ impl History {
             }
             value.push(sample, since, max);
             if let Some(changes) = &mut self.changes {
-                changes.insert(HistoryKey::Value { feature: kind, key });
+                changes.push(HistoryKey::Value { feature: kind, key });
             }
         }
         self.global.push(sample, since, max);
         self.observed += 1;
         if let Some(changes) = &mut self.changes {
-            changes.insert(HistoryKey::Global);
+            changes.push(HistoryKey::Global);
         }
         if self.observed.is_multiple_of(SWEEP_EVERY) {
             let changes = &mut self.changes;
             self.values.retain(|&(feature, key), v| {
                 let live = v.samples.back().is_some_and(|s| s.end_us >= since);
                 if !live && let Some(changes) = changes {
-                    changes.insert(HistoryKey::Value { feature, key });
+                    changes.push(HistoryKey::Value { feature, key });
                 }
                 live
             });
@@ -799,11 +904,16 @@ mod tests {
         let mut h = History::new(config);
         h.observe(&feats("old", "x"), 10, 5.0 * S);
         // Not tracking yet: nothing is recorded.
-        assert!(h.take_changes().is_empty());
+        let changes = |h: &mut History| {
+            let mut keys = Vec::new();
+            h.drain_changes(&mut keys);
+            keys.into_iter().collect::<std::collections::BTreeSet<_>>()
+        };
+        assert!(changes(&mut h).is_empty());
         h.track_changes();
         h.observe(&feats("u", "n"), 20, 10.0 * S);
         let f = feats("u", "n");
-        let changed = h.take_changes();
+        let changed = changes(&mut h);
         // The job's feature values and the global distribution.
         let values = FeatureKind::ALL.iter().filter(|&&k| f.get(k).is_some());
         assert_eq!(changed.len(), values.count() + 1);
@@ -824,7 +934,7 @@ mod tests {
         assert_eq!(global.observed, Some(2));
         assert_eq!(global.jobs.len(), 2);
         assert_eq!(global.feature_errors.len(), 6);
-        assert!(h.take_changes().is_empty());
+        assert!(changes(&mut h).is_empty());
 
         // The periodic sweep drops values whose jobs all left the window;
         // their keys are reported, and they have no record any more.
@@ -836,7 +946,7 @@ mod tests {
         for i in 0..SWEEP_EVERY {
             h.observe(&feats("u", "n"), 5_000 + i, 10.0 * S);
         }
-        let changed = h.take_changes();
+        let changed = changes(&mut h);
         assert!(changed.contains(&old));
         assert_eq!(h.record(old), None);
         assert_ne!(old.to_bytes(), user.to_bytes());
@@ -962,18 +1072,19 @@ mod tests {
     }
 
     /// Push one job into `v` as [`History::observe`] does; returns the
-    /// incremental and the from-scratch prequential estimates.
+    /// incremental and the from-scratch estimates (point, ln-sd, samples)
+    /// the value would have made just before.
     fn learn(
         v: &mut ValueHistory,
         config: &HistoryConfig,
         end_us: u64,
         runtime_us: f64,
-    ) -> (Option<f64>, Option<f64>) {
+    ) -> (Option<(f64, f64, usize)>, Option<(f64, f64, usize)>) {
         let since = end_us.saturating_sub(config.window_us);
-        let fast = v.utility_estimate(since, config);
-        let exact = v
-            .estimate(since, Estimator::Utility, config)
-            .map(|(point, _, _)| point);
+        let exact = v.exact_estimate(since, Estimator::Utility, config);
+        let point = v.utility_estimate(since, config);
+        let fast = v.estimate(since, Estimator::Utility, config);
+        assert_eq!(point, fast.map(|(point, _, _)| point));
         v.push(
             Sample::new(end_us, runtime_us, config.utility_power),
             since,
@@ -985,7 +1096,7 @@ mod tests {
     proptest::proptest! {
         /// Over random streams (runtimes across eleven decades, one job in
         /// eight reported late, windows and caps that evict often), the
-        /// running-sum estimate matches the from-scratch one.
+        /// running-sum estimate and spread match the from-scratch ones.
         #[test]
         fn the_incremental_estimate_matches_the_exact_one(
             jobs in proptest::collection::vec(
@@ -995,6 +1106,7 @@ mod tests {
             window_us in 1u64..400,
             max_samples in 1usize..300,
             utility_power in 0.5f64..3.0,
+            families in 0u32..4,
         ) {
             let config = HistoryConfig {
                 window_us,
@@ -1004,15 +1116,29 @@ mod tests {
             };
             let mut v = ValueHistory::default();
             let mut clock = 100;
-            for (step, late, lag, log10_runtime) in jobs {
+            for (i, (step, late, lag, log10_runtime)) in jobs.into_iter().enumerate() {
                 clock += step;
                 let end_us = if late == 0 { clock - lag } else { clock };
+                // Or a few runtimes repeated (one alone when `families` is
+                // 1), so that spreads of exactly zero occur too.
+                let log10_runtime = if families > 0 {
+                    (i as u32 % families) as f64 * 2.5
+                } else {
+                    log10_runtime
+                };
                 let (fast, exact) = learn(&mut v, &config, end_us, 10f64.powf(log10_runtime));
                 match (fast, exact) {
-                    (Some(fast), Some(exact)) => proptest::prop_assert!(
-                        ((fast - exact) / exact).abs() <= 1e-9,
-                        "incremental {fast} vs exact {exact}"
-                    ),
+                    (Some((fast, fast_sd, fast_n)), Some((exact, exact_sd, exact_n))) => {
+                        proptest::prop_assert!(
+                            ((fast - exact) / exact).abs() <= 1e-9,
+                            "incremental {fast} vs exact {exact}"
+                        );
+                        proptest::prop_assert!(
+                            (fast_sd - exact_sd).abs() <= 1e-9 * exact_sd.max(1.0),
+                            "incremental spread {fast_sd} vs exact {exact_sd}"
+                        );
+                        proptest::prop_assert_eq!(fast_n, exact_n);
+                    }
                     (fast, exact) => proptest::prop_assert_eq!(fast, exact),
                 }
             }

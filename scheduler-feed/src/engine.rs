@@ -14,8 +14,9 @@
 //! going backwards within a job, a second submission) are rejected with a
 //! reason and change nothing; the service dead-letters them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
+use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{
     EndReason, Event, JobEnded, JobOutcome, JobSubmitted, MachineEvent, MachineKind, TaskEvent,
     TaskKind,
@@ -282,13 +283,14 @@ pub struct JobRecord {
     pub state: JobState,
     pub end_us: Option<u64>,
     pub tasks_finished: u32,
-    /// The latest estimate of each policy that has one, by policy name.
-    pub estimates: BTreeMap<String, Estimate>,
+    /// The latest estimate of each policy that has one, by policy (its
+    /// name in JSON).
+    pub estimates: BTreeMap<PolicyKind, Estimate>,
     /// True mean task runtime, once the job finished with every task's
     /// runtime known.
     pub actual_mean_task_runtime_us: Option<f64>,
     /// Each policy's error, once the truth is known.
-    pub errors: BTreeMap<String, PredictionError>,
+    pub errors: BTreeMap<PolicyKind, PredictionError>,
 }
 
 /// The last known state of one task: the `tasks` column family.
@@ -368,23 +370,81 @@ pub enum Output {
     },
 }
 
+/// The keys of records that changed. Marking appends (a batch marks a
+/// job at each of its events, and a sorted set was a tenth of the
+/// pipeline's time); [`Changed::settle`] sorts and dedups once, before the
+/// records are written, so that writes stay deterministic.
+#[derive(Debug)]
+pub struct Changed<T>(Vec<T>);
+
+impl<T> Default for Changed<T> {
+    fn default() -> Self {
+        Changed(Vec::new())
+    }
+}
+
+impl<T: Ord> Changed<T> {
+    pub fn mark(&mut self, key: T) {
+        self.0.push(key);
+    }
+
+    /// Sort the keys and drop repeats.
+    pub fn settle(&mut self) {
+        self.0.sort_unstable();
+        self.0.dedup();
+    }
+
+    /// The keys: in order and each once after [`Self::settle`], and until
+    /// the next mark.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl<T: Ord> Extend<T> for Changed<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, keys: I) {
+        self.0.extend(keys);
+    }
+}
+
+impl<'a, T: Ord> IntoIterator for &'a Changed<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// What one or more applied events produced: outputs to publish and the
-/// records to write back. Keys are sorted so that writes are
-/// deterministic.
+/// records to write back, by key; [`Effects::settle`] them before writing.
 #[derive(Debug, Default)]
 pub struct Effects {
     pub outputs: Vec<Output>,
-    pub jobs: BTreeSet<u64>,
-    pub tasks: BTreeSet<(u64, u32)>,
-    pub machines: BTreeSet<u64>,
+    pub jobs: Changed<u64>,
+    pub tasks: Changed<(u64, u32)>,
+    pub machines: Changed<u64>,
     /// History distributions changed or dropped ([`Engine::history`]'s
     /// `record` gives the new content, `None` when dropped).
-    pub history: BTreeSet<HistoryKey>,
+    pub history: Changed<HistoryKey>,
     /// Policies whose [`PolicyErrors`] changed.
-    pub policies: BTreeSet<&'static str>,
+    pub policies: Changed<&'static str>,
 }
 
 impl Effects {
+    /// Sort every key list and drop repeats.
+    pub fn settle(&mut self) {
+        self.jobs.settle();
+        self.tasks.settle();
+        self.machines.settle();
+        self.history.settle();
+        self.policies.settle();
+    }
+
     pub fn clear(&mut self) {
         self.outputs.clear();
         self.jobs.clear();
@@ -530,9 +590,7 @@ impl Engine {
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
         self.refresh_risks(event.time_us(), effects);
-        // `extend`, not `append`: `append` rebuilds the whole set, and
-        // `effects` gathers a batch of thousands of events.
-        effects.history.extend(self.history.take_changes());
+        self.history.drain_changes(&mut effects.history.0);
         self.events += 1;
         Ok(())
     }
@@ -549,9 +607,9 @@ impl Engine {
         let estimate = job
             .record
             .estimates
-            .get(self.driver.name())
+            .get(&self.driver)
             // A thin job placed without an estimate: the history's.
-            .or_else(|| job.record.estimates.get(PolicyKind::ThreeSigma.name()));
+            .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma));
         let Some(estimate) = estimate else {
             return;
         };
@@ -615,7 +673,7 @@ impl Engine {
             score,
         };
         machine.risk = Some(risk.clone());
-        effects.machines.insert(machine_id);
+        effects.machines.mark(machine_id);
         effects.outputs.push(Output::Risk(risk));
         if let Some(next) = self
             .risk
@@ -701,7 +759,7 @@ impl Engine {
                 last_event_us: job.time_us,
             },
         );
-        effects.jobs.insert(job.job_id);
+        effects.jobs.mark(job.job_id);
         Ok(())
     }
 
@@ -779,7 +837,7 @@ impl Engine {
             task.runtime_us = runtime_us;
         }
         self.tasks.insert(key, task);
-        effects.tasks.insert(key);
+        effects.tasks.mark(key);
         if event.kind == TaskKind::Schedule {
             self.place_on_vm(event, effects);
         }
@@ -815,7 +873,7 @@ impl Engine {
                 record_decision(&mut job.record, decision, self.driver, &mut effects.outputs);
             }
         }
-        effects.jobs.insert(event.job_id);
+        effects.jobs.mark(event.job_id);
         Ok(())
     }
 
@@ -844,14 +902,14 @@ impl Engine {
                 job.record.actual_mean_task_runtime_us = Some(actual);
                 for policy in &self.policies {
                     let kind = policy.kind();
-                    if let Some(estimate) = job.record.estimates.get(kind.name()) {
+                    if let Some(estimate) = job.record.estimates.get(&kind) {
                         let error = PredictionError::of(estimate.mean_task_runtime_us, actual);
-                        job.record.errors.insert(kind.name().to_owned(), error);
+                        job.record.errors.insert(kind, error);
                         self.policy_errors
                             .entry(kind.name())
                             .or_default()
                             .record(&error);
-                        effects.policies.insert(kind.name());
+                        effects.policies.mark(kind.name());
                         effects.outputs.push(Output::Scored {
                             policy: kind,
                             job_id: end.job_id,
@@ -884,7 +942,7 @@ impl Engine {
                 }
             }
         }
-        effects.jobs.insert(end.job_id);
+        effects.jobs.mark(end.job_id);
         self.ended.insert(end.job_id, job.record);
         Ok(())
     }
@@ -928,7 +986,7 @@ impl Engine {
                 record.end_reason = vm.end_reason;
             }
         }
-        effects.machines.insert(event.machine_id);
+        effects.machines.mark(event.machine_id);
         self.lifetimes.observe(event);
     }
 }
@@ -942,9 +1000,7 @@ fn record_decision(
     outputs: &mut Vec<Output>,
 ) {
     if let Some(estimate) = decision.estimate {
-        record
-            .estimates
-            .insert(decision.policy.name().to_owned(), estimate);
+        record.estimates.insert(decision.policy, estimate);
     }
     if decision.policy == driver {
         outputs.push(Output::Decision(decision));
@@ -1061,7 +1117,7 @@ mod tests {
             "nothing new to decide once placed"
         );
         // SLearn's pilots saw the true mean exactly.
-        assert_eq!(record.errors["slearn"].abs_pct, 0.0);
+        assert_eq!(record.errors[&PolicyKind::SLearn].abs_pct, 0.0);
         let scored: Vec<&str> = effects
             .outputs
             .iter()
@@ -1127,7 +1183,7 @@ mod tests {
         engine
             .apply(&submit(3, 20_000_000, 1), &mut effects)
             .unwrap();
-        let estimate = engine.job(3).unwrap().estimates["3sigma"];
+        let estimate = engine.job(3).unwrap().estimates[&PolicyKind::ThreeSigma];
         assert_eq!(estimate.mean_task_runtime_us, 10_000_000.0);
     }
 

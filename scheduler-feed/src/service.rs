@@ -487,8 +487,8 @@ struct Pipeline<'a> {
     stored: BTreeSet<i32>,
     /// The input partition each live job's events come from, and each
     /// machine's: records belong to the owner of that partition.
-    job_partitions: HashMap<u64, i32>,
-    machine_partitions: HashMap<u64, i32>,
+    job_partitions: foldhash::HashMap<u64, i32>,
+    machine_partitions: foldhash::HashMap<u64, i32>,
 }
 
 /// Why applying a message produced a dead letter instead.
@@ -509,8 +509,8 @@ impl<'a> Pipeline<'a> {
             owned: BTreeMap::new(),
             added: BTreeSet::new(),
             stored: BTreeSet::new(),
-            job_partitions: HashMap::new(),
-            machine_partitions: HashMap::new(),
+            job_partitions: foldhash::HashMap::default(),
+            machine_partitions: foldhash::HashMap::default(),
         })
     }
 
@@ -770,27 +770,35 @@ impl<'a> Pipeline<'a> {
                     )),
                 }
             }
+            effects.settle();
             self.write_records(&effects, taken, &mut write);
-            gone.jobs.extend(effects.jobs.iter().filter(|j| {
-                self.job_partition(**j)
-                    .is_some_and(|p| dropped.contains(&p))
-            }));
-            gone.tasks.extend(effects.tasks.iter().filter(|t| {
+            gone.jobs.extend(
+                effects
+                    .jobs
+                    .iter()
+                    .copied()
+                    .filter(|&j| self.job_partition(j).is_some_and(|p| dropped.contains(&p))),
+            );
+            gone.tasks.extend(effects.tasks.iter().copied().filter(|t| {
                 self.job_partition(t.0)
                     .is_some_and(|p| dropped.contains(&p))
             }));
-            gone.machines.extend(effects.machines.iter().filter(|m| {
-                self.machine_partitions
-                    .get(m)
-                    .is_some_and(|p| dropped.contains(p))
-            }));
+            gone.machines
+                .extend(effects.machines.iter().copied().filter(|m| {
+                    self.machine_partitions
+                        .get(m)
+                        .is_some_and(|p| dropped.contains(p))
+                }));
             self.release_ended(&effects);
             effects.clear();
             count += 1;
             if write.len() >= REPLAY_COMMIT_EVERY {
                 store.commit(std::mem::replace(&mut write, store.batch()))?;
+                // Bounds `gone` by the keys, not the events, of the log.
+                gone.settle();
             }
         }
+        gone.settle();
         self.publish(producer, &outgoing, false)?;
         for &job_id in &gone.jobs {
             write.delete_job(job_id);
@@ -1043,6 +1051,7 @@ impl<'a> Pipeline<'a> {
         self.publish(producer, &outgoing, stopping)?;
         let published_at = Instant::now();
 
+        effects.settle();
         self.write_records(&effects, &self.stored, &mut write);
         for &key in &effects.history {
             match self.engine.history().record(key) {

@@ -37,8 +37,7 @@
 //! Thin jobs go to the top queue as in SLearn. DAG jobs are treated as flat
 //! jobs of all their tasks. Failed pilots are replaced as in SLearn.
 
-use std::collections::HashMap;
-
+use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean};

@@ -18,8 +18,7 @@
 //! the job's total width; flat jobs and jobs with malformed stages are
 //! handled as by SLearn.
 
-use std::collections::HashMap;
-
+use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
 use super::adaptive::AdaptiveRatio;
