@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, VecDeque};
 use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
+use crate::codec::{Reader, Writer};
 use crate::decision::EstimateSource;
 use crate::features::{FeatureKind, JobFeatures};
 
@@ -515,52 +516,32 @@ impl HistoryRecord {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(32 + 17 * self.feature_errors.len() + 16 * self.jobs.len());
-        out.push(RECORD_LAYOUT);
+        out.put_u8(RECORD_LAYOUT);
         put_error(&mut out, self.error);
-        match self.observed {
-            None => out.push(0),
-            Some(n) => {
-                out.push(1);
-                out.extend_from_slice(&n.to_le_bytes());
-            }
-        }
-        out.push(self.feature_errors.len() as u8);
+        out.put_opt_u64(self.observed);
+        out.put_u8(self.feature_errors.len() as u8);
         for (&kind, &error) in &self.feature_errors {
-            out.push(kind as u8);
+            out.put_u8(kind as u8);
             put_error(&mut out, error);
         }
-        out.extend_from_slice(&(self.jobs.len() as u32).to_le_bytes());
+        out.put_u32(self.jobs.len() as u32);
         for job in &self.jobs {
-            out.extend_from_slice(&job.end_us.to_le_bytes());
-            out.extend_from_slice(&job.mean_task_runtime_us.to_le_bytes());
+            out.put_u64(job.end_us);
+            out.put_f64(job.mean_task_runtime_us);
         }
         out
     }
 
     /// Read back [`Self::to_bytes`]; what is wrong, and where, otherwise.
     pub fn from_bytes(bytes: &[u8]) -> Result<HistoryRecord, String> {
-        let mut r = Reader { bytes, at: 0 };
-        let layout = r.u8()?;
-        if layout != RECORD_LAYOUT {
-            return Err(format!(
-                "history record layout {layout}, expected {RECORD_LAYOUT}"
-            ));
-        }
-        let error = r.error()?;
-        let at = r.at;
-        let observed = match r.u8()? {
-            0 => None,
-            1 => Some(r.u64()?),
-            flag => return Err(format!("byte {at}: observed flag {flag}, expected 0 or 1")),
-        };
+        let mut r = Reader::new(bytes);
+        r.layout("history record", RECORD_LAYOUT)?;
+        let error = read_error(&mut r)?;
+        let observed = r.opt_u64()?;
         let mut feature_errors = BTreeMap::new();
         for _ in 0..r.u8()? {
-            let at = r.at;
-            let index = r.u8()?;
-            let kind = *FeatureKind::ALL
-                .get(usize::from(index))
-                .ok_or_else(|| format!("byte {at}: no feature with index {index}"))?;
-            feature_errors.insert(kind, r.error()?);
+            let kind = r.index_of(&FeatureKind::ALL, "feature")?;
+            feature_errors.insert(kind, read_error(&mut r)?);
         }
         let count = r.u32()? as usize;
         let mut jobs = Vec::with_capacity(count.min(bytes.len() / 16));
@@ -570,13 +551,7 @@ impl HistoryRecord {
                 mean_task_runtime_us: r.f64()?,
             });
         }
-        if r.at != bytes.len() {
-            return Err(format!(
-                "{} bytes after the record's end at byte {}",
-                bytes.len() - r.at,
-                r.at
-            ));
-        }
+        r.finish()?;
         Ok(HistoryRecord {
             jobs,
             error,
@@ -587,52 +562,15 @@ impl HistoryRecord {
 }
 
 fn put_error(out: &mut Vec<u8>, error: RecordedError) {
-    out.extend_from_slice(&error.mean_abs_log_error.to_le_bytes());
-    out.extend_from_slice(&error.count.to_le_bytes());
+    out.put_f64(error.mean_abs_log_error);
+    out.put_u64(error.count);
 }
 
-/// Reads [`HistoryRecord::to_bytes`] front to back.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let end = self.at + N;
-        let field = self.bytes.get(self.at..end).ok_or_else(|| {
-            format!(
-                "record ends at byte {}, inside a {N}-byte field at byte {}",
-                self.bytes.len(),
-                self.at
-            )
-        })?;
-        self.at = end;
-        Ok(field.try_into().expect("N bytes"))
-    }
-
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take::<1>()?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-
-    fn f64(&mut self) -> Result<f64, String> {
-        Ok(f64::from_le_bytes(self.take()?))
-    }
-
-    fn error(&mut self) -> Result<RecordedError, String> {
-        Ok(RecordedError {
-            mean_abs_log_error: self.f64()?,
-            count: self.u64()?,
-        })
-    }
+fn read_error(r: &mut Reader<'_>) -> Result<RecordedError, String> {
+    Ok(RecordedError {
+        mean_abs_log_error: r.f64()?,
+        count: r.u64()?,
+    })
 }
 
 impl From<RunningError> for RecordedError {
@@ -885,7 +823,7 @@ mod tests {
         let mut bad_flag = bytes.clone();
         bad_flag[17] = 2;
         let flag = HistoryRecord::from_bytes(&bad_flag).unwrap_err();
-        assert!(flag.contains("byte 17: observed flag 2"), "{flag}");
+        assert!(flag.contains("byte 17: optional-value flag 2"), "{flag}");
         let json = HistoryRecord::from_bytes(b"{\"jobs\":[]}").unwrap_err();
         assert!(json.contains("layout 123"), "{json}");
         let mut bad_kind = global.to_bytes();

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use jobcast_storage::state::{POLICIES, StoreError};
 
-use crate::engine::{ERROR_PCT_BOUNDS, MachineRecord, PolicyErrors};
+use crate::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
 use crate::service::Shared;
 use crate::telemetry;
 
@@ -78,7 +78,7 @@ fn stored_json(
 /// policy's decision history and, once finished, each policy's error.
 async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
     stored_json(&raw, "job", |id| {
-        let Some(record) = shared.store.job::<serde_json::Map<String, Value>>(id)? else {
+        let Some(record) = shared.store.job(id, JobRecord::from_bytes)? else {
             return Ok(None);
         };
         let decisions = shared.store.decisions::<Value>(id)?;
@@ -87,9 +87,14 @@ async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Resp
 }
 
 /// The job's record with its decisions (stored apart) added.
-fn with_decisions(mut record: serde_json::Map<String, Value>, decisions: Vec<Value>) -> Vec<u8> {
-    record.insert("decisions".to_owned(), Value::Array(decisions));
-    serde_json::to_vec(&record).expect("JSON values serialise")
+fn with_decisions(record: JobRecord, decisions: Vec<Value>) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct WithDecisions {
+        #[serde(flatten)]
+        record: JobRecord,
+        decisions: Vec<Value>,
+    }
+    serde_json::to_vec(&WithDecisions { record, decisions }).expect("records serialise")
 }
 
 /// `GET /machines/{id}`: the machine's last known state.

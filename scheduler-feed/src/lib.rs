@@ -6,6 +6,7 @@
 //!   shadow, the driving policy's decisions and each policy's errors out;
 //! - [`merge`]: the event-time merge of the input topic's partitions, so
 //!   that the global predictor state sees one deterministic order;
+//! - [`records`]: the stored (binary) form of the job and task records;
 //! - [`service`]: the pipeline of `jobcast serve` — Kafka source, engine,
 //!   Kafka sinks, each batch committed to RocksDB with its offsets;
 //! - `source`: the pipeline's input consumer and merge, on a thread of its
@@ -22,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod merge;
+pub mod records;
 pub mod service;
 mod source;
 pub mod telemetry;

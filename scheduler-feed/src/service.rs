@@ -447,11 +447,13 @@ pub fn output_producer_config(kafka: &KafkaSettings) -> ClientConfig {
     config
 }
 
-/// The store's layout version. 4: the `history` family holds binary
+/// The store's layout version. 5: the `jobs` and `tasks` families hold
+/// binary records (`JobRecord::to_bytes`, `TaskRecord::to_bytes`); 4: the
+/// `history` family holds binary
 /// records (`HistoryRecord::to_bytes`); 3: a job's decisions are stored
 /// apart from its record; 2: the log holds every consumed message with its partition,
 /// offset and key; 1: the log held applied events only.
-const STORE_FORMAT: &[u8] = b"4";
+const STORE_FORMAT: &[u8] = b"5";
 const STORE_FORMAT_KEY: &str = "store_format";
 
 /// The partitions whose records the store holds, kept current with every
@@ -878,7 +880,7 @@ impl<'a> Pipeline<'a> {
         };
         for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
             if let Some(record) = self.engine.job(job_id) {
-                write.put_job(job_id, record);
+                write.put_job(job_id, &record.to_bytes());
             }
         }
         for output in &effects.outputs {
@@ -890,7 +892,7 @@ impl<'a> Pipeline<'a> {
         }
         for &(job_id, task_index) in effects.tasks.iter().filter(|t| ours(t.0)) {
             if let Some(record) = self.engine.task(job_id, task_index) {
-                write.put_task(job_id, task_index, record);
+                write.put_task(job_id, task_index, &record.to_bytes());
             }
         }
         for &machine_id in &effects.machines {

@@ -5,9 +5,9 @@
 //!
 //! | column family | key                          | value                          |
 //! |---------------|------------------------------|--------------------------------|
-//! | `jobs`        | job id (u64 BE)              | job record (JSON)              |
+//! | `jobs`        | job id (u64 BE)              | job record (binary, `JobRecord::to_bytes`) |
 //! | `decisions`   | job id, version (u64, u32 BE) | a published decision (JSON)   |
-//! | `tasks`       | job id, task index (u64, u32 BE) | task record (JSON)         |
+//! | `tasks`       | job id, task index (u64, u32 BE) | task record (binary, `TaskRecord::to_bytes`) |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
 //! | `policies`    | policy name                  | its error statistics (JSON)    |
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (binary, `HistoryRecord::to_bytes`) |
@@ -169,15 +169,9 @@ impl StateStore {
         family: &'static str,
         key: &[u8],
     ) -> Result<Option<T>, StoreError> {
-        self.get_raw(family, key)?
-            .map(|bytes| {
-                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-                    family,
-                    key: key.to_vec(),
-                    reason: e.to_string(),
-                })
-            })
-            .transpose()
+        self.get_decoded(family, key, |bytes| {
+            serde_json::from_slice(bytes).map_err(|e| e.to_string())
+        })
     }
 
     /// A job's decisions, oldest first.
@@ -208,16 +202,40 @@ impl StateStore {
         self.get_raw(MACHINES, &machine_id.to_be_bytes())
     }
 
-    pub fn job<T: DeserializeOwned>(&self, job_id: u64) -> Result<Option<T>, StoreError> {
-        self.get_json(JOBS, &job_id.to_be_bytes())
+    /// A job's record, read with `decode` (`JobRecord::from_bytes`).
+    pub fn job<T>(
+        &self,
+        job_id: u64,
+        decode: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<Option<T>, StoreError> {
+        self.get_decoded(JOBS, &job_id.to_be_bytes(), decode)
     }
 
-    pub fn task<T: DeserializeOwned>(
+    /// A task's record, read with `decode` (`TaskRecord::from_bytes`).
+    pub fn task<T>(
         &self,
         job_id: u64,
         task_index: u32,
+        decode: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<Option<T>, StoreError> {
-        self.get_json(TASKS, &task_key(job_id, task_index))
+        self.get_decoded(TASKS, &task_key(job_id, task_index), decode)
+    }
+
+    fn get_decoded<T>(
+        &self,
+        family: &'static str,
+        key: &[u8],
+        decode: impl FnOnce(&[u8]) -> Result<T, String>,
+    ) -> Result<Option<T>, StoreError> {
+        self.get_raw(family, key)?
+            .map(|bytes| {
+                decode(&bytes).map_err(|reason| StoreError::Corrupt {
+                    family,
+                    key: key.to_vec(),
+                    reason,
+                })
+            })
+            .transpose()
     }
 
     pub fn machine<T: DeserializeOwned>(&self, machine_id: u64) -> Result<Option<T>, StoreError> {
@@ -347,8 +365,10 @@ impl StateBatch<'_> {
         self.batch.put_cf(self.store.cf(family), key, bytes);
     }
 
-    pub fn put_job<T: Serialize>(&mut self, job_id: u64, record: &T) {
-        self.put_json(JOBS, &job_id.to_be_bytes(), record);
+    /// Store a job's record, in its binary form (`JobRecord::to_bytes`).
+    pub fn put_job(&mut self, job_id: u64, record: &[u8]) {
+        self.batch
+            .put_cf(self.store.cf(JOBS), job_id.to_be_bytes(), record);
     }
 
     /// Store one of a job's decisions; `version` orders them.
@@ -356,8 +376,10 @@ impl StateBatch<'_> {
         self.put_json(DECISIONS, &task_key(job_id, version), decision);
     }
 
-    pub fn put_task<T: Serialize>(&mut self, job_id: u64, task_index: u32, record: &T) {
-        self.put_json(TASKS, &task_key(job_id, task_index), record);
+    /// Store a task's record, in its binary form (`TaskRecord::to_bytes`).
+    pub fn put_task(&mut self, job_id: u64, task_index: u32, record: &[u8]) {
+        self.batch
+            .put_cf(self.store.cf(TASKS), task_key(job_id, task_index), record);
     }
 
     pub fn put_machine<T: Serialize>(&mut self, machine_id: u64, record: &T) {
@@ -518,7 +540,7 @@ mod tests {
         let store = StateStore::open(dir.path(), false).unwrap();
         let mut batch = store.batch();
         for (job_id, version) in [(7, 2), (7, 1), (6, 1), (8, 1), (7, u32::MAX), (7, 256)] {
-            batch.put_job(job_id, &serde_json::json!({ "job_id": job_id }));
+            batch.put_job(job_id, &job_id.to_le_bytes());
             batch.put_decision(job_id, version, &serde_json::json!({ "v": version }));
         }
         store.commit(batch).unwrap();
@@ -533,7 +555,7 @@ mod tests {
         batch.delete_job(7);
         store.commit(batch).unwrap();
         assert_eq!(versions(7), Vec::<u64>::new());
-        assert!(store.job::<serde_json::Value>(7).unwrap().is_none());
+        assert!(store.job(7, |b| Ok(b.to_vec())).unwrap().is_none());
         assert_eq!(versions(6), [1]);
         assert_eq!(versions(8), [1]);
     }
@@ -544,8 +566,8 @@ mod tests {
         {
             let store = StateStore::open(dir.path(), true).unwrap();
             let mut batch = store.batch();
-            batch.put_job(7, &serde_json::json!({"job_id": 7}));
-            batch.put_task(7, 1, &serde_json::json!({"task": 1}));
+            batch.put_job(7, b"job 7");
+            batch.put_task(7, 1, b"task 1");
             batch.set_offset("events", 3, 42);
             batch.set_offset("events-2", 0, 5);
             batch.append_log(0, 3, 41, Some(b"7"), Some(b"{\"a\":1}"));
@@ -553,15 +575,18 @@ mod tests {
             batch.append_log(2, 1, 0, Some(b""), Some(b""));
             store.commit(batch).unwrap();
             let mut lost = store.batch();
-            lost.put_job(8, &serde_json::json!({"job_id": 8}));
+            lost.put_job(8, b"job 8");
             lost.set_offset("events", 3, 99);
             // Dropped without commit: as if the process died here.
         }
         let store = StateStore::open(dir.path(), true).unwrap();
-        let job: Option<serde_json::Value> = store.job(7).unwrap();
-        assert_eq!(job, Some(serde_json::json!({"job_id": 7})));
-        assert_eq!(store.job::<serde_json::Value>(8).unwrap(), None);
-        assert!(store.task::<serde_json::Value>(7, 1).unwrap().is_some());
+        let raw = |b: &[u8]| Ok(b.to_vec());
+        assert_eq!(store.job(7, raw).unwrap().as_deref(), Some(&b"job 7"[..]));
+        assert_eq!(store.job(8, raw).unwrap(), None);
+        assert_eq!(
+            store.task(7, 1, raw).unwrap().as_deref(),
+            Some(&b"task 1"[..])
+        );
         assert_eq!(store.offsets("events").unwrap(), BTreeMap::from([(3, 42)]));
         assert_eq!(store.offsets("events-2").unwrap(), BTreeMap::from([(0, 5)]));
         assert_eq!(store.offsets("other").unwrap(), BTreeMap::new());
@@ -635,9 +660,12 @@ mod tests {
         let mut batch = store.batch();
         batch
             .batch
-            .put_cf(store.cf(JOBS), 5u64.to_be_bytes(), b"not json");
+            .put_cf(store.cf(JOBS), 5u64.to_be_bytes(), b"damaged");
         store.commit(batch).unwrap();
-        let err = store.job::<serde_json::Value>(5).unwrap_err();
+        let err = store
+            .job(5, |_| Err::<(), _>("byte 3: no good".into()))
+            .unwrap_err();
         assert!(err.to_string().starts_with("corrupt jobs record"), "{err}");
+        assert!(err.to_string().contains("byte 3: no good"), "{err}");
     }
 }

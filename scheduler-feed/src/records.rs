@@ -1,0 +1,339 @@
+//! The stored form of the job and task records: fixed binary layouts
+//! ([`jobcast_predictor::codec`]), since the service rewrites every job and
+//! task a batch touches. The HTTP API decodes a job record and serves it as
+//! JSON.
+
+use jobcast_ingest::event::TaskKind;
+use jobcast_predictor::codec::{Reader, Writer};
+use jobcast_predictor::decision::{Estimate, EstimateSource, PolicyKind};
+use jobcast_predictor::features::FeatureKind;
+
+use crate::engine::{JobRecord, JobState, PredictionError, TaskRecord};
+
+/// First byte of [`JobRecord::to_bytes`], changed with the layout.
+const JOB_LAYOUT: u8 = 1;
+/// First byte of [`TaskRecord::to_bytes`], changed with the layout.
+const TASK_LAYOUT: u8 = 1;
+
+const JOB_STATES: [JobState; 5] = [
+    JobState::Running,
+    JobState::Finished,
+    JobState::Failed,
+    JobState::Killed,
+    JobState::Lost,
+];
+
+impl JobRecord {
+    /// The stored form, in field order: layout (1), `job_id`, `submit_us`
+    /// (u64), `user`, `job_name`, `logical_name` (strings), `width` (u32),
+    /// `state` (u8), `end_us` (optional u64), `tasks_finished` (u32),
+    /// `estimates` (u8 count, then per policy its index in
+    /// [`PolicyKind::ALL`], the estimate's three f64 and its source: a tag
+    /// byte and the feature index or pilot count it carries),
+    /// `actual_mean_task_runtime_us` (optional f64), `errors` (u8 count,
+    /// then per policy its index and two f64).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let strings = self.user.len() + self.job_name.len() + self.logical_name.len();
+        let mut out = Vec::with_capacity(64 + strings + 40 * self.estimates.len());
+        out.put_u8(JOB_LAYOUT);
+        out.put_u64(self.job_id);
+        out.put_u64(self.submit_us);
+        out.put_str(&self.user);
+        out.put_str(&self.job_name);
+        out.put_str(&self.logical_name);
+        out.put_u32(self.width);
+        out.put_u8(index(&JOB_STATES, self.state));
+        out.put_opt_u64(self.end_us);
+        out.put_u32(self.tasks_finished);
+        out.put_u8(self.estimates.len() as u8);
+        for (&policy, estimate) in &self.estimates {
+            out.put_u8(index(&PolicyKind::ALL, policy));
+            put_estimate(&mut out, estimate);
+        }
+        out.put_opt_f64(self.actual_mean_task_runtime_us);
+        out.put_u8(self.errors.len() as u8);
+        for (&policy, error) in &self.errors {
+            out.put_u8(index(&PolicyKind::ALL, policy));
+            out.put_f64(error.log_ratio);
+            out.put_f64(error.abs_pct);
+        }
+        out
+    }
+
+    /// Read back [`Self::to_bytes`]; what is wrong, and at which byte,
+    /// otherwise.
+    pub fn from_bytes(bytes: &[u8]) -> Result<JobRecord, String> {
+        let mut r = Reader::new(bytes);
+        r.layout("job record", JOB_LAYOUT)?;
+        let mut record = JobRecord {
+            job_id: r.u64()?,
+            submit_us: r.u64()?,
+            user: r.str()?,
+            job_name: r.str()?,
+            logical_name: r.str()?,
+            width: r.u32()?,
+            state: r.index_of(&JOB_STATES, "job state")?,
+            end_us: r.opt_u64()?,
+            tasks_finished: r.u32()?,
+            estimates: Default::default(),
+            actual_mean_task_runtime_us: None,
+            errors: Default::default(),
+        };
+        for _ in 0..r.u8()? {
+            let policy = r.index_of(&PolicyKind::ALL, "policy")?;
+            record.estimates.insert(policy, read_estimate(&mut r)?);
+        }
+        record.actual_mean_task_runtime_us = r.opt_f64()?;
+        for _ in 0..r.u8()? {
+            let policy = r.index_of(&PolicyKind::ALL, "policy")?;
+            let error = PredictionError {
+                log_ratio: r.f64()?,
+                abs_pct: r.f64()?,
+            };
+            record.errors.insert(policy, error);
+        }
+        r.finish()?;
+        Ok(record)
+    }
+}
+
+impl TaskRecord {
+    /// The stored form, in field order: layout (1), `job_id` (u64),
+    /// `task_index` (u32), `last` (its index in [`TaskKind::ALL`]),
+    /// `attempts` (u32), then `last_schedule_us`, `running_since_us`,
+    /// `runtime_us` and `machine_id` (optional u64 each).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(54);
+        out.put_u8(TASK_LAYOUT);
+        out.put_u64(self.job_id);
+        out.put_u32(self.task_index);
+        out.put_u8(index(&TaskKind::ALL, self.last));
+        out.put_u32(self.attempts);
+        out.put_opt_u64(self.last_schedule_us);
+        out.put_opt_u64(self.running_since_us);
+        out.put_opt_u64(self.runtime_us);
+        out.put_opt_u64(self.machine_id);
+        out
+    }
+
+    /// Read back [`Self::to_bytes`]; what is wrong, and at which byte,
+    /// otherwise.
+    pub fn from_bytes(bytes: &[u8]) -> Result<TaskRecord, String> {
+        let mut r = Reader::new(bytes);
+        r.layout("task record", TASK_LAYOUT)?;
+        let record = TaskRecord {
+            job_id: r.u64()?,
+            task_index: r.u32()?,
+            last: r.index_of(&TaskKind::ALL, "task event kind")?,
+            attempts: r.u32()?,
+            last_schedule_us: r.opt_u64()?,
+            running_since_us: r.opt_u64()?,
+            runtime_us: r.opt_u64()?,
+            machine_id: r.opt_u64()?,
+        };
+        r.finish()?;
+        Ok(record)
+    }
+}
+
+/// `value`'s position in `all`, which lists every value of its type.
+fn index<T: PartialEq>(all: &[T], value: T) -> u8 {
+    all.iter()
+        .position(|v| *v == value)
+        .expect("the list holds every value") as u8
+}
+
+fn put_estimate(out: &mut Vec<u8>, estimate: &Estimate) {
+    out.put_f64(estimate.mean_task_runtime_us);
+    out.put_f64(estimate.size_us);
+    out.put_f64(estimate.log_sd);
+    match estimate.source {
+        EstimateSource::History { feature } => {
+            out.put_u8(0);
+            out.put_u8(index(&FeatureKind::ALL, feature));
+        }
+        EstimateSource::Fallback => out.put_u8(1),
+        EstimateSource::Pilots { pilots } => {
+            out.put_u8(2);
+            out.put_u32(pilots);
+        }
+        EstimateSource::Posterior { pilots } => {
+            out.put_u8(3);
+            out.put_u32(pilots);
+        }
+        EstimateSource::Truth => out.put_u8(4),
+    }
+}
+
+fn read_estimate(r: &mut Reader<'_>) -> Result<Estimate, String> {
+    let (mean_task_runtime_us, size_us, log_sd) = (r.f64()?, r.f64()?, r.f64()?);
+    let at = r.at();
+    let source = match r.u8()? {
+        0 => EstimateSource::History {
+            feature: r.index_of(&FeatureKind::ALL, "feature")?,
+        },
+        1 => EstimateSource::Fallback,
+        2 => EstimateSource::Pilots { pilots: r.u32()? },
+        3 => EstimateSource::Posterior { pilots: r.u32()? },
+        4 => EstimateSource::Truth,
+        tag => return Err(format!("byte {at}: no estimate source with tag {tag}")),
+    };
+    Ok(Estimate {
+        mean_task_runtime_us,
+        size_us,
+        log_sd,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn source() -> impl Strategy<Value = EstimateSource> {
+        prop_oneof![
+            proptest::sample::select(FeatureKind::ALL.to_vec())
+                .prop_map(|feature| EstimateSource::History { feature }),
+            Just(EstimateSource::Fallback),
+            any::<u32>().prop_map(|pilots| EstimateSource::Pilots { pilots }),
+            any::<u32>().prop_map(|pilots| EstimateSource::Posterior { pilots }),
+            Just(EstimateSource::Truth),
+        ]
+    }
+
+    fn estimate() -> impl Strategy<Value = Estimate> {
+        (any::<f64>(), any::<f64>(), any::<f64>(), source()).prop_map(
+            |(mean_task_runtime_us, size_us, log_sd, source)| Estimate {
+                mean_task_runtime_us,
+                size_us,
+                log_sd,
+                source,
+            },
+        )
+    }
+
+    fn policy() -> impl Strategy<Value = PolicyKind> {
+        proptest::sample::select(PolicyKind::ALL.to_vec())
+    }
+
+    prop_compose! {
+        fn job()(
+            ids in any::<(u64, u64, u32, u32)>(),
+            names in any::<(String, String, String)>(),
+            state in proptest::sample::select(JOB_STATES.to_vec()),
+            end_us in any::<Option<u64>>(),
+            estimates in proptest::collection::btree_map(policy(), estimate(), 0..10),
+            actual in any::<Option<f64>>(),
+            errors in proptest::collection::btree_map(policy(), any::<(f64, f64)>(), 0..10),
+        ) -> JobRecord {
+            JobRecord {
+                job_id: ids.0,
+                submit_us: ids.1,
+                user: names.0,
+                job_name: names.1,
+                logical_name: names.2,
+                width: ids.2,
+                state,
+                end_us,
+                tasks_finished: ids.3,
+                estimates,
+                actual_mean_task_runtime_us: actual,
+                errors: errors
+                    .into_iter()
+                    .map(|(p, (log_ratio, abs_pct))| (p, PredictionError { log_ratio, abs_pct }))
+                    .collect(),
+            }
+        }
+    }
+
+    prop_compose! {
+        fn task()(
+            ids in any::<(u64, u32, u32)>(),
+            last in proptest::sample::select(TaskKind::ALL.to_vec()),
+            times in any::<(Option<u64>, Option<u64>, Option<u64>, Option<u64>)>(),
+        ) -> TaskRecord {
+            TaskRecord {
+                job_id: ids.0,
+                task_index: ids.1,
+                last,
+                attempts: ids.2,
+                last_schedule_us: times.0,
+                running_since_us: times.1,
+                runtime_us: times.2,
+                machine_id: times.3,
+            }
+        }
+    }
+
+    proptest! {
+        /// Every record reads back as written (compared as bytes, so that
+        /// NaN estimates compare too), and every shorter prefix is refused.
+        #[test]
+        fn job_records_read_back_as_written(record in job()) {
+            let bytes = record.to_bytes();
+            let back = JobRecord::from_bytes(&bytes).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(back.to_bytes(), bytes.clone());
+            for cut in 0..bytes.len() {
+                prop_assert!(JobRecord::from_bytes(&bytes[..cut]).is_err());
+            }
+        }
+
+        #[test]
+        fn task_records_read_back_as_written(record in task()) {
+            let bytes = record.to_bytes();
+            prop_assert_eq!(TaskRecord::from_bytes(&bytes), Ok(record));
+            for cut in 0..bytes.len() {
+                prop_assert!(TaskRecord::from_bytes(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn damage_is_named_with_its_byte() {
+        let record = JobRecord {
+            job_id: 1,
+            submit_us: 2,
+            user: "u".into(),
+            job_name: "n".into(),
+            logical_name: String::new(),
+            width: 3,
+            state: JobState::Finished,
+            end_us: Some(4),
+            tasks_finished: 3,
+            estimates: [(
+                PolicyKind::ThreeSigma,
+                Estimate {
+                    mean_task_runtime_us: 1.0,
+                    size_us: 3.0,
+                    log_sd: 0.5,
+                    source: EstimateSource::Fallback,
+                },
+            )]
+            .into(),
+            actual_mean_task_runtime_us: Some(1.5),
+            errors: Default::default(),
+        };
+        let mut bytes = record.to_bytes();
+        assert_eq!(JobRecord::from_bytes(&bytes), Ok(record.clone()));
+        // layout, two ids, three strings (4 + 1, 4 + 1, 4), width: the state.
+        let state_at = 1 + 16 + 5 + 5 + 4 + 4;
+        bytes[state_at] = 9;
+        assert_eq!(
+            JobRecord::from_bytes(&bytes),
+            Err(format!("byte {state_at}: no job state with index 9"))
+        );
+        let mut json = serde_json::to_vec(&record).unwrap();
+        assert_eq!(
+            JobRecord::from_bytes(&json),
+            Err("job record layout 123, expected 1".into())
+        );
+        json.truncate(0);
+        assert!(
+            TaskRecord::from_bytes(&json)
+                .unwrap_err()
+                .contains("record ends at byte 0")
+        );
+    }
+}
