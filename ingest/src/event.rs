@@ -12,6 +12,8 @@
 //! unknown field, a missing id or a value of the wrong type is an error that
 //! names the field. Encoding goes through [`encode`] / [`Event::to_json`].
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 /// The schema version this build reads and writes.
@@ -474,12 +476,14 @@ fn explain_failure(bytes: &[u8]) -> DecodeError {
 
 /// The flat wire form. Every field but `v` and `type` is optional here;
 /// which ones are required depends on `type` and is checked in `TryFrom`.
+/// `type` and `kind` borrow from the message (unless escaped): they are
+/// only matched, never kept.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WireEvent {
+struct WireEvent<'a> {
     v: u32,
-    #[serde(rename = "type")]
-    ty: String,
+    #[serde(rename = "type", borrow)]
+    ty: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     time_us: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -506,8 +510,8 @@ struct WireEvent {
     task_index: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stage: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", borrow)]
+    kind: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     machine_id: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -598,7 +602,7 @@ const MACHINE_FIELDS: &[&str] = &[
     "end_reason",
 ];
 
-impl WireEvent {
+impl WireEvent<'_> {
     /// Every optional field and whether it is set.
     fn presence(&self) -> [(&'static str, bool); 24] {
         [
@@ -658,8 +662,11 @@ impl WireEvent {
     }
 }
 
-fn parse_kind<T: for<'de> Deserialize<'de>>(field: &str, s: &str) -> Result<T, DecodeError> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| {
+fn parse_kind<'a, T: Deserialize<'a>>(field: &str, s: &'a str) -> Result<T, DecodeError> {
+    use serde::de::IntoDeserializer;
+    let name: serde::de::value::StrDeserializer<'a, serde::de::value::Error> =
+        s.into_deserializer();
+    T::deserialize(name).map_err(|_| {
         DecodeError::new(
             DecodeErrorKind::InvalidField,
             Some(field),
@@ -668,10 +675,10 @@ fn parse_kind<T: for<'de> Deserialize<'de>>(field: &str, s: &str) -> Result<T, D
     })
 }
 
-impl TryFrom<WireEvent> for Event {
+impl TryFrom<WireEvent<'_>> for Event {
     type Error = DecodeError;
 
-    fn try_from(w: WireEvent) -> Result<Self, DecodeError> {
+    fn try_from(w: WireEvent<'_>) -> Result<Self, DecodeError> {
         if w.v != SCHEMA_VERSION {
             return Err(DecodeError::new(
                 DecodeErrorKind::UnsupportedVersion,
@@ -683,7 +690,7 @@ impl TryFrom<WireEvent> for Event {
             ));
         }
         w.check_tags()?;
-        let ty = w.ty.as_str();
+        let ty: &str = &w.ty;
         let req = |name: &'static str, present: bool| {
             if present {
                 Ok(())
@@ -800,11 +807,11 @@ impl TryFrom<WireEvent> for Event {
     }
 }
 
-impl From<&Event> for WireEvent {
-    fn from(e: &Event) -> Self {
+impl<'a> From<&'a Event> for WireEvent<'a> {
+    fn from(e: &'a Event) -> Self {
         let mut w = WireEvent {
             v: SCHEMA_VERSION,
-            ty: e.type_name().to_owned(),
+            ty: Cow::Borrowed(e.type_name()),
             time_us: Some(e.time_us()),
             job_id: e.job_id(),
             ..WireEvent::default()
@@ -823,14 +830,14 @@ impl From<&Event> for WireEvent {
             }
             Event::Task(t) => {
                 w.task_index = Some(t.task_index);
-                w.kind = Some(t.kind.as_str().to_owned());
+                w.kind = Some(Cow::Borrowed(t.kind.as_str()));
                 w.machine_id = t.machine_id;
                 w.stage = t.stage;
             }
             Event::JobEnded(j) => w.outcome = Some(j.outcome),
             Event::Machine(m) => {
                 w.machine_id = Some(m.machine_id);
-                w.kind = Some(m.kind.as_str().to_owned());
+                w.kind = Some(Cow::Borrowed(m.kind.as_str()));
                 w.platform = m.platform.clone();
                 w.cpus = m.cpus;
                 w.memory = m.memory;
