@@ -1009,6 +1009,9 @@ mod tests {
         assert!((fast / (100.0 * S) - 1.0).abs() < 1e-12, "{fast}");
     }
 
+    /// (point, ln-sd, samples), or none without live samples.
+    type Estimated = Option<(f64, f64, usize)>;
+
     /// Push one job into `v` as [`History::observe`] does; returns the
     /// incremental and the from-scratch estimates (point, ln-sd, samples)
     /// the value would have made just before.
@@ -1017,7 +1020,7 @@ mod tests {
         config: &HistoryConfig,
         end_us: u64,
         runtime_us: f64,
-    ) -> (Option<(f64, f64, usize)>, Option<(f64, f64, usize)>) {
+    ) -> (Estimated, Estimated) {
         let since = end_us.saturating_sub(config.window_us);
         let exact = v.exact_estimate(since, Estimator::Utility, config);
         let point = v.utility_estimate(since, config);
