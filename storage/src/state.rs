@@ -125,6 +125,13 @@ impl StateStore {
         })
     }
 
+    /// Drop a column family, so that a batch built before fails to commit:
+    /// the one write failure RocksDB produces on demand.
+    #[cfg(test)]
+    pub(crate) fn drop_family(&mut self, name: &str) {
+        self.db.drop_cf(name).expect("the family drops");
+    }
+
     fn cf(&self, name: &str) -> &ColumnFamily {
         self.db
             .cf_handle(name)

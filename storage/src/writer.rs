@@ -175,6 +175,49 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_write_stops_the_writer_and_nothing_after_it_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = StateStore::open(&dir.path().join("state"), false).unwrap();
+        // A batch whose column family is gone by the time it is written.
+        let mut doomed = store.batch();
+        doomed.put_job(1, b"job 1");
+        doomed.set_offset("t", 0, 1);
+        let doomed = doomed.into_write_batch();
+        store.drop_family(crate::state::JOBS);
+        let store = Arc::new(store);
+
+        let mut writer = Writer::start(store.clone()).unwrap();
+        let mut first = store.batch();
+        first.set_offset("t", 0, 0);
+        writer.submit(first, Box::new(|_| {})).unwrap();
+        writer.flush().unwrap();
+        let ran = Arc::new(Mutex::new(false));
+        let after = ran.clone();
+        writer
+            .send(Request::Commit(
+                doomed,
+                Box::new(move |_| *after.lock().unwrap() = true),
+            ))
+            .unwrap();
+        let err = writer.flush().unwrap_err();
+        assert!(matches!(err, StoreError::Rocks { .. }), "{err}");
+        assert!(err.to_string().contains("Invalid column family"), "{err}");
+        assert!(!*ran.lock().unwrap(), "the failed batch's callback ran");
+        // Stopped: later batches are refused and not written.
+        let mut later = store.batch();
+        later.set_offset("t", 0, 2);
+        assert!(matches!(
+            writer.submit(later, Box::new(|_| {})),
+            Err(StoreError::WriterStopped)
+        ));
+        assert!(matches!(
+            writer.finish(),
+            Ok(()) | Err(StoreError::WriterStopped)
+        ));
+        assert_eq!(store.offsets("t").unwrap()[&0], 0);
+    }
+
+    #[test]
     fn dropping_the_writer_writes_what_was_submitted() {
         let (_dir, store) = store();
         let mut writer = Writer::start(store.clone()).unwrap();
