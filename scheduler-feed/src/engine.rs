@@ -371,9 +371,9 @@ pub enum Output {
 }
 
 /// The keys of records that changed. Marking appends (a batch marks a
-/// job at each of its events, and a sorted set was a tenth of the
-/// pipeline's time); [`Changed::settle`] sorts and dedups once, before the
-/// records are written, so that writes stay deterministic.
+/// job at each of its events, and sorted-set insertions stood out in the
+/// pipeline thread's profile); [`Changed::settle`] sorts and dedups once,
+/// before the records are written, so that writes stay deterministic.
 #[derive(Debug)]
 pub struct Changed<T>(Vec<T>);
 
