@@ -1014,6 +1014,21 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn changed_keys_settle_sorted_and_once() {
+        let mut changed = Changed::default();
+        for key in [7u64, 3, 7, 9, 3, 3] {
+            changed.mark(key);
+        }
+        changed.settle();
+        assert_eq!(changed.iter().copied().collect::<Vec<_>>(), [3, 7, 9]);
+        changed.extend([1, 9]);
+        changed.settle();
+        assert_eq!(changed.iter().copied().collect::<Vec<_>>(), [1, 3, 7, 9]);
+        changed.clear();
+        assert_eq!(changed.iter().count(), 0);
+    }
+
     fn event(json: &str) -> Event {
         decode(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}"))
     }
