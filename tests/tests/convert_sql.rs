@@ -218,3 +218,39 @@ fn the_documented_queries_run() {
         .sum();
     assert!((q2 - 100.0).abs() < 0.5, "{q2}\n{out}");
 }
+
+#[test]
+fn timing_goes_to_stderr_once_per_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let data = dir.path().to_str().unwrap();
+    let script = dir.path().join("two.sql");
+    std::fs::write(
+        &script,
+        "SELECT count(*) AS n FROM jobs;\nSELECT count(*) AS n FROM tasks;\n",
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let plain = jobcast_ok(&["sql", "--data", data, "--format", "csv", "--file", script]);
+    let out = jobcast(&[
+        "sql", "--data", data, "--format", "csv", "--file", script, "--timing",
+    ]);
+    assert!(out.status.success());
+    // The results are untouched by --timing.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), plain);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let times: Vec<f64> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("Time: ")?.strip_suffix(" ms")?.parse().ok())
+        .collect();
+    assert_eq!(times.len(), 2, "{stderr}");
+    assert!(times.iter().all(|&ms| ms > 0.0), "{stderr}");
+
+    let out = jobcast(&["sql", "--data", data, "--timing", "SELECT 1 AS one"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("Time: "),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

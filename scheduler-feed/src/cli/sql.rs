@@ -2,6 +2,7 @@
 //! or an interactive prompt.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use jobcast_storage::sql::{
@@ -25,6 +26,11 @@ pub struct Args {
     /// memory while the query runs.
     #[arg(long)]
     inline_ctes: bool,
+    /// After each statement, print on stderr how long it took to plan, run
+    /// and collect (printing the result is not counted), as `Time: 12.345
+    /// ms`.
+    #[arg(long)]
+    timing: bool,
     /// The query; without one (and without --file), an interactive prompt
     /// opens (statements end with `;`).
     #[arg(allow_hyphen_values = true)]
@@ -48,28 +54,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let results = run_script(&ctx, &script, options)
                 .await
                 .with_context(|| format!("running {}", path.display()))?;
-            for (statement, batches) in results {
-                println!("{statement};");
-                print!("{}", render(&batches, args.format)?);
+            for run in results {
+                println!("{};", run.statement);
+                print!("{}", render(&run.batches, args.format)?);
                 println!();
+                if args.timing {
+                    report_time(run.elapsed);
+                }
             }
             return Ok(());
         }
         match &args.query {
             Some(sql) => {
+                let start = Instant::now();
                 let batches = run_query(&ctx, sql, options).await?;
+                let elapsed = start.elapsed();
                 print!("{}", render(&batches, args.format)?);
+                if args.timing {
+                    report_time(elapsed);
+                }
                 Ok(())
             }
-            None => interactive(&ctx, args.format, options).await,
+            None => interactive(&ctx, args.format, options, args.timing).await,
         }
     })
+}
+
+/// On stderr, so that the results on stdout stay machine-readable.
+fn report_time(elapsed: Duration) {
+    eprintln!("Time: {:.3} ms", elapsed.as_secs_f64() * 1e3);
 }
 
 async fn interactive(
     ctx: &datafusion::prelude::SessionContext,
     format: OutputFormat,
     options: QueryOptions,
+    timing: bool,
 ) -> anyhow::Result<()> {
     let mut editor = rustyline::DefaultEditor::new().context("opening the prompt")?;
     eprintln!(
@@ -93,11 +113,18 @@ async fn interactive(
                 let sql = std::mem::take(&mut statement);
                 let _ = editor.add_history_entry(sql.trim());
                 // Errors are shown and the prompt goes on.
+                let start = Instant::now();
                 match run_query(ctx, &sql, options).await {
-                    Ok(batches) => match render(&batches, format) {
-                        Ok(text) => print!("{text}"),
-                        Err(e) => eprintln!("error: {e}"),
-                    },
+                    Ok(batches) => {
+                        let elapsed = start.elapsed();
+                        match render(&batches, format) {
+                            Ok(text) => print!("{text}"),
+                            Err(e) => eprintln!("error: {e}"),
+                        }
+                        if timing {
+                            report_time(elapsed);
+                        }
+                    }
                     Err(e) => eprintln!("error: {e}"),
                 }
             }

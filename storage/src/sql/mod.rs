@@ -1,16 +1,21 @@
 //! SQL over the Parquet trace tables with DataFusion: the engine behind
 //! `jobcast sql`.
 //!
-//! One thing is added to DataFusion's own planning: a common table
-//! expression (or any identical aliased subquery) used more than once in a
-//! query is computed once, before the query, and read from memory at each
-//! use ([`materialise_shared_subqueries`]). DataFusion inlines a CTE at
-//! every reference, so a self-join of a CTE scans and aggregates its
-//! tables once per side; DuckDB and PostgreSQL materialise such CTEs.
+//! Two things are added to DataFusion's own planning:
+//! - a common table expression (or any identical aliased subquery) used
+//!   more than once in a query is computed once, before the query, and
+//!   read from memory at each use ([`materialise_shared_subqueries`]).
+//!   DataFusion inlines a CTE at every reference, so a self-join of a CTE
+//!   scans and aggregates its tables once per side; DuckDB and PostgreSQL
+//!   materialise such CTEs.
+//! - an aggregate over a `UNION ALL` whose branches are told apart by a
+//!   literal it groups by runs per branch
+//!   ([`labelled_union::AggregateLabelledUnion`]).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use datafusion::common::TableReference;
@@ -22,6 +27,16 @@ use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use datafusion::sql::parser::DFParser;
 
 use crate::tables::TABLES;
+
+pub mod labelled_union;
+
+/// A DataFusion session with jobcast's additions to the optimizer, and no
+/// tables.
+pub fn new_session() -> SessionContext {
+    let ctx = SessionContext::new();
+    ctx.add_optimizer_rule(Arc::new(labelled_union::AggregateLabelledUnion));
+    ctx
+}
 
 /// How query results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +74,7 @@ pub async fn open_session(dir: &Path) -> Result<SessionContext, DataFusionError>
             dir.display()
         )));
     }
-    let ctx = SessionContext::new();
+    let ctx = new_session();
     let mut found = 0;
     for name in TABLES {
         let file = dir.join(format!("{name}.parquet"));
@@ -106,21 +121,36 @@ pub async fn run_query(
     execute(ctx, plan, options).await
 }
 
+/// One statement of a script, run.
+#[derive(Debug)]
+pub struct StatementRun {
+    /// The statement, as DataFusion's parser prints it.
+    pub statement: String,
+    pub batches: Vec<RecordBatch>,
+    /// Planning, running and collecting the result (not printing it).
+    pub elapsed: Duration,
+}
+
 /// Run every statement of a script (statements separated by `;`, comments
-/// allowed) in order; each statement's text and result. Stops at the first
-/// error.
+/// allowed) in order. Stops at the first error.
 pub async fn run_script(
     ctx: &SessionContext,
     script: &str,
     options: QueryOptions,
-) -> Result<Vec<(String, Vec<RecordBatch>)>, DataFusionError> {
-    let mut results = Vec::new();
+) -> Result<Vec<StatementRun>, DataFusionError> {
+    let mut runs = Vec::new();
     for statement in DFParser::parse_sql(script)? {
         let text = statement.to_string();
+        let start = Instant::now();
         let plan = ctx.state().statement_to_plan(statement).await?;
-        results.push((text, execute(ctx, plan, options).await?));
+        let batches = execute(ctx, plan, options).await?;
+        runs.push(StatementRun {
+            statement: text,
+            batches,
+            elapsed: start.elapsed(),
+        });
     }
-    Ok(results)
+    Ok(runs)
 }
 
 async fn execute(
@@ -315,7 +345,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let ctx = SessionContext::new();
+        let ctx = new_session();
         ctx.register_table(
             "t",
             Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
