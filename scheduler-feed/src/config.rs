@@ -44,7 +44,7 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             group: "jobcast".into(),
             batch_max_events: 10_000,
-            batch_linger_ms: 2,
+            batch_linger_ms: 0,
             max_buffered_events: 500_000,
         }
     }

@@ -5,7 +5,8 @@
 //! One batch goes through these steps, in this order:
 //! 1. the source thread (`source.rs`) consumes messages from every
 //!    partition of the input topic, decodes them into the event-time
-//!    merge and releases those whose turn has come, as a batch;
+//!    merge and hands over those whose turn has come; the pipeline
+//!    thread takes all that wait as one batch;
 //! 2. the pipeline thread applies each one to the [`Engine`]; a message
 //!    that did not decode, or that the engine rejects, becomes a dead
 //!    letter;
@@ -16,8 +17,9 @@
 //!    batch changed, the learnt state (history, policy errors), every
 //!    consumed message (the log), and the next offset of each partition.
 //!
-//! The source fills the next batch while the pipeline thread takes this
-//! one through steps 2–4.
+//! The source goes on reading and releasing while the pipeline thread
+//! takes this batch through steps 2–4; what it released meanwhile is the
+//! next batch.
 //!
 //! A crash before step 4 loses the batch's effects on RocksDB but not its
 //! input: the restarted service rebuilds its state from the log, resumes

@@ -7,17 +7,19 @@
 //! cuts the merged stream into batches, while the pipeline thread applies,
 //! publishes and commits the batch before: two cores busy instead of one.
 //!
-//! Batches go through a channel holding one: while the pipeline is busy
-//! the source fills the next, and then waits, so the merge (and, past
-//! `max_buffered_events`, the paused partitions: see [`Throttle`]) bounds
-//! memory as before. The order of events is the merge's, whichever thread
+//! The source hands merged messages over as they are released, and the
+//! pipeline takes all that wait whenever it is free ([`Handover`]): a
+//! batch is what arrived while the one before was processed, so no message
+//! waits for a batch to fill, and under load batches grow on their own.
+//! Once a batch's worth waits, the source waits too, so the merge (and,
+//! past `max_buffered_events`, the paused partitions: see [`Throttle`])
+//! bounds memory. The order of events is the merge's, whichever thread
 //! reads it.
 
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -138,7 +140,9 @@ impl ConsumerContext for InputContext {}
 /// The running source: batches come out of [`Source::next`]. Dropping it
 /// stops the thread.
 pub(crate) struct Source {
-    batches: Option<Receiver<Result<Batch, ServiceError>>>,
+    handover: Arc<Handover>,
+    max_batch: usize,
+    linger: Duration,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -154,7 +158,7 @@ impl Source {
         let topic = consumer.context().topic.clone();
         let topic_c = CString::new(topic.as_str())
             .map_err(|_| ServiceError::Config("the input topic's name contains NUL".into()))?;
-        let (sender, batches) = sync_channel(1);
+        let handover = Arc::new(Handover::default());
         let stop = Arc::new(AtomicBool::new(false));
         let reader = Reader {
             consumer,
@@ -162,10 +166,9 @@ impl Source {
             topic_c,
             store,
             stop: stop.clone(),
-            sender,
+            handover: handover.clone(),
             merge: PartitionMerge::default(),
             max_batch: settings.batch_max_events,
-            linger: Duration::from_millis(settings.batch_linger_ms),
             throttle: Throttle::new(settings.max_buffered_events),
         };
         let thread = std::thread::Builder::new()
@@ -173,36 +176,111 @@ impl Source {
             .spawn(move || reader.run())
             .map_err(ServiceError::Thread)?;
         Ok(Source {
-            batches: Some(batches),
+            handover,
+            max_batch: settings.batch_max_events,
+            linger: Duration::from_millis(settings.batch_linger_ms),
             stop,
             thread: Some(thread),
         })
     }
 
-    /// The next batch, waiting at most `wait`; `Ok(None)` if none came in
-    /// that time. Once the service is shutting down, the source hands over
-    /// the merged messages it holds (at most a batch) and ends: then
-    /// `Err(None)`.
+    /// Everything waiting, once the oldest has waited `batch_linger_ms`
+    /// (or a batch's worth waits), waiting at most `wait`; `Ok(None)` if
+    /// nothing was ready in that time. Once the service is shutting down,
+    /// the source hands over the merged messages it holds (at most a batch)
+    /// and ends: then `Err(None)`.
     pub fn next(&self, wait: Duration) -> Result<Option<Batch>, Option<ServiceError>> {
-        let batches = self.batches.as_ref().expect("open until dropped");
-        match batches.recv_timeout(wait) {
-            Ok(Ok(batch)) => Ok(Some(batch)),
-            Ok(Err(error)) => Err(Some(error)),
-            Err(RecvTimeoutError::Timeout) => Ok(None),
-            Err(RecvTimeoutError::Disconnected) => Err(None),
-        }
+        self.handover.take(self.max_batch, self.linger, wait)
     }
 }
 
 impl Drop for Source {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // A reader blocked handing over a batch gets an error and ends.
-        drop(self.batches.take());
+        // A reader waiting for the pipeline to take a batch wakes and ends.
+        self.handover.lock().closed = true;
+        self.handover.taken.notify_one();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
             warn!("the source thread panicked");
+        }
+    }
+}
+
+/// Merged messages on their way from the source thread to the pipeline.
+#[derive(Default)]
+struct Handover {
+    state: Mutex<Waiting>,
+    /// Messages were handed over, or the source ended.
+    arrived: Condvar,
+    /// The pipeline took what waited, or went away.
+    taken: Condvar,
+}
+
+#[derive(Default)]
+struct Waiting {
+    batch: Batch,
+    /// When the oldest message waiting was handed over.
+    since: Option<Instant>,
+    /// Why the source stopped, if it failed; the pipeline takes what
+    /// waits first.
+    error: Option<ServiceError>,
+    /// The source has stopped: nothing more will come.
+    ended: bool,
+    /// The pipeline has gone: nothing more will be taken.
+    closed: bool,
+}
+
+impl Handover {
+    /// The state; a thread that panicked holding it left it whole (every
+    /// change is a single assignment or push).
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The source's side: `waiting` (this handover's, locked) has had
+    /// messages added to the `before` it held.
+    fn added(&self, waiting: &mut Waiting, before: usize) {
+        if waiting.batch.len() > before {
+            waiting.since.get_or_insert_with(Instant::now);
+            self.arrived.notify_one();
+        }
+    }
+
+    /// The pipeline's side: see [`Source::next`].
+    fn take(
+        &self,
+        max_batch: usize,
+        linger: Duration,
+        wait: Duration,
+    ) -> Result<Option<Batch>, Option<ServiceError>> {
+        let deadline = Instant::now() + wait;
+        let mut waiting = self.lock();
+        loop {
+            let finished = waiting.error.is_some() || waiting.ended;
+            let due = waiting.since.is_some_and(|t| t.elapsed() >= linger)
+                || waiting.batch.len() >= max_batch
+                || finished;
+            if due && !waiting.batch.is_empty() {
+                waiting.since = None;
+                let batch = std::mem::take(&mut waiting.batch);
+                self.taken.notify_one();
+                return Ok(Some(batch));
+            }
+            if finished {
+                return Err(waiting.error.take());
+            }
+            let now = Instant::now();
+            let until = waiting.since.map_or(deadline, |t| (t + linger).min(deadline));
+            if now >= until {
+                return Ok(None);
+            }
+            waiting = self
+                .arrived
+                .wait_timeout(waiting, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 }
@@ -214,10 +292,9 @@ struct Reader {
     topic_c: CString,
     store: Arc<StateStore>,
     stop: Arc<AtomicBool>,
-    sender: SyncSender<Result<Batch, ServiceError>>,
+    handover: Arc<Handover>,
     merge: PartitionMerge<Consumed>,
     max_batch: usize,
-    linger: Duration,
     throttle: Throttle,
 }
 
@@ -227,17 +304,16 @@ impl Reader {
     }
 
     fn run(mut self) {
-        if let Err(error) = self.read() {
-            // The pipeline may be gone already; then it needs no reason.
-            let _ = self.sender.send(Err(error));
-        }
+        let result = self.read();
+        let mut waiting = self.handover.lock();
+        waiting.ended = true;
+        waiting.error = result.err();
+        self.handover.arrived.notify_one();
     }
 
-    /// Poll, merge and hand over batches until the service shuts down (or
-    /// the pipeline goes away).
+    /// Poll, merge and hand over until the service shuts down (or the
+    /// pipeline goes away).
     fn read(&mut self) -> Result<(), ServiceError> {
-        let mut batch: Batch = Vec::with_capacity(self.max_batch);
-        let mut batch_started: Option<Instant> = None;
         let mut last_probe: Option<Instant> = None;
         loop {
             let stopping =
@@ -246,60 +322,69 @@ impl Reader {
                 last_probe = Some(Instant::now());
                 self.follow_new_partitions()?;
             }
-            // Fill: everything the client has ready, waiting for the first
-            // message only if the merge has nothing to release (else the
-            // wait would cap the rate at a batch per wait) and no longer
-            // than the batch in hand may linger.
-            let mut idle = true;
+            // Everything the client has ready, waiting for the first
+            // message only if the merge has nothing to release.
             if !stopping {
                 let wait = if self.merge.ready() {
                     Duration::ZERO
                 } else {
-                    batch_started.map_or(POLL_WAIT, |t| {
-                        whole_millis(self.linger.saturating_sub(t.elapsed())).min(POLL_WAIT)
-                    })
+                    POLL_WAIT
                 };
-                idle = self.poll(wait) == 0;
+                self.poll(wait);
             }
-
-            // Releasing may drain a partition; one read to its high
-            // watermark holds nothing back, and need not wait for the
-            // consumer to report its end.
-            loop {
-                while batch.len() < self.max_batch {
-                    let Some(pending) = self.merge.pop() else {
-                        break;
-                    };
-                    batch_started.get_or_insert_with(Instant::now);
-                    batch.push((pending.partition, pending.offset, pending.item));
-                }
-                if batch.len() >= self.max_batch || !self.caught_up() {
-                    break;
-                }
-            }
+            let full = self.hand_over();
             self.pause_or_resume();
-
-            let due = batch.len() >= self.max_batch
-                || batch_started.is_some_and(|t| t.elapsed() >= self.linger)
-                || idle
-                || stopping;
-            if due && !batch.is_empty() {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(self.max_batch));
-                if self.sender.send(Ok(full)).is_err() {
-                    return Ok(());
-                }
-                batch_started = None;
-            }
             if stopping {
                 return Ok(());
+            }
+            if full {
+                // A batch's worth waits: until the pipeline takes it,
+                // what the client fetches stays in its queue.
+                let waiting = self.handover.lock();
+                if waiting.closed {
+                    return Ok(());
+                }
+                if waiting.batch.len() >= self.max_batch {
+                    drop(
+                        self.handover
+                            .taken
+                            .wait_timeout(waiting, POLL_WAIT)
+                            .unwrap_or_else(PoisonError::into_inner),
+                    );
+                }
             }
         }
     }
 
+    /// Move what the merge can release to the pipeline, until a batch's
+    /// worth waits; whether one does.
+    fn hand_over(&mut self) -> bool {
+        let handover = self.handover.clone();
+        let mut waiting = handover.lock();
+        let before = waiting.batch.len();
+        // Releasing may drain a partition; one read to its high watermark
+        // holds nothing back, and need not wait for the consumer to report
+        // its end.
+        loop {
+            while waiting.batch.len() < self.max_batch {
+                let Some(pending) = self.merge.pop() else {
+                    break;
+                };
+                waiting
+                    .batch
+                    .push((pending.partition, pending.offset, pending.item));
+            }
+            if waiting.batch.len() >= self.max_batch || !self.caught_up() {
+                break;
+            }
+        }
+        handover.added(&mut waiting, before);
+        waiting.batch.len() >= self.max_batch
+    }
+
     /// Poll up to a batch of messages into the merge, waiting at most
-    /// `wait` for the first; how many arrived.
-    fn poll(&mut self, mut wait: Duration) -> usize {
-        let mut arrived = 0;
+    /// `wait` for the first.
+    fn poll(&mut self, mut wait: Duration) {
         for _ in 0..self.max_batch {
             let Some(result) = self.consumer.poll(wait) else {
                 break;
@@ -307,7 +392,6 @@ impl Reader {
             wait = Duration::ZERO;
             match result {
                 Ok(message) => {
-                    arrived += 1;
                     self.shared().broker_up.store(true, Ordering::Relaxed);
                     let consumed = Consumed::of(&message);
                     let time = consumed.event.as_ref().ok().map(Event::time_us);
@@ -327,7 +411,6 @@ impl Reader {
                 Err(e) => warn!("consume: {e}"),
             }
         }
-        arrived
     }
 
     /// Mark the partitions holding the merge back that the last fetch
@@ -479,13 +562,6 @@ impl Throttle {
     }
 }
 
-/// `wait` rounded up to whole milliseconds. librdkafka waits in whole
-/// milliseconds, and rust-rdkafka's `poll` spins through a remainder under
-/// one.
-fn whole_millis(wait: Duration) -> Duration {
-    Duration::from_millis(wait.as_micros().div_ceil(1000) as u64)
-}
-
 /// The high watermark of `partition` in librdkafka's last fetch response
 /// for it, without asking the broker; `None` before the first. rust-rdkafka
 /// does not wrap `rd_kafka_get_watermark_offsets`.
@@ -513,6 +589,89 @@ fn cached_high_watermark<C: ConsumerContext>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The source's side of a handover: `offsets` of partition 0 arrive.
+    fn hand_over(handover: &Handover, offsets: std::ops::Range<i64>) {
+        let mut waiting = handover.lock();
+        let before = waiting.batch.len();
+        for offset in offsets {
+            let message = Consumed::new(None, Some(b"{}".to_vec()));
+            waiting.batch.push((0, offset, message));
+        }
+        handover.added(&mut waiting, before);
+    }
+
+    fn offsets(batch: &Batch) -> Vec<i64> {
+        batch.iter().map(|(_, offset, _)| *offset).collect()
+    }
+
+    #[test]
+    fn the_pipeline_takes_everything_waiting_as_soon_as_it_arrives() {
+        let handover = Arc::new(Handover::default());
+        let ms = Duration::from_millis;
+        assert!(matches!(handover.take(10, ms(0), ms(1)), Ok(None)));
+
+        hand_over(&handover, 0..3);
+        hand_over(&handover, 3..5);
+        let batch = handover.take(10, ms(0), ms(1)).unwrap().unwrap();
+        assert_eq!(offsets(&batch), [0, 1, 2, 3, 4]);
+
+        // A pipeline waiting wakes when messages arrive, long before its
+        // wait is up.
+        let source = {
+            let handover = handover.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(ms(20));
+                hand_over(&handover, 5..6);
+            })
+        };
+        let asked = Instant::now();
+        let batch = handover.take(10, ms(0), Duration::from_secs(60)).unwrap();
+        assert!(asked.elapsed() < Duration::from_secs(60));
+        assert_eq!(offsets(&batch.unwrap()), [5]);
+        source.join().unwrap();
+    }
+
+    #[test]
+    fn a_linger_holds_a_batch_until_it_passes_or_the_batch_is_full() {
+        let handover = Handover::default();
+        let ms = Duration::from_millis;
+        hand_over(&handover, 0..2);
+        // Not yet due: the oldest message has not waited 200 ms.
+        assert!(matches!(handover.take(3, ms(200), ms(0)), Ok(None)));
+        let asked = Instant::now();
+        let batch = handover.take(3, ms(200), Duration::from_secs(60)).unwrap();
+        assert!(asked.elapsed() >= ms(150), "{:?}", asked.elapsed());
+        assert_eq!(offsets(&batch.unwrap()), [0, 1]);
+
+        // A full batch goes at once.
+        hand_over(&handover, 2..5);
+        let batch = handover.take(3, Duration::from_secs(60), ms(0)).unwrap();
+        assert_eq!(offsets(&batch.unwrap()), [2, 3, 4]);
+    }
+
+    #[test]
+    fn what_waits_goes_before_the_sources_end_or_error() {
+        let handover = Handover::default();
+        let ms = Duration::from_millis;
+        hand_over(&handover, 0..2);
+        handover.lock().error = Some(ServiceError::Config("the source failed".into()));
+        let batch = handover.take(10, Duration::from_secs(60), ms(0)).unwrap();
+        assert_eq!(offsets(&batch.unwrap()), [0, 1]);
+        match handover.take(10, ms(0), ms(0)) {
+            Err(Some(ServiceError::Config(reason))) => assert_eq!(reason, "the source failed"),
+            other => panic!("{:?}", other.map(|b| b.map(|b| offsets(&b)))),
+        }
+
+        let handover = Handover::default();
+        hand_over(&handover, 0..1);
+        handover.lock().ended = true;
+        assert_eq!(
+            offsets(&handover.take(10, ms(0), ms(0)).unwrap().unwrap()),
+            [0]
+        );
+        assert!(matches!(handover.take(10, ms(0), ms(0)), Err(None)));
+    }
 
     #[test]
     fn the_throttle_pauses_partitions_over_their_share_once_the_budget_is_reached() {
@@ -576,14 +735,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn waits_are_rounded_up_to_whole_milliseconds() {
-        let ms = Duration::from_millis;
-        assert_eq!(whole_millis(Duration::ZERO), Duration::ZERO);
-        assert_eq!(whole_millis(Duration::from_micros(1)), ms(1));
-        assert_eq!(whole_millis(Duration::from_micros(1_300)), ms(2));
-        assert_eq!(whole_millis(ms(2)), ms(2));
     }
 }

@@ -16,8 +16,9 @@
 //! is handed to the producer until a consumer of the decisions topic
 //! receives the job's version-1 decision (every submission publishes one,
 //! so that decision is the submission's). That is end to end: producer
-//! linger, both broker hops, the service's merge and batch linger, the
-//! RocksDB commit and the wait for the decision's acknowledgement. The
+//! linger, both broker hops, the service's merge, the wait for the batch
+//! before it (its RocksDB commit and the wait for its decisions'
+//! acknowledgements) and the batch's own work. The
 //! service's own `jobcast_event_to_decision_seconds` (poll to
 //! acknowledgement) leaves the broker hops out, has 12 buckets and is
 //! process-wide, so it would mix the loads; it is not used here. Each load
