@@ -141,6 +141,10 @@ pub struct Counters {
     pub apply_ns: AtomicU64,
     pub publish_ns: AtomicU64,
     pub commit_ns: AtomicU64,
+    /// Nanoseconds, summed over every message of every batch, from its
+    /// poll to the start of its batch: the event-time merge, and the wait
+    /// for the pipeline to finish the batch before.
+    pub queued_ns: AtomicU64,
     /// Nanoseconds the writer thread spent writing batches to RocksDB,
     /// beside the pipeline thread (overlapping the steps above).
     pub write_ns: AtomicU64,
@@ -1008,7 +1012,9 @@ impl<'a> Pipeline<'a> {
         // Counted here and added to the metrics once per batch: a labelled
         // metric costs a registry lookup per call.
         let mut consumed_by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut queued = Duration::ZERO;
         for (partition, offset, consumed) in batch {
+            queued += started.saturating_duration_since(consumed.polled_at);
             offsets.insert(partition, offset + 1);
             let owned = self
                 .owned
@@ -1142,6 +1148,8 @@ impl<'a> Pipeline<'a> {
         record_stage("apply", &c.apply_ns, applied_at - started);
         record_stage("publish", &c.publish_ns, published_at - applied_at);
         record_stage("commit", &c.commit_ns, committed_at - published_at);
+        c.queued_ns
+            .fetch_add(queued.as_nanos() as u64, Ordering::Relaxed);
         self.summary.committed += n as u64;
         self.summary.applied += applied;
         self.summary.dead_lettered += dead;

@@ -272,7 +272,9 @@ impl Handover {
                 return Err(waiting.error.take());
             }
             let now = Instant::now();
-            let until = waiting.since.map_or(deadline, |t| (t + linger).min(deadline));
+            let until = waiting
+                .since
+                .map_or(deadline, |t| (t + linger).min(deadline));
             if now >= until {
                 return Ok(None);
             }

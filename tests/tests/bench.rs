@@ -139,6 +139,9 @@ fn bench_latency_reports_ordered_percentiles_per_load() {
         // submission once.
         assert!(service["decisions"].as_u64() > Some(300), "{report}");
         assert_eq!(relay["decisions"].as_u64(), Some(300), "{report}");
+        // Every message waits a little between its poll and its batch.
+        let queued = number(&service["batches"], "queued_ms");
+        assert!(queued > 0.0 && queued.is_finite(), "{report}");
     }
 }
 

@@ -763,11 +763,14 @@ struct LatencyFigures {
     batches: Option<BatchMeans>,
 }
 
-/// A service run's batches and the mean milliseconds of each batch step.
+/// A service run's batches and the mean milliseconds of each batch step,
+/// and how long a message waited, on average, from its poll to the start
+/// of its batch.
 #[derive(serde::Serialize)]
 struct BatchMeans {
     batches: u64,
     events_per_batch: f64,
+    queued_ms: f64,
     apply_ms: f64,
     publish_ms: f64,
     commit_ms: f64,
@@ -781,6 +784,9 @@ impl BatchMeans {
         BatchMeans {
             batches,
             events_per_batch: per_batch(c.committed.load(Ordering::Relaxed)),
+            queued_ms: c.queued_ns.load(Ordering::Relaxed) as f64
+                / c.committed.load(Ordering::Relaxed).max(1) as f64
+                / 1e6,
             apply_ms: per_batch(c.apply_ns.load(Ordering::Relaxed)) / 1e6,
             publish_ms: per_batch(c.publish_ns.load(Ordering::Relaxed)) / 1e6,
             commit_ms: per_batch(c.commit_ns.load(Ordering::Relaxed)) / 1e6,
@@ -1179,8 +1185,8 @@ fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
         }
     }
     out.push_str(&format!(
-        "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-        "offered/s", "batches", "events", "apply ms", "publish ms", "commit ms"
+        "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "offered/s", "batches", "events", "queued ms", "apply ms", "publish ms", "commit ms"
     ));
     for load in &report.loads {
         let Some(b) = &load.service.batches else {
@@ -1190,8 +1196,8 @@ fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
             .offered_per_sec
             .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
         out.push_str(&format!(
-            "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2}\n",
-            b.batches, b.events_per_batch, b.apply_ms, b.publish_ms, b.commit_ms
+            "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+            b.batches, b.events_per_batch, b.queued_ms, b.apply_ms, b.publish_ms, b.commit_ms
         ));
     }
     print_out(&out)
