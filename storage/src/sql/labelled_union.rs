@@ -207,41 +207,16 @@ fn onto(expr: &Expr, from: &DFSchema, to: &DFSchema) -> Result<Expr> {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
     use datafusion::common::tree_node::TreeNode;
-    use datafusion::datasource::MemTable;
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::sql::{OutputFormat, new_session, render};
+    use crate::sql::{OutputFormat, new_session, register_t, render};
 
     /// `t(k, v)` with a null key, in `ctx`.
     fn with_t(ctx: SessionContext) -> SessionContext {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from(vec![
-                    Some("a"),
-                    Some("a"),
-                    Some("b"),
-                    None,
-                    Some("b"),
-                    Some("c"),
-                ])),
-                Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6])),
-            ],
-        )
-        .unwrap();
-        ctx.register_table(
-            "t",
-            Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
-        )
-        .unwrap();
+        let keys = [Some("a"), Some("a"), Some("b"), None, Some("b"), Some("c")];
+        register_t(&ctx, &keys, &[1, 2, 3, 4, 5, 6]);
         ctx
     }
 

@@ -335,32 +335,37 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String, D
     }
 }
 
+/// Registers `t(k, v)` in `ctx`, in memory: a nullable string key and an
+/// integer per row.
+#[cfg(test)]
+pub(crate) fn register_t(ctx: &SessionContext, keys: &[Option<&str>], values: &[i64]) {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(keys.to_vec())),
+            Arc::new(Int64Array::from(values.to_vec())),
+        ],
+    )
+    .unwrap();
+    let table = MemTable::try_new(schema, vec![vec![batch]]).unwrap();
+    ctx.register_table("t", Arc::new(table)).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Int64Array, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema};
 
     /// A session with `t(k, v)`: 6 rows over 3 keys, in memory.
     fn session() -> SessionContext {
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, false),
-            Field::new("v", DataType::Int64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from(vec!["a", "a", "b", "b", "b", "c"])),
-                Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6])),
-            ],
-        )
-        .unwrap();
         let ctx = new_session();
-        ctx.register_table(
-            "t",
-            Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap()),
-        )
-        .unwrap();
+        let keys = ["a", "a", "b", "b", "b", "c"].map(Some);
+        register_t(&ctx, &keys, &[1, 2, 3, 4, 5, 6]);
         ctx
     }
 
