@@ -340,8 +340,10 @@ impl Reader {
                 return Ok(());
             }
             if full {
-                // A batch's worth waits: until the pipeline takes it,
-                // what the client fetches stays in its queue.
+                // A batch's worth waits: poll no more until the pipeline
+                // takes it, or for a poll wait at most (then what the
+                // client fetched goes into the merge, which the throttle
+                // bounds).
                 let waiting = self.handover.lock();
                 if waiting.closed {
                     return Ok(());
