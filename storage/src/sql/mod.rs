@@ -1,7 +1,7 @@
 //! SQL over the Parquet trace tables with DataFusion: the engine behind
 //! `jobcast sql`.
 //!
-//! Two things are added to DataFusion's own planning:
+//! Three things are added to DataFusion's own planning:
 //! - a common table expression (or any identical aliased subquery) used
 //!   more than once in a query is computed once, before the query, and
 //!   read from memory at each use ([`materialise_shared_subqueries`]).
@@ -11,6 +11,10 @@
 //! - an aggregate over a `UNION ALL` whose branches are told apart by a
 //!   literal it groups by runs per branch
 //!   ([`labelled_union::AggregateLabelledUnion`]).
+//! - a join on equal keys whose other conditions are all ranges (`b.end <
+//!   a.submit AND b.end >= a.submit - 3 days`) finds each row's matches by
+//!   binary search instead of filtering every pair with equal keys
+//!   ([`band_join::BandJoinExec`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,12 +26,14 @@ use datafusion::common::TableReference;
 use datafusion::common::tree_node::{Transformed, TreeNodeRecursion};
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use datafusion::sql::parser::DFParser;
 
 use crate::tables::TABLES;
 
+pub mod band_join;
 pub mod labelled_union;
 
 /// A DataFusion session with jobcast's additions to the optimizer, and no
@@ -42,7 +48,20 @@ pub mod labelled_union;
 pub fn new_session() -> SessionContext {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let config = SessionConfig::new().with_target_partitions(2 * cores);
-    let ctx = SessionContext::new_with_config(config);
+    let state = SessionContext::new_with_config(config).state();
+    // The band join replaces hash joins before DataFusion's late filter
+    // pushdown, which would hand the replaced join's dynamic filter to its
+    // probe side.
+    let mut rules = state.physical_optimizers().to_vec();
+    let at = rules
+        .iter()
+        .position(|rule| rule.name() == "FilterPushdown(Post)")
+        .unwrap_or(rules.len());
+    rules.insert(at, Arc::new(band_join::BandJoin));
+    let state = SessionStateBuilder::new_from_existing(state)
+        .with_physical_optimizer_rules(rules)
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     ctx.add_optimizer_rule(Arc::new(labelled_union::AggregateLabelledUnion));
     ctx
 }
