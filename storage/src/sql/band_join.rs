@@ -847,22 +847,40 @@ mod tests {
 
     /// jobcast's session and DataFusion's own, both with the same tables
     /// `a` and `b` and the same settings.
-    async fn sessions(seed: u64, extreme: bool, batch_size: usize) -> [SessionContext; 2] {
+    /// How the joins are run: `extreme` times in the tables, the batch
+    /// size, and whether the build side is partitioned by key (else
+    /// collected once, as DataFusion does with small build sides).
+    #[derive(Debug, Clone, Copy)]
+    struct Setup {
+        extreme: bool,
+        batch_size: usize,
+        partitioned: bool,
+    }
+
+    /// jobcast's session and DataFusion's own, both with the same tables
+    /// `a` and `b` and the same settings.
+    async fn sessions(seed: u64, setup: Setup) -> [SessionContext; 2] {
         let band = new_session();
-        let config = SessionConfig::new()
-            .with_target_partitions(band.state().config().target_partitions())
-            .with_batch_size(batch_size);
-        band.sql(&format!(
-            "SET datafusion.execution.batch_size = {batch_size}"
-        ))
-        .await
-        .unwrap();
+        let config =
+            SessionConfig::new().with_target_partitions(band.state().config().target_partitions());
         let plain = SessionContext::new_with_config(config);
+        let threshold = if setup.partitioned { 0 } else { 1 << 20 };
         for ctx in [&band, &plain] {
+            for set in [
+                format!("SET datafusion.execution.batch_size = {}", setup.batch_size),
+                format!(
+                    "SET datafusion.optimizer.hash_join_single_partition_threshold = {threshold}"
+                ),
+                format!(
+                    "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = {threshold}"
+                ),
+            ] {
+                ctx.sql(&set).await.unwrap();
+            }
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            ctx.register_table("a", Arc::new(table(&mut rng, 300, extreme)))
+            ctx.register_table("a", Arc::new(table(&mut rng, 300, setup.extreme)))
                 .unwrap();
-            ctx.register_table("b", Arc::new(table(&mut rng, 200, extreme)))
+            ctx.register_table("b", Arc::new(table(&mut rng, 200, setup.extreme)))
                 .unwrap();
         }
         [band, plain]
@@ -907,11 +925,34 @@ mod tests {
         "SELECT a.id, b.id FROM a JOIN b ON a.k = b.k WHERE a.s < b.t AND a.t > b.s",
     ];
 
+    const SETUPS: [Setup; 4] = [
+        Setup {
+            extreme: false,
+            batch_size: 8192,
+            partitioned: false,
+        },
+        Setup {
+            extreme: true,
+            batch_size: 8192,
+            partitioned: false,
+        },
+        Setup {
+            extreme: false,
+            batch_size: 3,
+            partitioned: false,
+        },
+        Setup {
+            extreme: true,
+            batch_size: 5,
+            partitioned: true,
+        },
+    ];
+
     #[tokio::test]
     async fn band_joins_answer_as_datafusion_does() {
         for seed in 0..4 {
-            for (extreme, batch_size) in [(false, 8192), (true, 8192), (false, 3)] {
-                let [band, plain] = sessions(seed, extreme, batch_size).await;
+            for setup in SETUPS {
+                let [band, plain] = sessions(seed, setup).await;
                 for query in BAND_JOINS {
                     let sql = format!("{query} ORDER BY 1, 2");
                     let sql = if query.contains("count(*)") {
@@ -919,14 +960,20 @@ mod tests {
                     } else {
                         sql
                     };
+                    let mode = if setup.partitioned {
+                        "mode=Partitioned"
+                    } else {
+                        "mode=CollectLeft"
+                    };
+                    let plan = plan_text(&band, &sql).await;
                     assert!(
-                        plan_text(&band, &sql).await.contains("BandJoinExec"),
-                        "{sql}"
+                        plan.contains(&format!("BandJoinExec: {mode}")),
+                        "{sql}\n{plan}"
                     );
                     assert_eq!(
                         answer(&band, &sql).await,
                         answer(&plain, &sql).await,
-                        "seed {seed}, extreme {extreme}, batch size {batch_size}: {sql}"
+                        "seed {seed}, {setup:?}: {sql}"
                     );
                 }
             }
@@ -935,7 +982,12 @@ mod tests {
 
     #[tokio::test]
     async fn batches_hold_at_most_the_batch_size() {
-        let [band, _] = sessions(7, false, 3).await;
+        let setup = Setup {
+            extreme: false,
+            batch_size: 3,
+            partitioned: false,
+        };
+        let [band, _] = sessions(7, setup).await;
         let sql = "SELECT a.id, b.id FROM a JOIN b ON a.k = b.k WHERE b.t < a.s";
         let plan = band
             .sql(sql)
@@ -965,7 +1017,12 @@ mod tests {
 
     #[tokio::test]
     async fn other_joins_keep_datafusion_plan() {
-        let [band, _] = sessions(1, false, 8192).await;
+        let setup = Setup {
+            extreme: false,
+            batch_size: 8192,
+            partitioned: false,
+        };
+        let [band, _] = sessions(1, setup).await;
         for sql in [
             // Not only ranges.
             "SELECT a.id FROM a JOIN b ON a.k = b.k WHERE b.t < a.s OR b.t > a.t",
