@@ -194,28 +194,21 @@ fn keys_supported(join: &HashJoinExec) -> Result<bool> {
     let (left, right) = (join.left().schema(), join.right().schema());
     for (l, r) in join.on() {
         let (lt, rt) = (l.data_type(&left)?, r.data_type(&right)?);
-        let comparable = matches!(
-            lt,
-            DataType::Boolean
-                | DataType::Int8
-                | DataType::Int16
-                | DataType::Int32
-                | DataType::Int64
-                | DataType::UInt8
-                | DataType::UInt16
-                | DataType::UInt32
-                | DataType::UInt64
-                | DataType::Date32
-                | DataType::Date64
-                | DataType::Timestamp(_, _)
-                | DataType::Decimal128(_, _)
-                | DataType::Utf8
-                | DataType::LargeUtf8
-                | DataType::Utf8View
-                | DataType::Binary
-                | DataType::LargeBinary
-                | DataType::BinaryView
-        );
+        let comparable = exact_in_64_bits(&lt)
+            || matches!(
+                lt,
+                DataType::Boolean
+                    | DataType::UInt64
+                    | DataType::Date32
+                    | DataType::Date64
+                    | DataType::Decimal128(_, _)
+                    | DataType::Utf8
+                    | DataType::LargeUtf8
+                    | DataType::Utf8View
+                    | DataType::Binary
+                    | DataType::LargeBinary
+                    | DataType::BinaryView
+            );
         if !comparable || lt != rt {
             return Ok(false);
         }
@@ -269,6 +262,22 @@ fn bounds_of(filter: &JoinFilter) -> Result<Option<Vec<Bound>>> {
     Ok(Some(bounds))
 }
 
+/// Integer and timestamp types whose values, cast to `i64`, keep their
+/// order.
+fn exact_in_64_bits(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::Timestamp(_, _)
+    )
+}
+
 /// One side of a range comparison, rewritten over its own input's columns.
 struct Term {
     expr: Arc<dyn PhysicalExpr>,
@@ -281,17 +290,7 @@ struct Term {
 /// which cannot fail), of an integer or timestamp type.
 fn term(expr: &Arc<dyn PhysicalExpr>, filter: &JoinFilter) -> Result<Option<Term>> {
     let data_type = expr.data_type(filter.schema())?;
-    if !matches!(
-        data_type,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::Timestamp(_, _)
-    ) {
+    if !exact_in_64_bits(&data_type) {
         return Ok(None);
     }
     let mut side = None;
@@ -845,8 +844,6 @@ mod tests {
         MemTable::try_new(schema, batches).unwrap()
     }
 
-    /// jobcast's session and DataFusion's own, both with the same tables
-    /// `a` and `b` and the same settings.
     /// How the joins are run: `extreme` times in the tables, the batch
     /// size, and whether the build side is partitioned by key (else
     /// collected once, as DataFusion does with small build sides).
@@ -855,6 +852,17 @@ mod tests {
         extreme: bool,
         batch_size: usize,
         partitioned: bool,
+    }
+
+    impl Setup {
+        /// Plain tables, the build side collected once.
+        fn collected(batch_size: usize) -> Self {
+            Setup {
+                extreme: false,
+                batch_size,
+                partitioned: false,
+            }
+        }
     }
 
     /// jobcast's session and DataFusion's own, both with the same tables
@@ -886,14 +894,13 @@ mod tests {
         [band, plain]
     }
 
+    async fn physical_plan(ctx: &SessionContext, sql: &str) -> Arc<dyn ExecutionPlan> {
+        let frame = ctx.sql(sql).await.unwrap();
+        frame.create_physical_plan().await.unwrap()
+    }
+
     async fn plan_text(ctx: &SessionContext, sql: &str) -> String {
-        let plan = ctx
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical_plan(ctx, sql).await;
         displayable(plan.as_ref()).indent(true).to_string()
     }
 
@@ -982,20 +989,9 @@ mod tests {
 
     #[tokio::test]
     async fn batches_hold_at_most_the_batch_size() {
-        let setup = Setup {
-            extreme: false,
-            batch_size: 3,
-            partitioned: false,
-        };
-        let [band, _] = sessions(7, setup).await;
+        let [band, _] = sessions(7, Setup::collected(3)).await;
         let sql = "SELECT a.id, b.id FROM a JOIN b ON a.k = b.k WHERE b.t < a.s";
-        let plan = band
-            .sql(sql)
-            .await
-            .unwrap()
-            .create_physical_plan()
-            .await
-            .unwrap();
+        let plan = physical_plan(&band, sql).await;
         let mut joins = Vec::new();
         plan.apply(|node| {
             if node.is::<BandJoinExec>() {
@@ -1017,12 +1013,7 @@ mod tests {
 
     #[tokio::test]
     async fn other_joins_keep_datafusion_plan() {
-        let setup = Setup {
-            extreme: false,
-            batch_size: 8192,
-            partitioned: false,
-        };
-        let [band, _] = sessions(1, setup).await;
+        let [band, _] = sessions(1, Setup::collected(8192)).await;
         for sql in [
             // Not only ranges.
             "SELECT a.id FROM a JOIN b ON a.k = b.k WHERE b.t < a.s OR b.t > a.t",
