@@ -37,6 +37,7 @@ use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::{
@@ -477,7 +478,12 @@ impl ExecutionPlan for BandJoinExec {
         .inspect_ok(move |batch| {
             batch.record_output(&output_metrics);
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, joined)))
+        // One probe batch can give many output batches, produced without
+        // polling the input: each takes from the task's budget, so a large
+        // join still yields to the runtime (and can be cancelled).
+        Ok(make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
+            schema, joined,
+        ))))
     }
 }
 
