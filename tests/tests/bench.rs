@@ -35,6 +35,8 @@ fn bench_pipeline_reports_both_rates_and_their_ratio() {
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 0, "{report}");
     assert_eq!(report["partitions"].as_u64(), Some(4), "{report}");
+    // The output topics have as many partitions as the input unless told.
+    assert_eq!(report["output_partitions"].as_u64(), Some(4), "{report}");
     assert_eq!(
         report["broker"].as_str(),
         Some("embedded mock cluster"),
@@ -166,7 +168,7 @@ fn check_latency_figures(figures: &Value, report: &Value) {
 }
 
 #[test]
-fn bench_latency_without_the_relay_measures_the_service_alone() {
+fn bench_latency_without_the_relay_on_one_output_partition_measures_the_service_alone() {
     let out = jobcast_ok(&[
         "bench",
         "latency",
@@ -178,10 +180,14 @@ fn bench_latency_without_the_relay_measures_the_service_alone() {
         "max",
         "--partitions",
         "2",
+        "--output-partitions",
+        "1",
         "--no-relay",
         "--json",
     ]);
     let report: Value = serde_json::from_str(&out).expect("the output is JSON");
+    assert_eq!(report["partitions"].as_u64(), Some(2), "{report}");
+    assert_eq!(report["output_partitions"].as_u64(), Some(1), "{report}");
     let loads = report["loads"].as_array().expect("loads is a list");
     assert_eq!(loads.len(), 1, "{report}");
     assert!(loads[0]["relay"].is_null(), "{report}");

@@ -119,6 +119,13 @@ struct ServiceArgs {
     /// 5 MB per partition: more events need more partitions.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(i32).range(1..))]
     partitions: i32,
+    /// Partitions of the decisions and risk topics [default: as many as
+    /// the input's]. Every partition a batch's outputs reach is a produce
+    /// request of its own, and an idempotent producer keeps at most 5 in
+    /// flight, so fewer output partitions mean fewer round trips before a
+    /// batch is acknowledged.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+    output_partitions: Option<i32>,
     /// Sync every RocksDB commit to disk (as `storage.sync` in production).
     #[arg(long)]
     sync: bool,
@@ -142,6 +149,10 @@ struct ServiceArgs {
 }
 
 impl ServiceArgs {
+    fn output_partitions(&self) -> i32 {
+        self.output_partitions.unwrap_or(self.partitions)
+    }
+
     /// The settings of the producer that writes the workload.
     fn writer(&self, settings: &KafkaSettings) -> KafkaSettings {
         let mut settings = settings.clone();
@@ -273,8 +284,8 @@ fn on_cluster<T>(
     let t = &config.topics;
     let topics = [
         (t.events.clone(), service.partitions),
-        (t.decisions.clone(), service.partitions),
-        (t.risk.clone(), service.partitions),
+        (t.decisions.clone(), service.output_partitions()),
+        (t.risk.clone(), service.output_partitions()),
         (t.dead_letter.clone(), 1),
     ];
     let kafka = &service.kafka;
@@ -350,6 +361,7 @@ fn report_skipped(diagnostics: Option<&Diagnostics>) {
 struct Report {
     events: u64,
     partitions: i32,
+    output_partitions: i32,
     broker: String,
     raw_consume_events_per_sec: f64,
     pipeline_events_per_sec: f64,
@@ -429,6 +441,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
     Ok(Report {
         events,
         partitions,
+        output_partitions: args.service.output_partitions(),
         broker: broker_name(&args.service.kafka),
         raw_consume_events_per_sec: raw_rate,
         pipeline_events_per_sec: pipeline_rate,
@@ -799,6 +812,7 @@ impl BatchMeans {
 struct LatencyReport {
     events: u64,
     partitions: i32,
+    output_partitions: i32,
     broker: String,
     loads: Vec<LoadReport>,
 }
@@ -856,6 +870,7 @@ fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
     let report = LatencyReport {
         events: events.len() as u64,
         partitions: args.service.partitions,
+        output_partitions: args.service.output_partitions(),
         broker: broker_name(&args.service.kafka),
         loads,
     };
@@ -946,7 +961,7 @@ fn measure_load(
             listen(
                 &settings,
                 &decisions,
-                run.partitions,
+                run.output_partitions(),
                 &listener_group,
                 &ready,
                 &done,
@@ -1151,12 +1166,13 @@ fn output_latency(report: &LatencyReport, json: bool) -> anyhow::Result<()> {
         return print_out(&format!("{}\n", serde_json::to_string_pretty(report)?));
     }
     let mut out = format!(
-        "jobcast bench latency: {} events, {} partitions, {}\n\
+        "jobcast bench latency: {} events, {} partitions, {} output partitions, {}\n\
          latency: job submission handed to the producer -> its first decision received\n\
          relay: a bare consumer republishing each submission at once (the broker's own latency)\n\n  \
          {:>10} {:>8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
         report.events,
         report.partitions,
+        report.output_partitions,
         report.broker,
         "offered/s",
         "by",
@@ -1228,8 +1244,14 @@ fn output(report: &Report, json: bool) -> anyhow::Result<()> {
     }
     let row = |step: &str, rate: f64, secs: f64| format!("  {step:<28} {rate:>12.0} {secs:>9.2}\n");
     let mut out = format!(
-        "jobcast bench pipeline: {} events, {} partitions, {}\n\n  {:<28} {:>12} {:>9}\n",
-        report.events, report.partitions, report.broker, "step", "events/s", "seconds"
+        "jobcast bench pipeline: {} events, {} partitions, {} output partitions, {}\n\n  {:<28} {:>12} {:>9}\n",
+        report.events,
+        report.partitions,
+        report.output_partitions,
+        report.broker,
+        "step",
+        "events/s",
+        "seconds"
     );
     out.push_str(&row(
         "write (producer, acks=all)",
