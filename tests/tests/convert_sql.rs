@@ -219,6 +219,38 @@ fn the_documented_queries_run() {
     assert!((q2 - 100.0).abs() < 0.5, "{q2}\n{out}");
 }
 
+/// Q4's history self-joins (equal names, a 3-day window) run as band
+/// joins, with the answer of DataFusion's hash join: the same query with
+/// each range's `b.end_time_us` cast to a float (exact for microsecond
+/// times) is no band join.
+#[test]
+fn the_history_windows_of_q4_are_band_joins_with_the_hash_joins_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let data = dir.path().to_str().unwrap();
+    let queries = std::fs::read_to_string(repo().join("docs/queries.sql")).unwrap();
+    let start = queries.find("-- Q4").expect("docs/queries.sql has Q4");
+    let q4: String = queries[start..]
+        .lines()
+        .filter(|l| !l.starts_with("--"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let hashed = q4
+        .replace("b.end_time_us <", "CAST(b.end_time_us AS DOUBLE) <")
+        .replace("b.end_time_us >=", "CAST(b.end_time_us AS DOUBLE) >=");
+    assert_ne!(hashed, q4);
+    let sql = |query: &str| jobcast_ok(&["sql", "--data", data, "--format", "csv", query]);
+    let explained = sql(&format!("EXPLAIN {q4}"));
+    assert_eq!(explained.matches("BandJoinExec").count(), 3, "{explained}");
+    let explained = sql(&format!("EXPLAIN {hashed}"));
+    assert!(!explained.contains("BandJoinExec"), "{explained}");
+    let answer = sql(&q4);
+    assert!(answer.starts_with("jobs,p50_cov,p90_cov\n"), "{answer}");
+    assert!(!answer.contains("\n0,"), "no job has a history: {answer}");
+    assert_eq!(answer, sql(&hashed));
+}
+
 #[test]
 fn timing_goes_to_stderr_once_per_statement() {
     let dir = tempfile::tempdir().unwrap();

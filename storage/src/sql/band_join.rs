@@ -524,6 +524,13 @@ impl BuildSide {
         let _timer = build_time.timer();
         let batch = concat_batches(&schema, &batches)?;
         drop(batches);
+        if u32::try_from(batch.num_rows()).is_err() {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "BandJoinExec indexes at most {} build rows, not {}",
+                u32::MAX,
+                batch.num_rows()
+            )));
+        }
         let reservation =
             MemoryConsumer::new("BandJoinExec build side").register(context.memory_pool());
         reservation.try_grow(batch.get_array_memory_size())?;
