@@ -236,18 +236,29 @@ fn the_history_windows_of_q4_are_band_joins_with_the_hash_joins_answer() {
         .take_while(|l| !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    let hashed = q4
-        .replace("b.end_time_us <", "CAST(b.end_time_us AS DOUBLE) <")
-        .replace("b.end_time_us >=", "CAST(b.end_time_us AS DOUBLE) >=");
-    assert_ne!(hashed, q4);
     let sql = |query: &str| jobcast_ok(&["sql", "--data", data, "--format", "csv", query]);
     let explained = sql(&format!("EXPLAIN {q4}"));
     assert_eq!(explained.matches("BandJoinExec").count(), 3, "{explained}");
+    // Every job's CoV, not Q4's approximate percentiles (their last digit
+    // depends on the order partitions finish in).
+    let per_job = format!(
+        "{}SELECT job_id, round(cov, 6) AS cov FROM best ORDER BY job_id",
+        &q4[..q4
+            .rfind("SELECT count(*) AS jobs")
+            .expect("Q4 ends in its summary")]
+    );
+    let hashed = per_job
+        .replace("b.end_time_us <", "CAST(b.end_time_us AS DOUBLE) <")
+        .replace("b.end_time_us >=", "CAST(b.end_time_us AS DOUBLE) >=");
+    assert_ne!(hashed, per_job);
     let explained = sql(&format!("EXPLAIN {hashed}"));
     assert!(!explained.contains("BandJoinExec"), "{explained}");
-    let answer = sql(&q4);
-    assert!(answer.starts_with("jobs,p50_cov,p90_cov\n"), "{answer}");
-    assert!(!answer.contains("\n0,"), "no job has a history: {answer}");
+    let answer = sql(&per_job);
+    assert!(answer.starts_with("job_id,cov\n"), "{answer}");
+    assert!(
+        answer.lines().count() > 100,
+        "too few jobs with a history: {answer}"
+    );
     assert_eq!(answer, sql(&hashed));
 }
 
