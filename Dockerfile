@@ -14,7 +14,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p jobcast-scheduler-feed --bin jobcast \
+    cargo build --release --locked -p jobcast-cli --bin jobcast \
     && install -D -s target/release/jobcast /out/jobcast
 
 FROM debian:bookworm-slim

@@ -61,14 +61,16 @@ impl KafkaSettings {
     /// A producer configuration for jobcast's outputs: idempotent (no
     /// duplicates from internal retries) and acknowledged by all in-sync
     /// replicas, since a batch's offsets are stored only once its outputs
-    /// are acknowledged.
+    /// are acknowledged. Pass-through properties that only consumers read
+    /// are left out (librdkafka warns of each one a producer is given).
     pub fn producer_config(&self) -> ClientConfig {
-        let mut config = self.client_config();
+        let mut config = ClientConfig::new();
         config
+            .set("bootstrap.servers", &self.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5");
-        for (key, value) in &self.client {
+        for (key, value) in self.client.iter().filter(|(key, _)| !consumer_only(key)) {
             config.set(key, value);
         }
         config
@@ -184,12 +186,46 @@ impl Default for Topics {
     }
 }
 
-/// Header names on dead-lettered messages.
-pub mod dead_letter_headers {
-    /// Machine-readable reason class (`syntax`, `missing_field`, …).
+/// Whether librdkafka reads `key` in consumers only (its configuration
+/// table marks these `C`).
+fn consumer_only(key: &str) -> bool {
+    const CONSUMER_ONLY: [&str; 17] = [
+        "auto.commit.interval.ms",
+        "auto.offset.reset",
+        "check.crcs",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "heartbeat.interval.ms",
+        "isolation.level",
+        "max.partition.fetch.bytes",
+        "max.poll.interval.ms",
+        "partition.assignment.strategy",
+        "queued.max.messages.kbytes",
+        "queued.min.messages",
+        "session.timeout.ms",
+        "coordinator.query.interval.ms",
+        "consume.callback.max.messages",
+        "offset.store.method",
+    ];
+    key.starts_with("fetch.") || key.starts_with("group.") || CONSUMER_ONLY.contains(&key)
+}
+
+/// Header names on the service's outputs: one place for the whole topic
+/// contract (`docs/kafka.md`).
+pub mod headers {
+    /// On decisions: the job, and the decision's version (a consumer keeps
+    /// the highest version per job).
+    pub const JOB_ID: &str = "jobcast.job_id";
+    pub const VERSION: &str = "jobcast.version";
+    /// On risk scores: the machine.
+    pub const MACHINE_ID: &str = "jobcast.machine_id";
+    /// On dead letters: a machine-readable reason class (`syntax`,
+    /// `missing_field`, …).
     pub const REASON: &str = "jobcast.reason";
-    /// The full error message, naming the field.
+    /// On dead letters: the full error message, naming the field.
     pub const ERROR: &str = "jobcast.error";
+    /// On dead letters: where the unusable input came from.
     pub const SOURCE_TOPIC: &str = "jobcast.source.topic";
     pub const SOURCE_PARTITION: &str = "jobcast.source.partition";
     pub const SOURCE_OFFSET: &str = "jobcast.source.offset";
@@ -222,6 +258,33 @@ mod tests {
         assert!(
             shown.contains("svc") && shown.contains("<redacted>"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn producers_are_not_given_consumer_only_properties() {
+        let mut settings = KafkaSettings::new("b:9092");
+        for (key, value) in [
+            ("fetch.wait.max.ms", "10"),
+            ("session.timeout.ms", "6000"),
+            ("group.instance.id", "a"),
+            ("linger.ms", "0"),
+            ("socket.keepalive.enable", "true"),
+        ] {
+            settings.client.insert(key.into(), value.into());
+        }
+        let producer = settings.producer_config();
+        assert_eq!(producer.get("fetch.wait.max.ms"), None);
+        assert_eq!(producer.get("session.timeout.ms"), None);
+        assert_eq!(producer.get("group.instance.id"), None);
+        // Producer and common properties pass, and override the defaults.
+        assert_eq!(producer.get("linger.ms"), Some("0"));
+        assert_eq!(producer.get("socket.keepalive.enable"), Some("true"));
+        assert_eq!(producer.get("enable.idempotence"), Some("true"));
+        // Consumers get everything.
+        assert_eq!(
+            settings.client_config().get("fetch.wait.max.ms"),
+            Some("10")
         );
     }
 

@@ -7,9 +7,16 @@
 //!
 //! Adapters never panic on bad data: a malformed row is recorded in the
 //! trace's [`Diagnostics`] with its file, line and reason, and skipped.
+//!
+//! With the `kafka` feature it also owns the Kafka contract every other
+//! crate speaks: topic names, keys, header names and client settings
+//! (`kafka`), and the one producer context that tallies deliveries
+//! (`deliveries`).
 
 pub mod alibaba2018;
 pub mod dag;
+#[cfg(feature = "kafka")]
+pub mod deliveries;
 pub mod event;
 pub mod gce;
 pub mod google2011;

@@ -34,6 +34,7 @@ use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
+use crate::config::ConfigError;
 use crate::decision::EstimateSource;
 use crate::features::{FeatureKind, JobFeatures};
 
@@ -68,28 +69,34 @@ impl Default for HistoryConfig {
 }
 
 impl HistoryConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.window_us == 0 {
-            return Err("history window must be positive".into());
+            return Err(ConfigError::new("window_us", "must be positive"));
         }
         if self.max_samples == 0 {
-            return Err("history max_samples must be positive".into());
+            return Err(ConfigError::new("max_samples", "must be positive"));
         }
         if !(self.utility_power.is_finite() && self.utility_power > 0.0) {
-            return Err(format!(
-                "utility power must be positive, got {}",
-                self.utility_power
+            return Err(ConfigError::new(
+                "utility_power",
+                format!("must be positive, got {}", self.utility_power),
             ));
         }
         if !(self.default_mean_task_runtime_us.is_finite()
             && self.default_mean_task_runtime_us > 0.0)
         {
-            return Err("default mean task runtime must be positive".into());
+            return Err(ConfigError::new(
+                "default_mean_task_runtime_us",
+                format!(
+                    "must be positive, got {}",
+                    self.default_mean_task_runtime_us
+                ),
+            ));
         }
         if !(self.error_smoothing > 0.0 && self.error_smoothing <= 1.0) {
-            return Err(format!(
-                "error smoothing must be in (0, 1], got {}",
-                self.error_smoothing
+            return Err(ConfigError::new(
+                "error_smoothing",
+                format!("must be in (0, 1], got {}", self.error_smoothing),
             ));
         }
         Ok(())

@@ -8,7 +8,14 @@
 //!   Bayesian hybrid, LAS, FIFO and Oracle, behind the [`policy::Policy`]
 //!   trait, emitting [`decision::Decision`]s for the GS queues of
 //!   [`queues`];
+//! - [`finished`]: a finished job's truth and the one step by which the
+//!   history and every policy learn from it;
 //! - [`preemption`]: lifetime models of transient VMs (the bathtub model);
+//! - [`engine`]: the live transform that drives them all: canonical events
+//!   in, every policy run in shadow, the driving policy's decisions, risk
+//!   scores, each policy's errors and the changed records out;
+//! - [`stats`]: the one percentile definition every report uses;
+//! - [`config`]: the error every settings check returns, naming the key;
 //! - [`codec`]: the fixed binary layouts of the records the service
 //!   rewrites with every batch.
 //!
@@ -18,10 +25,14 @@
 //! the tests all share exactly the same code.
 
 pub mod codec;
+pub mod config;
 pub mod decision;
+pub mod engine;
 pub mod features;
+pub mod finished;
 pub mod history;
 pub mod policies;
 pub mod policy;
 pub mod preemption;
 pub mod queues;
+pub mod stats;

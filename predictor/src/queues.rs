@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::ConfigError;
+
 /// Queue layout. Defaults are the paper's: 10 queues, Q0 holds jobs up to
 /// 10^6 ms of total task time, each threshold 10× the previous, and each
 /// queue's share weight 10× smaller than the one above it.
@@ -64,23 +66,29 @@ impl QueueConfig {
     }
 
     /// Check the layout, naming the bad setting.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.levels < 2 {
-            return Err("queue levels must be at least 2 (thin-job and sampling queues)".into());
+            return Err(ConfigError::new(
+                "levels",
+                "must be at least 2 (thin-job and sampling queues)",
+            ));
         }
         if !(self.q0_upper_us.is_finite() && self.q0_upper_us > 0.0) {
-            return Err(format!(
-                "q0_upper_us must be positive, got {}",
-                self.q0_upper_us
+            return Err(ConfigError::new(
+                "q0_upper_us",
+                format!("must be positive, got {}", self.q0_upper_us),
             ));
         }
         if !(self.growth.is_finite() && self.growth > 1.0) {
-            return Err(format!("queue growth must exceed 1, got {}", self.growth));
+            return Err(ConfigError::new(
+                "growth",
+                format!("must exceed 1, got {}", self.growth),
+            ));
         }
         if !(self.weight_ratio.is_finite() && self.weight_ratio >= 1.0) {
-            return Err(format!(
-                "queue weight ratio must be at least 1, got {}",
-                self.weight_ratio
+            return Err(ConfigError::new(
+                "weight_ratio",
+                format!("must be at least 1, got {}", self.weight_ratio),
             ));
         }
         Ok(())

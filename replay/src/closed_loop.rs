@@ -40,17 +40,17 @@
 //! anything it learned before would make its decisions differ.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::encode;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key};
 use jobcast_predictor::decision::{Decision, PolicyKind};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::sim::{self, Predictions, SimConfig, SimError, SimEvent, SimReport};
@@ -159,39 +159,6 @@ pub fn simulate(
     Ok((report, summary))
 }
 
-/// Delivery reports of the instant in flight.
-#[derive(Default)]
-struct Deliveries(Mutex<Delivered>);
-
-#[derive(Default)]
-struct Delivered {
-    /// Highest offset acknowledged, if any.
-    last_offset: Option<i64>,
-    /// Acknowledged on a partition other than 0 (a custom partitioner
-    /// property would do that).
-    stray_partition: Option<i32>,
-    first_failure: Option<String>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let mut d = self.0.lock().expect("not poisoned");
-        match result {
-            Ok(message) if message.partition() != 0 => {
-                d.stray_partition.get_or_insert(message.partition());
-            }
-            Ok(message) => d.last_offset = d.last_offset.max(Some(message.offset())),
-            Err((e, _)) => {
-                d.first_failure.get_or_insert_with(|| e.to_string());
-            }
-        }
-    }
-}
-
 /// The service, as [`Predictions`].
 struct Service<'p> {
     config: &'p ClosedLoopConfig,
@@ -219,9 +186,12 @@ impl<'p> Service<'p> {
         progress: &'p mut dyn FnMut(&Progress),
     ) -> Result<Self, ClosedLoopError> {
         let kafka = &config.kafka;
-        // Each instant is a round trip: send at once. Flags still win.
+        // Each instant is a round trip: send at once, unless flags say
+        // otherwise.
         let mut producer_config = kafka.producer_config();
-        producer_config.set("linger.ms", "0");
+        if !kafka.client.contains_key("linger.ms") {
+            producer_config.set("linger.ms", "0");
+        }
         let mut consumer_config = kafka.client_config();
         consumer_config
             .set("group.id", &config.group)
@@ -231,11 +201,10 @@ impl<'p> Service<'p> {
             // cluster does) would otherwise add up to 500 ms per instant.
             .set("fetch.wait.max.ms", "10");
         for (key, value) in &kafka.client {
-            producer_config.set(key, value);
             consumer_config.set(key, value);
         }
         let producer: BaseProducer<Deliveries> = producer_config
-            .create_with_context(Deliveries::default())
+            .create_with_context(Deliveries::new())
             .map_err(|cause| ClosedLoopError::Client {
                 client: "producer",
                 cause: kafka.redact(cause),
@@ -341,14 +310,15 @@ impl<'p> Service<'p> {
     /// every acknowledgement; the offset of the last one.
     fn produce(&self, events: &[SimEvent<'_>], deadline: Instant) -> Result<i64, String> {
         let topic = &self.config.topics.events;
-        *self.producer.context().0.lock().expect("not poisoned") = Delivered::default();
+        let deliveries = self.producer.context();
+        let delivered_before = deliveries.delivered();
         let mut payload = Vec::new();
-        for event in events {
+        for (index, event) in events.iter().enumerate() {
             let event = event.to_event();
             payload.clear();
             encode(&event, &mut payload);
             let key = event_key(&event);
-            let mut record = BaseRecord::to(topic)
+            let mut record = BaseRecord::with_opaque_to(topic, index)
                 .partition(0)
                 .key(&key)
                 .payload(&payload);
@@ -375,17 +345,19 @@ impl<'p> Service<'p> {
             }
             self.producer.poll(DELIVERY_POLL);
         }
-        let d = self.producer.context().0.lock().expect("not poisoned");
-        if let Some(failure) = &d.first_failure {
-            return Err(format!("delivering events to {topic}: {failure}"));
+        if let Some(failure) = deliveries.take_failures().first() {
+            return Err(format!("delivering events to {topic}: {}", failure.error));
         }
-        if let Some(p) = d.stray_partition {
+        let highest = deliveries.highest_offsets();
+        if let Some(p) = highest.keys().find(|&&p| p != 0) {
             return Err(format!(
                 "events landed on partition {p} of {topic}, not 0 (is a custom partitioner configured?)"
             ));
         }
-        d.last_offset
-            .ok_or_else(|| format!("{topic} acknowledged none of the events"))
+        match highest.get(&0) {
+            Some(&last) if deliveries.delivered() > delivered_before => Ok(last),
+            _ => Err(format!("{topic} acknowledged none of the events")),
+        }
     }
 
     /// Wait until the service's group has committed an offset beyond

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::report::{PALETTE, align};
+use jobcast_predictor::config::ConfigError;
 pub use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::history::{History, HistoryConfig};
 use jobcast_predictor::policies::{self, JobTruth, OracleTruth};
@@ -54,10 +55,13 @@ impl Default for EvalConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
-    #[error("{policy}: {message}")]
-    Policy { policy: PolicyKind, message: String },
+    #[error("{policy}: {error}")]
+    Policy {
+        policy: PolicyKind,
+        error: ConfigError,
+    },
     #[error("history: {0}")]
-    History(String),
+    History(ConfigError),
     #[error(transparent)]
     Sim(#[from] SimError),
     #[error("plotting {path}: {message}")]
@@ -140,9 +144,9 @@ fn run_trained(
 ) -> Result<SimReport, EvalError> {
     let oracle = (kind == PolicyKind::Oracle).then(|| oracle_truth(&workload.jobs));
     let mut policy =
-        policies::build(kind, &config.policy, oracle).map_err(|message| EvalError::Policy {
+        policies::build(kind, &config.policy, oracle).map_err(|error| EvalError::Policy {
             policy: kind,
-            message,
+            error,
         })?;
     let sim = config.sim_config(slots);
     Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)

@@ -33,17 +33,13 @@
 use std::error::Error as StdError;
 use std::ops::ControlFlow;
 use std::str::FromStr;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::kafka::{KafkaSettings, event_key};
 use jobcast_ingest::{Event, encode};
-use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::statistics::Statistics;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::util::Timeout;
 use serde::Serialize;
 
@@ -313,67 +309,6 @@ enum Abort {
     Send(u64, KafkaError),
 }
 
-/// Delivery reports, counted as they arrive. The delivery opaque of each
-/// message is its event offset.
-#[derive(Default)]
-struct Deliveries {
-    delivered: AtomicU64,
-    failed: AtomicU64,
-    bytes: AtomicU64,
-    first_failure: Mutex<Option<DeliveryFailure>>,
-    /// The broker has given the (idempotent) producer its id.
-    has_producer_id: AtomicBool,
-}
-
-impl ClientContext for Deliveries {
-    fn stats(&self, statistics: Statistics) {
-        if has_producer_id(&statistics) {
-            self.has_producer_id.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Whether an idempotent producer's statistics say the broker has given it
-/// its id: librdkafka reports the id's state nowhere else, and the producer
-/// sends nothing before it has one.
-pub fn has_producer_id(statistics: &Statistics) -> bool {
-    statistics
-        .eos
-        .as_ref()
-        .is_some_and(|eos| eos.idemp_state == "Assigned")
-}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, event: usize) {
-        match result {
-            Ok(message) => {
-                self.delivered.fetch_add(1, Ordering::Relaxed);
-                let size = message.payload_len() + message.key().map_or(0, <[u8]>::len);
-                self.bytes.fetch_add(size as u64, Ordering::Relaxed);
-            }
-            Err((error, _)) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                let event = event as u64;
-                let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
-                if first.as_ref().is_none_or(|f| event < f.event) {
-                    *first = Some(DeliveryFailure {
-                        event,
-                        error: error.to_string(),
-                    });
-                }
-            }
-        }
-    }
-}
-
-impl Deliveries {
-    fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
-    }
-}
-
 /// Produce `events` into `options.topic` of the cluster `settings` points
 /// at, paced by `options` and `gate`, calling `progress` now and then.
 /// Returns once every produced event is acknowledged or failed.
@@ -408,14 +343,12 @@ where
             Some(interval) => interval != "0",
         };
     let producer: BaseProducer<Deliveries> = config
-        .create_with_context(Deliveries::default())
+        .create_with_context(Deliveries::new())
         .map_err(|e| ReplayError::Producer(settings.redact(e)))?;
     check_topic(&producer, &options.topic)?;
     if wait_for_id {
         let deadline = Instant::now() + PRODUCER_ID_WAIT;
-        while !producer.context().has_producer_id.load(Ordering::Relaxed)
-            && Instant::now() < deadline
-        {
+        while !producer.context().has_producer_id() && Instant::now() < deadline {
             producer.poll(Duration::from_millis(10));
         }
     }
@@ -590,13 +523,12 @@ impl Run<'_> {
     /// overrides `outcome`.
     fn summary(&self, outcome: Outcome, elapsed: Duration) -> ReplaySummary {
         let deliveries = self.producer.context();
-        let delivered = deliveries.delivered.load(Ordering::Relaxed);
+        let delivered = deliveries.delivered();
         let failed = deliveries.failed();
-        let first_failure = deliveries
-            .first_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let first_failure = deliveries.first_failure().map(|f| DeliveryFailure {
+            event: f.index as u64,
+            error: f.error.to_string(),
+        });
         let elapsed_secs = elapsed.as_secs_f64();
         ReplaySummary {
             outcome: if failed > 0 {
@@ -609,7 +541,7 @@ impl Run<'_> {
             produced: self.produced,
             delivered,
             failed,
-            bytes: deliveries.bytes.load(Ordering::Relaxed),
+            bytes: deliveries.bytes(),
             resume_from: first_failure
                 .as_ref()
                 .map_or(self.skipped + self.produced, |f| f.event),
@@ -632,7 +564,7 @@ impl Run<'_> {
         Progress {
             next_event: self.skipped + self.produced,
             produced: self.produced,
-            delivered: deliveries.delivered.load(Ordering::Relaxed),
+            delivered: deliveries.delivered(),
             failed: deliveries.failed(),
             event_time_us: self.last_time_us,
             elapsed,

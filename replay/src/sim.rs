@@ -59,10 +59,12 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
+use jobcast_predictor::config::ConfigError;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::history::History;
-use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
+use jobcast_predictor::policy::{Context, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
+use jobcast_predictor::stats::percentile;
 use serde::Serialize;
 
 use crate::workload::SimJob;
@@ -84,7 +86,7 @@ pub enum SimError {
     #[error("--slots: the cluster needs at least 1 task slot")]
     NoSlots,
     #[error("queue layout: {0}")]
-    Queues(String),
+    Queues(ConfigError),
     #[error("job {0} appears twice in the workload")]
     DuplicateJob(u64),
     #[error("{0} jobs never finished (a scheduler bug)")]
@@ -239,31 +241,17 @@ impl Predictions for InProcess<'_> {
                     decisions.extend(self.policy.on_task_end(&end, &ctx));
                 }
                 SimEvent::Ended { job, time_us } => {
-                    job.observe_into(&mut self.history, time_us);
-                    let done = JobDone {
-                        job_id: job.job_id(),
-                        submit_us: job.arrival_us(),
-                        end_us: time_us,
-                        width: job.width(),
-                        mean_task_runtime_us: job.mean_task_runtime_us(),
-                        normalized_jct: normalized_jct(job, time_us),
-                    };
-                    let ctx = Context {
-                        now_us,
-                        history: &self.history,
-                        queues: &self.queues,
-                    };
-                    self.policy.on_job_done(&done, &ctx);
+                    job.learn(
+                        time_us,
+                        &mut self.history,
+                        &self.queues,
+                        std::iter::once(&mut *self.policy),
+                    );
                 }
             }
         }
         Ok(decisions)
     }
-}
-
-/// JCT over the job's runtime on an idle cluster, had it ended at `end_us`.
-fn normalized_jct(job: &SimJob, end_us: u64) -> f64 {
-    (end_us - job.arrival_us()) as f64 / job.idle_runtime_us() as f64
 }
 
 /// What happened to one job.
@@ -363,15 +351,6 @@ pub fn speedup(run: &Summary, baseline: &Summary) -> Option<f64> {
         (Some(r), Some(b)) if r > 0.0 => Some(b / r),
         _ => None,
     }
-}
-
-/// The `p`-th percentile of ascending `sorted` values, interpolating
-/// linearly between the closest ranks.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    let last = sorted.len().checked_sub(1)?;
-    let rank = (p / 100.0).clamp(0.0, 1.0) * last as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
 }
 
 /// One policy's run over a workload.
@@ -866,7 +845,7 @@ impl<'a> Sim<'a> {
         let spec = run.spec;
         let arrival = spec.arrival_us();
         let jct_us = now - arrival;
-        let normalized_jct = normalized_jct(spec, now);
+        let normalized_jct = spec.normalized_jct(now);
         let true_mean = spec.mean_task_runtime_us();
         let placed = run.phase == Phase::Estimated;
         let estimate = run.estimate.map(|e| e.mean_task_runtime_us);

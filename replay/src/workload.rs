@@ -17,210 +17,47 @@
 //! window" (as in the Google traces and [`jobcast_ingest::truth`]), so a job
 //! submitted at time 0 has no known arrival and does not open the span.
 
-use std::ops::Range;
+use std::ops::Deref;
 
 use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted};
 use jobcast_ingest::truth::{CompletedJob, TruthBuilder};
 use jobcast_ingest::{Trace, TraceError};
-use jobcast_predictor::features::JobFeatures;
+use jobcast_predictor::finished::{FinishedJob, JobError};
 use jobcast_predictor::history::{History, HistoryConfig};
 use serde::Serialize;
 
 /// Widest job replayed by default (SLearn §4.3 drops wider ones).
 pub const DEFAULT_MAX_WIDTH: u32 = 150;
 
-/// A job that cannot be simulated as given.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("job {job_id}: {message}")]
-pub struct JobError {
-    pub job_id: u64,
-    pub message: String,
-}
-
-/// One DAG stage as the simulator sees it: a contiguous range of task
-/// indices and the positions (in the job's stage list) of its parents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct StagePlan {
-    pub(crate) id: u32,
-    pub(crate) tasks: Range<u32>,
-    pub(crate) parents: Vec<usize>,
-}
-
-/// A job ready to replay: its submission (whose `time_us` is the arrival),
-/// the true runtime of each task, and when it ended in the trace (used
-/// only when it serves as history).
+/// A job ready to replay: what it truly did ([`FinishedJob`], whose
+/// arrival is its submission time) and when it ended in the trace (used only
+/// when it serves as history). It reads as the finished job it wraps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimJob {
-    job: JobSubmitted,
-    runtimes_us: Vec<u64>,
+    truth: FinishedJob,
     end_us: u64,
-    stages: Vec<StagePlan>,
 }
 
 impl SimJob {
-    /// Check that `runtimes_us` has one entry per task and that the DAG
-    /// stages (if any) cover the tasks with parents listed before children.
-    /// Runtimes of 0 µs become 1 µs so that every ratio to a runtime stays
-    /// defined.
-    pub fn new(
-        job: JobSubmitted,
-        mut runtimes_us: Vec<u64>,
-        end_us: u64,
-    ) -> Result<Self, JobError> {
-        let fail = |message: String| JobError {
-            job_id: job.job_id,
-            message,
-        };
-        if runtimes_us.is_empty() {
-            return Err(fail("has no tasks".into()));
-        }
-        if u64::from(job.num_tasks) != runtimes_us.len() as u64 {
-            return Err(fail(format!(
-                "declares {} tasks but {} runtimes were given",
-                job.num_tasks,
-                runtimes_us.len()
-            )));
-        }
-        for r in &mut runtimes_us {
-            *r = (*r).max(1);
-        }
-        let stages = match &job.stages {
-            None => vec![StagePlan {
-                id: 0,
-                tasks: 0..job.num_tasks,
-                parents: Vec::new(),
-            }],
-            Some(stages) => {
-                let mut plans: Vec<StagePlan> = Vec::with_capacity(stages.len());
-                let mut next = 0u32;
-                for stage in stages {
-                    if plans.iter().any(|p| p.id == stage.id) {
-                        return Err(fail(format!("stage {} appears twice", stage.id)));
-                    }
-                    let mut parents = Vec::with_capacity(stage.parents.len());
-                    for parent in &stage.parents {
-                        match plans.iter().position(|p| p.id == *parent) {
-                            Some(pos) if !parents.contains(&pos) => parents.push(pos),
-                            Some(_) => {}
-                            None => {
-                                return Err(fail(format!(
-                                    "stage {} depends on stage {parent}, which is not listed before it",
-                                    stage.id
-                                )));
-                            }
-                        }
-                    }
-                    let end = next
-                        .checked_add(stage.num_tasks)
-                        .ok_or_else(|| fail("too many tasks".into()))?;
-                    plans.push(StagePlan {
-                        id: stage.id,
-                        tasks: next..end,
-                        parents,
-                    });
-                    next = end;
-                }
-                if next != job.num_tasks {
-                    return Err(fail(format!(
-                        "stages hold {next} tasks but the job declares {}",
-                        job.num_tasks
-                    )));
-                }
-                plans
-            }
-        };
+    /// See [`FinishedJob::new`] for what is checked.
+    pub fn new(job: JobSubmitted, runtimes_us: Vec<u64>, end_us: u64) -> Result<Self, JobError> {
         Ok(SimJob {
-            job,
-            runtimes_us,
+            truth: FinishedJob::new(job, runtimes_us)?,
             end_us,
-            stages,
         })
     }
 
-    pub fn job(&self) -> &JobSubmitted {
-        &self.job
-    }
-
-    pub fn job_id(&self) -> u64 {
-        self.job.job_id
-    }
-
-    pub fn arrival_us(&self) -> u64 {
-        self.job.time_us
-    }
-
-    pub fn width(&self) -> u32 {
-        self.job.num_tasks
-    }
-
+    /// When it ended in the trace.
     pub fn end_us(&self) -> u64 {
         self.end_us
     }
+}
 
-    /// True runtime of each task, by task index.
-    pub fn runtimes_us(&self) -> &[u64] {
-        &self.runtimes_us
-    }
+impl Deref for SimJob {
+    type Target = FinishedJob;
 
-    pub(crate) fn stages(&self) -> &[StagePlan] {
-        &self.stages
-    }
-
-    /// Sum of the task runtimes: the job's true size.
-    pub fn total_task_time_us(&self) -> u64 {
-        self.runtimes_us.iter().sum()
-    }
-
-    pub fn mean_task_runtime_us(&self) -> f64 {
-        self.total_task_time_us() as f64 / self.runtimes_us.len() as f64
-    }
-
-    /// Mean task runtime of each DAG stage, with the stage id (one entry
-    /// with id 0 for a job without stages).
-    pub fn stage_means_us(&self) -> Vec<(u32, f64)> {
-        self.stages
-            .iter()
-            .map(|s| {
-                let tasks = &self.runtimes_us[s.tasks.start as usize..s.tasks.end as usize];
-                let mean = if tasks.is_empty() {
-                    0.0
-                } else {
-                    tasks.iter().sum::<u64>() as f64 / tasks.len() as f64
-                };
-                (s.id, mean)
-            })
-            .collect()
-    }
-
-    /// Runtime on an idle cluster: the longest task, or for a DAG the
-    /// longest chain of stage maxima (the critical path).
-    pub fn idle_runtime_us(&self) -> u64 {
-        let mut finish = vec![0u64; self.stages.len()];
-        for (i, s) in self.stages.iter().enumerate() {
-            let longest = self.runtimes_us[s.tasks.start as usize..s.tasks.end as usize]
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(0);
-            let ready = s.parents.iter().map(|&p| finish[p]).max().unwrap_or(0);
-            finish[i] = ready.saturating_add(longest);
-        }
-        finish.into_iter().max().unwrap_or(0).max(1)
-    }
-
-    /// Teach `history` what this job did, as it ended at `end_us`: the job
-    /// as a whole, and each DAG stage under its own features.
-    pub fn observe_into(&self, history: &mut History, end_us: u64) {
-        history.observe(
-            &JobFeatures::of(&self.job),
-            end_us,
-            self.mean_task_runtime_us(),
-        );
-        if self.job.stages.is_some() {
-            for (id, mean) in self.stage_means_us() {
-                history.observe(&JobFeatures::of_stage(&self.job, id), end_us, mean);
-            }
-        }
+    fn deref(&self) -> &FinishedJob {
+        &self.truth
     }
 }
 

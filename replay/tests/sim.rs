@@ -544,7 +544,7 @@ fn the_trace_splits_into_history_and_evaluated_halves() {
     let w = Workload::from_trace(trace, 3).unwrap();
     // Submissions span 10..160; the machine event at 200 does not count.
     assert_eq!((w.span_us, w.split_us), ((10, 160), 85));
-    let ids = |jobs: &[SimJob]| jobs.iter().map(SimJob::job_id).collect::<Vec<_>>();
+    let ids = |jobs: &[SimJob]| jobs.iter().map(|j| j.job_id()).collect::<Vec<_>>();
     assert_eq!(ids(&w.training), vec![1]);
     assert_eq!(ids(&w.jobs), vec![3]);
     assert_eq!(w.jobs[0].runtimes_us(), &[30, 35]);

@@ -1,15 +1,23 @@
-//! Configuration of `jobcast serve`: a TOML file, then environment
-//! variables, then command-line flags, each overriding the one before.
+//! Configuration of `jobcast serve`, in layers, each overriding the one
+//! before: the built-in defaults, a TOML file, environment variables
+//! `JOBCAST_<SECTION>__<KEY>`, then command-line flags (the CLI's named
+//! flags, and `--set section.key=value` for any setting). Layering is
+//! figment's; every layer is checked against the same schema, so an unknown
+//! key or a bad value is refused naming the key and the layer it came from.
 //! `docs/configuration.md` lists every setting with its default;
 //! `deploy/jobcast.toml` is a complete example.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use figment::value::Value;
 use jobcast_ingest::kafka::{KafkaSettings, Topics};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::EngineConfig;
+use jobcast_predictor::config::ConfigError;
+use jobcast_predictor::engine::{Engine, EngineConfig};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -86,22 +94,83 @@ impl Default for HttpConfig {
 }
 
 impl ServeConfig {
-    /// Read a TOML file, naming the file and the bad key on error.
-    pub fn from_file(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    /// The defaults overridden by a TOML file alone.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
+        Self::layered(Some(path), std::iter::empty())
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    /// The defaults, overridden by the TOML file at `file` (if any), then
+    /// by this process's `JOBCAST_<SECTION>__<KEY>` environment variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigFileError> {
+        // A variable that is not Unicode cannot be one of ours.
+        let env = std::env::vars_os().filter_map(|(name, value)| {
+            Some((name.into_string().ok()?, value.into_string().ok()?))
+        });
+        Self::layered(file, env)
+    }
+
+    /// This configuration with `overrides` (`section.key`, value) applied.
+    pub fn with_overrides(self, overrides: &[(String, String)]) -> Result<Self, ConfigFileError> {
+        Self::overridden(Figment::from(Serialized::defaults(self)), overrides)
+    }
+
+    /// [`ServeConfig::load`] with the environment given. A variable names
+    /// its key with `__` between sections (`JOBCAST_ENGINE__RISK__WINDOW` is
+    /// `engine.risk.window`); variables without `__` are the CLI's own
+    /// (`JOBCAST_BROKERS`, `JOBCAST_CONFIG`, …) and are left to it.
+    pub fn layered(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigFileError> {
+        let mut figment = Figment::from(Serialized::defaults(ServeConfig::default()));
+        if let Some(path) = file {
+            // figment skips a file it cannot find; a named one must exist.
+            std::fs::metadata(path).map_err(|source| ConfigFileError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        for (name, value) in env {
+            let Some(key) = name.strip_prefix(ENV_PREFIX).filter(|k| k.contains("__")) else {
+                continue;
+            };
+            figment = figment.merge(setting(
+                &key.to_ascii_lowercase().replace("__", "."),
+                &value,
+            ));
+        }
+        Self::overridden(figment, &[])
+    }
+
+    fn overridden(
+        mut figment: Figment,
+        overrides: &[(String, String)],
+    ) -> Result<Self, ConfigFileError> {
+        for (key, value) in overrides {
+            figment = figment.merge(setting(key, value));
+        }
+        figment
+            .extract()
+            .map_err(|e| ConfigFileError::Invalid(Box::new(e)))
+    }
+
+    /// Check every setting; an error names the first bad one by its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.kafka.brokers.trim().is_empty() {
-            return Err("kafka.brokers is empty".into());
+            return Err(ConfigError::new("kafka.brokers", "is empty"));
         }
         if self.consumer.batch_max_events == 0 {
-            return Err("consumer.batch_max_events must be positive".into());
+            return Err(ConfigError::new(
+                "consumer.batch_max_events",
+                "must be positive",
+            ));
         }
         if self.consumer.max_buffered_events == 0 {
-            return Err("consumer.max_buffered_events must be positive".into());
+            return Err(ConfigError::new(
+                "consumer.max_buffered_events",
+                "must be positive",
+            ));
         }
         let topics = [
             &self.topics.events,
@@ -111,14 +180,49 @@ impl ServeConfig {
         ];
         for (i, topic) in topics.iter().enumerate() {
             if topic.is_empty() {
-                return Err("topic names must not be empty".into());
+                return Err(ConfigError::new("topics", "names must not be empty"));
             }
             if topics[..i].contains(topic) {
-                return Err(format!("topic {topic} is configured twice"));
+                return Err(ConfigError::new(
+                    "topics",
+                    format!("{topic} is configured twice"),
+                ));
             }
         }
-        crate::engine::Engine::new(&self.engine).map(|_| ())
+        Engine::new(&self.engine)
+            .map(|_| ())
+            .map_err(|e| e.within("engine"))
     }
+}
+
+/// One setting at its dotted `key`. The value is read as a number, a
+/// boolean, an array (`[3.0, 18.0]`), a table (`{"security.protocol"="ssl"}`)
+/// or else a string.
+fn setting(key: &str, value: &str) -> Serialized<Value> {
+    Serialized::default(
+        key,
+        value
+            .parse::<Value>()
+            .unwrap_or_else(|never| match never {}),
+    )
+}
+
+/// The prefix of the environment variables that set any key.
+const ENV_PREFIX: &str = "JOBCAST_";
+
+/// A configuration that cannot be assembled from its layers.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not TOML, or a key that is unknown or whose value has the wrong
+    /// type: figment names the key and the layer its value came from.
+    #[error("{0}")]
+    Invalid(Box<figment::Error>),
 }
 
 #[cfg(test)]
@@ -184,7 +288,7 @@ mod tests {
         )
         .unwrap();
         config.validate().unwrap();
-        let prior = crate::engine::BathtubPrior {
+        let prior = jobcast_predictor::engine::BathtubPrior {
             a: 0.3,
             tau1: 2.0,
             tau2: 1.0,
@@ -203,17 +307,15 @@ tau2 = -0.5
         )
         .unwrap();
         let err = bad.validate().unwrap_err();
-        assert!(
-            err.contains("risk.prior.tau2") && err.contains("-0.5"),
-            "{err}"
-        );
+        assert_eq!(err.key, "engine.risk.prior.tau2");
+        assert!(err.message.contains("-0.5"), "{err}");
         let bad: ServeConfig = toml::from_str(
             "[engine.risk.prior]
 a = 1.2
 ",
         )
         .unwrap();
-        assert!(bad.validate().unwrap_err().contains("risk.prior.a"));
+        assert_eq!(bad.validate().unwrap_err().key, "engine.risk.prior.a");
         let err = toml::from_str::<ServeConfig>(
             "[engine.risk.prior]
 tau3 = 1.0
@@ -228,9 +330,76 @@ tau3 = 1.0
         let err = toml::from_str::<ServeConfig>("[consumer]\nbatch_size = 5\n").unwrap_err();
         assert!(err.to_string().contains("batch_size"), "{err}");
         let config: ServeConfig = toml::from_str("[engine]\npolicy = \"oracle\"\n").unwrap();
-        assert!(config.validate().unwrap_err().contains("oracle"));
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("oracle")
+        );
         let config: ServeConfig =
             toml::from_str("[topics]\nrisk = \"jobcast.decisions\"\n").unwrap();
-        assert!(config.validate().unwrap_err().contains("twice"));
+        assert!(config.validate().unwrap_err().to_string().contains("twice"));
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_setting_has_an_environment_variable_and_layers_override_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("jobcast.toml");
+        std::fs::write(
+            &file,
+            "[engine.risk]\nwindow = 100\nrefit_every = 7\n[topics]\nrisk = \"from-file\"\n",
+        )
+        .unwrap();
+        let env = vars(&[
+            ("JOBCAST_ENGINE__RISK__WINDOW", "500"),
+            ("JOBCAST_TOPICS__RISK", "from-env"),
+            ("JOBCAST_ENGINE__RISK__REFRESH_AGES_H", "[1.0, 2.5]"),
+            ("JOBCAST_STORAGE__SYNC", "false"),
+            // The CLI's own variables and other programs' are not keys.
+            ("JOBCAST_BROKERS", "ignored:9092"),
+            ("JOBCAST_LOG", "debug"),
+            ("PATH", "/bin"),
+        ]);
+        let overrides = [("topics.risk".to_owned(), "from-flag".to_owned())];
+        let config = ServeConfig::layered(Some(&file), env)
+            .unwrap()
+            .with_overrides(&overrides)
+            .unwrap();
+        assert_eq!(config.engine.risk.refit_every, 7, "the file's");
+        assert_eq!(
+            config.engine.risk.window, 500,
+            "the environment's, over the file's"
+        );
+        assert_eq!(config.engine.risk.refresh_ages_h, [1.0, 2.5]);
+        assert!(!config.storage.sync);
+        assert_eq!(config.topics.risk, "from-flag", "the flag's, over both");
+        assert_eq!(config.kafka.brokers, KafkaSettings::default().brokers);
+        assert_eq!(config.topics.events, Topics::default().events);
+    }
+
+    #[test]
+    fn a_bad_layer_is_refused_naming_the_key() {
+        let unknown = ServeConfig::layered(None, vars(&[("JOBCAST_ENGINE__WINDOW", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("window"), "{unknown}");
+        let mistyped = ServeConfig::default()
+            .with_overrides(&[("consumer.batch_max_events".to_owned(), "many".to_owned())])
+            .unwrap_err()
+            .to_string();
+        assert!(mistyped.contains("batch_max_events"), "{mistyped}");
+        let missing =
+            ServeConfig::layered(Some(Path::new("/no/such/jobcast.toml")), std::iter::empty())
+                .unwrap_err()
+                .to_string();
+        assert!(missing.contains("/no/such/jobcast.toml"), "{missing}");
     }
 }

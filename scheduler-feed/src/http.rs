@@ -15,9 +15,9 @@ use serde_json::{Value, json};
 
 use jobcast_storage::state::{POLICIES, StoreError};
 
-use crate::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
-use crate::service::Shared;
+use crate::shared::Shared;
 use crate::telemetry;
+use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()

@@ -1,29 +1,31 @@
 //! # jobcast-scheduler-feed
 //!
-//! Owns what goes *out* to schedulers, and the service that produces it:
+//! Owns what goes *out* to schedulers, and the service that produces it.
+//! One event's path, in module order:
 //!
-//! - [`engine`]: the transform — canonical events in, every policy run in
-//!   shadow, the driving policy's decisions and each policy's errors out;
-//! - [`merge`]: the event-time merge of the input topic's partitions, so
-//!   that the global predictor state sees one deterministic order;
-//! - [`records`]: the stored (binary) form of the job and task records;
-//! - [`service`]: the pipeline of `jobcast serve` — Kafka source, engine,
-//!   Kafka sinks, each batch committed to RocksDB with its offsets;
-//! - `source`: the pipeline's input consumer and merge, on a thread of its
-//!   own;
+//! - [`source`](crate::source) (private): the input consumer on a thread of
+//!   its own: every partition of the input topic, decoded and merged by
+//!   event time, handed over in batches;
+//! - [`service`]: the pipeline of `jobcast serve`: each batch applied to
+//!   the engine (`jobcast_predictor::engine`), its outputs published and
+//!   acknowledged, and committed to RocksDB with the offsets it consumed;
+//!   consumer-group membership and recovery; [`service::Service`] runs it;
 //! - [`http`]: the HTTP API (`/jobs/{id}`, `/machines/{id}`, health,
-//!   readiness, `/metrics`);
+//!   readiness, `/metrics`) over the store;
+//! - [`shared`]: what the threads share (store, flags, counters);
+//! - [`error`]: why the service stops, and why a message is dead-lettered;
 //! - [`telemetry`]: the Prometheus metrics;
 //! - [`config`]: the service's configuration (file, environment, flags).
 //!
-//! The `jobcast` binary (`src/main.rs`, `src/cli/`) wires these and the
-//! other crates into subcommands.
+//! The engine these drive lives in `jobcast_predictor::engine`; the
+//! `jobcast` binary is the `jobcast-cli` package (`scheduler-feed/cli/`).
 
 pub mod config;
-pub mod engine;
+pub mod error;
 pub mod http;
-pub mod merge;
-pub mod records;
 pub mod service;
+pub mod shared;
 mod source;
 pub mod telemetry;
+
+pub use source::FETCH_QUEUE_BACKOFF_MS;

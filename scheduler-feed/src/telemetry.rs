@@ -1,12 +1,15 @@
 //! Prometheus metrics of the service: names, help texts, histogram buckets,
 //! and the recorder that `/metrics` renders. Every metric jobcast exports is
-//! declared here, so `docs/metrics.md` and the Grafana dashboard have one
-//! place to follow.
+//! declared here, so the operations guide (`docs/operations.md`) and the
+//! Grafana dashboard have one place to follow. librdkafka's own log lines
+//! go to `tracing` here too.
 
 use std::sync::OnceLock;
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use rdkafka::config::RDKafkaLogLevel;
+use tracing::{debug, error, warn};
 
 pub const EVENTS_CONSUMED: &str = "jobcast_events_consumed_total";
 pub const EVENTS_DEAD_LETTERED: &str = "jobcast_events_dead_lettered_total";
@@ -170,4 +173,17 @@ fn describe() {
         Unit::Count,
         "Logged input messages applied again to rebuild the predictor state (on start, and when partitions change hands)"
     );
+}
+
+/// A librdkafka log line, at the matching `tracing` level (target
+/// `librdkafka`).
+pub(crate) fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => error!(target: "librdkafka", "{fac}: {message}"),
+        RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "{fac}: {message}"),
+        _ => debug!(target: "librdkafka", "{fac}: {message}"),
+    }
 }

@@ -15,6 +15,12 @@
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `meta`        | name                         | value                          |
 //!
+//! `meta` holds the store's layout version ([`STORE_FORMAT`]), the engine
+//! configuration the store was built with and the input partitions whose
+//! records it holds; [`StateStore::check_format`] refuses a store that
+//! another layout or another configuration wrote, since applying its log
+//! again would rebuild a different state.
+//!
 //! Everything one batch of input changes, *and the offsets it consumed*, is
 //! written with one atomic [`WriteBatch`]: after a crash the store holds
 //! either all of a batch or none of it, and consumption resumes from the
@@ -36,7 +42,7 @@
 //! the predictor has learnt can be inspected (and compared between runs)
 //! without replaying anything.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use rocksdb::{
@@ -62,6 +68,20 @@ const COLUMN_FAMILIES: [&str; 9] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
+/// The store's layout version. 5: the `jobs` and `tasks` families hold
+/// binary records (`JobRecord::to_bytes`, `TaskRecord::to_bytes`); 4: the
+/// `history` family holds binary records (`HistoryRecord::to_bytes`); 3: a
+/// job's decisions are stored apart from its record; 2: the log holds every
+/// consumed message with its partition, offset and key; 1: the log held
+/// applied events only.
+pub const STORE_FORMAT: &[u8] = b"5";
+const STORE_FORMAT_KEY: &str = "store_format";
+/// The engine configuration a store was built with (JSON).
+const ENGINE_CONFIG_KEY: &str = "engine_config";
+/// The input partitions whose records the store holds (JSON list), kept
+/// current with every batch that changes them.
+const STORED_PARTITIONS_KEY: &str = "stored_partitions";
+
 /// The column families that hold derived state (what two equivalent runs
 /// must agree on), as opposed to bookkeeping (offsets, log, meta).
 pub const STATE_FAMILIES: [&str; 6] = [JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES];
@@ -82,6 +102,8 @@ pub enum StoreError {
     },
     #[error("the state writer thread has stopped after an earlier failed write")]
     WriterStopped,
+    #[error("the RocksDB state at {path} cannot be recovered: {reason}")]
+    Incompatible { path: String, reason: String },
 }
 
 /// Keys and values of a column family, in key order.
@@ -317,6 +339,48 @@ impl StateStore {
         self.get_raw(META, name.as_bytes())
     }
 
+    /// Check that this store can be recovered by this jobcast with
+    /// `engine_config` (the engine's configuration, serialised): an empty
+    /// store can; one with a log must have been written in this layout
+    /// ([`STORE_FORMAT`]) with the same configuration. Returns the input
+    /// partitions whose records the store holds.
+    pub fn check_format(&self, engine_config: &[u8]) -> Result<BTreeSet<i32>, StoreError> {
+        let refuse = |reason: String| StoreError::Incompatible {
+            path: self.path.clone(),
+            reason,
+        };
+        let logged = self.next_log_seq()? > 0;
+        match self.meta(ENGINE_CONFIG_KEY)? {
+            Some(stored) if stored != engine_config => {
+                return Err(refuse(format!(
+                    "it was built with another engine configuration ({}); \
+                     use a new storage path for the new configuration",
+                    String::from_utf8_lossy(&stored)
+                )));
+            }
+            None if logged => {
+                return Err(refuse(
+                    "it has logged events but no engine configuration".into(),
+                ));
+            }
+            _ => {}
+        }
+        let format = self.meta(STORE_FORMAT_KEY)?;
+        if logged && format.as_deref() != Some(STORE_FORMAT) {
+            let found = format.map_or("1".into(), |f| String::from_utf8_lossy(&f).into_owned());
+            return Err(refuse(format!(
+                "it was written by an older jobcast (store format {found}; this one reads {}); \
+                 use a new storage path",
+                String::from_utf8_lossy(STORE_FORMAT)
+            )));
+        }
+        match self.meta(STORED_PARTITIONS_KEY)? {
+            None => Ok(BTreeSet::new()),
+            Some(stored) => serde_json::from_slice(&stored)
+                .map_err(|e| refuse(format!("its list of stored partitions is corrupt: {e}"))),
+        }
+    }
+
     /// Every key and value of a column family, in key order (for
     /// comparing two stores, and for debugging).
     pub fn dump(&self, family: &str) -> Result<Records, StoreError> {
@@ -457,6 +521,19 @@ impl StateBatch<'_> {
     pub fn set_meta(&mut self, name: &str, value: &[u8]) {
         self.batch
             .put_cf(self.store.cf(META), name.as_bytes(), value);
+    }
+
+    /// Mark a new store with this layout and the engine configuration it is
+    /// built with (see [`StateStore::check_format`]).
+    pub fn stamp_format(&mut self, engine_config: &[u8]) {
+        self.set_meta(ENGINE_CONFIG_KEY, engine_config);
+        self.set_meta(STORE_FORMAT_KEY, STORE_FORMAT);
+    }
+
+    /// Record which input partitions' records the store holds.
+    pub fn set_stored_partitions(&mut self, partitions: &BTreeSet<i32>) {
+        let list = serde_json::to_vec(partitions).expect("partitions serialise");
+        self.set_meta(STORED_PARTITIONS_KEY, &list);
     }
 
     /// Writes collected so far.
@@ -674,5 +751,60 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().starts_with("corrupt jobs record"), "{err}");
         assert!(err.to_string().contains("byte 3: no good"), "{err}");
+    }
+
+    #[test]
+    fn a_store_is_recovered_only_by_its_layout_and_engine_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        // Empty: anything goes, and nothing is stored yet.
+        assert_eq!(store.check_format(b"{\"a\":1}").unwrap(), BTreeSet::new());
+
+        let mut batch = store.batch();
+        batch.stamp_format(b"{\"a\":1}");
+        batch.append_log(0, 3, 0, None, Some(b"{}"));
+        batch.set_stored_partitions(&BTreeSet::from([1, 3]));
+        store.commit(batch).unwrap();
+        assert_eq!(
+            store.check_format(b"{\"a\":1}").unwrap(),
+            BTreeSet::from([1, 3])
+        );
+
+        let err = store.check_format(b"{\"a\":2}").unwrap_err().to_string();
+        assert!(err.contains("cannot be recovered"), "{err}");
+        assert!(
+            err.contains("another engine configuration ({\"a\":1})"),
+            "{err}"
+        );
+
+        let mut batch = store.batch();
+        batch.set_meta(STORE_FORMAT_KEY, b"4");
+        store.commit(batch).unwrap();
+        let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
+        assert!(err.contains("store format 4; this one reads 5"), "{err}");
+
+        let mut batch = store.batch();
+        batch.stamp_format(b"{\"a\":1}");
+        batch.set_meta(STORED_PARTITIONS_KEY, b"[1,");
+        store.commit(batch).unwrap();
+        let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
+        assert!(
+            err.contains("list of stored partitions is corrupt"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_store_with_a_log_but_no_configuration_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        batch.append_log(0, 0, 0, None, None);
+        store.commit(batch).unwrap();
+        let err = store.check_format(b"{}").unwrap_err().to_string();
+        assert!(
+            err.contains("logged events but no engine configuration"),
+            "{err}"
+        );
     }
 }

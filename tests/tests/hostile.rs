@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jobcast_ingest::event::Event;
-use jobcast_ingest::kafka::{Topics, dead_letter_headers};
+use jobcast_ingest::kafka::{Topics, headers};
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, Record, decisions, messages};
 use jobcast_tests::serve::{Serve, metric_sum, stored_state};
@@ -452,39 +452,27 @@ fn bad_messages_are_dead_lettered_and_change_nothing_else() {
             .get_mut(&payload)
             .and_then(Vec::pop)
             .unwrap_or_else(|| panic!("{shown:?} not dead-lettered"));
-        assert_eq!(
-            found.headers[dead_letter_headers::REASON],
-            m.bad.unwrap(),
-            "{shown:?}"
-        );
-        let error = &found.headers[dead_letter_headers::ERROR];
+        assert_eq!(found.headers[headers::REASON], m.bad.unwrap(), "{shown:?}");
+        let error = &found.headers[headers::ERROR];
         assert!(
             !error.is_empty() && error.len() <= MAX_ERROR_BYTES,
             "{shown:?}: {} bytes of error",
             error.len()
         );
-        assert_eq!(
-            found.headers[dead_letter_headers::SOURCE_TOPIC],
-            "hostile.events"
-        );
+        assert_eq!(found.headers[headers::SOURCE_TOPIC], "hostile.events");
     }
     let mut rest: Vec<(Vec<u8>, String)> = letters
         .into_iter()
         .flat_map(|(p, ls)| {
             ls.into_iter()
-                .map(move |l| (p.clone(), l.headers[dead_letter_headers::REASON].clone()))
+                .map(move |l| (p.clone(), l.headers[headers::REASON].clone()))
         })
         .collect();
     rest.sort();
     let mut alone_dead: Vec<(Vec<u8>, String)> = alone
         .dead
         .iter()
-        .map(|l| {
-            (
-                l.payload.clone(),
-                l.headers[dead_letter_headers::REASON].clone(),
-            )
-        })
+        .map(|l| (l.payload.clone(), l.headers[headers::REASON].clone()))
         .collect();
     alone_dead.sort();
     assert_eq!(

@@ -11,11 +11,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, decode};
-use jobcast_ingest::kafka::{KafkaSettings, Topics, dead_letter_headers};
+use jobcast_ingest::kafka::{KafkaSettings, Topics, headers};
+use jobcast_predictor::engine::{Effects, Engine, JobRecord};
 use jobcast_predictor::history::{HistoryKey, HistoryRecord};
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::engine::{Effects, Engine, JobRecord};
-use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
+use jobcast_scheduler_feed::service::{self, RunSummary, Service};
+use jobcast_scheduler_feed::shared::Shared;
 use jobcast_storage::state::{HISTORY, JOBS, StateStore};
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
@@ -63,29 +64,20 @@ fn run_until(config: &ServeConfig, stop_at: u64) -> RunSummary {
 
 /// [`run_until`], with the service's shared state to look at afterwards.
 fn run_observed(config: &ServeConfig, stop_at: u64) -> (RunSummary, Arc<Shared>) {
-    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
-    let shared = Shared::new(store);
-    let thread_shared = shared.clone();
-    let thread_config = config.clone();
-    let handle = std::thread::spawn(move || service::run(&thread_config, thread_shared));
+    let service = Service::start(config.clone()).expect("the service starts");
+    let shared = service.shared().clone();
     let deadline = Instant::now() + Duration::from_secs(120);
     while shared.counters.committed.load(Ordering::Relaxed) < stop_at {
-        assert!(
-            !handle.is_finished(),
-            "the service ended early: {:?}",
-            handle.join()
-        );
+        if service.is_finished() {
+            panic!("the service ended early: {:?}", service.join());
+        }
         assert!(
             Instant::now() < deadline,
             "the service did not get through the input"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    shared.shutdown.store(true, Ordering::Relaxed);
-    let summary = handle
-        .join()
-        .expect("no panic")
-        .expect("the service runs cleanly");
+    let summary = service.stop().expect("the service runs cleanly");
     (summary, shared)
 }
 
@@ -163,14 +155,11 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
             .iter()
             .find(|m| m.payload == payload)
             .unwrap_or_else(|| panic!("{:?} not dead-lettered", String::from_utf8_lossy(payload)));
-        assert_eq!(letter.headers[dead_letter_headers::REASON], reason);
-        assert!(!letter.headers[dead_letter_headers::ERROR].is_empty());
-        assert_eq!(
-            letter.headers[dead_letter_headers::SOURCE_TOPIC],
-            topics.events
-        );
+        assert_eq!(letter.headers[headers::REASON], reason);
+        assert!(!letter.headers[headers::ERROR].is_empty());
+        assert_eq!(letter.headers[headers::SOURCE_TOPIC], topics.events);
         assert!(
-            letter.headers[dead_letter_headers::SOURCE_OFFSET]
+            letter.headers[headers::SOURCE_OFFSET]
                 .parse::<i64>()
                 .is_ok()
         );

@@ -228,6 +228,6 @@ mod tests {
         let err = build(PolicyKind::Oracle, &PolicyConfig::default(), None)
             .err()
             .unwrap();
-        assert!(err.contains("true runtimes"), "{err}");
+        assert!(err.to_string().contains("true runtimes"), "{err}");
     }
 }

@@ -40,6 +40,7 @@ pub use bayes::Bayes;
 pub use history_based::HistoryBased;
 pub use slearn::SLearn;
 
+use crate::config::ConfigError;
 use crate::decision::{Decision, Estimate, Phase, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
@@ -106,35 +107,36 @@ impl Default for PolicyConfig {
 
 impl PolicyConfig {
     /// Check the settings, naming the bad one.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         match self.sampling {
             Sampling::Adaptive { block: 0 } => {
-                return Err("adaptive sampling block must be at least 1 job".into());
+                return Err(ConfigError::new("sampling.block", "must be at least 1 job"));
             }
             Sampling::Fixed { ratio } if !(ratio > 0.0 && ratio <= 1.0) => {
-                return Err(format!(
-                    "fixed sampling ratio must be in (0, 1], got {ratio}"
+                return Err(ConfigError::new(
+                    "sampling.ratio",
+                    format!("must be in (0, 1], got {ratio}"),
                 ));
             }
             _ => {}
         }
         let b = &self.bayes;
         if !(b.target_log_sd.is_finite() && b.target_log_sd > 0.0) {
-            return Err(format!(
-                "bayes target_log_sd must be positive, got {}",
-                b.target_log_sd
+            return Err(ConfigError::new(
+                "bayes.target_log_sd",
+                format!("must be positive, got {}", b.target_log_sd),
             ));
         }
         if !(b.default_task_log_sd.is_finite() && b.default_task_log_sd > 0.0) {
-            return Err(format!(
-                "bayes default_task_log_sd must be positive, got {}",
-                b.default_task_log_sd
+            return Err(ConfigError::new(
+                "bayes.default_task_log_sd",
+                format!("must be positive, got {}", b.default_task_log_sd),
             ));
         }
         if !(b.max_pilot_fraction > 0.0 && b.max_pilot_fraction <= 1.0) {
-            return Err(format!(
-                "bayes max_pilot_fraction must be in (0, 1], got {}",
-                b.max_pilot_fraction
+            return Err(ConfigError::new(
+                "bayes.max_pilot_fraction",
+                format!("must be in (0, 1], got {}", b.max_pilot_fraction),
             ));
         }
         Ok(())
@@ -214,7 +216,7 @@ pub fn build(
     kind: PolicyKind,
     config: &PolicyConfig,
     oracle: Option<OracleTruth>,
-) -> Result<Box<dyn Policy>, String> {
+) -> Result<Box<dyn Policy>, ConfigError> {
     config.validate()?;
     let thin = config.thin_limit;
     Ok(match kind {
@@ -227,9 +229,9 @@ pub fn build(
         PolicyKind::Bayes => Box::new(Bayes::new(config)),
         PolicyKind::Las => Box::new(Las),
         PolicyKind::Fifo => Box::new(Fifo),
-        PolicyKind::Oracle => Box::new(Oracle::new(
-            oracle.ok_or("the oracle policy needs the jobs' true runtimes")?,
-        )),
+        PolicyKind::Oracle => Box::new(Oracle::new(oracle.ok_or_else(|| {
+            ConfigError::new("policy", "the oracle policy needs the jobs' true runtimes")
+        })?)),
     })
 }
 
@@ -404,7 +406,7 @@ mod tests {
     fn bad_settings_are_named() {
         let bad = |c: PolicyConfig, word: &str| {
             let err = c.validate().unwrap_err();
-            assert!(err.contains(word), "{err}");
+            assert!(err.to_string().contains(word), "{err}");
             assert!(build(PolicyKind::SLearn, &c, None).is_err());
         };
         let d = PolicyConfig::default();

@@ -14,8 +14,8 @@ use jobcast_ingest::Format;
 use jobcast_ingest::kafka::Topics;
 use jobcast_replay::kafka::{Outcome, Progress, ReplayOptions, ReplaySummary, Speed, replay};
 
-use super::evaluate::print_out;
 use super::kafka_args::KafkaArgs;
+use super::output::print_json;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -208,7 +208,7 @@ fn report(summary: &ReplaySummary, args: &Args) -> anyhow::Result<()> {
         );
     }
     if args.json {
-        print_out(&format!("{}\n", serde_json::to_string_pretty(summary)?))?;
+        print_json(summary)?;
     }
     Ok(())
 }

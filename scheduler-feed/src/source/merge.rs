@@ -187,6 +187,8 @@ impl<T> PartitionMerge<T> {
         self.partitions.get(&partition).map_or(0, |p| p.queue.len())
     }
 
+    /// Messages held over all partitions (the throttle counts its own).
+    #[cfg(test)]
     pub fn total_buffered(&self) -> usize {
         self.partitions.values().map(|p| p.queue.len()).sum()
     }

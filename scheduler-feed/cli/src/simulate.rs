@@ -15,8 +15,9 @@ use jobcast_replay::workload::Workload;
 use jobcast_scheduler_feed::config::ConsumerConfig;
 use serde_json::json;
 
-use super::evaluate::{Common, print_out};
+use super::evaluate::Common;
 use super::kafka_args::{KafkaArgs, TopicArgs};
+use super::output::{print_json, print_out};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,7 +74,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "excluded": workload.excluded,
             "jobs": report.jobs,
         });
-        return print_out(&format!("{}\n", serde_json::to_string_pretty(&out)?));
+        return print_json(&out);
     }
     let s = &report.summary;
     let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.2}"));

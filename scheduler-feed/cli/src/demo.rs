@@ -18,10 +18,10 @@ use anyhow::Context as _;
 use jobcast_ingest::Format;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_predictor::decision::PolicyKind;
+use jobcast_predictor::engine::live_policies;
 use jobcast_replay::kafka::{Outcome, ReplayOptions, Speed, replay};
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::engine::live_policies;
-use jobcast_scheduler_feed::service::{Recent, Shared};
+use jobcast_scheduler_feed::shared::{Recent, Shared};
 use rdkafka::mocking::MockCluster;
 
 use super::serve::{serve, shutdown_signal};
@@ -77,6 +77,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (Some(path), Some(format)) => (path.clone(), format),
         _ => (bundled_excerpt()?, Format::Google2011),
     };
+    // A job of the bundled excerpt with decisions and a known end.
+    let example_job = match args.trace {
+        None => "6251812952",
+        Some(_) => "<job id>",
+    };
     let temp = match &args.data_dir {
         Some(_) => None,
         None => Some(tempfile::tempdir().context("creating a data directory")?),
@@ -105,12 +110,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for topic in [&t.decisions, &t.risk, &t.dead_letter] {
         mock.create_topic(topic, 1, 1)?;
     }
-    config.validate().map_err(anyhow::Error::msg)?;
-    eprintln!(
-        "jobcast demo: embedded Kafka at {}, state in {}",
-        config.kafka.brokers,
-        data_dir.display()
-    );
+    config.validate()?;
+    let header = Header {
+        brokers: config.kafka.brokers.clone(),
+        partitions: args.partitions,
+        state: data_dir.clone(),
+        trace: format!("{} ({})", trace_path.display(), format.name()),
+        speed: match args.speed {
+            Speed::Max => "as fast as the service takes it".into(),
+            Speed::Factor(f) => format!("{f}x event time"),
+        },
+        policy: args.policy,
+        shadow: config.engine.shadow.len(),
+        example_job,
+    };
 
     let runtime = tokio::runtime::Runtime::new()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -123,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let trace = jobcast_ingest::open(format, &trace_path)
         .with_context(|| format!("opening {}", trace_path.display()))?;
 
-    let (shared_tx, shared_rx) = std::sync::mpsc::channel::<Arc<Shared>>();
+    let (shared_tx, shared_rx) = std::sync::mpsc::channel::<(Arc<Shared>, SocketAddr)>();
     let serve_stop = stop.clone();
     let service = runtime.spawn(serve(
         config,
@@ -133,13 +146,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 () = wait_for(serve_stop) => {}
             }
         },
-        move |shared| {
-            let _ = shared_tx.send(shared);
+        move |shared, address| {
+            let _ = shared_tx.send((shared, address));
         },
     ));
-    let shared = shared_rx
+    let (shared, address) = shared_rx
         .recv_timeout(Duration::from_secs(30))
         .context("the service did not start")?;
+    eprint!("{}", header.show(address));
 
     // Set once the whole trace is delivered: how many events it held.
     let replayed_all = Arc::new(OnceLock::<u64>::new());
@@ -175,7 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let committed = shared.counters.committed.load(Ordering::Relaxed);
         if last.0.elapsed() >= Duration::from_secs(1) {
             let rate = (committed - last.1) as f64 / last.0.elapsed().as_secs_f64();
-            eprintln!("{}", live_line(&shared, rate));
+            eprintln!("{}", status_line(&shared, rate));
             last = (Instant::now(), committed);
         }
         // With a duration, the service stays up (and answers HTTP) after the
@@ -201,6 +215,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             started.elapsed()
         )
     );
+    eprintln!(
+        "\nThe state of this run {}. `jobcast serve` runs the same service on a real \
+         Kafka (README, docs/operations.md).",
+        match &args.data_dir {
+            Some(dir) => format!("stays in {}", dir.display()),
+            None => "was in a temporary directory, now removed (--data-dir keeps it)".into(),
+        }
+    );
     drop(temp);
     Ok(())
 }
@@ -211,7 +233,57 @@ async fn wait_for(flag: Arc<AtomicBool>) {
     }
 }
 
-fn live_line(shared: &Shared, rate: f64) -> String {
+/// What runs where, and what to try while it does: the demo's first screen.
+struct Header {
+    brokers: String,
+    partitions: i32,
+    state: PathBuf,
+    trace: String,
+    speed: String,
+    policy: PolicyKind,
+    shadow: usize,
+    example_job: &'static str,
+}
+
+impl Header {
+    fn show(&self, http: SocketAddr) -> String {
+        let job = self.example_job;
+        format!(
+            "\njobcast demo: the streaming service on an embedded Kafka\n\
+             \x20 Kafka        {brokers} (librdkafka's in-process mock cluster), input topic \
+             jobcast.events with {partitions} partitions\n\
+             \x20 state        {state} (RocksDB)\n\
+             \x20 HTTP API     http://{http}\n\
+             \x20 input        {trace}, replayed {speed}\n\
+             \x20 policies     {policy} decides; {shadow} policies run in shadow and are scored\n\
+             \n\
+             While it runs, try:\n\
+             \x20 curl http://{http}/jobs/{job}     a job: its state, each policy's estimate, its decisions\n\
+             \x20 curl http://{http}/policies           each policy's error so far\n\
+             \x20 curl http://{http}/metrics            Prometheus metrics\n\
+             Logs show warnings only (JOBCAST_LOG=info for more).\n\n",
+            brokers = self.brokers,
+            partitions = self.partitions,
+            state = self.state.display(),
+            trace = self.trace,
+            speed = self.speed,
+            policy = self.policy.name(),
+            shadow = self.shadow,
+        )
+    }
+}
+
+/// One line a second: what the service is waiting for until it consumes,
+/// then its throughput and results so far.
+fn status_line(shared: &Shared, rate: f64) -> String {
+    if !shared.assigned.load(Ordering::Relaxed) {
+        return "waiting for the consumer group to give this instance its partitions \
+                (a few seconds on a new group)"
+            .into();
+    }
+    if !shared.recovered.load(Ordering::Relaxed) {
+        return "recovering the state from the store".into();
+    }
     let c = &shared.counters;
     let recent = shared.recent.lock().expect("not poisoned");
     let queues: Vec<String> = recent
@@ -275,5 +347,14 @@ fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration)
             show(p90)
         ));
     }
+    out.push_str(
+        "\nWhat the numbers mean:\n\
+         \x20 applied events changed the state; dead-lettered ones (malformed, or impossible\n\
+         \x20 in the state they arrived in) went to jobcast.dead-letter with the reason.\n\
+         \x20 A decision tells the scheduler a job's queue (Q0 runs first); a job gets one on\n\
+         \x20 arrival and a new one when its estimate changes (SLearn, once its pilot tasks end).\n\
+         \x20 Each policy's error is |estimate - truth| / truth of a finished job's mean task\n\
+         \x20 runtime, over its last 10,000 scored jobs.\n",
+    );
     out
 }

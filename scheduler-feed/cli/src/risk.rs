@@ -21,7 +21,7 @@ use jobcast_predictor::preemption::Bathtub;
 use jobcast_predictor::preemption::checkpoint::{
     CheckpointSpec, CheckpointTable, SegmentPolicy, young_daly_interval,
 };
-use jobcast_predictor::preemption::models::Uniform;
+use jobcast_predictor::preemption::models::{LifetimeModel, Uniform};
 use jobcast_predictor::preemption::risk::{RiskConfig, RuntimeEstimate, score};
 use jobcast_predictor::preemption::running_time::{
     ReuseCriterion, crossover_job_length_h, expected_completion_h, expected_running_time_eq8,
@@ -29,6 +29,8 @@ use jobcast_predictor::preemption::running_time::{
     reuse_decision, reuse_monte_carlo,
 };
 use serde_json::json;
+
+use crate::output::print_json;
 
 mod fit;
 
@@ -90,18 +92,12 @@ impl ModelArgs {
     }
 }
 
+/// A bathtub's parameters as `risk fit` reports them, with the deadline
+/// `L` its free parameters are relative to.
 fn params_json(m: &Bathtub) -> serde_json::Value {
-    json!({
-        "a": m.a(), "tau1": m.tau1(), "tau2": m.tau2(), "b": m.b(),
-        "max_lifetime_h": m.max_lifetime_h(),
-    })
-}
-
-fn print_json(value: &serde_json::Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
+    let mut params = fit::params_json(&LifetimeModel::Bathtub(*m));
+    params["max_lifetime_h"] = json!(m.max_lifetime_h());
+    params
 }
 
 fn minutes(hours: f64) -> f64 {

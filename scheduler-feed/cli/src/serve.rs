@@ -11,10 +11,11 @@ use anyhow::Context as _;
 use jobcast_predictor::decision::PolicyKind;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::http;
-use jobcast_scheduler_feed::service::{self, RunSummary, Shared};
+use jobcast_scheduler_feed::service::{self, RunSummary, Service};
+use jobcast_scheduler_feed::shared::Shared;
 use tracing::info;
 
-use super::kafka_args::KafkaArgs;
+use super::kafka_args::{KafkaArgs, parse_property};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -43,9 +44,17 @@ pub struct Args {
     /// Output topic of decisions.
     #[arg(long, env = "JOBCAST_DECISIONS_TOPIC")]
     decisions_topic: Option<String>,
+    /// Output topic of preemption-risk scores.
+    #[arg(long, env = "JOBCAST_RISK_TOPIC")]
+    risk_topic: Option<String>,
     /// Output topic of unusable input messages.
     #[arg(long, env = "JOBCAST_DEAD_LETTER_TOPIC")]
     dead_letter_topic: Option<String>,
+    /// Any setting, by its key in the configuration file (e.g.
+    /// `--set engine.risk.window=500`, `--set 'engine.shadow=[slearn, 3sigma]'`).
+    /// Repeatable; wins over the file, the environment and the other flags.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_property)]
+    set: Vec<(String, String)>,
     /// Create the topics if they are missing, the input one with this many
     /// partitions.
     #[arg(long, value_name = "PARTITIONS")]
@@ -54,10 +63,9 @@ pub struct Args {
 
 impl Args {
     fn config(&self) -> anyhow::Result<ServeConfig> {
-        let mut config = match &self.config {
-            Some(path) => ServeConfig::from_file(path).map_err(anyhow::Error::msg)?,
-            None => ServeConfig::default(),
-        };
+        // Defaults, file, `JOBCAST_<SECTION>__<KEY>` variables; then the
+        // named flags (each with its own variable), then `--set`.
+        let mut config = ServeConfig::load(self.config.as_deref())?;
         config.kafka = self.kafka.apply(config.kafka);
         if let Some(group) = &self.group {
             config.consumer.group = group.clone();
@@ -75,13 +83,17 @@ impl Args {
         for (flag, topic) in [
             (&self.events_topic, &mut topics.events),
             (&self.decisions_topic, &mut topics.decisions),
+            (&self.risk_topic, &mut topics.risk),
             (&self.dead_letter_topic, &mut topics.dead_letter),
         ] {
             if let Some(name) = flag {
                 *topic = name.clone();
             }
         }
-        config.validate().map_err(anyhow::Error::msg)?;
+        if !self.set.is_empty() {
+            config = config.with_overrides(&self.set)?;
+        }
+        config.validate()?;
         Ok(config)
     }
 }
@@ -95,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .block_on(create_topics(&config, partitions))
             .map_err(anyhow::Error::msg)?;
     }
-    let summary = runtime.block_on(serve(config, shutdown_signal(), |_| {}))?;
+    let summary = runtime.block_on(serve(config, shutdown_signal(), |_, _| {}))?;
     eprintln!(
         "jobcast serve: stopped; {} events applied, {} dead-lettered, {} decisions",
         summary.applied, summary.dead_lettered, summary.decisions
@@ -119,45 +131,42 @@ pub async fn create_topics(config: &ServeConfig, partitions: i32) -> Result<(), 
 
 /// Run the pipeline on its own thread and the HTTP API on this runtime
 /// until `stop` resolves or the pipeline ends; then stop both. `started`
-/// gets the state the service shares, once it is listening.
+/// gets the state the service shares and the HTTP address, once it is
+/// listening.
 pub async fn serve(
     config: ServeConfig,
     stop: impl Future<Output = ()> + Send + 'static,
-    started: impl FnOnce(Arc<Shared>),
+    started: impl FnOnce(Arc<Shared>, SocketAddr),
 ) -> anyhow::Result<RunSummary> {
     let store = service::open_store(&config)?;
     let shared = Shared::new(store);
     let listener = tokio::net::TcpListener::bind(config.http.address)
         .await
         .with_context(|| format!("cannot listen on {}", config.http.address))?;
+    let address = listener.local_addr()?;
     // A stable line that scripts and tests read to find the port.
-    eprintln!("jobcast serve: HTTP on http://{}", listener.local_addr()?);
-    started(shared.clone());
+    eprintln!("jobcast serve: HTTP on http://{address}");
+    started(shared.clone(), address);
 
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let pipeline_shared = shared.clone();
-    let pipeline = std::thread::Builder::new()
-        .name("pipeline".into())
-        .spawn(move || {
-            let result = service::run(&config, pipeline_shared);
-            let _ = done_tx.send(());
-            result
-        })?;
-
-    let http_shared = shared.clone();
-    let stopper = shared.clone();
-    let http = tokio::spawn(http::serve(listener, http_shared, async move {
-        tokio::select! {
-            () = stop => {}
-            _ = done_rx => {}
-        }
-        stopper.shutdown.store(true, Ordering::Relaxed);
+    let service = Service::start_with(config, shared.clone())?;
+    let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(http::serve(listener, shared.clone(), async move {
+        let _ = http_stopped.await;
     }));
+    // The pipeline ends by itself only on an error; otherwise on `stop`.
+    let mut pipeline = tokio::task::spawn_blocking(move || service.join());
+    let ended = tokio::select! {
+        () = stop => None,
+        joined = &mut pipeline => Some(joined),
+    };
+    shared.shutdown.store(true, Ordering::Relaxed);
+    let _ = http_stop.send(());
     http.await??;
-    let result = tokio::task::spawn_blocking(move || pipeline.join())
-        .await?
-        .map_err(|_| anyhow::anyhow!("the pipeline thread panicked"))?;
-    Ok(result?)
+    let joined = match ended {
+        Some(joined) => joined,
+        None => pipeline.await,
+    };
+    Ok(joined??)
 }
 
 /// Resolves on SIGINT or SIGTERM.

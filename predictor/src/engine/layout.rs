@@ -1,14 +1,15 @@
 //! The stored form of the job and task records: fixed binary layouts
-//! ([`jobcast_predictor::codec`]), since the service rewrites every job and
+//! ([`crate::codec`]), since the service rewrites every job and
 //! task a batch touches. The HTTP API decodes a job record and serves it as
 //! JSON.
 
 use jobcast_ingest::event::TaskKind;
-use jobcast_predictor::codec::{Reader, Writer};
-use jobcast_predictor::decision::{Estimate, EstimateSource, PolicyKind};
-use jobcast_predictor::features::FeatureKind;
 
-use crate::engine::{JobRecord, JobState, PredictionError, TaskRecord};
+use crate::codec::{Reader, Writer};
+use crate::decision::{Estimate, EstimateSource, PolicyKind};
+use crate::features::FeatureKind;
+
+use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 
 /// First byte of [`JobRecord::to_bytes`], changed with the layout.
 const JOB_LAYOUT: u8 = 1;

@@ -10,7 +10,6 @@
 //! and the flags (seeded starts, ordered groups), so the same input gives
 //! the same bytes; timings go to stderr.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -26,6 +25,8 @@ use jobcast_replay::report::{PALETTE, align};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use serde_json::json;
+
+use crate::output::{print_json, print_out};
 
 #[derive(clap::Args)]
 pub struct FitArgs {
@@ -88,17 +89,10 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         let written = write_plots(&fits, dir)?;
         eprintln!("wrote {} plots to {}", written, dir.display());
     }
-    let text = if args.json {
-        format!("{}\n", serde_json::to_string_pretty(&fits_json(&fits))?)
+    if args.json {
+        print_json(&fits_json(&fits))
     } else {
-        table(&fits, &config)
-    };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(err).context("writing to stdout")
-        }
-        _ => Ok(()),
+        print_out(&table(&fits, &config))
     }
 }
 
@@ -157,7 +151,8 @@ fn read_lifetimes(path: &Path) -> anyhow::Result<Vec<LifetimeRecord>> {
     Ok(records)
 }
 
-fn params_json(model: &LifetimeModel) -> serde_json::Value {
+/// A model's free parameters by name.
+pub(super) fn params_json(model: &LifetimeModel) -> serde_json::Value {
     model
         .named_params()
         .into_iter()

@@ -16,17 +16,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::KafkaSettings;
-use jobcast_replay::kafka::has_producer_id;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::output_producer_config;
-use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::statistics::Statistics;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::{RawContext, STALL, bare_consumer};
@@ -34,33 +32,6 @@ use super::{RawContext, STALL, bare_consumer};
 /// How long a relay poll waits for a message before looking at its stop
 /// flag.
 const POLL_WAIT: Duration = Duration::from_millis(100);
-
-/// Counts the relay's failed deliveries (a decision that never reached the
-/// broker would be a missing sample, not a slow one), and tells when the
-/// broker has given the idempotent producer its id.
-#[derive(Default)]
-struct RelayContext {
-    failed: AtomicU64,
-    has_producer_id: AtomicBool,
-}
-
-impl ClientContext for RelayContext {
-    fn stats(&self, statistics: Statistics) {
-        if has_producer_id(&statistics) {
-            self.has_producer_id.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-impl ProducerContext for RelayContext {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if result.is_err() {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
 
 /// A relay running on its own thread.
 pub(super) struct Relay {
@@ -132,7 +103,7 @@ impl Relay {
 
 struct Clients {
     consumer: BaseConsumer<RawContext>,
-    producer: BaseProducer<RelayContext>,
+    producer: BaseProducer<Deliveries>,
 }
 
 /// Create the relay's consumer, assigned every partition of `input` from
@@ -156,8 +127,8 @@ fn connect(
     if idempotent {
         config.set("statistics.interval.ms", "100");
     }
-    let producer: BaseProducer<RelayContext> = config
-        .create_with_context(RelayContext::default())
+    let producer: BaseProducer<Deliveries> = config
+        .create_with_context(Deliveries::new())
         .map_err(|e| settings.redact(e))
         .context("creating the relay's producer")?;
     let timeout = Duration::from_secs(10);
@@ -166,7 +137,7 @@ fn connect(
         .fetch_metadata(Some(output), timeout)
         .with_context(|| format!("looking up {output} for the relay"))?;
     let waiting = Instant::now();
-    while idempotent && !producer.context().has_producer_id.load(Ordering::Relaxed) {
+    while idempotent && !producer.context().has_producer_id() {
         if waiting.elapsed() > timeout {
             bail!(
                 "the relay's producer got no producer id in {} s",
@@ -209,7 +180,9 @@ fn relay(
         };
         let key = job.job_id.to_string();
         let payload = format!(r#"{{"job_id":{},"version":1}}"#, job.job_id);
-        let mut record = BaseRecord::to(output).key(&key).payload(&payload);
+        let mut record = BaseRecord::with_opaque_to(output, 0)
+            .key(&key)
+            .payload(&payload);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -225,7 +198,7 @@ fn relay(
     producer
         .flush(Duration::from_secs(10))
         .context("relay: flushing")?;
-    let failed = producer.context().failed.load(Ordering::Relaxed);
+    let failed = producer.context().failed();
     if failed > 0 {
         bail!("relay: {failed} of {published} messages were not delivered");
     }

@@ -1,7 +1,19 @@
-//! `jobcast`: the command-line entry point that wires the crates together.
-//! Each subcommand lives in its own module under `cli/`.
+//! `jobcast`: the command line over the library crates. Each subcommand
+//! is a module of its own with its clap `Args` and its `run`: it parses,
+//! calls a library, and prints.
 
-mod cli;
+mod bench;
+mod convert;
+mod demo;
+mod evaluate;
+mod generate;
+mod kafka_args;
+mod output;
+mod replay;
+mod risk;
+mod serve;
+mod simulate;
+mod sql;
 
 use clap::{Parser, Subcommand};
 
@@ -26,51 +38,57 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Convert a trace into Parquet tables (jobs, tasks, events, machines).
-    Convert(cli::convert::Args),
+    Convert(convert::Args),
     /// Run SQL over converted Parquet tables (interactive without a query).
-    Sql(cli::sql::Args),
+    Sql(sql::Args),
     /// Write a seeded synthetic workload as canonical JSON lines.
-    Generate(cli::generate::Args),
+    Generate(generate::Args),
     /// Simulate a cluster scheduled by one prediction policy over a trace.
-    Simulate(cli::simulate::Args),
+    Simulate(simulate::Args),
     /// Compare every prediction policy on the same simulated cluster.
-    Evaluate(cli::evaluate::Args),
+    Evaluate(evaluate::Args),
     /// Replay a trace into Kafka in event-time order, keyed by job.
-    Replay(cli::replay::Args),
+    Replay(replay::Args),
     /// Run the streaming service: Kafka events in, decisions out.
-    Serve(cli::serve::Args),
+    Serve(serve::Args),
     /// Run the service on an embedded Kafka and replay a trace into it.
-    Demo(cli::demo::Args),
+    Demo(demo::Args),
     /// Preemption risk of transient VMs: scores, checkpoints, VM reuse.
-    Risk(cli::risk::Args),
+    Risk(risk::Args),
     /// Measure throughput: `bench pipeline` is events/s end to end.
-    Bench(cli::bench::Args),
+    Bench(bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
     use std::io::IsTerminal;
 
+    let cli = Cli::parse();
+    // The demo's live display is the reader's; its logs are warnings unless
+    // asked for. A service logs what it does.
+    let default_level = match cli.command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("JOBCAST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         // Colours for a terminal only, not for journald or a log collector.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
-        Command::Convert(args) => cli::convert::run(args),
-        Command::Sql(args) => cli::sql::run(args),
-        Command::Generate(args) => cli::generate::run(args),
-        Command::Simulate(args) => cli::simulate::run(args),
-        Command::Evaluate(args) => cli::evaluate::run(args),
-        Command::Replay(args) => cli::replay::run(args),
-        Command::Serve(args) => cli::serve::run(args),
-        Command::Demo(args) => cli::demo::run(args),
-        Command::Risk(args) => cli::risk::run(args),
-        Command::Bench(args) => cli::bench::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Sql(args) => sql::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Simulate(args) => simulate::run(args),
+        Command::Evaluate(args) => evaluate::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Risk(args) => risk::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -4,7 +4,6 @@
 //! the workload split are documented in `jobcast_replay::sim` and
 //! `jobcast_replay::workload`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -12,6 +11,8 @@ use anyhow::Context;
 use jobcast_ingest::Format;
 use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
+
+use super::output::{print_json, print_out};
 
 /// Jobs per block of SLearn's adaptive sampling ratio (the paper's T).
 const ADAPTIVE_BLOCK: u32 = 100;
@@ -129,23 +130,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("wrote {}", names.join(", "));
     }
     if args.common.json {
-        print_out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&evaluation.to_json())?
-        ))
+        print_json(&evaluation.to_json())
     } else {
         print_out(&evaluation.table())
-    }
-}
-
-/// Write `text` to stdout; a closed pipe (e.g. `| head`) is the reader's
-/// choice, not a failure.
-pub fn print_out(text: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(err).context("writing to stdout")
-        }
-        _ => Ok(()),
     }
 }

@@ -35,10 +35,15 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+mod merge;
+
+use merge::PartitionMerge;
+
 use crate::config::ConsumerConfig;
-use crate::merge::PartitionMerge;
-use crate::service::{ServiceError, Shared, log_librdkafka};
-use crate::telemetry;
+use crate::error::{DeadLetter, ServiceError};
+use crate::shared::Shared;
+use crate::telemetry::{self, log_librdkafka};
+use jobcast_predictor::config::ConfigError;
 
 /// librdkafka's `fetch.queue.backoff.ms` for the input consumer. librdkafka
 /// stops fetching a partition for this long once its prefetch queue would
@@ -60,12 +65,23 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// Merged messages as (partition, offset, message), in the merge's order.
 pub(crate) type Batch = Vec<(i32, i64, Consumed)>;
 
+/// What [`Source::next`] found.
+pub(crate) enum Polled {
+    /// Everything that waited.
+    Batch(Batch),
+    /// Nothing was ready in time.
+    Idle,
+    /// The source handed over all it held and stopped (the service is
+    /// shutting down).
+    Ended,
+}
+
 /// One consumed message on its way through the pipeline.
 pub(crate) struct Consumed {
     pub key: Option<Vec<u8>>,
     /// `None` for a message without a payload (a tombstone).
     pub payload: Option<Vec<u8>>,
-    pub event: Result<Event, (&'static str, String)>,
+    pub event: Result<Event, DeadLetter>,
     pub polled_at: Instant,
 }
 
@@ -73,8 +89,8 @@ impl Consumed {
     /// Decode a message (from the input topic, or the log).
     pub fn new(key: Option<Vec<u8>>, payload: Option<Vec<u8>>) -> Self {
         let event = match &payload {
-            None => Err(("empty", "the message has no payload".to_owned())),
-            Some(bytes) => decode(bytes).map_err(|e| (e.kind.as_str(), e.to_string())),
+            None => Err(DeadLetter::Empty),
+            Some(bytes) => decode(bytes).map_err(DeadLetter::Decode),
         };
         Consumed {
             key,
@@ -157,7 +173,7 @@ impl Source {
     ) -> Result<Source, ServiceError> {
         let topic = consumer.context().topic.clone();
         let topic_c = CString::new(topic.as_str())
-            .map_err(|_| ServiceError::Config("the input topic's name contains NUL".into()))?;
+            .map_err(|_| ConfigError::new("topics.events", "contains NUL"))?;
         let handover = Arc::new(Handover::default());
         let stop = Arc::new(AtomicBool::new(false));
         let reader = Reader {
@@ -185,11 +201,11 @@ impl Source {
     }
 
     /// Everything waiting, once the oldest has waited `batch_linger_ms`
-    /// (or a batch's worth waits), waiting at most `wait`; `Ok(None)` if
-    /// nothing was ready in that time. Once the service is shutting down,
-    /// the source hands over the merged messages it holds (at most a batch)
-    /// and ends: then `Err(None)`.
-    pub fn next(&self, wait: Duration) -> Result<Option<Batch>, Option<ServiceError>> {
+    /// (or a batch's worth waits), waiting at most `wait`. Once the service
+    /// is shutting down, the source hands over the merged messages it holds
+    /// (at most a batch) and ends. An error is why the source failed, after
+    /// what it had merged before was taken.
+    pub fn next(&self, wait: Duration) -> Result<Polled, ServiceError> {
         self.handover.take(self.max_batch, self.linger, wait)
     }
 }
@@ -254,7 +270,7 @@ impl Handover {
         max_batch: usize,
         linger: Duration,
         wait: Duration,
-    ) -> Result<Option<Batch>, Option<ServiceError>> {
+    ) -> Result<Polled, ServiceError> {
         let deadline = Instant::now() + wait;
         let mut waiting = self.lock();
         loop {
@@ -266,17 +282,17 @@ impl Handover {
                 waiting.since = None;
                 let batch = std::mem::take(&mut waiting.batch);
                 self.taken.notify_one();
-                return Ok(Some(batch));
+                return Ok(Polled::Batch(batch));
             }
             if finished {
-                return Err(waiting.error.take());
+                return waiting.error.take().map_or(Ok(Polled::Ended), Err);
             }
             let now = Instant::now();
             let until = waiting
                 .since
                 .map_or(deadline, |t| (t + linger).min(deadline));
             if now >= until {
-                return Ok(None);
+                return Ok(Polled::Idle);
             }
             waiting = self
                 .arrived
@@ -609,16 +625,25 @@ mod tests {
         batch.iter().map(|(_, offset, _)| *offset).collect()
     }
 
+    /// The offsets of what the pipeline took: a batch, or a panic.
+    fn taken(polled: Result<Polled, ServiceError>) -> Vec<i64> {
+        match polled {
+            Ok(Polled::Batch(batch)) => offsets(&batch),
+            Ok(Polled::Idle) => panic!("nothing was ready"),
+            Ok(Polled::Ended) => panic!("the source ended"),
+            Err(e) => panic!("the source failed: {e}"),
+        }
+    }
+
     #[test]
     fn the_pipeline_takes_everything_waiting_as_soon_as_it_arrives() {
         let handover = Arc::new(Handover::default());
         let ms = Duration::from_millis;
-        assert!(matches!(handover.take(10, ms(0), ms(1)), Ok(None)));
+        assert!(matches!(handover.take(10, ms(0), ms(1)), Ok(Polled::Idle)));
 
         hand_over(&handover, 0..3);
         hand_over(&handover, 3..5);
-        let batch = handover.take(10, ms(0), ms(1)).unwrap().unwrap();
-        assert_eq!(offsets(&batch), [0, 1, 2, 3, 4]);
+        assert_eq!(taken(handover.take(10, ms(0), ms(1))), [0, 1, 2, 3, 4]);
 
         // A pipeline waiting wakes when messages arrive, long before its
         // wait is up.
@@ -630,9 +655,9 @@ mod tests {
             })
         };
         let asked = Instant::now();
-        let batch = handover.take(10, ms(0), Duration::from_secs(60)).unwrap();
+        let batch = taken(handover.take(10, ms(0), Duration::from_secs(60)));
         assert!(asked.elapsed() < Duration::from_secs(60));
-        assert_eq!(offsets(&batch.unwrap()), [5]);
+        assert_eq!(batch, [5]);
         source.join().unwrap();
     }
 
@@ -642,16 +667,18 @@ mod tests {
         let ms = Duration::from_millis;
         hand_over(&handover, 0..2);
         // Not yet due: the oldest message has not waited 200 ms.
-        assert!(matches!(handover.take(3, ms(200), ms(0)), Ok(None)));
+        assert!(matches!(handover.take(3, ms(200), ms(0)), Ok(Polled::Idle)));
         let asked = Instant::now();
-        let batch = handover.take(3, ms(200), Duration::from_secs(60)).unwrap();
+        let batch = taken(handover.take(3, ms(200), Duration::from_secs(60)));
         assert!(asked.elapsed() >= ms(150), "{:?}", asked.elapsed());
-        assert_eq!(offsets(&batch.unwrap()), [0, 1]);
+        assert_eq!(batch, [0, 1]);
 
         // A full batch goes at once.
         hand_over(&handover, 2..5);
-        let batch = handover.take(3, Duration::from_secs(60), ms(0)).unwrap();
-        assert_eq!(offsets(&batch.unwrap()), [2, 3, 4]);
+        assert_eq!(
+            taken(handover.take(3, Duration::from_secs(60), ms(0))),
+            [2, 3, 4]
+        );
     }
 
     #[test]
@@ -659,22 +686,24 @@ mod tests {
         let handover = Handover::default();
         let ms = Duration::from_millis;
         hand_over(&handover, 0..2);
-        handover.lock().error = Some(ServiceError::Config("the source failed".into()));
-        let batch = handover.take(10, Duration::from_secs(60), ms(0)).unwrap();
-        assert_eq!(offsets(&batch.unwrap()), [0, 1]);
+        handover.lock().error = Some(ServiceError::Thread(std::io::Error::other(
+            "the source failed",
+        )));
+        assert_eq!(
+            taken(handover.take(10, Duration::from_secs(60), ms(0))),
+            [0, 1]
+        );
         match handover.take(10, ms(0), ms(0)) {
-            Err(Some(ServiceError::Config(reason))) => assert_eq!(reason, "the source failed"),
-            other => panic!("{:?}", other.map(|b| b.map(|b| offsets(&b)))),
+            Err(ServiceError::Thread(e)) => assert_eq!(e.to_string(), "the source failed"),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("the error was not passed on"),
         }
 
         let handover = Handover::default();
         hand_over(&handover, 0..1);
         handover.lock().ended = true;
-        assert_eq!(
-            offsets(&handover.take(10, ms(0), ms(0)).unwrap().unwrap()),
-            [0]
-        );
-        assert!(matches!(handover.take(10, ms(0), ms(0)), Err(None)));
+        assert_eq!(taken(handover.take(10, ms(0), ms(0))), [0]);
+        assert!(matches!(handover.take(10, ms(0), ms(0)), Ok(Polled::Ended)));
     }
 
     #[test]

@@ -1,0 +1,182 @@
+//! The engine's configuration: which policy drives, which run in shadow,
+//! and how VM risk is scored and fitted. Every setting is checked by
+//! [`Engine::new`](super::Engine::new), and an error names its key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
+use crate::decision::PolicyKind;
+use crate::history::HistoryConfig;
+use crate::policies::PolicyConfig;
+use crate::preemption::Bathtub;
+use crate::preemption::fit::FitConfig;
+use crate::preemption::models::LifetimeModel;
+use crate::preemption::online::OnlineConfig;
+use crate::preemption::risk::RiskConfig;
+use crate::queues::QueueConfig;
+
+/// The policies a live service can run: those that need no knowledge of
+/// the future (not the Oracle) and that estimate runtimes (LAS and FIFO do
+/// not, so they have nothing to score).
+pub fn live_policies() -> Vec<PolicyKind> {
+    PolicyKind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, PolicyKind::Las | PolicyKind::Fifo | PolicyKind::Oracle))
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// The policy whose decisions are published.
+    pub policy: PolicyKind,
+    /// Policies run in shadow for comparison (the driving policy is always
+    /// run, whether listed or not).
+    pub shadow: Vec<PolicyKind>,
+    pub policies: PolicyConfig,
+    pub history: HistoryConfig,
+    pub queues: QueueConfig,
+    pub risk: RiskSettings,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            policy: PolicyKind::SLearn,
+            shadow: live_policies(),
+            policies: PolicyConfig::default(),
+            history: HistoryConfig::default(),
+            queues: QueueConfig::default(),
+            risk: RiskSettings::default(),
+        }
+    }
+}
+
+/// When and how tasks on transient VMs are scored, and how the VM
+/// lifetimes they are scored with are fitted from the machine events (see
+/// [`OnlineFitter`](crate::preemption::online::OnlineFitter)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RiskSettings {
+    pub recommendation: RiskConfig,
+    /// VM ages (hours) at which a VM's risk is scored again for the task it
+    /// runs: where the bathtub's hazard turns (the end of the early-failure
+    /// phase, the approach of the 24 h deadline).
+    pub refresh_ages_h: Vec<f64>,
+    /// The lifetime model before enough preemptions are seen to fit one,
+    /// and the one the pooled fit is shrunk toward afterwards.
+    pub prior: BathtubPrior,
+    /// Finished VM lifetimes between refits.
+    pub refit_every: usize,
+    /// The most recent finished VM lifetimes fitted.
+    pub window: usize,
+    /// `k` of the shrinkage weight `d/(d + k)`, in preemptions: how many a
+    /// group needs before its own fit outweighs the pooled one (and the
+    /// pooled fit the prior).
+    pub shrinkage_events: f64,
+}
+
+impl Default for RiskSettings {
+    fn default() -> Self {
+        let online = OnlineConfig::default();
+        RiskSettings {
+            recommendation: RiskConfig::default(),
+            refresh_ages_h: vec![3.0, 18.0, 22.0, 23.5],
+            prior: BathtubPrior::default(),
+            refit_every: online.refit_every,
+            window: online.window,
+            shrinkage_events: online.fit.shrinkage_events,
+        }
+    }
+}
+
+impl RiskSettings {
+    /// The online fitter's configuration; an error names the bad setting
+    /// (within `risk`).
+    pub fn online(&self) -> Result<OnlineConfig, ConfigError> {
+        let prior = self.prior.bathtub().map_err(|e| e.within("prior"))?;
+        if self.refit_every == 0 {
+            return Err(ConfigError::new("refit_every", "must be at least 1"));
+        }
+        if self.window == 0 {
+            return Err(ConfigError::new("window", "must be at least 1"));
+        }
+        if !(self.shrinkage_events.is_finite() && self.shrinkage_events >= 0.0) {
+            return Err(ConfigError::new(
+                "shrinkage_events",
+                format!("must be finite and ≥ 0, got {}", self.shrinkage_events),
+            ));
+        }
+        if let Some(age) = self
+            .refresh_ages_h
+            .iter()
+            .find(|a| !(a.is_finite() && **a > 0.0))
+        {
+            return Err(ConfigError::new(
+                "refresh_ages_h",
+                format!("must be positive hours, got {age}"),
+            ));
+        }
+        let defaults = OnlineConfig::default();
+        let config = OnlineConfig {
+            fit: FitConfig {
+                max_lifetime_h: prior.max_lifetime_h(),
+                priors: vec![LifetimeModel::Bathtub(prior)],
+                shrinkage_events: self.shrinkage_events,
+                ..defaults.fit
+            },
+            refit_every: self.refit_every,
+            window: self.window,
+        };
+        config
+            .fit
+            .check_priors()
+            .map_err(|e| ConfigError::new("prior", e.to_string()))?;
+        Ok(config)
+    }
+}
+
+/// The parameters of a prior [`Bathtub`], under its field names; the
+/// default is the paper's typical GCE fit ([`Bathtub::default`]).
+/// `max_lifetime_h` is the provider's deadline `L`, which the fits use too.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BathtubPrior {
+    pub a: f64,
+    pub tau1: f64,
+    pub tau2: f64,
+    pub b: f64,
+    pub max_lifetime_h: f64,
+}
+
+impl Default for BathtubPrior {
+    fn default() -> Self {
+        let b = Bathtub::default();
+        BathtubPrior {
+            a: b.a(),
+            tau1: b.tau1(),
+            tau2: b.tau2(),
+            b: b.b(),
+            max_lifetime_h: b.max_lifetime_h(),
+        }
+    }
+}
+
+impl BathtubPrior {
+    /// The bathtub, with `a` in (0, 1] and the other parameters in their
+    /// domains (see [`Bathtub::new`]); an error names the parameter.
+    pub fn bathtub(&self) -> Result<Bathtub, ConfigError> {
+        if !(self.a > 0.0 && self.a <= 1.0) {
+            return Err(ConfigError::new(
+                "a",
+                format!("must be in (0, 1], got {}", self.a),
+            ));
+        }
+        Bathtub::new(self.a, self.tau1, self.tau2, self.b, self.max_lifetime_h).map_err(|e| {
+            ConfigError::new(
+                e.param.as_str(),
+                format!("must be {}, got {}", e.requirement, e.value),
+            )
+        })
+    }
+}

@@ -1,0 +1,120 @@
+//! What applying events produces: outputs for the outside world, the keys
+//! of the records to write back, and the reason an event was refused.
+
+use crate::decision::{Decision, PolicyKind};
+use crate::history::HistoryKey;
+
+use super::records::{MachineRisk, PredictionError};
+
+/// Why an event was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Rejection {
+    /// Short machine-readable class, used as a metric label.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub(super) fn reject(reason: &'static str, message: String) -> Rejection {
+    Rejection { reason, message }
+}
+
+/// Something the engine wants the outside world to know.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// A decision of the driving policy, to publish.
+    Decision(Decision),
+    /// A transient VM's risk, newly scored.
+    Risk(MachineRisk),
+    /// A policy's error on a job that just finished.
+    Scored {
+        policy: PolicyKind,
+        job_id: u64,
+        error: PredictionError,
+    },
+}
+
+/// The keys of records that changed. Marking appends (a batch marks a
+/// job at each of its events, and sorted-set insertions stood out in the
+/// pipeline thread's profile); [`Changed::settle`] sorts and dedups once,
+/// before the records are written, so that writes stay deterministic.
+#[derive(Debug)]
+pub struct Changed<T>(pub(super) Vec<T>);
+
+impl<T> Default for Changed<T> {
+    fn default() -> Self {
+        Changed(Vec::new())
+    }
+}
+
+impl<T: Ord> Changed<T> {
+    pub fn mark(&mut self, key: T) {
+        self.0.push(key);
+    }
+
+    /// Sort the keys and drop repeats.
+    pub fn settle(&mut self) {
+        self.0.sort_unstable();
+        self.0.dedup();
+    }
+
+    /// The keys: in order and each once after [`Self::settle`], and until
+    /// the next mark.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl<T: Ord> Extend<T> for Changed<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, keys: I) {
+        self.0.extend(keys);
+    }
+}
+
+impl<'a, T: Ord> IntoIterator for &'a Changed<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// What one or more applied events produced: outputs to publish and the
+/// records to write back, by key; [`Effects::settle`] them before writing.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub outputs: Vec<Output>,
+    pub jobs: Changed<u64>,
+    pub tasks: Changed<(u64, u32)>,
+    pub machines: Changed<u64>,
+    /// History distributions changed or dropped ([`Engine::history`]'s
+    /// `record` gives the new content, `None` when dropped).
+    pub history: Changed<HistoryKey>,
+    /// Policies whose [`PolicyErrors`] changed.
+    pub policies: Changed<&'static str>,
+}
+
+impl Effects {
+    /// Sort every key list and drop repeats.
+    pub fn settle(&mut self) {
+        self.jobs.settle();
+        self.tasks.settle();
+        self.machines.settle();
+        self.history.settle();
+        self.policies.settle();
+    }
+
+    pub fn clear(&mut self) {
+        self.outputs.clear();
+        self.jobs.clear();
+        self.tasks.clear();
+        self.machines.clear();
+        self.history.clear();
+        self.policies.clear();
+    }
+}

@@ -1,0 +1,162 @@
+//! What the engine knows about each job, task and machine, and each
+//! policy's errors: the records the service stores (in the binary layouts of
+//! [`layout`](super::layout)) and the HTTP API serves (as JSON).
+
+use std::collections::BTreeMap;
+
+use jobcast_ingest::event::{EndReason, TaskKind};
+use serde::{Deserialize, Serialize};
+
+use crate::decision::{Estimate, PolicyKind};
+use crate::preemption::risk::RiskScore;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Running,
+    Finished,
+    Failed,
+    Killed,
+    Lost,
+}
+
+/// How far a policy's estimate of a job's mean task runtime was from the
+/// truth.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PredictionError {
+    /// ln(estimate / actual): negative when the policy under-estimated.
+    pub log_ratio: f64,
+    /// |estimate − actual| / actual × 100.
+    pub abs_pct: f64,
+}
+
+impl PredictionError {
+    pub fn of(estimate_us: f64, actual_us: f64) -> Self {
+        PredictionError {
+            log_ratio: (estimate_us / actual_us).ln(),
+            abs_pct: (estimate_us - actual_us).abs() / actual_us * 100.0,
+        }
+    }
+}
+
+/// Upper bounds (%) of the absolute-error buckets of [`PolicyErrors`]; a
+/// last bucket counts the larger errors.
+pub const ERROR_PCT_BOUNDS: [f64; 8] = [5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0];
+
+/// One policy's errors over every job scored so far: stored in the
+/// `policies` column family and served at `GET /policies`, so that the
+/// policies running in shadow can be compared on the live workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyErrors {
+    pub jobs: u64,
+    /// Jobs whose runtime it under-estimated.
+    pub underestimated: u64,
+    pub sum_abs_pct: f64,
+    pub sum_log_ratio: f64,
+    pub sum_sq_log_ratio: f64,
+    /// Jobs per absolute error: at most `ERROR_PCT_BOUNDS[i]` %, then the
+    /// rest.
+    pub abs_pct_buckets: Vec<u64>,
+}
+
+impl Default for PolicyErrors {
+    fn default() -> Self {
+        PolicyErrors {
+            jobs: 0,
+            underestimated: 0,
+            sum_abs_pct: 0.0,
+            sum_log_ratio: 0.0,
+            sum_sq_log_ratio: 0.0,
+            abs_pct_buckets: vec![0; ERROR_PCT_BOUNDS.len() + 1],
+        }
+    }
+}
+
+impl PolicyErrors {
+    pub(super) fn record(&mut self, error: &PredictionError) {
+        self.jobs += 1;
+        self.underestimated += u64::from(error.log_ratio < 0.0);
+        self.sum_abs_pct += error.abs_pct;
+        self.sum_log_ratio += error.log_ratio;
+        self.sum_sq_log_ratio += error.log_ratio * error.log_ratio;
+        let bucket = ERROR_PCT_BOUNDS
+            .iter()
+            .position(|&bound| error.abs_pct <= bound)
+            .unwrap_or(ERROR_PCT_BOUNDS.len());
+        self.abs_pct_buckets[bucket] += 1;
+    }
+}
+
+/// What jobcast knows about a job: stored in the `jobs` column family and
+/// served at `GET /jobs/{id}`, with the job's decisions (`Output::Decision`,
+/// stored apart in the `decisions` family) added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: u64,
+    pub submit_us: u64,
+    pub user: String,
+    pub job_name: String,
+    pub logical_name: String,
+    pub width: u32,
+    pub state: JobState,
+    pub end_us: Option<u64>,
+    pub tasks_finished: u32,
+    /// The latest estimate of each policy that has one, by policy (its
+    /// name in JSON).
+    pub estimates: BTreeMap<PolicyKind, Estimate>,
+    /// True mean task runtime, once the job finished with every task's
+    /// runtime known.
+    pub actual_mean_task_runtime_us: Option<f64>,
+    /// Each policy's error, once the truth is known.
+    pub errors: BTreeMap<PolicyKind, PredictionError>,
+}
+
+/// The last known state of one task: the `tasks` column family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub job_id: u64,
+    pub task_index: u32,
+    /// The last event seen for the task.
+    pub last: TaskKind,
+    pub attempts: u32,
+    pub last_schedule_us: Option<u64>,
+    /// Start of the attempt running now, if one is.
+    pub running_since_us: Option<u64>,
+    /// Runtime of the attempt that finished.
+    pub runtime_us: Option<u64>,
+    pub machine_id: Option<u64>,
+}
+
+/// A machine or cloud VM: the `machines` column family.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineRecord {
+    pub machine_id: u64,
+    pub up: bool,
+    pub added_us: Option<u64>,
+    pub removed_us: Option<u64>,
+    pub vm_type: Option<String>,
+    pub zone: Option<String>,
+    pub preemptible: bool,
+    pub launch_time_us: Option<u64>,
+    pub end_reason: Option<EndReason>,
+    /// The latest preemption-risk score of the task placed on it (transient
+    /// VMs only).
+    pub risk: Option<MachineRisk>,
+}
+
+/// A preemption-risk score for the task last placed on a transient VM: the
+/// `risk` topic's messages and `GET /machines/{id}`'s `risk`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MachineRisk {
+    pub machine_id: u64,
+    pub job_id: u64,
+    pub task_index: u32,
+    /// Event time of the score, µs.
+    pub time_us: u64,
+    /// When the task was placed, µs.
+    pub placed_us: u64,
+    pub vm_type: String,
+    pub zone: String,
+    pub score: RiskScore,
+}

@@ -1,0 +1,413 @@
+use jobcast_ingest::decode;
+
+use super::*;
+use crate::decision::{Decision, Phase};
+use crate::preemption::Bathtub;
+use crate::preemption::online::OnlineConfig;
+use crate::preemption::risk::{RiskConfig, score};
+
+#[test]
+fn changed_keys_settle_sorted_and_once() {
+    let mut changed = Changed::default();
+    for key in [7u64, 3, 7, 9, 3, 3] {
+        changed.mark(key);
+    }
+    changed.settle();
+    assert_eq!(changed.iter().copied().collect::<Vec<_>>(), [3, 7, 9]);
+    changed.extend([1, 9]);
+    changed.settle();
+    assert_eq!(changed.iter().copied().collect::<Vec<_>>(), [1, 3, 7, 9]);
+    changed.clear();
+    assert_eq!(changed.iter().count(), 0);
+}
+
+fn event(json: &str) -> Event {
+    decode(json.as_bytes()).unwrap_or_else(|e| panic!("{json}: {e}"))
+}
+
+fn submit(job: u64, t: u64, tasks: u32) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":{tasks}}}"#
+    ))
+}
+
+fn task(job: u64, index: u32, t: u64, kind: &str) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"task","time_us":{t},"job_id":{job},"task_index":{index},"kind":"{kind}","machine_id":1}}"#
+    ))
+}
+
+fn end(job: u64, t: u64, outcome: &str) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":{job},"outcome":"{outcome}"}}"#
+    ))
+}
+
+fn decisions(effects: &Effects) -> Vec<&Decision> {
+    effects
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Decision(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A job of `width` tasks that all run 10 s, start to end.
+fn run_job(engine: &mut Engine, job: u64, t0: u64, width: u32, effects: &mut Effects) {
+    engine.apply(&submit(job, t0, width), effects).unwrap();
+    for i in 0..width {
+        engine
+            .apply(&task(job, i, t0 + 1, "schedule"), effects)
+            .unwrap();
+    }
+    for i in 0..width {
+        engine
+            .apply(&task(job, i, t0 + 10_000_001, "finish"), effects)
+            .unwrap();
+    }
+    engine
+        .apply(&end(job, t0 + 10_000_002, "finish"), effects)
+        .unwrap();
+}
+
+#[test]
+fn a_wide_job_samples_then_is_placed_and_every_policy_is_scored() {
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    engine.apply(&submit(1, 1_000, 100), &mut effects).unwrap();
+    let first = decisions(&effects);
+    assert_eq!(first.len(), 1, "only the driving policy publishes");
+    assert_eq!((first[0].version, first[0].phase), (1, Phase::Sampling));
+    let pilots = first[0].pilots.clone();
+    assert!(!pilots.is_empty());
+    effects.clear();
+
+    for &p in &pilots {
+        engine
+            .apply(&task(1, p, 2_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    for &p in &pilots {
+        engine
+            .apply(&task(1, p, 5_002_000, "finish"), &mut effects)
+            .unwrap();
+    }
+    let placed = decisions(&effects);
+    assert_eq!(placed.len(), 1);
+    assert_eq!((placed[0].version, placed[0].phase), (2, Phase::Estimated));
+    let estimate = placed[0].estimate.unwrap();
+    assert_eq!(estimate.mean_task_runtime_us, 5_000_000.0);
+    effects.clear();
+
+    let others: Vec<u32> = (0..100).filter(|i| !pilots.contains(i)).collect();
+    for &i in &others {
+        engine
+            .apply(&task(1, i, 6_000_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    for &i in &others {
+        engine
+            .apply(&task(1, i, 11_000_000, "finish"), &mut effects)
+            .unwrap();
+    }
+    engine
+        .apply(&end(1, 12_000_000, "finish"), &mut effects)
+        .unwrap();
+    let record = engine.job(1).unwrap().clone();
+    assert_eq!(record.state, JobState::Finished);
+    assert_eq!(record.tasks_finished, 100);
+    assert_eq!(record.actual_mean_task_runtime_us, Some(5_000_000.0));
+    assert!(
+        decisions(&effects).is_empty(),
+        "nothing new to decide once placed"
+    );
+    // SLearn's pilots saw the true mean exactly.
+    assert_eq!(record.errors[&PolicyKind::SLearn].abs_pct, 0.0);
+    let scored: Vec<&str> = effects
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Scored { policy, .. } => Some(policy.name()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(scored.len(), record.errors.len());
+    assert!(scored.contains(&"3sigma") && scored.contains(&"bayes"));
+    assert_eq!(engine.history().observed(), 1);
+    assert_eq!(engine.live_jobs(), 0);
+    engine.release_ended();
+    assert!(engine.job(1).is_none() && engine.task(1, 0).is_none());
+}
+
+#[test]
+fn impossible_events_are_rejected_and_change_nothing() {
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    engine.apply(&submit(1, 1_000, 2), &mut effects).unwrap();
+    engine
+        .apply(&task(1, 0, 2_000, "schedule"), &mut effects)
+        .unwrap();
+    let before = engine.job(1).unwrap().clone();
+    let task_before = engine.task(1, 0).cloned();
+    let cases = [
+        (task(2, 0, 3_000, "schedule"), "unknown_job"),
+        (task(1, 5, 3_000, "schedule"), "unknown_task"),
+        (task(1, 1, 3_000, "finish"), "no_running_attempt"),
+        (task(1, 0, 1_500, "finish"), "time_backwards"),
+        (submit(1, 3_000, 2), "duplicate_job"),
+        (end(7, 3_000, "finish"), "unknown_job"),
+    ];
+    for (event, reason) in cases {
+        effects.clear();
+        let err = engine.apply(&event, &mut effects).unwrap_err();
+        assert_eq!(err.reason, reason, "{err}");
+        assert!(effects.outputs.is_empty());
+    }
+    assert_eq!(engine.events(), 2);
+    assert_eq!(engine.job(1), Some(&before));
+    assert_eq!(engine.task(1, 0).cloned(), task_before);
+}
+
+#[test]
+fn a_killed_job_teaches_nothing_and_a_finished_one_teaches_the_history() {
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    engine.apply(&submit(1, 1_000, 1), &mut effects).unwrap();
+    engine
+        .apply(&task(1, 0, 2_000, "schedule"), &mut effects)
+        .unwrap();
+    engine.apply(&end(1, 3_000, "kill"), &mut effects).unwrap();
+    assert_eq!(engine.job(1).unwrap().state, JobState::Killed);
+    assert!(engine.job(1).unwrap().errors.is_empty());
+    assert_eq!(engine.history().observed(), 0);
+
+    run_job(&mut engine, 2, 10_000, 1, &mut effects);
+    assert_eq!(engine.history().observed(), 1);
+    // The next similar job is estimated from it.
+    effects.clear();
+    engine
+        .apply(&submit(3, 20_000_000, 1), &mut effects)
+        .unwrap();
+    let estimate = engine.job(3).unwrap().estimates[&PolicyKind::ThreeSigma];
+    assert_eq!(estimate.mean_task_runtime_us, 10_000_000.0);
+}
+
+#[test]
+fn the_same_events_give_the_same_outputs() {
+    let run = || {
+        let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+        let mut effects = Effects::default();
+        for job in 0..30 {
+            run_job(
+                &mut engine,
+                job,
+                job * 1_000_000,
+                1 + (job as u32 * 7) % 40,
+                &mut effects,
+            );
+        }
+        format!("{:?}", effects.outputs)
+    };
+    assert_eq!(run(), run());
+}
+
+const HOUR: u64 = 3_600_000_000;
+
+fn risks(effects: &Effects) -> Vec<MachineRisk> {
+    effects
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Risk(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An engine of `config` that has seen a 10 h job, a preemptible VM
+/// launched at 9 h (03:00 CST, night, in us-central1-c), a plain
+/// machine, and a similar job placed on the VM at 10 h; with the risk
+/// scores of the placement.
+fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) {
+    let hour = HOUR;
+    let mut engine = Engine::new(config).unwrap();
+    let mut effects = Effects::default();
+    // History: a similar job ran 10 h.
+    engine.apply(&submit(10, 0, 1), &mut effects).unwrap();
+    engine
+        .apply(&task(10, 0, 0, "schedule"), &mut effects)
+        .unwrap();
+    engine
+        .apply(&task(10, 0, 10 * hour, "finish"), &mut effects)
+        .unwrap();
+    engine
+        .apply(&end(10, 10 * hour, "finish"), &mut effects)
+        .unwrap();
+    // A preemptible VM launched at 9 h; a plain machine.
+    let t = 9 * hour;
+    engine
+        .apply(
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{t}}}"#
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    engine
+        .apply(
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":2,"kind":"add"}}"#
+            )),
+            &mut effects,
+        )
+        .unwrap();
+
+    // Placed at VM age 1 h with about 10 h of work.
+    engine
+        .apply(&submit(1, 10 * hour, 1), &mut effects)
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(&task(1, 0, 10 * hour, "schedule"), &mut effects)
+        .unwrap();
+    let placed = risks(&effects);
+    (engine, effects, placed)
+}
+
+#[test]
+fn a_task_placed_on_a_transient_vm_is_scored_and_rescored_as_the_vm_ages() {
+    let hour = HOUR;
+    let (mut engine, mut effects, first) = placed_on_a_vm(&EngineConfig::default());
+    assert_eq!(first.len(), 1);
+    let p = first[0].score.this_vm.preemption_probability;
+    assert!(p > 0.0 && p < 1.0, "{p}");
+    assert!((first[0].score.runtime.mean_h - 10.0).abs() < 1e-9);
+    assert_eq!(engine.machine(1).unwrap().risk.as_ref(), Some(&first[0]));
+
+    // The plain machine gets no score.
+    engine
+        .apply(&submit(2, 10 * hour, 1), &mut effects)
+        .unwrap();
+    effects.clear();
+    let on_plain = r#"{"v":1,"type":"task","time_us":36000000000,"job_id":2,"task_index":0,"kind":"schedule","machine_id":2}"#;
+    engine.apply(&event(on_plain), &mut effects).unwrap();
+    assert!(risks(&effects).is_empty());
+
+    // The next event after the VM turns 3 h old rescores it for the
+    // 8 h of work left, at the crossing time.
+    effects.clear();
+    engine
+        .apply(&submit(3, 12 * hour + hour / 2, 1), &mut effects)
+        .unwrap();
+    let refreshed = risks(&effects);
+    assert_eq!(refreshed.len(), 1);
+    assert_eq!(refreshed[0].time_us, 12 * hour);
+    assert!((refreshed[0].score.runtime.mean_h - 8.0).abs() < 1e-9);
+    assert!((refreshed[0].score.this_vm.age_h - 3.0).abs() < 1e-9);
+}
+
+#[test]
+fn risk_scores_start_from_the_configured_prior() {
+    let custom = BathtubPrior {
+        a: 0.8,
+        tau1: 0.5,
+        ..BathtubPrior::default()
+    };
+    let mut config = EngineConfig::default();
+    config.risk.prior = custom;
+    let (_, _, by_default) = placed_on_a_vm(&EngineConfig::default());
+    let (_, _, by_custom) = placed_on_a_vm(&config);
+    let (d, c) = (&by_default[0], &by_custom[0]);
+    // No VM has ended, so there is no fit: each engine scores with its
+    // prior, exactly.
+    for (risk, prior) in [(d, Bathtub::default()), (c, custom.bathtub().unwrap())] {
+        let want = score(
+            &prior,
+            risk.score.this_vm.age_h,
+            risk.score.runtime,
+            &RiskConfig::default(),
+            None,
+        )
+        .unwrap();
+        assert_eq!(risk.score, want);
+    }
+    let p = |r: &MachineRisk| r.score.this_vm.preemption_probability;
+    assert!(p(c) > p(d) + 0.1, "{} vs {}", p(c), p(d));
+}
+
+#[test]
+fn bad_online_fit_settings_are_refused_by_name() {
+    let refused = |risk: RiskSettings| {
+        let config = EngineConfig {
+            risk,
+            ..EngineConfig::default()
+        };
+        Engine::new(&config).err().expect("refused").to_string()
+    };
+    let with_prior = |prior: BathtubPrior| RiskSettings {
+        prior,
+        ..RiskSettings::default()
+    };
+    let base = BathtubPrior::default();
+    for (prior, field) in [
+        (BathtubPrior { a: 1.5, ..base }, "risk.prior.a"),
+        (BathtubPrior { a: 0.0, ..base }, "risk.prior.a"),
+        (BathtubPrior { tau1: -1.0, ..base }, "risk.prior.tau1"),
+        (BathtubPrior { tau2: 0.0, ..base }, "risk.prior.tau2"),
+        (
+            BathtubPrior {
+                b: f64::NAN,
+                ..base
+            },
+            "risk.prior.b",
+        ),
+        (
+            BathtubPrior {
+                max_lifetime_h: 0.0,
+                ..base
+            },
+            "risk.prior.max_lifetime_h",
+        ),
+        // Valid, but beyond what the fit searches (τ1 ≤ 2L).
+        (
+            BathtubPrior {
+                tau1: 100.0,
+                ..base
+            },
+            "`tau1`",
+        ),
+    ] {
+        let err = refused(with_prior(prior));
+        assert!(err.contains(field), "{prior:?}: {err}");
+    }
+    let err = refused(RiskSettings {
+        refit_every: 0,
+        ..RiskSettings::default()
+    });
+    assert!(err.contains("risk.refit_every"), "{err}");
+    let err = refused(RiskSettings {
+        window: 0,
+        ..RiskSettings::default()
+    });
+    assert!(err.contains("risk.window"), "{err}");
+    let err = refused(RiskSettings {
+        shrinkage_events: -1.0,
+        ..RiskSettings::default()
+    });
+    assert!(err.contains("risk.shrinkage_events"), "{err}");
+    assert_eq!(
+        RiskSettings::default().online().unwrap(),
+        OnlineConfig::default()
+    );
+}
+
+#[test]
+fn a_live_service_cannot_run_the_oracle() {
+    let config = EngineConfig {
+        policy: PolicyKind::Oracle,
+        ..EngineConfig::default()
+    };
+    assert!(Engine::new(&config).is_err());
+}

@@ -1,0 +1,32 @@
+//! The one percentile jobcast reports: the simulator's summaries, the
+//! bench's latencies and the service's live error figures all mean the
+//! same thing by "P90".
+
+/// The `p`-th percentile (0–100) of ascending `sorted` values, interpolating
+/// linearly between the closest ranks (the definition of numpy's default
+/// and of R's type 7); `None` when there are no values.
+pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    let rank = (p / 100.0).clamp(0.0, 1.0) * last as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&v, 50.0), Some(2.5));
+        assert_eq!(percentile(&v, 100.0), Some(4.0));
+        // 90 % of the way from rank 0 to rank 3: 2.7, between 3 and 4.
+        assert!((percentile(&v, 90.0).unwrap() - 3.7).abs() < 1e-12);
+        // Out of range clamps; one value is every percentile; none is none.
+        assert_eq!(percentile(&v, 150.0), Some(4.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+}

@@ -1,0 +1,52 @@
+//! Why the service stops. Everything else (a bad message, a failed
+//! delivery, a broker outage) is handled where it happens and the stream
+//! goes on.
+
+use jobcast_ingest::event::DecodeError;
+use jobcast_predictor::config::ConfigError;
+use jobcast_predictor::engine::Rejection;
+use jobcast_storage::state::StoreError;
+use rdkafka::error::KafkaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("cannot start the source thread: {0}")]
+    Thread(std::io::Error),
+    #[error("stopped with {0} output messages unacknowledged; their batch was not committed")]
+    Unacknowledged(usize),
+    #[error("the pipeline thread panicked")]
+    Panicked,
+}
+
+/// Why a consumed message goes to the dead-letter topic instead of being
+/// applied. The stream goes on either way.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DeadLetter {
+    /// No payload (a tombstone).
+    #[error("the message has no payload")]
+    Empty,
+    /// Not a canonical event.
+    #[error(transparent)]
+    Decode(DecodeError),
+    /// A well-formed event that makes no sense in the state it arrives in.
+    #[error(transparent)]
+    Rejected(Rejection),
+}
+
+impl DeadLetter {
+    /// A short, stable class: the `reason` metric label and dead-letter
+    /// header.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DeadLetter::Empty => "empty",
+            DeadLetter::Decode(e) => e.kind.as_str(),
+            DeadLetter::Rejected(r) => r.reason,
+        }
+    }
+}

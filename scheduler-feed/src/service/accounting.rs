@@ -1,0 +1,147 @@
+//! What a batch did, counted: the running counters of [`Shared`] (live
+//! summaries, the bench) and the Prometheus metrics. Counted per batch and
+//! added once: a labelled metric costs a registry lookup per call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use jobcast_predictor::engine::Output;
+
+use crate::shared::Shared;
+use crate::telemetry;
+
+/// How long the pipeline thread spent on a batch's steps.
+pub(super) struct StageTimes {
+    /// Decoded messages to the engine, outputs and log built.
+    pub(super) apply: Duration,
+    /// Until every output was acknowledged.
+    pub(super) publish: Duration,
+    /// The changed records serialised and handed to the writer thread.
+    pub(super) commit: Duration,
+}
+
+/// The counts of one batch, gathered while it is applied.
+pub(super) struct BatchTally {
+    /// Input messages in the batch (applied or dead-lettered).
+    pub(super) messages: usize,
+    pub(super) applied: u64,
+    /// Dead letters of owned partitions.
+    pub(super) dead: u64,
+    /// Summed over the batch's messages: the time from each one's poll to
+    /// the start of the batch.
+    pub(super) queued: Duration,
+    /// Events applied in owned partitions, by type.
+    consumed_by_type: BTreeMap<&'static str, u64>,
+}
+
+impl BatchTally {
+    pub(super) fn new(messages: usize) -> Self {
+        BatchTally {
+            messages,
+            applied: 0,
+            dead: 0,
+            queued: Duration::ZERO,
+            consumed_by_type: BTreeMap::new(),
+        }
+    }
+
+    /// An event of `kind` was applied in an owned partition.
+    pub(super) fn consumed(&mut self, kind: &'static str) {
+        *self.consumed_by_type.entry(kind).or_default() += 1;
+    }
+
+    /// What to count once the writer thread has committed the batch (which
+    /// took `took`): only then are its messages and offsets committed.
+    pub(super) fn on_written(
+        &self,
+        shared: Arc<Shared>,
+        offsets: BTreeMap<i32, i64>,
+    ) -> impl FnOnce(Duration) + Send + 'static {
+        let (messages, applied, dead) = (self.messages as u64, self.applied, self.dead);
+        move |took: Duration| {
+            for (&partition, &next) in &offsets {
+                metrics::gauge!(telemetry::COMMITTED_OFFSET, "partition" => partition.to_string())
+                    .set(next as f64);
+            }
+            let c = &shared.counters;
+            c.committed.fetch_add(messages, Ordering::Relaxed);
+            c.applied.fetch_add(applied, Ordering::Relaxed);
+            c.dead_lettered.fetch_add(dead, Ordering::Relaxed);
+            c.batches.fetch_add(1, Ordering::Relaxed);
+            record_stage("write", &c.write_ns, took);
+        }
+    }
+
+    /// Count the batch once it is published and handed to the writer:
+    /// the outputs of owned partitions, the pipeline thread's `stages`, and
+    /// the live jobs left. Returns the decisions.
+    pub(super) fn finish<'a>(
+        self,
+        shared: &Shared,
+        outputs: impl Iterator<Item = &'a Output>,
+        stages: StageTimes,
+        live_jobs: usize,
+    ) -> u64 {
+        for (kind, count) in self.consumed_by_type {
+            metrics::counter!(telemetry::EVENTS_CONSUMED, "type" => kind).increment(count);
+        }
+        let mut decisions = 0u64;
+        let mut scored = 0u64;
+        let mut decisions_by_queue: BTreeMap<u8, u64> = BTreeMap::new();
+        // Each policy's two error histograms, looked up once per batch.
+        let mut error_histograms = HashMap::new();
+        let mut recent = shared.recent.lock().expect("not poisoned");
+        for output in outputs {
+            match output {
+                Output::Decision(d) => {
+                    decisions += 1;
+                    *decisions_by_queue.entry(d.queue).or_default() += 1;
+                }
+                Output::Risk(r) => {
+                    metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
+                        .record(r.score.this_vm.preemption_probability);
+                }
+                Output::Scored { policy, error, .. } => {
+                    scored += 1;
+                    recent.record_error(policy.name(), error.abs_pct);
+                    let (log_ratio, abs_pct) = error_histograms
+                        .entry(policy.name())
+                        .or_insert_with(|| {
+                            (
+                                metrics::histogram!(telemetry::PREDICTION_LOG_RATIO, "policy" => policy.name()),
+                                metrics::histogram!(telemetry::PREDICTION_ERROR, "policy" => policy.name()),
+                            )
+                        });
+                    log_ratio.record(error.log_ratio);
+                    abs_pct.record(error.abs_pct);
+                }
+            }
+        }
+        for (queue, count) in decisions_by_queue {
+            *recent.decisions_by_queue.entry(queue).or_default() += count;
+            metrics::counter!(telemetry::DECISIONS, "queue" => queue.to_string()).increment(count);
+        }
+        drop(recent);
+        metrics::histogram!(telemetry::BATCH_EVENTS).record(self.messages as f64);
+        metrics::gauge!(telemetry::LIVE_JOBS).set(live_jobs as f64);
+        let c = &shared.counters;
+        c.decisions.fetch_add(decisions, Ordering::Relaxed);
+        c.scored.fetch_add(scored, Ordering::Relaxed);
+        c.live_jobs.store(live_jobs as u64, Ordering::Relaxed);
+        record_stage("apply", &c.apply_ns, stages.apply);
+        record_stage("publish", &c.publish_ns, stages.publish);
+        record_stage("commit", &c.commit_ns, stages.commit);
+        c.queued_ns
+            .fetch_add(self.queued.as_nanos() as u64, Ordering::Relaxed);
+        decisions
+    }
+}
+
+/// Add a batch step's time to its counter and histogram.
+fn record_stage(stage: &'static str, counter: &AtomicU64, took: Duration) {
+    counter.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    metrics::histogram!(telemetry::BATCH_STAGE_SECONDS, "stage" => stage)
+        .record(took.as_secs_f64());
+}

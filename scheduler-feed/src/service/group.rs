@@ -1,0 +1,407 @@
+//! Consumer-group membership. Every instance reads every partition (the
+//! predictor learns from all of them); the group only says which partitions
+//! this instance *owns*: publishes the outputs of and stores the records
+//! of. The member fetches nothing. When a partition is revoked, the member
+//! commits where this instance's outputs end, so that the next owner
+//! publishes from there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jobcast_ingest::kafka::KafkaSettings;
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, error, info, warn};
+
+use super::Pipeline;
+use crate::config::ServeConfig;
+use crate::error::ServiceError;
+use crate::shared::Shared;
+use crate::telemetry::{self, log_librdkafka};
+
+/// How long to wait for the group coordinator's committed offsets.
+const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A change in the partitions the consumer group gives this instance.
+pub(super) enum MembershipChange {
+    Added(Vec<i32>),
+    Removed(Vec<i32>),
+}
+
+/// The consumer-group member. It fetches nothing (its partitions are
+/// paused at their end); the group's assignment says which partitions this
+/// instance *owns*: publishes the outputs of and stores the records of.
+pub(super) struct MemberContext {
+    topic: String,
+    shared: Arc<Shared>,
+    pub(super) changes: Mutex<Vec<MembershipChange>>,
+    /// Per owned partition, the offset below which its outputs are
+    /// published. Committed to the group when the partition is revoked, so
+    /// that its next owner publishes from there.
+    pub(super) published: Mutex<BTreeMap<i32, i64>>,
+}
+
+impl ClientContext for MemberContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_librdkafka(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
+            warn!("Kafka group member: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for MemberContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let partitions: Vec<i32> = tpl
+            .elements_for_topic(&self.topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                for &partition in &partitions {
+                    // The member never reads: start at the end, paused.
+                    let _ = tpl.set_partition_offset(&self.topic, partition, Offset::End);
+                }
+                let assigned = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = assigned.and_then(|()| consumer.pause(tpl)) {
+                    error!("cannot take the assigned partitions: {e}");
+                }
+                info!(?partitions, "partitions assigned to this instance");
+                self.shared.assigned.store(true, Ordering::Relaxed);
+                self.changes
+                    .lock()
+                    .expect("not poisoned")
+                    .push(MembershipChange::Added(partitions));
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                // Tell the next owner where this instance's outputs end.
+                let mut commit = TopicPartitionList::new();
+                let published = self.published.lock().expect("not poisoned");
+                for partition in &partitions {
+                    if let Some(&next) = published.get(partition) {
+                        let _ = commit.add_partition_offset(
+                            &self.topic,
+                            *partition,
+                            Offset::Offset(next),
+                        );
+                    }
+                }
+                drop(published);
+                if commit.count() > 0
+                    && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
+                {
+                    warn!("cannot commit the revoked partitions' offsets: {e}");
+                }
+                let unassigned = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = unassigned {
+                    error!("cannot give up the revoked partitions: {e}");
+                }
+                info!(?partitions, "partitions revoked from this instance");
+                self.changes
+                    .lock()
+                    .expect("not poisoned")
+                    .push(MembershipChange::Removed(partitions));
+            }
+            other => error!("rebalance failed: {other:?}"),
+        }
+    }
+}
+
+/// Join `config`'s consumer group, subscribed to the input topic. Only the
+/// partitions that move change hands (cooperative-sticky), so a rebalance
+/// costs the instances that keep theirs nothing.
+fn join(
+    config: &ServeConfig,
+    shared: Arc<Shared>,
+) -> Result<BaseConsumer<MemberContext>, ServiceError> {
+    let topic = &config.topics.events;
+    let member: BaseConsumer<MemberContext> = consumer_config(
+        &config.kafka,
+        &config.consumer.group,
+        &[("partition.assignment.strategy", "cooperative-sticky")],
+    )
+    .create_with_context(MemberContext {
+        topic: topic.clone(),
+        shared,
+        changes: Mutex::new(Vec::new()),
+        published: Mutex::new(BTreeMap::new()),
+    })
+    .map_err(|e| config.kafka.redact(e))?;
+    member.subscribe(&[topic])?;
+    Ok(member)
+}
+
+/// A consumer's settings: `group`, no automatic commits, `extra`, then
+/// the configured client properties (which win).
+fn consumer_config(kafka: &KafkaSettings, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
+    let mut config = kafka.client_config();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    for (key, value) in &kafka.client {
+        config.set(key, value);
+    }
+    config
+}
+
+impl Pipeline<'_> {
+    /// Join the consumer group that divides the input topic's partitions
+    /// between the instances.
+    pub(super) fn join_group(&self) -> Result<BaseConsumer<MemberContext>, ServiceError> {
+        join(self.config, self.shared.clone())
+    }
+
+    /// A consumer's settings (see [`consumer_config`]).
+    pub(super) fn consumer_config(&self, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
+        consumer_config(&self.config.kafka, group, extra)
+    }
+
+    /// Wait for the group's first assignment (false if stopped first).
+    pub(super) fn await_assignment(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
+        while !self.shared.shutdown.load(Ordering::Relaxed) {
+            let _ = member.poll(Duration::from_millis(100));
+            if self.membership_changes(member) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Take the group's news: a revoked partition stops being published at
+    /// once; an added one waits for [`Pipeline::reconcile`]. True if
+    /// anything changed.
+    pub(super) fn membership_changes(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
+        let changes = std::mem::take(&mut *member.context().changes.lock().expect("not poisoned"));
+        if changes.is_empty() {
+            return false;
+        }
+        for change in &changes {
+            match change {
+                MembershipChange::Added(partitions) => self.added.extend(partitions),
+                MembershipChange::Removed(partitions) => {
+                    for partition in partitions {
+                        self.added.remove(partition);
+                        self.owned.remove(partition);
+                    }
+                }
+            }
+        }
+        self.show_owned();
+        true
+    }
+
+    pub(super) fn show_owned(&self) {
+        let owned: Vec<i32> = self.owned.keys().copied().collect();
+        metrics::gauge!(telemetry::OWNED_PARTITIONS).set(owned.len() as f64);
+        *self.shared.owned.lock().expect("not poisoned") = owned;
+    }
+
+    /// The group's committed offset of each partition (0 where none is):
+    /// outputs of earlier offsets were published by a previous owner.
+    pub(super) fn committed_offsets(
+        &self,
+        member: &BaseConsumer<MemberContext>,
+        partitions: &BTreeSet<i32>,
+    ) -> Result<BTreeMap<i32, i64>, ServiceError> {
+        if partitions.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &partition in partitions {
+            tpl.add_partition(&self.topics.events, partition);
+        }
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match member.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
+                Ok(committed) => {
+                    return Ok(committed
+                        .elements_for_topic(&self.topics.events)
+                        .iter()
+                        .map(|e| match e.offset() {
+                            Offset::Offset(next) => (e.partition(), next),
+                            _ => (e.partition(), 0),
+                        })
+                        .collect());
+                }
+                // Without them the new partitions' outputs could be lost
+                // or all published again: wait for the coordinator.
+                Err(e) if !self.shared.shutdown.load(Ordering::Relaxed) => {
+                    warn!("cannot read the group's committed offsets ({e}); retrying");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Commit the owned partitions' offsets to the group: where their next
+    /// owner would start publishing (and what monitoring tools read).
+    pub(super) fn commit_to_group(
+        &self,
+        member: &BaseConsumer<MemberContext>,
+        offsets: &BTreeMap<i32, i64>,
+    ) {
+        let mut tpl = TopicPartitionList::new();
+        let mut published = member.context().published.lock().expect("not poisoned");
+        for (&partition, &next) in offsets {
+            let Some(&from) = self.owned.get(&partition) else {
+                continue;
+            };
+            let next = next.max(from);
+            published.insert(partition, next);
+            if tpl
+                .add_partition_offset(&self.topics.events, partition, Offset::Offset(next))
+                .is_err()
+            {
+                return;
+            }
+        }
+        drop(published);
+        if tpl.count() > 0
+            && let Err(e) = member.commit(&tpl, CommitMode::Async)
+        {
+            debug!("committing offsets to the group: {e}");
+        }
+    }
+
+    /// Leave the group now rather than when the session times out, so
+    /// that the partitions move to the other members at once (the
+    /// revocation commits where this instance's outputs end).
+    pub(super) fn leave_group(&self, member: &BaseConsumer<MemberContext>) {
+        member.unsubscribe();
+        let leaving = Instant::now();
+        while leaving.elapsed() < Duration::from_millis(500) {
+            let _ = member.poll(Duration::from_millis(50));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jobcast_ingest::kafka::Topics;
+    use jobcast_storage::state::StateStore;
+    use rdkafka::mocking::MockCluster;
+
+    use super::*;
+
+    /// What `member`'s context heard from the group since last asked.
+    fn changes(member: &BaseConsumer<MemberContext>) -> Vec<MembershipChange> {
+        std::mem::take(&mut *member.context().changes.lock().unwrap())
+    }
+
+    #[test]
+    fn the_group_gives_partitions_and_takes_them_back_saying_where_outputs_end() {
+        let mock = MockCluster::new(1).unwrap();
+        let topics = Topics::default();
+        mock.create_topic(&topics.events, 4, 1).unwrap();
+        let mut config = ServeConfig::default();
+        config.kafka = KafkaSettings::new(mock.bootstrap_servers());
+        config.consumer.group = "group-test".into();
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Shared::new(Arc::new(StateStore::open(dir.path(), false).unwrap()));
+
+        let first = join(&config, shared.clone()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut owned = Vec::new();
+        while owned.len() < 4 {
+            assert!(Instant::now() < deadline, "the group gave {owned:?}");
+            let _ = first.poll(Duration::from_millis(100));
+            for change in changes(&first) {
+                match change {
+                    MembershipChange::Added(p) => owned.extend(p),
+                    MembershipChange::Removed(p) => panic!("revoked {p:?} with one member"),
+                }
+            }
+        }
+        owned.sort_unstable();
+        assert_eq!(owned, [0, 1, 2, 3]);
+        assert!(shared.assigned.load(Ordering::Relaxed));
+        // This instance has published every partition up to offset 42.
+        first
+            .context()
+            .published
+            .lock()
+            .unwrap()
+            .extend((0..4).map(|p| (p, 42)));
+
+        // Leaving, the member gives every partition back and commits, for
+        // each, where its outputs end: the next owner publishes from there.
+        first.unsubscribe();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut revoked = Vec::new();
+        while revoked.len() < 4 {
+            assert!(Instant::now() < deadline, "revoked only {revoked:?}");
+            let _ = first.poll(Duration::from_millis(100));
+            for change in changes(&first) {
+                if let MembershipChange::Removed(p) = change {
+                    revoked.extend(p);
+                }
+            }
+        }
+        revoked.sort_unstable();
+        assert_eq!(revoked, [0, 1, 2, 3]);
+        let mut tpl = TopicPartitionList::new();
+        for partition in 0..4 {
+            tpl.add_partition(&topics.events, partition);
+        }
+        let next_owner: BaseConsumer = consumer_config(&config.kafka, "group-test", &[])
+            .create()
+            .unwrap();
+        let committed = next_owner
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap();
+        for element in committed.elements_for_topic(&topics.events) {
+            assert_eq!(
+                element.offset(),
+                Offset::Offset(42),
+                "{}",
+                element.partition()
+            );
+        }
+    }
+
+    #[test]
+    fn configured_client_properties_win_over_the_members_own() {
+        let mut kafka = KafkaSettings::new("b:9092");
+        kafka
+            .client
+            .insert("enable.auto.commit".into(), "true".into());
+        let config = consumer_config(&kafka, "g", &[("session.timeout.ms", "6000")]);
+        assert_eq!(config.get("group.id"), Some("g"));
+        assert_eq!(config.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(config.get("enable.auto.commit"), Some("true"));
+        assert_eq!(config.get("enable.auto.offset.store"), Some("false"));
+    }
+}

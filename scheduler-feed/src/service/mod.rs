@@ -1,0 +1,268 @@
+//! `jobcast serve`'s pipeline: Kafka source → event-time merge → engine →
+//! Kafka sinks, with every batch committed to RocksDB atomically with the
+//! offsets it consumed.
+//!
+//! One batch goes through these steps, in this order (the loop is
+//! `pipeline.rs`; each step's file is named):
+//! 1. the source thread ([`crate::source`]) consumes messages from every
+//!    partition of the input topic, decodes them into the event-time
+//!    merge and hands over those whose turn has come; the pipeline
+//!    thread takes all that wait as one batch;
+//! 2. the pipeline thread applies each one to the [`Engine`]
+//!    (`ownership.rs`); a message that did not decode, or that the engine
+//!    rejects, becomes a [`DeadLetter`](crate::error::DeadLetter);
+//! 3. the decisions, risk scores and dead letters of the messages of
+//!    *owned* partitions become messages (`encode.rs`), produced until the
+//!    broker has acknowledged every one (`sink.rs`; failed deliveries are
+//!    produced again, with backoff);
+//! 4. one RocksDB `WriteBatch` is committed on the writer thread: the
+//!    owned partitions' records the batch changed, the learnt state
+//!    (history, policy errors), every consumed message (the log), and the
+//!    next offset of each partition; then the batch is counted
+//!    (`accounting.rs`).
+//!
+//! The source goes on reading and releasing while the pipeline thread
+//! takes this batch through steps 2–4; what it released meanwhile is the
+//! next batch.
+//!
+//! A crash before step 4 loses the batch's effects on RocksDB but not its
+//! input: the restarted service rebuilds its state from the log, resumes
+//! from the stored offsets, and applies the batch again, producing the same
+//! decisions with the same (job id, version), which consumers drop as
+//! duplicates (at-least-once output, exactly-once state).
+//!
+//! # Several instances
+//!
+//! The predictor learns from every job (the 3Sigma history, SLearn's
+//! sampling ratio, the VM lifetime fits), so every instance reads and
+//! applies *every* partition, in the same event-time order, and learns the
+//! same state. The consumer group divides the partitions for what costs
+//! most: an instance publishes the outputs of, and stores the records
+//! (jobs, tasks, machines) of, only the partitions it owns. When a
+//! partition changes hands, its new owner applies its log again
+//! (`recovery.rs`): it stores the partition's records and
+//! publishes the outputs the previous owner had not, from the offset the
+//! previous owner committed to the group (after its outputs were
+//! acknowledged). Offsets for input are always the ones stored in RocksDB;
+//! the group's committed offsets only say where each owner's outputs end
+//! (`group.rs`).
+
+mod accounting;
+mod encode;
+mod group;
+mod ownership;
+mod pipeline;
+mod recovery;
+mod sink;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use jobcast_ingest::kafka::Topics;
+use jobcast_predictor::engine::Engine;
+use jobcast_storage::state::StateStore;
+use jobcast_storage::writer::Writer;
+use tracing::info;
+
+use crate::config::ServeConfig;
+use crate::error::ServiceError;
+use crate::shared::Shared;
+use sink::Sink;
+pub use sink::output_producer_config;
+
+/// Totals of one run of the service.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    pub recovered_events: u64,
+    pub committed: u64,
+    pub applied: u64,
+    pub dead_lettered: u64,
+    pub decisions: u64,
+}
+
+/// A running service: the pipeline on a thread of its own, and the state it
+/// shares (with the HTTP API, live summaries, the bench and the tests).
+pub struct Service {
+    shared: Arc<Shared>,
+    thread: JoinHandle<Result<RunSummary, ServiceError>>,
+}
+
+impl Service {
+    /// Open the store of `config` and start the pipeline.
+    pub fn start(config: ServeConfig) -> Result<Service, ServiceError> {
+        let shared = Shared::new(open_store(&config)?);
+        Service::start_with(config, shared)
+    }
+
+    /// Start the pipeline on state already shared with others (the HTTP
+    /// API, started first so that it can answer while the service
+    /// recovers).
+    pub fn start_with(config: ServeConfig, shared: Arc<Shared>) -> Result<Service, ServiceError> {
+        let pipeline_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("pipeline".into())
+            .spawn(move || run(&config, pipeline_shared))
+            .map_err(ServiceError::Thread)?;
+        Ok(Service { shared, thread })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The pipeline has ended (stopped, or failed).
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Finish the batch in hand, commit it, leave the group, and return the
+    /// run's totals.
+    pub fn stop(self) -> Result<RunSummary, ServiceError> {
+        self.shared.shutdown.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    /// Wait for the pipeline to end (it ends by itself only on an error, or
+    /// once `shutdown` is set).
+    pub fn join(self) -> Result<RunSummary, ServiceError> {
+        self.thread.join().map_err(|_| ServiceError::Panicked)?
+    }
+}
+
+/// Open the store for `config`.
+pub fn open_store(config: &ServeConfig) -> Result<Arc<StateStore>, ServiceError> {
+    Ok(Arc::new(StateStore::open(
+        &config.storage.path,
+        config.storage.sync,
+    )?))
+}
+
+/// Run the pipeline on this thread until `shared.shutdown` is set (what
+/// [`Service`] runs on a thread of its own).
+pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, ServiceError> {
+    config.validate()?;
+    crate::telemetry::handle();
+    let mut pipeline = Pipeline::new(config, shared)?;
+    pipeline.check_store()?;
+    let member = pipeline.join_group()?;
+    let sink = Sink::new(&config.kafka, pipeline.shared.clone())?;
+    sink.warm_up(&config.topics);
+    if pipeline.await_assignment(&member) {
+        pipeline.reconcile(&member, &sink, true)?;
+        pipeline.shared.recovered.store(true, Ordering::Relaxed);
+        pipeline.consume(&member, &sink)?;
+    }
+    pipeline.writer.flush()?;
+    sink.flush(Duration::from_secs(10))?;
+    pipeline.leave_group(&member);
+    info!(?pipeline.summary, "stopped");
+    Ok(pipeline.summary)
+}
+
+/// The pipeline thread's state; its steps are implemented in this module's
+/// files.
+struct Pipeline<'a> {
+    config: &'a ServeConfig,
+    topics: &'a Topics,
+    /// The engine's configuration, serialised: stamped on a new store and
+    /// checked against an existing one.
+    engine_config: Vec<u8>,
+    shared: Arc<Shared>,
+    store: Arc<StateStore>,
+    /// Commits each batch's [`jobcast_storage::state::StateBatch`] while
+    /// the next one is applied.
+    writer: Writer,
+    engine: Engine,
+    next_seq: u64,
+    summary: RunSummary,
+    /// Partitions this instance owns, each with the first offset whose
+    /// outputs are its to publish (those before were published by the
+    /// partition's previous owner).
+    owned: BTreeMap<i32, i64>,
+    /// Partitions assigned by the group but not yet taken over.
+    added: BTreeSet<i32>,
+    /// Partitions whose records the store holds.
+    stored: BTreeSet<i32>,
+    /// The input partition each live job's events come from, and each
+    /// machine's: records belong to the owner of that partition.
+    job_partitions: foldhash::HashMap<u64, i32>,
+    machine_partitions: foldhash::HashMap<u64, i32>,
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(config: &'a ServeConfig, shared: Arc<Shared>) -> Result<Self, ServiceError> {
+        let engine = Engine::new(&config.engine).map_err(|e| e.within("engine"))?;
+        Ok(Pipeline {
+            config,
+            topics: &config.topics,
+            engine_config: serde_json::to_vec(&config.engine).expect("config serialises"),
+            store: shared.store.clone(),
+            writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,
+            shared,
+            engine,
+            next_seq: 0,
+            summary: RunSummary::default(),
+            owned: BTreeMap::new(),
+            added: BTreeSet::new(),
+            stored: BTreeSet::new(),
+            job_partitions: foldhash::HashMap::default(),
+            machine_partitions: foldhash::HashMap::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use jobcast_ingest::kafka::KafkaSettings;
+    use rdkafka::mocking::MockCluster;
+
+    use super::*;
+
+    fn config<C: rdkafka::ClientContext>(
+        mock: &MockCluster<'_, C>,
+        dir: &tempfile::TempDir,
+    ) -> ServeConfig {
+        let mut config = ServeConfig::default();
+        config.kafka = KafkaSettings::new(mock.bootstrap_servers());
+        config.storage.path = dir.path().join("state");
+        let t = &config.topics;
+        mock.create_topic(&t.events, 2, 1).unwrap();
+        for topic in [&t.decisions, &t.risk, &t.dead_letter] {
+            mock.create_topic(topic, 1, 1).unwrap();
+        }
+        config
+    }
+
+    #[test]
+    fn a_started_service_recovers_serves_and_stops_on_request() {
+        let mock = MockCluster::new(1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let service = Service::start(config(&mock, &dir)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !service.shared().ready() {
+            if service.is_finished() {
+                panic!("the service ended: {:?}", service.join());
+            }
+            assert!(Instant::now() < deadline, "never ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(*service.shared().owned.lock().unwrap(), [0, 1]);
+        let summary = service.stop().unwrap();
+        assert_eq!(summary, RunSummary::default());
+    }
+
+    #[test]
+    fn a_service_that_cannot_start_says_why_when_joined() {
+        let mock = MockCluster::new(1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut bad = config(&mock, &dir);
+        bad.consumer.batch_max_events = 0;
+        let err = Service::start(bad).unwrap().join().unwrap_err();
+        assert!(matches!(err, ServiceError::Config(_)), "{err}");
+    }
+}

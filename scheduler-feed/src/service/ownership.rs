@@ -1,0 +1,116 @@
+//! Applying input and keeping the records of owned partitions. Every
+//! message goes to the engine; the partition it came from decides who
+//! stores the records it changed (its job's, or its machine's first
+//! partition) and who publishes its outputs.
+
+use std::collections::BTreeSet;
+
+use jobcast_ingest::event::Event;
+use jobcast_predictor::engine::{Effects, Output};
+use jobcast_storage::state::StateBatch;
+
+use super::Pipeline;
+use crate::error::DeadLetter;
+use crate::source::Consumed;
+
+impl Pipeline<'_> {
+    pub(super) fn job_partition(&self, job_id: u64) -> Option<i32> {
+        self.job_partitions.get(&job_id).copied()
+    }
+
+    /// Apply one input message; what it produced is appended to `effects`.
+    pub(super) fn apply_message(
+        &mut self,
+        partition: i32,
+        consumed: &Consumed,
+        effects: &mut Effects,
+    ) -> Result<(), DeadLetter> {
+        let event = consumed.event.as_ref().map_err(Clone::clone)?;
+        self.engine
+            .apply(event, effects)
+            .map_err(DeadLetter::Rejected)?;
+        match event {
+            Event::JobSubmitted(job) => {
+                self.job_partitions.insert(job.job_id, partition);
+            }
+            Event::Machine(machine) => {
+                self.machine_partitions
+                    .entry(machine.machine_id)
+                    .or_insert(partition);
+            }
+            Event::Task(_) | Event::JobEnded(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Write the records `effects` changed that belong to `partitions`.
+    pub(super) fn write_records(
+        &self,
+        effects: &Effects,
+        partitions: &BTreeSet<i32>,
+        write: &mut StateBatch<'_>,
+    ) {
+        if partitions.is_empty() {
+            return;
+        }
+        let ours = |job_id: u64| {
+            self.job_partition(job_id)
+                .is_some_and(|p| partitions.contains(&p))
+        };
+        for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
+            if let Some(record) = self.engine.job(job_id) {
+                write.put_job(job_id, &record.to_bytes());
+            }
+        }
+        for output in &effects.outputs {
+            if let Output::Decision(d) = output
+                && ours(d.job_id)
+            {
+                write.put_decision(d.job_id, d.version, d);
+            }
+        }
+        for &(job_id, task_index) in effects.tasks.iter().filter(|t| ours(t.0)) {
+            if let Some(record) = self.engine.task(job_id, task_index) {
+                write.put_task(job_id, task_index, &record.to_bytes());
+            }
+        }
+        for &machine_id in &effects.machines {
+            if self
+                .machine_partitions
+                .get(&machine_id)
+                .is_some_and(|p| partitions.contains(p))
+                && let Some(record) = self.engine.machine(machine_id)
+            {
+                write.put_machine(machine_id, record);
+            }
+        }
+    }
+
+    /// Let the engine drop ended jobs (once their records are written), and
+    /// forget their partitions.
+    pub(super) fn release_ended(&mut self, effects: &Effects) {
+        self.engine.release_ended();
+        for job_id in &effects.jobs {
+            if self.engine.job(*job_id).is_none() {
+                self.job_partitions.remove(job_id);
+            }
+        }
+    }
+
+    /// Write what the predictor learnt from the batch (every instance
+    /// learns from every partition): the history distributions it changed
+    /// and the policies' error statistics.
+    pub(super) fn write_learnt(&self, effects: &Effects, write: &mut StateBatch<'_>) {
+        for &key in &effects.history {
+            match self.engine.history().record(key) {
+                Some(record) => write.put_history(&key.to_bytes(), &record.to_bytes()),
+                None => write.delete_history(&key.to_bytes()),
+            }
+        }
+        for &policy in &effects.policies {
+            if let Some(errors) = self.engine.policy_errors(policy) {
+                write.put_policy(policy, errors);
+            }
+        }
+    }
+}

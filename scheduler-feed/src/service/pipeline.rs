@@ -1,0 +1,182 @@
+//! The pipeline loop: take a batch from the source, apply it, publish its
+//! outputs, commit it. Each step is a call into the module that owns it
+//! (`ownership`, `encode`, `sink`, `group`, `accounting`), so one batch's
+//! whole path reads here.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use jobcast_predictor::engine::Effects;
+use rdkafka::consumer::BaseConsumer;
+use tracing::debug;
+
+use super::accounting::{BatchTally, StageTimes};
+use super::group::MemberContext;
+use super::sink::{Outgoing, Sink};
+use super::{Pipeline, encode};
+use crate::error::ServiceError;
+use crate::source::{Batch, FETCH_QUEUE_BACKOFF_MS, InputContext, Polled, Source};
+use crate::telemetry;
+
+/// The longest the pipeline waits for a batch before it looks at the
+/// group's membership again.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+
+impl Pipeline<'_> {
+    /// Consume until stopped. Every instance reads every partition (the
+    /// predictor learns from all of them); the group decides whose outputs
+    /// and records this instance keeps.
+    pub(super) fn consume(
+        &mut self,
+        member: &BaseConsumer<MemberContext>,
+        sink: &Sink,
+    ) -> Result<(), ServiceError> {
+        // Its group is never joined nor committed to: librdkafka wants one
+        // for incremental assignment, which adds partitions the topic gains.
+        // The event-time merge needs to know when a partition is read to
+        // its end; statistics carry the consumer lag.
+        let consumer: BaseConsumer<InputContext> = self
+            .consumer_config(
+                &format!("{}.input", self.config.consumer.group),
+                &[
+                    ("enable.partition.eof", "true"),
+                    ("statistics.interval.ms", "5000"),
+                    ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS),
+                ],
+            )
+            .create_with_context(InputContext {
+                topic: self.topics.events.clone(),
+                shared: self.shared.clone(),
+            })
+            .map_err(|e| self.config.kafka.redact(e))?;
+        let source = Source::start(consumer, &self.config.consumer, self.store.clone())?;
+        loop {
+            let _ = member.poll(Duration::ZERO);
+            if self.membership_changes(member) {
+                self.reconcile(member, sink, false)?;
+            }
+            match source.next(POLL_WAIT)? {
+                Polled::Batch(batch) => {
+                    let stopping = self.shared.shutdown.load(Ordering::Relaxed);
+                    self.process(sink, member, batch, stopping)?;
+                }
+                Polled::Idle => {}
+                Polled::Ended => return Ok(()),
+            }
+        }
+    }
+
+    /// Apply, publish and commit one batch.
+    fn process(
+        &mut self,
+        sink: &Sink,
+        member: &BaseConsumer<MemberContext>,
+        batch: Batch,
+        stopping: bool,
+    ) -> Result<(), ServiceError> {
+        let started = Instant::now();
+        let mut tally = BatchTally::new(batch.len());
+        let mut effects = Effects::default();
+        let mut outgoing: Vec<Outgoing> = Vec::new();
+        // Outputs of the messages this instance owns, for its metrics.
+        let mut ours: Vec<Range<usize>> = Vec::new();
+        let mut offsets: BTreeMap<i32, i64> = BTreeMap::new();
+        let store = self.store.clone();
+        let mut write = store.batch();
+        if self.next_seq == 0 {
+            write.stamp_format(&self.engine_config);
+        }
+
+        // 1. Apply every message; the owned partitions' outputs and dead
+        // letters become messages to publish. Every message is logged.
+        for (partition, offset, consumed) in batch {
+            tally.queued += started.saturating_duration_since(consumed.polled_at);
+            offsets.insert(partition, offset + 1);
+            let owned = self
+                .owned
+                .get(&partition)
+                .is_some_and(|&from| offset >= from);
+            let before = effects.outputs.len();
+            match self.apply_message(partition, &consumed, &mut effects) {
+                Ok(()) => {
+                    tally.applied += 1;
+                    if owned {
+                        if let Ok(event) = &consumed.event {
+                            tally.consumed(event.type_name());
+                        }
+                        encode::outputs(
+                            self.topics,
+                            &effects.outputs[before..],
+                            &mut outgoing,
+                            Some(consumed.polled_at),
+                        );
+                        ours.push(before..effects.outputs.len());
+                    }
+                }
+                Err(dead) => {
+                    if owned {
+                        metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => dead.reason())
+                            .increment(1);
+                        debug!(
+                            partition,
+                            offset,
+                            reason = dead.reason(),
+                            "dead letter: {dead}"
+                        );
+                        outgoing.push(encode::dead_letter(
+                            self.topics,
+                            &consumed,
+                            partition,
+                            offset,
+                            &dead,
+                        ));
+                        tally.dead += 1;
+                    }
+                }
+            }
+            write.append_log(
+                self.next_seq,
+                partition,
+                offset,
+                consumed.key.as_deref(),
+                consumed.payload.as_deref(),
+            );
+            self.next_seq += 1;
+        }
+        let applied_at = Instant::now();
+
+        // 2. Publish, and wait until the broker has every output.
+        sink.publish(&outgoing, stopping)?;
+        let published_at = Instant::now();
+
+        // 3. Commit: the changed records, what the predictor learnt, and
+        // the offsets consumed, in one write, on the writer thread.
+        effects.settle();
+        self.write_records(&effects, &self.stored, &mut write);
+        self.write_learnt(&effects, &mut write);
+        for (&partition, &next) in &offsets {
+            write.set_offset(&self.topics.events, partition, next);
+        }
+        let on_written = tally.on_written(self.shared.clone(), offsets.clone());
+        self.writer.submit(write, Box::new(on_written))?;
+        let committed_at = Instant::now();
+        self.release_ended(&effects);
+        self.commit_to_group(member, &offsets);
+
+        // 4. Count what the batch did.
+        self.summary.committed += tally.messages as u64;
+        self.summary.applied += tally.applied;
+        self.summary.dead_lettered += tally.dead;
+        let stages = StageTimes {
+            apply: applied_at - started,
+            publish: published_at - applied_at,
+            commit: committed_at - published_at,
+        };
+        let outputs = ours.into_iter().flat_map(|range| &effects.outputs[range]);
+        self.summary.decisions +=
+            tally.finish(&self.shared, outputs, stages, self.engine.live_jobs());
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! What the service's threads share: the state store, the flags that
+//! start and stop work and tell readiness, running counters and recent
+//! outcomes for live summaries. The pipeline thread writes it; the source
+//! thread, the HTTP server and whoever started the service read it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jobcast_predictor::stats::percentile;
+use jobcast_storage::state::StateStore;
+
+/// State shared between the pipeline thread, the HTTP server and whoever
+/// started the service.
+pub struct Shared {
+    pub store: Arc<StateStore>,
+    /// Set to stop: the batch in hand is finished and committed first.
+    pub shutdown: AtomicBool,
+    /// The log has been applied again and the service consumes.
+    pub recovered: AtomicBool,
+    /// The consumer group has given this instance its partitions (possibly
+    /// none).
+    pub assigned: AtomicBool,
+    /// The brokers answered recently.
+    pub broker_up: AtomicBool,
+    /// The input partitions this instance owns.
+    pub owned: Mutex<Vec<i32>>,
+    pub counters: Counters,
+    pub recent: Mutex<Recent>,
+}
+
+/// Recent outcomes, for live summaries: decisions by queue, and each
+/// policy's absolute percentage errors on the last jobs it was scored on.
+#[derive(Debug, Default)]
+pub struct Recent {
+    pub decisions_by_queue: BTreeMap<u8, u64>,
+    pub errors_pct: BTreeMap<&'static str, VecDeque<f64>>,
+}
+
+impl Recent {
+    /// Errors kept per policy.
+    pub const WINDOW: usize = 10_000;
+
+    pub(crate) fn record_error(&mut self, policy: &'static str, abs_pct: f64) {
+        let errors = self.errors_pct.entry(policy).or_default();
+        if errors.len() == Self::WINDOW {
+            errors.pop_front();
+        }
+        errors.push_back(abs_pct);
+    }
+
+    /// The `q`-quantile (0–1) of a policy's recent errors (see
+    /// [`percentile`]).
+    pub fn error_quantile(&self, policy: &str, q: f64) -> Option<f64> {
+        let mut errors: Vec<f64> = self.errors_pct.get(policy)?.iter().copied().collect();
+        errors.sort_by(f64::total_cmp);
+        percentile(&errors, q * 100.0)
+    }
+}
+
+/// Running totals since start, for live summaries.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Input messages committed (applied or dead-lettered).
+    pub committed: AtomicU64,
+    pub applied: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub decisions: AtomicU64,
+    pub scored: AtomicU64,
+    /// Logged messages applied again by the latest log replay.
+    pub recovered_events: AtomicU64,
+    pub live_jobs: AtomicU64,
+    /// Input partitions paused to bound the event-time merge's memory.
+    pub input_pauses: AtomicU64,
+    /// Batches committed, and the nanoseconds the pipeline thread's steps
+    /// took: applying (decoded messages to the engine, outputs and log
+    /// built), publishing (until every output is acknowledged), committing
+    /// (the changed records serialised into the batch, handed to the writer
+    /// thread).
+    pub batches: AtomicU64,
+    pub apply_ns: AtomicU64,
+    pub publish_ns: AtomicU64,
+    pub commit_ns: AtomicU64,
+    /// Nanoseconds, summed over every message of every batch, from its
+    /// poll to the start of its batch: the event-time merge, and the wait
+    /// for the pipeline to finish the batch before.
+    pub queued_ns: AtomicU64,
+    /// Nanoseconds the writer thread spent writing batches to RocksDB,
+    /// beside the pipeline thread (overlapping the steps above).
+    pub write_ns: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(store: Arc<StateStore>) -> Arc<Self> {
+        Arc::new(Shared {
+            store,
+            shutdown: AtomicBool::new(false),
+            recovered: AtomicBool::new(false),
+            assigned: AtomicBool::new(false),
+            broker_up: AtomicBool::new(false),
+            owned: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            recent: Mutex::new(Recent::default()),
+        })
+    }
+
+    /// Ready to serve: recovered, in the group, brokers reachable.
+    pub fn ready(&self) -> bool {
+        self.recovered.load(Ordering::Relaxed)
+            && self.assigned.load(Ordering::Relaxed)
+            && self.broker_up.load(Ordering::Relaxed)
+    }
+}
