@@ -63,12 +63,13 @@ pub struct Args {
 /// working directory.
 fn bundled_excerpt() -> anyhow::Result<PathBuf> {
     let candidates = [
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/google2011-excerpt"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/google2011-excerpt"),
         PathBuf::from("tests/data/google2011-excerpt"),
     ];
     candidates
         .into_iter()
         .find(|p| p.is_dir())
+        .map(|p| p.canonicalize().unwrap_or(p))
         .context("the bundled Google 2011 excerpt (tests/data/google2011-excerpt) is not here; pass --trace and --format")
 }
 
