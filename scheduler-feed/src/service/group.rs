@@ -326,8 +326,10 @@ mod tests {
         let mock = MockCluster::new(1).unwrap();
         let topics = Topics::default();
         mock.create_topic(&topics.events, 4, 1).unwrap();
-        let mut config = ServeConfig::default();
-        config.kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let mut config = ServeConfig {
+            kafka: KafkaSettings::new(mock.bootstrap_servers()),
+            ..ServeConfig::default()
+        };
         config.consumer.group = "group-test".into();
         let dir = tempfile::tempdir().unwrap();
         let shared = Shared::new(Arc::new(StateStore::open(dir.path(), false).unwrap()));

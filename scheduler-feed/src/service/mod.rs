@@ -227,8 +227,10 @@ mod tests {
         mock: &MockCluster<'_, C>,
         dir: &tempfile::TempDir,
     ) -> ServeConfig {
-        let mut config = ServeConfig::default();
-        config.kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let mut config = ServeConfig {
+            kafka: KafkaSettings::new(mock.bootstrap_servers()),
+            ..ServeConfig::default()
+        };
         config.storage.path = dir.path().join("state");
         let t = &config.topics;
         mock.create_topic(&t.events, 2, 1).unwrap();
