@@ -10,6 +10,8 @@
 //!   GS multi-level queues on the decisions of one prediction policy;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
+//! - [`risk_fit`]: lifetime models fitted to measured preemptible-VM
+//!   lifetimes, with tables, JSON and plots;
 //! - [`kafka`]: any event stream replayed into a Kafka topic in event-time
 //!   order, paced and resumable, with every delivery accounted for;
 //! - [`closed_loop`]: the simulator as the downstream scheduler of a
@@ -21,6 +23,7 @@ pub mod evaluate;
 pub mod generate;
 pub mod kafka;
 pub mod report;
+pub mod risk_fit;
 pub mod sim;
 pub mod workload;
 

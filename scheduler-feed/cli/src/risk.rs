@@ -28,6 +28,7 @@ use jobcast_predictor::preemption::running_time::{
     expected_running_time_h, expected_wasted_work_h, fresh_vm_age_h, preemption_probability,
     reuse_decision, reuse_monte_carlo,
 };
+use jobcast_replay::risk_fit;
 use serde_json::json;
 
 use crate::output::print_json;
@@ -95,7 +96,7 @@ impl ModelArgs {
 /// A bathtub's parameters as `risk fit` reports them, with the deadline
 /// `L` its free parameters are relative to.
 fn params_json(m: &Bathtub) -> serde_json::Value {
-    let mut params = fit::params_json(&LifetimeModel::Bathtub(*m));
+    let mut params = risk_fit::params_json(&LifetimeModel::Bathtub(*m));
     params["max_lifetime_h"] = json!(m.max_lifetime_h());
     params
 }
@@ -151,7 +152,7 @@ struct ScoreArgs {
 
 fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     let model = match &args.lifetimes {
-        Some(path) => fit::fitted_bathtub(
+        Some(path) => risk_fit::fitted_bathtub(
             path,
             &args.vm_type,
             &args.zone,

@@ -234,10 +234,31 @@ mod tests {
 
     const TOPIC: &str = "out";
 
-    fn shared() -> (tempfile::TempDir, Arc<Shared>) {
+    /// A sink publishing to a one-partition topic of a fresh mock cluster,
+    /// with a store on disk behind its shared state.
+    struct Fixture {
+        mock: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        kafka: KafkaSettings,
+        shared: Arc<Shared>,
+        sink: Sink,
+        _dir: tempfile::TempDir,
+    }
+
+    fn fixture() -> Fixture {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(dir.path(), false).unwrap();
-        (dir, Shared::new(Arc::new(store)))
+        let shared = Shared::new(Arc::new(store));
+        let sink = Sink::new(&kafka, shared.clone()).unwrap();
+        Fixture {
+            mock,
+            kafka,
+            shared,
+            sink,
+            _dir: dir,
+        }
     }
 
     fn outgoing(n: usize) -> Vec<Outgoing> {
@@ -277,11 +298,13 @@ mod tests {
 
     #[test]
     fn publish_returns_once_every_output_is_in_the_topic() {
-        let mock = MockCluster::new(1).unwrap();
-        mock.create_topic(TOPIC, 1, 1).unwrap();
-        let kafka = KafkaSettings::new(mock.bootstrap_servers());
-        let (_dir, shared) = shared();
-        let sink = Sink::new(&kafka, shared.clone()).unwrap();
+        let Fixture {
+            mock: _mock,
+            kafka,
+            shared,
+            sink,
+            _dir,
+        } = fixture();
         sink.publish(&outgoing(5), false).unwrap();
         assert!(shared.broker_up.load(Ordering::Relaxed));
         let read = read_back(&kafka, 5);
@@ -293,11 +316,13 @@ mod tests {
 
     #[test]
     fn a_failed_delivery_is_produced_again() {
-        let mock = MockCluster::new(1).unwrap();
-        mock.create_topic(TOPIC, 1, 1).unwrap();
-        let kafka = KafkaSettings::new(mock.bootstrap_servers());
-        let (_dir, shared) = shared();
-        let sink = Sink::new(&kafka, shared.clone()).unwrap();
+        let Fixture {
+            mock,
+            kafka,
+            shared,
+            sink,
+            _dir,
+        } = fixture();
         sink.warm_up(&Topics {
             decisions: TOPIC.into(),
             ..Topics::default()
@@ -321,11 +346,13 @@ mod tests {
 
     #[test]
     fn a_stopping_service_gives_up_on_outputs_it_cannot_deliver() {
-        let mock = MockCluster::new(1).unwrap();
-        mock.create_topic(TOPIC, 1, 1).unwrap();
-        let kafka = KafkaSettings::new(mock.bootstrap_servers());
-        let (_dir, shared) = shared();
-        let sink = Sink::new(&kafka, shared.clone()).unwrap();
+        let Fixture {
+            mock,
+            kafka: _,
+            shared,
+            sink,
+            _dir,
+        } = fixture();
         mock.request_errors(
             RDKafkaApiKey::Produce,
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 8],
