@@ -104,7 +104,7 @@ impl HistoryConfig {
 }
 
 /// How a distribution becomes one number.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Estimator {
     /// 3Sigma: the utility-weighted certainty equivalent.
     Utility,
@@ -123,7 +123,7 @@ pub struct HistoryEstimate {
     pub source: EstimateSource,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 struct RunningError {
     mean_abs_log_error: f64,
     count: u64,
@@ -141,7 +141,7 @@ impl RunningError {
 
 /// One job in a value's history, with the terms the estimates need
 /// computed once when it is learnt rather than at every estimate.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Sample {
     end_us: u64,
     mean_task_runtime_us: f64,
@@ -178,7 +178,7 @@ const MAX_SHRINK: f64 = 1e3;
 /// dominant term has left, which would expose the residue), bounds the
 /// relative error by 256 · 10³ · u ≈ 3·10⁻¹¹, and that of the estimate
 /// (mean)^(−1/p) by the same over p.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 struct RunningSum {
     sum: f64,
     /// Largest value of `sum` since the last exact summation.
@@ -222,7 +222,7 @@ impl RunningSum {
 /// is not the small difference of two large sums. All three sums are
 /// re-summed together when either positive sum needs it (see
 /// [`RunningSum`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 struct SampleSums {
     /// Σ r⁻ᵖ.
     utility: RunningSum,
@@ -285,7 +285,7 @@ impl SampleSums {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct ValueHistory {
     /// In the order learnt: job end order, except for jobs reported late.
     samples: VecDeque<Sample>,
@@ -441,7 +441,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 const SWEEP_EVERY: u64 = 4096;
 
 /// The 3Sigma history: what similar jobs did, per feature value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct History {
     config: HistoryConfig,
     values: HashMap<(FeatureKind, u64), ValueHistory>,
@@ -450,6 +450,7 @@ pub struct History {
     observed: u64,
     /// What changed since [`Self::drain_changes`], when tracking: in the
     /// order changed, with repeats (a job's end touches the global key).
+    #[serde(skip)]
     changes: Option<Vec<HistoryKey>>,
 }
 

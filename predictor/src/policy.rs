@@ -69,4 +69,9 @@ pub trait Policy: Send {
     /// A job ended without a usable outcome (failed, killed, lost): forget
     /// it without learning from it.
     fn on_job_abandoned(&mut self, job_id: u64);
+
+    /// Everything the policy holds (its settings, what it learnt, its live
+    /// jobs), for a snapshot of the engine; [`crate::policies::restore`]
+    /// takes it back.
+    fn snapshot(&self) -> Vec<u8>;
 }

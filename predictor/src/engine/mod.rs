@@ -6,8 +6,9 @@
 //! decisions go out to schedulers, and when the job ends, teaches the shared
 //! 3Sigma history what it did and scores each policy's estimate against the
 //! truth. It does no I/O and reads no clock (event time drives everything),
-//! so the same input gives the same output: a restarted service rebuilds
-//! its exact state by applying the stored event log again.
+//! so the same input gives the same output: a restarted service restores
+//! its last snapshot and applies the input logged since, and reaches the
+//! exact state it had.
 //!
 //! Events that are well-formed JSON but make no sense for the state they
 //! arrive in (a task of an unknown job, a finish before any schedule, time
@@ -17,8 +18,10 @@
 //! One file per concern: `config` (what the engine runs), `records` (what
 //! it knows, as stored and served) and [`layout`] (their binary form),
 //! `effects` (what applying events produces), `lifecycle` (a job from
-//! submission to its end) and `risk` (machines, and the preemption risk of
-//! tasks on transient VMs).
+//! submission to its end), `risk` (machines, and the preemption risk of
+//! tasks on transient VMs) and `snapshot` (the whole state as one value,
+//! which a restarted service restores instead of applying all its input
+//! again).
 
 mod config;
 mod effects;
@@ -26,6 +29,7 @@ pub mod layout;
 mod lifecycle;
 mod records;
 mod risk;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -48,6 +52,7 @@ pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
     PredictionError, TaskRecord,
 };
+pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
 
 struct LiveJob {
     submitted: JobSubmitted,

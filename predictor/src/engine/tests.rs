@@ -411,3 +411,169 @@ fn a_live_service_cannot_run_the_oracle() {
     };
     assert!(Engine::new(&config).is_err());
 }
+
+/// The bundled Google 2011 excerpt (real jobs, tasks, failures), with
+/// preemptible VMs among its machines: each of the first 40 machines its
+/// tasks run on is added as a VM and removed (preempted, or stopped) at a
+/// seeded random age, so that risk scores, refreshes and online refits all
+/// happen.
+fn excerpt_with_vms() -> Vec<Event> {
+    use rand::{Rng, SeedableRng};
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/google2011-excerpt");
+    let events: Vec<Event> = jobcast_ingest::google2011::open(&dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let mut vms = Vec::new();
+    for e in &events {
+        if let Event::Task(t) = e
+            && let Some(m) = t.machine_id
+            && !vms.iter().any(|&(id, _)| id == m)
+            && vms.len() < 40
+        {
+            vms.push((m, t.time_us.saturating_sub(1)));
+        }
+    }
+    let mut out = Vec::with_capacity(events.len() + 2 * vms.len());
+    for (i, &(m, launch)) in vms.iter().enumerate() {
+        out.push(event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{launch},"machine_id":{m},"kind":"add","vm_type":"n1-highcpu-{}","zone":"us-central1-c","preemptible":true,"launch_time_us":{launch}}}"#,
+            [2, 16][i % 2]
+        )));
+        let life = rng.random_range(60_000_000..4 * HOUR);
+        let reason = if i % 3 == 0 { "stopped" } else { "preempted" };
+        out.push(event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{},"machine_id":{m},"kind":"remove","vm_type":"n1-highcpu-{}","zone":"us-central1-c","preemptible":true,"launch_time_us":{launch},"end_reason":"{reason}"}}"#,
+            launch + life,
+            [2, 16][i % 2]
+        )));
+    }
+    out.extend(events);
+    out.sort_by_key(Event::time_us);
+    out
+}
+
+/// Apply `events` as the service does (ended jobs released after each);
+/// the outputs and the keys changed.
+fn apply_all(engine: &mut Engine, events: &[Event]) -> (Vec<String>, Effects) {
+    let mut effects = Effects::default();
+    let mut outputs = Vec::new();
+    let mut changed = Effects::default();
+    for e in events {
+        match engine.apply(e, &mut effects) {
+            Ok(()) => outputs.extend(effects.outputs.iter().map(|o| format!("{o:?}"))),
+            Err(r) => outputs.push(format!("rejected: {r}")),
+        }
+        changed.jobs.extend(effects.jobs.iter().copied());
+        changed.tasks.extend(effects.tasks.iter().copied());
+        changed.machines.extend(effects.machines.iter().copied());
+        changed.history.extend(effects.history.iter().copied());
+        changed.policies.extend(effects.policies.iter().copied());
+        effects.clear();
+        for &j in changed.jobs.iter() {
+            if let Some(r) = engine.job(j) {
+                outputs.push(format!("{r:?}"));
+            }
+        }
+        engine.release_ended();
+        changed.jobs.clear();
+    }
+    changed.settle();
+    (outputs, changed)
+}
+
+#[test]
+fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
+    let config = EngineConfig {
+        risk: RiskSettings {
+            refit_every: 3,
+            ..RiskSettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let events = excerpt_with_vms();
+    let mut original = Engine::new(&config).unwrap();
+    // Snapshots taken at three points; each restored engine must follow
+    // the original to the end.
+    let cuts = [events.len() / 10, events.len() / 2, events.len() * 9 / 10];
+    let mut done = 0;
+    let mut restored = Vec::new();
+    for cut in cuts {
+        apply_all(&mut original, &events[done..cut]);
+        done = cut;
+        let snapshot = original.snapshot().unwrap();
+        let copy = Engine::restore(&config, &snapshot).unwrap();
+        assert_eq!(copy.events(), original.events());
+        assert_eq!(copy.live_jobs(), original.live_jobs());
+        restored.push((cut, copy));
+    }
+    let (expected, changed) = apply_all(&mut original, &events[done..]);
+    assert!(original.lifetimes.refits() > 3, "the fitter refitted");
+    for (cut, mut copy) in restored {
+        apply_all(&mut copy, &events[cut..done]);
+        let (rest, _) = apply_all(&mut copy, &events[done..]);
+        assert!(
+            rest == expected,
+            "restored at event {cut}: outputs differ from the original's"
+        );
+        for &j in changed.jobs.iter() {
+            assert_eq!(copy.job(j), original.job(j), "job {j}");
+        }
+        for &(j, t) in changed.tasks.iter() {
+            assert_eq!(copy.task(j, t), original.task(j, t), "task {j}/{t}");
+        }
+        for &m in changed.machines.iter() {
+            assert_eq!(copy.machine(m), original.machine(m), "machine {m}");
+        }
+        for &key in changed.history.iter() {
+            assert_eq!(copy.history().record(key), original.history().record(key));
+        }
+        for kind in config.shadow.iter() {
+            assert_eq!(
+                copy.policy_errors(kind.name()),
+                original.policy_errors(kind.name())
+            );
+        }
+        assert_eq!(copy.events(), original.events());
+    }
+}
+
+#[test]
+fn a_snapshot_of_another_layout_or_configuration_is_refused() {
+    let config = EngineConfig::default();
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    run_job(&mut engine, 1, 0, 20, &mut effects);
+    engine.release_ended();
+    let snapshot = engine.snapshot().unwrap();
+
+    let mut other_format = snapshot.clone();
+    other_format[0] = (SNAPSHOT_FORMAT + 1) as u8;
+    let err = Engine::restore(&config, &other_format).err().unwrap();
+    assert!(
+        matches!(err, RestoreError::Snapshot(SnapshotError::Format { found }) if found == SNAPSHOT_FORMAT + 1),
+        "{err}"
+    );
+
+    let fewer = EngineConfig {
+        shadow: vec![PolicyKind::ThreeSigma],
+        ..config.clone()
+    };
+    let err = Engine::restore(&fewer, &snapshot).err().unwrap();
+    assert!(err.to_string().contains("policies"), "{err}");
+
+    let err = Engine::restore(&config, &snapshot[..snapshot.len() / 2])
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, RestoreError::Snapshot(SnapshotError::Decode(_))),
+        "{err}"
+    );
+
+    // Ended jobs' records must reach the store before a snapshot.
+    engine.apply(&submit(2, 100, 1), &mut effects).unwrap();
+    engine.apply(&end(2, 200, "kill"), &mut effects).unwrap();
+    assert!(matches!(engine.snapshot(), Err(SnapshotError::Unreleased)));
+}

@@ -23,6 +23,7 @@
 //! of 2% and 3% stop changing and the rule keeps firing even if 1% turns
 //! out worse. This is the paper's algorithm and is kept as such.
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// The sampling ratios the algorithm chooses from, in percent.
@@ -32,7 +33,7 @@ pub const RATIO_PERCENTS: [u8; 5] = [1, 2, 3, 4, 5];
 const STARTUP: [u8; 3] = [3, 2, 4];
 
 /// The adaptive sampling-ratio state machine.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdaptiveRatio {
     block: u64,
     /// Wide jobs that have been given a ratio.

@@ -8,11 +8,12 @@ use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use crate::history::Estimator;
 use crate::policy::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::TOP_QUEUE;
+use serde::{Deserialize, Serialize};
 
 /// Least Attained Service: every job starts in the top queue; the scheduler
 /// demotes it as its attained service (total task time) crosses the queue
 /// thresholds, so the policy never decides again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Las;
 
 impl Policy for Las {
@@ -39,11 +40,15 @@ impl Policy for Las {
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
 
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
+    }
+
     fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// FIFO: one queue, arrival order; starvation-free without queue levels.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fifo;
 
 impl Policy for Fifo {
@@ -69,6 +74,10 @@ impl Policy for Fifo {
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
 
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
+    }
+
     fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
@@ -77,7 +86,7 @@ impl Policy for Fifo {
 /// truth, Σ stage mean × stage tasks. A job the truth does not know is
 /// placed by 3Sigma's estimate (per stage for DAGs; its source says so) rather than
 /// failing. A job's truth is dropped when the job ends.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Oracle {
     truth: OracleTruth,
 }
@@ -133,6 +142,10 @@ impl Policy for Oracle {
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.truth.remove(done.job_id);
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
     }
 
     fn on_job_abandoned(&mut self, job_id: u64) {

@@ -47,6 +47,7 @@ use crate::features::JobFeatures;
 use crate::history::{Estimator, HistoryEstimate};
 use crate::policy::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::SAMPLING_QUEUE;
+use serde::{Deserialize, Serialize};
 
 /// Smallest spread used anywhere, so that identical samples give a very
 /// confident, not an infinitely confident, belief.
@@ -57,7 +58,7 @@ const MIN_LOG_SD: f64 = 1e-3;
 const TASK_SPREAD_SMOOTHING: f64 = 0.05;
 
 /// A normal belief about λ = ln(mean task runtime µs).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Belief {
     mean: f64,
     /// 1/variance; 0 for a flat prior.
@@ -114,7 +115,7 @@ fn pilot_cap(fraction: f64, width: u32) -> u32 {
 }
 
 /// The Bayesian policy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bayes {
     thin_limit: u32,
     seed: u64,
@@ -124,7 +125,7 @@ pub struct Bayes {
     jobs: HashMap<u64, LiveJob>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct LiveJob {
     version: u32,
     width: u32,
@@ -254,6 +255,10 @@ impl Policy for Bayes {
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.jobs.remove(&done.job_id);
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
     }
 
     fn on_job_abandoned(&mut self, job_id: u64) {

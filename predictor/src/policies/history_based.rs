@@ -7,9 +7,10 @@ use super::{estimated, history_estimate, is_thin, thin_bypass};
 use crate::decision::{Decision, PolicyKind};
 use crate::history::Estimator;
 use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use serde::{Deserialize, Serialize};
 
 /// A history-based policy. Stateless: it decides once, at arrival.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HistoryBased {
     kind: PolicyKind,
     estimator: Estimator,
@@ -80,6 +81,10 @@ impl Policy for HistoryBased {
     }
 
     fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
+    }
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
 }

@@ -144,7 +144,7 @@ impl PolicyConfig {
 }
 
 /// What one job really did, for the Oracle.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobTruth {
     /// Mean runtime of all the job's tasks, µs.
     pub mean_task_runtime_us: f64,
@@ -170,7 +170,7 @@ impl JobTruth {
 
 /// Ground truth for the Oracle, by job id: a simulator that knows every
 /// task's runtime fills it before the run.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct OracleTruth {
     jobs: HashMap<u64, JobTruth>,
 }
@@ -233,6 +233,33 @@ pub fn build(
             ConfigError::new("policy", "the oracle policy needs the jobs' true runtimes")
         })?)),
     })
+}
+
+/// A policy's [`Policy::snapshot`]: the whole policy, in postcard's
+/// compact binary form (floats bit for bit, so a restored policy decides
+/// exactly as the one saved).
+fn snapshot_of<P: Serialize>(policy: &P) -> Vec<u8> {
+    postcard::to_allocvec(policy).expect("a policy serialises")
+}
+
+/// The policy `kind` as [`Policy::snapshot`] saved it.
+pub fn restore(kind: PolicyKind, state: &[u8]) -> Result<Box<dyn Policy>, postcard::Error> {
+    fn boxed<P: Policy + serde::de::DeserializeOwned + 'static>(
+        state: &[u8],
+    ) -> Result<Box<dyn Policy>, postcard::Error> {
+        Ok(Box::new(postcard::from_bytes::<P>(state)?))
+    }
+    match kind {
+        PolicyKind::ThreeSigma
+        | PolicyKind::PointEst
+        | PolicyKind::ThreeSigmaTl
+        | PolicyKind::ThreeSigmaDag => boxed::<HistoryBased>(state),
+        PolicyKind::SLearn | PolicyKind::SLearnDag => boxed::<SLearn>(state),
+        PolicyKind::Bayes => boxed::<Bayes>(state),
+        PolicyKind::Las => boxed::<Las>(state),
+        PolicyKind::Fifo => boxed::<Fifo>(state),
+        PolicyKind::Oracle => boxed::<Oracle>(state),
+    }
 }
 
 /// Is a job of `width` tasks thin (§5.1.2)? A job without tasks has nothing

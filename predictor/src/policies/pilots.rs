@@ -18,6 +18,7 @@ use std::collections::HashSet;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// What a task end did to the pilot set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +39,7 @@ pub(crate) fn pilot_count(ratio: f64, width: u32) -> u32 {
     (m as u32).max(1).min(width)
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct PilotSet {
     rng: ChaCha8Rng,
     /// Candidate task indices as `(first, count)` ranges.

@@ -29,15 +29,16 @@ use crate::features::JobFeatures;
 use crate::history::Estimator;
 use crate::policy::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::SAMPLING_QUEUE;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 enum RatioRule {
     Fixed(f64),
     Adaptive(AdaptiveRatio),
 }
 
 /// SLearn, or SLearn-DAG.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SLearn {
     kind: PolicyKind,
     thin_limit: u32,
@@ -48,7 +49,7 @@ pub struct SLearn {
     jobs: HashMap<u64, LiveJob>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct LiveJob {
     version: u32,
     /// The adaptive ratio the job used, in percent.
@@ -57,7 +58,7 @@ struct LiveJob {
     sampling: Option<JobSampling>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct JobSampling {
     pilots: PilotSet,
     width: u32,
@@ -65,7 +66,7 @@ struct JobSampling {
 }
 
 /// What SLearn-DAG learnt from history at arrival.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Hybrid {
     root_width: u32,
     /// d_h: the root stages' history mean task runtime, weighted by tasks.
@@ -251,6 +252,10 @@ impl Policy for SLearn {
 
     /// An abandoned job says nothing about how well its sampling ratio
     /// did, so it is not scored.
+    fn snapshot(&self) -> Vec<u8> {
+        super::snapshot_of(self)
+    }
+
     fn on_job_abandoned(&mut self, job_id: u64) {
         self.jobs.remove(&job_id);
     }

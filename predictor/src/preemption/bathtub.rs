@@ -35,6 +35,7 @@
 use super::Lifetime;
 use rand::Rng;
 use rand::distr::Distribution;
+use serde::{Deserialize, Serialize};
 
 /// The parameters of a [`Bathtub`], for error reporting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,7 +75,7 @@ pub struct BathtubError {
 /// Construct with [`Bathtub::new`], which validates the parameters; the
 /// [`Default`] is the paper's typical GCE fit (A = 0.45, τ1 = 1 h,
 /// τ2 = 0.8 h, b = 24 h, L = 24 h).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Bathtub {
     a: f64,
     tau1: f64,

@@ -69,9 +69,10 @@ use rand_chacha::ChaCha8Rng;
 use super::bathtub::Bathtub;
 use super::kaplan_meier::{InvalidLifetime, KaplanMeier, Observation};
 use super::models::{LifetimeModel, ModelKind};
+use serde::{Deserialize, Serialize};
 
 /// One VM's measured lifetime.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LifetimeRecord {
     /// Hours from launch to preemption or stop.
     pub lifetime_h: f64,
@@ -111,7 +112,7 @@ impl LifetimeRecord {
 
 /// When, in the VM's local time, it was launched. The paper (§3.1) finds
 /// VMs launched at night (20:00–08:00 local) live slightly longer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Period {
     Day,
     Night,
@@ -247,7 +248,7 @@ fn last_sunday(y: i64, m: i64) -> i64 {
 }
 
 /// A dimension VMs are grouped by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Dimension {
     /// Machine type, e.g. `n1-highcpu-16`.
     Type,
@@ -271,7 +272,7 @@ impl Dimension {
 
 /// One way of splitting the VMs: by one dimension, or by several at once
 /// (written `type+zone`). Parsed from and displayed as that form.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Grouping(Vec<Dimension>);
 
 impl Grouping {
@@ -364,7 +365,7 @@ impl std::str::FromStr for Grouping {
 }
 
 /// A group of VMs: the pooled data has no field set.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GroupKey {
     pub vm_type: Option<String>,
     pub zone: Option<String>,
@@ -404,7 +405,7 @@ impl fmt::Display for GroupKey {
 }
 
 /// How [`fit_groups`] fits.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FitConfig {
     /// The provider's deadline `L` in hours (finite).
     pub max_lifetime_h: f64,
@@ -510,7 +511,7 @@ impl FitConfig {
 }
 
 /// One model fitted to one group.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelFit {
     /// The model to use: the group's own fit blended toward the pooled one
     /// (or the pooled fit toward its prior).
@@ -526,7 +527,7 @@ pub struct ModelFit {
 }
 
 /// Every model fitted to one group.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupFit {
     pub key: GroupKey,
     /// The group's Kaplan–Meier estimate (lifetimes clamped at `L`).
@@ -543,7 +544,7 @@ impl GroupFit {
 
 /// The fits of every group: the pooled one first, then each grouping's
 /// groups in key order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FitSet {
     max_lifetime_h: f64,
     groups: Vec<GroupFit>,

@@ -22,6 +22,8 @@
 //! This module is the empirical curve that [`fit`](super::fit) fits the
 //! lifetime models to and measures them against.
 
+use serde::{Deserialize, Serialize};
+
 /// One observed lifetime.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Observation {
@@ -33,7 +35,7 @@ pub struct Observation {
 }
 
 /// The estimate at one distinct event time.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct KmStep {
     pub time_h: f64,
     /// VMs under observation just before `time_h`.
@@ -48,7 +50,7 @@ pub struct KmStep {
 
 /// The Kaplan–Meier curve: `Ŝ` is 1 before the first step, constant
 /// between steps, and undefined after the last observation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KaplanMeier {
     steps: Vec<KmStep>,
     observations: usize,

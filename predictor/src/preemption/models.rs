@@ -25,9 +25,10 @@
 
 use super::bathtub::{Bathtub, BathtubError};
 use super::lifetime::{Lifetime, integrate};
+use serde::{Deserialize, Serialize};
 
 /// The lifetime models jobcast fits, by their CLI and JSON names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ModelKind {
     Bathtub,
     Exponential,
@@ -239,7 +240,7 @@ macro_rules! truncated_methods {
 truncated_methods!(Exponential, Weibull, GompertzMakeham, Uniform);
 
 /// The memoryless model: a constant preemption rate λ until the deadline.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Exponential {
     rate: f64,
     max_lifetime_h: f64,
@@ -296,7 +297,7 @@ impl Base for Exponential {
 /// The Weibull model `F₀(t) = 1 − e^(−(λt)^k)`: a hazard that falls
 /// (`k < 1`) or rises (`k > 1`) as a power of age. Its density is infinite
 /// at `t = 0` when `k < 1`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Weibull {
     lambda: f64,
     k: f64,
@@ -357,7 +358,7 @@ impl Base for Weibull {
 
 /// The Gompertz–Makeham model: a constant (Makeham) hazard λ plus an
 /// exponentially ageing (Gompertz) one, `h₀(t) = λ + α·e^(βt)`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GompertzMakeham {
     lambda: f64,
     alpha: f64,
@@ -459,7 +460,7 @@ impl Base for GompertzMakeham {
 
 /// Preemptions spread uniformly over `[0, L]` (the paper's §6 strawman). Its
 /// hazard `1/(L − t)` rises without bound towards the deadline.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Uniform {
     max_lifetime_h: f64,
 }
@@ -493,7 +494,7 @@ impl Base for Uniform {
 }
 
 /// Any of the lifetime models jobcast fits.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum LifetimeModel {
     Bathtub(Bathtub),
     Exponential(Exponential),

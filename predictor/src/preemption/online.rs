@@ -39,9 +39,10 @@ use jobcast_ingest::event::{MachineEvent, MachineKind};
 use super::bathtub::Bathtub;
 use super::fit::{FitConfig, FitError, FitSet, Grouping, LifetimeRecord, fit_groups, local_period};
 use super::models::{LifetimeModel, ModelKind};
+use serde::{Deserialize, Serialize};
 
 /// How an [`OnlineFitter`] refits.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OnlineConfig {
     /// What to fit and how; its `priors` are the answers before any data.
     pub fit: FitConfig,
@@ -72,7 +73,7 @@ impl Default for OnlineConfig {
 }
 
 /// A preemptible VM that is still running.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct LiveVm {
     launch_time_us: u64,
     vm_type: String,
@@ -81,7 +82,7 @@ struct LiveVm {
 
 /// Accumulates VM lifetimes from machine events and keeps per-group fits
 /// fresh (see the [module docs](self)).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OnlineFitter {
     config: OnlineConfig,
     live: BTreeMap<u64, LiveVm>,

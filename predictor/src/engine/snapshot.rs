@@ -1,0 +1,249 @@
+//! The engine's whole state as one value, so that a restarted service
+//! restores it instead of applying all the input it ever received again.
+//!
+//! A snapshot holds everything [`Engine::apply`] reads or changes: the live
+//! jobs, tasks and machines, the 3Sigma history, every policy (SLearn's
+//! adaptive ratio and pilot sets with their random generators, the Bayesian
+//! beliefs), the VM lifetime fitter, pending risk refreshes, the policies'
+//! error statistics and the event count. An engine restored from it applies
+//! the next events exactly as the engine that wrote it would have (the
+//! tests check the outputs and records of both over more input). The
+//! form is postcard's compact binary serde encoding, which keeps floats bit
+//! for bit; a leading format number refuses snapshots of another layout.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
+use jobcast_ingest::event::{JobSubmitted, Stage};
+use serde::{Deserialize, Serialize};
+
+use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
+use crate::decision::PolicyKind;
+use crate::history::History;
+use crate::policies;
+use crate::preemption::online::OnlineFitter;
+
+/// The snapshot layout; bumped whenever a type in it changes shape.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// Why a snapshot could not be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot format {found}, this jobcast reads {SNAPSHOT_FORMAT}")]
+    Format { found: u32 },
+    #[error("the snapshot does not decode: {0}")]
+    Decode(#[from] postcard::Error),
+    #[error("the snapshot holds policies {found:?}, the configuration runs {configured:?}")]
+    Policies {
+        found: Vec<PolicyKind>,
+        configured: Vec<PolicyKind>,
+    },
+    #[error("job {job_id}'s record in the snapshot: {reason}")]
+    Record { job_id: u64, reason: String },
+    #[error("the snapshot was taken with ended jobs not yet released")]
+    Unreleased,
+}
+
+/// The state, borrowed when saved and owned when restored.
+#[derive(Serialize, Deserialize)]
+struct State<'a> {
+    format: u32,
+    policies: Vec<(PolicyKind, Vec<u8>)>,
+    history: Cow<'a, History>,
+    jobs: Vec<(u64, LiveJobState)>,
+    tasks: Cow<'a, HashMap<(u64, u32), TaskRecord>>,
+    machines: Cow<'a, HashMap<u64, MachineRecord>>,
+    lifetimes: Cow<'a, OnlineFitter>,
+    risk_refresh: Cow<'a, BTreeSet<(u64, u64)>>,
+    policy_errors: BTreeMap<PolicyKind, PolicyErrors>,
+    events: u64,
+}
+
+/// A live job. The submission is spelt out field by field: the event types
+/// have no serde form of their own (their wire form is JSON, which does not
+/// keep every float bit for bit). The record is in its stored binary layout
+/// (its JSON form tags estimate sources, which postcard cannot read).
+#[derive(Serialize, Deserialize)]
+struct LiveJobState {
+    submitted: SubmittedState,
+    record: Vec<u8>,
+    runtimes: Vec<Option<u64>>,
+    last_event_us: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SubmittedState {
+    time_us: u64,
+    job_id: u64,
+    user: String,
+    job_name: String,
+    logical_name: String,
+    scheduling_class: u8,
+    priority: u32,
+    cpu_request: f64,
+    mem_request: f64,
+    num_tasks: u32,
+    /// Each stage's id, parents, tasks and name.
+    stages: Option<Vec<(u32, Vec<u32>, u32, Option<String>)>>,
+}
+
+impl From<&JobSubmitted> for SubmittedState {
+    fn from(j: &JobSubmitted) -> Self {
+        SubmittedState {
+            time_us: j.time_us,
+            job_id: j.job_id,
+            user: j.user.clone(),
+            job_name: j.job_name.clone(),
+            logical_name: j.logical_name.clone(),
+            scheduling_class: j.scheduling_class,
+            priority: j.priority,
+            cpu_request: j.cpu_request,
+            mem_request: j.mem_request,
+            num_tasks: j.num_tasks,
+            stages: j.stages.as_ref().map(|stages| {
+                stages
+                    .iter()
+                    .map(|s| (s.id, s.parents.clone(), s.num_tasks, s.name.clone()))
+                    .collect()
+            }),
+        }
+    }
+}
+
+impl From<SubmittedState> for JobSubmitted {
+    fn from(s: SubmittedState) -> Self {
+        JobSubmitted {
+            time_us: s.time_us,
+            job_id: s.job_id,
+            user: s.user,
+            job_name: s.job_name,
+            logical_name: s.logical_name,
+            scheduling_class: s.scheduling_class,
+            priority: s.priority,
+            cpu_request: s.cpu_request,
+            mem_request: s.mem_request,
+            num_tasks: s.num_tasks,
+            stages: s.stages.map(|stages| {
+                stages
+                    .into_iter()
+                    .map(|(id, parents, num_tasks, name)| Stage {
+                        id,
+                        parents,
+                        num_tasks,
+                        name,
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+impl Engine {
+    /// The engine's whole state (see the [module docs](self)). Taken
+    /// between batches, once ended jobs are released
+    /// ([`Engine::release_ended`]): their records belong to the store.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        if !self.ended.is_empty() {
+            return Err(SnapshotError::Unreleased);
+        }
+        let jobs: Vec<(u64, LiveJobState)> = self
+            .jobs
+            .iter()
+            .map(|(&id, job)| {
+                (
+                    id,
+                    LiveJobState {
+                        submitted: (&job.submitted).into(),
+                        record: job.record.to_bytes(),
+                        runtimes: job.runtimes.clone(),
+                        last_event_us: job.last_event_us,
+                    },
+                )
+            })
+            .collect();
+        let state = State {
+            format: SNAPSHOT_FORMAT,
+            policies: self
+                .policies
+                .iter()
+                .map(|p| (p.kind(), p.snapshot()))
+                .collect(),
+            history: Cow::Borrowed(&self.history),
+            jobs,
+            tasks: Cow::Borrowed(&self.tasks),
+            machines: Cow::Borrowed(&self.machines),
+            lifetimes: Cow::Borrowed(&self.lifetimes),
+            risk_refresh: Cow::Borrowed(&self.risk_refresh),
+            policy_errors: PolicyKind::ALL
+                .iter()
+                .filter_map(|&k| Some((k, self.policy_errors.get(k.name())?.clone())))
+                .collect(),
+            events: self.events,
+        };
+        Ok(postcard::to_allocvec(&state)?)
+    }
+
+    /// The engine `snapshot` was taken of. `config` must be the one it ran
+    /// with (the store refuses another): the snapshot carries the state,
+    /// the configuration carries what is not state (the driving policy, the
+    /// queues, the risk settings).
+    pub fn restore(config: &EngineConfig, snapshot: &[u8]) -> Result<Engine, RestoreError> {
+        let mut engine = Engine::new(config).map_err(RestoreError::Config)?;
+        let format = postcard::take_from_bytes::<u32>(snapshot)
+            .map_err(SnapshotError::Decode)?
+            .0;
+        if format != SNAPSHOT_FORMAT {
+            return Err(SnapshotError::Format { found: format }.into());
+        }
+        let state: State<'static> = postcard::from_bytes(snapshot).map_err(SnapshotError::from)?;
+        let configured: Vec<PolicyKind> = engine.policies.iter().map(|p| p.kind()).collect();
+        let found: Vec<PolicyKind> = state.policies.iter().map(|(k, _)| *k).collect();
+        if found != configured {
+            return Err(SnapshotError::Policies { found, configured }.into());
+        }
+        engine.policies = state
+            .policies
+            .iter()
+            .map(|(kind, bytes)| policies::restore(*kind, bytes))
+            .collect::<Result<_, _>>()
+            .map_err(SnapshotError::from)?;
+        engine.history = state.history.into_owned();
+        engine.history.track_changes();
+        engine.jobs = state
+            .jobs
+            .into_iter()
+            .map(|(id, job)| {
+                let record = JobRecord::from_bytes(&job.record)
+                    .map_err(|reason| SnapshotError::Record { job_id: id, reason })?;
+                let live = LiveJob {
+                    submitted: job.submitted.into(),
+                    record,
+                    runtimes: job.runtimes,
+                    last_event_us: job.last_event_us,
+                };
+                Ok((id, live))
+            })
+            .collect::<Result<_, SnapshotError>>()?;
+        engine.tasks = state.tasks.into_owned();
+        engine.machines = state.machines.into_owned();
+        engine.lifetimes = state.lifetimes.into_owned();
+        engine.risk_refresh = state.risk_refresh.into_owned();
+        engine.policy_errors = state
+            .policy_errors
+            .into_iter()
+            .map(|(k, errors)| (k.name(), errors))
+            .collect();
+        engine.events = state.events;
+        Ok(engine)
+    }
+}
+
+/// Why [`Engine::restore`] failed: the configuration, or the snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Config(crate::config::ConfigError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
