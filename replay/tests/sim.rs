@@ -102,6 +102,10 @@ impl Policy for Fifo {
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        unreachable!("the simulator never snapshots its policies")
+    }
 }
 
 /// Places each job by its true mean task runtime.
@@ -137,6 +141,10 @@ impl Policy for Oracle {
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        unreachable!("the simulator never snapshots its policies")
+    }
 }
 
 /// Each job in a fixed queue.
@@ -161,6 +169,10 @@ impl Policy for Fixed {
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        unreachable!("the simulator never snapshots its policies")
+    }
 }
 
 /// SLearn in miniature: jobs of 1–2 tasks bypass to Q0; wider jobs sample
@@ -206,6 +218,10 @@ impl Policy for Sampler {
     }
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        unreachable!("the simulator never snapshots its policies")
+    }
 }
 
 /// Least attained service: the simulator moves the jobs.
@@ -224,6 +240,10 @@ impl Policy for Las {
     fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
 
     fn on_job_abandoned(&mut self, _job_id: u64) {}
+
+    fn snapshot(&self) -> Vec<u8> {
+        unreachable!("the simulator never snapshots its policies")
+    }
 }
 
 fn history() -> History {

@@ -45,6 +45,10 @@ pub struct ConsumerConfig {
     /// it pauses the partitions that have events waiting (see
     /// `source::Throttle`).
     pub max_buffered_events: usize,
+    /// Bytes of outputs of partitions other instances own, kept until
+    /// their owner has published them, so that this instance can take a
+    /// partition over without replaying anything (`service::outbox`).
+    pub takeover_buffer_bytes: usize,
 }
 
 impl Default for ConsumerConfig {
@@ -54,6 +58,7 @@ impl Default for ConsumerConfig {
             batch_max_events: 10_000,
             batch_linger_ms: 0,
             max_buffered_events: 500_000,
+            takeover_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -66,6 +71,10 @@ pub struct StorageConfig {
     /// fsync every commit (survives machine crashes, not only process
     /// crashes).
     pub sync: bool,
+    /// Messages between snapshots of the predictor's state. A restart
+    /// restores the latest snapshot and applies at most this many logged
+    /// messages; the log behind the snapshot is deleted.
+    pub snapshot_every_events: u64,
 }
 
 impl Default for StorageConfig {
@@ -73,6 +82,7 @@ impl Default for StorageConfig {
         StorageConfig {
             path: PathBuf::from("jobcast-data"),
             sync: true,
+            snapshot_every_events: 100_000,
         }
     }
 }
@@ -169,6 +179,12 @@ impl ServeConfig {
         if self.consumer.max_buffered_events == 0 {
             return Err(ConfigError::new(
                 "consumer.max_buffered_events",
+                "must be positive",
+            ));
+        }
+        if self.storage.snapshot_every_events == 0 {
+            return Err(ConfigError::new(
+                "storage.snapshot_every_events",
                 "must be positive",
             ));
         }

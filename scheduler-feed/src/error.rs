@@ -4,7 +4,7 @@
 
 use jobcast_ingest::event::DecodeError;
 use jobcast_predictor::config::ConfigError;
-use jobcast_predictor::engine::Rejection;
+use jobcast_predictor::engine::{Rejection, RestoreError, SnapshotError};
 use jobcast_storage::state::StoreError;
 use rdkafka::error::KafkaError;
 
@@ -22,6 +22,10 @@ pub enum ServiceError {
     Unacknowledged(usize),
     #[error("the pipeline thread panicked")]
     Panicked,
+    #[error("the stored snapshot cannot be restored: {0}")]
+    Restore(#[from] RestoreError),
+    #[error("cannot take a snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
 }
 
 /// Why a consumed message goes to the dead-letter topic instead of being

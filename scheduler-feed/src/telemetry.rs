@@ -32,6 +32,13 @@ pub const INPUT_PAUSES: &str = "jobcast_input_pauses_total";
 pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
+pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
+pub const SNAPSHOT_BYTES: &str = "jobcast_snapshot_bytes";
+pub const SNAPSHOT_SECONDS: &str = "jobcast_snapshot_seconds";
+pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
+pub const TAKEOVER_BUFFER_BYTES: &str = "jobcast_takeover_buffer_bytes";
+pub const TAKEOVER_OUTPUTS_DROPPED: &str = "jobcast_takeover_outputs_dropped_total";
+pub const TAKEOVER_OUTPUTS_LOST: &str = "jobcast_takeover_outputs_lost_total";
 
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [
@@ -76,6 +83,41 @@ pub fn handle() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(
+        SNAPSHOTS,
+        Unit::Count,
+        "Snapshots of the predictor's state written (each truncates the log behind it)"
+    );
+    describe_gauge!(
+        SNAPSHOT_BYTES,
+        Unit::Bytes,
+        "Size of the latest snapshot of the predictor's state"
+    );
+    describe_gauge!(
+        SNAPSHOT_SECONDS,
+        Unit::Seconds,
+        "Time the pipeline spent taking the latest snapshot"
+    );
+    describe_gauge!(
+        RESTORE_SECONDS,
+        Unit::Seconds,
+        "Time the last start took to restore the snapshot and apply the log after it"
+    );
+    describe_gauge!(
+        TAKEOVER_BUFFER_BYTES,
+        Unit::Bytes,
+        "Outputs of other instances' partitions held for a takeover (consumer.takeover_buffer_bytes bounds it)"
+    );
+    describe_counter!(
+        TAKEOVER_OUTPUTS_DROPPED,
+        Unit::Count,
+        "Outputs of other instances' partitions dropped from the takeover buffer for its byte budget"
+    );
+    describe_counter!(
+        TAKEOVER_OUTPUTS_LOST,
+        Unit::Count,
+        "Input offsets whose outputs a takeover could not publish (dropped from the takeover buffer, or from before this instance's snapshot)"
+    );
     describe_counter!(
         EVENTS_CONSUMED,
         Unit::Count,
@@ -171,7 +213,7 @@ fn describe() {
     describe_counter!(
         RECOVERED_EVENTS,
         Unit::Count,
-        "Logged input messages applied again to rebuild the predictor state (on start, and when partitions change hands)"
+        "Logged input messages applied again on start, after the latest snapshot (at most storage.snapshot_every_events plus a batch)"
     );
 }
 

@@ -13,6 +13,7 @@
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (binary, `HistoryRecord::to_bytes`) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
+//! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it |
 //! | `meta`        | name                         | value                          |
 //!
 //! `meta` holds the store's layout version ([`STORE_FORMAT`]), the engine
@@ -30,17 +31,20 @@
 //! hundreds of decisions, each with its pilot list, while its record changes
 //! with every batch.
 //!
-//! The `log` holds every consumed input message (applied or dead-lettered)
-//! in the order it was processed, with the partition and offset it came
-//! from. The in-memory predictor state (policies, in-flight jobs) is a
-//! deterministic function of that sequence, so on start the service
-//! rebuilds it by applying the log again rather than serialising every
-//! policy; the partitions and offsets let it recompute what any one
-//! partition produced, for an instance taking that partition over. The
-//! `history` family holds the 3Sigma distributions of that state, per
+//! The `log` holds the consumed input messages (applied or dead-lettered)
+//! in the order they were processed, with the partition and offset each
+//! came from, since the latest snapshot. The in-memory predictor state
+//! (policies, in-flight jobs) is a deterministic function of the messages
+//! processed; a snapshot (`snapshots`) is that state after every message
+//! logged before its sequence number, written atomically with the batch
+//! it follows, and the same write deletes the log and the snapshots behind
+//! it ([`StateBatch::put_snapshot`]). A restart restores the latest
+//! snapshot and applies the log after it, so what it applies is bounded by
+//! how often snapshots are taken, not by how long the service has run.
+//! The `history` family holds the 3Sigma distributions of that state, per
 //! feature value, written with the batch that changed them, so that what
 //! the predictor has learnt can be inspected (and compared between runs)
-//! without replaying anything.
+//! without restoring anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -60,21 +64,23 @@ pub const HISTORY: &str = "history";
 pub const POLICIES: &str = "policies";
 pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
+pub const SNAPSHOTS: &str = "snapshots";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 9] = [
-    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, META,
+const COLUMN_FAMILIES: [&str; 10] = [
+    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, META,
 ];
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 5: the `jobs` and `tasks` families hold
+/// The store's layout version. 6: the log is truncated behind the latest
+/// snapshot (`snapshots`); 5: the `jobs` and `tasks` families hold
 /// binary records (`JobRecord::to_bytes`, `TaskRecord::to_bytes`); 4: the
 /// `history` family holds binary records (`HistoryRecord::to_bytes`); 3: a
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"5";
+pub const STORE_FORMAT: &[u8] = b"6";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The engine configuration a store was built with (JSON).
 const ENGINE_CONFIG_KEY: &str = "engine_config";
@@ -304,11 +310,14 @@ impl StateStore {
         Ok(out)
     }
 
-    /// The sequence number the next logged event gets.
+    /// The sequence number the next logged event gets: after the last
+    /// logged one, or the latest snapshot's when the log behind it is
+    /// truncated and nothing was logged since.
     pub fn next_log_seq(&self) -> Result<u64, StoreError> {
+        let snapshot = self.latest_snapshot_seq()?;
         let mut iter = self.db.iterator_cf(self.cf(LOG), IteratorMode::End);
         match iter.next() {
-            None => Ok(0),
+            None => Ok(snapshot),
             Some(item) => {
                 let (key, _) = item.map_err(|e| self.rocks(e))?;
                 let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
@@ -316,15 +325,32 @@ impl StateStore {
                     key: key.to_vec(),
                     reason: "sequence number is not 8 bytes".into(),
                 })?;
-                Ok(u64::from_be_bytes(seq) + 1)
+                Ok((u64::from_be_bytes(seq) + 1).max(snapshot))
             }
         }
     }
 
-    /// Every logged message, in the order it was processed.
-    pub fn log(&self) -> impl Iterator<Item = Result<LoggedMessage, StoreError>> + '_ {
+    /// The latest snapshot's sequence number (0 without one), read without
+    /// its value.
+    fn latest_snapshot_seq(&self) -> Result<u64, StoreError> {
+        let mut iter = self.db.raw_iterator_cf(self.cf(SNAPSHOTS));
+        iter.seek_to_last();
+        iter.status().map_err(|e| self.rocks(e))?;
+        Ok(iter
+            .key()
+            .and_then(|k| k.try_into().ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// The logged messages from sequence number `from` on, in the order
+    /// they were processed.
+    pub fn log_from(
+        &self,
+        from: u64,
+    ) -> impl Iterator<Item = Result<LoggedMessage, StoreError>> + '_ {
+        let from = from.to_be_bytes();
         self.db
-            .iterator_cf(self.cf(LOG), IteratorMode::Start)
+            .iterator_cf(self.cf(LOG), IteratorMode::From(&from, Direction::Forward))
             .map(|item| {
                 let (key, value) = item.map_err(|e| self.rocks(e))?;
                 LoggedMessage::decode(&value).ok_or_else(|| StoreError::Corrupt {
@@ -333,6 +359,25 @@ impl StateStore {
                     reason: "not a logged message (partition, offset, key, payload)".into(),
                 })
             })
+    }
+
+    /// The latest snapshot: the sequence number of the first message it
+    /// does not include, and its bytes.
+    pub fn latest_snapshot(&self) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+        let Some(item) = self
+            .db
+            .iterator_cf(self.cf(SNAPSHOTS), IteratorMode::End)
+            .next()
+        else {
+            return Ok(None);
+        };
+        let (key, value) = item.map_err(|e| self.rocks(e))?;
+        let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
+            family: SNAPSHOTS,
+            key: key.to_vec(),
+            reason: "sequence number is not 8 bytes".into(),
+        })?;
+        Ok(Some((u64::from_be_bytes(seq), value.into_vec())))
     }
 
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -479,6 +524,12 @@ impl StateBatch<'_> {
             .delete_range_cf(self.store.cf(DECISIONS), &task_key(job_id, 0)[..], &end[..]);
     }
 
+    /// Delete a job's record, keeping its decisions.
+    pub fn delete_job_record(&mut self, job_id: u64) {
+        self.batch
+            .delete_cf(self.store.cf(JOBS), job_id.to_be_bytes());
+    }
+
     pub fn delete_task(&mut self, job_id: u64, task_index: u32) {
         self.batch
             .delete_cf(self.store.cf(TASKS), task_key(job_id, task_index));
@@ -516,6 +567,21 @@ impl StateBatch<'_> {
         let value = LoggedMessage::encode(partition, offset, key, payload);
         self.batch
             .put_cf(self.store.cf(LOG), seq.to_be_bytes(), value);
+    }
+
+    /// Store `snapshot`, the predictor's state after every message logged
+    /// before `seq`, and delete the log and the snapshots behind it: a
+    /// restart then restores this snapshot and applies only what is logged
+    /// from `seq` on. Range deletes cost one tombstone each, whatever they
+    /// cover; compaction reclaims the space.
+    pub fn put_snapshot(&mut self, seq: u64, snapshot: &[u8]) {
+        let key = seq.to_be_bytes();
+        let zero = 0u64.to_be_bytes();
+        self.batch
+            .delete_range_cf(self.store.cf(SNAPSHOTS), &zero[..], &key[..]);
+        self.batch.put_cf(self.store.cf(SNAPSHOTS), key, snapshot);
+        self.batch
+            .delete_range_cf(self.store.cf(LOG), &zero[..], &key[..]);
     }
 
     pub fn set_meta(&mut self, name: &str, value: &[u8]) {
@@ -675,7 +741,7 @@ mod tests {
         assert_eq!(store.offsets("events-2").unwrap(), BTreeMap::from([(0, 5)]));
         assert_eq!(store.offsets("other").unwrap(), BTreeMap::new());
         assert_eq!(store.next_log_seq().unwrap(), 3);
-        let log: Vec<LoggedMessage> = store.log().collect::<Result<_, _>>().unwrap();
+        let log: Vec<LoggedMessage> = store.log_from(0).collect::<Result<_, _>>().unwrap();
         assert_eq!(
             log,
             vec![
@@ -714,13 +780,49 @@ mod tests {
         }
         store.commit(batch).unwrap();
         let log: Vec<String> = store
-            .log()
+            .log_from(0)
             .map(|r| String::from_utf8(r.unwrap().payload.unwrap()).unwrap())
             .collect();
         assert_eq!(log, ["1", "2", "256", "300"]);
         assert_eq!(store.next_log_seq().unwrap(), 301);
         let offsets: Vec<(i32, i64)> = store.offsets("t").unwrap().into_iter().collect();
         assert_eq!(offsets, [(2, 4), (10, 20), (256, 512)]);
+    }
+
+    #[test]
+    fn a_snapshot_truncates_the_log_and_the_snapshots_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let payloads = |store: &StateStore, from| -> Vec<u64> {
+            store
+                .log_from(from)
+                .map(|r| r.unwrap().offset as u64)
+                .collect()
+        };
+        let mut batch = store.batch();
+        for seq in 0..10u64 {
+            batch.append_log(seq, 0, seq as i64, None, Some(b"{}"));
+        }
+        batch.put_snapshot(4, b"four");
+        store.commit(batch).unwrap();
+        assert_eq!(payloads(&store, 0), [4, 5, 6, 7, 8, 9]);
+        assert_eq!(payloads(&store, 7), [7, 8, 9]);
+        assert_eq!(
+            store.latest_snapshot().unwrap(),
+            Some((4, b"four".to_vec()))
+        );
+
+        let mut batch = store.batch();
+        batch.put_snapshot(10, b"ten");
+        store.commit(batch).unwrap();
+        assert_eq!(payloads(&store, 0), Vec::<u64>::new());
+        assert_eq!(store.dump(SNAPSHOTS).unwrap().len(), 1);
+        assert_eq!(
+            store.latest_snapshot().unwrap(),
+            Some((10, b"ten".to_vec()))
+        );
+        // The next message continues the sequence the snapshot ended.
+        assert_eq!(store.next_log_seq().unwrap(), 10);
     }
 
     #[test]
@@ -733,7 +835,7 @@ mod tests {
             .batch
             .put_cf(store.cf(LOG), 0u64.to_be_bytes(), [0u8; 8]);
         store.commit(batch).unwrap();
-        let err = store.log().next().unwrap().unwrap_err();
+        let err = store.log_from(0).next().unwrap().unwrap_err();
         assert!(err.to_string().starts_with("corrupt log record"), "{err}");
     }
 
@@ -781,7 +883,7 @@ mod tests {
         batch.set_meta(STORE_FORMAT_KEY, b"4");
         store.commit(batch).unwrap();
         let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
-        assert!(err.contains("store format 4; this one reads 5"), "{err}");
+        assert!(err.contains("store format 4; this one reads 6"), "{err}");
 
         let mut batch = store.batch();
         batch.stamp_format(b"{\"a\":1}");

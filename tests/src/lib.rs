@@ -29,15 +29,16 @@ pub fn repo() -> PathBuf {
         .to_owned()
 }
 
-/// `../shared/data/NAME` if present; tests that need it skip otherwise.
-pub fn shared_data(name: &str) -> Option<PathBuf> {
+/// `../shared/data/NAME`. A test that needs it fails without it: it never
+/// passes without its data.
+pub fn shared_data(name: &str) -> PathBuf {
     let dir = repo().join("../shared/data").join(name);
-    if dir.exists() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} not found", dir.display());
-        None
-    }
+    assert!(
+        dir.exists(),
+        "{} not found: the shared traces sit beside the repository (../shared/data)",
+        dir.display()
+    );
+    dir
 }
 
 /// The `jobcast` binary next to this test's own executable

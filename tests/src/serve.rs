@@ -276,6 +276,15 @@ pub fn wait_balanced(serves: &[&Serve], partitions: i32, timeout: Duration) {
 /// errors, each of them), and hold its records between them, each record
 /// in one store only.
 pub fn assert_shared_state(single: &Path, shared: &[&Path]) {
+    assert_shared_state_after(single, shared, None);
+}
+
+/// [`assert_shared_state`] for instances that took partitions over from
+/// one that died, whose store is at `previous`: a new owner stores a
+/// partition's live records from the takeover on, so the records that were
+/// final before it (ended jobs', and the decisions made until then) are
+/// in `previous`, where they are taken from.
+pub fn assert_shared_state_after(single: &Path, shared: &[&Path], previous: Option<&Path>) {
     let dump = |path: &Path, family: &str| {
         StateStore::open(path, false)
             .expect("store opens")
@@ -299,8 +308,35 @@ pub fn assert_shared_state(single: &Path, shared: &[&Path]) {
                 );
             }
         }
+        if let Some(previous) = previous {
+            for (key, value) in dump(previous, family) {
+                union.entry(key).or_insert(value);
+            }
+        }
         let expected: BTreeMap<Vec<u8>, Vec<u8>> = dump(single, family).into_iter().collect();
         assert!(!expected.is_empty(), "no {family} stored");
-        assert!(union == expected, "the instances' {family} records differ");
+        let missing: Vec<&Vec<u8>> = expected
+            .keys()
+            .filter(|k| !union.contains_key(*k))
+            .collect();
+        let extra: Vec<&Vec<u8>> = union
+            .keys()
+            .filter(|k| !expected.contains_key(*k))
+            .collect();
+        let different: Vec<&Vec<u8>> = expected
+            .iter()
+            .filter(|(k, v)| union.get(*k).is_some_and(|u| u != *v))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            union == expected,
+            "the instances' {family} records differ: {} missing (first {:?}), {} extra (first {:?}), {} different (first {:?})",
+            missing.len(),
+            missing.first(),
+            extra.len(),
+            extra.first(),
+            different.len(),
+            different.first()
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! started by the test itself on a free loopback port with in-memory
 //! storage, and killed when dropped. `scripts/test.sh` builds tansu and
 //! names its binary in `JOBCAST_TEST_TANSU`; without it the tests that need
-//! a real broker skip, saying so.
+//! a real broker fail, saying so.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -18,12 +18,15 @@ pub struct Tansu {
 }
 
 impl Tansu {
-    /// Start a broker, or `None` (with a note) if no tansu binary is named.
-    pub fn start() -> Option<Tansu> {
-        let Some(binary) = std::env::var_os("JOBCAST_TEST_TANSU").map(PathBuf::from) else {
-            eprintln!("skipping: JOBCAST_TEST_TANSU is not set (scripts/test.sh sets it)");
-            return None;
-        };
+    /// Start a broker from the binary `JOBCAST_TEST_TANSU` names. Without
+    /// one the test fails: it never passes without its broker.
+    pub fn start() -> Tansu {
+        let binary = std::env::var_os("JOBCAST_TEST_TANSU")
+            .map(PathBuf::from)
+            .expect(
+                "JOBCAST_TEST_TANSU names no tansu binary: run scripts/test.sh, \
+                 or source scripts/tansu.sh first",
+            );
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -45,11 +48,11 @@ impl Tansu {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(Tansu {
+        Tansu {
             child,
             binary,
             brokers,
-        })
+        }
     }
 
     /// Replay the bundled Google 2011 excerpt into `topic` with `jobcast

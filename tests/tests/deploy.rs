@@ -22,17 +22,19 @@ fn deploy(path: &str) -> PathBuf {
     repo().join("deploy").join(path)
 }
 
-/// `program` from PATH, or None with a message naming what installs it.
-fn tool(program: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
+/// `program` from PATH, if there.
+fn find_tool(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(program))
             .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        eprintln!("skipping: `{program}` not found (scripts/setup.sh installs it)");
-    }
-    found
+    })
+}
+
+/// `program` from PATH; the test fails without it, naming what installs it.
+fn tool(program: &str) -> PathBuf {
+    find_tool(program)
+        .unwrap_or_else(|| panic!("`{program}` not found (scripts/setup.sh installs it)"))
 }
 
 /// Where scripts/setup.sh installs the Kubernetes validators.
@@ -45,18 +47,16 @@ fn validators() -> PathBuf {
         })
 }
 
-/// A file the validators' installation provides, or None with a message.
-fn validator(relative: &str) -> Option<PathBuf> {
+/// A file the validators' installation provides; the test fails without
+/// it, naming what installs it.
+fn validator(relative: &str) -> PathBuf {
     let path = validators().join(relative);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipping: {} not found (scripts/setup.sh installs it)",
-            path.display()
-        );
-        None
-    }
+    assert!(
+        path.exists(),
+        "{} not found (JOBCAST_SETUP_TESTS=1 scripts/setup.sh installs it)",
+        path.display()
+    );
+    path
 }
 
 /// Run `command`, insisting that it succeeds; its output.
@@ -116,9 +116,7 @@ fn serve_config(toml: &str) -> ServeConfig {
 
 #[test]
 fn prometheus_config_and_rules_pass_promtool_and_their_unit_tests() {
-    let Some(promtool) = tool("promtool") else {
-        return;
-    };
+    let promtool = tool("promtool");
     let config = run_ok(
         Command::new(&promtool)
             .args(["check", "config"])
@@ -235,9 +233,7 @@ fn jobcast_names(expr: &str) -> BTreeSet<String> {
 
 #[test]
 fn dashboard_queries_are_valid_promql() {
-    let Some(promtool) = tool("promtool") else {
-        return;
-    };
+    let promtool = tool("promtool");
     // promtool parses PromQL in recording rules: one per dashboard query.
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, query) in dashboard_queries().iter().enumerate() {
@@ -366,9 +362,7 @@ fn risk_trace(path: &Path) {
 
 #[test]
 fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
-    let Some(python) = validator("venv/bin/python") else {
-        return;
-    };
+    let python = validator("venv/bin/python");
     let (rule_exprs, recorded) = rule_queries(&python);
     let dashboard = dashboard_queries();
     let used: BTreeSet<String> = rule_exprs
@@ -421,15 +415,9 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
 
 #[test]
 fn kubernetes_manifests_match_the_api_schemas() {
-    let (Some(kubernetes_validate), Some(modules)) = (
-        validator("venv/bin/kubernetes-validate"),
-        validator("npm/node_modules"),
-    ) else {
-        return;
-    };
-    let Some(node) = tool("node") else {
-        return;
-    };
+    let kubernetes_validate = validator("venv/bin/kubernetes-validate");
+    let modules = validator("npm/node_modules");
+    let node = tool("node");
     let manifests: Vec<PathBuf> = ["configmap", "statefulset", "service", "poddisruptionbudget"]
         .iter()
         .map(|name| deploy(&format!("k8s/{name}.yaml")))
@@ -477,9 +465,7 @@ fn kubernetes_manifests_match_the_api_schemas() {
 
 #[test]
 fn kubernetes_manifests_fit_together() {
-    let Some(python) = validator("venv/bin/python") else {
-        return;
-    };
+    let python = validator("venv/bin/python");
     let k8s = |name: &str| yaml_documents(&python, &deploy(&format!("k8s/{name}.yaml")));
     let set = k8s("statefulset").remove(0);
     let pod = &set["spec"]["template"];
@@ -594,14 +580,12 @@ fn kubernetes_manifests_fit_together() {
 
 #[test]
 fn compose_stack_is_valid_and_wired() {
-    let Some(python) = validator("venv/bin/python") else {
-        return;
-    };
+    let python = validator("venv/bin/python");
     let file = deploy("compose/docker-compose.yml");
     // `docker compose config` needs the compose plugin, absent here;
     // docker-compose (v1, Debian) validates the file against the compose
     // schema without an engine.
-    if let Some(compose) = tool("docker-compose") {
+    if let Some(compose) = find_tool("docker-compose") {
         run_ok(
             Command::new(compose)
                 .arg("-f")
@@ -738,9 +722,7 @@ fn compose_stack_is_valid_and_wired() {
 
 #[test]
 fn systemd_unit_verifies_and_is_hardened() {
-    let Some(analyze) = tool("systemd-analyze") else {
-        return;
-    };
+    let analyze = tool("systemd-analyze");
     // verify checks that ExecStart's binary exists: point it at the built one.
     let unit = std::fs::read_to_string(deploy("systemd/jobcast.service")).expect("reads");
     assert!(unit.contains("ExecStart=/usr/local/bin/jobcast serve "));

@@ -63,9 +63,7 @@ fn fixtures_of_every_trace_format_convert() {
 
 #[test]
 fn gce_lifetimes_convert_into_machine_lifetimes() {
-    let Some(path) = shared_data("google-preemptible-vm-lifetimes-2019/data.json.gz") else {
-        return;
-    };
+    let path = shared_data("google-preemptible-vm-lifetimes-2019/data.json.gz");
     let dir = tempfile::tempdir().unwrap();
     convert("gce-lifetimes", &path, dir.path());
     let rows = sql_json(

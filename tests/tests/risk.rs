@@ -77,9 +77,7 @@ fn score_keeps_a_stable_vm_and_gives_up_an_old_one() {
 
 #[test]
 fn score_uses_the_bathtub_fitted_for_the_vm_type_and_zone() {
-    let Some(dir) = shared_data("google-preemptible-vm-lifetimes-2019") else {
-        return;
-    };
+    let dir = shared_data("google-preemptible-vm-lifetimes-2019");
     let data = dir.join("data.json.gz");
     let data = data.to_str().unwrap();
     let score_args = |vm_type: &'static str, zone: &'static str| {

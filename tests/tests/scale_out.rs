@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::{dead_letters, decisions};
-use jobcast_tests::serve::{Serve, assert_shared_state, restartable, wait_balanced};
+use jobcast_tests::serve::{Serve, assert_shared_state_after, restartable, wait_balanced};
 use jobcast_tests::tansu::Tansu;
 
 const PARTITIONS: i32 = 6;
@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(300);
 
 #[test]
 fn three_instances_with_one_killed_end_where_one_instance_ends() {
-    let Some(tansu) = Tansu::start() else { return };
+    let tansu = Tansu::start();
     let topics = Topics::default();
     tansu.create_topic(&topics.events, PARTITIONS);
     for topic in [
@@ -101,7 +101,7 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
     }
     let took_over = |p: i64| {
         logs.iter().flatten().any(|line| {
-            line.contains("predictor state rebuilt from the log")
+            line.contains("partitions changed hands; nothing replayed")
                 && line.split_once("taken_over={").is_some_and(|(_, rest)| {
                     rest.split('}')
                         .next()
@@ -117,6 +117,19 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
             "no survivor took partition {partition} over"
         );
     }
+    // A takeover replays nothing: each survivor restored its state once,
+    // when it started.
+    for log in &logs {
+        let restores = log
+            .iter()
+            .filter(|line| line.contains("predictor state restored"))
+            .count();
+        assert_eq!(restores, 1, "a survivor restored its state again");
+        assert!(
+            !log.iter().any(|line| line.contains("are not published")),
+            "a takeover lost outputs"
+        );
+    }
 
     assert_eq!(
         decisions(&tansu.brokers, "trio.decisions"),
@@ -127,13 +140,15 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
     assert_eq!(dead_letters(&tansu.brokers, "trio.dead-letter"), dead);
 
     // Each survivor learnt what the single instance learnt; between them
-    // they hold its records.
+    // they hold its records, but for what was final before the takeover,
+    // which the victim's store holds.
     let survivors: Vec<&PathBuf> = (0..states.len())
         .filter(|&i| i != victim_index)
         .map(|i| &states[i])
         .collect();
-    assert_shared_state(
+    assert_shared_state_after(
         &single_state,
         &survivors.iter().map(|p| p.as_path()).collect::<Vec<_>>(),
+        Some(&states[victim_index]),
     );
 }

@@ -17,7 +17,7 @@ use jobcast_predictor::history::{HistoryKey, HistoryRecord};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::{self, RunSummary, Service};
 use jobcast_scheduler_feed::shared::Shared;
-use jobcast_storage::state::{HISTORY, JOBS, StateStore};
+use jobcast_storage::state::{HISTORY, JOBS, LOG, StateStore};
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
 use jobcast_tests::serve::stored_state;
@@ -268,6 +268,40 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
 }
 
 #[test]
+fn a_restart_applies_only_the_log_after_the_latest_snapshot_and_ends_in_the_same_state() {
+    let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
+
+    let (_a, path_a) = temp();
+    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    assert_eq!(whole.committed, total);
+
+    // A snapshot every 1,000 messages: a restart applies fewer than that
+    // plus one batch (the snapshot goes with the batch that crosses the
+    // mark), however much came before.
+    let (_b, path_b) = temp();
+    let mut config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    config_b.storage.snapshot_every_events = 1_000;
+    let tail = config_b.storage.snapshot_every_events + config_b.consumer.batch_max_events as u64;
+    let mut committed = 0;
+    for share in [2, 3, 5] {
+        let run = run_until(&config_b, total * share / 5 - committed);
+        assert!(
+            run.recovered_events < tail,
+            "{} logged messages applied on start, more than the tail of {tail}",
+            run.recovered_events
+        );
+        committed += run.committed;
+        // What the log still holds is that tail.
+        let store = StateStore::open(&path_b, false).unwrap();
+        let logged = store.dump(LOG).unwrap().len() as u64;
+        assert!(logged < tail, "{logged} messages logged after {committed}");
+        assert!(store.latest_snapshot().unwrap().is_some());
+    }
+    assert_eq!(committed, total, "nothing read twice");
+    assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
+}
+
+#[test]
 fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
@@ -323,7 +357,7 @@ fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
     store.commit(batch).unwrap();
     let err = service::run(&config, Shared::new(store)).unwrap_err();
     assert!(
-        err.to_string().contains("store format 4; this one reads 5"),
+        err.to_string().contains("store format 4; this one reads 6"),
         "{err}"
     );
 }

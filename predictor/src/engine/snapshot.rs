@@ -84,9 +84,11 @@ struct SubmittedState {
     cpu_request: f64,
     mem_request: f64,
     num_tasks: u32,
-    /// Each stage's id, parents, tasks and name.
-    stages: Option<Vec<(u32, Vec<u32>, u32, Option<String>)>>,
+    stages: Option<Vec<StageState>>,
 }
+
+/// A DAG stage: its id, parents, tasks and name.
+type StageState = (u32, Vec<u32>, u32, Option<String>);
 
 impl From<&JobSubmitted> for SubmittedState {
     fn from(j: &JobSubmitted) -> Self {

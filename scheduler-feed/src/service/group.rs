@@ -27,6 +27,8 @@ use crate::telemetry::{self, log_librdkafka};
 
 /// How long to wait for the group coordinator's committed offsets.
 const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the pipeline waits for them when only trimming the outbox.
+const TRIM_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// A change in the partitions the consumer group gives this instance.
 pub(super) enum MembershipChange {
@@ -237,23 +239,10 @@ impl Pipeline<'_> {
         if partitions.is_empty() {
             return Ok(BTreeMap::new());
         }
-        let mut tpl = TopicPartitionList::new();
-        for &partition in partitions {
-            tpl.add_partition(&self.topics.events, partition);
-        }
         let mut backoff = Duration::from_millis(100);
         loop {
-            match member.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT) {
-                Ok(committed) => {
-                    return Ok(committed
-                        .elements_for_topic(&self.topics.events)
-                        .iter()
-                        .map(|e| match e.offset() {
-                            Offset::Offset(next) => (e.partition(), next),
-                            _ => (e.partition(), 0),
-                        })
-                        .collect());
-                }
+            match self.group_offsets(member, partitions, COMMITTED_TIMEOUT) {
+                Ok(committed) => return Ok(committed),
                 // Without them the new partitions' outputs could be lost
                 // or all published again: wait for the coordinator.
                 Err(e) if !self.shared.shutdown.load(Ordering::Relaxed) => {
@@ -264,6 +253,43 @@ impl Pipeline<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The group's committed offset of each of `partitions` (0 where none
+    /// is), waiting at most `timeout`.
+    fn group_offsets(
+        &self,
+        member: &BaseConsumer<MemberContext>,
+        partitions: &BTreeSet<i32>,
+        timeout: Duration,
+    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for &partition in partitions {
+            tpl.add_partition(&self.topics.events, partition);
+        }
+        let committed = member.committed_offsets(tpl, timeout)?;
+        Ok(committed
+            .elements_for_topic(&self.topics.events)
+            .iter()
+            .map(|e| match e.offset() {
+                Offset::Offset(next) => (e.partition(), next),
+                _ => (e.partition(), 0),
+            })
+            .collect())
+    }
+
+    /// Drop the held outputs other owners have published (their offsets
+    /// committed to the group). A broker that does not answer at once
+    /// leaves them for the next try: the pipeline does not wait on it.
+    pub(super) fn trim_outbox(&mut self, member: &BaseConsumer<MemberContext>) {
+        let partitions: BTreeSet<i32> = self.outbox.partitions().collect();
+        if !partitions.is_empty() {
+            match self.group_offsets(member, &partitions, TRIM_TIMEOUT) {
+                Ok(committed) => self.outbox.trim(&committed),
+                Err(e) => debug!("reading other owners' committed offsets: {e}"),
+            }
+        }
+        metrics::gauge!(telemetry::TAKEOVER_BUFFER_BYTES).set(self.outbox.bytes() as f64);
     }
 
     /// Commit the owned partitions' offsets to the group: where their next

@@ -25,11 +25,16 @@
 //! takes this batch through steps 2–4; what it released meanwhile is the
 //! next batch.
 //!
+//! Every `storage.snapshot_every_events` messages, the batch's write also
+//! carries a snapshot of the predictor's state and truncates the log
+//! behind it (`recovery.rs`).
+//!
 //! A crash before step 4 loses the batch's effects on RocksDB but not its
-//! input: the restarted service rebuilds its state from the log, resumes
-//! from the stored offsets, and applies the batch again, producing the same
-//! decisions with the same (job id, version), which consumers drop as
-//! duplicates (at-least-once output, exactly-once state).
+//! input: the restarted service restores its latest snapshot, applies the
+//! log after it, resumes from the stored offsets, and applies the batch
+//! again, producing the same decisions with the same (job id, version),
+//! which consumers drop as duplicates (at-least-once output, exactly-once
+//! state).
 //!
 //! # Several instances
 //!
@@ -38,18 +43,20 @@
 //! applies *every* partition, in the same event-time order, and learns the
 //! same state. The consumer group divides the partitions for what costs
 //! most: an instance publishes the outputs of, and stores the records
-//! (jobs, tasks, machines) of, only the partitions it owns. When a
-//! partition changes hands, its new owner applies its log again
-//! (`recovery.rs`): it stores the partition's records and
-//! publishes the outputs the previous owner had not, from the offset the
-//! previous owner committed to the group (after its outputs were
-//! acknowledged). Offsets for input are always the ones stored in RocksDB;
-//! the group's committed offsets only say where each owner's outputs end
-//! (`group.rs`).
+//! (jobs, tasks, machines) of, only the partitions it owns, and keeps the
+//! outputs of the others until their owner has published them
+//! (`outbox.rs`). When a partition changes hands, its new owner replays
+//! nothing (`recovery.rs`): it stores the partition's live records from
+//! memory and publishes the outputs the previous owner had not, from the
+//! offset the previous owner committed to the group (after its outputs
+//! were acknowledged). Offsets for input are always the ones stored in
+//! RocksDB; the group's committed offsets only say where each owner's
+//! outputs end (`group.rs`).
 
 mod accounting;
 mod encode;
 mod group;
+mod outbox;
 mod ownership;
 mod pipeline;
 mod recovery;
@@ -177,6 +184,12 @@ struct Pipeline<'a> {
     writer: Writer,
     engine: Engine,
     next_seq: u64,
+    /// The sequence number of the latest snapshot.
+    snapshot_seq: u64,
+    /// The next offset of each input partition after what was applied.
+    applied: BTreeMap<i32, i64>,
+    /// Outputs of partitions others own, for a takeover.
+    outbox: outbox::Outbox,
     summary: RunSummary,
     /// Partitions this instance owns, each with the first offset whose
     /// outputs are its to publish (those before were published by the
@@ -204,6 +217,9 @@ impl<'a> Pipeline<'a> {
             shared,
             engine,
             next_seq: 0,
+            snapshot_seq: 0,
+            applied: BTreeMap::new(),
+            outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
             summary: RunSummary::default(),
             owned: BTreeMap::new(),
             added: BTreeSet::new(),

@@ -14,8 +14,9 @@ use tracing::debug;
 
 use super::accounting::{BatchTally, StageTimes};
 use super::group::MemberContext;
+use super::outbox::Held;
 use super::sink::{Outgoing, Sink};
-use super::{Pipeline, encode};
+use super::{Pipeline, encode, recovery};
 use crate::error::ServiceError;
 use crate::source::{Batch, FETCH_QUEUE_BACKOFF_MS, InputContext, Polled, Source};
 use crate::telemetry;
@@ -23,6 +24,10 @@ use crate::telemetry;
 /// The longest the pipeline waits for a batch before it looks at the
 /// group's membership again.
 const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// How often the outputs held for other owners are trimmed to what they
+/// have not yet published.
+const OUTBOX_TRIM_EVERY: Duration = Duration::from_secs(2);
 
 impl Pipeline<'_> {
     /// Consume until stopped. Every instance reads every partition (the
@@ -52,10 +57,15 @@ impl Pipeline<'_> {
             })
             .map_err(|e| self.config.kafka.redact(e))?;
         let source = Source::start(consumer, &self.config.consumer, self.store.clone())?;
+        let mut trimmed_at = Instant::now();
         loop {
             let _ = member.poll(Duration::ZERO);
             if self.membership_changes(member) {
                 self.reconcile(member, sink, false)?;
+            }
+            if trimmed_at.elapsed() >= OUTBOX_TRIM_EVERY {
+                self.trim_outbox(member);
+                trimmed_at = Instant::now();
             }
             match source.next(POLL_WAIT)? {
                 Polled::Batch(batch) => {
@@ -94,10 +104,12 @@ impl Pipeline<'_> {
         for (partition, offset, consumed) in batch {
             tally.queued += started.saturating_duration_since(consumed.polled_at);
             offsets.insert(partition, offset + 1);
-            let owned = self
-                .owned
-                .get(&partition)
-                .is_some_and(|&from| offset >= from);
+            let from = self.owned.get(&partition).copied();
+            let owned = from.is_some_and(|from| offset >= from);
+            // Another instance's partition: keep its outputs (and the
+            // decisions among them, for the store) for a takeover.
+            let mut held = Vec::new();
+            let mut held_decisions = Vec::new();
             let before = effects.outputs.len();
             match self.apply_message(partition, &consumed, &mut effects) {
                 Ok(()) => {
@@ -113,6 +125,10 @@ impl Pipeline<'_> {
                             Some(consumed.polled_at),
                         );
                         ours.push(before..effects.outputs.len());
+                    } else if from.is_none() {
+                        let outputs = &effects.outputs[before..];
+                        encode::outputs(self.topics, outputs, &mut held, None);
+                        held_decisions = recovery::decisions(outputs);
                     }
                 }
                 Err(dead) => {
@@ -133,9 +149,23 @@ impl Pipeline<'_> {
                             &dead,
                         ));
                         tally.dead += 1;
+                    } else if from.is_none() {
+                        held.push(encode::dead_letter(
+                            self.topics,
+                            &consumed,
+                            partition,
+                            offset,
+                            &dead,
+                        ));
                     }
                 }
             }
+            let held = Held {
+                messages: held,
+                decisions: held_decisions,
+                ended: Vec::new(),
+            };
+            self.outbox.push(partition, offset, held);
             write.append_log(
                 self.next_seq,
                 partition,
@@ -159,10 +189,15 @@ impl Pipeline<'_> {
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }
+        self.applied.extend(&offsets);
+        self.hold_ended(&effects);
+        self.release_ended(&effects);
+        if self.snapshot_due() {
+            self.write_snapshot(&mut write)?;
+        }
         let on_written = tally.on_written(self.shared.clone(), offsets.clone());
         self.writer.submit(write, Box::new(on_written))?;
         let committed_at = Instant::now();
-        self.release_ended(&effects);
         self.commit_to_group(member, &offsets);
 
         // 4. Count what the batch did.

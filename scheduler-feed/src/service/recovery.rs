@@ -1,29 +1,54 @@
-//! Recovery: bring the engine and the store in line with the partitions
-//! this instance owns. On start, the engine is rebuilt by applying the
-//! stored log again; when partitions change hands, the new owner does the
-//! same, storing the records of the partitions it takes over and
-//! publishing the outputs their previous owner had not (from the offset it
-//! committed to the group), and deletes the records of those it gave up.
+//! Recovery: snapshots of the predictor's state, the restore on start, and
+//! partitions changing hands.
+//!
+//! Every `storage.snapshot_every_events` messages, the batch that crosses
+//! the mark also writes a snapshot (the engine's whole state, which
+//! partition each live job and machine came from, and how far each input
+//! partition was applied), and the same atomic write deletes the log
+//! behind it. On start, the latest snapshot is restored and the log after
+//! it applied again: bounded work, whatever the uptime.
+//!
+//! When partitions change hands, nothing is replayed: the engine is
+//! current (every instance applies every partition). A partition taken
+//! over gets its live records written from memory and the outputs its
+//! previous owner had not published (from the offset it committed to the
+//! group) from the [`Outbox`](super::outbox); a partition given up has its
+//! live records deleted (its ended jobs' final records stay).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use jobcast_predictor::engine::{Effects, Engine};
+use jobcast_predictor::decision::Decision;
+use jobcast_predictor::engine::{Effects, Engine, JobState, Output, RestoreError, SnapshotError};
+use jobcast_storage::state::StateBatch;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use tracing::info;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
 
 use super::group::MemberContext;
+use super::outbox::{EndedJob, Held, Lost};
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, encode};
 use crate::error::ServiceError;
 use crate::source::Consumed;
 use crate::telemetry;
 
-/// Writes per intermediate commit while a replay stores a partition's
-/// records (the final commit, with the stored partitions, makes them
-/// count).
+/// Writes per intermediate commit while the log after a snapshot is
+/// applied (records of partitions taken over on start).
 const REPLAY_COMMIT_EVERY: usize = 50_000;
+
+/// What a snapshot holds besides the engine: whose records are whose, and
+/// where each input partition was.
+#[derive(Serialize, Deserialize)]
+struct PipelineSnapshot {
+    engine: Vec<u8>,
+    job_partitions: Vec<(u64, i32)>,
+    machine_partitions: Vec<(u64, i32)>,
+    /// The next offset of each input partition after the messages the
+    /// snapshot includes.
+    applied: BTreeMap<i32, i64>,
+}
 
 impl Pipeline<'_> {
     /// Refuse a store built by another engine configuration or an older
@@ -34,20 +59,48 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// Bring the engine and the store in line with the partitions this
-    /// instance owns. The log is applied again (always on start, when
-    /// `rebuild`; otherwise only if partitions changed hands): for each
-    /// partition taken over, its records are stored and the outputs its
-    /// previous owner had not published (from the group's committed offset
-    /// on) are published; the records of each partition given up are
-    /// deleted.
+    /// Whether the batch being committed should carry a snapshot.
+    pub(super) fn snapshot_due(&self) -> bool {
+        self.next_seq - self.snapshot_seq >= self.config.storage.snapshot_every_events
+    }
+
+    /// Add a snapshot of the state after every message logged so far to
+    /// `write` (which then also truncates the log behind it). Ended jobs
+    /// must be released first: their records are in `write` already.
+    pub(super) fn write_snapshot(
+        &mut self,
+        write: &mut StateBatch<'_>,
+    ) -> Result<(), ServiceError> {
+        let started = Instant::now();
+        let snapshot = PipelineSnapshot {
+            engine: self.engine.snapshot()?,
+            job_partitions: self.job_partitions.iter().map(|(&j, &p)| (j, p)).collect(),
+            machine_partitions: self
+                .machine_partitions
+                .iter()
+                .map(|(&m, &p)| (m, p))
+                .collect(),
+            applied: self.applied.clone(),
+        };
+        let bytes = postcard::to_allocvec(&snapshot).map_err(SnapshotError::from)?;
+        write.put_snapshot(self.next_seq, &bytes);
+        self.snapshot_seq = self.next_seq;
+        metrics::counter!(telemetry::SNAPSHOTS).increment(1);
+        metrics::gauge!(telemetry::SNAPSHOT_BYTES).set(bytes.len() as f64);
+        metrics::gauge!(telemetry::SNAPSHOT_SECONDS).set(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Bring the store and the outputs in line with the partitions this
+    /// instance owns. On start (`starting`), first restore the latest
+    /// snapshot and apply the log after it.
     pub(super) fn reconcile(
         &mut self,
         member: &BaseConsumer<MemberContext>,
         sink: &Sink,
-        rebuild: bool,
+        starting: bool,
     ) -> Result<(), ServiceError> {
-        // Replaying reads the store, which must hold every batch first.
+        // Records are written below, after every batch handed over.
         self.writer.flush()?;
         let added = std::mem::take(&mut self.added);
         let publish_from = self.committed_offsets(member, &added)?;
@@ -55,9 +108,43 @@ impl Pipeline<'_> {
         let owned: BTreeSet<i32> = self.owned.keys().copied().collect();
         let taken: BTreeSet<i32> = owned.difference(&self.stored).copied().collect();
         let dropped: BTreeSet<i32> = self.stored.difference(&owned).copied().collect();
-        if rebuild || !taken.is_empty() || !dropped.is_empty() {
-            self.replay(sink, &taken, &dropped)?;
+        let store = self.store.clone();
+        let mut write = store.batch();
+        let mut outgoing = Vec::new();
+        if starting {
+            self.restore(&taken, &mut outgoing)?;
         }
+        for &partition in &taken {
+            let from = self.owned[&partition];
+            let mut held = Held::default();
+            if let Some(lost) = self.outbox.take(partition, from, &mut held) {
+                report_lost(lost);
+            }
+            for d in &held.decisions {
+                write.put_decision(d.job_id, d.version, d);
+            }
+            for ended in &held.ended {
+                write.put_job(ended.job_id, &ended.record);
+                for (index, task) in &ended.tasks {
+                    write.put_task(ended.job_id, *index, task);
+                }
+            }
+            outgoing.extend(held.messages);
+        }
+        self.write_partitions(&taken, &mut write);
+        self.delete_partitions(&dropped, &mut write);
+        write.set_stored_partitions(&owned);
+        sink.publish(&outgoing, false)?;
+        store.commit(write)?;
+        if !taken.is_empty() || !dropped.is_empty() {
+            info!(
+                taken_over = ?taken,
+                given_up = ?dropped,
+                published = outgoing.len(),
+                "partitions changed hands; nothing replayed"
+            );
+        }
+        self.stored = owned.clone();
         let mut published = member.context().published.lock().expect("not poisoned");
         let stored_offsets = self.store.offsets(&self.topics.events)?;
         *published = self
@@ -70,102 +157,219 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// Rebuild the engine by applying the log again (see
-    /// [`Pipeline::reconcile`]).
-    pub(super) fn replay(
+    /// Restore the latest snapshot, then apply the log after it. Outputs
+    /// of `taken` partitions from their publish offset on go to
+    /// `outgoing`, those of partitions others own to the outbox, and the
+    /// records the log changes in `taken` partitions are stored.
+    fn restore(
         &mut self,
-        sink: &Sink,
         taken: &BTreeSet<i32>,
-        dropped: &BTreeSet<i32>,
+        outgoing: &mut Vec<Outgoing>,
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
-        self.engine = Engine::new(&self.config.engine).map_err(|e| e.within("engine"))?;
-        self.job_partitions.clear();
-        self.machine_partitions.clear();
-        let mut effects = Effects::default();
-        let mut outgoing: Vec<Outgoing> = Vec::new();
         let store = self.store.clone();
+        let from_seq = match store.latest_snapshot()? {
+            Some((seq, bytes)) => {
+                self.load_snapshot(&bytes)?;
+                seq
+            }
+            None => {
+                self.engine = Engine::new(&self.config.engine).map_err(|e| e.within("engine"))?;
+                0
+            }
+        };
+        self.snapshot_seq = from_seq;
+        let restored_at = Instant::now();
+        let mut effects = Effects::default();
         let mut write = store.batch();
-        let mut gone = Effects::default();
         let mut count = 0u64;
-        for logged in store.log() {
+        for logged in store.log_from(from_seq) {
             let logged = logged?;
+            let (partition, offset) = (logged.partition, logged.offset);
             let consumed = Consumed::new(logged.key, logged.payload);
-            let outcome = self.apply_message(logged.partition, &consumed, &mut effects);
-            if taken.contains(&logged.partition)
-                && self
-                    .owned
-                    .get(&logged.partition)
-                    .is_some_and(|&from| logged.offset >= from)
-            {
-                match outcome {
-                    Ok(()) => encode::outputs(self.topics, &effects.outputs, &mut outgoing, None),
-                    Err(dead) => outgoing.push(encode::dead_letter(
-                        self.topics,
-                        &consumed,
-                        logged.partition,
-                        logged.offset,
-                        &dead,
-                    )),
+            let outcome = self.apply_message(partition, &consumed, &mut effects);
+            self.applied.insert(partition, offset + 1);
+            let mut messages = Vec::new();
+            match &outcome {
+                Ok(()) => {
+                    encode::outputs(self.topics, &effects.outputs, &mut messages, None);
+                }
+                Err(dead) => messages.push(encode::dead_letter(
+                    self.topics,
+                    &consumed,
+                    partition,
+                    offset,
+                    dead,
+                )),
+            }
+            match self.owned.get(&partition) {
+                Some(&from) if taken.contains(&partition) && offset >= from => {
+                    outgoing.extend(messages);
+                }
+                Some(_) => {}
+                None => {
+                    let held = Held {
+                        messages,
+                        decisions: decisions(&effects.outputs),
+                        ended: Vec::new(),
+                    };
+                    self.outbox.push(partition, offset, held);
                 }
             }
             effects.settle();
             self.write_records(&effects, taken, &mut write);
-            gone.jobs.extend(
-                effects
-                    .jobs
-                    .iter()
-                    .copied()
-                    .filter(|&j| self.job_partition(j).is_some_and(|p| dropped.contains(&p))),
-            );
-            gone.tasks.extend(effects.tasks.iter().copied().filter(|t| {
-                self.job_partition(t.0)
-                    .is_some_and(|p| dropped.contains(&p))
-            }));
-            gone.machines
-                .extend(effects.machines.iter().copied().filter(|m| {
-                    self.machine_partitions
-                        .get(m)
-                        .is_some_and(|p| dropped.contains(p))
-                }));
+            self.hold_ended(&effects);
             self.release_ended(&effects);
             effects.clear();
             count += 1;
             if write.len() >= REPLAY_COMMIT_EVERY {
                 store.commit(std::mem::replace(&mut write, store.batch()))?;
-                // Bounds `gone` by the keys, not the events, of the log.
-                gone.settle();
             }
         }
-        gone.settle();
-        sink.publish(&outgoing, false)?;
-        for &job_id in &gone.jobs {
-            write.delete_job(job_id);
-        }
-        for &(job_id, task_index) in &gone.tasks {
-            write.delete_task(job_id, task_index);
-        }
-        for &machine_id in &gone.machines {
-            write.delete_machine(machine_id);
-        }
-        let owned: BTreeSet<i32> = self.owned.keys().copied().collect();
-        write.set_stored_partitions(&owned);
         store.commit(write)?;
-        self.stored = owned;
+        let seconds = started.elapsed().as_secs_f64();
         self.summary.recovered_events = count;
         self.shared
             .counters
             .recovered_events
             .store(count, Ordering::Relaxed);
         metrics::counter!(telemetry::RECOVERED_EVENTS).increment(count);
+        metrics::gauge!(telemetry::RESTORE_SECONDS).set(seconds);
         info!(
+            snapshot_at = from_seq,
+            snapshot_seconds = (restored_at - started).as_secs_f64(),
             events = count,
-            taken_over = ?taken,
-            given_up = ?dropped,
-            republished = outgoing.len(),
-            seconds = started.elapsed().as_secs_f64(),
-            "predictor state rebuilt from the log"
+            seconds,
+            "predictor state restored"
         );
         Ok(())
     }
+
+    /// Keep the final records of the jobs of others' partitions that
+    /// `effects` ended (before they leave the engine's memory), in case
+    /// their owner had not stored them when this instance takes over.
+    pub(super) fn hold_ended(&mut self, effects: &Effects) {
+        for &job_id in effects.jobs.iter() {
+            let Some(partition) = self.job_partition(job_id) else {
+                continue;
+            };
+            if self.owned.contains_key(&partition) {
+                continue;
+            }
+            let Some(record) = self.engine.job(job_id) else {
+                continue;
+            };
+            if record.state == JobState::Running {
+                continue;
+            }
+            let tasks = (0..record.width)
+                .filter_map(|i| Some((i, self.engine.task(job_id, i)?.to_bytes())))
+                .collect();
+            let ended = EndedJob {
+                job_id,
+                record: record.to_bytes(),
+                tasks,
+            };
+            // Held at the last offset of the partition applied: an owner
+            // that committed past it has stored the records itself.
+            let offset = self.applied.get(&partition).map_or(0, |next| next - 1);
+            let held = Held {
+                ended: vec![ended],
+                ..Held::default()
+            };
+            self.outbox.push(partition, offset, held);
+        }
+    }
+
+    /// Take over the state a snapshot holds.
+    fn load_snapshot(&mut self, bytes: &[u8]) -> Result<(), ServiceError> {
+        let snapshot: PipelineSnapshot =
+            postcard::from_bytes(bytes).map_err(|e| RestoreError::from(SnapshotError::from(e)))?;
+        self.engine = Engine::restore(&self.config.engine, &snapshot.engine)?;
+        self.job_partitions = snapshot.job_partitions.into_iter().collect();
+        self.machine_partitions = snapshot.machine_partitions.into_iter().collect();
+        // Outputs from before the snapshot cannot be computed again.
+        for (&partition, &next) in &snapshot.applied {
+            self.outbox.missing_before(partition, next);
+        }
+        self.applied = snapshot.applied;
+        Ok(())
+    }
+
+    /// Store the records of `partitions` the engine holds: their live jobs
+    /// and tasks, and their machines.
+    fn write_partitions(&self, partitions: &BTreeSet<i32>, write: &mut StateBatch<'_>) {
+        if partitions.is_empty() {
+            return;
+        }
+        for (&job_id, partition) in &self.job_partitions {
+            if !partitions.contains(partition) {
+                continue;
+            }
+            if let Some(record) = self.engine.job(job_id) {
+                write.put_job(job_id, &record.to_bytes());
+                for index in 0..record.width {
+                    if let Some(task) = self.engine.task(job_id, index) {
+                        write.put_task(job_id, index, &task.to_bytes());
+                    }
+                }
+            }
+        }
+        for (&machine_id, partition) in &self.machine_partitions {
+            if partitions.contains(partition)
+                && let Some(record) = self.engine.machine(machine_id)
+            {
+                write.put_machine(machine_id, record);
+            }
+        }
+    }
+
+    /// Delete the records of `partitions`' live jobs, their tasks and
+    /// machines: their new owner keeps them current now. What is final
+    /// stays: ended jobs' records, and the decisions made while this
+    /// instance owned the partition.
+    fn delete_partitions(&self, partitions: &BTreeSet<i32>, write: &mut StateBatch<'_>) {
+        if partitions.is_empty() {
+            return;
+        }
+        for (&job_id, partition) in &self.job_partitions {
+            if !partitions.contains(partition) {
+                continue;
+            }
+            write.delete_job_record(job_id);
+            if let Some(record) = self.engine.job(job_id) {
+                for index in 0..record.width {
+                    write.delete_task(job_id, index);
+                }
+            }
+        }
+        for (&machine_id, partition) in &self.machine_partitions {
+            if partitions.contains(partition) {
+                write.delete_machine(machine_id);
+            }
+        }
+    }
+}
+
+/// The decisions among `outputs`, for the store of whoever publishes them.
+pub(super) fn decisions(outputs: &[Output]) -> Vec<Decision> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Decision(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn report_lost(lost: Lost) {
+    let offsets = (lost.until - lost.from).max(0) as u64;
+    metrics::counter!(telemetry::TAKEOVER_OUTPUTS_LOST).increment(offsets);
+    warn!(
+        partition = lost.partition,
+        from = lost.from,
+        until = lost.until,
+        "taking this partition over, the outputs of these offsets are not published: \
+         their owner had not published them, and this instance no longer holds them"
+    );
 }
