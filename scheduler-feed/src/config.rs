@@ -75,6 +75,9 @@ pub struct StorageConfig {
     /// restores the latest snapshot and applies at most this many logged
     /// messages; the log behind the snapshot is deleted.
     pub snapshot_every_events: u64,
+    /// Hours of event time an ended job's records (the job, its decisions
+    /// and tasks) are kept after its end.
+    pub retention_hours: u64,
 }
 
 impl Default for StorageConfig {
@@ -83,6 +86,7 @@ impl Default for StorageConfig {
             path: PathBuf::from("jobcast-data"),
             sync: true,
             snapshot_every_events: 100_000,
+            retention_hours: 168,
         }
     }
 }
@@ -185,6 +189,12 @@ impl ServeConfig {
         if self.storage.snapshot_every_events == 0 {
             return Err(ConfigError::new(
                 "storage.snapshot_every_events",
+                "must be positive",
+            ));
+        }
+        if self.storage.retention_hours == 0 {
+            return Err(ConfigError::new(
+                "storage.retention_hours",
                 "must be positive",
             ));
         }

@@ -22,6 +22,23 @@ pub enum ServiceError {
     Unacknowledged(usize),
     #[error("the pipeline thread panicked")]
     Panicked,
+    #[error(
+        "input partition {partition} of {topic}: the state needs its messages from offset {stored} on, \
+         but the broker holds them only from {low} on (its retention deleted the rest). Rebuild the \
+         state from a topic that holds every event (start with a new storage.path), or accept the gap \
+         with -X auto.offset.reset=earliest"
+    )]
+    InputGone {
+        topic: String,
+        partition: i32,
+        stored: i64,
+        low: i64,
+    },
+    #[error(
+        "the broker no longer holds input messages the state needs ({0}); restart to see which \
+         partition and offsets"
+    )]
+    InputReset(KafkaError),
     #[error("the stored snapshot cannot be restored: {0}")]
     Restore(#[from] RestoreError),
     #[error("cannot take a snapshot: {0}")]

@@ -67,8 +67,10 @@ pub struct Counters {
     pub dead_lettered: AtomicU64,
     pub decisions: AtomicU64,
     pub scored: AtomicU64,
-    /// Logged messages applied again by the latest log replay.
+    /// Logged messages applied again by the latest restore.
     pub recovered_events: AtomicU64,
+    /// Ended jobs whose records were deleted for retention.
+    pub expired_jobs: AtomicU64,
     pub live_jobs: AtomicU64,
     /// Input partitions paused to bound the event-time merge's memory.
     pub input_pauses: AtomicU64,

@@ -33,6 +33,7 @@ pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
+pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
 pub const SNAPSHOT_BYTES: &str = "jobcast_snapshot_bytes";
 pub const SNAPSHOT_SECONDS: &str = "jobcast_snapshot_seconds";
 pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
@@ -83,6 +84,11 @@ pub fn handle() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(
+        JOBS_EXPIRED,
+        Unit::Count,
+        "Ended jobs whose records (job, decisions, tasks) were deleted, storage.retention_hours of event time after their end"
+    );
     describe_counter!(
         SNAPSHOTS,
         Unit::Count,

@@ -14,6 +14,7 @@
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it |
+//! | `expiry`      | end time, job id (u64, u64 BE) | (empty): an ended job whose records expire |
 //! | `meta`        | name                         | value                          |
 //!
 //! `meta` holds the store's layout version ([`STORE_FORMAT`]), the engine
@@ -45,6 +46,11 @@
 //! feature value, written with the batch that changed them, so that what
 //! the predictor has learnt can be inspected (and compared between runs)
 //! without restoring anything.
+//!
+//! Ended jobs' records (the job, its decisions and tasks) are kept for a
+//! retention window of event time: the `expiry` family indexes them by
+//! their end, so that the expired ones are found by one short scan from its
+//! start and deleted ([`StateStore::expired`], [`StateBatch::expire_job`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -65,10 +71,11 @@ pub const POLICIES: &str = "policies";
 pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
 pub const SNAPSHOTS: &str = "snapshots";
+pub const EXPIRY: &str = "expiry";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 10] = [
-    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, META,
+const COLUMN_FAMILIES: [&str; 11] = [
+    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, EXPIRY, META,
 ];
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
@@ -361,6 +368,28 @@ impl StateStore {
             })
     }
 
+    /// Up to `limit` ended jobs that ended before `before_us`, oldest
+    /// first: (end time, job id).
+    pub fn expired(&self, before_us: u64, limit: usize) -> Result<Vec<(u64, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(EXPIRY), IteratorMode::Start) {
+            let (key, _) = item.map_err(|e| self.rocks(e))?;
+            let corrupt = || StoreError::Corrupt {
+                family: EXPIRY,
+                key: key.to_vec(),
+                reason: "not an end time and a job id (16 bytes)".into(),
+            };
+            let (end, job) = key.split_first_chunk::<8>().ok_or_else(corrupt)?;
+            let job: [u8; 8] = job.try_into().map_err(|_| corrupt())?;
+            let end_us = u64::from_be_bytes(*end);
+            if end_us >= before_us || out.len() >= limit {
+                break;
+            }
+            out.push((end_us, u64::from_be_bytes(job)));
+        }
+        Ok(out)
+    }
+
     /// The latest snapshot: the sequence number of the first message it
     /// does not include, and its bytes.
     pub fn latest_snapshot(&self) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
@@ -524,6 +553,25 @@ impl StateBatch<'_> {
             .delete_range_cf(self.store.cf(DECISIONS), &task_key(job_id, 0)[..], &end[..]);
     }
 
+    /// Index an ended job's records for expiry at `end_us` plus the
+    /// retention window.
+    pub fn put_expiry(&mut self, end_us: u64, job_id: u64) {
+        self.batch
+            .put_cf(self.store.cf(EXPIRY), expiry_key(end_us, job_id), []);
+    }
+
+    /// Delete an ended job's records (the job, its decisions, its tasks)
+    /// and its expiry entry.
+    pub fn expire_job(&mut self, end_us: u64, job_id: u64) {
+        self.delete_job(job_id);
+        let mut end = task_key(job_id, u32::MAX).to_vec();
+        end.push(0);
+        self.batch
+            .delete_range_cf(self.store.cf(TASKS), &task_key(job_id, 0)[..], &end[..]);
+        self.batch
+            .delete_cf(self.store.cf(EXPIRY), expiry_key(end_us, job_id));
+    }
+
     /// Delete a job's record, keeping its decisions.
     pub fn delete_job_record(&mut self, job_id: u64) {
         self.batch
@@ -669,6 +717,14 @@ fn task_key(job_id: u64, index: u32) -> [u8; 12] {
     let mut key = [0u8; 12];
     key[..8].copy_from_slice(&job_id.to_be_bytes());
     key[8..].copy_from_slice(&index.to_be_bytes());
+    key
+}
+
+/// The key of an ended job in `expiry`: its end time, then its id.
+fn expiry_key(end_us: u64, job_id: u64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&end_us.to_be_bytes());
+    key[8..].copy_from_slice(&job_id.to_be_bytes());
     key
 }
 
@@ -823,6 +879,46 @@ mod tests {
         );
         // The next message continues the sequence the snapshot ended.
         assert_eq!(store.next_log_seq().unwrap(), 10);
+    }
+
+    #[test]
+    fn expired_jobs_are_found_oldest_first_and_deleted_with_everything_they_had() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        for (job_id, end_us) in [(1u64, 300u64), (2, 100), (3, 200), (4, 900)] {
+            batch.put_job(job_id, b"record");
+            batch.put_decision(job_id, 1, &serde_json::json!({ "v": 1 }));
+            for index in [0, 7, u32::MAX] {
+                batch.put_task(job_id, index, b"task");
+            }
+            batch.put_expiry(end_us, job_id);
+        }
+        store.commit(batch).unwrap();
+        assert_eq!(store.expired(250, 10).unwrap(), [(100, 2), (200, 3)]);
+        assert_eq!(store.expired(1000, 2).unwrap(), [(100, 2), (200, 3)]);
+        let mut batch = store.batch();
+        for (end_us, job_id) in store.expired(250, 10).unwrap() {
+            batch.expire_job(end_us, job_id);
+        }
+        store.commit(batch).unwrap();
+        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(300, 1), (900, 4)]);
+        let jobs: Vec<u64> = store
+            .dump(JOBS)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(jobs, [1, 4]);
+        let task_jobs: BTreeSet<u64> = store
+            .dump(TASKS)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(task_jobs, BTreeSet::from([1, 4]));
+        assert!(store.decisions::<serde_json::Value>(2).unwrap().is_empty());
+        assert_eq!(store.decisions::<serde_json::Value>(1).unwrap().len(), 1);
     }
 
     #[test]

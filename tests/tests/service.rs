@@ -17,7 +17,7 @@ use jobcast_predictor::history::{HistoryKey, HistoryRecord};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::{self, RunSummary, Service};
 use jobcast_scheduler_feed::shared::Shared;
-use jobcast_storage::state::{HISTORY, JOBS, LOG, StateStore};
+use jobcast_storage::state::{DECISIONS, HISTORY, JOBS, LOG, Records, StateStore, TASKS};
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
 use jobcast_tests::serve::stored_state;
@@ -302,6 +302,96 @@ fn a_restart_applies_only_the_log_after_the_latest_snapshot_and_ends_in_the_same
 }
 
 #[test]
+fn ended_jobs_expire_after_the_retention_window_and_change_no_prediction() {
+    let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
+    let (_a, path_a) = temp();
+    run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+
+    // Most of the excerpt's jobs end in its first 2.4 hours, a few 6 hours
+    // in, and the latest event applied is 13.2 hours in: a window of 12
+    // hours cuts through them.
+    let (_b, path_b) = temp();
+    let mut config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    config_b.storage.retention_hours = 12;
+    let (summary, shared) = run_observed(&config_b, total);
+    assert_eq!(summary.committed, total);
+    let expired = shared.counters.expired_jobs.load(Ordering::Relaxed);
+    drop(shared);
+
+    // Retention deletes records; it changes no decision.
+    assert_eq!(
+        decisions(&cluster.brokers(), &topics_a.decisions),
+        decisions(&cluster.brokers(), &topics_b.decisions)
+    );
+
+    let state_a = stored_state(&path_a);
+    let state_b = stored_state(&path_b);
+    let jobs = |state: &BTreeMap<&str, Records>| -> BTreeMap<u64, (Vec<u8>, JobRecord)> {
+        state[JOBS]
+            .iter()
+            .map(|(k, v)| {
+                let id = u64::from_be_bytes(k[..8].try_into().unwrap());
+                (id, (v.clone(), JobRecord::from_bytes(v).unwrap()))
+            })
+            .collect()
+    };
+    let (jobs_a, jobs_b) = (jobs(&state_a), jobs(&state_b));
+    // What is kept is kept unchanged.
+    for (id, (bytes, _)) in &jobs_b {
+        assert_eq!(Some(bytes), jobs_a.get(id).map(|j| &j.0), "job {id}");
+    }
+    // What is gone ended before every ended job that is kept.
+    let gone: Vec<&JobRecord> = jobs_a
+        .iter()
+        .filter(|(id, _)| !jobs_b.contains_key(id))
+        .map(|(_, (_, r))| r)
+        .collect();
+    assert!(
+        gone.iter().all(|r| r.end_us.is_some()),
+        "a live job expired"
+    );
+    let last_gone = gone
+        .iter()
+        .filter_map(|r| r.end_us)
+        .max()
+        .expect("some jobs expired");
+    let ended = |jobs: &BTreeMap<u64, (Vec<u8>, JobRecord)>| {
+        jobs.values().filter(|(_, r)| r.end_us.is_some()).count()
+    };
+    let first_kept = jobs_b
+        .values()
+        .filter_map(|(_, r)| r.end_us)
+        .min()
+        .unwrap_or_else(|| {
+            panic!(
+                "no ended job kept: {} jobs ({} ended) without retention, {} ({} ended) with; {} expired, the last ended at {last_gone}",
+                jobs_a.len(),
+                ended(&jobs_a),
+                jobs_b.len(),
+                ended(&jobs_b),
+                gone.len()
+            )
+        });
+    assert!(last_gone < first_kept, "{last_gone} ≥ {first_kept}");
+    assert_eq!(gone.len() as u64, expired, "every expired job counted once");
+    // Their tasks and decisions went with them.
+    let job_of = |key: &Vec<u8>| u64::from_be_bytes(key[..8].try_into().unwrap());
+    for family in [TASKS, DECISIONS] {
+        let left: BTreeSet<u64> = state_b[family].iter().map(|(k, _)| job_of(k)).collect();
+        assert!(
+            gone.iter().all(|r| !left.contains(&r.job_id)),
+            "{family} of an expired job left"
+        );
+        let kept: Vec<_> = state_a[family]
+            .iter()
+            .filter(|(k, _)| jobs_b.contains_key(&job_of(k)))
+            .collect();
+        let b: Vec<_> = state_b[family].iter().collect();
+        assert!(kept == b, "{family} of kept jobs differ");
+    }
+}
+
+#[test]
 fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
@@ -360,6 +450,35 @@ fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
         err.to_string().contains("store format 4; this one reads 6"),
         "{err}"
     );
+}
+
+#[test]
+fn a_stored_offset_the_broker_does_not_hold_stops_the_service_instead_of_skipping() {
+    let (_cluster, _dir, config) = store_of_a_short_run();
+    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
+    // The state says partition 0 was read up to offset 1,000,000: far past
+    // what the broker holds, as after a topic was deleted and created
+    // again. librdkafka would jump to an end; the service must not.
+    let mut batch = store.batch();
+    batch.set_offset(&config.topics.events, 0, 1_000_000);
+    store.commit(batch).unwrap();
+    let shared = Shared::new(store);
+    let service = Service::start_with(config, shared.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !service.is_finished() {
+        if Instant::now() > deadline {
+            let outcome = service.stop();
+            panic!("the service went on past the missing offsets: {outcome:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = service.join().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the broker no longer holds input messages the state needs"),
+        "{err}"
+    );
+    assert_eq!(shared.counters.committed.load(Ordering::Relaxed), 0);
 }
 
 /// The store of a run over the excerpt's first 200 events, the cluster it

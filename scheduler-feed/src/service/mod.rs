@@ -60,6 +60,7 @@ mod outbox;
 mod ownership;
 mod pipeline;
 mod recovery;
+mod retention;
 mod sink;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -190,6 +191,10 @@ struct Pipeline<'a> {
     applied: BTreeMap<i32, i64>,
     /// Outputs of partitions others own, for a takeover.
     outbox: outbox::Outbox,
+    /// The latest event time applied, µs.
+    watermark_us: u64,
+    /// Ended jobs that ended before this are deleted (`retention.rs`).
+    expired_before: u64,
     summary: RunSummary,
     /// Partitions this instance owns, each with the first offset whose
     /// outputs are its to publish (those before were published by the
@@ -220,6 +225,8 @@ impl<'a> Pipeline<'a> {
             snapshot_seq: 0,
             applied: BTreeMap::new(),
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
+            watermark_us: 0,
+            expired_before: 0,
             summary: RunSummary::default(),
             owned: BTreeMap::new(),
             added: BTreeSet::new(),

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use jobcast_predictor::decision::Decision;
+use jobcast_predictor::engine::JobRecord;
 
 use super::sink::Outgoing;
 
@@ -28,12 +29,16 @@ pub(super) struct Held {
     pub ended: Vec<EndedJob>,
 }
 
-/// An ended job's final records, in their stored binary layouts.
+/// An ended job's final records: the job's, and its tasks' in their stored
+/// binary layout.
 pub(super) struct EndedJob {
-    pub job_id: u64,
-    pub record: Vec<u8>,
+    pub record: JobRecord,
     pub tasks: Vec<(u32, Vec<u8>)>,
 }
+
+/// A job record's bytes, about (its binary layout's size without the
+/// policies' estimates and errors).
+const JOB_RECORD_BYTES: usize = 200;
 
 impl Held {
     fn is_empty(&self) -> bool {
@@ -59,7 +64,7 @@ impl Held {
         let records: usize = self
             .ended
             .iter()
-            .map(|e| e.record.len() + e.tasks.iter().map(|(_, t)| t.len()).sum::<usize>())
+            .map(|e| JOB_RECORD_BYTES + e.tasks.iter().map(|(_, t)| t.len()).sum::<usize>())
             .sum();
         messages + pilots + records
     }

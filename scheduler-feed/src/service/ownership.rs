@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use jobcast_ingest::event::Event;
-use jobcast_predictor::engine::{Effects, Output};
+use jobcast_predictor::engine::{Effects, JobState, Output};
 use jobcast_storage::state::StateBatch;
 
 use super::Pipeline;
@@ -29,6 +29,7 @@ impl Pipeline<'_> {
         self.engine
             .apply(event, effects)
             .map_err(DeadLetter::Rejected)?;
+        self.watermark_us = self.watermark_us.max(event.time_us());
         match event {
             Event::JobSubmitted(job) => {
                 self.job_partitions.insert(job.job_id, partition);
@@ -44,6 +45,8 @@ impl Pipeline<'_> {
     }
 
     /// Write the records `effects` changed that belong to `partitions`.
+    /// Jobs go last: an ended job that is already past retention is then
+    /// deleted with everything written for it before (`retention.rs`).
     pub(super) fn write_records(
         &self,
         effects: &Effects,
@@ -57,11 +60,6 @@ impl Pipeline<'_> {
             self.job_partition(job_id)
                 .is_some_and(|p| partitions.contains(&p))
         };
-        for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
-            if let Some(record) = self.engine.job(job_id) {
-                write.put_job(job_id, &record.to_bytes());
-            }
-        }
         for output in &effects.outputs {
             if let Output::Decision(d) = output
                 && ours(d.job_id)
@@ -82,6 +80,15 @@ impl Pipeline<'_> {
                 && let Some(record) = self.engine.machine(machine_id)
             {
                 write.put_machine(machine_id, record);
+            }
+        }
+        for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
+            match self.engine.job(job_id) {
+                Some(record) if record.state == JobState::Running => {
+                    write.put_job(job_id, &record.to_bytes());
+                }
+                Some(record) => self.put_ended(record, write),
+                None => {}
             }
         }
     }

@@ -47,6 +47,9 @@ impl Pipeline<'_> {
                 &format!("{}.input", self.config.consumer.group),
                 &[
                     ("enable.partition.eof", "true"),
+                    // A stored offset the broker no longer holds is an
+                    // error, not a silent jump (`source::Reader::refuse_gaps`).
+                    ("auto.offset.reset", "error"),
                     ("statistics.interval.ms", "5000"),
                     ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS),
                 ],
@@ -56,7 +59,18 @@ impl Pipeline<'_> {
                 shared: self.shared.clone(),
             })
             .map_err(|e| self.config.kafka.redact(e))?;
-        let source = Source::start(consumer, &self.config.consumer, self.store.clone())?;
+        let refuse_gaps = self
+            .config
+            .kafka
+            .client
+            .get("auto.offset.reset")
+            .is_none_or(|reset| reset == "error");
+        let source = Source::start(
+            consumer,
+            &self.config.consumer,
+            self.store.clone(),
+            refuse_gaps,
+        )?;
         let mut trimmed_at = Instant::now();
         loop {
             let _ = member.poll(Duration::ZERO);
@@ -184,6 +198,7 @@ impl Pipeline<'_> {
         // 3. Commit: the changed records, what the predictor learnt, and
         // the offsets consumed, in one write, on the writer thread.
         effects.settle();
+        self.expire(&mut write)?;
         self.write_records(&effects, &self.stored, &mut write);
         self.write_learnt(&effects, &mut write);
         for (&partition, &next) in &offsets {

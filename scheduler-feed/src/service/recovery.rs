@@ -48,6 +48,8 @@ struct PipelineSnapshot {
     /// The next offset of each input partition after the messages the
     /// snapshot includes.
     applied: BTreeMap<i32, i64>,
+    /// The latest event time applied.
+    watermark_us: u64,
 }
 
 impl Pipeline<'_> {
@@ -81,6 +83,7 @@ impl Pipeline<'_> {
                 .map(|(&m, &p)| (m, p))
                 .collect(),
             applied: self.applied.clone(),
+            watermark_us: self.watermark_us,
         };
         let bytes = postcard::to_allocvec(&snapshot).map_err(SnapshotError::from)?;
         write.put_snapshot(self.next_seq, &bytes);
@@ -124,10 +127,10 @@ impl Pipeline<'_> {
                 write.put_decision(d.job_id, d.version, d);
             }
             for ended in &held.ended {
-                write.put_job(ended.job_id, &ended.record);
                 for (index, task) in &ended.tasks {
-                    write.put_task(ended.job_id, *index, task);
+                    write.put_task(ended.record.job_id, *index, task);
                 }
+                self.put_ended(&ended.record, &mut write);
             }
             outgoing.extend(held.messages);
         }
@@ -266,8 +269,7 @@ impl Pipeline<'_> {
                 .filter_map(|i| Some((i, self.engine.task(job_id, i)?.to_bytes())))
                 .collect();
             let ended = EndedJob {
-                job_id,
-                record: record.to_bytes(),
+                record: record.clone(),
                 tasks,
             };
             // Held at the last offset of the partition applied: an owner
@@ -293,6 +295,7 @@ impl Pipeline<'_> {
             self.outbox.missing_before(partition, next);
         }
         self.applied = snapshot.applied;
+        self.watermark_us = snapshot.watermark_us;
         Ok(())
     }
 

@@ -170,6 +170,7 @@ impl Source {
         consumer: BaseConsumer<InputContext>,
         settings: &ConsumerConfig,
         store: Arc<StateStore>,
+        refuse_gaps: bool,
     ) -> Result<Source, ServiceError> {
         let topic = consumer.context().topic.clone();
         let topic_c = CString::new(topic.as_str())
@@ -186,6 +187,7 @@ impl Source {
             merge: PartitionMerge::default(),
             max_batch: settings.batch_max_events,
             throttle: Throttle::new(settings.max_buffered_events),
+            refuse_gaps,
         };
         let thread = std::thread::Builder::new()
             .name("source".into())
@@ -314,6 +316,10 @@ struct Reader {
     merge: PartitionMerge<Consumed>,
     max_batch: usize,
     throttle: Throttle,
+    /// Whether a stored offset the broker no longer holds stops the
+    /// service (`auto.offset.reset=error`, the default) rather than
+    /// resuming past the gap.
+    refuse_gaps: bool,
 }
 
 impl Reader {
@@ -348,7 +354,7 @@ impl Reader {
                 } else {
                     POLL_WAIT
                 };
-                self.poll(wait);
+                self.poll(wait)?;
             }
             let full = self.hand_over();
             self.pause_or_resume();
@@ -403,8 +409,9 @@ impl Reader {
     }
 
     /// Poll up to a batch of messages into the merge, waiting at most
-    /// `wait` for the first.
-    fn poll(&mut self, mut wait: Duration) {
+    /// `wait` for the first. A partition whose next offset the broker no
+    /// longer holds stops the source (see [`Reader::refuse_gaps`]).
+    fn poll(&mut self, mut wait: Duration) -> Result<(), ServiceError> {
         for _ in 0..self.max_batch {
             let Some(result) = self.consumer.poll(wait) else {
                 break;
@@ -428,9 +435,13 @@ impl Reader {
                     }
                 }
                 Err(KafkaError::PartitionEOF(partition)) => self.merge.reached_end(partition),
+                Err(e @ KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
+                    return Err(ServiceError::InputReset(e));
+                }
                 Err(e) => warn!("consume: {e}"),
             }
         }
+        Ok(())
     }
 
     /// Mark the partitions holding the merge back that the last fetch
@@ -474,6 +485,19 @@ impl Reader {
         let mut tpl = TopicPartitionList::new();
         for &partition in &new {
             let next = stored.get(&partition).copied();
+            if let Some(next) = next.filter(|_| self.refuse_gaps) {
+                let (low, _) =
+                    self.consumer
+                        .fetch_watermarks(topic, partition, BROKER_PROBE_TIMEOUT)?;
+                if next < low {
+                    return Err(ServiceError::InputGone {
+                        topic: topic.clone(),
+                        partition,
+                        stored: next,
+                        low,
+                    });
+                }
+            }
             tpl.add_partition_offset(
                 topic,
                 partition,
