@@ -56,8 +56,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch,
-    WriteOptions,
+    BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Direction,
+    IteratorMode, Options, WriteBatch, WriteOptions,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -143,7 +143,7 @@ impl StateStore {
         options.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let families = COLUMN_FAMILIES
             .iter()
-            .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
+            .map(|name| ColumnFamilyDescriptor::new(*name, family_options(name)));
         let shown = path.display().to_string();
         let db = DB::open_cf_descriptors(&options, path, families).map_err(|source| {
             StoreError::Rocks {
@@ -157,6 +157,82 @@ impl StateStore {
             db,
             path: shown,
             write,
+        })
+    }
+
+    /// Open the store at `path` to read, beside a service that may be
+    /// writing it: what was committed when it opens.
+    pub fn open_read_only(path: &Path) -> Result<Self, StoreError> {
+        let shown = path.display().to_string();
+        let families = COLUMN_FAMILIES
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, family_options(name)));
+        let db = DB::open_cf_descriptors_read_only(&Options::default(), path, families, false)
+            .map_err(|source| StoreError::Rocks {
+                path: shown.clone(),
+                source,
+            })?;
+        Ok(StateStore {
+            db,
+            path: shown,
+            write: WriteOptions::default(),
+        })
+    }
+
+    /// What the store holds (see [`StoreSummary`]).
+    pub fn summary(&self) -> Result<StoreSummary, StoreError> {
+        let property = |family: &str, name: &str| {
+            self.db
+                .property_int_value_cf(self.cf(family), name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        let families = COLUMN_FAMILIES
+            .iter()
+            .map(|&family| {
+                let size = FamilySize {
+                    keys: property(family, "rocksdb.estimate-num-keys"),
+                    bytes: property(family, "rocksdb.total-sst-files-size"),
+                };
+                (family, size)
+            })
+            .collect();
+        let snapshot = self.latest_snapshot()?;
+        let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+        for item in self.db.iterator_cf(self.cf(OFFSETS), IteratorMode::Start) {
+            let (key, value) = item.map_err(|e| self.rocks(e))?;
+            let corrupt = || StoreError::Corrupt {
+                family: OFFSETS,
+                key: key.to_vec(),
+                reason: "not a topic, 0, partition and an offset".into(),
+            };
+            let nul = key.iter().position(|&b| b == 0).ok_or_else(corrupt)?;
+            let topic = String::from_utf8_lossy(&key[..nul]).into_owned();
+            let partition = i32::from_be_bytes(key[nul + 1..].try_into().map_err(|_| corrupt())?);
+            let offset = i64::from_be_bytes(value[..].try_into().map_err(|_| corrupt())?);
+            offsets.entry(topic).or_default().insert(partition, offset);
+        }
+        let stored_partitions = match self.meta(STORED_PARTITIONS_KEY)? {
+            None => BTreeSet::new(),
+            Some(list) => serde_json::from_slice(&list).map_err(|e| StoreError::Corrupt {
+                family: META,
+                key: STORED_PARTITIONS_KEY.as_bytes().to_vec(),
+                reason: e.to_string(),
+            })?,
+        };
+        Ok(StoreSummary {
+            path: self.path.clone(),
+            format: self
+                .meta(STORE_FORMAT_KEY)?
+                .map(|f| String::from_utf8_lossy(&f).into_owned()),
+            families,
+            snapshot_seq: snapshot.as_ref().map(|(seq, _)| *seq),
+            snapshot_bytes: snapshot.as_ref().map(|(_, bytes)| bytes.len() as u64),
+            next_log_seq: self.next_log_seq()?,
+            stored_partitions,
+            offsets,
+            oldest_retained_job: self.expired(u64::MAX, 1)?.first().copied(),
         })
     }
 
@@ -486,6 +562,50 @@ impl StateStore {
             .flatten()
             .unwrap_or(0)
     }
+}
+
+/// A column family's options, chosen for how it is used. Every family is
+/// compressed with zstd (records of one kind share most of their bytes).
+/// The families read by key (a job, a task, a machine, a history value:
+/// `GET /jobs/{id}` and the takeover's writes) get a Bloom filter, so that
+/// a lookup reads one block, not one per level; the log (appended, read in
+/// order once on restart, deleted by range) and the snapshots need none.
+fn family_options(name: &str) -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(DBCompressionType::Zstd);
+    options.set_bottommost_compression_type(DBCompressionType::Zstd);
+    if matches!(name, JOBS | TASKS | MACHINES | HISTORY) {
+        let mut table = BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        options.set_block_based_table_factory(&table);
+    }
+    options
+}
+
+/// What a store holds, for operators (`jobcast admin info`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreSummary {
+    pub path: String,
+    pub format: Option<String>,
+    /// Keys (RocksDB's estimate) and bytes on disk (SST files) per family.
+    pub families: BTreeMap<&'static str, FamilySize>,
+    /// The sequence number the latest snapshot restores to, and its size.
+    pub snapshot_seq: Option<u64>,
+    pub snapshot_bytes: Option<u64>,
+    /// The sequence number the next logged message gets.
+    pub next_log_seq: u64,
+    /// The input partitions whose records the store holds.
+    pub stored_partitions: BTreeSet<i32>,
+    /// The next offset to consume of each input partition, by topic.
+    pub offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// The end time (µs) and id of the oldest ended job still retained.
+    pub oldest_retained_job: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FamilySize {
+    pub keys: u64,
+    pub bytes: u64,
 }
 
 /// Writes collected for one atomic commit.

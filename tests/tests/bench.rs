@@ -1,6 +1,6 @@
-//! `jobcast bench pipeline` on the embedded mock cluster: every figure is
-//! reported and consistent. No speed thresholds: the rates depend on the
-//! machine and its load.
+//! `jobcast bench pipeline` and `bench recovery` on the embedded mock
+//! cluster: every figure is reported and consistent. No speed thresholds:
+//! the rates depend on the machine and its load.
 
 use jobcast_tests::jobcast_ok;
 use serde_json::Value;
@@ -234,4 +234,40 @@ fn bench_write_properties_reach_the_workload_writer() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("expected KEY=VALUE"), "{stderr}");
+}
+
+#[test]
+fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot() {
+    let report: Value = serde_json::from_str(&jobcast_ok(&[
+        "bench",
+        "recovery",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--partitions",
+        "4",
+        "--snapshot-every",
+        "2000",
+        "--json",
+    ]))
+    .expect("the output is JSON");
+    let events = report["events"].as_u64().expect("events is a count");
+    assert!(events > 2000, "{report}");
+    // At most the snapshot interval and one batch (10,000 by default) of
+    // logged messages, not every event consumed.
+    let replayed = report["replayed_events"].as_u64().expect("a count");
+    assert!(replayed < 2000 + 10_000 && replayed < events, "{report}");
+    for field in [
+        "restore_s",
+        "group_join_s",
+        "throughput_eps",
+        "baseline_throughput_eps",
+    ] {
+        assert!(number(&report, field) >= 0.0, "{report}");
+    }
+    assert!(number(&report, "throughput_eps") > 0.0, "{report}");
+    assert!(number(&report, "snapshot_bytes") > 0.0, "{report}");
+    assert!(number(&report, "store_bytes") > 0.0, "{report}");
+    assert!(report["family_bytes"]["log"].is_u64(), "{report}");
 }

@@ -18,9 +18,9 @@ use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::{self, RunSummary, Service};
 use jobcast_scheduler_feed::shared::Shared;
 use jobcast_storage::state::{DECISIONS, HISTORY, JOBS, LOG, Records, StateStore, TASKS};
-use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
 use jobcast_tests::serve::stored_state;
+use jobcast_tests::{excerpt_events, jobcast_ok};
 
 const PARTITIONS: i32 = 4;
 
@@ -299,6 +299,27 @@ fn a_restart_applies_only_the_log_after_the_latest_snapshot_and_ends_in_the_same
     }
     assert_eq!(committed, total, "nothing read twice");
     assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
+
+    // `jobcast admin info` says the same.
+    let info: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
+        "admin",
+        "info",
+        "--data-dir",
+        path_b.to_str().unwrap(),
+        "--json",
+    ]))
+    .unwrap();
+    let snapshot = info["snapshot_seq"].as_u64().expect("a snapshot");
+    let next = info["next_log_seq"].as_u64().unwrap();
+    assert!(next - snapshot < tail, "{info}");
+    let offsets = info["offsets"][&topics_b.events].as_object().unwrap();
+    let consumed: i64 = offsets.values().map(|o| o.as_i64().unwrap()).sum();
+    assert_eq!(consumed as u64, total, "{info}");
+    assert!(
+        info["families"]["jobs"]["keys"].as_u64().unwrap() > 0,
+        "{info}"
+    );
+    assert!(info["oldest_retained_job"].is_array(), "{info}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! is a module of its own with its clap `Args` and its `run`: it parses,
 //! calls a library, and prints.
 
+mod admin;
 mod bench;
 mod convert;
 mod demo;
@@ -57,6 +58,8 @@ enum Command {
     Risk(risk::Args),
     /// Measure throughput: `bench pipeline` is events/s end to end.
     Bench(bench::Args),
+    /// Operate on a store: `admin info` says what it holds.
+    Admin(admin::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -89,6 +92,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Risk(args) => risk::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Admin(args) => admin::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -25,6 +25,9 @@
 //! is also offered to a relay ([`relay`]) that republishes each submission
 //! at once: the broker's own latency on the same path, and so what bounds
 //! the service's.
+//!
+//! `jobcast bench recovery` ([`recovery`]) times a restart and sizes the
+//! store.
 
 use std::error::Error as StdError;
 use std::path::PathBuf;
@@ -51,9 +54,11 @@ use tempfile::TempDir;
 use super::kafka_args::KafkaArgs;
 use latency::{LatencyArgs, latency};
 use pipeline::{PipelineArgs, pipeline};
+use recovery::{RecoveryArgs, recovery};
 
 mod latency;
 mod pipeline;
+mod recovery;
 mod relay;
 mod report;
 
@@ -76,6 +81,9 @@ enum BenchCommand {
     /// to its first decision being received, at fixed offered loads and at
     /// saturation.
     Latency(LatencyArgs),
+    /// The restore time of a restart, the logged messages it applies, the
+    /// store's size, and the throughput with and without snapshots.
+    Recovery(RecoveryArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -155,6 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Pipeline(args) => pipeline(&args),
         BenchCommand::Latency(args) => latency(&args),
+        BenchCommand::Recovery(args) => recovery(&args),
     }
 }
 

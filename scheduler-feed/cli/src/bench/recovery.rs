@@ -1,0 +1,211 @@
+//! `jobcast bench recovery`: what a restart costs, and what the recovery
+//! machinery (snapshots that truncate the log, the expiry index) costs the
+//! pipeline.
+//!
+//! The workload is written once. A service without snapshots consumes it
+//! all (the baseline throughput); another, on a fresh store and group,
+//! consumes it with snapshots every `--snapshot-every` messages (the
+//! throughput with the machinery), is stopped, and is started again on its
+//! store: the restart is timed from `Service::start` (which opens RocksDB)
+//! until the pipeline is ready for new input, with the consumer group's
+//! join (from the start until the group assigns the partitions) reported
+//! apart and left out of the restore time.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::service::Service;
+use jobcast_storage::state::StateStore;
+
+use super::{
+    InputArgs, STALL, ServiceArgs, broker_name, fresh_config, on_cluster, open_input, produce,
+    progress, report_skipped, start_service, wait_for_commits,
+};
+use crate::output::{print_json, print_out};
+use jobcast_replay::kafka::Ungated;
+
+#[derive(clap::Args)]
+pub(super) struct RecoveryArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    service: ServiceArgs,
+    /// Messages between snapshots in the measured run (`storage.
+    /// snapshot_every_events`).
+    #[arg(long, default_value_t = ServeConfig::default().storage.snapshot_every_events)]
+    snapshot_every: u64,
+    /// Print the figures as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The figures of one run.
+#[derive(serde::Serialize)]
+pub(super) struct RecoveryReport {
+    events: u64,
+    partitions: i32,
+    broker: String,
+    snapshot_every_events: u64,
+    /// Opening the store, restoring the snapshot and applying the log after
+    /// it, seconds.
+    restore_s: f64,
+    /// From the start until the group assigned the partitions, seconds.
+    group_join_s: f64,
+    /// Logged messages applied on the restart.
+    replayed_events: u64,
+    /// Bytes of the store's directory (SST files, WAL, manifest) after the
+    /// run, and the SST bytes per column family.
+    store_bytes: u64,
+    family_bytes: std::collections::BTreeMap<&'static str, u64>,
+    snapshot_bytes: Option<u64>,
+    /// Events/s with snapshots, and without (`snapshot_every_events` past
+    /// the workload's size).
+    throughput_eps: f64,
+    baseline_throughput_eps: f64,
+}
+
+pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
+    let (config, _state) = fresh_config("recovery", &args.service)?;
+    let report = on_cluster(&args.service, config, |config| measure(args, config))?;
+    if args.json {
+        return print_json(&report);
+    }
+    print_out(&format!(
+        "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages\n\n\
+         \x20 restore (open, snapshot, log after it)  {:>9.3} s\n\
+         \x20 consumer group join (not included)      {:>9.3} s\n\
+         \x20 logged messages applied on restart      {:>9}\n\
+         \x20 latest snapshot                         {:>9} bytes\n\
+         \x20 store on disk                           {:>9} bytes\n\
+         \x20 throughput with snapshots               {:>9.0} events/s\n\
+         \x20 throughput without                      {:>9.0} events/s\n",
+        report.events,
+        report.partitions,
+        report.broker,
+        report.snapshot_every_events,
+        report.restore_s,
+        report.group_join_s,
+        report.replayed_events,
+        report.snapshot_bytes.unwrap_or(0),
+        report.store_bytes,
+        report.throughput_eps,
+        report.baseline_throughput_eps,
+    ))
+}
+
+fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryReport> {
+    config.validate()?;
+    let (events, diagnostics) = open_input(&args.input)?;
+    let written = produce(
+        &args.service.writer(&config.kafka),
+        &config.topics.events,
+        events,
+        None,
+        &Ungated,
+    )?;
+    report_skipped(diagnostics.as_ref());
+    let events = written.delivered;
+    if events == 0 {
+        bail!("the input holds no events: nothing to measure");
+    }
+
+    // Without the machinery: no snapshot within the run.
+    let (mut baseline, _baseline_state) = fresh_config("recovery-baseline", &args.service)?;
+    baseline.topics = config.topics.clone();
+    baseline.kafka = config.kafka.clone();
+    baseline.storage.snapshot_every_events = u64::MAX;
+    let baseline_secs = consume_all(baseline, events, "baseline")?;
+
+    let mut measured = config;
+    measured.storage.snapshot_every_events = args.snapshot_every;
+    let secs = consume_all(measured.clone(), events, "measured")?;
+
+    // The restart.
+    let started = Instant::now();
+    let service = Service::start(measured.clone())?;
+    let shared = service.shared().clone();
+    let opened = started.elapsed();
+    let deadline = started + STALL;
+    let mut assigned_at = None;
+    while !shared.ready() {
+        if service.is_finished() {
+            let outcome = service.join();
+            bail!("the restarted service ended before it was ready: {outcome:?}");
+        }
+        if assigned_at.is_none() && shared.assigned.load(Ordering::Relaxed) {
+            assigned_at = Some(started.elapsed());
+        }
+        if Instant::now() > deadline {
+            let _ = service.stop();
+            bail!(
+                "the restarted service was not ready within {} s",
+                STALL.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let ready = started.elapsed();
+    let assigned = assigned_at.unwrap_or(ready);
+    let replayed = shared.counters.recovered_events.load(Ordering::Relaxed);
+    drop(shared);
+    service.stop()?;
+
+    let store = StateStore::open_read_only(&measured.storage.path)?;
+    let summary = store.summary()?;
+    drop(store);
+    Ok(RecoveryReport {
+        events,
+        partitions: args.service.partitions,
+        broker: broker_name(&args.service.kafka),
+        snapshot_every_events: args.snapshot_every,
+        restore_s: (opened + ready.saturating_sub(assigned)).as_secs_f64(),
+        group_join_s: assigned.saturating_sub(opened).as_secs_f64(),
+        replayed_events: replayed,
+        store_bytes: directory_bytes(&measured.storage.path)?,
+        family_bytes: summary
+            .families
+            .iter()
+            .map(|(name, size)| (*name, size.bytes))
+            .collect(),
+        snapshot_bytes: summary.snapshot_bytes,
+        throughput_eps: events as f64 / secs,
+        baseline_throughput_eps: events as f64 / baseline_secs,
+    })
+}
+
+/// Run a service on `config` until it has committed every event; the
+/// seconds from its partition assignment to its last commit.
+fn consume_all(config: ServeConfig, total: u64, label: &str) -> anyhow::Result<f64> {
+    let service = start_service(config)?;
+    let bar = progress(
+        Some(total),
+        &format!(
+            "{{spinner}} {label:<9}[{{elapsed_precise}}] {{bar:40}} {{human_pos}}/{{human_len}} events"
+        ),
+    );
+    let started = Instant::now();
+    let outcome = wait_for_commits(&service, total, &bar);
+    let secs = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    service.stop()?;
+    outcome?;
+    Ok(secs)
+}
+
+/// Bytes of every file under `dir`.
+fn directory_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            directory_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
