@@ -29,8 +29,9 @@ pub fn repo() -> PathBuf {
         .to_owned()
 }
 
-/// `../shared/data/NAME`. A test that needs it fails without it: it never
-/// passes without its data.
+/// `../shared/data/NAME`. The tests that need it are ignored by default
+/// (`scripts/test.sh` runs them where the shared traces exist), and fail
+/// without it when run: they never pass without their data.
 pub fn shared_data(name: &str) -> PathBuf {
     let dir = repo().join("../shared/data").join(name);
     assert!(

@@ -62,6 +62,7 @@ fn fixtures_of_every_trace_format_convert() {
 }
 
 #[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
 fn gce_lifetimes_convert_into_machine_lifetimes() {
     let path = shared_data("google-preemptible-vm-lifetimes-2019/data.json.gz");
     let dir = tempfile::tempdir().unwrap();
