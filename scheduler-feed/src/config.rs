@@ -174,29 +174,23 @@ impl ServeConfig {
         if self.kafka.brokers.trim().is_empty() {
             return Err(ConfigError::new("kafka.brokers", "is empty"));
         }
-        if self.consumer.batch_max_events == 0 {
-            return Err(ConfigError::new(
+        let counts = [
+            (
                 "consumer.batch_max_events",
-                "must be positive",
-            ));
-        }
-        if self.consumer.max_buffered_events == 0 {
-            return Err(ConfigError::new(
+                self.consumer.batch_max_events as u64,
+            ),
+            (
                 "consumer.max_buffered_events",
-                "must be positive",
-            ));
-        }
-        if self.storage.snapshot_every_events == 0 {
-            return Err(ConfigError::new(
+                self.consumer.max_buffered_events as u64,
+            ),
+            (
                 "storage.snapshot_every_events",
-                "must be positive",
-            ));
-        }
-        if self.storage.retention_hours == 0 {
-            return Err(ConfigError::new(
-                "storage.retention_hours",
-                "must be positive",
-            ));
+                self.storage.snapshot_every_events,
+            ),
+            ("storage.retention_hours", self.storage.retention_hours),
+        ];
+        if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
+            return Err(ConfigError::new(*key, "must be positive"));
         }
         let topics = [
             &self.topics.events,
@@ -427,5 +421,23 @@ tau3 = 1.0
                 .unwrap_err()
                 .to_string();
         assert!(missing.contains("/no/such/jobcast.toml"), "{missing}");
+    }
+
+    #[test]
+    fn a_zero_count_is_refused_naming_its_key() {
+        for key in [
+            "consumer.batch_max_events",
+            "consumer.max_buffered_events",
+            "storage.snapshot_every_events",
+            "storage.retention_hours",
+        ] {
+            let config = ServeConfig::default()
+                .with_overrides(&[(key.to_owned(), "0".to_owned())])
+                .unwrap();
+            let err = config.validate().unwrap_err();
+            assert_eq!(err.key, key);
+            assert_eq!(err.message, "must be positive");
+        }
+        ServeConfig::default().validate().unwrap();
     }
 }
