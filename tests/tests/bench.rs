@@ -14,9 +14,15 @@ fn number(report: &Value, field: &str) -> f64 {
 /// `jobcast bench pipeline` over 300 generated jobs on 4 partitions of the
 /// mock cluster, with `extra` arguments: its JSON report.
 fn bench_pipeline(extra: &[&str]) -> Value {
+    bench("pipeline", extra)
+}
+
+/// `jobcast bench COMMAND` over 300 generated jobs on 4 partitions of the
+/// mock cluster, with `extra` arguments: its JSON report.
+fn bench(command: &str, extra: &[&str]) -> Value {
     let mut args = vec![
         "bench",
-        "pipeline",
+        command,
         "--generate-jobs",
         "300",
         "--seed",
@@ -238,20 +244,7 @@ fn bench_write_properties_reach_the_workload_writer() {
 
 #[test]
 fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot() {
-    let report: Value = serde_json::from_str(&jobcast_ok(&[
-        "bench",
-        "recovery",
-        "--generate-jobs",
-        "300",
-        "--seed",
-        "1",
-        "--partitions",
-        "4",
-        "--snapshot-every",
-        "2000",
-        "--json",
-    ]))
-    .expect("the output is JSON");
+    let report = bench("recovery", &["--snapshot-every", "2000"]);
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 2000, "{report}");
     // At most the snapshot interval and one batch (10,000 by default) of
