@@ -78,6 +78,9 @@ pub struct StorageConfig {
     /// Hours of event time an ended job's records (the job, its decisions
     /// and tasks) are kept after its end.
     pub retention_hours: u64,
+    /// Where `POST /admin/backup` writes online backups (one directory
+    /// each); unset, the endpoint is off.
+    pub backup_dir: Option<PathBuf>,
 }
 
 impl Default for StorageConfig {
@@ -87,6 +90,7 @@ impl Default for StorageConfig {
             sync: true,
             snapshot_every_events: 100_000,
             retention_hours: 168,
+            backup_dir: None,
         }
     }
 }

@@ -5,7 +5,7 @@
 use jobcast_ingest::event::DecodeError;
 use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::engine::{Rejection, RestoreError, SnapshotError};
-use jobcast_storage::state::StoreError;
+use jobcast_storage::state::{Skip, StoreError};
 use rdkafka::error::KafkaError;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +25,8 @@ pub enum ServiceError {
     #[error(
         "input partition {partition} of {topic}: the state needs its messages from offset {stored} on, \
          but the broker holds them only from {low} on (its retention deleted the rest). Rebuild the \
-         state from a topic that holds every event (start with a new storage.path), or accept the gap \
-         with -X auto.offset.reset=earliest"
+         state from what the topic holds (stop, `jobcast admin rebuild --data-dir <storage.path>`, \
+         start), or accept the gap with -X auto.offset.reset=earliest"
     )]
     InputGone {
         topic: String,
@@ -58,6 +58,10 @@ pub enum DeadLetter {
     /// A well-formed event that makes no sense in the state it arrives in.
     #[error(transparent)]
     Rejected(Rejection),
+    /// In a range the operator told the service to skip (`jobcast admin
+    /// skip`): never decoded nor applied.
+    #[error("skipped by the operator: {0}")]
+    Skipped(Box<Skip>),
 }
 
 impl DeadLetter {
@@ -68,6 +72,7 @@ impl DeadLetter {
             DeadLetter::Empty => "empty",
             DeadLetter::Decode(e) => e.kind.as_str(),
             DeadLetter::Rejected(r) => r.reason,
+            DeadLetter::Skipped(_) => "skipped",
         }
     }
 }

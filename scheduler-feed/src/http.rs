@@ -4,23 +4,34 @@
 //! so an answer never shows an effect whose batch might still be lost in a
 //! crash.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use jobcast_storage::state::{POLICIES, StoreError};
+use jobcast_storage::state::{POLICIES, StoreError, unix_seconds};
 
 use crate::shared::Shared;
 use crate::telemetry;
 use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
 
-pub fn router(shared: Arc<Shared>) -> Router {
+/// The API over `shared`; online backups go under `backup_dir`, if set.
+pub fn router(shared: Arc<Shared>, backup_dir: Option<PathBuf>) -> Router {
+    let busy = Arc::new(AtomicBool::new(false));
     Router::new()
+        .route(
+            "/admin/backup",
+            post(move |State(shared): State<Arc<Shared>>| {
+                backup(shared, backup_dir.clone(), busy.clone())
+            }),
+        )
         .route("/jobs/{id}", get(job))
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
@@ -35,9 +46,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    backup_dir: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared))
+    axum::serve(listener, router(shared, backup_dir))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -160,6 +172,64 @@ async fn policies(State(shared): State<Arc<Shared>>) -> Response {
     Json(out).into_response()
 }
 
+/// `POST /admin/backup`: a consistent copy of the store (a RocksDB
+/// checkpoint), written while the service runs, to a new directory under
+/// `storage.backup_dir`; one at a time. `jobcast admin restore` brings it
+/// back.
+async fn backup(
+    shared: Arc<Shared>,
+    backup_dir: Option<PathBuf>,
+    busy: Arc<AtomicBool>,
+) -> Response {
+    let outcome = |label: &'static str| metrics::counter!(telemetry::BACKUPS, "outcome" => label);
+    let Some(backup_dir) = backup_dir else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "online backups are off: set storage.backup_dir".into(),
+        );
+    };
+    if busy.swap(true, Ordering::AcqRel) {
+        outcome("refused").increment(1);
+        return error(
+            StatusCode::CONFLICT,
+            "a backup is being written; try again when it is done".into(),
+        );
+    }
+    let dir = backup_dir.join(format!("backup-{}", unix_seconds()));
+    let started = Instant::now();
+    let target = dir.clone();
+    let written = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&backup_dir).map_err(|source| StoreError::Io {
+            path: backup_dir.display().to_string(),
+            source,
+        })?;
+        shared.store.checkpoint(&target)
+    })
+    .await;
+    busy.store(false, Ordering::Release);
+    match written {
+        Ok(Ok(())) => {
+            let seconds = started.elapsed().as_secs_f64();
+            outcome("written").increment(1);
+            metrics::gauge!(telemetry::BACKUP_SECONDS).set(seconds);
+            tracing::info!(path = %dir.display(), seconds, "online backup written");
+            Json(json!({ "path": dir, "seconds": seconds })).into_response()
+        }
+        Ok(Err(StoreError::Refused(reason))) => {
+            outcome("refused").increment(1);
+            error(StatusCode::CONFLICT, reason)
+        }
+        Ok(Err(e)) => {
+            outcome("failed").increment(1);
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+        Err(e) => {
+            outcome("failed").increment(1);
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        }
+    }
+}
+
 /// Alive: the process answers.
 async fn healthz() -> &'static str {
     "ok\n"
@@ -185,9 +255,11 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    for family in jobcast_storage::state::STATE_FAMILIES {
-        metrics::gauge!(telemetry::STATE_RECORDS, "family" => family)
-            .set(shared.store.estimated_records(family) as f64);
+    for (family, size) in shared.store.family_sizes() {
+        metrics::gauge!(telemetry::STORE_BYTES, "family" => family).set(size.bytes as f64);
+        if jobcast_storage::state::STATE_FAMILIES.contains(&family) {
+            metrics::gauge!(telemetry::STATE_RECORDS, "family" => family).set(size.keys as f64);
+        }
     }
     let (stopped, delayed_rate) = shared.store.write_stall();
     metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));

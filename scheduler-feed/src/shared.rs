@@ -71,6 +71,10 @@ pub struct Counters {
     pub recovered_events: AtomicU64,
     /// Ended jobs whose records were deleted for retention.
     pub expired_jobs: AtomicU64,
+    /// Running jobs given up on, and machines forgotten, for their silence
+    /// (`engine.expiry`).
+    pub expired_live_jobs: AtomicU64,
+    pub expired_machines: AtomicU64,
     pub live_jobs: AtomicU64,
     /// Input partitions paused to bound the event-time merge's memory.
     pub input_pauses: AtomicU64,

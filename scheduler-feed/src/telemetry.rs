@@ -21,6 +21,7 @@ pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_percent";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
+pub const STORE_BYTES: &str = "jobcast_store_bytes";
 pub const BATCH_EVENTS: &str = "jobcast_batch_events";
 pub const BATCH_STAGE_SECONDS: &str = "jobcast_batch_stage_seconds";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
@@ -34,6 +35,10 @@ pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
+pub const LIVE_JOBS_EXPIRED: &str = "jobcast_live_jobs_expired_total";
+pub const MACHINES_EXPIRED: &str = "jobcast_machines_expired_total";
+pub const BACKUPS: &str = "jobcast_backups_total";
+pub const BACKUP_SECONDS: &str = "jobcast_backup_seconds";
 pub const SNAPSHOT_BYTES: &str = "jobcast_snapshot_bytes";
 pub const SNAPSHOT_SECONDS: &str = "jobcast_snapshot_seconds";
 pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
@@ -78,12 +83,47 @@ pub fn handle() -> PrometheusHandle {
                 .install_recorder()
                 .expect("no other metrics recorder is installed");
             describe();
+            // Counters of rare events exist from the start, at 0, so that
+            // `increase()` over them sees their first event.
+            for name in [
+                JOBS_EXPIRED,
+                LIVE_JOBS_EXPIRED,
+                MACHINES_EXPIRED,
+                TAKEOVER_OUTPUTS_LOST,
+            ] {
+                metrics::counter!(name).increment(0);
+            }
             handle
         })
         .clone()
 }
 
 fn describe() {
+    describe_gauge!(
+        STORE_BYTES,
+        Unit::Bytes,
+        "Bytes on disk of the RocksDB state (SST files), by column family"
+    );
+    describe_counter!(
+        LIVE_JOBS_EXPIRED,
+        Unit::Count,
+        "Running jobs given up on (ended as expired) after engine.expiry.live_job_idle_hours of event time without an event"
+    );
+    describe_counter!(
+        MACHINES_EXPIRED,
+        Unit::Count,
+        "Machines forgotten after engine.expiry.machine_silent_hours of event time without an event"
+    );
+    describe_counter!(
+        BACKUPS,
+        Unit::Count,
+        "Online backups asked for (POST /admin/backup), by outcome (written, refused, failed)"
+    );
+    describe_gauge!(
+        BACKUP_SECONDS,
+        Unit::Seconds,
+        "How long the latest online backup took to write"
+    );
     describe_counter!(
         JOBS_EXPIRED,
         Unit::Count,

@@ -18,10 +18,13 @@
 //! | `meta`        | name                         | value                          |
 //!
 //! `meta` holds the store's layout version ([`STORE_FORMAT`]), the engine
-//! configuration the store was built with and the input partitions whose
-//! records it holds; [`StateStore::check_format`] refuses a store that
+//! configuration the store was built with, the input partitions whose
+//! records it holds, the jobcast releases that created it and last wrote
+//! it, and the input ranges an operator told it to skip
+//! ([`operations`]); [`StateStore::check_format`] refuses a store that
 //! another layout or another configuration wrote, since applying its log
-//! again would rebuild a different state.
+//! again would rebuild a different state, and names the rebuild that
+//! resolves it.
 //!
 //! Everything one batch of input changes, *and the offsets it consumed*, is
 //! written with one atomic [`WriteBatch`]: after a crash the store holds
@@ -52,6 +55,8 @@
 //! their end, so that the expired ones are found by one short scan from its
 //! start and deleted ([`StateStore::expired`], [`StateBatch::expire_job`]).
 
+mod operations;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -61,6 +66,8 @@ use rocksdb::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+pub use operations::{Skip, is_store, restore_backup, set_aside, unix_seconds};
 
 pub const JOBS: &str = "jobs";
 pub const DECISIONS: &str = "decisions";
@@ -80,15 +87,23 @@ const COLUMN_FAMILIES: [&str; 11] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 6: the log is truncated behind the latest
+/// The store's layout version. 7: snapshots hold when each machine last
+/// reported and the watermark that expires silent jobs and machines; 6:
+/// the log is truncated behind the latest
 /// snapshot (`snapshots`); 5: the `jobs` and `tasks` families hold
 /// binary records (`JobRecord::to_bytes`, `TaskRecord::to_bytes`); 4: the
 /// `history` family holds binary records (`HistoryRecord::to_bytes`); 3: a
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"6";
+pub const STORE_FORMAT: &[u8] = b"7";
 const STORE_FORMAT_KEY: &str = "store_format";
+/// The jobcast release that created the store, and the one that last
+/// opened it to write ([`StateStore::stamp_version`]).
+const CREATED_BY_KEY: &str = "created_by";
+const WRITTEN_BY_KEY: &str = "written_by";
+/// This jobcast's release.
+pub const JOBCAST_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The engine configuration a store was built with (JSON).
 const ENGINE_CONFIG_KEY: &str = "engine_config";
 /// The input partitions whose records the store holds (JSON list), kept
@@ -117,6 +132,15 @@ pub enum StoreError {
     WriterStopped,
     #[error("the RocksDB state at {path} cannot be recovered: {reason}")]
     Incompatible { path: String, reason: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operator's request that would damage the store.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Keys and values of a column family, in key order.
@@ -179,8 +203,9 @@ impl StateStore {
         })
     }
 
-    /// What the store holds (see [`StoreSummary`]).
-    pub fn summary(&self) -> Result<StoreSummary, StoreError> {
+    /// Keys (RocksDB's estimate) and bytes on disk (SST files) of every
+    /// column family.
+    pub fn family_sizes(&self) -> BTreeMap<&'static str, FamilySize> {
         let property = |family: &str, name: &str| {
             self.db
                 .property_int_value_cf(self.cf(family), name)
@@ -188,7 +213,7 @@ impl StateStore {
                 .flatten()
                 .unwrap_or(0)
         };
-        let families = COLUMN_FAMILIES
+        COLUMN_FAMILIES
             .iter()
             .map(|&family| {
                 let size = FamilySize {
@@ -197,7 +222,12 @@ impl StateStore {
                 };
                 (family, size)
             })
-            .collect();
+            .collect()
+    }
+
+    /// What the store holds (see [`StoreSummary`]).
+    pub fn summary(&self) -> Result<StoreSummary, StoreError> {
+        let families = self.family_sizes();
         let snapshot = self.latest_snapshot()?;
         let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
         for item in self.db.iterator_cf(self.cf(OFFSETS), IteratorMode::Start) {
@@ -223,9 +253,9 @@ impl StateStore {
         };
         Ok(StoreSummary {
             path: self.path.clone(),
-            format: self
-                .meta(STORE_FORMAT_KEY)?
-                .map(|f| String::from_utf8_lossy(&f).into_owned()),
+            format: self.meta_string(STORE_FORMAT_KEY)?,
+            created_by: self.meta_string(CREATED_BY_KEY)?,
+            written_by: self.meta_string(WRITTEN_BY_KEY)?,
             families,
             snapshot_seq: snapshot.as_ref().map(|(seq, _)| *seq),
             snapshot_bytes: snapshot.as_ref().map(|(_, bytes)| bytes.len() as u64),
@@ -233,6 +263,7 @@ impl StateStore {
             stored_partitions,
             offsets,
             oldest_retained_job: self.expired(u64::MAX, 1)?.first().copied(),
+            skips: self.skips()?,
         })
     }
 
@@ -489,6 +520,23 @@ impl StateStore {
         self.get_raw(META, name.as_bytes())
     }
 
+    fn meta_string(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .meta(name)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    /// Record that this jobcast release writes the store from now on, and
+    /// return the release that wrote it before (`None` for a new store, or
+    /// one older than the record).
+    pub fn stamp_version(&self) -> Result<Option<String>, StoreError> {
+        let before = self.meta_string(WRITTEN_BY_KEY)?;
+        let mut batch = self.batch();
+        batch.set_meta(WRITTEN_BY_KEY, JOBCAST_VERSION.as_bytes());
+        self.commit(batch)?;
+        Ok(before)
+    }
+
     /// Check that this store can be recovered by this jobcast with
     /// `engine_config` (the engine's configuration, serialised): an empty
     /// store can; one with a log must have been written in this layout
@@ -500,12 +548,31 @@ impl StateStore {
             reason,
         };
         let logged = self.next_log_seq()? > 0;
+        // An older layout is named first: an upgrade changes the engine
+        // configuration's defaults too, and the layout is the reason.
+        let format = self.meta(STORE_FORMAT_KEY)?;
+        let older = logged && format.as_deref() != Some(STORE_FORMAT);
+        let older_layout = || {
+            let found = format
+                .as_deref()
+                .map_or("1".into(), |f| String::from_utf8_lossy(f).into_owned());
+            refuse(format!(
+                "it was written by an older jobcast (store format {found}; this one reads {}, \
+                 and derives its state differently); rebuild it from the input topic ({})",
+                String::from_utf8_lossy(STORE_FORMAT),
+                self.rebuild_hint()
+            ))
+        };
+        if older && format.is_some() {
+            return Err(older_layout());
+        }
         match self.meta(ENGINE_CONFIG_KEY)? {
             Some(stored) if stored != engine_config => {
                 return Err(refuse(format!(
                     "it was built with another engine configuration ({}); \
-                     use a new storage path for the new configuration",
-                    String::from_utf8_lossy(&stored)
+                     rebuild it from the input topic for this one ({})",
+                    String::from_utf8_lossy(&stored),
+                    self.rebuild_hint()
                 )));
             }
             None if logged => {
@@ -515,20 +582,22 @@ impl StateStore {
             }
             _ => {}
         }
-        let format = self.meta(STORE_FORMAT_KEY)?;
-        if logged && format.as_deref() != Some(STORE_FORMAT) {
-            let found = format.map_or("1".into(), |f| String::from_utf8_lossy(&f).into_owned());
-            return Err(refuse(format!(
-                "it was written by an older jobcast (store format {found}; this one reads {}); \
-                 use a new storage path",
-                String::from_utf8_lossy(STORE_FORMAT)
-            )));
+        if older {
+            return Err(older_layout());
         }
         match self.meta(STORED_PARTITIONS_KEY)? {
             None => Ok(BTreeSet::new()),
             Some(stored) => serde_json::from_slice(&stored)
                 .map_err(|e| refuse(format!("its list of stored partitions is corrupt: {e}"))),
         }
+    }
+
+    /// How to rebuild this store, for the errors that call for it.
+    fn rebuild_hint(&self) -> String {
+        format!(
+            "stop the service, run `jobcast admin rebuild --data-dir {}`, start it again",
+            self.path
+        )
     }
 
     /// Every key and value of a column family, in key order (for
@@ -552,15 +621,6 @@ impl StateStore {
             property("rocksdb.is-write-stopped") > 0,
             property("rocksdb.actual-delayed-write-rate"),
         )
-    }
-
-    /// Records in a column family (RocksDB's estimate).
-    pub fn estimated_records(&self, family: &str) -> u64 {
-        self.db
-            .property_int_value_cf(self.cf(family), "rocksdb.estimate-num-keys")
-            .ok()
-            .flatten()
-            .unwrap_or(0)
     }
 }
 
@@ -587,6 +647,10 @@ fn family_options(name: &str) -> Options {
 pub struct StoreSummary {
     pub path: String,
     pub format: Option<String>,
+    /// The jobcast release that created the store, and the one that last
+    /// opened it to write.
+    pub created_by: Option<String>,
+    pub written_by: Option<String>,
     /// Keys (RocksDB's estimate) and bytes on disk (SST files) per family.
     pub families: BTreeMap<&'static str, FamilySize>,
     /// The sequence number the latest snapshot restores to, and its size.
@@ -600,6 +664,8 @@ pub struct StoreSummary {
     pub offsets: BTreeMap<String, BTreeMap<i32, i64>>,
     /// The end time (µs) and id of the oldest ended job still retained.
     pub oldest_retained_job: Option<(u64, u64)>,
+    /// Input the service dead-letters instead of applying.
+    pub skips: Vec<Skip>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -762,6 +828,7 @@ impl StateBatch<'_> {
     pub fn stamp_format(&mut self, engine_config: &[u8]) {
         self.set_meta(ENGINE_CONFIG_KEY, engine_config);
         self.set_meta(STORE_FORMAT_KEY, STORE_FORMAT);
+        self.set_meta(CREATED_BY_KEY, JOBCAST_VERSION.as_bytes());
     }
 
     /// Record which input partitions' records the store holds.
@@ -1099,7 +1166,7 @@ mod tests {
         batch.set_meta(STORE_FORMAT_KEY, b"4");
         store.commit(batch).unwrap();
         let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
-        assert!(err.contains("store format 4; this one reads 6"), "{err}");
+        assert!(err.contains("store format 4; this one reads 7"), "{err}");
 
         let mut batch = store.batch();
         batch.stamp_format(b"{\"a\":1}");
@@ -1110,6 +1177,23 @@ mod tests {
             err.contains("list of stored partitions is corrupt"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_store_records_the_release_that_created_it_and_the_one_that_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        assert_eq!(store.stamp_version().unwrap(), None);
+        let mut batch = store.batch();
+        batch.stamp_format(b"{}");
+        batch.set_meta(WRITTEN_BY_KEY, b"0.0.1");
+        store.commit(batch).unwrap();
+        assert_eq!(store.stamp_version().unwrap().as_deref(), Some("0.0.1"));
+        let summary = store.summary().unwrap();
+        assert_eq!(summary.created_by.as_deref(), Some(JOBCAST_VERSION));
+        assert_eq!(summary.written_by.as_deref(), Some(JOBCAST_VERSION));
+        let err = store.check_format(b"{\"b\":1}").unwrap_err().to_string();
+        assert!(err.contains("jobcast admin rebuild --data-dir"), "{err}");
     }
 
     #[test]

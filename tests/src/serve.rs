@@ -99,6 +99,33 @@ impl Serve {
         metric_sum(&body, name)
     }
 
+    /// Wait until a line after the first `from` logged contains `pattern`;
+    /// its index and the line.
+    pub fn wait_logged(
+        &mut self,
+        pattern: &str,
+        from: usize,
+        timeout: Duration,
+    ) -> (usize, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(found) = self
+                .log()
+                .into_iter()
+                .enumerate()
+                .skip(from)
+                .find(|(_, line)| line.contains(pattern))
+            {
+                return found;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("jobcast serve exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "never logged {pattern:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Input messages committed so far: applied plus dead-lettered.
     pub fn committed(&self) -> u64 {
         let (_, body) = self.get("/metrics");
@@ -181,10 +208,14 @@ impl Serve {
         }
     }
 
-    /// SIGKILL: no chance to finish anything.
-    pub fn kill(mut self) {
+    /// SIGKILL: no chance to finish anything. Every line it logged.
+    pub fn kill(mut self) -> Vec<String> {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaped");
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader does not panic");
+        }
+        self.log()
     }
 }
 

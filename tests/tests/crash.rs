@@ -2,8 +2,12 @@
 //! (the shared trace's first 150,000, or the bundled excerpt where
 //! `../shared` is absent) and a synthetic workload — are consumed by a
 //! `jobcast serve` that
-//! is killed with SIGKILL at 20 seeded random moments (some in the middle
-//! of recovery) and started again. The final RocksDB state (jobs, tasks,
+//! is killed with SIGKILL at 20 seeded random moments and started again:
+//! some while it restores its state, some right after it has taken a
+//! snapshot (whose batch truncates the log), the rest while it streams.
+//! Each kill's landing is read from the service's log and store, and the
+//! test fails unless some landed in a restore and some in a truncation.
+//! The final RocksDB state (jobs, tasks,
 //! machines, 3Sigma history, policy error statistics), the stored offsets
 //! and the (job, version) decisions on the decisions topic must equal those
 //! of one uninterrupted run.
@@ -17,10 +21,12 @@
 //! Long (minutes), so `#[ignore]`d; `scripts/test.sh` runs it with
 //! `--ignored`. Figures: docs/reliability.md.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::Topics;
+use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
 use jobcast_tests::serve::{Serve, assert_same_state, restartable};
 use jobcast_tests::{jobcast_ok, repo};
@@ -31,6 +37,29 @@ const GOOGLE_EVENTS: u64 = 150_000;
 const SYNTHETIC_JOBS: &str = "31000";
 const KILLS: usize = 20;
 const WAIT: Duration = Duration::from_secs(1200);
+/// Snapshots often enough that most runs between kills take some.
+const SNAPSHOT_EVERY: &str = "storage.snapshot_every_events=20000";
+
+/// Where a kill landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Landed {
+    /// After the restore began, before it ended.
+    Restore,
+    /// After a snapshot was taken, before its batch (which truncates the
+    /// log behind it) was committed.
+    Truncation,
+    /// Anywhere else.
+    Streaming,
+}
+
+/// The `seq=N` of a log line.
+fn logged_seq(line: &str) -> u64 {
+    line.split("seq=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no seq in {line:?}"))
+}
 
 /// `jobcast replay` of a trace into `topic`; the events delivered.
 fn replay(brokers: &str, topic: &str, trace: &Path, format: &str, extra: &[&str]) -> u64 {
@@ -146,24 +175,52 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
 
     let killed_dir = tempfile::tempdir().unwrap();
     let killed = killed_dir.path().join("state");
-    let flags = restartable("killed.decisions", "killed");
+    let mut flags = restartable("killed.decisions", "killed").to_vec();
+    flags.extend(["--set", SNAPSHOT_EVERY]);
     let started = Instant::now();
     let mut random = Seeded(20_261_123);
-    // Each run gets on average a 1/(KILLS + 2) share of the input before
-    // it is killed, so the kills spread over the whole stream.
+    // Each streaming run gets on average a 1/(KILLS + 2) share of the
+    // input before it is killed, so the kills spread over the whole stream.
     let share = total as f64 / (KILLS + 2) as f64;
+    let mut landings: BTreeMap<Landed, usize> = BTreeMap::new();
     for kill in 0..KILLS {
-        let mut serve = Serve::start(&brokers, &killed, &flags);
-        if random.unit() < 0.2 {
-            // Soon after start: in recovery, or before any batch commits.
-            std::thread::sleep(Duration::from_millis((random.unit() * 1500.0) as u64));
+        let mut serve = Serve::start_logging(&brokers, &killed, &flags, "info");
+        let aim = random.unit();
+        let mut snapshot_seq = None;
+        if aim < 0.25 {
+            serve.wait_logged("restoring the predictor state", 0, WAIT);
+            std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
+        } else if aim < 0.5 {
+            let (_, line) = serve.wait_logged("snapshot taken", 0, WAIT);
+            snapshot_seq = Some(logged_seq(&line));
         } else {
             let target = (share * (0.2 + 1.6 * random.unit())) as u64;
             serve.wait_committed(target.max(1), WAIT);
         }
-        let applied = serve.committed();
-        serve.kill();
-        eprintln!("kill {}: {applied} events into its run", kill + 1);
+        let log = serve.kill();
+        let restoring = log
+            .iter()
+            .any(|l| l.contains("restoring the predictor state"))
+            && !log.iter().any(|l| l.contains("predictor state restored"));
+        let stored_snapshot = StateStore::open_read_only(&killed)
+            .unwrap()
+            .latest_snapshot()
+            .unwrap()
+            .map(|(seq, _)| seq);
+        let landed = match snapshot_seq {
+            _ if restoring => Landed::Restore,
+            Some(seq) if stored_snapshot < Some(seq) => Landed::Truncation,
+            _ => Landed::Streaming,
+        };
+        *landings.entry(landed).or_default() += 1;
+        eprintln!("kill {}: {landed:?}", kill + 1);
+    }
+    eprintln!("kills landed: {landings:?}");
+    for phase in [Landed::Restore, Landed::Truncation] {
+        assert!(
+            landings.contains_key(&phase),
+            "no kill landed in a {phase:?}: {landings:?}"
+        );
     }
     let mut serve = Serve::start(&brokers, &killed, &flags);
     serve.wait_stored_offsets(total, WAIT);

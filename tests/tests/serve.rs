@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
-use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
     Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
 };
+use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
 const PARTITIONS: i32 = 4;
 const WAIT: Duration = Duration::from_secs(120);
@@ -205,4 +205,50 @@ fn two_instances_in_one_group_publish_and_store_what_one_does() {
         dead_letters(&cluster.brokers(), &topics.dead_letter)
     );
     assert_shared_state(&single_state, &[&states[0], &states[1]]);
+}
+
+#[test]
+fn a_running_instance_writes_a_consistent_backup_on_request() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let input = messages(&excerpt_events());
+    cluster.produce(&topics.events, &input);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let backups = dir.path().join("backups");
+    let backup_dir = format!("storage.backup_dir={}", backups.display());
+    let mut serve = Serve::start(&cluster.brokers(), &state, &["--set", &backup_dir]);
+    serve.wait_committed(input.len() as u64, WAIT);
+
+    let out = jobcast_ok(&["admin", "backup", "--url", &serve.http]);
+    let written = out
+        .trim()
+        .strip_prefix("backup written to ")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(written.starts_with(backups.to_str().unwrap()), "{out}");
+    assert_eq!(serve.metric("jobcast_backups_total"), 1.0);
+    serve.terminate();
+    // Nothing came after the backup: restored, it is the store as it was.
+    let restored = dir.path().join("restored");
+    jobcast_ok(&[
+        "admin",
+        "restore",
+        "--from",
+        written,
+        "--data-dir",
+        restored.to_str().unwrap(),
+    ]);
+    assert_same_state(&state, &restored, &topics.events);
+
+    // Without a backup directory, the endpoint says how to turn it on.
+    let other = dir.path().join("other");
+    let serve = Serve::start(&cluster.brokers(), &other, &["--group", "other"]);
+    let refused = jobcast(&["admin", "backup", "--url", &serve.http]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("404") && stderr.contains("storage.backup_dir"),
+        "{stderr}"
+    );
+    serve.terminate();
 }

@@ -20,7 +20,7 @@ use jobcast_scheduler_feed::shared::Shared;
 use jobcast_storage::state::{DECISIONS, HISTORY, JOBS, LOG, Records, StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, decisions, messages};
 use jobcast_tests::serve::stored_state;
-use jobcast_tests::{excerpt_events, jobcast_ok};
+use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
 const PARTITIONS: i32 = 4;
 
@@ -455,6 +455,19 @@ fn a_store_built_with_another_engine_configuration_is_refused() {
         err.to_string().contains("another engine configuration"),
         "{err}"
     );
+    // The way out the error names: a rebuild, then a start with the new
+    // configuration learns from the whole topic again.
+    assert!(err.to_string().contains("jobcast admin rebuild"), "{err}");
+    let committed = config_a.consumer.batch_max_events; // any positive amount
+    jobcast_ok(&[
+        "admin",
+        "rebuild",
+        "--data-dir",
+        config_a.storage.path.to_str().unwrap(),
+    ]);
+    let rebuilt = run_until(&config_b, committed as u64);
+    assert_eq!(rebuilt.recovered_events, 0);
+    assert!(rebuilt.committed >= committed as u64);
 }
 
 #[test]
@@ -468,7 +481,7 @@ fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
     store.commit(batch).unwrap();
     let err = service::run(&config, Shared::new(store)).unwrap_err();
     assert!(
-        err.to_string().contains("store format 4; this one reads 6"),
+        err.to_string().contains("store format 4; this one reads 7"),
         "{err}"
     );
 }
@@ -500,6 +513,208 @@ fn a_stored_offset_the_broker_does_not_hold_stops_the_service_instead_of_skippin
         "{err}"
     );
     assert_eq!(shared.counters.committed.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_backup_wiped_and_restored_goes_on_to_the_same_state_and_decisions() {
+    let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
+    let (_a, path_a) = temp();
+    run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+
+    let (dir_b, path_b) = temp();
+    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let first = run_until(&config_b, total * 2 / 5);
+    let backup = dir_b.path().join("backup");
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    jobcast_ok(&[
+        "admin",
+        "backup",
+        "--data-dir",
+        &path(&path_b),
+        "--to",
+        &path(&backup),
+    ]);
+    // The store goes on past the backup, then is lost.
+    let second = run_until(&config_b, total / 5);
+    assert!(first.committed + second.committed < total);
+    std::fs::remove_dir_all(&path_b).unwrap();
+    let out = jobcast_ok(&[
+        "admin",
+        "restore",
+        "--from",
+        &path(&backup),
+        "--data-dir",
+        &path(&path_b),
+    ]);
+    assert!(out.contains("restored"), "{out}");
+    // The restored store starts where the backup was taken, and applies
+    // again what came after it.
+    let third = run_until(&config_b, total - first.committed);
+    assert_eq!(third.recovered_events, first.committed);
+    assert_eq!(first.committed + third.committed, total);
+    assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
+
+    // A restore never lands on a store, unless told to set it aside.
+    let refused = jobcast(&[
+        "admin",
+        "restore",
+        "--from",
+        &path(&backup),
+        "--data-dir",
+        &path(&path_b),
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("holds a store: pass --replace"), "{stderr}");
+    let out = jobcast_ok(&[
+        "admin",
+        "restore",
+        "--from",
+        &path(&backup),
+        "--data-dir",
+        &path(&path_b),
+        "--replace",
+    ]);
+    assert!(out.contains("the store it replaced is at"), "{out}");
+}
+
+#[test]
+fn a_skipped_range_is_dead_lettered_unapplied_whenever_it_was_recorded_and_survives_a_rebuild() {
+    let (cluster, topics_a, mut topics_b, total) = excerpt_for_two_runs();
+    topics_b.dead_letter = "b.dead-letter".into();
+    cluster
+        .mock
+        .create_topic(&topics_b.dead_letter, 1, 1)
+        .unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+
+    // Run B stops part-way; the operator skips the next three messages of
+    // partition 0.
+    let (_b, path_b) = temp();
+    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let first = run_until(&config_b, total * 2 / 5);
+    let next = StateStore::open_read_only(&path_b)
+        .unwrap()
+        .offsets(&topics_b.events)
+        .unwrap()[&0];
+    let range = format!("{next}..{}", next + 3);
+    let skip = |data: &Path, range: &str| {
+        jobcast(&[
+            "admin",
+            "skip",
+            "--data-dir",
+            &path(data),
+            "--topic",
+            &topics_b.events,
+            "--partition",
+            "0",
+            "--offsets",
+            range,
+            "--reason",
+            "poison in test",
+        ])
+    };
+    // Offsets already applied cannot be skipped.
+    let back = skip(&path_b, &format!("{}..{next}", next - 1));
+    assert!(!back.status.success());
+    let stderr = String::from_utf8_lossy(&back.stderr);
+    assert!(
+        stderr.contains(&format!("consumed up to offset {next} already")),
+        "{stderr}"
+    );
+    assert!(skip(&path_b, &range).status.success());
+    let second = run_until(&config_b, total - first.committed);
+    assert_eq!(first.committed + second.committed, total);
+    let info = jobcast_ok(&["admin", "info", "--data-dir", &path(&path_b)]);
+    assert!(
+        info.contains(&format!(
+            "skipped: offsets {range} of {} partition 0 (poison in test)",
+            topics_b.events
+        )),
+        "{info}"
+    );
+
+    // The three are in the dead-letter topic as they were, with the
+    // operator's reason; nothing else of partition 0 is.
+    let source: BTreeMap<i64, Vec<u8>> = cluster
+        .read_all(&topics_b.events, PARTITIONS)
+        .into_iter()
+        .filter(|m| m.partition == 0)
+        .map(|m| (m.offset, m.payload))
+        .collect();
+    let skipped: Vec<_> = cluster
+        .read_all(&topics_b.dead_letter, 1)
+        .into_iter()
+        .filter(|m| m.headers[headers::REASON] == "skipped")
+        .collect();
+    assert_eq!(skipped.len(), 3);
+    for (letter, offset) in skipped.iter().zip(next..) {
+        assert_eq!(letter.headers[headers::SOURCE_PARTITION], "0");
+        assert_eq!(letter.headers[headers::SOURCE_OFFSET], offset.to_string());
+        assert!(letter.headers[headers::ERROR].contains("poison in test"));
+        assert_eq!(letter.payload, source[&offset]);
+    }
+
+    // Run A records the same skip before it starts: the same state.
+    let (_a, path_a) = temp();
+    drop(StateStore::open(&path_a, false).unwrap());
+    assert!(skip(&path_a, &range).status.success());
+    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    assert_eq!(
+        whole.dead_lettered,
+        first.dead_lettered + second.dead_lettered
+    );
+    assert_eq!(stored_state(&path_a), stored_state(&path_b));
+
+    // A rebuild sets the store aside, keeps its skips, and the next start
+    // learns the same state again from the beginning of the topic.
+    let out = jobcast_ok(&["admin", "rebuild", "--data-dir", &path(&path_b)]);
+    assert!(out.contains("its 1 skips kept"), "{out}");
+    let rebuilt = run_until(&config_b, total);
+    assert_eq!(rebuilt.recovered_events, 0);
+    assert_eq!(rebuilt.committed, total);
+    assert_eq!(stored_state(&path_a), stored_state(&path_b));
+}
+
+#[test]
+fn an_admin_command_that_changes_a_store_refuses_one_in_use() {
+    let (_cluster, dir, config) = store_of_a_short_run();
+    let service = Service::start(config.clone()).unwrap();
+    let data = config.storage.path.to_str().unwrap();
+    let to = dir.path().join("backup");
+    for args in [
+        vec!["admin", "rebuild", "--data-dir", data],
+        vec![
+            "admin",
+            "backup",
+            "--data-dir",
+            data,
+            "--to",
+            to.to_str().unwrap(),
+        ],
+        vec![
+            "admin",
+            "skip",
+            "--data-dir",
+            data,
+            "--partition",
+            "0",
+            "--offsets",
+            "1000",
+            "--reason",
+            "x",
+        ],
+    ] {
+        let out = jobcast(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("is in use by a running jobcast"),
+            "{args:?}: {stderr}"
+        );
+    }
+    service.stop().unwrap();
+    assert!(!to.exists());
 }
 
 /// The store of a run over the excerpt's first 200 events, the cluster it

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigError;
 use crate::decision::PolicyKind;
 use crate::history::HistoryConfig;
+
+use super::expiry::ExpirySettings;
 use crate::policies::PolicyConfig;
 use crate::preemption::Bathtub;
 use crate::preemption::fit::FitConfig;
@@ -37,6 +39,7 @@ pub struct EngineConfig {
     pub history: HistoryConfig,
     pub queues: QueueConfig,
     pub risk: RiskSettings,
+    pub expiry: ExpirySettings,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +51,7 @@ impl Default for EngineConfig {
             history: HistoryConfig::default(),
             queues: QueueConfig::default(),
             risk: RiskSettings::default(),
+            expiry: ExpirySettings::default(),
         }
     }
 }

@@ -97,6 +97,10 @@ pub struct Effects {
     pub history: Changed<HistoryKey>,
     /// Policies whose [`PolicyErrors`] changed.
     pub policies: Changed<&'static str>,
+    /// Jobs given up on, and machines forgotten, for being silent too long
+    /// (`expiry.rs`); both are among `jobs` and `machines` too.
+    pub expired_jobs: Vec<u64>,
+    pub expired_machines: Vec<u64>,
 }
 
 impl Effects {
@@ -116,5 +120,7 @@ impl Effects {
         self.machines.clear();
         self.history.clear();
         self.policies.clear();
+        self.expired_jobs.clear();
+        self.expired_machines.clear();
     }
 }

@@ -16,12 +16,13 @@ const JOB_LAYOUT: u8 = 1;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 
-const JOB_STATES: [JobState; 5] = [
+const JOB_STATES: [JobState; 6] = [
     JobState::Running,
     JobState::Finished,
     JobState::Failed,
     JobState::Killed,
     JobState::Lost,
+    JobState::Expired,
 ];
 
 impl JobRecord {

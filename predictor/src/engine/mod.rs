@@ -19,12 +19,14 @@
 //! it knows, as stored and served) and [`layout`] (their binary form),
 //! `effects` (what applying events produces), `lifecycle` (a job from
 //! submission to its end), `risk` (machines, and the preemption risk of
-//! tasks on transient VMs) and `snapshot` (the whole state as one value,
+//! tasks on transient VMs), `expiry` (giving up on jobs and machines that
+//! stopped reporting) and `snapshot` (the whole state as one value,
 //! which a restarted service restores instead of applying all its input
 //! again).
 
 mod config;
 mod effects;
+mod expiry;
 pub mod layout;
 mod lifecycle;
 mod records;
@@ -48,6 +50,7 @@ use crate::queues::QueueConfig;
 
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
 pub use effects::{Changed, Effects, Output, Rejection};
+pub use expiry::ExpirySettings;
 pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
     PredictionError, TaskRecord,
@@ -79,6 +82,13 @@ pub struct Engine {
     risk_refresh: BTreeSet<(u64, u64)>,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
+    expiry: ExpirySettings,
+    /// The latest event time at which each known machine reported.
+    machines_seen: HashMap<u64, u64>,
+    /// The latest event time applied, and the next at which to look for
+    /// what stopped reporting.
+    watermark_us: u64,
+    next_sweep_us: u64,
 }
 
 impl Engine {
@@ -92,6 +102,7 @@ impl Engine {
             ));
         }
         config.history.validate().map_err(|e| e.within("history"))?;
+        config.expiry.validate().map_err(|e| e.within("expiry"))?;
         config.queues.validate().map_err(|e| e.within("queues"))?;
         let online = config.risk.online().map_err(|e| e.within("risk"))?;
         let mut kinds = vec![config.policy];
@@ -129,6 +140,10 @@ impl Engine {
             risk_refresh: BTreeSet::new(),
             policy_errors: BTreeMap::new(),
             events: 0,
+            expiry: config.expiry,
+            machines_seen: HashMap::new(),
+            watermark_us: 0,
+            next_sweep_us: 0,
         })
     }
 
@@ -186,6 +201,7 @@ impl Engine {
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
         self.refresh_risks(event.time_us(), effects);
+        self.expire_silent(event.time_us(), effects);
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;
         Ok(())

@@ -19,6 +19,8 @@ pub enum JobState {
     Failed,
     Killed,
     Lost,
+    /// Given up on: no event for `engine.expiry.live_job_idle_hours`.
+    Expired,
 }
 
 /// How far a policy's estimate of a job's mean task runtime was from the

@@ -178,6 +178,7 @@ impl Engine {
             }
         }
         effects.machines.mark(event.machine_id);
+        self.machine_seen(event.machine_id, event.time_us);
         self.lifetimes.observe(event);
     }
 }

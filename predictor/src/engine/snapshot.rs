@@ -2,10 +2,11 @@
 //! restores it instead of applying all the input it ever received again.
 //!
 //! A snapshot holds everything [`Engine::apply`] reads or changes: the live
-//! jobs, tasks and machines, the 3Sigma history, every policy (SLearn's
-//! adaptive ratio and pilot sets with their random generators, the Bayesian
-//! beliefs), the VM lifetime fitter, pending risk refreshes, the policies'
-//! error statistics and the event count. An engine restored from it applies
+//! jobs, tasks and machines (with when each last reported), the 3Sigma
+//! history, every policy (SLearn's adaptive ratio and pilot sets with their
+//! random generators, the Bayesian beliefs), the VM lifetime fitter,
+//! pending risk refreshes, the policies' error statistics, the event count
+//! and the watermark that drives expiry. An engine restored from it applies
 //! the next events exactly as the engine that wrote it would have (the
 //! tests check the outputs and records of both over more input). The
 //! form is postcard's compact binary serde encoding, which keeps floats bit
@@ -25,7 +26,7 @@ use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 1;
+pub const SNAPSHOT_FORMAT: u32 = 2;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,9 @@ struct State<'a> {
     risk_refresh: Cow<'a, BTreeSet<(u64, u64)>>,
     policy_errors: BTreeMap<PolicyKind, PolicyErrors>,
     events: u64,
+    machines_seen: Cow<'a, HashMap<u64, u64>>,
+    watermark_us: u64,
+    next_sweep_us: u64,
 }
 
 /// A live job. The submission is spelt out field by field: the event types
@@ -182,6 +186,9 @@ impl Engine {
                 .filter_map(|&k| Some((k, self.policy_errors.get(k.name())?.clone())))
                 .collect(),
             events: self.events,
+            machines_seen: Cow::Borrowed(&self.machines_seen),
+            watermark_us: self.watermark_us,
+            next_sweep_us: self.next_sweep_us,
         };
         Ok(postcard::to_allocvec(&state)?)
     }
@@ -237,6 +244,9 @@ impl Engine {
             .map(|(k, errors)| (k.name(), errors))
             .collect();
         engine.events = state.events;
+        engine.machines_seen = state.machines_seen.into_owned();
+        engine.watermark_us = state.watermark_us;
+        engine.next_sweep_us = state.next_sweep_us;
         Ok(engine)
     }
 }

@@ -577,3 +577,84 @@ fn a_snapshot_of_another_layout_or_configuration_is_refused() {
     engine.apply(&end(2, 200, "kill"), &mut effects).unwrap();
     assert!(matches!(engine.snapshot(), Err(SnapshotError::Unreleased)));
 }
+
+#[test]
+fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
+    const H: u64 = 3_600_000_000;
+    let machine = |id: u64, t: u64| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
+        ))
+    };
+    let mut config = EngineConfig::default();
+    config.expiry = ExpirySettings {
+        live_job_idle_hours: 10,
+        machine_silent_hours: 20,
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let mut apply = |engine: &mut Engine, event: Event| {
+        effects.clear();
+        engine.apply(&event, &mut effects).unwrap();
+        engine.release_ended();
+        (
+            effects.expired_jobs.clone(),
+            effects.expired_machines.clone(),
+        )
+    };
+    apply(&mut engine, machine(1, 0));
+    apply(&mut engine, machine(2, 0));
+    apply(&mut engine, submit(1, H, 2));
+    apply(&mut engine, submit(2, H, 2));
+    // Job 1 last reports at 2 h; job 2 at 9 h, on machine 1.
+    apply(&mut engine, task(1, 0, 2 * H, "schedule"));
+    apply(&mut engine, task(2, 0, 9 * H, "schedule"));
+    assert_eq!(
+        apply(&mut engine, submit(3, 11 * H + H / 2, 1)),
+        (vec![], vec![])
+    );
+
+    // 12.5 h: job 1 has been silent for more than 10 h.
+    let mut effects = Effects::default();
+    engine
+        .apply(&submit(4, 12 * H + H / 2, 1), &mut effects)
+        .unwrap();
+    assert_eq!(effects.expired_jobs, [1]);
+    assert!(
+        effects.jobs.iter().any(|&j| j == 1),
+        "its record is written"
+    );
+    let record = engine.job(1).unwrap();
+    assert_eq!(record.state, JobState::Expired);
+    assert_eq!(record.end_us, Some(12 * H + H / 2));
+    engine.release_ended();
+    let late = engine.apply(&task(1, 1, 13 * H, "schedule"), &mut effects);
+    assert_eq!(late.unwrap_err().reason, "unknown_job");
+
+    // 21 h: machine 2 silent since 0 h, job 2 since 9 h; machine 1 reported
+    // (a task placed on it) at 9 h.
+    assert_eq!(apply(&mut engine, submit(5, 21 * H, 1)), (vec![2], vec![2]));
+    assert!(engine.machine(2).is_none());
+    assert!(engine.machine(1).is_some());
+
+    // A restored engine gives up on the same, at the same time.
+    let mut restored = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    let later = submit(6, 31 * H, 1);
+    let expected = (vec![3, 4], vec![1]);
+    assert_eq!(apply(&mut engine, later.clone()), expected);
+    assert_eq!(apply(&mut restored, later), expected);
+
+    // Windows of 0 keep everything.
+    config.expiry = ExpirySettings {
+        live_job_idle_hours: 0,
+        machine_silent_hours: 0,
+    };
+    let mut keeping = Engine::new(&config).unwrap();
+    apply(&mut keeping, machine(1, 0));
+    apply(&mut keeping, submit(1, 0, 1));
+    assert_eq!(
+        apply(&mut keeping, submit(2, 1000 * H, 1)),
+        (vec![], vec![])
+    );
+    assert!(keeping.machine(1).is_some() && keeping.job(1).is_some());
+}

@@ -58,7 +58,7 @@ enum Command {
     Risk(risk::Args),
     /// Measure throughput: `bench pipeline` is events/s end to end.
     Bench(bench::Args),
-    /// Operate on a store: `admin info` says what it holds.
+    /// Operate on a store: info, backup, restore, skip, rebuild.
     Admin(admin::Args),
 }
 

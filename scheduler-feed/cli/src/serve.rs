@@ -148,11 +148,17 @@ pub async fn serve(
     eprintln!("jobcast serve: HTTP on http://{address}");
     started(shared.clone(), address);
 
+    let backup_dir = config.storage.backup_dir.clone();
     let service = Service::start_with(config, shared.clone())?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(http::serve(listener, shared.clone(), async move {
-        let _ = http_stopped.await;
-    }));
+    let http = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        backup_dir,
+        async move {
+            let _ = http_stopped.await;
+        },
+    ));
     // The pipeline ends by itself only on an error; otherwise on `stop`.
     let mut pipeline = tokio::task::spawn_blocking(move || service.join());
     let ended = tokio::select! {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use jobcast_predictor::engine::Output;
+use jobcast_predictor::engine::{Effects, Output};
+use tracing::info;
 
 use crate::shared::Shared;
 use crate::telemetry;
@@ -20,6 +21,26 @@ pub(super) struct StageTimes {
     pub(super) publish: Duration,
     /// The changed records serialised and handed to the writer thread.
     pub(super) commit: Duration,
+}
+
+/// Count the running jobs the engine gave up on and the machines it forgot
+/// for their silence (never silently: a rising count means ends or
+/// machine events are lost upstream).
+pub(super) fn count_expired(shared: &Shared, effects: &Effects) {
+    let jobs = effects.expired_jobs.len() as u64;
+    let machines = effects.expired_machines.len() as u64;
+    if jobs + machines == 0 {
+        return;
+    }
+    metrics::counter!(telemetry::LIVE_JOBS_EXPIRED).increment(jobs);
+    metrics::counter!(telemetry::MACHINES_EXPIRED).increment(machines);
+    let c = &shared.counters;
+    c.expired_live_jobs.fetch_add(jobs, Ordering::Relaxed);
+    c.expired_machines.fetch_add(machines, Ordering::Relaxed);
+    info!(
+        jobs,
+        machines, "running jobs and machines silent past engine.expiry given up on"
+    );
 }
 
 /// The counts of one batch, gathered while it is applied.

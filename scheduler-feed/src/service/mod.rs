@@ -71,7 +71,7 @@ use std::time::Duration;
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_predictor::engine::Engine;
-use jobcast_storage::state::StateStore;
+use jobcast_storage::state::{Skip, StateStore};
 use jobcast_storage::writer::Writer;
 use tracing::info;
 
@@ -195,6 +195,9 @@ struct Pipeline<'a> {
     watermark_us: u64,
     /// Ended jobs that ended before this are deleted (`retention.rs`).
     expired_before: u64,
+    /// Input ranges of the events topic the operator skipped: dead-lettered,
+    /// never applied (`ownership.rs`).
+    skips: Vec<Skip>,
     summary: RunSummary,
     /// Partitions this instance owns, each with the first offset whose
     /// outputs are its to publish (those before were published by the
@@ -227,6 +230,7 @@ impl<'a> Pipeline<'a> {
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
             watermark_us: 0,
             expired_before: 0,
+            skips: Vec::new(),
             summary: RunSummary::default(),
             owned: BTreeMap::new(),
             added: BTreeSet::new(),

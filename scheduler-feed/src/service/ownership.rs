@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use jobcast_ingest::event::Event;
 use jobcast_predictor::engine::{Effects, JobState, Output};
 use jobcast_storage::state::StateBatch;
+use tracing::warn;
 
 use super::Pipeline;
 use crate::error::DeadLetter;
@@ -18,13 +19,24 @@ impl Pipeline<'_> {
         self.job_partitions.get(&job_id).copied()
     }
 
-    /// Apply one input message; what it produced is appended to `effects`.
+    /// Apply the input message at `partition`/`offset`; what it produced
+    /// is appended to `effects`. One in a range the operator skipped is
+    /// not applied, whatever it holds.
     pub(super) fn apply_message(
         &mut self,
         partition: i32,
+        offset: i64,
         consumed: &Consumed,
         effects: &mut Effects,
     ) -> Result<(), DeadLetter> {
+        if let Some(skip) = self
+            .skips
+            .iter()
+            .find(|s| s.covers(&self.topics.events, partition, offset))
+        {
+            warn!(partition, offset, skip = %skip, "input message skipped by the operator");
+            return Err(DeadLetter::Skipped(Box::new(skip.clone())));
+        }
         let event = consumed.event.as_ref().map_err(Clone::clone)?;
         self.engine
             .apply(event, effects)
@@ -73,13 +85,17 @@ impl Pipeline<'_> {
             }
         }
         for &machine_id in &effects.machines {
-            if self
+            if !self
                 .machine_partitions
                 .get(&machine_id)
                 .is_some_and(|p| partitions.contains(p))
-                && let Some(record) = self.engine.machine(machine_id)
             {
-                write.put_machine(machine_id, record);
+                continue;
+            }
+            match self.engine.machine(machine_id) {
+                Some(record) => write.put_machine(machine_id, record),
+                // Forgotten for its silence (the engine's `expiry`).
+                None => write.delete_machine(machine_id),
             }
         }
         for &job_id in effects.jobs.iter().filter(|j| ours(**j)) {
@@ -94,13 +110,16 @@ impl Pipeline<'_> {
     }
 
     /// Let the engine drop ended jobs (once their records are written), and
-    /// forget their partitions.
+    /// forget their partitions, and those of machines the engine forgot.
     pub(super) fn release_ended(&mut self, effects: &Effects) {
         self.engine.release_ended();
         for job_id in &effects.jobs {
             if self.engine.job(*job_id).is_none() {
                 self.job_partitions.remove(job_id);
             }
+        }
+        for machine_id in &effects.expired_machines {
+            self.machine_partitions.remove(machine_id);
         }
     }
 

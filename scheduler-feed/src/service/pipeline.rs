@@ -12,7 +12,7 @@ use jobcast_predictor::engine::Effects;
 use rdkafka::consumer::BaseConsumer;
 use tracing::debug;
 
-use super::accounting::{BatchTally, StageTimes};
+use super::accounting::{self, BatchTally, StageTimes};
 use super::group::MemberContext;
 use super::outbox::Held;
 use super::sink::{Outgoing, Sink};
@@ -125,7 +125,7 @@ impl Pipeline<'_> {
             let mut held = Vec::new();
             let mut held_decisions = Vec::new();
             let before = effects.outputs.len();
-            match self.apply_message(partition, &consumed, &mut effects) {
+            match self.apply_message(partition, offset, &consumed, &mut effects) {
                 Ok(()) => {
                     tally.applied += 1;
                     if owned {
@@ -198,6 +198,7 @@ impl Pipeline<'_> {
         // 3. Commit: the changed records, what the predictor learnt, and
         // the offsets consumed, in one write, on the writer thread.
         effects.settle();
+        accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
         self.write_records(&effects, &self.stored, &mut write);
         self.write_learnt(&effects, &mut write);

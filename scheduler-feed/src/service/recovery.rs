@@ -17,11 +17,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use jobcast_predictor::decision::Decision;
 use jobcast_predictor::engine::{Effects, Engine, JobState, Output, RestoreError, SnapshotError};
-use jobcast_storage::state::StateBatch;
+use jobcast_storage::state::{JOBCAST_VERSION, StateBatch};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -37,6 +37,12 @@ use crate::telemetry;
 /// Writes per intermediate commit while the log after a snapshot is
 /// applied (records of partitions taken over on start).
 const REPLAY_COMMIT_EVERY: usize = 50_000;
+/// Logged messages applied between polls of the group member while the
+/// log is applied: the group evicts a member that does not poll for
+/// `max.poll.interval.ms`, and a restore must not cost the instance its
+/// partitions (changes it hears of meanwhile are queued, and handled once
+/// the restore is done).
+const REPLAY_POLL_EVERY: u64 = 10_000;
 
 /// What a snapshot holds besides the engine: whose records are whose, and
 /// where each input partition was.
@@ -58,6 +64,21 @@ impl Pipeline<'_> {
     pub(super) fn check_store(&mut self) -> Result<(), ServiceError> {
         self.next_seq = self.store.next_log_seq()?;
         self.stored = self.store.check_format(&self.engine_config)?;
+        let events = &self.topics.events;
+        self.skips = self.store.skips()?;
+        self.skips.retain(|s| s.topic == *events);
+        for skip in &self.skips {
+            info!(%skip, "input the operator skipped is dead-lettered, not applied");
+        }
+        if let Some(before) = self.store.stamp_version()?
+            && before != JOBCAST_VERSION
+        {
+            info!(
+                before = %before,
+                now = JOBCAST_VERSION,
+                "the store was last written by another jobcast release"
+            );
+        }
         Ok(())
     }
 
@@ -87,6 +108,11 @@ impl Pipeline<'_> {
         };
         let bytes = postcard::to_allocvec(&snapshot).map_err(SnapshotError::from)?;
         write.put_snapshot(self.next_seq, &bytes);
+        info!(
+            seq = self.next_seq,
+            bytes = bytes.len(),
+            "snapshot taken; its batch truncates the log behind it"
+        );
         self.snapshot_seq = self.next_seq;
         metrics::counter!(telemetry::SNAPSHOTS).increment(1);
         metrics::gauge!(telemetry::SNAPSHOT_BYTES).set(bytes.len() as f64);
@@ -115,7 +141,7 @@ impl Pipeline<'_> {
         let mut write = store.batch();
         let mut outgoing = Vec::new();
         if starting {
-            self.restore(&taken, &mut outgoing)?;
+            self.restore(&taken, &mut outgoing, member)?;
         }
         for &partition in &taken {
             let from = self.owned[&partition];
@@ -168,8 +194,10 @@ impl Pipeline<'_> {
         &mut self,
         taken: &BTreeSet<i32>,
         outgoing: &mut Vec<Outgoing>,
+        member: &BaseConsumer<MemberContext>,
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
+        info!("restoring the predictor state");
         let store = self.store.clone();
         let from_seq = match store.latest_snapshot()? {
             Some((seq, bytes)) => {
@@ -182,6 +210,7 @@ impl Pipeline<'_> {
             }
         };
         self.snapshot_seq = from_seq;
+        let _ = member.poll(Duration::ZERO);
         let restored_at = Instant::now();
         let mut effects = Effects::default();
         let mut write = store.batch();
@@ -190,7 +219,7 @@ impl Pipeline<'_> {
             let logged = logged?;
             let (partition, offset) = (logged.partition, logged.offset);
             let consumed = Consumed::new(logged.key, logged.payload);
-            let outcome = self.apply_message(partition, &consumed, &mut effects);
+            let outcome = self.apply_message(partition, offset, &consumed, &mut effects);
             self.applied.insert(partition, offset + 1);
             let mut messages = Vec::new();
             match &outcome {
@@ -225,6 +254,9 @@ impl Pipeline<'_> {
             self.release_ended(&effects);
             effects.clear();
             count += 1;
+            if count % REPLAY_POLL_EVERY == 0 {
+                let _ = member.poll(Duration::ZERO);
+            }
             if write.len() >= REPLAY_COMMIT_EVERY {
                 store.commit(std::mem::replace(&mut write, store.batch()))?;
             }

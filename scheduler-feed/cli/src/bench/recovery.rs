@@ -10,6 +10,12 @@
 //! until the pipeline is ready for new input, with the consumer group's
 //! join (from the start until the group assigns the partitions) reported
 //! apart and left out of the restore time.
+//!
+//! With `--takeover`, two more instances share one consumer group over the
+//! same input; once both have applied all of it, one stops (leaving the
+//! group), and the time until the survivor owns (stores and publishes)
+//! every partition is reported, with the logged messages it applied again
+//! to get there (none: a takeover replays nothing).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -37,9 +43,27 @@ pub(super) struct RecoveryArgs {
     /// snapshot_every_events`).
     #[arg(long, default_value_t = ServeConfig::default().storage.snapshot_every_events)]
     snapshot_every: u64,
+    /// Also measure a takeover between two instances of one group.
+    #[arg(long)]
+    takeover: bool,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+/// What a takeover cost.
+#[derive(serde::Serialize)]
+pub(super) struct TakeoverReport {
+    /// From asking one instance to stop until the survivor owns every
+    /// partition, seconds.
+    takeover_s: f64,
+    /// Of which the stopping instance's own stop (its batch in hand, its
+    /// leaving the group), seconds.
+    stop_s: f64,
+    /// Partitions the survivor took over.
+    partitions_moved: usize,
+    /// Logged messages the survivor applied again since it started.
+    replayed_events: u64,
 }
 
 /// The figures of one run.
@@ -65,6 +89,8 @@ pub(super) struct RecoveryReport {
     /// the workload's size).
     throughput_eps: f64,
     baseline_throughput_eps: f64,
+    /// With `--takeover`.
+    takeover: Option<TakeoverReport>,
 }
 
 pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
@@ -73,6 +99,12 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     if args.json {
         return print_json(&report);
     }
+    let takeover = report.takeover.as_ref().map_or(String::new(), |t| {
+        format!(
+            "\x20 takeover of {} partitions                {:>9.3} s (of which the stop {:.3} s), {} logged messages applied again\n",
+            t.partitions_moved, t.takeover_s, t.stop_s, t.replayed_events
+        )
+    });
     print_out(&format!(
         "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages\n\n\
          \x20 restore (open, snapshot, log after it)  {:>9.3} s\n\
@@ -81,7 +113,7 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
          \x20 latest snapshot                         {:>9} bytes\n\
          \x20 store on disk                           {:>9} bytes\n\
          \x20 throughput with snapshots               {:>9.0} events/s\n\
-         \x20 throughput without                      {:>9.0} events/s\n",
+         \x20 throughput without                      {:>9.0} events/s\n{takeover}",
         report.events,
         report.partitions,
         report.broker,
@@ -156,6 +188,11 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
     let store = StateStore::open_read_only(&measured.storage.path)?;
     let summary = store.summary()?;
     drop(store);
+    let takeover = if args.takeover {
+        Some(takeover(args, &measured, events)?)
+    } else {
+        None
+    };
     Ok(RecoveryReport {
         events,
         partitions: args.service.partitions,
@@ -173,6 +210,73 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
         snapshot_bytes: summary.snapshot_bytes,
         throughput_eps: events as f64 / secs,
         baseline_throughput_eps: events as f64 / baseline_secs,
+        takeover,
+    })
+}
+
+/// Two instances of one group over the input of `measured`, each with a
+/// store of its own: both apply all `events`, one stops, the other takes
+/// its partitions over.
+fn takeover(
+    args: &RecoveryArgs,
+    measured: &ServeConfig,
+    events: u64,
+) -> anyhow::Result<TakeoverReport> {
+    let group = format!("{}.takeover", measured.consumer.group);
+    let (mut first, _first_state) = fresh_config("takeover-a", &args.service)?;
+    let (mut second, _second_state) = fresh_config("takeover-b", &args.service)?;
+    for config in [&mut first, &mut second] {
+        config.topics = measured.topics.clone();
+        config.kafka = measured.kafka.clone();
+        config.consumer.group = group.clone();
+        config.storage.snapshot_every_events = measured.storage.snapshot_every_events;
+    }
+    let leaving = start_service(first)?;
+    let staying = start_service(second)?;
+    for (service, label) in [(&leaving, "leaving"), (&staying, "staying")] {
+        let bar = progress(
+            Some(events),
+            &format!(
+                "{{spinner}} {label:<9}[{{elapsed_precise}}] {{bar:40}} {{human_pos}}/{{human_len}} events"
+            ),
+        );
+        let outcome = wait_for_commits(service, events, &bar);
+        bar.finish_and_clear();
+        outcome?;
+    }
+    let owned = |service: &Service| service.shared().owned.lock().expect("not poisoned").len();
+    let partitions = usize::try_from(args.service.partitions).expect("positive");
+    let before = owned(&staying);
+    let started = Instant::now();
+    leaving.stop()?;
+    let stopped = started.elapsed();
+    while owned(&staying) < partitions {
+        if staying.is_finished() {
+            let outcome = staying.join();
+            bail!("the staying instance ended during the takeover: {outcome:?}");
+        }
+        if started.elapsed() > STALL {
+            let had = owned(&staying);
+            let _ = staying.stop();
+            bail!(
+                "the staying instance owned {had} of {partitions} partitions {} s after the other stopped",
+                STALL.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let took = started.elapsed();
+    let replayed = staying
+        .shared()
+        .counters
+        .recovered_events
+        .load(Ordering::Relaxed);
+    staying.stop()?;
+    Ok(TakeoverReport {
+        takeover_s: took.as_secs_f64(),
+        stop_s: stopped.as_secs_f64(),
+        partitions_moved: partitions - before,
+        replayed_events: replayed,
     })
 }
 
