@@ -586,10 +586,12 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
             r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
         ))
     };
-    let mut config = EngineConfig::default();
-    config.expiry = ExpirySettings {
-        live_job_idle_hours: 10,
-        machine_silent_hours: 20,
+    let mut config = EngineConfig {
+        expiry: ExpirySettings {
+            live_job_idle_hours: 10,
+            machine_silent_hours: 20,
+        },
+        ..EngineConfig::default()
     };
     let mut engine = Engine::new(&config).unwrap();
     let mut effects = Effects::default();

@@ -254,7 +254,7 @@ impl Pipeline<'_> {
             self.release_ended(&effects);
             effects.clear();
             count += 1;
-            if count % REPLAY_POLL_EVERY == 0 {
+            if count.is_multiple_of(REPLAY_POLL_EVERY) {
                 let _ = member.poll(Duration::ZERO);
             }
             if write.len() >= REPLAY_COMMIT_EVERY {
