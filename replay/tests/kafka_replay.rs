@@ -297,7 +297,10 @@ fn speed_paces_in_event_time_and_rate_caps() {
     // 20 simultaneous events at 50/s: the last is due 19/50 s after the first.
     let events = spaced_events(20, 0);
     let capped = send_span_ms(&mock, "capped", &events, Speed::Factor(1.0), Some(50.0));
-    assert!((380 - STAMP_SLACK_MS..1000).contains(&capped), "{capped} ms");
+    assert!(
+        (380 - STAMP_SLACK_MS..1000).contains(&capped),
+        "{capped} ms"
+    );
 }
 
 #[test]

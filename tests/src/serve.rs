@@ -249,20 +249,32 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// Kafka client flags of a service that a test stops or kills and starts
+/// again in its group: a killed member stays in the group until its session
+/// times out, and the mock cluster's coordinator holds every rebalance
+/// after a group's first for the session timeout less a second (44 s at
+/// librdkafka's default). 6 s is the shortest session a Kafka broker
+/// accepts by default (`group.min.session.timeout.ms`).
+pub const SHORT_SESSION: [&str; 4] = [
+    "-X",
+    "session.timeout.ms=6000",
+    "-X",
+    "heartbeat.interval.ms=500",
+];
+
 /// Flags of a `jobcast serve` that a test kills and restarts: its decisions
-/// topic and group, and a short session, since a killed member stays in
-/// the group until its session times out and only then do its partitions
-/// go to the restarted one.
+/// topic and group, and [`SHORT_SESSION`].
 pub fn restartable<'a>(decisions_topic: &'a str, group: &'a str) -> [&'a str; 8] {
+    let [x1, session, x2, heartbeat] = SHORT_SESSION;
     [
         "--decisions-topic",
         decisions_topic,
         "--group",
         group,
-        "-X",
-        "session.timeout.ms=6000",
-        "-X",
-        "heartbeat.interval.ms=500",
+        x1,
+        session,
+        x2,
+        heartbeat,
     ]
 }
 

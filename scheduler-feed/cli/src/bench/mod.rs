@@ -224,7 +224,19 @@ fn on_cluster<T>(
     let kafka = &service.kafka;
     if kafka.brokers.is_none() {
         let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;
-        config.kafka = kafka.apply(KafkaSettings::new(mock.bootstrap_servers()));
+        let mut settings = KafkaSettings::new(mock.bootstrap_servers());
+        // The mock's coordinator holds every rebalance after a group's first
+        // for the session timeout less a second: at librdkafka's default
+        // (45 s) a restart in `bench recovery` waited 43 s for the mock, not
+        // for jobcast. 6 s is the shortest session a broker accepts by
+        // default; `-X` still overrides both.
+        for (key, value) in [
+            ("session.timeout.ms", "6000"),
+            ("heartbeat.interval.ms", "500"),
+        ] {
+            settings.client.insert(key.into(), value.into());
+        }
+        config.kafka = kafka.apply(settings);
         for (topic, partitions) in &topics {
             mock.create_topic(topic, *partitions, 1)
                 .with_context(|| format!("creating topic {topic} on the mock cluster"))?;
