@@ -20,8 +20,9 @@ set -euo pipefail
 JOBCAST="${JOBCAST:-${CARGO_TARGET_DIR:-/root/.cache/jobcast/target}/release/jobcast}"
 [[ -x "$JOBCAST" ]] || { echo "bench-tansu: no jobcast binary at $JOBCAST (build it, or set JOBCAST)" >&2; exit 1; }
 
-# Builds tansu once and exports JOBCAST_TEST_TANSU.
-source "$(dirname "$0")/tansu.sh"
+# Builds tansu once, optimised (what a benchmark measures is the broker a
+# user would run), and exports JOBCAST_TEST_TANSU.
+TANSU_OPT_LEVEL=3 source "$(dirname "$0")/tansu.sh"
 
 PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 LOG="$(mktemp -t bench-tansu.XXXXXX.log)"
