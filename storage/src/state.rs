@@ -14,7 +14,7 @@
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it |
-//! | `expiry`      | end time, job id (u64, u64 BE) | (empty): an ended job whose records expire |
+//! | `expiry`      | end time, job id (u64, u64 BE) | (empty): an ended job whose records expire; end `u64::MAX`: a live job whose decisions stay from an earlier ownership, indexed at its end once it ends |
 //! | `meta`        | name                         | value                          |
 //!
 //! `meta` holds the store's layout version ([`STORE_FORMAT`]), the engine
@@ -497,6 +497,28 @@ impl StateStore {
         Ok(out)
     }
 
+    /// Live jobs whose decisions the store keeps from when it owned their
+    /// partition (indexed at [`END_UNKNOWN`]): once each ends, it is
+    /// indexed at its end instead ([`StateBatch::index_end`]).
+    pub fn awaiting_end(&self) -> Result<Vec<u64>, StoreError> {
+        let from = expiry_key(END_UNKNOWN, 0);
+        let mode = IteratorMode::From(&from, rocksdb::Direction::Forward);
+        let mut jobs = Vec::new();
+        for item in self.db.iterator_cf(self.cf(EXPIRY), mode) {
+            let (key, _) = item.map_err(|e| self.rocks(e))?;
+            let job = key
+                .get(8..16)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .ok_or_else(|| StoreError::Corrupt {
+                    family: EXPIRY,
+                    key: key.to_vec(),
+                    reason: "not an end time and a job id (16 bytes)".into(),
+                })?;
+            jobs.push(u64::from_be_bytes(job));
+        }
+        Ok(jobs)
+    }
+
     /// The latest snapshot: the sequence number of the first message it
     /// does not include, and its bytes.
     pub fn latest_snapshot(&self) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
@@ -746,6 +768,20 @@ impl StateBatch<'_> {
             .put_cf(self.store.cf(EXPIRY), expiry_key(end_us, job_id), []);
     }
 
+    /// Keep a live job's decisions until it ends: the store no longer
+    /// owns its partition, so its end will not be stored here.
+    pub fn await_end(&mut self, job_id: u64) {
+        self.put_expiry(END_UNKNOWN, job_id);
+    }
+
+    /// A job [awaiting its end](Self::await_end) ended at `end_us`:
+    /// index what the store keeps of it at its end.
+    pub fn index_end(&mut self, end_us: u64, job_id: u64) {
+        self.batch
+            .delete_cf(self.store.cf(EXPIRY), expiry_key(END_UNKNOWN, job_id));
+        self.put_expiry(end_us, job_id);
+    }
+
     /// Delete an ended job's records (the job, its decisions, its tasks)
     /// and its expiry entry.
     pub fn expire_job(&mut self, end_us: u64, job_id: u64) {
@@ -906,6 +942,11 @@ fn task_key(job_id: u64, index: u32) -> [u8; 12] {
     key[8..].copy_from_slice(&index.to_be_bytes());
     key
 }
+
+/// The end time in `expiry` of a live job whose decisions the store keeps
+/// ([`StateBatch::await_end`]): after every real end, so no retention
+/// bound reaches it.
+pub const END_UNKNOWN: u64 = u64::MAX;
 
 /// The key of an ended job in `expiry`: its end time, then its id.
 fn expiry_key(end_us: u64, job_id: u64) -> [u8; 16] {
@@ -1090,6 +1131,7 @@ mod tests {
         }
         store.commit(batch).unwrap();
         assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(300, 1), (900, 4)]);
+        assert_eq!(store.awaiting_end().unwrap(), [] as [u64; 0]);
         let jobs: Vec<u64> = store
             .dump(JOBS)
             .unwrap()
@@ -1208,5 +1250,37 @@ mod tests {
             err.contains("logged events but no engine configuration"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_live_jobs_kept_decisions_expire_once_it_has_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        for job_id in [5u64, 6] {
+            batch.put_decision(job_id, 1, &serde_json::json!({ "v": 1 }));
+            batch.await_end(job_id);
+        }
+        batch.put_expiry(100, 7);
+        store.commit(batch).unwrap();
+        assert_eq!(store.awaiting_end().unwrap(), [5, 6]);
+        // No bound reaches a job whose end is unknown.
+        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(100, 7)]);
+
+        let mut batch = store.batch();
+        batch.index_end(50, 6);
+        store.commit(batch).unwrap();
+        assert_eq!(store.awaiting_end().unwrap(), [5]);
+        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(50, 6), (100, 7)]);
+        let mut batch = store.batch();
+        batch.expire_job(50, 6);
+        store.commit(batch).unwrap();
+        let decided: Vec<u64> = store
+            .dump(DECISIONS)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(decided, [5]);
     }
 }

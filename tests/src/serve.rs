@@ -1,7 +1,7 @@
 //! `jobcast serve` as a child process: started with flags, found through
 //! the address it prints, asked over HTTP, and stopped with a signal.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use jobcast_storage::state::{
-    DECISIONS, HISTORY, JOBS, MACHINES, POLICIES, Records, STATE_FAMILIES, StateStore, TASKS,
+    DECISIONS, EXPIRY, HISTORY, JOBS, MACHINES, POLICIES, Records, STATE_FAMILIES, StateStore,
+    TASKS,
 };
 
 use crate::jobcast_bin;
@@ -314,20 +315,31 @@ pub fn wait_balanced(serves: &[&Serve], partitions: i32, timeout: Duration) {
     }
 }
 
+/// How the records of instances that shared partitions may overlap.
+#[derive(Clone, Copy)]
+pub enum Stored<'a> {
+    /// Each record in one store only.
+    Once,
+    /// Each in one store only, but for those final before the instances
+    /// took partitions over from one that died, whose store is at the path:
+    /// a new owner stores a partition's live records from the takeover on,
+    /// so the records that were final before it (ended jobs', and the
+    /// decisions made until then) are taken from there.
+    OnceAfter(&'a Path),
+    /// A record may be in two stores, the same in both.
+    SameTwice,
+}
+
 /// Assert that the instances whose stores are at `shared` learnt what the
 /// single instance at `single` learnt (the same history and policy
 /// errors, each of them), and hold its records between them, each record
 /// in one store only.
 pub fn assert_shared_state(single: &Path, shared: &[&Path]) {
-    assert_shared_state_after(single, shared, None);
+    assert_shared_state_after(single, shared, Stored::Once);
 }
 
-/// [`assert_shared_state`] for instances that took partitions over from
-/// one that died, whose store is at `previous`: a new owner stores a
-/// partition's live records from the takeover on, so the records that were
-/// final before it (ended jobs', and the decisions made until then) are
-/// in `previous`, where they are taken from.
-pub fn assert_shared_state_after(single: &Path, shared: &[&Path], previous: Option<&Path>) {
+/// [`assert_shared_state`], with records overlapping as `stored` says.
+pub fn assert_shared_state_after(single: &Path, shared: &[&Path], stored: Stored<'_>) {
     let dump = |path: &Path, family: &str| {
         StateStore::open(path, false)
             .expect("store opens")
@@ -341,17 +353,24 @@ pub fn assert_shared_state_after(single: &Path, shared: &[&Path], previous: Opti
             assert!(dump(path, family) == expected, "{family} differs");
         }
     }
+    for path in shared {
+        assert_decisions_expire(path);
+    }
     for family in [JOBS, DECISIONS, TASKS, MACHINES] {
         let mut union: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for path in shared {
             for (key, value) in dump(path, family) {
-                assert!(
-                    union.insert(key.clone(), value).is_none(),
-                    "{family} record {key:?} stored by two instances"
-                );
+                match union.insert(key.clone(), value.clone()) {
+                    None => {}
+                    Some(before) if matches!(stored, Stored::SameTwice) => assert!(
+                        before == value,
+                        "{family} record {key:?} stored differently by two instances"
+                    ),
+                    Some(_) => panic!("{family} record {key:?} stored by two instances"),
+                }
             }
         }
-        if let Some(previous) = previous {
+        if let Stored::OnceAfter(previous) = stored {
             for (key, value) in dump(previous, family) {
                 union.entry(key).or_insert(value);
             }
@@ -382,4 +401,42 @@ pub fn assert_shared_state_after(single: &Path, shared: &[&Path], previous: Opti
             different.first()
         );
     }
+}
+
+/// Assert that the retention will delete every decision the store at
+/// `path` holds: each decided job has its record (which the retention
+/// indexes when it ends) or an entry in `expiry` (ended and indexed, or
+/// live in a partition given up and awaiting its end). A decision with
+/// neither would stay forever.
+pub fn assert_decisions_expire(path: &Path) {
+    let store = StateStore::open(path, false).expect("store opens");
+    let job_id = |key: &[u8]| u64::from_be_bytes(key[..8].try_into().expect("a job id"));
+    let records: BTreeSet<u64> = store
+        .dump(JOBS)
+        .expect("store reads")
+        .iter()
+        .map(|(k, _)| job_id(k))
+        .collect();
+    let indexed: BTreeSet<u64> = store
+        .dump(EXPIRY)
+        .expect("store reads")
+        .iter()
+        .map(|(k, _)| job_id(&k[8..]))
+        .collect();
+    let kept: Vec<u64> = store
+        .dump(DECISIONS)
+        .expect("store reads")
+        .iter()
+        .map(|(k, _)| job_id(k))
+        .filter(|job| !records.contains(job) && !indexed.contains(job))
+        .collect::<BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    assert!(
+        kept.is_empty(),
+        "{}: decisions of {} jobs would never expire (first {:?})",
+        path.display(),
+        kept.len(),
+        kept.first()
+    );
 }

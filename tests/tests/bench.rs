@@ -264,3 +264,22 @@ fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot()
     assert!(number(&report, "store_bytes") > 0.0, "{report}");
     assert!(report["family_bytes"]["log"].is_u64(), "{report}");
 }
+
+#[test]
+fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
+    // A window far below the input: the writer waits for every run,
+    // the takeover's two instances included.
+    let report = bench(
+        "recovery",
+        &["--snapshot-every", "2000", "--pace", "500", "--takeover"],
+    );
+    let events = report["events"].as_u64().expect("events is a count");
+    assert!(events > 2000, "{report}");
+    let replayed = report["replayed_events"].as_u64().expect("a count");
+    assert!(replayed < 2000 + 10_000 && replayed < events, "{report}");
+    assert!(number(&report, "throughput_eps") > 0.0, "{report}");
+    assert!(number(&report, "baseline_throughput_eps") > 0.0, "{report}");
+    let takeover = &report["takeover"];
+    assert!(number(takeover, "takeover_s") > 0.0, "{report}");
+    assert_eq!(takeover["replayed_events"].as_u64(), Some(0), "{report}");
+}

@@ -1,16 +1,20 @@
 //! Crash safety under fire: over a million events — real Google 2011 events
 //! (the shared trace's first 150,000, or the bundled excerpt where
-//! `../shared` is absent) and a synthetic workload — are consumed by a
-//! `jobcast serve` that
-//! is killed with SIGKILL at 20 seeded random moments and started again:
-//! some while it restores its state, some right after it has taken a
-//! snapshot (whose batch truncates the log), the rest while it streams.
-//! Each kill's landing is read from the service's log and store, and the
-//! test fails unless some landed in a restore and some in a truncation.
-//! The final RocksDB state (jobs, tasks,
-//! machines, 3Sigma history, policy error statistics), the stored offsets
-//! and the (job, version) decisions on the decisions topic must equal those
-//! of one uninterrupted run.
+//! `../shared` is absent) and a synthetic workload — are consumed by two
+//! `jobcast serve` instances of one consumer group. One (the partner) runs
+//! throughout; the other is killed with SIGKILL at 20 seeded random moments
+//! and started again: some while it restores its state, some right after it
+//! has taken a snapshot (whose batch truncates the log), some while it
+//! takes partitions over from the partner (when the group gives it its
+//! share after its restore rather than with its first assignment), the
+//! rest while it streams. Each kill's landing
+//! is read from the service's log and store, and the test fails unless
+//! some landed in each of the restore, the truncation and the takeover.
+//! Both instances must then hold the stored offsets and what every
+//! instance learns (3Sigma history, policy error statistics) of one
+//! uninterrupted run, between them its records (jobs, tasks, machines,
+//! decisions; one stored twice only if the same), and publish its
+//! (job, version) decisions.
 //!
 //! The broker is librdkafka's mock cluster, hosted by this test: tansu
 //! 0.6.0 serves this volume only one record per batch (tests/tests/tansu.rs
@@ -28,7 +32,7 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
-use jobcast_tests::serve::{Serve, assert_same_state, restartable};
+use jobcast_tests::serve::{Serve, Stored, assert_shared_state_after, restartable, wait_balanced};
 use jobcast_tests::{jobcast_ok, repo};
 
 const PARTITIONS: i32 = 48;
@@ -37,8 +41,20 @@ const GOOGLE_EVENTS: u64 = 150_000;
 const SYNTHETIC_JOBS: &str = "31000";
 const KILLS: usize = 20;
 const WAIT: Duration = Duration::from_secs(1200);
+/// How long a kill aimed at a takeover waits for the group to give the
+/// restarted instance partitions after its restore: the dead incarnation's
+/// 6 s session, then the mock's 5 s hold of the rebalance, with room.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
+/// Batches of the run whose kill aims at a takeover.
+const TAKEOVER_BATCH: &str = "consumer.batch_max_events=5";
 /// Snapshots often enough that most runs between kills take some.
 const SNAPSHOT_EVERY: &str = "storage.snapshot_every_events=20000";
+
+/// What the service logs when the group gives it partitions, and at the
+/// end of every change of what it owns (its records stored, its outputs
+/// published).
+const ASSIGNED: &str = "partitions assigned to this instance";
+const OWNS: &str = "this instance owns these partitions";
 
 /// Where a kill landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,6 +64,9 @@ enum Landed {
     /// After a snapshot was taken, before its batch (which truncates the
     /// log behind it) was committed.
     Truncation,
+    /// After the group gave it partitions, before it had taken them over
+    /// (stored their records, published what their owner had not).
+    Takeover,
     /// Anywhere else.
     Streaming,
 }
@@ -79,6 +98,17 @@ fn replay(brokers: &str, topic: &str, trace: &Path, format: &str, extra: &[&str]
     let summary: serde_json::Value = serde_json::from_str(&jobcast_ok(&args)).unwrap();
     assert_eq!(summary["outcome"], "complete", "{summary}");
     summary["delivered"].as_u64().unwrap()
+}
+
+/// Wait until `reached` holds for the log, or the instance has applied
+/// the whole input (then the kill lands where it lands).
+fn wait_or_drained(serve: &Serve, total: u64, mut reached: impl FnMut(&[String]) -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !reached(&serve.log()) && (serve.metric("jobcast_input_committed_offset") as u64) < total
+    {
+        assert!(Instant::now() < deadline, "neither reached nor drained");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A small deterministic generator (SplitMix64), so that the kill moments
@@ -175,27 +205,64 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
 
     let killed_dir = tempfile::tempdir().unwrap();
     let killed = killed_dir.path().join("state");
+    let partner_dir = tempfile::tempdir().unwrap();
+    let partner_state = partner_dir.path().join("state");
     let mut flags = restartable("killed.decisions", "killed").to_vec();
     flags.extend(["--set", SNAPSHOT_EVERY]);
     let started = Instant::now();
+    let mut partner = Serve::start(&brokers, &partner_state, &flags);
     let mut random = Seeded(20_261_123);
     // Each streaming run gets on average a 1/(KILLS + 2) share of the
     // input before it is killed, so the kills spread over the whole stream.
     let share = total as f64 / (KILLS + 2) as f64;
     let mut landings: BTreeMap<Landed, usize> = BTreeMap::new();
     for kill in 0..KILLS {
-        let mut serve = Serve::start_logging(&brokers, &killed, &flags, "info");
         let aim = random.unit();
+        let mut run_flags = flags.clone();
+        if (0.4..0.6).contains(&aim) {
+            // Once the partner owns every partition (the dead incarnation's
+            // session is over), the group gives a new member nothing at
+            // first (the partner must give its share up first), and its
+            // share in a second rebalance, after its restore: a takeover.
+            wait_balanced(&[&partner], PARTITIONS, WAIT);
+            // That comes seconds after the start (the mock holds each
+            // rebalance for the session less a second): small batches keep
+            // the instance from applying the rest of the input meanwhile.
+            run_flags.extend(["--set", TAKEOVER_BATCH]);
+        }
+        let mut serve = Serve::start_logging(&brokers, &killed, &run_flags, "info");
         let mut snapshot_seq = None;
-        if aim < 0.25 {
+        if aim < 0.2 {
             serve.wait_logged("restoring the predictor state", 0, WAIT);
             std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
-        } else if aim < 0.5 {
-            let (_, line) = serve.wait_logged("snapshot taken", 0, WAIT);
-            snapshot_seq = Some(logged_seq(&line));
+        } else if aim < 0.4 {
+            wait_or_drained(&serve, total, |log| {
+                snapshot_seq = log
+                    .iter()
+                    .find(|l| l.contains("snapshot taken"))
+                    .map(|l| logged_seq(l));
+                snapshot_seq.is_some()
+            });
+        } else if aim < 0.6 {
+            // The first partitions the group gives it after its restore (if
+            // the group gave them before it, none follows: then the kill
+            // lands where it lands).
+            let (restored, _) = serve.wait_logged("predictor state restored", 0, WAIT);
+            let deadline = Instant::now() + TAKEOVER_WAIT;
+            while Instant::now() < deadline {
+                let log = serve.log();
+                if log[restored..]
+                    .iter()
+                    .any(|l| l.contains(ASSIGNED) && !l.contains("partitions=[]"))
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
         } else {
             let target = (share * (0.2 + 1.6 * random.unit())) as u64;
-            serve.wait_committed(target.max(1), WAIT);
+            wait_or_drained(&serve, total, |_| serve.committed() >= target.max(1));
         }
         let log = serve.kill();
         let restoring = log
@@ -207,16 +274,21 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             .latest_snapshot()
             .unwrap()
             .map(|(seq, _)| seq);
+        let assigned = log
+            .iter()
+            .rposition(|l| l.contains(ASSIGNED) && !l.contains("partitions=[]"));
+        let taken_over = log.iter().rposition(|l| l.contains(OWNS));
         let landed = match snapshot_seq {
             _ if restoring => Landed::Restore,
             Some(seq) if stored_snapshot < Some(seq) => Landed::Truncation,
+            _ if assigned > taken_over => Landed::Takeover,
             _ => Landed::Streaming,
         };
         *landings.entry(landed).or_default() += 1;
         eprintln!("kill {}: {landed:?}", kill + 1);
     }
     eprintln!("kills landed: {landings:?}");
-    for phase in [Landed::Restore, Landed::Truncation] {
+    for phase in [Landed::Restore, Landed::Truncation, Landed::Takeover] {
         assert!(
             landings.contains_key(&phase),
             "no kill landed in a {phase:?}: {landings:?}"
@@ -224,13 +296,29 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
     }
     let mut serve = Serve::start(&brokers, &killed, &flags);
     serve.wait_stored_offsets(total, WAIT);
-    serve.terminate();
+    partner.wait_stored_offsets(total, WAIT);
+    wait_balanced(&[&serve, &partner], PARTITIONS, WAIT);
+    // Killed together: an instance that left the group would hand its
+    // partitions to the other, whose store would then hold them too.
+    serve.kill();
+    partner.kill();
     eprintln!(
         "run with {KILLS} kills: {:.0} s",
         started.elapsed().as_secs_f64()
     );
 
-    assert_same_state(&killed, &whole, &topics.events);
+    let offsets = |path: &Path| {
+        StateStore::open_read_only(path)
+            .unwrap()
+            .offsets(&topics.events)
+            .unwrap()
+    };
+    assert_eq!(offsets(&killed), offsets(&whole));
+    assert_eq!(offsets(&partner_state), offsets(&whole));
+    // A record stored by both is one that the killed instance had stored
+    // but not yet committed to the group when it died, and its partner
+    // stored again from the group's offset: the same record.
+    assert_shared_state_after(&whole, &[&killed, &partner_state], Stored::SameTwice);
     let (a, b) = (
         decisions_across(&brokers, "killed.decisions", DECISION_PARTITIONS),
         decisions_across(&brokers, "whole.decisions", DECISION_PARTITIONS),

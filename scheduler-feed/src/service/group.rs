@@ -5,8 +5,8 @@
 //! commits where this instance's outputs end, so that the next owner
 //! publishes from there.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use jobcast_ingest::kafka::KafkaSettings;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
@@ -29,11 +29,68 @@ use crate::telemetry::{self, log_librdkafka};
 const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the pipeline waits for them when only trimming the outbox.
 const TRIM_TIMEOUT: Duration = Duration::from_millis(200);
+/// How often offsets the coordinator has not confirmed are committed again.
+pub(super) const RECOMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How long a stopping instance waits for its partitions' revocation.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
 /// A change in the partitions the consumer group gives this instance.
 pub(super) enum MembershipChange {
     Added(Vec<i32>),
     Removed(Vec<i32>),
+}
+
+/// The offsets of the batches handed to the writer thread, committed to
+/// the group only once the writer has made them durable. A group offset
+/// ahead of the store would lose records on a kill: the next owner stores
+/// a partition's records and decisions only from the group's offset on,
+/// while the killed owner's store never got that batch.
+#[derive(Default)]
+pub(super) struct GroupCommits {
+    /// Batches the writer has committed (counted on its thread).
+    written: Arc<AtomicU64>,
+    /// Batches handed to the writer.
+    submitted: u64,
+    /// Each submitted batch not yet committed to the group: its number
+    /// and the next offset of each partition it holds.
+    waiting: VecDeque<(u64, BTreeMap<i32, i64>)>,
+}
+
+impl GroupCommits {
+    /// A batch with `offsets` is handed to the writer; the returned call
+    /// is for the writer to make once it is durable.
+    pub(super) fn submitted(
+        &mut self,
+        offsets: BTreeMap<i32, i64>,
+    ) -> impl FnOnce() + Send + 'static {
+        self.waiting.push_back((self.submitted, offsets));
+        self.submitted += 1;
+        let written = self.written.clone();
+        move || {
+            written.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether a batch handed to the writer is not yet committed to the
+    /// group.
+    pub(super) fn pending(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The next offsets of the batches written since last asked.
+    fn take_written(&mut self) -> BTreeMap<i32, i64> {
+        let written = self.written.load(Ordering::Acquire);
+        let mut offsets = BTreeMap::new();
+        while self
+            .waiting
+            .front()
+            .is_some_and(|(batch, _)| *batch < written)
+        {
+            let (_, batch_offsets) = self.waiting.pop_front().expect("not empty");
+            offsets.extend(batch_offsets);
+        }
+        offsets
+    }
 }
 
 /// The consumer-group member. It fetches nothing (its partitions are
@@ -44,9 +101,37 @@ pub(super) struct MemberContext {
     shared: Arc<Shared>,
     pub(super) changes: Mutex<Vec<MembershipChange>>,
     /// Per owned partition, the offset below which its outputs are
-    /// published. Committed to the group when the partition is revoked, so
-    /// that its next owner publishes from there.
-    pub(super) published: Mutex<BTreeMap<i32, i64>>,
+    /// published and its records durable in the store. Committed to the
+    /// group when the partition is revoked, so that its next owner
+    /// publishes (and stores) from there.
+    pub(super) durable: Mutex<BTreeMap<i32, i64>>,
+    /// Per owned partition, the latest offset the coordinator confirmed.
+    confirmed: Mutex<BTreeMap<i32, i64>>,
+    /// The partitions the group assigns this instance now: the pipeline
+    /// hears of a revocation only after the poll that ran it, and must not
+    /// note a durable offset for a partition given up meanwhile (a late
+    /// commit would move its new owner's offset back).
+    assigned: Mutex<BTreeSet<i32>>,
+}
+
+impl MemberContext {
+    /// Note `offsets` as durable, for the partitions still assigned; those
+    /// noted.
+    pub(super) fn note_durable(
+        &self,
+        offsets: impl IntoIterator<Item = (i32, i64)>,
+    ) -> Vec<(i32, i64)> {
+        let assigned = self.assigned.lock().expect("not poisoned");
+        let mut durable = self.durable.lock().expect("not poisoned");
+        let mut noted = Vec::new();
+        for (partition, next) in offsets {
+            if assigned.contains(&partition) {
+                durable.insert(partition, next);
+                noted.push((partition, next));
+            }
+        }
+        noted
+    }
 }
 
 impl ClientContext for MemberContext {
@@ -62,6 +147,19 @@ impl ClientContext for MemberContext {
 }
 
 impl ConsumerContext for MemberContext {
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            debug!("committing offsets to the group: {e}");
+        }
+        let mut confirmed = self.confirmed.lock().expect("not poisoned");
+        for element in offsets.elements_for_topic(&self.topic) {
+            if let (Ok(()), Offset::Offset(next)) = (element.error(), element.offset()) {
+                let at = confirmed.entry(element.partition()).or_insert(next);
+                *at = (*at).max(next);
+            }
+        }
+    }
+
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -91,6 +189,10 @@ impl ConsumerContext for MemberContext {
                 if let Err(e) = assigned.and_then(|()| consumer.pause(tpl)) {
                     error!("cannot take the assigned partitions: {e}");
                 }
+                self.assigned
+                    .lock()
+                    .expect("not poisoned")
+                    .extend(&partitions);
                 info!(?partitions, "partitions assigned to this instance");
                 self.shared.assigned.store(true, Ordering::Relaxed);
                 self.changes
@@ -101,9 +203,18 @@ impl ConsumerContext for MemberContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 // Tell the next owner where this instance's outputs end.
                 let mut commit = TopicPartitionList::new();
-                let published = self.published.lock().expect("not poisoned");
+                // Forgotten here: this instance must never commit them again.
+                self.assigned
+                    .lock()
+                    .expect("not poisoned")
+                    .retain(|p| !partitions.contains(p));
+                let mut durable = self.durable.lock().expect("not poisoned");
+                self.confirmed
+                    .lock()
+                    .expect("not poisoned")
+                    .retain(|p, _| !partitions.contains(p));
                 for partition in &partitions {
-                    if let Some(&next) = published.get(partition) {
+                    if let Some(next) = durable.remove(partition) {
                         let _ = commit.add_partition_offset(
                             &self.topic,
                             *partition,
@@ -111,7 +222,7 @@ impl ConsumerContext for MemberContext {
                         );
                     }
                 }
-                drop(published);
+                drop(durable);
                 if commit.count() > 0
                     && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
                 {
@@ -153,7 +264,9 @@ fn join(
         topic: topic.clone(),
         shared,
         changes: Mutex::new(Vec::new()),
-        published: Mutex::new(BTreeMap::new()),
+        durable: Mutex::new(BTreeMap::new()),
+        confirmed: Mutex::new(BTreeMap::new()),
+        assigned: Mutex::new(BTreeSet::new()),
     })
     .map_err(|e| config.kafka.redact(e))?;
     member.subscribe(&[topic])?;
@@ -292,21 +405,44 @@ impl Pipeline<'_> {
         metrics::gauge!(telemetry::TAKEOVER_BUFFER_BYTES).set(self.outbox.bytes() as f64);
     }
 
-    /// Commit the owned partitions' offsets to the group: where their next
-    /// owner would start publishing (and what monitoring tools read).
-    pub(super) fn commit_to_group(
-        &self,
-        member: &BaseConsumer<MemberContext>,
-        offsets: &BTreeMap<i32, i64>,
-    ) {
+    /// Commit to the group the owned partitions' offsets of every batch
+    /// the writer has made durable since last called: where their next
+    /// owner would start publishing and storing (and what monitoring tools
+    /// and the closed loop read).
+    pub(super) fn commit_written(&mut self, member: &BaseConsumer<MemberContext>) {
+        let offsets = self.group_commits.take_written();
+        if offsets.is_empty() {
+            return;
+        }
+        let noted = member.context().note_durable(
+            offsets
+                .into_iter()
+                .filter_map(|(p, next)| Some((p, next.max(*self.owned.get(&p)?)))),
+        );
+        self.commit_async(member, noted);
+    }
+
+    /// Commit again each owned partition's durable offset the coordinator
+    /// has not confirmed: a commit sent during a rebalance fails and is not
+    /// retried, and a partition with no new input commits nothing more.
+    pub(super) fn recommit_unconfirmed(&self, member: &BaseConsumer<MemberContext>) {
+        let context = member.context();
+        let durable = context.durable.lock().expect("not poisoned");
+        let confirmed = context.confirmed.lock().expect("not poisoned");
+        let unconfirmed: Vec<(i32, i64)> = durable
+            .iter()
+            .filter(|(p, next)| confirmed.get(p) < Some(next))
+            .map(|(&p, &next)| (p, next))
+            .collect();
+        drop((durable, confirmed));
+        self.commit_async(member, unconfirmed);
+    }
+
+    /// Commit `offsets` of the input topic without waiting; the
+    /// coordinator's answer reaches `MemberContext::commit_callback`.
+    fn commit_async(&self, member: &BaseConsumer<MemberContext>, offsets: Vec<(i32, i64)>) {
         let mut tpl = TopicPartitionList::new();
-        let mut published = member.context().published.lock().expect("not poisoned");
-        for (&partition, &next) in offsets {
-            let Some(&from) = self.owned.get(&partition) else {
-                continue;
-            };
-            let next = next.max(from);
-            published.insert(partition, next);
+        for (partition, next) in offsets {
             if tpl
                 .add_partition_offset(&self.topics.events, partition, Offset::Offset(next))
                 .is_err()
@@ -314,7 +450,6 @@ impl Pipeline<'_> {
                 return;
             }
         }
-        drop(published);
         if tpl.count() > 0
             && let Err(e) = member.commit(&tpl, CommitMode::Async)
         {
@@ -325,12 +460,27 @@ impl Pipeline<'_> {
     /// Leave the group now rather than when the session times out, so
     /// that the partitions move to the other members at once (the
     /// revocation commits where this instance's outputs end).
+    ///
+    /// The revocation runs in a poll; once nothing is assigned, it has run
+    /// (the assignment shrinks only in its unassign, after its commit) and
+    /// the leave request follows (closing the member waits for it), so an
+    /// instance that owned nothing, or gave its partitions up in the first
+    /// poll, leaves at once. [`LEAVE_WAIT`] bounds the polls for a
+    /// revocation that has not come; it cannot bound the revocation's own
+    /// commit, which waits for the coordinator's answer inside the poll.
     pub(super) fn leave_group(&self, member: &BaseConsumer<MemberContext>) {
         member.unsubscribe();
         let leaving = Instant::now();
-        while leaving.elapsed() < Duration::from_millis(500) {
-            let _ = member.poll(Duration::from_millis(50));
+        while leaving.elapsed() < LEAVE_WAIT {
+            let _ = member.poll(Duration::from_millis(10));
+            if member.assignment().is_ok_and(|owned| owned.count() == 0) {
+                return;
+            }
         }
+        warn!(
+            "partitions still assigned {} ms after leaving the group; closing anyway",
+            LEAVE_WAIT.as_millis()
+        );
     }
 }
 
@@ -379,7 +529,7 @@ mod tests {
         // This instance has published every partition up to offset 42.
         first
             .context()
-            .published
+            .durable
             .lock()
             .unwrap()
             .extend((0..4).map(|p| (p, 42)));
@@ -418,6 +568,22 @@ mod tests {
                 element.partition()
             );
         }
+    }
+
+    #[test]
+    fn offsets_reach_the_group_only_once_their_batch_is_written() {
+        let mut commits = GroupCommits::default();
+        let first = commits.submitted(BTreeMap::from([(0, 10), (1, 5)]));
+        let second = commits.submitted(BTreeMap::from([(0, 20)]));
+        assert!(commits.take_written().is_empty(), "nothing written yet");
+        first();
+        assert_eq!(commits.take_written(), BTreeMap::from([(0, 10), (1, 5)]));
+        assert!(commits.take_written().is_empty(), "each batch taken once");
+        let third = commits.submitted(BTreeMap::from([(1, 7)]));
+        second();
+        third();
+        // The later batch's offset of a partition wins.
+        assert_eq!(commits.take_written(), BTreeMap::from([(0, 20), (1, 7)]));
     }
 
     #[test]

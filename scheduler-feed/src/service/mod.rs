@@ -49,7 +49,8 @@
 //! nothing (`recovery.rs`): it stores the partition's live records from
 //! memory and publishes the outputs the previous owner had not, from the
 //! offset the previous owner committed to the group (after its outputs
-//! were acknowledged). Offsets for input are always the ones stored in
+//! were acknowledged and its records written: `group.rs`'s
+//! `GroupCommits`). Offsets for input are always the ones stored in
 //! RocksDB; the group's committed offsets only say where each owner's
 //! outputs end (`group.rs`).
 
@@ -164,6 +165,8 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         pipeline.consume(&member, &sink)?;
     }
     pipeline.writer.flush()?;
+    // Leaving the group commits the durable offsets of what was owned.
+    pipeline.commit_written(&member);
     sink.flush(Duration::from_secs(10))?;
     pipeline.leave_group(&member);
     info!(?pipeline.summary, "stopped");
@@ -191,6 +194,8 @@ struct Pipeline<'a> {
     applied: BTreeMap<i32, i64>,
     /// Outputs of partitions others own, for a takeover.
     outbox: outbox::Outbox,
+    /// Offsets waiting for the writer before they go to the group.
+    group_commits: group::GroupCommits,
     /// The latest event time applied, µs.
     watermark_us: u64,
     /// Ended jobs that ended before this are deleted (`retention.rs`).
@@ -207,6 +212,9 @@ struct Pipeline<'a> {
     added: BTreeSet<i32>,
     /// Partitions whose records the store holds.
     stored: BTreeSet<i32>,
+    /// Live jobs of partitions given up whose decisions the store keeps
+    /// until they end (`retention.rs`).
+    awaiting_end: foldhash::HashSet<u64>,
     /// The input partition each live job's events come from, and each
     /// machine's: records belong to the owner of that partition.
     job_partitions: foldhash::HashMap<u64, i32>,
@@ -228,6 +236,7 @@ impl<'a> Pipeline<'a> {
             snapshot_seq: 0,
             applied: BTreeMap::new(),
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
+            group_commits: group::GroupCommits::default(),
             watermark_us: 0,
             expired_before: 0,
             skips: Vec::new(),
@@ -235,6 +244,7 @@ impl<'a> Pipeline<'a> {
             owned: BTreeMap::new(),
             added: BTreeSet::new(),
             stored: BTreeSet::new(),
+            awaiting_end: foldhash::HashSet::default(),
             job_partitions: foldhash::HashMap::default(),
             machine_partitions: foldhash::HashMap::default(),
         })

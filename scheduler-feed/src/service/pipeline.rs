@@ -13,7 +13,7 @@ use rdkafka::consumer::BaseConsumer;
 use tracing::debug;
 
 use super::accounting::{self, BatchTally, StageTimes};
-use super::group::MemberContext;
+use super::group::{MemberContext, RECOMMIT_EVERY};
 use super::outbox::Held;
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, encode, recovery};
@@ -24,6 +24,9 @@ use crate::telemetry;
 /// The longest the pipeline waits for a batch before it looks at the
 /// group's membership again.
 const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// How long it waits instead while a batch is being written.
+const WRITE_WAIT: Duration = Duration::from_millis(1);
 
 /// How often the outputs held for other owners are trimmed to what they
 /// have not yet published.
@@ -72,16 +75,31 @@ impl Pipeline<'_> {
             refuse_gaps,
         )?;
         let mut trimmed_at = Instant::now();
+        let mut committed_at = Instant::now();
         loop {
             let _ = member.poll(Duration::ZERO);
+            // Revocations first: their partitions must not be committed.
             if self.membership_changes(member) {
                 self.reconcile(member, sink, false)?;
+            }
+            self.commit_written(member);
+            if committed_at.elapsed() >= RECOMMIT_EVERY {
+                self.recommit_unconfirmed(member);
+                committed_at = Instant::now();
             }
             if trimmed_at.elapsed() >= OUTBOX_TRIM_EVERY {
                 self.trim_outbox(member);
                 trimmed_at = Instant::now();
             }
-            match source.next(POLL_WAIT)? {
+            // A batch on its way to RocksDB is committed to the group as
+            // soon as it is written: who waits on the group's offset (the
+            // closed loop, a partition's next owner) should not wait longer.
+            let wait = if self.group_commits.pending() {
+                WRITE_WAIT
+            } else {
+                POLL_WAIT
+            };
+            match source.next(wait)? {
                 Polled::Batch(batch) => {
                     let stopping = self.shared.shutdown.load(Ordering::Relaxed);
                     self.process(sink, member, batch, stopping)?;
@@ -201,6 +219,7 @@ impl Pipeline<'_> {
         accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
         self.write_records(&effects, &self.stored, &mut write);
+        self.index_awaited(&effects, &mut write);
         self.write_learnt(&effects, &mut write);
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
@@ -212,9 +231,16 @@ impl Pipeline<'_> {
             self.write_snapshot(&mut write)?;
         }
         let on_written = tally.on_written(self.shared.clone(), offsets.clone());
-        self.writer.submit(write, Box::new(on_written))?;
+        let durable = self.group_commits.submitted(offsets);
+        self.writer.submit(
+            write,
+            Box::new(move |took| {
+                on_written(took);
+                durable();
+            }),
+        )?;
         let committed_at = Instant::now();
-        self.commit_to_group(member, &offsets);
+        self.commit_written(member);
 
         // 4. Count what the batch did.
         self.summary.committed += tally.messages as u64;

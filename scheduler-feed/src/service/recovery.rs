@@ -65,6 +65,7 @@ impl Pipeline<'_> {
         self.next_seq = self.store.next_log_seq()?;
         self.stored = self.store.check_format(&self.engine_config)?;
         let events = &self.topics.events;
+        self.awaiting_end = self.store.awaiting_end()?.into_iter().collect();
         self.skips = self.store.skips()?;
         self.skips.retain(|s| s.topic == *events);
         for skip in &self.skips {
@@ -131,6 +132,7 @@ impl Pipeline<'_> {
     ) -> Result<(), ServiceError> {
         // Records are written below, after every batch handed over.
         self.writer.flush()?;
+        self.commit_written(member);
         let added = std::mem::take(&mut self.added);
         let publish_from = self.committed_offsets(member, &added)?;
         self.owned.extend(publish_from);
@@ -138,11 +140,21 @@ impl Pipeline<'_> {
         let taken: BTreeSet<i32> = owned.difference(&self.stored).copied().collect();
         let dropped: BTreeSet<i32> = self.stored.difference(&owned).copied().collect();
         let store = self.store.clone();
-        let mut write = store.batch();
         let mut outgoing = Vec::new();
         if starting {
-            self.restore(&taken, &mut outgoing, member)?;
+            // The restore stores the owned partitions' records as it goes:
+            // mark the taken ones stored first, so that a kill during it
+            // leaves their records to be deleted (if the next start does
+            // not own them) or written again (it stores every owned
+            // partition's records from the log).
+            if !taken.is_empty() {
+                let mut mark = store.batch();
+                mark.set_stored_partitions(&self.stored.union(&owned).copied().collect());
+                store.commit(mark)?;
+            }
+            self.restore(&taken, &owned, &mut outgoing, member)?;
         }
+        let mut write = store.batch();
         for &partition in &taken {
             let from = self.owned[&partition];
             let mut held = Held::default();
@@ -160,7 +172,9 @@ impl Pipeline<'_> {
             }
             outgoing.extend(held.messages);
         }
-        self.write_partitions(&taken, &mut write);
+        // On start, every owned partition's live records are written from
+        // memory: an earlier start may have been killed halfway through.
+        self.write_partitions(if starting { &owned } else { &taken }, &mut write);
         self.delete_partitions(&dropped, &mut write);
         write.set_stored_partitions(&owned);
         sink.publish(&outgoing, false)?;
@@ -174,13 +188,14 @@ impl Pipeline<'_> {
             );
         }
         self.stored = owned.clone();
-        let mut published = member.context().published.lock().expect("not poisoned");
         let stored_offsets = self.store.offsets(&self.topics.events)?;
-        *published = self
-            .owned
-            .iter()
-            .map(|(&p, &from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0))))
-            .collect();
+        member.context().note_durable(
+            self.owned
+                .iter()
+                .map(|(&p, &from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0)))),
+        );
+        // Where the taken partitions' outputs now end, for their next owner.
+        self.recommit_unconfirmed(member);
         self.show_owned();
         info!(owned = ?owned, "this instance owns these partitions");
         Ok(())
@@ -189,10 +204,12 @@ impl Pipeline<'_> {
     /// Restore the latest snapshot, then apply the log after it. Outputs
     /// of `taken` partitions from their publish offset on go to
     /// `outgoing`, those of partitions others own to the outbox, and the
-    /// records the log changes in `taken` partitions are stored.
+    /// records the log changes in `owned` partitions are stored (again,
+    /// for those stored already: the same records).
     fn restore(
         &mut self,
         taken: &BTreeSet<i32>,
+        owned: &BTreeSet<i32>,
         outgoing: &mut Vec<Outgoing>,
         member: &BaseConsumer<MemberContext>,
     ) -> Result<(), ServiceError> {
@@ -249,7 +266,8 @@ impl Pipeline<'_> {
                 }
             }
             effects.settle();
-            self.write_records(&effects, taken, &mut write);
+            self.write_records(&effects, owned, &mut write);
+            self.index_awaited(&effects, &mut write);
             self.hold_ended(&effects);
             self.release_ended(&effects);
             effects.clear();
@@ -262,6 +280,9 @@ impl Pipeline<'_> {
             }
         }
         store.commit(write)?;
+        let mut expired = store.batch();
+        self.delete_expired(&mut expired)?;
+        store.commit(expired)?;
         let seconds = started.elapsed().as_secs_f64();
         self.summary.recovered_events = count;
         self.shared
@@ -363,7 +384,7 @@ impl Pipeline<'_> {
     /// machines: their new owner keeps them current now. What is final
     /// stays: ended jobs' records, and the decisions made while this
     /// instance owned the partition.
-    fn delete_partitions(&self, partitions: &BTreeSet<i32>, write: &mut StateBatch<'_>) {
+    fn delete_partitions(&mut self, partitions: &BTreeSet<i32>, write: &mut StateBatch<'_>) {
         if partitions.is_empty() {
             return;
         }
@@ -376,6 +397,9 @@ impl Pipeline<'_> {
                 for index in 0..record.width {
                     write.delete_task(job_id, index);
                 }
+                // Its decisions stay, until it has ended (`retention.rs`).
+                write.await_end(job_id);
+                self.awaiting_end.insert(job_id);
             }
         }
         for (&machine_id, partition) in &self.machine_partitions {

@@ -11,10 +11,15 @@
 //! jobs whose end is at or after the last bound, a function of the input
 //! alone: a run that was killed and restarted ends with the same store as
 //! one that was not, however their batches fell.
+//!
+//! A partition given up leaves its live jobs' decisions in this store (they
+//! were made while it owned them); each such job is marked as awaiting its
+//! end (`StateBatch::await_end`), indexed at that end once every instance
+//! (which applies every partition) sees it, and so expires like any other.
 
 use std::sync::atomic::Ordering;
 
-use jobcast_predictor::engine::JobRecord;
+use jobcast_predictor::engine::{Effects, JobRecord, JobState};
 use jobcast_storage::state::StateBatch;
 use tracing::debug;
 
@@ -55,6 +60,28 @@ impl Pipeline<'_> {
         }
     }
 
+    /// Index at its end each job `effects` ended whose decisions this store
+    /// keeps from an earlier ownership of its partition (its new owner
+    /// stores its end): the decisions then expire with the job.
+    pub(super) fn index_awaited(&mut self, effects: &Effects, write: &mut StateBatch<'_>) {
+        if self.awaiting_end.is_empty() {
+            return;
+        }
+        for job_id in effects.jobs.iter() {
+            let Some(record) = self.engine.job(*job_id) else {
+                continue;
+            };
+            if record.state == JobState::Running || !self.awaiting_end.remove(job_id) {
+                continue;
+            }
+            let end_us = record.end_us.unwrap_or(record.submit_us);
+            write.index_end(end_us, *job_id);
+            if end_us < self.expired_before {
+                write.expire_job(end_us, *job_id);
+            }
+        }
+    }
+
     /// When the bound has moved a step, delete the records of every job
     /// that ended before it.
     pub(super) fn expire(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
@@ -62,14 +89,7 @@ impl Pipeline<'_> {
         if bound <= self.expired_before {
             return Ok(());
         }
-        // The scan must see every record committed so far.
-        self.writer.flush()?;
-        let expired = self.store.expired(bound, usize::MAX)?;
-        for &(end_us, job_id) in &expired {
-            write.expire_job(end_us, job_id);
-        }
-        self.expired_before = bound;
-        let count = expired.len() as u64;
+        let count = self.delete_expired(write)?;
         metrics::counter!(telemetry::JOBS_EXPIRED).increment(count);
         self.shared
             .counters
@@ -77,5 +97,23 @@ impl Pipeline<'_> {
             .fetch_add(count, Ordering::Relaxed);
         debug!(bound_us = bound, jobs = count, "ended jobs expired");
         Ok(())
+    }
+
+    /// Delete the records of every job that ended before the bound, and
+    /// make it the bound. Also what a restore ends with: the log it applied
+    /// stored ended jobs the run that logged it had already deleted.
+    pub(super) fn delete_expired(
+        &mut self,
+        write: &mut StateBatch<'_>,
+    ) -> Result<u64, ServiceError> {
+        let bound = self.expiry_bound();
+        // The scan must see every record committed so far.
+        self.writer.flush()?;
+        let expired = self.store.expired(bound, usize::MAX)?;
+        for &(end_us, job_id) in &expired {
+            write.expire_job(end_us, job_id);
+        }
+        self.expired_before = bound;
+        Ok(expired.len() as u64)
     }
 }

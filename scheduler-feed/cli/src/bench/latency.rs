@@ -184,7 +184,7 @@ pub(super) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
         let run = |responder: Responder| {
             let (config, _state) =
                 fresh_config(&format!("{}{n}", responder.name()), &args.service)?;
-            on_cluster(&args.service, config, |config| {
+            on_cluster(&args.service, config, &[], |config| {
                 measure_load(
                     config,
                     &args.service,

@@ -207,20 +207,25 @@ fn broker_name(kafka: &KafkaArgs) -> String {
 }
 
 /// Create the run's topics (on a new embedded mock cluster, or on the
-/// brokers), run `measure` with `config` pointing there, then delete the
-/// topics from the brokers.
+/// brokers), and an input topic more for each of `more_inputs` (named
+/// `{events}{suffix}`), run `measure` with `config` pointing there, then
+/// delete the topics from the brokers.
 fn on_cluster<T>(
     service: &ServiceArgs,
     mut config: ServeConfig,
+    more_inputs: &[&str],
     measure: impl FnOnce(ServeConfig) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
     let t = &config.topics;
-    let topics = [
+    let mut topics = vec![
         (t.events.clone(), service.partitions),
         (t.decisions.clone(), service.output_partitions()),
         (t.risk.clone(), service.output_partitions()),
         (t.dead_letter.clone(), 1),
     ];
+    for suffix in more_inputs {
+        topics.push((format!("{}{suffix}", t.events), service.partitions));
+    }
     let kafka = &service.kafka;
     if kafka.brokers.is_none() {
         let mock = MockCluster::new(1).context("starting the embedded Kafka (mock cluster)")?;

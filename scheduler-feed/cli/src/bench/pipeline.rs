@@ -83,7 +83,7 @@ pub(super) struct Stages {
 
 pub(super) fn pipeline(args: &PipelineArgs) -> anyhow::Result<()> {
     let (config, _state) = fresh_config("pipeline", &args.service)?;
-    let report = on_cluster(&args.service, config, |config| measure(args, config))?;
+    let report = on_cluster(&args.service, config, &[], |config| measure(args, config))?;
     output(&report, args.json)
 }
 

@@ -11,17 +11,25 @@
 //! join (from the start until the group assigns the partitions) reported
 //! apart and left out of the restore time.
 //!
+//! With `--pace N`, each run gets its own copy of the input, written while
+//! it consumes, never more than N events ahead of it: the embedded mock
+//! cluster keeps only about 5 MB per partition, and a restore after
+//! millions of events needs them all to pass through.
+//!
 //! With `--takeover`, two more instances share one consumer group over the
-//! same input; once both have applied all of it, one stops (leaving the
-//! group), and the time until the survivor owns (stores and publishes)
-//! every partition is reported, with the logged messages it applied again
+//! same input; once both have applied all of it and the group has given
+//! each some of the partitions, one stops (leaving the group), and the
+//! time until the survivor owns (stores and publishes) every partition is
+//! reported, with the logged messages it applied again
 //! to get there (none: a takeover replays nothing).
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::Service;
 use jobcast_storage::state::StateStore;
@@ -31,7 +39,6 @@ use super::{
     progress, report_skipped, start_service, wait_for_commits,
 };
 use crate::output::{print_json, print_out};
-use jobcast_replay::kafka::Ungated;
 
 #[derive(clap::Args)]
 pub(super) struct RecoveryArgs {
@@ -46,6 +53,12 @@ pub(super) struct RecoveryArgs {
     /// Also measure a takeover between two instances of one group.
     #[arg(long)]
     takeover: bool,
+    /// Write the input while the service consumes it, at most this many
+    /// events ahead of it, each run its own copy: for inputs larger than
+    /// the embedded mock cluster keeps (about 5 MB per partition). The
+    /// throughputs then include writing the input beside the service.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pace: Option<u64>,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -95,7 +108,14 @@ pub(super) struct RecoveryReport {
 
 pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     let (config, _state) = fresh_config("recovery", &args.service)?;
-    let report = on_cluster(&args.service, config, |config| measure(args, config))?;
+    let more_inputs: &[&str] = if args.pace.is_some() {
+        &[BASELINE_INPUT, TAKEOVER_INPUT]
+    } else {
+        &[]
+    };
+    let report = on_cluster(&args.service, config, more_inputs, |config| {
+        measure(args, config)
+    })?;
     if args.json {
         return print_json(&report);
     }
@@ -128,32 +148,98 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     ))
 }
 
+/// The input topics of the paced runs without snapshots and of the
+/// takeover, beside the measured run's.
+const BASELINE_INPUT: &str = ".baseline";
+const TAKEOVER_INPUT: &str = ".takeover";
+
+/// The workload, as each run reads it.
+struct Feed<'a> {
+    args: &'a RecoveryArgs,
+    writer: KafkaSettings,
+    /// Unpaced: the events written once, before any run, to the measured
+    /// run's topic, which every run reads.
+    written: Option<u64>,
+}
+
+impl<'a> Feed<'a> {
+    /// Unpaced, write the whole input to `topic` now, so that every run
+    /// measures the service alone.
+    fn new(args: &'a RecoveryArgs, kafka: &KafkaSettings, topic: &str) -> anyhow::Result<Self> {
+        let mut feed = Feed {
+            args,
+            writer: args.service.writer(kafka),
+            written: None,
+        };
+        if args.pace.is_none() {
+            feed.written = Some(feed.write(topic, &[])?);
+        }
+        Ok(feed)
+    }
+
+    /// The input topic of the run whose own topic is `topic`: its own when
+    /// paced, else the one written up front.
+    fn topic(&self, measured: &str, suffix: &str) -> String {
+        match self.args.pace {
+            Some(_) => format!("{measured}{suffix}"),
+            None => measured.to_owned(),
+        }
+    }
+
+    /// The events `services` are to consume: paced, written to `topic` now,
+    /// never more than the window ahead of the slowest of them.
+    fn for_run(&self, topic: &str, services: &[&Service]) -> anyhow::Result<u64> {
+        match self.written {
+            Some(events) => Ok(events),
+            None => self.write(topic, services),
+        }
+    }
+
+    fn write(&self, topic: &str, services: &[&Service]) -> anyhow::Result<u64> {
+        let (events, diagnostics) = open_input(&self.args.input)?;
+        let window = self.args.pace.unwrap_or(u64::MAX);
+        let gate = |produced: u64| {
+            loop {
+                let slowest = services
+                    .iter()
+                    .map(|s| s.shared().counters.committed.load(Ordering::Relaxed))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                if produced <= slowest.saturating_add(window)
+                    || services.iter().any(|s| s.is_finished())
+                {
+                    return ControlFlow::Continue(());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let written = produce(&self.writer, topic, events, None, &gate)?;
+        report_skipped(diagnostics.as_ref());
+        if written.delivered == 0 {
+            bail!("the input holds no events: nothing to measure");
+        }
+        Ok(written.delivered)
+    }
+}
+
 fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryReport> {
     config.validate()?;
-    let (events, diagnostics) = open_input(&args.input)?;
-    let written = produce(
-        &args.service.writer(&config.kafka),
-        &config.topics.events,
-        events,
-        None,
-        &Ungated,
-    )?;
-    report_skipped(diagnostics.as_ref());
-    let events = written.delivered;
-    if events == 0 {
-        bail!("the input holds no events: nothing to measure");
-    }
+    let feed = Feed::new(args, &config.kafka, &config.topics.events)?;
 
     // Without the machinery: no snapshot within the run.
     let (mut baseline, _baseline_state) = fresh_config("recovery-baseline", &args.service)?;
     baseline.topics = config.topics.clone();
+    baseline.topics.events = feed.topic(&config.topics.events, BASELINE_INPUT);
     baseline.kafka = config.kafka.clone();
     baseline.storage.snapshot_every_events = u64::MAX;
-    let baseline_secs = consume_all(baseline, events, "baseline")?;
+    let (baseline_secs, baseline_events) = consume_all(baseline, &feed, "baseline")?;
 
     let mut measured = config;
     measured.storage.snapshot_every_events = args.snapshot_every;
-    let secs = consume_all(measured.clone(), events, "measured")?;
+    let (secs, events) = consume_all(measured.clone(), &feed, "measured")?;
+    if events != baseline_events {
+        bail!("the runs read different inputs: {events} and {baseline_events} events");
+    }
 
     // The restart.
     let started = Instant::now();
@@ -189,7 +275,7 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
     let summary = store.summary()?;
     drop(store);
     let takeover = if args.takeover {
-        Some(takeover(args, &measured, events)?)
+        Some(takeover(args, &measured, &feed)?)
     } else {
         None
     };
@@ -220,19 +306,22 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
 fn takeover(
     args: &RecoveryArgs,
     measured: &ServeConfig,
-    events: u64,
+    feed: &Feed,
 ) -> anyhow::Result<TakeoverReport> {
     let group = format!("{}.takeover", measured.consumer.group);
     let (mut first, _first_state) = fresh_config("takeover-a", &args.service)?;
     let (mut second, _second_state) = fresh_config("takeover-b", &args.service)?;
+    let topic = feed.topic(&measured.topics.events, TAKEOVER_INPUT);
     for config in [&mut first, &mut second] {
         config.topics = measured.topics.clone();
+        config.topics.events = topic.clone();
         config.kafka = measured.kafka.clone();
         config.consumer.group = group.clone();
         config.storage.snapshot_every_events = measured.storage.snapshot_every_events;
     }
     let leaving = start_service(first)?;
     let staying = start_service(second)?;
+    let events = feed.for_run(&topic, &[&leaving, &staying])?;
     for (service, label) in [(&leaving, "leaving"), (&staying, "staying")] {
         let bar = progress(
             Some(events),
@@ -244,19 +333,42 @@ fn takeover(
         bar.finish_and_clear();
         outcome?;
     }
-    let owned = |service: &Service| service.shared().owned.lock().expect("not poisoned").len();
+    let owned = |service: &Service| service.shared().owned.lock().expect("not poisoned").clone();
     let partitions = usize::try_from(args.service.partitions).expect("positive");
-    let before = owned(&staying);
+    // A takeover from a settled group: both own partitions, each partition
+    // exactly one of them. (A stop in the middle of a rebalance waits for
+    // it first: the member's last commit queues behind its pending join.)
+    let settled = || {
+        let (a, b) = (owned(&leaving), owned(&staying));
+        let all: std::collections::BTreeSet<i32> = a.iter().chain(&b).copied().collect();
+        !a.is_empty() && !b.is_empty() && a.len() + b.len() == partitions && all.len() == partitions
+    };
+    let settling = Instant::now();
+    while !settled() {
+        if leaving.is_finished() || staying.is_finished() {
+            bail!("an instance ended before the group settled");
+        }
+        if settling.elapsed() > STALL {
+            bail!(
+                "the group did not settle in {} s: the instances own {:?} and {:?}",
+                STALL.as_secs(),
+                owned(&leaving),
+                owned(&staying)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = owned(&staying).len();
     let started = Instant::now();
     leaving.stop()?;
     let stopped = started.elapsed();
-    while owned(&staying) < partitions {
+    while owned(&staying).len() < partitions {
         if staying.is_finished() {
             let outcome = staying.join();
             bail!("the staying instance ended during the takeover: {outcome:?}");
         }
         if started.elapsed() > STALL {
-            let had = owned(&staying);
+            let had = owned(&staying).len();
             let _ = staying.stop();
             bail!(
                 "the staying instance owned {had} of {partitions} partitions {} s after the other stopped",
@@ -280,23 +392,32 @@ fn takeover(
     })
 }
 
-/// Run a service on `config` until it has committed every event; the
-/// seconds from its partition assignment to its last commit.
-fn consume_all(config: ServeConfig, total: u64, label: &str) -> anyhow::Result<f64> {
+/// Run a service on `config` until it has committed every event of
+/// `feed`; the seconds from its partition assignment to its last commit,
+/// and the events.
+fn consume_all(config: ServeConfig, feed: &Feed, label: &str) -> anyhow::Result<(f64, u64)> {
+    let topic = config.topics.events.clone();
     let service = start_service(config)?;
+    let started = Instant::now();
+    let total = match feed.for_run(&topic, &[&service]) {
+        Ok(total) => total,
+        Err(e) => {
+            service.stop()?;
+            return Err(e);
+        }
+    };
     let bar = progress(
         Some(total),
         &format!(
             "{{spinner}} {label:<9}[{{elapsed_precise}}] {{bar:40}} {{human_pos}}/{{human_len}} events"
         ),
     );
-    let started = Instant::now();
     let outcome = wait_for_commits(&service, total, &bar);
     let secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     service.stop()?;
     outcome?;
-    Ok(secs)
+    Ok((secs, total))
 }
 
 /// Bytes of every file under `dir`.
