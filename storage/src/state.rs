@@ -968,6 +968,16 @@ fn offset_prefix(topic: &str) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// The job ids the keys of `family` start with, in key order.
+    fn job_ids<C: FromIterator<u64>>(store: &StateStore, family: &str) -> C {
+        store
+            .dump(family)
+            .unwrap()
+            .iter()
+            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect()
+    }
+
     #[test]
     fn a_jobs_decisions_are_listed_in_version_order_and_deleted_with_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -1132,20 +1142,11 @@ mod tests {
         store.commit(batch).unwrap();
         assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(300, 1), (900, 4)]);
         assert_eq!(store.awaiting_end().unwrap(), [] as [u64; 0]);
-        let jobs: Vec<u64> = store
-            .dump(JOBS)
-            .unwrap()
-            .iter()
-            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
-            .collect();
-        assert_eq!(jobs, [1, 4]);
-        let task_jobs: BTreeSet<u64> = store
-            .dump(TASKS)
-            .unwrap()
-            .iter()
-            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
-            .collect();
-        assert_eq!(task_jobs, BTreeSet::from([1, 4]));
+        assert_eq!(job_ids::<Vec<u64>>(&store, JOBS), [1, 4]);
+        assert_eq!(
+            job_ids::<BTreeSet<u64>>(&store, TASKS),
+            BTreeSet::from([1, 4])
+        );
         assert!(store.decisions::<serde_json::Value>(2).unwrap().is_empty());
         assert_eq!(store.decisions::<serde_json::Value>(1).unwrap().len(), 1);
     }
@@ -1275,12 +1276,6 @@ mod tests {
         let mut batch = store.batch();
         batch.expire_job(50, 6);
         store.commit(batch).unwrap();
-        let decided: Vec<u64> = store
-            .dump(DECISIONS)
-            .unwrap()
-            .iter()
-            .map(|(k, _)| u64::from_be_bytes(k[..8].try_into().unwrap()))
-            .collect();
-        assert_eq!(decided, [5]);
+        assert_eq!(job_ids::<Vec<u64>>(&store, DECISIONS), [5]);
     }
 }
