@@ -9,7 +9,7 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
-    Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
+    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
 };
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
@@ -176,7 +176,10 @@ fn two_instances_in_one_group_publish_and_store_what_one_does() {
     // The pair starts together, so the group divides the partitions before
     // much is applied; whoever owned a partition first hands it over.
     let states = [dir.path().join("pair-0"), dir.path().join("pair-1")];
-    let flags = [
+    // Short sessions: the mock's coordinator holds each rebalance for the
+    // session less a second, and a member stopped in the middle of one
+    // (the first to stop starts one for the other) may wait for it.
+    let mut flags = vec![
         "--group",
         "pair",
         "--decisions-topic",
@@ -184,6 +187,7 @@ fn two_instances_in_one_group_publish_and_store_what_one_does() {
         "--dead-letter-topic",
         "pair.dead-letter",
     ];
+    flags.extend(SHORT_SESSION);
     let mut pair: Vec<Serve> = states
         .iter()
         .map(|state| Serve::start(&cluster.brokers(), state, &flags))

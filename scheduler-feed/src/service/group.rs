@@ -205,7 +205,10 @@ impl ConsumerContext for MemberContext {
                     .push(MembershipChange::Added(partitions));
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                // Tell the next owner where this instance's outputs end.
+                // Tell the next owner where this instance's outputs end,
+                // unless the coordinator has confirmed it already: this
+                // commit waits for its answer inside the poll, and one sent
+                // while the group is rebalancing waits for the rebalance.
                 let mut commit = TopicPartitionList::new();
                 // Forgotten here: this instance must never commit them again.
                 self.assigned
@@ -213,12 +216,12 @@ impl ConsumerContext for MemberContext {
                     .expect("not poisoned")
                     .retain(|p| !partitions.contains(p));
                 let mut durable = self.durable.lock().expect("not poisoned");
-                self.confirmed
-                    .lock()
-                    .expect("not poisoned")
-                    .retain(|p, _| !partitions.contains(p));
+                let mut confirmed = self.confirmed.lock().expect("not poisoned");
                 for partition in &partitions {
-                    if let Some(next) = durable.remove(partition) {
+                    let done = confirmed.remove(partition);
+                    if let Some(next) = durable.remove(partition)
+                        && done < Some(next)
+                    {
                         let _ = commit.add_partition_offset(
                             &self.topic,
                             *partition,
@@ -226,7 +229,7 @@ impl ConsumerContext for MemberContext {
                         );
                     }
                 }
-                drop(durable);
+                drop((durable, confirmed));
                 if commit.count() > 0
                     && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
                 {

@@ -210,7 +210,10 @@ impl Pipeline<'_> {
         let applied_at = Instant::now();
 
         // 2. Publish, and wait until the broker has every output.
-        sink.publish(&outgoing, stopping)?;
+        // A long wait for the broker keeps the group member polled.
+        sink.publish(&outgoing, stopping, &mut || {
+            let _ = member.poll(Duration::ZERO);
+        })?;
         let published_at = Instant::now();
 
         // 3. Commit: the changed records, what the predictor learnt, and

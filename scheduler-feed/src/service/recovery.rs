@@ -177,7 +177,9 @@ impl Pipeline<'_> {
         self.write_partitions(if starting { &owned } else { &taken }, &mut write);
         self.delete_partitions(&dropped, &mut write);
         write.set_stored_partitions(&owned);
-        sink.publish(&outgoing, false)?;
+        sink.publish(&outgoing, false, &mut || {
+            let _ = member.poll(Duration::ZERO);
+        })?;
         store.commit(write)?;
         if !taken.is_empty() || !dropped.is_empty() {
             info!(

@@ -26,6 +26,41 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`await_deliveries`] sleeps when no acknowledgement came in.
 const DELIVERY_POLL_SLEEP: Duration = Duration::from_micros(100);
 
+/// How often a long wait for acknowledgements serves the caller (the
+/// pipeline polls its group member): a member not polled for
+/// `max.poll.interval.ms` leaves the group, so a broker that is slow to
+/// acknowledge would otherwise cost the instance its partitions.
+const SERVE_EVERY: Duration = Duration::from_millis(500);
+
+/// Calls its callback at most every [`SERVE_EVERY`] while the sink waits.
+struct Serving<'a> {
+    serve: &'a mut dyn FnMut(),
+    last: Instant,
+}
+
+impl Serving<'_> {
+    fn tick(&mut self) {
+        if self.last.elapsed() >= SERVE_EVERY {
+            (self.serve)();
+            self.last = Instant::now();
+        }
+    }
+
+    /// Sleep `duration`, serving meanwhile.
+    fn sleep(&mut self, duration: Duration) {
+        let until = Instant::now() + duration;
+        loop {
+            let now = Instant::now();
+            let Some(left) = until.checked_duration_since(now) else {
+                return;
+            };
+            let next_serve = (self.last + SERVE_EVERY).saturating_duration_since(now);
+            std::thread::sleep(left.min(next_serve));
+            self.tick();
+        }
+    }
+}
+
 /// How long the producer may take to look up an output topic at start.
 const OUTPUT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -37,9 +72,14 @@ const OUTPUT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// milliseconds), which took a core from the broker and the consumer while
 /// every batch waited. So: serve what is there, and sleep briefly when
 /// nothing was.
-fn await_deliveries<C: ProducerContext>(producer: &BaseProducer<C>, timeout: Duration) -> bool {
+fn await_deliveries<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    timeout: Duration,
+    serving: &mut Serving<'_>,
+) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
+        serving.tick();
         let in_flight = producer.in_flight_count();
         if in_flight == 0 {
             return true;
@@ -119,13 +159,19 @@ impl Sink {
     }
 
     /// Produce every message and wait for the broker to acknowledge all of
-    /// them, producing failed ones again with backoff.
+    /// them, producing failed ones again with backoff; `serve` is called
+    /// every [`SERVE_EVERY`] while that takes.
     pub(super) fn publish(
         &self,
         outgoing: &[Outgoing],
         stopping: bool,
+        serve: &mut dyn FnMut(),
     ) -> Result<(), ServiceError> {
         let (producer, shared) = (&self.producer, &self.shared);
+        let mut serving = Serving {
+            serve,
+            last: Instant::now(),
+        };
         let mut pending: Vec<usize> = (0..outgoing.len()).collect();
         // Messages librdkafka refused to queue, produced again with those
         // that failed in flight.
@@ -152,6 +198,7 @@ impl Sink {
                         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                             record = back;
                             producer.poll(Duration::from_millis(10));
+                            serving.tick();
                         }
                         Err((e, _)) => {
                             warn!("cannot produce to {}: {e}", message.topic);
@@ -165,7 +212,7 @@ impl Sink {
             // `message.timeout.ms`, when they fail and are produced again
             // below); the batch is committed only once every one is
             // acknowledged, so keep waiting.
-            while !await_deliveries(producer, DELIVERY_TIMEOUT) {
+            while !await_deliveries(producer, DELIVERY_TIMEOUT, &mut serving) {
                 shared.broker_up.store(false, Ordering::Relaxed);
                 let in_flight = producer.in_flight_count();
                 if stopping {
@@ -206,7 +253,7 @@ impl Sink {
                 failed = pending.len(),
                 "outputs not acknowledged; producing them again in {backoff:?}"
             );
-            std::thread::sleep(backoff);
+            serving.sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
         Ok(())
@@ -305,7 +352,7 @@ mod tests {
             sink,
             _dir,
         } = fixture();
-        sink.publish(&outgoing(5), false).unwrap();
+        sink.publish(&outgoing(5), false, &mut || {}).unwrap();
         assert!(shared.broker_up.load(Ordering::Relaxed));
         let read = read_back(&kafka, 5);
         let expected: Vec<_> = (0..5)
@@ -335,13 +382,42 @@ mod tests {
         );
         // `publish` retries until delivered: bound the test's wait.
         let (done, published) = std::sync::mpsc::channel();
-        std::thread::spawn(move || done.send(sink.publish(&outgoing(3), false)));
+        std::thread::spawn(move || done.send(sink.publish(&outgoing(3), false, &mut || {})));
         published
             .recv_timeout(Duration::from_secs(60))
             .expect("the outputs were produced again within a minute")
             .unwrap();
         assert!(shared.broker_up.load(Ordering::Relaxed));
         assert_eq!(read_back(&kafka, 3).len(), 3);
+    }
+
+    #[test]
+    fn a_long_wait_for_acknowledgements_keeps_serving_the_caller() {
+        let Fixture {
+            mock,
+            kafka,
+            shared: _,
+            sink,
+            _dir,
+        } = fixture();
+        // Five refusals: the sink backs off 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s.
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
+        );
+        let started = Instant::now();
+        let mut served = 0u32;
+        sink.publish(&outgoing(2), false, &mut || served += 1)
+            .unwrap();
+        let waited = started.elapsed();
+        // Served every half second of the wait (give or take the last
+        // two: acknowledgements are awaited in steps).
+        let due = (waited.as_secs_f64() / SERVE_EVERY.as_secs_f64()) as u32;
+        assert!(
+            served + 2 >= due && served >= 3,
+            "served {served} times in {waited:?}"
+        );
+        assert_eq!(read_back(&kafka, 2).len(), 2);
     }
 
     #[test]
@@ -357,7 +433,7 @@ mod tests {
             RDKafkaApiKey::Produce,
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 8],
         );
-        match sink.publish(&outgoing(2), true) {
+        match sink.publish(&outgoing(2), true, &mut || {}) {
             Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
             other => panic!("{other:?}"),
         }
