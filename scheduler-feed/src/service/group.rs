@@ -32,8 +32,8 @@ const TRIM_TIMEOUT: Duration = Duration::from_millis(200);
 /// How often offsets the coordinator has not confirmed are committed again.
 pub(super) const RECOMMIT_EVERY: Duration = Duration::from_secs(1);
 /// The group member's heartbeat interval (`-X heartbeat.interval.ms`
-/// overrides it): a takeover measured 0.26–0.51 s on tansu with it, 3.0 s
-/// with librdkafka's default 3 s (docs/performance.md).
+/// overrides it): a takeover measured about half a second on tansu with
+/// it, 3 s with librdkafka's default 3 s (docs/performance.md).
 const HEARTBEAT_MS: &str = "500";
 /// How long a stopping instance waits for its partitions' revocation.
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
