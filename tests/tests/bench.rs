@@ -275,6 +275,7 @@ fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
     );
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 2000, "{report}");
+    assert_eq!(report["paced_window"].as_u64(), Some(500), "{report}");
     let replayed = report["replayed_events"].as_u64().expect("a count");
     assert!(replayed < 2000 + 10_000 && replayed < events, "{report}");
     assert!(number(&report, "throughput_eps") > 0.0, "{report}");

@@ -102,12 +102,20 @@ fn replay(brokers: &str, topic: &str, trace: &Path, format: &str, extra: &[&str]
 
 /// Wait until `reached` holds for the log, or the instance has applied
 /// the whole input (then the kill lands where it lands).
+/// The log is looked at every 2 ms (a truncation's window is short), the
+/// metrics, an HTTP request, every 200.
 fn wait_or_drained(serve: &Serve, total: u64, mut reached: impl FnMut(&[String]) -> bool) {
     let deadline = Instant::now() + WAIT;
-    while !reached(&serve.log()) && (serve.metric("jobcast_input_committed_offset") as u64) < total
-    {
+    let mut drained_checked = Instant::now();
+    while !reached(&serve.log()) {
+        if drained_checked.elapsed() >= Duration::from_millis(200) {
+            if serve.metric("jobcast_input_committed_offset") as u64 >= total {
+                return;
+            }
+            drained_checked = Instant::now();
+        }
         assert!(Instant::now() < deadline, "neither reached nor drained");
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -211,7 +219,9 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
     flags.extend(["--set", SNAPSHOT_EVERY]);
     let started = Instant::now();
     let mut partner = Serve::start(&brokers, &partner_state, &flags);
-    let mut random = Seeded(20_261_123);
+    // A seed whose 20 aims hold three or more of each phase aimed at:
+    // restore, truncation and takeover kills are not sure to land.
+    let mut random = Seeded(20_261_185);
     // Each streaming run gets on average a 1/(KILLS + 2) share of the
     // input before it is killed, so the kills spread over the whole stream.
     let share = total as f64 / (KILLS + 2) as f64;
@@ -259,7 +269,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
+            std::thread::sleep(Duration::from_millis((random.unit() * 5.0) as u64));
         } else {
             let target = (share * (0.2 + 1.6 * random.unit())) as u64;
             wait_or_drained(&serve, total, |_| serve.committed() >= target.max(1));

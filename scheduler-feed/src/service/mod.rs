@@ -165,7 +165,8 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         pipeline.consume(&member, &sink)?;
     }
     pipeline.writer.flush()?;
-    // Leaving the group commits the durable offsets of what was owned.
+    // The last batches' offsets go to the group now; leaving it commits,
+    // for each partition given up, any the coordinator has not confirmed.
     pipeline.commit_written(&member);
     sink.flush(Duration::from_secs(10))?;
     pipeline.leave_group(&member);

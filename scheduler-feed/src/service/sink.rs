@@ -308,6 +308,15 @@ mod tests {
         }
     }
 
+    /// Have the broker refuse the next `n` produce requests for good
+    /// (librdkafka does not retry them; the sink produces again).
+    fn refuse_produce<C: rdkafka::ClientContext>(mock: &MockCluster<'_, C>, n: usize) {
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; n],
+        );
+    }
+
     fn outgoing(n: usize) -> Vec<Outgoing> {
         (0..n)
             .map(|i| Outgoing {
@@ -374,12 +383,7 @@ mod tests {
             decisions: TOPIC.into(),
             ..Topics::default()
         });
-        // The broker refuses the first produce request for good (librdkafka
-        // does not retry it); the sink produces the messages again.
-        mock.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
-        );
+        refuse_produce(&mock, 1);
         // `publish` retries until delivered: bound the test's wait.
         let (done, published) = std::sync::mpsc::channel();
         std::thread::spawn(move || done.send(sink.publish(&outgoing(3), false, &mut || {})));
@@ -393,21 +397,13 @@ mod tests {
 
     #[test]
     fn a_long_wait_for_acknowledgements_keeps_serving_the_caller() {
-        let Fixture {
-            mock,
-            kafka,
-            shared: _,
-            sink,
-            _dir,
-        } = fixture();
+        let f = fixture();
         // Five refusals: the sink backs off 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s.
-        mock.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
-        );
+        refuse_produce(&f.mock, 5);
         let started = Instant::now();
         let mut served = 0u32;
-        sink.publish(&outgoing(2), false, &mut || served += 1)
+        f.sink
+            .publish(&outgoing(2), false, &mut || served += 1)
             .unwrap();
         let waited = started.elapsed();
         // Served every half second of the wait (give or take the last
@@ -417,7 +413,7 @@ mod tests {
             served + 2 >= due && served >= 3,
             "served {served} times in {waited:?}"
         );
-        assert_eq!(read_back(&kafka, 2).len(), 2);
+        assert_eq!(read_back(&f.kafka, 2).len(), 2);
     }
 
     #[test]
@@ -429,10 +425,7 @@ mod tests {
             sink,
             _dir,
         } = fixture();
-        mock.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 8],
-        );
+        refuse_produce(&mock, 8);
         match sink.publish(&outgoing(2), true, &mut || {}) {
             Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
             other => panic!("{other:?}"),

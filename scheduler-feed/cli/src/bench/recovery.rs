@@ -86,6 +86,9 @@ pub(super) struct RecoveryReport {
     partitions: i32,
     broker: String,
     snapshot_every_events: u64,
+    /// With `--pace`: how far the input was written ahead of the service
+    /// (the throughputs then include writing it).
+    paced_window: Option<u64>,
     /// Opening the store, restoring the snapshot and applying the log after
     /// it, seconds.
     restore_s: f64,
@@ -125,8 +128,11 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
             t.partitions_moved, t.takeover_s, t.stop_s, t.replayed_events
         )
     });
+    let paced = report.paced_window.map_or(String::new(), |window| {
+        format!(", input written at most {window} events ahead (throughputs include writing it)")
+    });
     print_out(&format!(
-        "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages\n\n\
+        "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages{paced}\n\n\
          \x20 restore (open, snapshot, log after it)  {:>9.3} s\n\
          \x20 consumer group join (not included)      {:>9.3} s\n\
          \x20 logged messages applied on restart      {:>9}\n\
@@ -284,6 +290,7 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
         partitions: args.service.partitions,
         broker: broker_name(&args.service.kafka),
         snapshot_every_events: args.snapshot_every,
+        paced_window: args.pace,
         restore_s: (opened + ready.saturating_sub(assigned)).as_secs_f64(),
         group_join_s: assigned.saturating_sub(opened).as_secs_f64(),
         replayed_events: replayed,
