@@ -28,7 +28,7 @@
 //! spread of an arrival cost O(1) per value; only Point-Est's median walks
 //! the samples, and an arrival summarises only the one value it chooses.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
@@ -141,7 +141,7 @@ impl RunningError {
 
 /// One job in a value's history, with the terms the estimates need
 /// computed once when it is learnt rather than at every estimate.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Sample {
     end_us: u64,
     mean_task_runtime_us: f64,
@@ -159,6 +159,26 @@ impl Sample {
             utility: mean_task_runtime_us.powf(-utility_power),
             ln_runtime: mean_task_runtime_us.ln(),
         }
+    }
+}
+
+/// A sample's serde form: what was learnt, without the two terms derived
+/// from it. Decoding computes them again ([`HistoryForm`]) by the same
+/// operations on the same inputs, so bit for bit; leaving them out halves
+/// the history in a snapshot, which is nearly all of it.
+#[derive(Serialize, Deserialize)]
+struct LearntJob {
+    end_us: u64,
+    mean_task_runtime_us: f64,
+}
+
+impl Serialize for Sample {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        LearntJob {
+            end_us: self.end_us,
+            mean_task_runtime_us: self.mean_task_runtime_us,
+        }
+        .serialize(serializer)
     }
 }
 
@@ -285,7 +305,7 @@ impl SampleSums {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 struct ValueHistory {
     /// In the order learnt: job end order, except for jobs reported late.
     samples: VecDeque<Sample>,
@@ -442,6 +462,7 @@ const SWEEP_EVERY: u64 = 4096;
 
 /// The 3Sigma history: what similar jobs did, per feature value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "HistoryForm")]
 pub struct History {
     config: HistoryConfig,
     values: HashMap<(FeatureKind, u64), ValueHistory>,
@@ -452,6 +473,113 @@ pub struct History {
     /// order changed, with repeats (a job's end touches the global key).
     #[serde(skip)]
     changes: Option<Vec<HistoryKey>>,
+}
+
+/// What [`History`] decodes from: its fields in order, each sample as
+/// [`LearntJob`].
+#[derive(Deserialize)]
+struct HistoryForm {
+    config: HistoryConfig,
+    values: HashMap<(FeatureKind, u64), ValueForm>,
+    global: ValueForm,
+    kind_errors: [RunningError; 6],
+    observed: u64,
+}
+
+/// [`ValueHistory`]'s fields in order, each sample as [`LearntJob`].
+#[derive(Deserialize)]
+struct ValueForm {
+    samples: VecDeque<LearntJob>,
+    sums: SampleSums,
+    min_ends: VecDeque<u64>,
+    error: RunningError,
+}
+
+impl ValueForm {
+    fn into_value(self, utility_power: f64) -> ValueHistory {
+        ValueHistory {
+            samples: self
+                .samples
+                .into_iter()
+                .map(|job| Sample::new(job.end_us, job.mean_task_runtime_us, utility_power))
+                .collect(),
+            sums: self.sums,
+            min_ends: self.min_ends,
+            error: self.error,
+        }
+    }
+}
+
+impl From<HistoryForm> for History {
+    fn from(form: HistoryForm) -> Self {
+        let power = form.config.utility_power;
+        History {
+            values: form
+                .values
+                .into_iter()
+                .map(|(key, value)| (key, value.into_value(power)))
+                .collect(),
+            global: form.global.into_value(power),
+            kind_errors: form.kind_errors,
+            observed: form.observed,
+            config: form.config,
+            changes: None,
+        }
+    }
+}
+
+/// What changed in a [`History`] since an earlier state of it: each changed
+/// feature value's distribution (`None` once dropped), and the global one
+/// with the per-feature errors, whole. Applied to that earlier state
+/// ([`History::apply_changes`]), it gives this one: a snapshot's history
+/// can be written as these instead of whole ([`History::changes`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ChangesForm")]
+pub struct HistoryChanges {
+    values: Vec<((FeatureKind, u64), Option<ValueHistory>)>,
+    global: ValueHistory,
+    kind_errors: [RunningError; 6],
+    observed: u64,
+    /// The utility exponent the samples' terms were computed with.
+    utility_power: f64,
+}
+
+/// What [`HistoryChanges`] decodes from.
+#[derive(Deserialize)]
+struct ChangesForm {
+    values: Vec<((FeatureKind, u64), Option<ValueForm>)>,
+    global: ValueForm,
+    kind_errors: [RunningError; 6],
+    observed: u64,
+    utility_power: f64,
+}
+
+impl From<ChangesForm> for HistoryChanges {
+    fn from(form: ChangesForm) -> Self {
+        let power = form.utility_power;
+        HistoryChanges {
+            values: form
+                .values
+                .into_iter()
+                .map(|(key, value)| (key, value.map(|v| v.into_value(power))))
+                .collect(),
+            global: form.global.into_value(power),
+            kind_errors: form.kind_errors,
+            observed: form.observed,
+            utility_power: power,
+        }
+    }
+}
+
+impl HistoryChanges {
+    /// Feature values it holds (changed or dropped).
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
 }
 
 /// One stored unit of the history: a feature value's distribution, or the
@@ -649,6 +777,51 @@ impl History {
 
     pub fn config(&self) -> &HistoryConfig {
         &self.config
+    }
+
+    /// The changes from an earlier state to this one, given every key
+    /// that changed since (as [`Self::drain_changes`] lists them; repeats
+    /// and the global key are fine).
+    pub fn changes(&self, changed: impl IntoIterator<Item = HistoryKey>) -> HistoryChanges {
+        let keys: BTreeSet<(FeatureKind, u64)> = changed
+            .into_iter()
+            .filter_map(|key| match key {
+                HistoryKey::Value { feature, key } => Some((feature, key)),
+                HistoryKey::Global => None,
+            })
+            .collect();
+        HistoryChanges {
+            values: keys
+                .into_iter()
+                .map(|key| (key, self.values.get(&key).cloned()))
+                .collect(),
+            global: self.global.clone(),
+            kind_errors: self.kind_errors,
+            observed: self.observed,
+            utility_power: self.config.utility_power,
+        }
+    }
+
+    /// Bring the earlier state [`Self::changes`] was taken against up to
+    /// the state it was taken of. Changes taken with another utility
+    /// exponent are refused: their samples' terms would be wrong.
+    pub fn apply_changes(&mut self, changes: HistoryChanges) -> Result<(), String> {
+        if changes.utility_power.to_bits() != self.config.utility_power.to_bits() {
+            return Err(format!(
+                "history changes taken with utility power {}, the history has {}",
+                changes.utility_power, self.config.utility_power
+            ));
+        }
+        for (key, value) in changes.values {
+            match value {
+                Some(value) => self.values.insert(key, value),
+                None => self.values.remove(&key),
+            };
+        }
+        self.global = changes.global;
+        self.kind_errors = changes.kind_errors;
+        self.observed = changes.observed;
+        Ok(())
     }
 
     /// Jobs learnt from so far.

@@ -13,7 +13,7 @@
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (binary, `HistoryRecord::to_bytes`) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
-//! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it |
+//! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it, whole or as changes |
 //! | `expiry`      | end time, job id (u64, u64 BE) | (empty): an ended job whose records expire; end `u64::MAX`: a live job whose decisions stay from an earlier ownership, indexed at its end once it ends |
 //! | `meta`        | name                         | value                          |
 //!
@@ -41,10 +41,13 @@
 //! (policies, in-flight jobs) is a deterministic function of the messages
 //! processed; a snapshot (`snapshots`) is that state after every message
 //! logged before its sequence number, written atomically with the batch
-//! it follows, and the same write deletes the log and the snapshots behind
-//! it ([`StateBatch::put_snapshot`]). A restart restores the latest
-//! snapshot and applies the log after it, so what it applies is bounded by
-//! how often snapshots are taken, not by how long the service has run.
+//! it follows, and the same write deletes the log behind it. A snapshot is
+//! whole ([`StateBatch::put_snapshot`], which also deletes the snapshots
+//! behind it) or holds only what changed since the one before
+//! ([`StateBatch::put_snapshot_changes`]). A restart restores the chain
+//! from the latest whole snapshot on and applies the log after it, so what
+//! it applies is bounded by how often snapshots are taken, not by how long
+//! the service has run.
 //! The `history` family holds the 3Sigma distributions of that state, per
 //! feature value, written with the batch that changed them, so that what
 //! the predictor has learnt can be inspected (and compared between runs)
@@ -62,7 +65,7 @@ use std::path::Path;
 
 use rocksdb::{
     BlockBasedOptions, ColumnFamily, ColumnFamilyDescriptor, DB, DBCompressionType, Direction,
-    IteratorMode, Options, WriteBatch, WriteOptions,
+    FlushOptions, IteratorMode, Options, WriteBatch, WriteOptions,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -87,7 +90,8 @@ const COLUMN_FAMILIES: [&str; 11] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 7: snapshots hold when each machine last
+/// The store's layout version. 8: a snapshot may hold only the history
+/// changed since the one before it; 7: snapshots hold when each machine last
 /// reported and the watermark that expires silent jobs and machines; 6:
 /// the log is truncated behind the latest
 /// snapshot (`snapshots`); 5: the `jobs` and `tasks` families hold
@@ -96,7 +100,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"7";
+pub const STORE_FORMAT: &[u8] = b"8";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).
@@ -228,7 +232,7 @@ impl StateStore {
     /// What the store holds (see [`StoreSummary`]).
     pub fn summary(&self) -> Result<StoreSummary, StoreError> {
         let families = self.family_sizes();
-        let snapshot = self.latest_snapshot()?;
+        let chain = self.snapshot_chain()?;
         let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
         for item in self.db.iterator_cf(self.cf(OFFSETS), IteratorMode::Start) {
             let (key, value) = item.map_err(|e| self.rocks(e))?;
@@ -257,8 +261,10 @@ impl StateStore {
             created_by: self.meta_string(CREATED_BY_KEY)?,
             written_by: self.meta_string(WRITTEN_BY_KEY)?,
             families,
-            snapshot_seq: snapshot.as_ref().map(|(seq, _)| *seq),
-            snapshot_bytes: snapshot.as_ref().map(|(_, bytes)| bytes.len() as u64),
+            snapshot_seq: chain.last().map(|(seq, _)| *seq),
+            snapshot_bytes: (!chain.is_empty())
+                .then(|| chain.iter().map(|(_, bytes)| bytes.len() as u64).sum()),
+            snapshot_chain: chain.len(),
             next_log_seq: self.next_log_seq()?,
             stored_partitions,
             offsets,
@@ -272,6 +278,16 @@ impl StateStore {
     #[cfg(test)]
     pub(crate) fn drop_family(&mut self, name: &str) {
         self.db.drop_cf(name).expect("the family drops");
+    }
+
+    /// Write every family's memtable to an SST file, so that the next open
+    /// has no write-ahead log to replay: a clean stop's last step. (A start
+    /// after a crash replays the log, at most [`MAX_TOTAL_WAL_BYTES`].)
+    pub fn flush_memtables(&self) -> Result<(), StoreError> {
+        let families: Vec<&ColumnFamily> = COLUMN_FAMILIES.iter().map(|n| self.cf(n)).collect();
+        self.db
+            .flush_cfs_opt(&families, &FlushOptions::default())
+            .map_err(|e| self.rocks(e))
     }
 
     fn cf(&self, name: &str) -> &ColumnFamily {
@@ -519,23 +535,23 @@ impl StateStore {
         Ok(jobs)
     }
 
-    /// The latest snapshot: the sequence number of the first message it
-    /// does not include, and its bytes.
-    pub fn latest_snapshot(&self) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
-        let Some(item) = self
-            .db
-            .iterator_cf(self.cf(SNAPSHOTS), IteratorMode::End)
-            .next()
-        else {
-            return Ok(None);
-        };
-        let (key, value) = item.map_err(|e| self.rocks(e))?;
-        let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
-            family: SNAPSHOTS,
-            key: key.to_vec(),
-            reason: "sequence number is not 8 bytes".into(),
-        })?;
-        Ok(Some((u64::from_be_bytes(seq), value.into_vec())))
+    /// The snapshots a restore needs, oldest first: the latest whole one
+    /// and those written after it with only what changed
+    /// ([`StateBatch::put_snapshot_changes`]). Each comes with the sequence
+    /// number of the first message it does not include.
+    pub fn snapshot_chain(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        self.db
+            .iterator_cf(self.cf(SNAPSHOTS), IteratorMode::Start)
+            .map(|item| {
+                let (key, value) = item.map_err(|e| self.rocks(e))?;
+                let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
+                    family: SNAPSHOTS,
+                    key: key.to_vec(),
+                    reason: "sequence number is not 8 bytes".into(),
+                })?;
+                Ok((u64::from_be_bytes(seq), value.into_vec()))
+            })
+            .collect()
     }
 
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -646,16 +662,28 @@ impl StateStore {
     }
 }
 
-/// A column family's options, chosen for how it is used. Every family is
-/// compressed with zstd (records of one kind share most of their bytes).
+/// A column family's options, chosen for how it is used. Every family but
+/// the snapshots is compressed with zstd (records of one kind share most
+/// of their bytes); snapshots (postcard's dense integers and floats)
+/// barely compress, and would cost a compression at every flush and
+/// compaction. A whole snapshot deletes all before it by range, but their
+/// bytes stay on disk until a compaction drops them: the snapshots are
+/// compacted at every flush, so the family holds the live chain and at
+/// most one flush's worth more, not four (RocksDB's default trigger).
 /// The families read by key (a job, a task, a machine, a history value:
 /// `GET /jobs/{id}` and the takeover's writes) get a Bloom filter, so that
 /// a lookup reads one block, not one per level; the log (appended, read in
 /// order once on restart, deleted by range) and the snapshots need none.
 fn family_options(name: &str) -> Options {
     let mut options = Options::default();
-    options.set_compression_type(DBCompressionType::Zstd);
-    options.set_bottommost_compression_type(DBCompressionType::Zstd);
+    let compression = if name == SNAPSHOTS {
+        options.set_level_zero_file_num_compaction_trigger(1);
+        DBCompressionType::None
+    } else {
+        DBCompressionType::Zstd
+    };
+    options.set_compression_type(compression);
+    options.set_bottommost_compression_type(compression);
     if matches!(name, JOBS | TASKS | MACHINES | HISTORY) {
         let mut table = BlockBasedOptions::default();
         table.set_bloom_filter(10.0, false);
@@ -675,9 +703,12 @@ pub struct StoreSummary {
     pub written_by: Option<String>,
     /// Keys (RocksDB's estimate) and bytes on disk (SST files) per family.
     pub families: BTreeMap<&'static str, FamilySize>,
-    /// The sequence number the latest snapshot restores to, and its size.
+    /// The sequence number the latest snapshot restores to, the bytes of
+    /// the snapshots a restore reads, and how many they are (a whole one
+    /// and those holding only changes after it).
     pub snapshot_seq: Option<u64>,
     pub snapshot_bytes: Option<u64>,
+    pub snapshot_chain: usize,
     /// The sequence number the next logged message gets.
     pub next_log_seq: u64,
     /// The input partitions whose records the store holds.
@@ -845,10 +876,17 @@ impl StateBatch<'_> {
     /// from `seq` on. Range deletes cost one tombstone each, whatever they
     /// cover; compaction reclaims the space.
     pub fn put_snapshot(&mut self, seq: u64, snapshot: &[u8]) {
-        let key = seq.to_be_bytes();
         let zero = 0u64.to_be_bytes();
         self.batch
-            .delete_range_cf(self.store.cf(SNAPSHOTS), &zero[..], &key[..]);
+            .delete_range_cf(self.store.cf(SNAPSHOTS), &zero[..], &seq.to_be_bytes()[..]);
+        self.put_snapshot_changes(seq, snapshot);
+    }
+
+    /// Store `snapshot`, what changed after the snapshots already stored
+    /// (which a restore reads first), and delete the log behind it.
+    pub fn put_snapshot_changes(&mut self, seq: u64, snapshot: &[u8]) {
+        let key = seq.to_be_bytes();
+        let zero = 0u64.to_be_bytes();
         self.batch.put_cf(self.store.cf(SNAPSHOTS), key, snapshot);
         self.batch
             .delete_range_cf(self.store.cf(LOG), &zero[..], &key[..]);
@@ -1101,20 +1139,32 @@ mod tests {
         store.commit(batch).unwrap();
         assert_eq!(payloads(&store, 0), [4, 5, 6, 7, 8, 9]);
         assert_eq!(payloads(&store, 7), [7, 8, 9]);
+        assert_eq!(store.snapshot_chain().unwrap(), [(4, b"four".to_vec())]);
+
+        // One with only changes keeps those before it, not the log.
+        let mut batch = store.batch();
+        batch.put_snapshot_changes(7, b"seven");
+        store.commit(batch).unwrap();
+        assert_eq!(payloads(&store, 0), [7, 8, 9]);
         assert_eq!(
-            store.latest_snapshot().unwrap(),
-            Some((4, b"four".to_vec()))
+            store.snapshot_chain().unwrap(),
+            [(4, b"four".to_vec()), (7, b"seven".to_vec())]
+        );
+        let summary = store.summary().unwrap();
+        assert_eq!(
+            (
+                summary.snapshot_seq,
+                summary.snapshot_bytes,
+                summary.snapshot_chain
+            ),
+            (Some(7), Some(9), 2)
         );
 
         let mut batch = store.batch();
         batch.put_snapshot(10, b"ten");
         store.commit(batch).unwrap();
         assert_eq!(payloads(&store, 0), Vec::<u64>::new());
-        assert_eq!(store.dump(SNAPSHOTS).unwrap().len(), 1);
-        assert_eq!(
-            store.latest_snapshot().unwrap(),
-            Some((10, b"ten".to_vec()))
-        );
+        assert_eq!(store.snapshot_chain().unwrap(), [(10, b"ten".to_vec())]);
         // The next message continues the sequence the snapshot ended.
         assert_eq!(store.next_log_seq().unwrap(), 10);
     }
@@ -1209,7 +1259,7 @@ mod tests {
         batch.set_meta(STORE_FORMAT_KEY, b"4");
         store.commit(batch).unwrap();
         let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
-        assert!(err.contains("store format 4; this one reads 7"), "{err}");
+        assert!(err.contains("store format 4; this one reads 8"), "{err}");
 
         let mut batch = store.batch();
         batch.stamp_format(b"{\"a\":1}");

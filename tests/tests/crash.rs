@@ -281,9 +281,9 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             && !log.iter().any(|l| l.contains("predictor state restored"));
         let stored_snapshot = StateStore::open_read_only(&killed)
             .unwrap()
-            .latest_snapshot()
+            .summary()
             .unwrap()
-            .map(|(seq, _)| seq);
+            .snapshot_seq;
         let assigned = log
             .iter()
             .rposition(|l| l.contains(ASSIGNED) && !l.contains("partitions=[]"));

@@ -21,12 +21,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
-use crate::history::History;
+use crate::history::{History, HistoryChanges, HistoryKey};
 use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 2;
+pub const SNAPSHOT_FORMAT: u32 = 3;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +44,8 @@ pub enum SnapshotError {
     Record { job_id: u64, reason: String },
     #[error("the snapshot was taken with ended jobs not yet released")]
     Unreleased,
+    #[error("the snapshots do not form a chain: {reason}")]
+    Chain { reason: String },
 }
 
 /// The state, borrowed when saved and owned when restored.
@@ -51,7 +53,7 @@ pub enum SnapshotError {
 struct State<'a> {
     format: u32,
     policies: Vec<(PolicyKind, Vec<u8>)>,
-    history: Cow<'a, History>,
+    history: HistoryPart<'a>,
     jobs: Vec<(u64, LiveJobState)>,
     tasks: Cow<'a, HashMap<(u64, u32), TaskRecord>>,
     machines: Cow<'a, HashMap<u64, MachineRecord>>,
@@ -62,6 +64,15 @@ struct State<'a> {
     machines_seen: Cow<'a, HashMap<u64, u64>>,
     watermark_us: u64,
     next_sweep_us: u64,
+}
+
+/// The 3Sigma history, nearly all of a snapshot's bytes once its window is
+/// full: whole, or as its changes since the snapshot before (which a
+/// restore applies to that one's history).
+#[derive(Serialize, Deserialize)]
+enum HistoryPart<'a> {
+    Whole(Cow<'a, History>),
+    Changes(HistoryChanges),
 }
 
 /// A live job. The submission is spelt out field by field: the event types
@@ -150,6 +161,22 @@ impl Engine {
     /// between batches, once ended jobs are released
     /// ([`Engine::release_ended`]): their records belong to the store.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(HistoryPart::Whole(Cow::Borrowed(&self.history)))
+    }
+
+    /// The engine's whole state but for the history, which it holds only as
+    /// the feature values in `changed` (every key the history reported
+    /// changed since the snapshot before): a fraction of the bytes of
+    /// [`Self::snapshot`]. A restore needs every snapshot from the last
+    /// whole one on ([`Self::restore_chain`]).
+    pub fn snapshot_changes(
+        &self,
+        changed: impl IntoIterator<Item = HistoryKey>,
+    ) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(HistoryPart::Changes(self.history.changes(changed)))
+    }
+
+    fn encode(&self, history: HistoryPart<'_>) -> Result<Vec<u8>, SnapshotError> {
         if !self.ended.is_empty() {
             return Err(SnapshotError::Unreleased);
         }
@@ -175,7 +202,7 @@ impl Engine {
                 .iter()
                 .map(|p| (p.kind(), p.snapshot()))
                 .collect(),
-            history: Cow::Borrowed(&self.history),
+            history,
             jobs,
             tasks: Cow::Borrowed(&self.tasks),
             machines: Cow::Borrowed(&self.machines),
@@ -198,14 +225,37 @@ impl Engine {
     /// the configuration carries what is not state (the driving policy, the
     /// queues, the risk settings).
     pub fn restore(config: &EngineConfig, snapshot: &[u8]) -> Result<Engine, RestoreError> {
-        let mut engine = Engine::new(config).map_err(RestoreError::Config)?;
-        let format = postcard::take_from_bytes::<u32>(snapshot)
-            .map_err(SnapshotError::Decode)?
-            .0;
-        if format != SNAPSHOT_FORMAT {
-            return Err(SnapshotError::Format { found: format }.into());
+        Self::restore_chain(config, &[snapshot])
+    }
+
+    /// The engine the last of `chain` was taken of: the first a whole
+    /// snapshot ([`Self::snapshot`]), each after it taken with the history
+    /// changed since the one before ([`Self::snapshot_changes`]).
+    pub fn restore_chain(config: &EngineConfig, chain: &[&[u8]]) -> Result<Engine, RestoreError> {
+        let (first, later) = chain.split_first().ok_or(SnapshotError::Chain {
+            reason: "no snapshot".into(),
+        })?;
+        let mut state = decode(first)?;
+        let HistoryPart::Whole(history) = state.history else {
+            return Err(SnapshotError::Chain {
+                reason: "the first snapshot holds only history changes".into(),
+            }
+            .into());
+        };
+        let mut history = history.into_owned();
+        for snapshot in later {
+            state = decode(snapshot)?;
+            let HistoryPart::Changes(changes) = state.history else {
+                return Err(SnapshotError::Chain {
+                    reason: "a whole snapshot after the first".into(),
+                }
+                .into());
+            };
+            history
+                .apply_changes(changes)
+                .map_err(|reason| SnapshotError::Chain { reason })?;
         }
-        let state: State<'static> = postcard::from_bytes(snapshot).map_err(SnapshotError::from)?;
+        let mut engine = Engine::new(config).map_err(RestoreError::Config)?;
         let configured: Vec<PolicyKind> = engine.policies.iter().map(|p| p.kind()).collect();
         let found: Vec<PolicyKind> = state.policies.iter().map(|(k, _)| *k).collect();
         if found != configured {
@@ -217,7 +267,7 @@ impl Engine {
             .map(|(kind, bytes)| policies::restore(*kind, bytes))
             .collect::<Result<_, _>>()
             .map_err(SnapshotError::from)?;
-        engine.history = state.history.into_owned();
+        engine.history = history;
         engine.history.track_changes();
         engine.jobs = state
             .jobs
@@ -249,6 +299,14 @@ impl Engine {
         engine.next_sweep_us = state.next_sweep_us;
         Ok(engine)
     }
+}
+
+fn decode(snapshot: &[u8]) -> Result<State<'static>, SnapshotError> {
+    let format = postcard::take_from_bytes::<u32>(snapshot)?.0;
+    if format != SNAPSHOT_FORMAT {
+        return Err(SnapshotError::Format { found: format });
+    }
+    Ok(postcard::from_bytes(snapshot)?)
 }
 
 /// Why [`Engine::restore`] failed: the configuration, or the snapshot.

@@ -500,14 +500,34 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
     let cuts = [events.len() / 10, events.len() / 2, events.len() * 9 / 10];
     let mut done = 0;
     let mut restored = Vec::new();
+    // The same points as a chain: the first snapshot whole, each later
+    // one with only the history changed since the one before.
+    let mut chain = Vec::new();
     for cut in cuts {
-        apply_all(&mut original, &events[done..cut]);
+        let (_, changed) = apply_all(&mut original, &events[done..cut]);
         done = cut;
         let snapshot = original.snapshot().unwrap();
         let copy = Engine::restore(&config, &snapshot).unwrap();
         assert_eq!(copy.events(), original.events());
         assert_eq!(copy.live_jobs(), original.live_jobs());
         restored.push((cut, copy));
+        chain.push(if chain.is_empty() {
+            snapshot
+        } else {
+            original
+                .snapshot_changes(changed.history.iter().copied())
+                .unwrap()
+        });
+        let links: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+        restored.push((cut, Engine::restore_chain(&config, &links).unwrap()));
+    }
+    let links: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+    for wrong in [&links[1..], &[links[0], links[0]][..], &[]] {
+        let err = Engine::restore_chain(&config, wrong).err().unwrap();
+        assert!(
+            matches!(err, RestoreError::Snapshot(SnapshotError::Chain { .. })),
+            "{err}"
+        );
     }
     let (expected, changed) = apply_all(&mut original, &events[done..]);
     assert!(original.lifetimes.refits() > 3, "the fitter refitted");

@@ -305,7 +305,8 @@ fn text(s: &StoreSummary) -> String {
     out += &jobcast_replay::report::align(&rows, |c, _| c == 0);
     out += &match (s.snapshot_seq, s.snapshot_bytes) {
         (Some(seq), Some(bytes)) => format!(
-            "a restart restores the snapshot at message {seq} ({bytes} bytes) and applies the {} messages logged after it\n",
+            "a restart restores the snapshot at message {seq} ({} of {bytes} bytes: a whole one and the changes after it) and applies the {} messages logged after it\n",
+            s.snapshot_chain,
             s.next_log_seq - seq
         ),
         _ => format!(

@@ -224,6 +224,7 @@ impl Pipeline<'_> {
         self.write_records(&effects, &self.stored, &mut write);
         self.index_awaited(&effects, &mut write);
         self.write_learnt(&effects, &mut write);
+        self.snapshots.note(&effects);
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }

@@ -2,11 +2,14 @@
 //! partitions changing hands.
 //!
 //! Every `storage.snapshot_every_events` messages, the batch that crosses
-//! the mark also writes a snapshot (the engine's whole state, which
-//! partition each live job and machine came from, and how far each input
-//! partition was applied), and the same atomic write deletes the log
-//! behind it. On start, the latest snapshot is restored and the log after
-//! it applied again: bounded work, whatever the uptime.
+//! the mark also writes a snapshot (the engine's state, which partition
+//! each live job and machine came from, and how far each input partition
+//! was applied), and the same atomic write deletes the log behind it. The
+//! engine's history, nearly all of its bytes, is in it whole only now and
+//! then ([`CHANGES_PER_WHOLE`]); the snapshots between hold the values
+//! changed since the one before. On start, the chain from the latest whole
+//! snapshot on is restored and the log after it applied again: bounded
+//! work, whatever the uptime.
 //!
 //! When partitions change hands, nothing is replayed: the engine is
 //! current (every instance applies every partition). A partition taken
@@ -15,12 +18,13 @@
 //! group) from the [`Outbox`](super::outbox); a partition given up has its
 //! live records deleted (its ended jobs' final records stay).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use jobcast_predictor::decision::Decision;
 use jobcast_predictor::engine::{Effects, Engine, JobState, Output, RestoreError, SnapshotError};
+use jobcast_predictor::history::HistoryKey;
 use jobcast_storage::state::{JOBCAST_VERSION, StateBatch};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
@@ -43,6 +47,39 @@ const REPLAY_COMMIT_EVERY: usize = 50_000;
 /// partitions (changes it hears of meanwhile are queued, and handled once
 /// the restore is done).
 const REPLAY_POLL_EVERY: u64 = 10_000;
+
+/// A whole snapshot is written again once the snapshots of changes after
+/// the last one add up to this share of its size. A restore then decodes
+/// at most 1.5 times the state, and the snapshots cost a fraction of
+/// rewriting the state every time: the history, nearly all of a snapshot
+/// once its window is full, changes only in the feature values of the
+/// jobs that ended since the snapshot before.
+const CHANGES_PER_WHOLE: f64 = 0.5;
+
+/// The snapshots stored so far, to choose the next one's form.
+#[derive(Default)]
+pub(super) struct SnapshotChain {
+    /// The sequence number of the latest snapshot.
+    seq: u64,
+    /// The bytes of the latest whole snapshot (0 without one), and of the
+    /// snapshots of changes written after it.
+    whole_bytes: u64,
+    changes_bytes: u64,
+    /// The history keys changed since the latest snapshot.
+    history_changed: HashSet<HistoryKey>,
+}
+
+impl SnapshotChain {
+    /// Note what a batch (or a logged message applied again) changed.
+    pub(super) fn note(&mut self, effects: &Effects) {
+        self.history_changed.extend(effects.history.iter().copied());
+    }
+
+    fn whole_due(&self) -> bool {
+        self.whole_bytes == 0
+            || self.changes_bytes as f64 >= CHANGES_PER_WHOLE * self.whole_bytes as f64
+    }
+}
 
 /// What a snapshot holds besides the engine: whose records are whose, and
 /// where each input partition was.
@@ -85,7 +122,7 @@ impl Pipeline<'_> {
 
     /// Whether the batch being committed should carry a snapshot.
     pub(super) fn snapshot_due(&self) -> bool {
-        self.next_seq - self.snapshot_seq >= self.config.storage.snapshot_every_events
+        self.next_seq - self.snapshots.seq >= self.config.storage.snapshot_every_events
     }
 
     /// Add a snapshot of the state after every message logged so far to
@@ -96,8 +133,15 @@ impl Pipeline<'_> {
         write: &mut StateBatch<'_>,
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
+        let whole = self.snapshots.whole_due();
+        let engine = if whole {
+            self.engine.snapshot()?
+        } else {
+            let changed = self.snapshots.history_changed.iter().copied();
+            self.engine.snapshot_changes(changed)?
+        };
         let snapshot = PipelineSnapshot {
-            engine: self.engine.snapshot()?,
+            engine,
             job_partitions: self.job_partitions.iter().map(|(&j, &p)| (j, p)).collect(),
             machine_partitions: self
                 .machine_partitions
@@ -108,13 +152,23 @@ impl Pipeline<'_> {
             watermark_us: self.watermark_us,
         };
         let bytes = postcard::to_allocvec(&snapshot).map_err(SnapshotError::from)?;
-        write.put_snapshot(self.next_seq, &bytes);
+        let chain = &mut self.snapshots;
+        if whole {
+            write.put_snapshot(self.next_seq, &bytes);
+            (chain.whole_bytes, chain.changes_bytes) = (bytes.len() as u64, 0);
+        } else {
+            write.put_snapshot_changes(self.next_seq, &bytes);
+            chain.changes_bytes += bytes.len() as u64;
+        }
         info!(
             seq = self.next_seq,
+            whole,
             bytes = bytes.len(),
+            seconds = started.elapsed().as_secs_f64(),
             "snapshot taken; its batch truncates the log behind it"
         );
-        self.snapshot_seq = self.next_seq;
+        chain.seq = self.next_seq;
+        chain.history_changed.clear();
         metrics::counter!(telemetry::SNAPSHOTS).increment(1);
         metrics::gauge!(telemetry::SNAPSHOT_BYTES).set(bytes.len() as f64);
         metrics::gauge!(telemetry::SNAPSHOT_SECONDS).set(started.elapsed().as_secs_f64());
@@ -218,9 +272,11 @@ impl Pipeline<'_> {
         let started = Instant::now();
         info!("restoring the predictor state");
         let store = self.store.clone();
-        let from_seq = match store.latest_snapshot()? {
-            Some((seq, bytes)) => {
-                self.load_snapshot(&bytes)?;
+        let chain = store.snapshot_chain()?;
+        self.snapshots = SnapshotChain::default();
+        let from_seq = match chain.last() {
+            Some(&(seq, _)) => {
+                self.load_snapshots(&chain)?;
                 seq
             }
             None => {
@@ -228,7 +284,7 @@ impl Pipeline<'_> {
                 0
             }
         };
-        self.snapshot_seq = from_seq;
+        self.snapshots.seq = from_seq;
         let _ = member.poll(Duration::ZERO);
         let restored_at = Instant::now();
         let mut effects = Effects::default();
@@ -270,6 +326,7 @@ impl Pipeline<'_> {
             effects.settle();
             self.write_records(&effects, owned, &mut write);
             self.index_awaited(&effects, &mut write);
+            self.snapshots.note(&effects);
             self.hold_ended(&effects);
             self.release_ended(&effects);
             effects.clear();
@@ -338,11 +395,21 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Take over the state a snapshot holds.
-    fn load_snapshot(&mut self, bytes: &[u8]) -> Result<(), ServiceError> {
-        let snapshot: PipelineSnapshot =
-            postcard::from_bytes(bytes).map_err(|e| RestoreError::from(SnapshotError::from(e)))?;
-        self.engine = Engine::restore(&self.config.engine, &snapshot.engine)?;
+    /// Take over the state the stored snapshots hold: the latest whole one
+    /// and the changes after it.
+    fn load_snapshots(&mut self, chain: &[(u64, Vec<u8>)]) -> Result<(), ServiceError> {
+        let mut snapshots = Vec::with_capacity(chain.len());
+        for (_, bytes) in chain {
+            let snapshot: PipelineSnapshot = postcard::from_bytes(bytes)
+                .map_err(|e| RestoreError::from(SnapshotError::from(e)))?;
+            snapshots.push(snapshot);
+        }
+        let engines: Vec<&[u8]> = snapshots.iter().map(|s| s.engine.as_slice()).collect();
+        self.engine = Engine::restore_chain(&self.config.engine, &engines)?;
+        let (whole, changes) = chain.split_first().expect("restored from a snapshot");
+        self.snapshots.whole_bytes = whole.1.len() as u64;
+        self.snapshots.changes_bytes = changes.iter().map(|(_, b)| b.len() as u64).sum();
+        let snapshot = snapshots.pop().expect("restored from a snapshot");
         self.job_partitions = snapshot.job_partitions.into_iter().collect();
         self.machine_partitions = snapshot.machine_partitions.into_iter().collect();
         // Outputs from before the snapshot cannot be computed again.

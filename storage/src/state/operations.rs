@@ -255,8 +255,8 @@ mod tests {
             BTreeMap::from([(0, 10)])
         );
         assert_eq!(
-            restored.latest_snapshot().unwrap(),
-            Some((0, b"snapshot".to_vec()))
+            restored.snapshot_chain().unwrap(),
+            [(0, b"snapshot".to_vec())]
         );
         for family in STATE_FAMILIES.iter().filter(|&&f| f != JOBS) {
             assert_eq!(restored.dump(family).unwrap(), store.dump(family).unwrap());
