@@ -571,17 +571,6 @@ impl From<ChangesForm> for HistoryChanges {
     }
 }
 
-impl HistoryChanges {
-    /// Feature values it holds (changed or dropped).
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-}
-
 /// One stored unit of the history: a feature value's distribution, or the
 /// global one with the per-feature errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -450,12 +450,7 @@ impl StateStore {
             None => Ok(snapshot),
             Some(item) => {
                 let (key, _) = item.map_err(|e| self.rocks(e))?;
-                let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
-                    family: LOG,
-                    key: key.to_vec(),
-                    reason: "sequence number is not 8 bytes".into(),
-                })?;
-                Ok((u64::from_be_bytes(seq) + 1).max(snapshot))
+                Ok((sequence_number(LOG, &key)? + 1).max(snapshot))
             }
         }
     }
@@ -544,12 +539,7 @@ impl StateStore {
             .iterator_cf(self.cf(SNAPSHOTS), IteratorMode::Start)
             .map(|item| {
                 let (key, value) = item.map_err(|e| self.rocks(e))?;
-                let seq: [u8; 8] = key[..].try_into().map_err(|_| StoreError::Corrupt {
-                    family: SNAPSHOTS,
-                    key: key.to_vec(),
-                    reason: "sequence number is not 8 bytes".into(),
-                })?;
-                Ok((u64::from_be_bytes(seq), value.into_vec()))
+                Ok((sequence_number(SNAPSHOTS, &key)?, value.into_vec()))
             })
             .collect()
     }
@@ -660,6 +650,16 @@ impl StateStore {
             property("rocksdb.actual-delayed-write-rate"),
         )
     }
+}
+
+/// A `log` or `snapshots` key: a sequence number, big-endian.
+fn sequence_number(family: &'static str, key: &[u8]) -> Result<u64, StoreError> {
+    let seq: [u8; 8] = key.try_into().map_err(|_| StoreError::Corrupt {
+        family,
+        key: key.to_vec(),
+        reason: "sequence number is not 8 bytes".into(),
+    })?;
+    Ok(u64::from_be_bytes(seq))
 }
 
 /// A column family's options, chosen for how it is used. Every family but
@@ -1119,6 +1119,38 @@ mod tests {
         assert_eq!(store.next_log_seq().unwrap(), 301);
         let offsets: Vec<(i32, i64)> = store.offsets("t").unwrap().into_iter().collect();
         assert_eq!(offsets, [(2, 4), (10, 20), (256, 512)]);
+    }
+
+    #[test]
+    fn flushed_memtables_hold_nothing_and_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let in_memtables = |store: &StateStore| -> u64 {
+            COLUMN_FAMILIES
+                .iter()
+                .map(|name| {
+                    store
+                        .db
+                        .property_int_value_cf(
+                            store.cf(name),
+                            "rocksdb.num-entries-active-mem-table",
+                        )
+                        .unwrap()
+                        .unwrap()
+                })
+                .sum()
+        };
+        let mut batch = store.batch();
+        batch.put_job(7, b"job 7");
+        batch.append_log(0, 0, 9, None, Some(b"{}"));
+        batch.put_snapshot(1, b"snapshot");
+        store.commit(batch).unwrap();
+        assert!(in_memtables(&store) > 0);
+        store.flush_memtables().unwrap();
+        assert_eq!(in_memtables(&store), 0);
+        drop(store);
+        let store = StateStore::open(dir.path(), false).unwrap();
+        assert_eq!(store.snapshot_chain().unwrap(), [(1, b"snapshot".to_vec())]);
     }
 
     #[test]
