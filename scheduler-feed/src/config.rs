@@ -71,9 +71,10 @@ pub struct StorageConfig {
     /// fsync every commit (survives machine crashes, not only process
     /// crashes).
     pub sync: bool,
-    /// Messages between snapshots of the predictor's state. A restart
-    /// restores the latest snapshot and applies at most this many logged
-    /// messages; the log behind the snapshot is deleted.
+    /// Messages between snapshots of the predictor's state (most hold
+    /// only the history changed since the one before). A restart restores
+    /// them and applies at most this many logged messages; the log behind
+    /// each snapshot is deleted.
     pub snapshot_every_events: u64,
     /// Hours of event time an ended job's records (the job, its decisions
     /// and tasks) are kept after its end.

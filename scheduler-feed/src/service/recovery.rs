@@ -257,7 +257,8 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// Restore the latest snapshot, then apply the log after it. Outputs
+    /// Restore the chain of snapshots from the latest whole one on, then
+    /// apply the log after it. Outputs
     /// of `taken` partitions from their publish offset on go to
     /// `outgoing`, those of partitions others own to the outbox, and the
     /// records the log changes in `owned` partitions are stored (again,
