@@ -24,15 +24,21 @@ pub struct Record {
     pub headers: BTreeMap<String, String>,
 }
 
-/// A mock cluster of one broker with jobcast's topics: the input one with
-/// `partitions` partitions, the outputs with one.
+/// A mock cluster (one broker unless asked for more) with jobcast's topics:
+/// the input one with `partitions` partitions, the outputs with one.
 pub struct Cluster {
     pub mock: MockCluster<'static, DefaultProducerContext>,
 }
 
 impl Cluster {
     pub fn new(topics: &Topics, partitions: i32) -> Self {
-        let mock = MockCluster::new(1).expect("mock cluster starts");
+        Cluster::with_brokers(topics, partitions, 1)
+    }
+
+    /// [`Cluster::new`] with `brokers` brokers; librdkafka spreads the
+    /// partitions' leaders over them.
+    pub fn with_brokers(topics: &Topics, partitions: i32, brokers: i32) -> Self {
+        let mock = MockCluster::new(brokers).expect("mock cluster starts");
         mock.create_topic(&topics.events, partitions, 1)
             .expect("topic created");
         for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {

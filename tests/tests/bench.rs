@@ -262,17 +262,31 @@ fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot()
     assert!(number(&report, "throughput_eps") > 0.0, "{report}");
     assert!(number(&report, "snapshot_bytes") > 0.0, "{report}");
     assert!(number(&report, "store_bytes") > 0.0, "{report}");
+    assert!(number(&report, "compacted_store_bytes") > 0.0, "{report}");
     assert!(report["family_bytes"]["log"].is_u64(), "{report}");
+    assert_eq!(report["round_ratios"].as_array().map(Vec::len), Some(1));
 }
 
 #[test]
 fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
     // A window far below the input: the writer waits for every run,
-    // the takeover's two instances included.
+    // the takeover's two instances included. Two rounds: four runs, each
+    // with its own input.
     let report = bench(
         "recovery",
-        &["--snapshot-every", "2000", "--pace", "500", "--takeover"],
+        &[
+            "--snapshot-every",
+            "2000",
+            "--pace",
+            "500",
+            "--takeover",
+            "--rounds",
+            "2",
+        ],
     );
+    let ratios = report["round_ratios"].as_array().expect("a list");
+    assert_eq!(ratios.len(), 2, "{report}");
+    assert!(ratios.iter().all(|r| r.as_f64() > Some(0.0)), "{report}");
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 2000, "{report}");
     assert_eq!(report["paced_window"].as_u64(), Some(500), "{report}");

@@ -1,15 +1,20 @@
-//! Broker faults: the broker goes away for 30 s in the middle of the
-//! stream and comes back (librdkafka's mock cluster, whose broker this test
-//! takes down and brings up). `jobcast serve` reports not-ready while the
-//! broker is unreachable, recovers by itself, and ends in exactly the state
-//! of a run that saw no fault: nothing lost, no effect applied twice.
+//! Broker faults, on librdkafka's mock cluster (whose brokers these tests
+//! take down and bring up):
+//! - the broker goes away for 30 s in the middle of the stream and comes
+//!   back: `jobcast serve` reports not-ready while the broker is
+//!   unreachable, recovers by itself, and ends in exactly the state of a
+//!   run that saw no fault: nothing lost, no effect applied twice;
+//! - the broker of the outputs alone goes away for longer than
+//!   `max.poll.interval.ms`: the instance waits for its outputs all that
+//!   time and stays in its consumer group, owning what it owned.
 
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
-use jobcast_tests::serve::{Serve, stored_state};
+use jobcast_tests::serve::{SHORT_SESSION, Serve, stored_state};
+use rdkafka::mocking::MockCoordinator;
 
 const PARTITIONS: i32 = 4;
 const OUTAGE: Duration = Duration::from_secs(30);
@@ -96,4 +101,89 @@ fn a_30_second_broker_outage_mid_stream_loses_and_repeats_nothing() {
         decisions(&cluster.brokers(), "outage.decisions"),
         decisions(&cluster.brokers(), "calm.decisions")
     );
+}
+
+/// A member that does not poll its consumer for `max.poll.interval.ms`
+/// leaves its group (librdkafka's own check, on the client), and the group
+/// moves its partitions. The pipeline polls its member while it waits for
+/// acknowledgements, so a broker slow to acknowledge costs the instance
+/// nothing but the wait. Here the outputs' broker is down for about three
+/// poll intervals while the group's coordinator and the input stay up.
+#[test]
+fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group() {
+    const GROUP: &str = "patient";
+    const MAX_POLL_INTERVAL: Duration = Duration::from_secs(7);
+    let topics = Topics::default();
+    let cluster = Cluster::with_brokers(&topics, PARTITIONS, 2);
+    // Broker 1: the input, the group's coordinator, the other outputs;
+    // broker 2: the decisions topic alone.
+    for partition in 0..PARTITIONS {
+        cluster
+            .mock
+            .partition_leader(&topics.events, partition, Some(1))
+            .unwrap();
+    }
+    for topic in [&topics.risk, &topics.dead_letter] {
+        cluster.mock.partition_leader(topic, 0, Some(1)).unwrap();
+    }
+    cluster
+        .mock
+        .partition_leader(&topics.decisions, 0, Some(2))
+        .unwrap();
+    cluster
+        .mock
+        .coordinator(MockCoordinator::Group(GROUP.into()), 1)
+        .unwrap();
+    let input = messages(&excerpt_events());
+    cluster.produce(&topics.events, &input);
+    let total = input.len() as u64;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jobcast.toml");
+    std::fs::write(&config, "[consumer]\nbatch_max_events = 200\n").unwrap();
+    let max_poll = format!("max.poll.interval.ms={}", MAX_POLL_INTERVAL.as_millis());
+    let mut flags = vec!["--config", config.to_str().unwrap(), "--group", GROUP];
+    flags.extend(SHORT_SESSION);
+    flags.extend(["-X", &max_poll]);
+    let state = dir.path().join("state");
+    let mut serve = Serve::start_logging(&cluster.brokers(), &state, &flags, "info");
+    serve.wait_committed(total / 3, WAIT);
+    let membership = |serve: &Serve| -> Vec<String> {
+        serve
+            .log()
+            .into_iter()
+            .filter(|line| {
+                line.contains("partitions assigned to this instance")
+                    || line.contains("partitions revoked from this instance")
+                    || line.contains("maximum poll interval")
+            })
+            .collect()
+    };
+    let before = membership(&serve);
+
+    cluster.mock.broker_down(2).unwrap();
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let stalled = serve.committed();
+    std::thread::sleep((MAX_POLL_INTERVAL * 3).saturating_sub(down.elapsed()));
+    // The pipeline really was waiting on the outputs all along.
+    assert_eq!(
+        serve.committed(),
+        stalled,
+        "batches committed while waiting"
+    );
+    assert!(stalled < total, "the input ran out before the outage");
+    cluster.mock.broker_up(2).unwrap();
+    serve.wait_stored_offsets(total, WAIT);
+
+    assert_eq!(
+        membership(&serve),
+        before,
+        "the group membership changed during the wait"
+    );
+    assert_eq!(
+        serve.owned_partitions(),
+        (0..PARTITIONS as i64).collect::<Vec<_>>()
+    );
+    serve.terminate();
 }

@@ -293,12 +293,14 @@ fn text(s: &StoreSummary) -> String {
         "family".to_owned(),
         "keys (est.)".to_owned(),
         "bytes on disk".to_owned(),
+        "unflushed writes".to_owned(),
     ])
     .chain(s.families.iter().map(|(name, size)| {
         vec![
             (*name).to_owned(),
             size.keys.to_string(),
             size.bytes.to_string(),
+            size.unflushed.to_string(),
         ]
     }))
     .collect();

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use jobcast_ingest::kafka::KafkaSettings;
+use jobcast_predictor::stats::percentile;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::Service;
 use jobcast_storage::state::StateStore;
@@ -50,6 +51,12 @@ pub(super) struct RecoveryArgs {
     /// snapshot_every_events`).
     #[arg(long, default_value_t = ServeConfig::default().storage.snapshot_every_events)]
     snapshot_every: u64,
+    /// Rounds of the two throughput runs (with and without the
+    /// machinery), each run on a fresh store and group; the order of the
+    /// two alternates between rounds, so that a machine that slows down or
+    /// speeds up over the rounds favours neither. The medians are reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
     /// Also measure a takeover between two instances of one group.
     #[arg(long)]
     takeover: bool,
@@ -99,24 +106,35 @@ pub(super) struct RecoveryReport {
     /// Bytes of the store's directory (SST files, WAL, manifest) after the
     /// run, and the SST bytes per column family.
     store_bytes: u64,
+    /// The directory's bytes once every family is compacted: what the
+    /// store holds, without what RocksDB's compaction has yet to remove.
+    compacted_store_bytes: u64,
     family_bytes: std::collections::BTreeMap<&'static str, u64>,
     snapshot_bytes: Option<u64>,
     /// Events/s with snapshots, and without (`snapshot_every_events` past
-    /// the workload's size).
+    /// the workload's size): the medians over the rounds.
     throughput_eps: f64,
     baseline_throughput_eps: f64,
+    /// Each round's throughput with the machinery over its throughput
+    /// without.
+    round_ratios: Vec<f64>,
     /// With `--takeover`.
     takeover: Option<TakeoverReport>,
 }
 
 pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     let (config, _state) = fresh_config("recovery", &args.service)?;
-    let more_inputs: &[&str] = if args.pace.is_some() {
-        &[BASELINE_INPUT, TAKEOVER_INPUT]
-    } else {
-        &[]
-    };
-    let report = on_cluster(&args.service, config, more_inputs, |config| {
+    let mut more_inputs = Vec::new();
+    if args.pace.is_some() {
+        more_inputs.push(TAKEOVER_INPUT.to_owned());
+        for round in 0..args.rounds {
+            more_inputs.extend([input_suffix(false, round), input_suffix(true, round)]);
+        }
+        // The first round's measured run reads the topic itself.
+        more_inputs.retain(|suffix| !suffix.is_empty());
+    }
+    let more_inputs: Vec<&str> = more_inputs.iter().map(String::as_str).collect();
+    let report = on_cluster(&args.service, config, &more_inputs, |config| {
         measure(args, config)
     })?;
     if args.json {
@@ -138,8 +156,10 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
          \x20 logged messages applied on restart      {:>9}\n\
          \x20 latest snapshot                         {:>9} bytes\n\
          \x20 store on disk                           {:>9} bytes\n\
+         \x20 store on disk, compacted                {:>9} bytes\n\
          \x20 throughput with snapshots               {:>9.0} events/s\n\
-         \x20 throughput without                      {:>9.0} events/s\n{takeover}",
+         \x20 throughput without                      {:>9.0} events/s\n\
+         \x20 with / without, each round              {}\n{takeover}",
         report.events,
         report.partitions,
         report.broker,
@@ -149,8 +169,15 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
         report.replayed_events,
         report.snapshot_bytes.unwrap_or(0),
         report.store_bytes,
+        report.compacted_store_bytes,
         report.throughput_eps,
         report.baseline_throughput_eps,
+        report
+            .round_ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     ))
 }
 
@@ -158,6 +185,16 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
 /// takeover, beside the measured run's.
 const BASELINE_INPUT: &str = ".baseline";
 const TAKEOVER_INPUT: &str = ".takeover";
+
+/// The suffix of a paced run's input topic: the first round's measured run
+/// reads the topic itself.
+fn input_suffix(baseline: bool, round: u32) -> String {
+    let run = if baseline { BASELINE_INPUT } else { "" };
+    match round {
+        0 => run.to_owned(),
+        _ => format!("{run}.round{round}"),
+    }
+}
 
 /// The workload, as each run reads it.
 struct Feed<'a> {
@@ -232,20 +269,44 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
     config.validate()?;
     let feed = Feed::new(args, &config.kafka, &config.topics.events)?;
 
-    // Without the machinery: no snapshot within the run.
-    let (mut baseline, _baseline_state) = fresh_config("recovery-baseline", &args.service)?;
-    baseline.topics = config.topics.clone();
-    baseline.topics.events = feed.topic(&config.topics.events, BASELINE_INPUT);
-    baseline.kafka = config.kafka.clone();
-    baseline.storage.snapshot_every_events = u64::MAX;
-    let (baseline_secs, baseline_events) = consume_all(baseline, &feed, "baseline")?;
-
-    let mut measured = config;
-    measured.storage.snapshot_every_events = args.snapshot_every;
-    let (secs, events) = consume_all(measured.clone(), &feed, "measured")?;
-    if events != baseline_events {
-        bail!("the runs read different inputs: {events} and {baseline_events} events");
+    let (mut with, mut without, mut round_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut events = None;
+    // The last run with the machinery: the one restarted.
+    let mut measured = None;
+    for round in 0..args.rounds {
+        let mut eps = [0.0; 2];
+        for baseline in [round % 2 == 0, round % 2 == 1] {
+            let label = format!("{}-{round}", if baseline { "baseline" } else { "measured" });
+            let (mut run, state) = fresh_config(&label, &args.service)?;
+            run.topics = config.topics.clone();
+            run.topics.events = feed.topic(&config.topics.events, &input_suffix(baseline, round));
+            run.kafka = config.kafka.clone();
+            // Without the machinery: no snapshot within the run.
+            run.storage.snapshot_every_events = if baseline {
+                u64::MAX
+            } else {
+                args.snapshot_every
+            };
+            let (secs, n) = consume_all(run.clone(), &feed, &label)?;
+            if *events.get_or_insert(n) != n {
+                bail!("the runs read different inputs: {n} and {events:?} events");
+            }
+            eps[usize::from(baseline)] = n as f64 / secs;
+            if !baseline {
+                measured = Some((run, state));
+            }
+        }
+        with.push(eps[0]);
+        without.push(eps[1]);
+        round_ratios.push(eps[0] / eps[1]);
     }
+    let (Some(events), Some((measured, _measured_state))) = (events, measured) else {
+        bail!("no round ran");
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        percentile(&v, 50.0).expect("one round at least")
+    };
 
     // The restart.
     let started = Instant::now();
@@ -277,11 +338,17 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
     drop(shared);
     service.stop()?;
 
-    let store = StateStore::open_read_only(&measured.storage.path)?;
+    let store_bytes = directory_bytes(&measured.storage.path)?;
+    let store = StateStore::open(&measured.storage.path, false)?;
     let summary = store.summary()?;
+    store.compact();
     drop(store);
+    let compacted_store_bytes = directory_bytes(&measured.storage.path)?;
     let takeover = if args.takeover {
-        Some(takeover(args, &measured, &feed)?)
+        // Its input topic is named after the first round's.
+        let mut base = measured.clone();
+        base.topics.events = config.topics.events.clone();
+        Some(takeover(args, &base, &feed)?)
     } else {
         None
     };
@@ -294,15 +361,17 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
         restore_s: (opened + ready.saturating_sub(assigned)).as_secs_f64(),
         group_join_s: assigned.saturating_sub(opened).as_secs_f64(),
         replayed_events: replayed,
-        store_bytes: directory_bytes(&measured.storage.path)?,
+        store_bytes,
+        compacted_store_bytes,
         family_bytes: summary
             .families
             .iter()
             .map(|(name, size)| (*name, size.bytes))
             .collect(),
         snapshot_bytes: summary.snapshot_bytes,
-        throughput_eps: events as f64 / secs,
-        baseline_throughput_eps: events as f64 / baseline_secs,
+        throughput_eps: median(with),
+        baseline_throughput_eps: median(without),
+        round_ratios,
         takeover,
     })
 }

@@ -1,0 +1,71 @@
+//! What a restart pays for the 3Sigma history, nearly all of a snapshot:
+//! encoding and decoding a history of the size the service holds once its
+//! 3-day window is full (`docs/performance.md`, restarts).
+//!
+//! Run: `cargo bench --profile release --workspace --bench history --
+//! --warm-up-time 1 --measurement-time 5`
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use jobcast_predictor::features::JobFeatures;
+use jobcast_predictor::history::{History, HistoryConfig};
+
+/// Jobs learnt: with the feature values below, about 280,000 feature values
+/// and 1.6 million samples, as in the service after 10 million generated
+/// events (28 MB encoded).
+const JOBS: u64 = 400_000;
+
+/// A history learnt from `JOBS` jobs ending over 2.5 days, so that none
+/// has left the window. Deterministic (no RNG crate needed).
+fn full_history() -> History {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut history = History::new(HistoryConfig::default());
+    let span_us = 60 * 3_600_000_000u64;
+    for i in 0..JOBS {
+        let family = next() % 180_000;
+        let features = JobFeatures {
+            values: [
+                Some(family % 3_000),
+                Some(1 << 32 | family),
+                Some(2 << 32 | family / 2),
+                Some(3 << 32 | family % 24),
+                Some(4 << 32 | next() % 64),
+                Some(5 << 32 | next() % 64),
+            ],
+        };
+        let runtime_us =
+            1e6 * (10 + family % 500) as f64 * (0.75 + (next() % 1000) as f64 / 2000.0);
+        history.observe(&features, i * span_us / JOBS, runtime_us);
+    }
+    history
+}
+
+fn history(c: &mut Criterion) {
+    let history = full_history();
+    let bytes = postcard::to_allocvec(&history).expect("the history encodes");
+    eprintln!(
+        "history: {} feature values, {} bytes encoded",
+        history.tracked_values(),
+        bytes.len()
+    );
+    let mut group = c.benchmark_group("history");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(bytes.len() as u64));
+    group.bench_function("encode", |b| {
+        b.iter(|| postcard::to_allocvec(&history).expect("the history encodes"))
+    });
+    group.bench_function("decode", |b| {
+        b.iter(|| postcard::from_bytes::<History>(&bytes).expect("the history decodes"))
+    });
+    group.finish();
+    let decoded: History = postcard::from_bytes(&bytes).expect("the history decodes");
+    assert!(decoded == history, "decoding gives back the history");
+}
+
+criterion_group!(benches, history);
+criterion_main!(benches);
