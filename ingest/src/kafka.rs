@@ -229,6 +229,9 @@ pub mod headers {
     pub const SOURCE_TOPIC: &str = "jobcast.source.topic";
     pub const SOURCE_PARTITION: &str = "jobcast.source.partition";
     pub const SOURCE_OFFSET: &str = "jobcast.source.offset";
+    /// On dead letters cut to fit the producer's `message.max.bytes`: the
+    /// input's key and payload sizes in bytes, `KEY PAYLOAD`.
+    pub const TRUNCATED: &str = "jobcast.truncated";
 }
 
 /// The key an event is produced with: its job id, or its machine id for

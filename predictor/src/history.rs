@@ -163,9 +163,9 @@ impl Sample {
 }
 
 /// A sample's serde form: what was learnt, without the two terms derived
-/// from it. Decoding computes them again ([`HistoryForm`]) by the same
-/// operations on the same inputs, so bit for bit; leaving them out halves
-/// the history in a snapshot, which is nearly all of it.
+/// from it. Decoding computes them again ([`ValueForm::into_value`]) by the
+/// same operations on the same inputs, so bit for bit; leaving them out
+/// halves the history in a snapshot, which is nearly all of it.
 #[derive(Serialize, Deserialize)]
 struct LearntJob {
     end_us: u64,
@@ -179,6 +179,21 @@ impl Serialize for Sample {
             mean_task_runtime_us: self.mean_task_runtime_us,
         }
         .serialize(serializer)
+    }
+}
+
+/// Decodes a [`LearntJob`] into the sample it will be, its derived terms
+/// not yet known (NaN): only [`ValueForm`] decodes samples, and its
+/// `into_value` computes them in place, with no second allocation.
+impl<'de> Deserialize<'de> for Sample {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let job = LearntJob::deserialize(deserializer)?;
+        Ok(Sample {
+            end_us: job.end_us,
+            mean_task_runtime_us: job.mean_task_runtime_us,
+            utility: f64::NAN,
+            ln_runtime: f64::NAN,
+        })
     }
 }
 
@@ -476,11 +491,13 @@ pub struct History {
 }
 
 /// What [`History`] decodes from: its fields in order, each sample as
-/// [`LearntJob`].
+/// [`LearntJob`]. The values are read as the sequence of pairs postcard
+/// writes a map as (snapshots are postcard), so that decoding builds one
+/// hash map, not one to move into another.
 #[derive(Deserialize)]
 struct HistoryForm {
     config: HistoryConfig,
-    values: HashMap<(FeatureKind, u64), ValueForm>,
+    values: Vec<((FeatureKind, u64), ValueForm)>,
     global: ValueForm,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -489,20 +506,19 @@ struct HistoryForm {
 /// [`ValueHistory`]'s fields in order, each sample as [`LearntJob`].
 #[derive(Deserialize)]
 struct ValueForm {
-    samples: VecDeque<LearntJob>,
+    samples: VecDeque<Sample>,
     sums: SampleSums,
     min_ends: VecDeque<u64>,
     error: RunningError,
 }
 
 impl ValueForm {
-    fn into_value(self, utility_power: f64) -> ValueHistory {
+    fn into_value(mut self, utility_power: f64) -> ValueHistory {
+        for sample in &mut self.samples {
+            *sample = Sample::new(sample.end_us, sample.mean_task_runtime_us, utility_power);
+        }
         ValueHistory {
-            samples: self
-                .samples
-                .into_iter()
-                .map(|job| Sample::new(job.end_us, job.mean_task_runtime_us, utility_power))
-                .collect(),
+            samples: self.samples,
             sums: self.sums,
             min_ends: self.min_ends,
             error: self.error,

@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
@@ -102,13 +103,24 @@ pub struct HttpConfig {
     /// Address of the HTTP API and `/metrics`. Loopback by default: expose
     /// it deliberately.
     pub address: SocketAddr,
+    /// Seconds the pipeline may be stuck on one batch (it comes round its
+    /// loop every 50 ms otherwise) before `/healthz` answers 503, so that
+    /// a liveness probe restarts it (`shared::Liveness`).
+    pub stall_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            stall_timeout_secs: 120,
         }
+    }
+}
+
+impl HttpConfig {
+    pub fn stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.stall_timeout_secs)
     }
 }
 
@@ -193,6 +205,7 @@ impl ServeConfig {
                 self.storage.snapshot_every_events,
             ),
             ("storage.retention_hours", self.storage.retention_hours),
+            ("http.stall_timeout_secs", self.http.stall_timeout_secs),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::new(*key, "must be positive"));

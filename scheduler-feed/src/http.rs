@@ -230,9 +230,22 @@ async fn backup(
     }
 }
 
-/// Alive: the process answers.
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Alive: the process answers and its pipeline is not stuck
+/// ([`crate::shared::Liveness`]).
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let liveness = &shared.liveness;
+    let alive = liveness.alive();
+    let body = json!({
+        "alive": alive,
+        "pipeline_stalled_seconds": liveness.stalled_for().map(|d| d.as_secs_f64()),
+        "stall_timeout_seconds": liveness.timeout().as_secs(),
+    });
+    let status = if alive {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Ready: state recovered, a member of the group (owning any number of
@@ -260,6 +273,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
         if jobcast_storage::state::STATE_FAMILIES.contains(&family) {
             metrics::gauge!(telemetry::STATE_RECORDS, "family" => family).set(size.keys as f64);
         }
+    }
+    if let Some(stalled) = shared.liveness.stalled_for() {
+        metrics::gauge!(telemetry::PIPELINE_STALLED).set(stalled.as_secs_f64());
     }
     let (stopped, delayed_rate) = shared.store.write_stall();
     metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));

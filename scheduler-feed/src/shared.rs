@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use jobcast_predictor::stats::percentile;
 use jobcast_storage::state::StateStore;
@@ -27,6 +28,63 @@ pub struct Shared {
     pub owned: Mutex<Vec<i32>>,
     pub counters: Counters,
     pub recent: Mutex<Recent>,
+    /// Whether the pipeline is stuck (`/healthz`).
+    pub liveness: Liveness,
+}
+
+/// Whether the pipeline thread still comes round its loop, which it does
+/// at least every 50 ms unless a batch cannot be finished (its outputs
+/// never acknowledged, say): `/healthz` fails once it has not for the
+/// timeout (`http.stall_timeout_secs`), so that a liveness probe restarts
+/// an instance that would otherwise hold its partitions and do nothing.
+/// The clock starts at the loop's first beat: a restore is not a stall.
+#[derive(Debug)]
+pub struct Liveness {
+    started: Instant,
+    /// ms after `started` of the latest beat; `u64::MAX` before the first.
+    beat_ms: AtomicU64,
+    timeout_ms: AtomicU64,
+}
+
+impl Liveness {
+    fn new(timeout: Duration) -> Self {
+        Liveness {
+            started: Instant::now(),
+            beat_ms: AtomicU64::new(u64::MAX),
+            timeout_ms: AtomicU64::new(timeout.as_millis() as u64),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// The pipeline came round its loop.
+    pub(crate) fn beat(&self) {
+        self.beat_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ms
+            .store(timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// How long since the pipeline last came round its loop; `None` until
+    /// it first has.
+    pub fn stalled_for(&self) -> Option<Duration> {
+        let beat = self.beat_ms.load(Ordering::Relaxed);
+        (beat != u64::MAX).then(|| Duration::from_millis(self.now_ms().saturating_sub(beat)))
+    }
+
+    /// Not stalled for the timeout or longer.
+    pub fn alive(&self) -> bool {
+        self.stalled_for()
+            .is_none_or(|stalled| stalled < self.timeout())
+    }
 }
 
 /// Recent outcomes, for live summaries: decisions by queue, and each
@@ -107,6 +165,7 @@ impl Shared {
             owned: Mutex::new(Vec::new()),
             counters: Counters::default(),
             recent: Mutex::new(Recent::default()),
+            liveness: Liveness::new(crate::config::HttpConfig::default().stall_timeout()),
         })
     }
 
@@ -115,5 +174,27 @@ impl Shared {
         self.recovered.load(Ordering::Relaxed)
             && self.assigned.load(Ordering::Relaxed)
             && self.broker_up.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pipeline_is_alive_until_it_misses_beats_for_the_timeout() {
+        let liveness = Liveness::new(Duration::from_millis(50));
+        // Before the loop's first beat (a restore): alive, not stalled.
+        assert_eq!(liveness.stalled_for(), None);
+        assert!(liveness.alive());
+        liveness.beat();
+        assert!(liveness.alive());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(liveness.stalled_for() >= Some(Duration::from_millis(80)));
+        assert!(!liveness.alive());
+        liveness.beat();
+        assert!(liveness.alive());
+        liveness.set_timeout(Duration::ZERO);
+        assert!(!liveness.alive(), "a zero timeout never holds");
     }
 }

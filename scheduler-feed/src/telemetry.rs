@@ -32,6 +32,7 @@ pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
 pub const INPUT_PAUSES: &str = "jobcast_input_pauses_total";
 pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
+pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
@@ -188,6 +189,11 @@ fn describe() {
         OWNED_PARTITIONS,
         Unit::Count,
         "Input partitions this instance owns (publishes the outputs and stores the records of)"
+    );
+    describe_gauge!(
+        PIPELINE_STALLED,
+        Unit::Seconds,
+        "Seconds since the pipeline last came round its loop (every 50 ms unless stuck on a batch); /healthz fails past http.stall_timeout_secs"
     );
     describe_gauge!(
         ROCKSDB_WRITE_STOPPED,

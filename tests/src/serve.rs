@@ -76,6 +76,11 @@ impl Serve {
         }
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Every line the service has logged so far.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().expect("not poisoned").clone()

@@ -6,7 +6,9 @@
 //!   run that saw no fault: nothing lost, no effect applied twice;
 //! - the broker of the outputs alone goes away for longer than
 //!   `max.poll.interval.ms`: the instance waits for its outputs all that
-//!   time and stays in its consumer group, owning what it owned.
+//!   time and stays in its consumer group, owning what it owned, while
+//!   `/healthz` says that its pipeline is stuck once the stall timeout has
+//!   passed, and alive again when it goes on.
 
 use std::time::{Duration, Instant};
 
@@ -140,7 +142,12 @@ fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group()
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("jobcast.toml");
-    std::fs::write(&config, "[consumer]\nbatch_max_events = 200\n").unwrap();
+    // A pipeline stuck that long on a batch is not alive (`/healthz`).
+    std::fs::write(
+        &config,
+        "[consumer]\nbatch_max_events = 200\n[http]\nstall_timeout_secs = 5\n",
+    )
+    .unwrap();
     let max_poll = format!("max.poll.interval.ms={}", MAX_POLL_INTERVAL.as_millis());
     let mut flags = vec!["--config", config.to_str().unwrap(), "--group", GROUP];
     flags.extend(SHORT_SESSION);
@@ -148,6 +155,11 @@ fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group()
     let state = dir.path().join("state");
     let mut serve = Serve::start_logging(&cluster.brokers(), &state, &flags, "info");
     serve.wait_committed(total / 3, WAIT);
+    assert_eq!(
+        serve.get("/healthz").0,
+        200,
+        "alive while it makes progress"
+    );
     let membership = |serve: &Serve| -> Vec<String> {
         serve
             .log()
@@ -166,15 +178,24 @@ fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group()
     std::thread::sleep(Duration::from_secs(2));
     let stalled = serve.committed();
     std::thread::sleep((MAX_POLL_INTERVAL * 3).saturating_sub(down.elapsed()));
-    // The pipeline really was waiting on the outputs all along.
+    // The pipeline really was waiting on the outputs all along, and past
+    // the stall timeout it says it is stuck.
     assert_eq!(
         serve.committed(),
         stalled,
         "batches committed while waiting"
     );
     assert!(stalled < total, "the input ran out before the outage");
+    let (status, body) = serve.get("/healthz");
+    assert_eq!(status, 503, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        health["pipeline_stalled_seconds"].as_f64() > Some(5.0),
+        "{body}"
+    );
     cluster.mock.broker_up(2).unwrap();
     serve.wait_stored_offsets(total, WAIT);
+    assert_eq!(serve.get("/healthz").0, 200, "alive again once it goes on");
 
     assert_eq!(
         membership(&serve),

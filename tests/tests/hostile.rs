@@ -2,7 +2,9 @@
 //! cluster) reads the bundled excerpt with many classes of bad messages
 //! spread through it. Every bad message is dead-lettered with its reason
 //! and counted, the service stays up and ready with bounded memory, and
-//! the good events give exactly what they give alone.
+//! the good events give exactly what they give alone. A bad message that
+//! its dead letter's headers would take over the producer's limit is cut
+//! to fit, and the stream goes on.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -300,27 +302,6 @@ fn produce(brokers: &str, topic: &str, input: &[Input]) {
         .expect("every message acknowledged");
 }
 
-/// The pid of the `jobcast` child this test process started.
-fn serve_pid() -> u32 {
-    let me = std::process::id().to_string();
-    let pids: Vec<u32> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                return false;
-            };
-            // `pid (comm) state ppid …`; comm may hold spaces, not ')'.
-            let Some((head, rest)) = stat.rsplit_once(") ") else {
-                return false;
-            };
-            head.ends_with("(jobcast") && rest.split(' ').nth(1) == Some(me.as_str())
-        })
-        .collect();
-    assert_eq!(pids.len(), 1, "one jobcast child: {pids:?}");
-    pids[0]
-}
-
 /// Peak resident set size of `pid`, KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -377,7 +358,7 @@ fn run(cluster: &Cluster, name: &str, input: &[Input]) -> Outcome {
             &limit,
         ],
     );
-    let pid = serve_pid();
+    let pid = serve.pid();
     serve.wait_committed(input.len() as u64, WAIT);
     assert_eq!(serve.get("/healthz").0, 200, "{name}: alive");
     let (status, ready) = serve.get("/readyz");
@@ -499,4 +480,30 @@ fn bad_messages_are_dead_lettered_and_change_nothing_else() {
     assert_eq!(mixed.decisions, alone.decisions);
     assert!(!alone.state.values().all(Vec::is_empty));
     assert_eq!(mixed.state, alone.state);
+}
+
+/// An unusable message just under the producer's default
+/// `message.max.bytes` (1,000,000): its dead letter, headers added, would
+/// not fit and could never be produced, and its partition would stop
+/// behind it. Cut to fit, it is produced and everything after it applied.
+#[test]
+fn a_dead_letter_over_the_producer_limit_is_cut_to_fit_and_the_stream_goes_on() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 4);
+    let mut input = messages(&excerpt_events()[..2_000]);
+    let payload: Vec<u8> = (0..999_900u32).map(|i| b'a' + (i % 26) as u8).collect();
+    input.insert(1_000, ("big".into(), payload.clone()));
+    cluster.produce(&topics.events, &input);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
+    serve.wait_committed(input.len() as u64, WAIT);
+    serve.terminate();
+    let dead = cluster.read_all(&topics.dead_letter, 1);
+    assert_eq!(dead.len(), 1);
+    let letter = &dead[0];
+    assert_eq!(letter.key, b"big");
+    assert_eq!(letter.headers[headers::REASON], "syntax");
+    assert_eq!(letter.headers[headers::TRUNCATED], "3 999900");
+    assert!(letter.payload.len() > 990_000, "{}", letter.payload.len());
+    assert!(payload.starts_with(&letter.payload));
 }

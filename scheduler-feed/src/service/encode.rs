@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use jobcast_ingest::kafka::{Topics, headers};
+use jobcast_ingest::kafka::{KafkaSettings, Topics, headers};
 use jobcast_predictor::decision::Decision;
 use jobcast_predictor::engine::{MachineRisk, Output};
 
@@ -61,16 +61,47 @@ pub(super) fn risk(topics: &Topics, risk: &MachineRisk) -> Outgoing {
     }
 }
 
+/// Where a dead letter goes, and the most bytes it may take.
+pub(super) struct DeadLetters<'a> {
+    pub(super) topics: &'a Topics,
+    /// The output producer's `message.max.bytes`.
+    pub(super) max_message_bytes: usize,
+}
+
+impl<'a> DeadLetters<'a> {
+    pub(super) fn new(topics: &'a Topics, kafka: &KafkaSettings) -> Self {
+        DeadLetters {
+            topics,
+            max_message_bytes: kafka
+                .client
+                .get("message.max.bytes")
+                .and_then(|bytes| bytes.parse().ok())
+                .unwrap_or(DEFAULT_MESSAGE_MAX_BYTES),
+        }
+    }
+}
+
+/// librdkafka's default `message.max.bytes`.
+const DEFAULT_MESSAGE_MAX_BYTES: usize = 1_000_000;
+
+/// What librdkafka adds to a record's key, value and headers when it
+/// checks a message against `message.max.bytes`
+/// (`RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD`, 36 bytes), with room to spare;
+/// and, per header, to its name and value (two length varints).
+const RECORD_OVERHEAD: usize = 64;
+const HEADER_OVERHEAD: usize = 10;
+
 /// The input message at `partition`/`offset`, unchanged, with why it was
-/// not applied.
+/// not applied; cut to fit, if need be (see [`fit`]).
 pub(super) fn dead_letter(
-    topics: &Topics,
+    to: &DeadLetters<'_>,
     consumed: &Consumed,
     partition: i32,
     offset: i64,
     why: &DeadLetter,
 ) -> Outgoing {
-    Outgoing {
+    let topics = to.topics;
+    let mut message = Outgoing {
         topic: topics.dead_letter.clone(),
         key: consumed.key.clone().unwrap_or_default(),
         payload: consumed.payload.clone().unwrap_or_default(),
@@ -85,7 +116,35 @@ pub(super) fn dead_letter(
             (headers::SOURCE_OFFSET, offset.to_string().into_bytes()),
         ],
         caused_at: None,
+    };
+    fit(&mut message, to.max_message_bytes);
+    message
+}
+
+/// Cut a dead letter's payload (and, were that not enough, its key) so
+/// that it fits `max_bytes` as librdkafka counts them. A dead letter is
+/// its input plus headers, so an input near the limit would otherwise be
+/// refused by the producer for ever, and its partition's stream would stop
+/// behind it. The original sizes go in a header.
+fn fit(message: &mut Outgoing, max_bytes: usize) {
+    let headers_bytes = |message: &Outgoing| -> usize {
+        message
+            .headers
+            .iter()
+            .map(|(name, value)| HEADER_OVERHEAD + name.len() + value.len())
+            .sum()
+    };
+    let size = RECORD_OVERHEAD + message.key.len() + message.payload.len() + headers_bytes(message);
+    if size <= max_bytes {
+        return;
     }
+    let sizes = format!("{} {}", message.key.len(), message.payload.len());
+    message
+        .headers
+        .push((headers::TRUNCATED, sizes.into_bytes()));
+    let room = max_bytes.saturating_sub(RECORD_OVERHEAD + headers_bytes(message));
+    message.key.truncate(room);
+    message.payload.truncate(room - message.key.len());
 }
 
 #[cfg(test)]
@@ -136,7 +195,8 @@ mod tests {
         let topics = Topics::default();
         let consumed = Consumed::new(Some(b"job-7".to_vec()), Some(b"{\"v\":1,".to_vec()));
         let why = consumed.event.clone().unwrap_err();
-        let message = dead_letter(&topics, &consumed, 4, 1234, &why);
+        let to = DeadLetters::new(&topics, &KafkaSettings::default());
+        let message = dead_letter(&to, &consumed, 4, 1234, &why);
         assert_eq!(message.topic, topics.dead_letter);
         assert_eq!(message.key, b"job-7");
         assert_eq!(message.payload, b"{\"v\":1,");
@@ -150,7 +210,7 @@ mod tests {
             reason: "unknown_job",
             message: "job 9 is not running".into(),
         });
-        let message = dead_letter(&topics, &consumed, 0, 0, &rejected);
+        let message = dead_letter(&to, &consumed, 0, 0, &rejected);
         assert_eq!(header(&message, headers::REASON), "unknown_job");
         assert_eq!(header(&message, headers::ERROR), "job 9 is not running");
 
@@ -158,9 +218,59 @@ mod tests {
         let empty = Consumed::new(None, None);
         let why = empty.event.clone().unwrap_err();
         assert_eq!(why, DeadLetter::Empty);
-        let message = dead_letter(&topics, &empty, 0, 0, &why);
+        let message = dead_letter(&to, &empty, 0, 0, &why);
         assert!(message.key.is_empty() && message.payload.is_empty());
         assert_eq!(header(&message, headers::REASON), "empty");
+    }
+
+    #[test]
+    fn a_dead_letter_over_the_producer_limit_is_cut_to_fit_and_says_so() {
+        let topics = Topics::default();
+        let mut kafka = KafkaSettings::default();
+        let to = DeadLetters::new(&topics, &kafka);
+        assert_eq!(to.max_message_bytes, 1_000_000);
+        let size = |m: &Outgoing| {
+            RECORD_OVERHEAD
+                + m.key.len()
+                + m.payload.len()
+                + m.headers
+                    .iter()
+                    .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
+                    .sum::<usize>()
+        };
+        // Under the limit itself; the headers take it over.
+        let payload: Vec<u8> = (0..999_900u32).map(|i| (i % 251) as u8).collect();
+        let consumed = Consumed::new(Some(b"k".to_vec()), Some(payload.clone()));
+        let why = consumed.event.clone().unwrap_err();
+        let message = dead_letter(&to, &consumed, 0, 7, &why);
+        assert!(size(&message) <= 1_000_000, "{}", size(&message));
+        assert!(message.payload.len() > 990_000);
+        assert!(payload.starts_with(&message.payload));
+        assert_eq!(message.key, b"k");
+        assert_eq!(header(&message, headers::TRUNCATED), "1 999900");
+        assert_eq!(header(&message, headers::SOURCE_OFFSET), "7");
+
+        // The configured limit counts; within it, nothing is cut.
+        kafka
+            .client
+            .insert("message.max.bytes".into(), "2000000".into());
+        let to = DeadLetters::new(&topics, &kafka);
+        let message = dead_letter(&to, &consumed, 0, 7, &why);
+        assert_eq!(message.payload, payload);
+        assert!(
+            message
+                .headers
+                .iter()
+                .all(|(n, _)| *n != headers::TRUNCATED)
+        );
+
+        // A key too large on its own is cut as well.
+        let huge_key = Consumed::new(Some(vec![b'k'; 1_200_000]), Some(b"{".to_vec()));
+        let to = DeadLetters::new(&topics, &KafkaSettings::default());
+        let message = dead_letter(&to, &huge_key, 0, 7, &why);
+        assert!(size(&message) <= 1_000_000);
+        assert!(message.payload.is_empty());
+        assert_eq!(header(&message, headers::TRUNCATED), "1200000 1");
     }
 
     #[test]

@@ -160,8 +160,13 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     let member = pipeline.join_group()?;
     let sink = Sink::new(&config.kafka, pipeline.shared.clone())?;
     sink.warm_up(&config.topics);
+    pipeline
+        .shared
+        .liveness
+        .set_timeout(config.http.stall_timeout());
     if pipeline.await_assignment(&member) {
         pipeline.reconcile(&member, &sink, true)?;
+        pipeline.shared.liveness.beat();
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
         pipeline.consume(&member, &sink)?;
     }
@@ -185,6 +190,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
 struct Pipeline<'a> {
     config: &'a ServeConfig,
     topics: &'a Topics,
+    dead_letters: encode::DeadLetters<'a>,
     /// The engine's configuration, serialised: stamped on a new store and
     /// checked against an existing one.
     engine_config: Vec<u8>,
@@ -234,6 +240,7 @@ impl<'a> Pipeline<'a> {
         Ok(Pipeline {
             config,
             topics: &config.topics,
+            dead_letters: encode::DeadLetters::new(&config.topics, &config.kafka),
             engine_config: serde_json::to_vec(&config.engine).expect("config serialises"),
             store: shared.store.clone(),
             writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,

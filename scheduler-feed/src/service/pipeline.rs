@@ -77,6 +77,7 @@ impl Pipeline<'_> {
         let mut trimmed_at = Instant::now();
         let mut committed_at = Instant::now();
         loop {
+            self.shared.liveness.beat();
             let _ = member.poll(Duration::ZERO);
             // Revocations first: their partitions must not be committed.
             if self.membership_changes(member) {
@@ -174,7 +175,7 @@ impl Pipeline<'_> {
                             "dead letter: {dead}"
                         );
                         outgoing.push(encode::dead_letter(
-                            self.topics,
+                            &self.dead_letters,
                             &consumed,
                             partition,
                             offset,
@@ -183,7 +184,7 @@ impl Pipeline<'_> {
                         tally.dead += 1;
                     } else if from.is_none() {
                         held.push(encode::dead_letter(
-                            self.topics,
+                            &self.dead_letters,
                             &consumed,
                             partition,
                             offset,

@@ -303,7 +303,7 @@ impl Pipeline<'_> {
                     encode::outputs(self.topics, &effects.outputs, &mut messages, None);
                 }
                 Err(dead) => messages.push(encode::dead_letter(
-                    self.topics,
+                    &self.dead_letters,
                     &consumed,
                     partition,
                     offset,
