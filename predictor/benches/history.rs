@@ -28,14 +28,16 @@ fn full_history() -> History {
     let span_us = 60 * 3_600_000_000u64;
     for i in 0..JOBS {
         let family = next() % 180_000;
+        // Each feature's values apart from the others'.
+        let value = |feature: u64, v: u64| Some((feature << 32) | v);
         let features = JobFeatures {
             values: [
-                Some(family % 3_000),
-                Some(1 << 32 | family),
-                Some(2 << 32 | family / 2),
-                Some(3 << 32 | family % 24),
-                Some(4 << 32 | next() % 64),
-                Some(5 << 32 | next() % 64),
+                value(0, family % 3_000),
+                value(1, family),
+                value(2, family / 2),
+                value(3, family % 24),
+                value(4, next() % 64),
+                value(5, next() % 64),
             ],
         };
         let runtime_us =
