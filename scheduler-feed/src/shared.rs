@@ -46,17 +46,23 @@ pub struct Liveness {
     timeout_ms: AtomicU64,
 }
 
+/// Whole milliseconds, saturating: a timeout set past `u64::MAX` ms is no
+/// timeout, not a wrapped one.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Liveness {
     fn new(timeout: Duration) -> Self {
         Liveness {
             started: Instant::now(),
             beat_ms: AtomicU64::new(u64::MAX),
-            timeout_ms: AtomicU64::new(timeout.as_millis() as u64),
+            timeout_ms: AtomicU64::new(millis(timeout)),
         }
     }
 
     fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+        millis(self.started.elapsed())
     }
 
     /// The pipeline came round its loop.
@@ -65,8 +71,7 @@ impl Liveness {
     }
 
     pub(crate) fn set_timeout(&self, timeout: Duration) {
-        self.timeout_ms
-            .store(timeout.as_millis() as u64, Ordering::Relaxed);
+        self.timeout_ms.store(millis(timeout), Ordering::Relaxed);
     }
 
     pub fn timeout(&self) -> Duration {
@@ -196,5 +201,9 @@ mod tests {
         assert!(liveness.alive());
         liveness.set_timeout(Duration::ZERO);
         assert!(!liveness.alive(), "a zero timeout never holds");
+        // A timeout too long for milliseconds in 64 bits saturates.
+        liveness.set_timeout(Duration::from_secs(1 << 61));
+        assert_eq!(liveness.timeout(), Duration::from_millis(u64::MAX));
+        assert!(liveness.alive());
     }
 }

@@ -160,7 +160,11 @@ impl Sink {
 
     /// Produce every message and wait for the broker to acknowledge all of
     /// them, producing failed ones again with backoff; `serve` is called
-    /// every [`SERVE_EVERY`] while that takes.
+    /// every [`SERVE_EVERY`] while that takes. Once the service is stopping
+    /// (`stopping`, or a stop asked for during the wait), outputs still
+    /// unacknowledged after [`DELIVERY_TIMEOUT`] or three attempts are
+    /// given up on: the batch is not committed, and the next start applies
+    /// it again.
     pub(super) fn publish(
         &self,
         outgoing: &[Outgoing],
@@ -168,6 +172,7 @@ impl Sink {
         serve: &mut dyn FnMut(),
     ) -> Result<(), ServiceError> {
         let (producer, shared) = (&self.producer, &self.shared);
+        let stopping = || stopping || shared.shutdown.load(Ordering::Relaxed);
         let mut serving = Serving {
             serve,
             last: Instant::now(),
@@ -215,7 +220,7 @@ impl Sink {
             while !await_deliveries(producer, DELIVERY_TIMEOUT, &mut serving) {
                 shared.broker_up.store(false, Ordering::Relaxed);
                 let in_flight = producer.in_flight_count();
-                if stopping {
+                if stopping() {
                     return Err(ServiceError::Unacknowledged(in_flight.max(0) as usize));
                 }
                 warn!(
@@ -246,7 +251,7 @@ impl Sink {
             attempts += 1;
             metrics::counter!(telemetry::PRODUCE_RETRIES).increment(pending.len() as u64);
             shared.broker_up.store(false, Ordering::Relaxed);
-            if stopping && attempts >= 3 {
+            if stopping() && attempts >= 3 {
                 return Err(ServiceError::Unacknowledged(pending.len()));
             }
             warn!(
@@ -414,6 +419,18 @@ mod tests {
             "served {served} times in {waited:?}"
         );
         assert_eq!(read_back(&f.kafka, 2).len(), 2);
+    }
+
+    #[test]
+    fn a_stop_asked_for_during_the_wait_gives_up_on_outputs_it_cannot_deliver() {
+        let f = fixture();
+        refuse_produce(&f.mock, 8);
+        // The batch began before the stop: `stopping` is false.
+        f.shared.shutdown.store(true, Ordering::Relaxed);
+        match f.sink.publish(&outgoing(2), false, &mut || {}) {
+            Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
