@@ -38,6 +38,9 @@ use crate::config::ConfigError;
 use crate::decision::EstimateSource;
 use crate::features::{FeatureKind, JobFeatures};
 
+mod slot;
+use slot::Slot;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryConfig {
     /// Sliding window over job end times, µs.
@@ -476,11 +479,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 const SWEEP_EVERY: u64 = 4096;
 
 /// The 3Sigma history: what similar jobs did, per feature value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(from = "HistoryForm")]
 pub struct History {
     config: HistoryConfig,
-    values: HashMap<(FeatureKind, u64), ValueHistory>,
+    /// Decoded on first use after a restore ([`slot`]).
+    values: HashMap<(FeatureKind, u64), Slot>,
     global: ValueHistory,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -490,6 +494,26 @@ pub struct History {
     changes: Option<Vec<HistoryKey>>,
 }
 
+/// Equal when they would estimate and learn alike: every value compared
+/// decoded.
+impl PartialEq for History {
+    fn eq(&self, other: &History) -> bool {
+        let power = self.config.utility_power;
+        self.config == other.config
+            && self.values.len() == other.values.len()
+            && self.values.iter().all(|(key, slot)| {
+                other
+                    .values
+                    .get(key)
+                    .is_some_and(|o| slot.get(power) == o.get(power))
+            })
+            && self.global == other.global
+            && self.kind_errors == other.kind_errors
+            && self.observed == other.observed
+            && self.changes == other.changes
+    }
+}
+
 /// What [`History`] decodes from: its fields in order, each sample as
 /// [`LearntJob`]. The values are read as the sequence of pairs postcard
 /// writes a map as (snapshots are postcard), so that decoding builds one
@@ -497,7 +521,7 @@ pub struct History {
 #[derive(Deserialize)]
 struct HistoryForm {
     config: HistoryConfig,
-    values: Vec<((FeatureKind, u64), ValueForm)>,
+    values: Vec<((FeatureKind, u64), Slot)>,
     global: ValueForm,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -530,11 +554,7 @@ impl From<HistoryForm> for History {
     fn from(form: HistoryForm) -> Self {
         let power = form.config.utility_power;
         History {
-            values: form
-                .values
-                .into_iter()
-                .map(|(key, value)| (key, value.into_value(power)))
-                .collect(),
+            values: form.values.into_iter().collect(),
             global: form.global.into_value(power),
             kind_errors: form.kind_errors,
             observed: form.observed,
@@ -549,10 +569,10 @@ impl From<HistoryForm> for History {
 /// with the per-feature errors, whole. Applied to that earlier state
 /// ([`History::apply_changes`]), it gives this one: a snapshot's history
 /// can be written as these instead of whole ([`History::changes`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(from = "ChangesForm")]
 pub struct HistoryChanges {
-    values: Vec<((FeatureKind, u64), Option<ValueHistory>)>,
+    values: Vec<((FeatureKind, u64), Option<Slot>)>,
     global: ValueHistory,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -563,7 +583,7 @@ pub struct HistoryChanges {
 /// What [`HistoryChanges`] decodes from.
 #[derive(Deserialize)]
 struct ChangesForm {
-    values: Vec<((FeatureKind, u64), Option<ValueForm>)>,
+    values: Vec<((FeatureKind, u64), Option<Slot>)>,
     global: ValueForm,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -574,11 +594,7 @@ impl From<ChangesForm> for HistoryChanges {
     fn from(form: ChangesForm) -> Self {
         let power = form.utility_power;
         HistoryChanges {
-            values: form
-                .values
-                .into_iter()
-                .map(|(key, value)| (key, value.map(|v| v.into_value(power))))
-                .collect(),
+            values: form.values,
             global: form.global.into_value(power),
             kind_errors: form.kind_errors,
             observed: form.observed,
@@ -756,7 +772,12 @@ impl History {
     pub fn record(&self, key: HistoryKey) -> Option<HistoryRecord> {
         let (value, global) = match key {
             HistoryKey::Global => (&self.global, true),
-            HistoryKey::Value { feature, key } => (self.values.get(&(feature, key))?, false),
+            HistoryKey::Value { feature, key } => (
+                self.values
+                    .get(&(feature, key))?
+                    .get(self.config.utility_power),
+                false,
+            ),
         };
         Some(HistoryRecord {
             jobs: value
@@ -858,9 +879,10 @@ impl History {
             let Some(key) = features.get(kind) else {
                 continue;
             };
-            let Some(value) = self.values.get(&(kind, key)) else {
+            let Some(slot) = self.values.get(&(kind, key)) else {
                 continue;
             };
+            let value = slot.get(self.config.utility_power);
             if !value.has_live(since) {
                 continue;
             }
@@ -923,7 +945,11 @@ impl History {
             let Some(key) = features.get(kind) else {
                 continue;
             };
-            let value = self.values.entry((kind, key)).or_default();
+            let value = self
+                .values
+                .entry((kind, key))
+                .or_insert_with(|| Slot::new(ValueHistory::default()))
+                .get_mut(self.config.utility_power);
             if let Some(point) = value.utility_estimate(since, &self.config) {
                 let err = (point / mean_task_runtime_us).ln().abs();
                 value.error.update(err, smoothing);
@@ -941,8 +967,8 @@ impl History {
         }
         if self.observed.is_multiple_of(SWEEP_EVERY) {
             let changes = &mut self.changes;
-            self.values.retain(|&(feature, key), v| {
-                let live = v.samples.back().is_some_and(|s| s.end_us >= since);
+            self.values.retain(|&(feature, key), slot| {
+                let live = slot.newest_end_us().is_some_and(|end| end >= since);
                 if !live && let Some(changes) = changes {
                     changes.push(HistoryKey::Value { feature, key });
                 }
@@ -1276,5 +1302,66 @@ mod tests {
     fn median_of_even_and_odd() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn a_decoded_history_decodes_values_only_when_used_and_goes_on_alike() {
+        let config = HistoryConfig {
+            window_us: 50_000,
+            ..HistoryConfig::default()
+        };
+        let mut h = History::new(config);
+        let job = |i: u64| {
+            let f = feats(&format!("u{}", i % 40), &format!("n{}", i % 300));
+            (f, 1.0 + (i % 17) as f64 * S)
+        };
+        for i in 0..2_000 {
+            let (f, runtime) = job(i);
+            h.observe(&f, i * 10, runtime);
+        }
+        let bytes = postcard::to_allocvec(&h).unwrap();
+        let mut r: History = postcard::from_bytes(&bytes).unwrap();
+        let decoded = |h: &History| h.values.values().filter(|s| s.is_decoded()).count();
+        assert_eq!(decoded(&r), 0, "nothing decoded by the restore");
+        // Untouched values are written back as they came, undecoded (the
+        // map's order is its hasher's: compare lengths and contents).
+        let again = postcard::to_allocvec(&r).unwrap();
+        assert_eq!(decoded(&r), 0);
+        assert_eq!(again.len(), bytes.len());
+        assert!(postcard::from_bytes::<History>(&again).unwrap() == h);
+
+        let (f, _) = job(7);
+        assert_eq!(
+            r.estimate(&f, 20_000, Estimator::Utility),
+            h.estimate(&f, 20_000, Estimator::Utility)
+        );
+        let read = decoded(&r);
+        assert!(read > 0 && read <= FeatureKind::ALL.len(), "{read} decoded");
+        // Values only read still write back as they came.
+        assert_eq!(postcard::to_allocvec(&r).unwrap().len(), bytes.len());
+
+        // Learning goes on alike, through the sweeps that drop values
+        // (decoded or not) whose jobs left the window.
+        // A few jobs of the restored values, the rest new ones.
+        let before = r.tracked_values();
+        let learn = |h: &mut History, r: &mut History, from: u64, to: u64| {
+            for i in from..to {
+                let (f, runtime) = if i % 50 == 0 {
+                    job(i)
+                } else {
+                    (feats(&format!("v{}", i % 30), "m"), (1 + i % 13) as f64 * S)
+                };
+                h.observe(&f, i * 10, runtime);
+                r.observe(&f, i * 10, runtime);
+            }
+        };
+        learn(&mut h, &mut r, 2_000, 2_000 + SWEEP_EVERY);
+        assert!(decoded(&r) < r.tracked_values(), "some never needed");
+        learn(&mut h, &mut r, 2_000 + SWEEP_EVERY, 3 * SWEEP_EVERY);
+        assert_eq!(r.tracked_values(), h.tracked_values());
+        assert!(r.tracked_values() < before, "the sweeps dropped values");
+        assert!(r == h);
+        let again = postcard::to_allocvec(&r).unwrap();
+        assert!(postcard::from_bytes::<History>(&again).unwrap() == h);
     }
 }

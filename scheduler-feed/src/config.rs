@@ -77,6 +77,10 @@ pub struct StorageConfig {
     /// them and applies at most this many logged messages; the log behind
     /// each snapshot is deleted.
     pub snapshot_every_events: u64,
+    /// Take a snapshot on a clean stop too, so that the next start applies
+    /// no logged message (a crash still leaves at most
+    /// `snapshot_every_events` to apply).
+    pub snapshot_on_stop: bool,
     /// Hours of event time an ended job's records (the job, its decisions
     /// and tasks) are kept after its end.
     pub retention_hours: u64,
@@ -91,6 +95,7 @@ impl Default for StorageConfig {
             path: PathBuf::from("jobcast-data"),
             sync: true,
             snapshot_every_events: 100_000,
+            snapshot_on_stop: true,
             retention_hours: 168,
             backup_dir: None,
         }

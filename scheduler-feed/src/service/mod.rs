@@ -169,6 +169,10 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         pipeline.shared.liveness.beat();
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
         pipeline.consume(&member, &sink)?;
+        pipeline.writer.flush()?;
+        if config.storage.snapshot_on_stop {
+            pipeline.snapshot_on_stop()?;
+        }
     }
     pipeline.writer.flush()?;
     // The last batches' offsets go to the group now; leaving it commits,

@@ -175,6 +175,20 @@ impl Pipeline<'_> {
         Ok(())
     }
 
+    /// On a clean stop, once every batch is written: a snapshot of the
+    /// state they left, unless the latest one already is, so that the next
+    /// start applies nothing from the log.
+    pub(super) fn snapshot_on_stop(&mut self) -> Result<(), ServiceError> {
+        if self.next_seq == self.snapshots.seq {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let mut write = store.batch();
+        self.write_snapshot(&mut write)?;
+        store.commit(write)?;
+        Ok(())
+    }
+
     /// Bring the store and the outputs in line with the partitions this
     /// instance owns. On start (`starting`), first restore the latest
     /// snapshot and apply the log after it.
