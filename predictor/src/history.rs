@@ -514,14 +514,13 @@ impl PartialEq for History {
     }
 }
 
-/// What [`History`] decodes from: its fields in order, each sample as
-/// [`LearntJob`]. The values are read as the sequence of pairs postcard
-/// writes a map as (snapshots are postcard), so that decoding builds one
-/// hash map, not one to move into another.
+/// What [`History`] decodes from: its fields in order, the global
+/// distribution's samples as [`LearntJob`]s.
 #[derive(Deserialize)]
 struct HistoryForm {
     config: HistoryConfig,
-    values: Vec<((FeatureKind, u64), Slot)>,
+    #[serde(deserialize_with = "slot::map")]
+    values: HashMap<(FeatureKind, u64), Slot>,
     global: ValueForm,
     kind_errors: [RunningError; 6],
     observed: u64,
@@ -554,7 +553,7 @@ impl From<HistoryForm> for History {
     fn from(form: HistoryForm) -> Self {
         let power = form.config.utility_power;
         History {
-            values: form.values.into_iter().collect(),
+            values: form.values,
             global: form.global.into_value(power),
             kind_errors: form.kind_errors,
             observed: form.observed,
@@ -945,17 +944,19 @@ impl History {
             let Some(key) = features.get(kind) else {
                 continue;
             };
-            let value = self
+            let slot = self
                 .values
                 .entry((kind, key))
-                .or_insert_with(|| Slot::new(ValueHistory::default()))
-                .get_mut(self.config.utility_power);
-            if let Some(point) = value.utility_estimate(since, &self.config) {
-                let err = (point / mean_task_runtime_us).ln().abs();
-                value.error.update(err, smoothing);
-                self.kind_errors[kind as usize].update(err, smoothing);
-            }
-            value.push(sample, since, max);
+                .or_insert_with(|| Slot::new(ValueHistory::default()));
+            let (config, kind_errors) = (&self.config, &mut self.kind_errors);
+            slot.update(config.utility_power, |value| {
+                if let Some(point) = value.utility_estimate(since, config) {
+                    let err = (point / mean_task_runtime_us).ln().abs();
+                    value.error.update(err, smoothing);
+                    kind_errors[kind as usize].update(err, smoothing);
+                }
+                value.push(sample, since, max);
+            });
             if let Some(changes) = &mut self.changes {
                 changes.push(HistoryKey::Value { feature: kind, key });
             }

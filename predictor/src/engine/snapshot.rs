@@ -82,6 +82,7 @@ enum HistoryPart<'a> {
 #[derive(Serialize, Deserialize)]
 struct LiveJobState {
     submitted: SubmittedState,
+    #[serde(with = "serde_bytes")]
     record: Vec<u8>,
     runtimes: Vec<Option<u64>>,
     last_event_us: u64,

@@ -11,35 +11,41 @@
 //! through RocksDB's block checksums: a value that does not decode is a
 //! defect, not input, and stops the service naming the value.
 
-use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::OnceLock;
 
+use foldhash::{HashMap, HashMapExt};
+use postcard::ser_flavors::Flavor;
+use serde::de::{MapAccess, Visitor};
+use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_bytes::{ByteBuf, Bytes};
 
 use super::{ValueForm, ValueHistory};
+use crate::features::FeatureKind;
 
+/// Small (48 bytes), since a restore moves hundreds of thousands: the
+/// distribution is boxed. A lock rather than a cell because evaluations
+/// share one history between threads (`replay`).
 #[derive(Clone)]
 pub(super) struct Slot {
     /// The distribution, once decoded (or learnt here).
-    value: OnceLock<ValueHistory>,
+    value: OnceLock<Box<ValueHistory>>,
     /// Its encoded form while that is still what `value` holds: until a
     /// change, after which it is dropped.
-    encoded: Option<Encoded>,
-}
-
-#[derive(Clone)]
-struct Encoded {
-    bytes: Box<[u8]>,
-    /// When its newest job ended, which the sweep for values that have
-    /// left the window reads without decoding.
+    encoded: Option<Box<[u8]>>,
+    /// When its newest job ended: what the periodic sweep for values that
+    /// have left the window reads of each, kept here so that it reads
+    /// neither the distribution nor its bytes.
     newest_end_us: Option<u64>,
 }
 
 impl Slot {
     pub(super) fn new(value: ValueHistory) -> Slot {
         Slot {
-            value: OnceLock::from(value),
+            newest_end_us: newest_end_us(&value),
+            value: OnceLock::from(Box::new(value)),
             encoded: None,
         }
     }
@@ -48,68 +54,100 @@ impl Slot {
     /// decoded sample's terms are computed.
     pub(super) fn get(&self, utility_power: f64) -> &ValueHistory {
         self.value.get_or_init(|| {
-            let encoded = self.encoded.as_ref().expect("a slot holds a value");
-            match postcard::from_bytes::<ValueForm>(&encoded.bytes) {
-                Ok(form) => form.into_value(utility_power),
+            let bytes = self.encoded.as_ref().expect("a slot holds a value");
+            match postcard::from_bytes::<ValueForm>(bytes) {
+                Ok(form) => Box::new(form.into_value(utility_power)),
                 Err(e) => panic!(
                     "a history value of {} bytes in the restored snapshot does not decode ({e}): \
                      the snapshot was not written by this jobcast",
-                    encoded.bytes.len()
+                    bytes.len()
                 ),
             }
         })
     }
 
-    /// The distribution, to change: its encoded form no longer holds.
-    pub(super) fn get_mut(&mut self, utility_power: f64) -> &mut ValueHistory {
+    /// Change the distribution: its encoded form no longer holds.
+    pub(super) fn update<R>(
+        &mut self,
+        utility_power: f64,
+        change: impl FnOnce(&mut ValueHistory) -> R,
+    ) -> R {
         self.get(utility_power);
         self.encoded = None;
-        self.value.get_mut().expect("decoded above")
+        let value = self.value.get_mut().expect("decoded above");
+        let result = change(value);
+        self.newest_end_us = newest_end_us(value);
+        result
     }
 
     pub(super) fn newest_end_us(&self) -> Option<u64> {
-        match (self.value.get(), &self.encoded) {
-            (Some(value), _) => value.samples.back().map(|s| s.end_us),
-            (None, Some(encoded)) => encoded.newest_end_us,
-            (None, None) => unreachable!("a slot holds a value"),
-        }
+        self.newest_end_us
     }
 
     #[cfg(test)]
     pub(super) fn is_decoded(&self) -> bool {
         self.value.get().is_some()
     }
+}
 
-    fn bytes(&self) -> Cow<'_, [u8]> {
-        match &self.encoded {
-            Some(encoded) => Cow::Borrowed(&encoded.bytes),
-            None => Cow::Owned(
-                postcard::to_allocvec(self.value.get().expect("a slot holds a value"))
-                    .expect("a distribution encodes"),
-            ),
-        }
-    }
+fn newest_end_us(value: &ValueHistory) -> Option<u64> {
+    value.samples.back().map(|s| s.end_us)
+}
+
+thread_local! {
+    /// Where a decoded distribution is encoded before it is written as
+    /// bytes: one buffer reused, rather than one allocated per value.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The newest end and the encoded distribution: what a restore copies
 /// without decoding.
 impl Serialize for Slot {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let bytes = self.bytes();
-        (self.newest_end_us(), serde_bytes::Bytes::new(&bytes)).serialize(serializer)
+        let newest = self.newest_end_us;
+        if let Some(bytes) = &self.encoded {
+            return (newest, Bytes::new(bytes)).serialize(serializer);
+        }
+        let value = self.value.get().expect("a slot holds a value");
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.clear();
+            postcard::serialize_with_flavor(value.as_ref(), Append(scratch))
+                .map_err(S::Error::custom)?;
+            (newest, Bytes::new(scratch)).serialize(serializer)
+        })
+    }
+}
+
+/// Postcard's output to a buffer it appends to (its `AllocVec` owns a new
+/// one; `to_extend` goes through `Extend` a byte at a time, at half the
+/// speed).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl Flavor for Append<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
     }
 }
 
 impl<'de> Deserialize<'de> for Slot {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let (newest_end_us, bytes) =
-            <(Option<u64>, serde_bytes::ByteBuf)>::deserialize(deserializer)?;
+        let (newest_end_us, bytes) = <(Option<u64>, ByteBuf)>::deserialize(deserializer)?;
         Ok(Slot {
             value: OnceLock::new(),
-            encoded: Some(Encoded {
-                bytes: bytes.into_vec().into_boxed_slice(),
-                newest_end_us,
-            }),
+            encoded: Some(bytes.into_vec().into_boxed_slice()),
+            newest_end_us,
         })
     }
 }
@@ -118,8 +156,32 @@ impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.value.get(), &self.encoded) {
             (Some(value), _) => value.fmt(f),
-            (None, Some(encoded)) => write!(f, "<{} bytes, not decoded>", encoded.bytes.len()),
+            (None, Some(bytes)) => write!(f, "<{} bytes, not decoded>", bytes.len()),
             (None, None) => f.write_str("<empty>"),
         }
     }
+}
+
+/// The history's map of slots, read straight into a map of the size it
+/// was written with (up to a bound: the size is read from the snapshot).
+pub(super) fn map<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<HashMap<(FeatureKind, u64), Slot>, D::Error> {
+    struct Slots;
+    impl<'de> Visitor<'de> for Slots {
+        type Value = HashMap<(FeatureKind, u64), Slot>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of feature values to their distributions")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
+            let mut map = HashMap::with_capacity(entries.size_hint().unwrap_or(0).min(1 << 22));
+            while let Some((key, slot)) = entries.next_entry()? {
+                map.insert(key, slot);
+            }
+            Ok(map)
+        }
+    }
+    deserializer.deserialize_map(Slots)
 }

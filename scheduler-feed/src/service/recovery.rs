@@ -85,6 +85,8 @@ impl SnapshotChain {
 /// where each input partition was.
 #[derive(Serialize, Deserialize)]
 struct PipelineSnapshot {
+    /// As bytes, not a sequence of numbers: read in one copy.
+    #[serde(with = "serde_bytes")]
     engine: Vec<u8>,
     job_partitions: Vec<(u64, i32)>,
     machine_partitions: Vec<(u64, i32)>,
