@@ -126,12 +126,17 @@ impl KafkaSettings {
 }
 
 /// Property names whose values are secrets: never logged, never exported.
+/// librdkafka's are `sasl.password`, `ssl.key.password`,
+/// `ssl.keystore.password`, `ssl.key.pem`, `sasl.oauthbearer.client.secret`
+/// and `sasl.oauthbearer.config` (which may hold a token); the patterns
+/// also cover Java-style names (`sasl.jaas.config`).
 fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key.contains("password")
         || key.contains("secret")
         || key.ends_with(".key.pem")
         || key.contains("sasl.jaas")
+        || key == "sasl.oauthbearer.config"
 }
 
 /// Shows the settings with secret values replaced, so that configuration
@@ -252,12 +257,20 @@ mod tests {
     #[test]
     fn secrets_never_show_in_debug_output() {
         let mut settings = KafkaSettings::new("b:9092");
-        settings
-            .client
-            .insert("sasl.password".into(), "hunter2".into());
+        let secrets = [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.config",
+        ];
+        for (i, key) in secrets.iter().enumerate() {
+            settings.client.insert((*key).into(), format!("hunter{i}"));
+        }
         settings.client.insert("sasl.username".into(), "svc".into());
         let shown = format!("{settings:?}");
-        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("hunter"), "{shown}");
         assert!(
             shown.contains("svc") && shown.contains("<redacted>"),
             "{shown}"

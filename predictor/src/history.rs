@@ -818,7 +818,7 @@ impl History {
         HistoryChanges {
             values: keys
                 .into_iter()
-                .map(|key| (key, self.values.get(&key).cloned()))
+                .map(|key| (key, self.values.get(&key).map(Slot::encoded_copy)))
                 .collect(),
             global: self.global.clone(),
             kind_errors: self.kind_errors,

@@ -112,6 +112,10 @@ pub struct HttpConfig {
     /// loop every 50 ms otherwise) before `/healthz` answers 503, so that
     /// a liveness probe restarts it (`shared::Liveness`).
     pub stall_timeout_secs: u64,
+    /// A bearer token every request but `/healthz` and `/readyz` must
+    /// carry (`Authorization: Bearer <token>`); unset, none is asked for.
+    /// Best given as `JOBCAST_HTTP_TOKEN` rather than in a file.
+    pub token: Option<HttpToken>,
 }
 
 impl Default for HttpConfig {
@@ -119,7 +123,39 @@ impl Default for HttpConfig {
         HttpConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 8080)),
             stall_timeout_secs: 120,
+            token: None,
         }
+    }
+}
+
+/// The HTTP API's bearer token: shown as `<redacted>` by `Debug`, so that
+/// a logged configuration never carries it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HttpToken(String);
+
+impl HttpToken {
+    pub fn new(token: impl Into<String>) -> HttpToken {
+        HttpToken(token.into())
+    }
+
+    /// Whether `presented` is this token, in time independent of where
+    /// they differ (the length aside), so that timing tells an attacker
+    /// nothing of its bytes.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let token = self.0.as_bytes();
+        token.len() == presented.len()
+            && token
+                .iter()
+                .zip(presented)
+                .fold(0u8, |differ, (a, b)| differ | (a ^ b))
+                == 0
+    }
+}
+
+impl std::fmt::Debug for HttpToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
     }
 }
 
@@ -168,6 +204,12 @@ impl ServeConfig {
             figment = figment.merge(Toml::file_exact(path));
         }
         for (name, value) in env {
+            if name == TOKEN_VARIABLE {
+                // A string whatever it looks like (`setting` would read
+                // digits as a number).
+                figment = figment.merge(Serialized::default("http.token", value));
+                continue;
+            }
             let Some(key) = name.strip_prefix(ENV_PREFIX).filter(|k| k.contains("__")) else {
                 continue;
             };
@@ -193,6 +235,17 @@ impl ServeConfig {
 
     /// Check every setting; an error names the first bad one by its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .http
+            .token
+            .as_ref()
+            .is_some_and(|t| t.0.trim().is_empty())
+        {
+            return Err(ConfigError::new(
+                "http.token",
+                "is empty (unset it to serve without a token)",
+            ));
+        }
         if self.kafka.brokers.trim().is_empty() {
             return Err(ConfigError::new("kafka.brokers", "is empty"));
         }
@@ -252,6 +305,8 @@ fn setting(key: &str, value: &str) -> Serialized<Value> {
 
 /// The prefix of the environment variables that set any key.
 const ENV_PREFIX: &str = "JOBCAST_";
+/// The variable of `http.token`, a secret: kept out of files and flags.
+pub const TOKEN_VARIABLE: &str = "JOBCAST_HTTP_TOKEN";
 
 /// A configuration that cannot be assembled from its layers.
 #[derive(Debug, thiserror::Error)]
@@ -444,6 +499,44 @@ tau3 = 1.0
                 .unwrap_err()
                 .to_string();
         assert!(missing.contains("/no/such/jobcast.toml"), "{missing}");
+    }
+
+    #[test]
+    fn the_http_token_comes_from_its_variable_as_a_string_and_never_shows() {
+        let env = [(TOKEN_VARIABLE.to_owned(), "0123456789".to_owned())];
+        let config = ServeConfig::layered(None, env).unwrap();
+        let token = config.http.token.as_ref().unwrap();
+        assert!(token.matches(b"0123456789"));
+        assert!(!token.matches(b"0123456788"));
+        assert!(!token.matches(b"012345678"));
+        assert!(!format!("{config:?}").contains("0123456789"));
+        config.validate().unwrap();
+
+        let env = [(TOKEN_VARIABLE.to_owned(), " ".to_owned())];
+        let empty = ServeConfig::layered(None, env).unwrap().validate();
+        assert_eq!(empty.unwrap_err().key, "http.token");
+        assert_eq!(ServeConfig::default().http.token, None);
+    }
+
+    #[test]
+    fn kafka_credentials_come_from_the_environment_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("jobcast.toml");
+        std::fs::write(
+            &file,
+            "[kafka.client]\n\"security.protocol\" = \"sasl_ssl\"\n\"sasl.username\" = \"file\"\n",
+        )
+        .unwrap();
+        let env = [(
+            "JOBCAST_KAFKA__CLIENT".to_owned(),
+            r#"{"sasl.username"="svc", "sasl.password"="hunter2"}"#.to_owned(),
+        )];
+        let config = ServeConfig::layered(Some(&file), env).unwrap();
+        let client = &config.kafka.client;
+        assert_eq!(client["security.protocol"], "sasl_ssl");
+        assert_eq!(client["sasl.username"], "svc");
+        assert_eq!(client["sasl.password"], "hunter2");
+        assert!(!format!("{config:?}").contains("hunter2"));
     }
 
     #[test]

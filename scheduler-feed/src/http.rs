@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -18,14 +19,20 @@ use serde_json::{Value, json};
 
 use jobcast_storage::state::{POLICIES, StoreError, unix_seconds};
 
+use crate::config::HttpToken;
 use crate::shared::Shared;
 use crate::telemetry;
 use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
 
 /// The API over `shared`; online backups go under `backup_dir`, if set.
-pub fn router(shared: Arc<Shared>, backup_dir: Option<PathBuf>) -> Router {
+/// With a `token`, every route but the probes asks for it.
+pub fn router(
+    shared: Arc<Shared>,
+    backup_dir: Option<PathBuf>,
+    token: Option<HttpToken>,
+) -> Router {
     let busy = Arc::new(AtomicBool::new(false));
-    Router::new()
+    let mut guarded = Router::new()
         .route(
             "/admin/backup",
             post(move |State(shared): State<Arc<Shared>>| {
@@ -36,9 +43,18 @@ pub fn router(shared: Arc<Shared>, backup_dir: Option<PathBuf>) -> Router {
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
         .route("/policies", get(policies))
+        .route("/metrics", get(metrics));
+    if let Some(token) = token {
+        guarded = guarded.route_layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            require_token,
+        ));
+    }
+    // Kubernetes' probes carry no credentials.
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .merge(guarded)
         .with_state(shared)
 }
 
@@ -47,11 +63,37 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     backup_dir: Option<PathBuf>,
+    token: Option<HttpToken>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared, backup_dir))
+    axum::serve(listener, router(shared, backup_dir, token))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// 401 for a request without `Authorization: Bearer <the token>`.
+async fn require_token(
+    State(token): State<Arc<HttpToken>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
+    if presented.is_some_and(|presented| token.matches(presented)) {
+        return next.run(request).await;
+    }
+    metrics::counter!(telemetry::HTTP_UNAUTHORIZED).increment(1);
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        "this API wants the configured token: Authorization: Bearer <http.token>".into(),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"jobcast\""),
+    );
+    response
 }
 
 fn error(status: StatusCode, message: String) -> Response {

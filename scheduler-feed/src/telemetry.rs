@@ -33,6 +33,7 @@ pub const INPUT_PAUSES: &str = "jobcast_input_pauses_total";
 pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
+pub const HTTP_UNAUTHORIZED: &str = "jobcast_http_unauthorized_total";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
@@ -189,6 +190,11 @@ fn describe() {
         OWNED_PARTITIONS,
         Unit::Count,
         "Input partitions this instance owns (publishes the outputs and stores the records of)"
+    );
+    describe_counter!(
+        HTTP_UNAUTHORIZED,
+        Unit::Count,
+        "HTTP requests refused for want of the configured bearer token (http.token)"
     );
     describe_gauge!(
         PIPELINE_STALLED,

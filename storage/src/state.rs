@@ -91,7 +91,8 @@ const COLUMN_FAMILIES: [&str; 11] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 8: a snapshot may hold only the history
+/// The store's layout version. 9: a snapshot holds the engine's after the
+/// pipeline's parts, its history values as bytes; 8: a snapshot may hold only the history
 /// changed since the one before it; 7: snapshots hold when each machine last
 /// reported and the watermark that expires silent jobs and machines; 6:
 /// the log is truncated behind the latest
@@ -101,7 +102,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"8";
+pub const STORE_FORMAT: &[u8] = b"9";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).
@@ -1326,7 +1327,7 @@ mod tests {
         batch.set_meta(STORE_FORMAT_KEY, b"4");
         store.commit(batch).unwrap();
         let err = store.check_format(b"{\"a\":1}").unwrap_err().to_string();
-        assert!(err.contains("store format 4; this one reads 8"), "{err}");
+        assert!(err.contains("store format 4; this one reads 9"), "{err}");
 
         let mut batch = store.batch();
         batch.stamp_format(b"{\"a\":1}");

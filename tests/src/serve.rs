@@ -14,12 +14,16 @@ use jobcast_storage::state::{
     TASKS,
 };
 
+use jobcast_scheduler_feed::config::TOKEN_VARIABLE;
+
 use crate::jobcast_bin;
 
 pub struct Serve {
     child: Child,
     pub http: String,
     agent: ureq::Agent,
+    /// The `Authorization` header its requests carry, if it wants one.
+    token: Option<String>,
     log: Arc<Mutex<Vec<String>>>,
     /// Drains the child's stderr into `log` until it closes.
     reader: Option<JoinHandle<()>>,
@@ -35,12 +39,34 @@ impl Serve {
     /// [`Serve::start`] with the log filter `JOBCAST_LOG=filter`; the log
     /// lines are kept ([`Serve::log`]).
     pub fn start_logging(brokers: &str, data: &Path, extra: &[&str], filter: &str) -> Serve {
-        let mut child = Command::new(jobcast_bin())
+        Serve::spawn(brokers, data, extra, filter, None)
+    }
+
+    /// [`Serve::start`] with its HTTP API behind `token`
+    /// (`JOBCAST_HTTP_TOKEN`), which [`Serve::get`] then sends.
+    pub fn start_with_token(brokers: &str, data: &Path, extra: &[&str], token: &str) -> Serve {
+        Serve::spawn(brokers, data, extra, "warn", Some(token))
+    }
+
+    fn spawn(
+        brokers: &str,
+        data: &Path,
+        extra: &[&str],
+        filter: &str,
+        token: Option<&str>,
+    ) -> Serve {
+        let mut command = Command::new(jobcast_bin());
+        command
             .args(["serve", "--brokers", brokers, "--http", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data)
             .args(extra)
             .env("JOBCAST_LOG", filter)
+            .env_remove(TOKEN_VARIABLE);
+        if let Some(token) = token {
+            command.env(TOKEN_VARIABLE, token);
+        }
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -71,6 +97,7 @@ impl Serve {
             child,
             http,
             agent,
+            token: token.map(|t| format!("Bearer {t}")),
             log,
             reader: Some(reader),
         }
@@ -86,13 +113,18 @@ impl Serve {
         self.log.lock().expect("not poisoned").clone()
     }
 
-    /// `GET path`: (status, body).
+    /// `GET path` (with the token it was started with): (status, body).
     pub fn get(&self, path: &str) -> (u16, String) {
-        let mut response = self
-            .agent
-            .get(format!("{}{path}", self.http))
-            .call()
-            .expect("HTTP request");
+        self.get_authorized(path, self.token.as_deref())
+    }
+
+    /// `GET path` with this `Authorization` header, or none.
+    pub fn get_authorized(&self, path: &str, authorization: Option<&str>) -> (u16, String) {
+        let mut request = self.agent.get(format!("{}{path}", self.http));
+        if let Some(authorization) = authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let mut response = request.call().expect("HTTP request");
         let status = response.status().as_u16();
         let body = response.body_mut().read_to_string().expect("body");
         (status, body)

@@ -101,3 +101,50 @@ fn a_refused_secret_property_is_not_echoed() {
     assert!(stderr.contains("no.such.password"), "{stderr}");
     assert!(!stderr.contains("s3cr3t-typo-Pa55"), "{stderr}");
 }
+
+#[test]
+fn with_a_token_set_every_route_but_the_probes_wants_it() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 2);
+    let events = excerpt_events();
+    // The excerpt opens with its machines; then come jobs.
+    let input = &events[..20_000];
+    cluster.produce(&topics.events, &messages(input));
+    let data = tempfile::tempdir().unwrap();
+    let token = "t0k3n-5f8a0c2e9d";
+    let mut serve =
+        Serve::start_with_token(&cluster.brokers(), &data.path().join("state"), &[], token);
+    serve.wait_committed(input.len() as u64, Duration::from_secs(120));
+
+    let job_id = input.iter().find_map(|e| e.job_id()).expect("a job");
+    let job = format!("/jobs/{job_id}");
+    let bearer = format!("Bearer {token}");
+    let refused = [
+        None,
+        Some("Bearer wrong-token-5f8a0c2e9d"),
+        Some(token),
+        Some("Basic dDBrM24="),
+    ];
+    for path in [job.as_str(), "/policies", "/metrics", "/machines/1"] {
+        for authorization in refused {
+            let (status, body) = serve.get_authorized(path, authorization);
+            assert_eq!(status, 401, "{path} with {authorization:?}: {body}");
+            assert!(!body.contains(token), "{body}");
+        }
+        let (status, body) = serve.get_authorized(path, Some(&bearer));
+        assert_ne!(status, 401, "{path} with the token: {body}");
+    }
+    let (status, body) = serve.get_authorized(&job, Some(&bearer));
+    assert_eq!(status, 200, "{body}");
+    // Probes carry no credentials.
+    for probe in ["/healthz", "/readyz"] {
+        let (status, body) = serve.get_authorized(probe, None);
+        assert_eq!(status, 200, "{probe}: {body}");
+    }
+    assert_eq!(
+        serve.metric("jobcast_http_unauthorized_total"),
+        4.0 * refused.len() as f64
+    );
+    let log = serve.terminate();
+    assert!(!log.iter().any(|line| line.contains(token)));
+}

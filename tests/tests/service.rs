@@ -512,7 +512,7 @@ fn a_store_of_an_older_layout_is_refused_naming_both_formats() {
     store.commit(batch).unwrap();
     let err = service::run(&config, Shared::new(store)).unwrap_err();
     assert!(
-        err.to_string().contains("store format 4; this one reads 8"),
+        err.to_string().contains("store format 4; this one reads 9"),
         "{err}"
     );
 }

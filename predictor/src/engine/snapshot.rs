@@ -162,22 +162,30 @@ impl Engine {
     /// between batches, once ended jobs are released
     /// ([`Engine::release_ended`]): their records belong to the store.
     pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        self.encode(HistoryPart::Whole(Cow::Borrowed(&self.history)))
+        self.snapshot_to(Vec::new())
+    }
+
+    /// [`Self::snapshot`] appended to `out`, which a caller sizes for it
+    /// (a whole snapshot is tens of MB: growing a buffer to that size
+    /// copies it over and over).
+    pub fn snapshot_to(&self, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(HistoryPart::Whole(Cow::Borrowed(&self.history)), out)
     }
 
     /// The engine's whole state but for the history, which it holds only as
     /// the feature values in `changed` (every key the history reported
-    /// changed since the snapshot before): a fraction of the bytes of
-    /// [`Self::snapshot`]. A restore needs every snapshot from the last
-    /// whole one on ([`Self::restore_chain`]).
+    /// changed since the snapshot before), appended to `out`: a fraction
+    /// of the bytes of [`Self::snapshot`]. A restore needs every snapshot
+    /// from the last whole one on ([`Self::restore_chain`]).
     pub fn snapshot_changes(
         &self,
         changed: impl IntoIterator<Item = HistoryKey>,
+        out: Vec<u8>,
     ) -> Result<Vec<u8>, SnapshotError> {
-        self.encode(HistoryPart::Changes(self.history.changes(changed)))
+        self.encode(HistoryPart::Changes(self.history.changes(changed)), out)
     }
 
-    fn encode(&self, history: HistoryPart<'_>) -> Result<Vec<u8>, SnapshotError> {
+    fn encode(&self, history: HistoryPart<'_>, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
         if !self.ended.is_empty() {
             return Err(SnapshotError::Unreleased);
         }
@@ -218,7 +226,7 @@ impl Engine {
             watermark_us: self.watermark_us,
             next_sweep_us: self.next_sweep_us,
         };
-        Ok(postcard::to_allocvec(&state)?)
+        Ok(postcard::to_extend(&state, out)?)
     }
 
     /// The engine `snapshot` was taken of. `config` must be the one it ran

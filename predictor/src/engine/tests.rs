@@ -515,7 +515,7 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
             snapshot
         } else {
             original
-                .snapshot_changes(changed.history.iter().copied())
+                .snapshot_changes(changed.history.iter().copied(), Vec::new())
                 .unwrap()
         });
         let links: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();

@@ -1,24 +1,23 @@
-//! A feature value's place in the history's map: its distribution, decoded
-//! on first use.
+//! A feature value's place in the history's map: its distribution and its
+//! encoded form, each made from the other when first needed.
 //!
 //! A restore would otherwise decode every feature value of a snapshot
 //! (hundreds of thousands once the window is full: nearly all of a
 //! restart's cost, growing with the state). It copies each value's bytes
 //! instead, and a value is decoded when an estimate or a job first needs
-//! it; a value untouched until it leaves the window is never decoded, and
-//! one only read is written to the next snapshot as the bytes it came in.
+//! it; a value untouched until it leaves the window is never decoded.
+//! Going the other way, a value's encoding is kept until the value
+//! changes: a snapshot writes again, as bytes, every value unchanged since
+//! the one before (most of a whole snapshot), and encodes only the rest.
 //! The bytes are this snapshot format's, written by this code and read
 //! through RocksDB's block checksums: a value that does not decode is a
 //! defect, not input, and stops the service naming the value.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::sync::OnceLock;
 
 use foldhash::{HashMap, HashMapExt};
-use postcard::ser_flavors::Flavor;
 use serde::de::{MapAccess, Visitor};
-use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_bytes::{ByteBuf, Bytes};
 
@@ -26,15 +25,15 @@ use super::{ValueForm, ValueHistory};
 use crate::features::FeatureKind;
 
 /// Small (48 bytes), since a restore moves hundreds of thousands: the
-/// distribution is boxed. A lock rather than a cell because evaluations
-/// share one history between threads (`replay`).
+/// distribution is boxed. Locks rather than cells because evaluations
+/// share one history between threads (`replay`). At least one of `value`
+/// and `encoded` is set, and when both are they agree.
 #[derive(Clone)]
 pub(super) struct Slot {
     /// The distribution, once decoded (or learnt here).
     value: OnceLock<Box<ValueHistory>>,
-    /// Its encoded form while that is still what `value` holds: until a
-    /// change, after which it is dropped.
-    encoded: Option<Box<[u8]>>,
+    /// Its encoded form, once encoded (or restored), until it changes.
+    encoded: OnceLock<Box<[u8]>>,
     /// When its newest job ended: what the periodic sweep for values that
     /// have left the window reads of each, kept here so that it reads
     /// neither the distribution nor its bytes.
@@ -46,7 +45,7 @@ impl Slot {
         Slot {
             newest_end_us: newest_end_us(&value),
             value: OnceLock::from(Box::new(value)),
-            encoded: None,
+            encoded: OnceLock::new(),
         }
     }
 
@@ -54,7 +53,7 @@ impl Slot {
     /// decoded sample's terms are computed.
     pub(super) fn get(&self, utility_power: f64) -> &ValueHistory {
         self.value.get_or_init(|| {
-            let bytes = self.encoded.as_ref().expect("a slot holds a value");
+            let bytes = self.encoded.get().expect("a slot holds a value");
             match postcard::from_bytes::<ValueForm>(bytes) {
                 Ok(form) => Box::new(form.into_value(utility_power)),
                 Err(e) => panic!(
@@ -73,7 +72,7 @@ impl Slot {
         change: impl FnOnce(&mut ValueHistory) -> R,
     ) -> R {
         self.get(utility_power);
-        self.encoded = None;
+        self.encoded.take();
         let value = self.value.get_mut().expect("decoded above");
         let result = change(value);
         self.newest_end_us = newest_end_us(value);
@@ -82,6 +81,26 @@ impl Slot {
 
     pub(super) fn newest_end_us(&self) -> Option<u64> {
         self.newest_end_us
+    }
+
+    /// The encoded form, made now if the value changed since it last was.
+    fn bytes(&self) -> &[u8] {
+        self.encoded.get_or_init(|| {
+            let value = self.value.get().expect("a slot holds a value");
+            postcard::to_allocvec(value.as_ref())
+                .expect("a distribution encodes")
+                .into_boxed_slice()
+        })
+    }
+
+    /// A copy holding only the encoded form (for the changes a snapshot
+    /// writes), which stays cached here for the snapshots after.
+    pub(super) fn encoded_copy(&self) -> Slot {
+        Slot {
+            value: OnceLock::new(),
+            encoded: OnceLock::from(Box::from(self.bytes())),
+            newest_end_us: self.newest_end_us,
+        }
     }
 
     #[cfg(test)]
@@ -94,50 +113,11 @@ fn newest_end_us(value: &ValueHistory) -> Option<u64> {
     value.samples.back().map(|s| s.end_us)
 }
 
-thread_local! {
-    /// Where a decoded distribution is encoded before it is written as
-    /// bytes: one buffer reused, rather than one allocated per value.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
 /// The newest end and the encoded distribution: what a restore copies
 /// without decoding.
 impl Serialize for Slot {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let newest = self.newest_end_us;
-        if let Some(bytes) = &self.encoded {
-            return (newest, Bytes::new(bytes)).serialize(serializer);
-        }
-        let value = self.value.get().expect("a slot holds a value");
-        SCRATCH.with_borrow_mut(|scratch| {
-            scratch.clear();
-            postcard::serialize_with_flavor(value.as_ref(), Append(scratch))
-                .map_err(S::Error::custom)?;
-            (newest, Bytes::new(scratch)).serialize(serializer)
-        })
-    }
-}
-
-/// Postcard's output to a buffer it appends to (its `AllocVec` owns a new
-/// one; `to_extend` goes through `Extend` a byte at a time, at half the
-/// speed).
-struct Append<'a>(&'a mut Vec<u8>);
-
-impl Flavor for Append<'_> {
-    type Output = ();
-
-    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
-        self.0.push(byte);
-        Ok(())
-    }
-
-    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn finalize(self) -> postcard::Result<()> {
-        Ok(())
+        (self.newest_end_us, Bytes::new(self.bytes())).serialize(serializer)
     }
 }
 
@@ -146,7 +126,7 @@ impl<'de> Deserialize<'de> for Slot {
         let (newest_end_us, bytes) = <(Option<u64>, ByteBuf)>::deserialize(deserializer)?;
         Ok(Slot {
             value: OnceLock::new(),
-            encoded: Some(bytes.into_vec().into_boxed_slice()),
+            encoded: OnceLock::from(bytes.into_vec().into_boxed_slice()),
             newest_end_us,
         })
     }
@@ -154,7 +134,7 @@ impl<'de> Deserialize<'de> for Slot {
 
 impl fmt::Debug for Slot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.value.get(), &self.encoded) {
+        match (self.value.get(), self.encoded.get()) {
             (Some(value), _) => value.fmt(f),
             (None, Some(bytes)) => write!(f, "<{} bytes, not decoded>", bytes.len()),
             (None, None) => f.write_str("<empty>"),

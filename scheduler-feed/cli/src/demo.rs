@@ -20,7 +20,7 @@ use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::engine::live_policies;
 use jobcast_replay::kafka::{Outcome, ReplayOptions, Speed, replay};
-use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::config::{HttpToken, ServeConfig, TOKEN_VARIABLE};
 use jobcast_scheduler_feed::shared::{Recent, Shared};
 use rdkafka::mocking::MockCluster;
 
@@ -105,6 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     config.storage.path = data_dir.clone();
     config.storage.sync = false;
     config.http.address = args.http;
+    config.http.token = std::env::var(TOKEN_VARIABLE).ok().map(HttpToken::new);
     config.engine.policy = args.policy;
     let t = &config.topics;
     mock.create_topic(&t.events, args.partitions, 1)?;
@@ -124,6 +125,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         policy: args.policy,
         shadow: config.engine.shadow.len(),
         example_job,
+        token: config.http.token.is_some(),
     };
 
     let runtime = tokio::runtime::Runtime::new()?;
@@ -244,6 +246,8 @@ struct Header {
     policy: PolicyKind,
     shadow: usize,
     example_job: &'static str,
+    /// Whether the API wants a token (`JOBCAST_HTTP_TOKEN`).
+    token: bool,
 }
 
 impl Header {
@@ -259,9 +263,9 @@ impl Header {
              \x20 policies     {policy} decides; {shadow} policies run in shadow and are scored\n\
              \n\
              While it runs, try:\n\
-             \x20 curl http://{http}/jobs/{job}     a job: its state, each policy's estimate, its decisions\n\
-             \x20 curl http://{http}/policies           each policy's error so far\n\
-             \x20 curl http://{http}/metrics            Prometheus metrics\n\
+             \x20 {curl} http://{http}/jobs/{job}     a job: its state, each policy's estimate, its decisions\n\
+             \x20 {curl} http://{http}/policies           each policy's error so far\n\
+             \x20 {curl} http://{http}/metrics            Prometheus metrics\n\
              Logs show warnings only (JOBCAST_LOG=info for more).\n\n",
             brokers = self.brokers,
             partitions = self.partitions,
@@ -270,6 +274,11 @@ impl Header {
             speed = self.speed,
             policy = self.policy.name(),
             shadow = self.shadow,
+            curl = if self.token {
+                "curl -H \"Authorization: Bearer $JOBCAST_HTTP_TOKEN\""
+            } else {
+                "curl"
+            },
         )
     }
 }

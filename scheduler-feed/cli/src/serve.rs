@@ -149,12 +149,14 @@ pub async fn serve(
     started(shared.clone(), address);
 
     let backup_dir = config.storage.backup_dir.clone();
+    let token = config.http.token.clone();
     let service = Service::start_with(config, shared.clone())?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let http = tokio::spawn(http::serve(
         listener,
         shared.clone(),
         backup_dir,
+        token,
         async move {
             let _ = http_stopped.await;
         },

@@ -82,12 +82,11 @@ impl SnapshotChain {
 }
 
 /// What a snapshot holds besides the engine: whose records are whose, and
-/// where each input partition was.
+/// where each input partition was. Stored first, the engine's snapshot
+/// after it (`Engine::snapshot_to`), in one buffer: neither is copied into
+/// the other.
 #[derive(Serialize, Deserialize)]
 struct PipelineSnapshot {
-    /// As bytes, not a sequence of numbers: read in one copy.
-    #[serde(with = "serde_bytes")]
-    engine: Vec<u8>,
     job_partitions: Vec<(u64, i32)>,
     machine_partitions: Vec<(u64, i32)>,
     /// The next offset of each input partition after the messages the
@@ -136,14 +135,7 @@ impl Pipeline<'_> {
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
         let whole = self.snapshots.whole_due();
-        let engine = if whole {
-            self.engine.snapshot()?
-        } else {
-            let changed = self.snapshots.history_changed.iter().copied();
-            self.engine.snapshot_changes(changed)?
-        };
         let snapshot = PipelineSnapshot {
-            engine,
             job_partitions: self.job_partitions.iter().map(|(&j, &p)| (j, p)).collect(),
             machine_partitions: self
                 .machine_partitions
@@ -153,7 +145,17 @@ impl Pipeline<'_> {
             applied: self.applied.clone(),
             watermark_us: self.watermark_us,
         };
-        let bytes = postcard::to_allocvec(&snapshot).map_err(SnapshotError::from)?;
+        // Sized for a whole one like the last (pages not written to cost
+        // nothing): growing to tens of MB would copy it again and again.
+        let capacity = self.snapshots.whole_bytes + self.snapshots.whole_bytes / 8;
+        let out = Vec::with_capacity(capacity as usize);
+        let out = postcard::to_extend(&snapshot, out).map_err(SnapshotError::from)?;
+        let bytes = if whole {
+            self.engine.snapshot_to(out)?
+        } else {
+            let changed = self.snapshots.history_changed.iter().copied();
+            self.engine.snapshot_changes(changed, out)?
+        };
         let chain = &mut self.snapshots;
         if whole {
             write.put_snapshot(self.next_seq, &bytes);
@@ -417,16 +419,16 @@ impl Pipeline<'_> {
     fn load_snapshots(&mut self, chain: &[(u64, Vec<u8>)]) -> Result<(), ServiceError> {
         let mut snapshots = Vec::with_capacity(chain.len());
         for (_, bytes) in chain {
-            let snapshot: PipelineSnapshot = postcard::from_bytes(bytes)
+            let (snapshot, engine) = postcard::take_from_bytes::<PipelineSnapshot>(bytes)
                 .map_err(|e| RestoreError::from(SnapshotError::from(e)))?;
-            snapshots.push(snapshot);
+            snapshots.push((snapshot, engine));
         }
-        let engines: Vec<&[u8]> = snapshots.iter().map(|s| s.engine.as_slice()).collect();
+        let engines: Vec<&[u8]> = snapshots.iter().map(|(_, engine)| *engine).collect();
         self.engine = Engine::restore_chain(&self.config.engine, &engines)?;
         let (whole, changes) = chain.split_first().expect("restored from a snapshot");
         self.snapshots.whole_bytes = whole.1.len() as u64;
         self.snapshots.changes_bytes = changes.iter().map(|(_, b)| b.len() as u64).sum();
-        let snapshot = snapshots.pop().expect("restored from a snapshot");
+        let (snapshot, _) = snapshots.pop().expect("restored from a snapshot");
         self.job_partitions = snapshot.job_partitions.into_iter().collect();
         self.machine_partitions = snapshot.machine_partitions.into_iter().collect();
         // Outputs from before the snapshot cannot be computed again.
