@@ -126,13 +126,15 @@ impl KafkaSettings {
 }
 
 /// Property names whose values are secrets: never logged, never exported.
-/// librdkafka's are `sasl.password`, `ssl.key.password`,
-/// `ssl.keystore.password`, `ssl.key.pem`, `sasl.oauthbearer.client.secret`
-/// and `sasl.oauthbearer.config` (which may hold a token); the patterns
-/// also cover Java-style names (`sasl.jaas.config`).
+/// librdkafka's (2.12) are `sasl.password`, `ssl.key.password`,
+/// `ssl.keystore.password`, `ssl.key.pem`, `sasl.oauthbearer.client.secret`,
+/// `sasl.oauthbearer.assertion.private.key.passphrase` and
+/// `sasl.oauthbearer.config` (which may hold a token); the patterns also
+/// cover Java-style names (`sasl.jaas.config`).
 fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key.contains("password")
+        || key.contains("passphrase")
         || key.contains("secret")
         || key.ends_with(".key.pem")
         || key.contains("sasl.jaas")
@@ -263,6 +265,7 @@ mod tests {
             "ssl.keystore.password",
             "ssl.key.pem",
             "sasl.oauthbearer.client.secret",
+            "sasl.oauthbearer.assertion.private.key.passphrase",
             "sasl.oauthbearer.config",
         ];
         for (i, key) in secrets.iter().enumerate() {

@@ -1306,6 +1306,12 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_stays_small() {
+        // A restore makes one per feature value (277,000 at full state).
+        assert_eq!(std::mem::size_of::<Slot>(), 56);
+    }
+
+    #[test]
     fn a_decoded_history_decodes_values_only_when_used_and_goes_on_alike() {
         let config = HistoryConfig {
             window_us: 50_000,

@@ -130,9 +130,48 @@ impl Default for HttpConfig {
 
 /// The HTTP API's bearer token: shown as `<redacted>` by `Debug`, so that
 /// a logged configuration never carries it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
 pub struct HttpToken(String);
+
+/// A string only: a token given as a TOML number (or as a variable or
+/// `--set` value that reads as one) would lose its leading zeros, and
+/// serde's error would quote it.
+impl<'de> Deserialize<'de> for HttpToken {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Token;
+        impl serde::de::Visitor<'_> for Token {
+            type Value = HttpToken;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, token: &str) -> Result<HttpToken, E> {
+                Ok(HttpToken::new(token))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<HttpToken, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<HttpToken, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<HttpToken, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<HttpToken, E> {
+                Err(E::custom(NOT_A_STRING))
+            }
+        }
+        const NOT_A_STRING: &str =
+            "the token must be a string: quote it in TOML, or give it as JOBCAST_HTTP_TOKEN";
+        deserializer.deserialize_str(Token)
+    }
+}
 
 impl HttpToken {
     pub fn new(token: impl Into<String>) -> HttpToken {
@@ -515,6 +554,11 @@ tau3 = 1.0
         let env = [(TOKEN_VARIABLE.to_owned(), " ".to_owned())];
         let empty = ServeConfig::layered(None, env).unwrap().validate();
         assert_eq!(empty.unwrap_err().key, "http.token");
+        // Digits by another route read as a number: refused, not quoted.
+        let env = [("JOBCAST_HTTP__TOKEN".to_owned(), "0123456789".to_owned())];
+        let number = ServeConfig::layered(None, env).unwrap_err().to_string();
+        assert!(number.contains("must be a string"), "{number}");
+        assert!(!number.contains("123456789"), "{number}");
         assert_eq!(ServeConfig::default().http.token, None);
     }
 

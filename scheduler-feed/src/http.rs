@@ -77,10 +77,13 @@ async fn require_token(
     request: Request,
     next: Next,
 ) -> Response {
+    // The scheme is case-insensitive (RFC 7235), the token not.
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "));
+        .and_then(|value| value.as_bytes().split_at_checked(7))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case(b"bearer "))
+        .map(|(_, token)| token);
     if presented.is_some_and(|presented| token.matches(presented)) {
         return next.run(request).await;
     }

@@ -136,6 +136,8 @@ fn with_a_token_set_every_route_but_the_probes_wants_it() {
     }
     let (status, body) = serve.get_authorized(&job, Some(&bearer));
     assert_eq!(status, 200, "{body}");
+    let lower = format!("bearer {token}");
+    assert_eq!(serve.get_authorized(&job, Some(&lower)).0, 200);
     // Probes carry no credentials.
     for probe in ["/healthz", "/readyz"] {
         let (status, body) = serve.get_authorized(probe, None);

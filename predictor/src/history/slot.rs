@@ -11,7 +11,7 @@
 //! the one before (most of a whole snapshot), and encodes only the rest.
 //! The bytes are this snapshot format's, written by this code and read
 //! through RocksDB's block checksums: a value that does not decode is a
-//! defect, not input, and stops the service naming the value.
+//! defect, not input, and stops the service.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -24,7 +24,7 @@ use serde_bytes::{ByteBuf, Bytes};
 use super::{ValueForm, ValueHistory};
 use crate::features::FeatureKind;
 
-/// Small (48 bytes), since a restore moves hundreds of thousands: the
+/// Small (56 bytes), since a restore makes hundreds of thousands: the
 /// distribution is boxed. Locks rather than cells because evaluations
 /// share one history between threads (`replay`). At least one of `value`
 /// and `encoded` is set, and when both are they agree.

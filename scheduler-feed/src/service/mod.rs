@@ -164,15 +164,12 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         .shared
         .liveness
         .set_timeout(config.http.stall_timeout());
-    if pipeline.await_assignment(&member) {
+    let assigned = pipeline.await_assignment(&member);
+    if assigned {
         pipeline.reconcile(&member, &sink, true)?;
         pipeline.shared.liveness.beat();
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
         pipeline.consume(&member, &sink)?;
-        pipeline.writer.flush()?;
-        if config.storage.snapshot_on_stop {
-            pipeline.snapshot_on_stop()?;
-        }
     }
     pipeline.writer.flush()?;
     // The last batches' offsets go to the group now; leaving it commits,
@@ -180,6 +177,11 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     pipeline.commit_written(&member);
     sink.flush(Duration::from_secs(10))?;
     pipeline.leave_group(&member);
+    // After the hand-over, so that no takeover waits for it: the next
+    // start (of a restored engine) then applies nothing from the log.
+    if assigned && config.storage.snapshot_on_stop {
+        pipeline.snapshot_on_stop()?;
+    }
     // With its partitions handed over: the next start then opens the
     // store without replaying RocksDB's write-ahead log.
     let flushing = Instant::now();

@@ -49,7 +49,7 @@ const REPLAY_COMMIT_EVERY: usize = 50_000;
 const REPLAY_POLL_EVERY: u64 = 10_000;
 
 /// A whole snapshot is written again once the snapshots of changes after
-/// the last one add up to this share of its size. A restore then decodes
+/// the last one add up to this share of its size. A restore then reads
 /// at most 1.5 times the state, and the snapshots cost a fraction of
 /// rewriting the state every time: the history, nearly all of a snapshot
 /// once its window is full, changes only in the feature values of the
