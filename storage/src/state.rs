@@ -272,7 +272,7 @@ impl StateStore {
             next_log_seq: self.next_log_seq()?,
             stored_partitions,
             offsets,
-            oldest_retained_job: self.expired(u64::MAX, 1)?.first().copied(),
+            oldest_retained_job: self.expired(0, u64::MAX, 1)?.first().copied(),
             skips: self.skips()?,
         })
     }
@@ -503,11 +503,21 @@ impl StateStore {
             })
     }
 
-    /// Up to `limit` ended jobs that ended before `before_us`, oldest
-    /// first: (end time, job id).
-    pub fn expired(&self, before_us: u64, limit: usize) -> Result<Vec<(u64, u64)>, StoreError> {
+    /// Up to `limit` ended jobs that ended from `from_us` to before
+    /// `before_us`, oldest first: (end time, job id).
+    pub fn expired(
+        &self,
+        from_us: u64,
+        before_us: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, u64)>, StoreError> {
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(EXPIRY), IteratorMode::Start) {
+        // From where the caller knows nothing is left: the deleted entries
+        // below stay as tombstones until compaction, and a scan from the
+        // start steps over every one of them.
+        let from = expiry_key(from_us, 0);
+        let mode = IteratorMode::From(&from, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf(self.cf(EXPIRY), mode) {
             let (key, _) = item.map_err(|e| self.rocks(e))?;
             let corrupt = || StoreError::Corrupt {
                 family: EXPIRY,
@@ -1251,14 +1261,23 @@ mod tests {
             batch.put_expiry(end_us, job_id);
         }
         store.commit(batch).unwrap();
-        assert_eq!(store.expired(250, 10).unwrap(), [(100, 2), (200, 3)]);
-        assert_eq!(store.expired(1000, 2).unwrap(), [(100, 2), (200, 3)]);
+        assert_eq!(store.expired(0, 250, 10).unwrap(), [(100, 2), (200, 3)]);
+        assert_eq!(store.expired(0, 1000, 2).unwrap(), [(100, 2), (200, 3)]);
         let mut batch = store.batch();
-        for (end_us, job_id) in store.expired(250, 10).unwrap() {
+        for (end_us, job_id) in store.expired(0, 250, 10).unwrap() {
             batch.expire_job(end_us, job_id);
         }
         store.commit(batch).unwrap();
-        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(300, 1), (900, 4)]);
+        assert_eq!(
+            store.expired(0, u64::MAX, 10).unwrap(),
+            [(300, 1), (900, 4)]
+        );
+        // A scan from a bound reached starts there.
+        assert_eq!(
+            store.expired(300, u64::MAX, 10).unwrap(),
+            [(300, 1), (900, 4)]
+        );
+        assert_eq!(store.expired(301, u64::MAX, 10).unwrap(), [(900, 4)]);
         assert_eq!(store.awaiting_end().unwrap(), [] as [u64; 0]);
         assert_eq!(job_ids::<Vec<u64>>(&store, JOBS), [1, 4]);
         assert_eq!(
@@ -1384,13 +1403,13 @@ mod tests {
         store.commit(batch).unwrap();
         assert_eq!(store.awaiting_end().unwrap(), [5, 6]);
         // No bound reaches a job whose end is unknown.
-        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(100, 7)]);
+        assert_eq!(store.expired(0, u64::MAX, 10).unwrap(), [(100, 7)]);
 
         let mut batch = store.batch();
         batch.index_end(50, 6);
         store.commit(batch).unwrap();
         assert_eq!(store.awaiting_end().unwrap(), [5]);
-        assert_eq!(store.expired(u64::MAX, 10).unwrap(), [(50, 6), (100, 7)]);
+        assert_eq!(store.expired(0, u64::MAX, 10).unwrap(), [(50, 6), (100, 7)]);
         let mut batch = store.batch();
         batch.expire_job(50, 6);
         store.commit(batch).unwrap();

@@ -94,6 +94,9 @@ struct PipelineSnapshot {
     applied: BTreeMap<i32, i64>,
     /// The latest event time applied.
     watermark_us: u64,
+    /// The expiry bound reached: the store holds no ended job below it,
+    /// so the restore's expiry scan starts there.
+    expired_before: u64,
 }
 
 impl Pipeline<'_> {
@@ -144,6 +147,7 @@ impl Pipeline<'_> {
                 .collect(),
             applied: self.applied.clone(),
             watermark_us: self.watermark_us,
+            expired_before: self.expired_before,
         };
         // Sized for a whole one like the last (pages not written to cost
         // nothing): growing to tens of MB would copy it again and again.
@@ -437,6 +441,7 @@ impl Pipeline<'_> {
         }
         self.applied = snapshot.applied;
         self.watermark_us = snapshot.watermark_us;
+        self.expired_before = snapshot.expired_before;
         Ok(())
     }
 

@@ -109,7 +109,9 @@ impl Pipeline<'_> {
         let bound = self.expiry_bound();
         // The scan must see every record committed so far.
         self.writer.flush()?;
-        let expired = self.store.expired(bound, usize::MAX)?;
+        // Below `expired_before` nothing is left: what was there is
+        // deleted, and nothing below it is indexed any more (`put_ended`).
+        let expired = self.store.expired(self.expired_before, bound, usize::MAX)?;
         for &(end_us, job_id) in &expired {
             write.expire_job(end_us, job_id);
         }
