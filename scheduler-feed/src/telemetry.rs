@@ -25,6 +25,8 @@ pub const STORE_BYTES: &str = "jobcast_store_bytes";
 pub const BATCH_EVENTS: &str = "jobcast_batch_events";
 pub const BATCH_STAGE_SECONDS: &str = "jobcast_batch_stage_seconds";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
+pub const OUTPUTS_PARKED: &str = "jobcast_outputs_parked_total";
+pub const PRODUCERS_RECREATED: &str = "jobcast_producers_recreated_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
@@ -263,6 +265,16 @@ fn describe() {
         PRODUCE_RETRIES,
         Unit::Count,
         "Output messages produced again after a failed delivery"
+    );
+    describe_counter!(
+        OUTPUTS_PARKED,
+        Unit::Count,
+        "Output messages the broker refused for good (too large, unknown topic, not authorized), parked in the store instead of retried, by topic and reason"
+    );
+    describe_counter!(
+        PRODUCERS_RECREATED,
+        Unit::Count,
+        "Output producers replaced after a fatal error (an idempotent producer's broken sequence)"
     );
     describe_histogram!(
         RISK_PREEMPTION_PROBABILITY,

@@ -14,6 +14,7 @@
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
 //! | `log`         | sequence number (u64 BE)     | input message: partition, offset, key, payload |
 //! | `snapshots`   | sequence number (u64 BE)     | the predictor's state after every message logged before it, whole or as changes |
+//! | `parked`      | id (u64 BE)                  | an output the broker refused for good, with why (JSON, [`ParkedOutput`]) |
 //! | `expiry`      | end time, job id (u64, u64 BE) | (empty): an ended job whose records expire; end `u64::MAX`: a live job whose decisions stay from an earlier ownership, indexed at its end once it ends |
 //! | `meta`        | name                         | value                          |
 //!
@@ -59,9 +60,11 @@
 //! start and deleted ([`StateStore::expired`], [`StateBatch::expire_job`]).
 
 mod operations;
+mod parked;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, ColumnFamily, ColumnFamilyDescriptor,
@@ -72,6 +75,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use operations::{Skip, is_store, restore_backup, set_aside, unix_seconds};
+pub use parked::ParkedOutput;
 
 pub const JOBS: &str = "jobs";
 pub const DECISIONS: &str = "decisions";
@@ -83,10 +87,12 @@ pub const OFFSETS: &str = "offsets";
 pub const LOG: &str = "log";
 pub const SNAPSHOTS: &str = "snapshots";
 pub const EXPIRY: &str = "expiry";
+pub const PARKED: &str = "parked";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 11] = [
-    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, EXPIRY, META,
+const COLUMN_FAMILIES: [&str; 12] = [
+    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, EXPIRY, PARKED,
+    META,
 ];
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
@@ -156,6 +162,8 @@ pub struct StateStore {
     db: DB,
     path: String,
     write: WriteOptions,
+    /// The id the next parked output gets.
+    parked_next: AtomicU64,
 }
 
 impl StateStore {
@@ -183,11 +191,13 @@ impl StateStore {
         })?;
         let mut write = WriteOptions::default();
         write.set_sync(sync);
-        Ok(StateStore {
+        StateStore {
             db,
             path: shown,
             write,
-        })
+            parked_next: AtomicU64::new(0),
+        }
+        .with_parked_ids()
     }
 
     /// Open the store at `path` to read, beside a service that may be
@@ -202,11 +212,19 @@ impl StateStore {
                 path: shown.clone(),
                 source,
             })?;
-        Ok(StateStore {
+        StateStore {
             db,
             path: shown,
             write: WriteOptions::default(),
-        })
+            parked_next: AtomicU64::new(0),
+        }
+        .with_parked_ids()
+    }
+
+    fn with_parked_ids(mut self) -> Result<Self, StoreError> {
+        let next = self.first_free_parked_id()?;
+        *self.parked_next.get_mut() = next;
+        Ok(self)
     }
 
     /// Keys (RocksDB's estimate) and bytes on disk (SST files) of every
@@ -274,6 +292,7 @@ impl StateStore {
             offsets,
             oldest_retained_job: self.expired(0, u64::MAX, 1)?.first().copied(),
             skips: self.skips()?,
+            parked: self.parked()?.len() as u64,
         })
     }
 
@@ -746,6 +765,9 @@ pub struct StoreSummary {
     pub oldest_retained_job: Option<(u64, u64)>,
     /// Input the service dead-letters instead of applying.
     pub skips: Vec<Skip>,
+    /// Outputs the broker refused for good, waiting to be published again
+    /// ([`ParkedOutput`]).
+    pub parked: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

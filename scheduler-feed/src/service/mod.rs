@@ -158,7 +158,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     let mut pipeline = Pipeline::new(config, shared)?;
     pipeline.check_store()?;
     let member = pipeline.join_group()?;
-    let sink = Sink::new(&config.kafka, pipeline.shared.clone())?;
+    let mut sink = Sink::new(&config.kafka, pipeline.shared.clone())?;
     sink.warm_up(&config.topics);
     pipeline
         .shared
@@ -166,10 +166,10 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         .set_timeout(config.http.stall_timeout());
     let assigned = pipeline.await_assignment(&member);
     if assigned {
-        pipeline.reconcile(&member, &sink, true)?;
+        pipeline.reconcile(&member, &mut sink, true)?;
         pipeline.shared.liveness.beat();
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
-        pipeline.consume(&member, &sink)?;
+        pipeline.consume(&member, &mut sink)?;
     }
     pipeline.writer.flush()?;
     // The last batches' offsets go to the group now; leaving it commits,

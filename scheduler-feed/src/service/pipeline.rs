@@ -39,7 +39,7 @@ impl Pipeline<'_> {
     pub(super) fn consume(
         &mut self,
         member: &BaseConsumer<MemberContext>,
-        sink: &Sink,
+        sink: &mut Sink,
     ) -> Result<(), ServiceError> {
         // Its group is never joined nor committed to: librdkafka wants one
         // for incremental assignment, which adds partitions the topic gains.
@@ -114,7 +114,7 @@ impl Pipeline<'_> {
     /// Apply, publish and commit one batch.
     fn process(
         &mut self,
-        sink: &Sink,
+        sink: &mut Sink,
         member: &BaseConsumer<MemberContext>,
         batch: Batch,
         stopping: bool,
@@ -212,7 +212,7 @@ impl Pipeline<'_> {
 
         // 2. Publish, and wait until the broker has every output.
         // A long wait for the broker keeps the group member polled.
-        sink.publish(&outgoing, stopping, &mut || {
+        sink.publish(&outgoing, stopping, &mut write, &mut || {
             let _ = member.poll(Duration::ZERO);
         })?;
         let published_at = Instant::now();

@@ -203,7 +203,7 @@ impl Pipeline<'_> {
     pub(super) fn reconcile(
         &mut self,
         member: &BaseConsumer<MemberContext>,
-        sink: &Sink,
+        sink: &mut Sink,
         starting: bool,
     ) -> Result<(), ServiceError> {
         // Records are written below, after every batch handed over.
@@ -253,7 +253,7 @@ impl Pipeline<'_> {
         self.write_partitions(if starting { &owned } else { &taken }, &mut write);
         self.delete_partitions(&dropped, &mut write);
         write.set_stored_partitions(&owned);
-        sink.publish(&outgoing, false, &mut || {
+        sink.publish(&outgoing, false, &mut write, &mut || {
             let _ = member.poll(Duration::ZERO);
         })?;
         store.commit(write)?;
@@ -296,6 +296,7 @@ impl Pipeline<'_> {
         info!("restoring the predictor state");
         let store = self.store.clone();
         let chain = store.snapshot_chain()?;
+        let read_at = Instant::now();
         self.snapshots = SnapshotChain::default();
         let from_seq = match chain.last() {
             Some(&(seq, _)) => {
@@ -375,6 +376,7 @@ impl Pipeline<'_> {
         metrics::gauge!(telemetry::RESTORE_SECONDS).set(seconds);
         info!(
             snapshot_at = from_seq,
+            snapshot_read_seconds = (read_at - started).as_secs_f64(),
             snapshot_seconds = (restored_at - started).as_secs_f64(),
             events = count,
             seconds,

@@ -2,6 +2,16 @@
 //! letters) and wait until the broker has acknowledged every one. A failed
 //! delivery is produced again, with backoff; the batch is committed only
 //! once all are acknowledged, which makes the output at-least-once.
+//!
+//! Some failures no retry can mend: a message larger than the topic
+//! allows, a topic that does not exist, a producer not allowed to write
+//! it. Retried, such an output would stop the instance for good, and then
+//! every instance the group moved its partition to. Those are parked in
+//! the store with the batch (`parked`, see `jobcast_storage::state::
+//! ParkedOutput`), counted in `jobcast_outputs_parked_total{topic,reason}`,
+//! and the stream goes on. A producer that hit a fatal error (an
+//! idempotent producer whose sequence broke) takes nothing any more: it is
+//! replaced, and the outputs it failed are produced again by the new one.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,11 +19,12 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::kafka::{KafkaSettings, Topics};
+use jobcast_storage::state::{ParkedOutput, StateBatch, unix_seconds};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use tracing::warn;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, PurgeConfig};
+use tracing::{error, warn};
 
 use crate::error::ServiceError;
 use crate::shared::Shared;
@@ -118,27 +129,80 @@ pub fn output_producer_config(kafka: &KafkaSettings) -> ClientConfig {
     config
 }
 
+/// Why the broker will never take an output, if it never will: the
+/// `reason` label of `jobcast_outputs_parked_total`. Everything else
+/// (timeouts, a broker or leader gone, full queues) is retried.
+fn refused_for_good(error: &KafkaError) -> Option<&'static str> {
+    use RDKafkaErrorCode::*;
+    Some(match error.rdkafka_error_code()? {
+        MessageSizeTooLarge | MessageBatchTooLarge | InvalidMessageSize => "too_large",
+        UnknownTopic | UnknownTopicOrPartition | UnknownTopicId | InvalidTopic => "unknown_topic",
+        TopicAuthorizationFailed | ClusterAuthorizationFailed => "not_authorized",
+        InvalidRecord | PolicyViolation => "invalid",
+        _ => return None,
+    })
+}
+
+/// Park `message`, which the broker refused for good (`reason`, `error`),
+/// in the batch's write.
+fn park_output(message: &Outgoing, reason: &'static str, error: &KafkaError, park: &mut StateBatch<'_>) {
+    error!(
+        topic = message.topic,
+        reason,
+        "the broker refused an output for good ({error}); parked in the store \
+         (`jobcast admin parked` lists it and publishes it again)"
+    );
+    metrics::counter!(telemetry::OUTPUTS_PARKED, "topic" => message.topic.clone(), "reason" => reason)
+        .increment(1);
+    park.park(&ParkedOutput {
+        topic: message.topic.clone(),
+        key: message.key.clone(),
+        payload: message.payload.clone(),
+        headers: message
+            .headers
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect(),
+        reason: reason.to_owned(),
+        error: error.to_string(),
+        parked_at: unix_seconds(),
+    });
+}
+
+/// The output producer, built from the service's Kafka settings.
+fn producer(
+    kafka: &KafkaSettings,
+    shared: &Arc<Shared>,
+) -> Result<BaseProducer<Deliveries>, ServiceError> {
+    // Readiness turns false as soon as the producer loses every broker:
+    // the pipeline may be waiting for acknowledgements then, not probing.
+    let readiness = shared.clone();
+    let deliveries = Deliveries::new().on_error(move |error, reason| {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            readiness.broker_up.store(false, Ordering::Relaxed);
+        }
+        warn!("Kafka producer: {error}: {reason}");
+    });
+    output_producer_config(kafka)
+        .create_with_context(deliveries)
+        .map_err(|e| kafka.redact(e).into())
+}
+
 /// The sink: the producer of the service's outputs.
 pub(super) struct Sink {
     producer: BaseProducer<Deliveries>,
+    /// To build a new producer when this one fails for good.
+    kafka: KafkaSettings,
     shared: Arc<Shared>,
 }
 
 impl Sink {
     pub(super) fn new(kafka: &KafkaSettings, shared: Arc<Shared>) -> Result<Sink, ServiceError> {
-        // Readiness turns false as soon as the producer loses every broker:
-        // the pipeline may be waiting for acknowledgements then, not probing.
-        let readiness = shared.clone();
-        let deliveries = Deliveries::new().on_error(move |error, reason| {
-            if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-                readiness.broker_up.store(false, Ordering::Relaxed);
-            }
-            warn!("Kafka producer: {error}: {reason}");
-        });
-        let producer = output_producer_config(kafka)
-            .create_with_context(deliveries)
-            .map_err(|e| kafka.redact(e))?;
-        Ok(Sink { producer, shared })
+        Ok(Sink {
+            producer: producer(kafka, &shared)?,
+            kafka: kafka.clone(),
+            shared,
+        })
     }
 
     /// Have the producer connect and learn where its topics' partitions
@@ -160,18 +224,20 @@ impl Sink {
 
     /// Produce every message and wait for the broker to acknowledge all of
     /// them, producing failed ones again with backoff; `serve` is called
-    /// every [`SERVE_EVERY`] while that takes. Once the service is stopping
-    /// (`stopping`, or a stop asked for during the wait), outputs still
-    /// unacknowledged after [`DELIVERY_TIMEOUT`] or three attempts are
-    /// given up on: the batch is not committed, and the next start applies
-    /// it again.
+    /// every [`SERVE_EVERY`] while that takes. A message the broker refused
+    /// for good is parked in `park` (the batch's write) instead. Once the
+    /// service is stopping (`stopping`, or a stop asked for during the
+    /// wait), outputs still unacknowledged after [`DELIVERY_TIMEOUT`] or
+    /// three attempts are given up on: the batch is not committed, and the
+    /// next start applies it again.
     pub(super) fn publish(
-        &self,
+        &mut self,
         outgoing: &[Outgoing],
         stopping: bool,
+        park: &mut StateBatch<'_>,
         serve: &mut dyn FnMut(),
     ) -> Result<(), ServiceError> {
-        let (producer, shared) = (&self.producer, &self.shared);
+        let shared = self.shared.clone();
         let stopping = || stopping || shared.shutdown.load(Ordering::Relaxed);
         let mut serving = Serving {
             serve,
@@ -198,16 +264,21 @@ impl Sink {
                     .payload(&message.payload)
                     .headers(headers);
                 loop {
-                    match producer.send(record) {
+                    match self.producer.send(record) {
                         Ok(()) => break,
                         Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                             record = back;
-                            producer.poll(Duration::from_millis(10));
+                            self.producer.poll(Duration::from_millis(10));
                             serving.tick();
                         }
                         Err((e, _)) => {
-                            warn!("cannot produce to {}: {e}", message.topic);
-                            unsent.push(index);
+                            match refused_for_good(&e) {
+                                Some(reason) => park_output(message, reason, &e, park),
+                                None => {
+                                    warn!("cannot produce to {}: {e}", message.topic);
+                                    unsent.push(index);
+                                }
+                            }
                             break;
                         }
                     }
@@ -217,9 +288,15 @@ impl Sink {
             // `message.timeout.ms`, when they fail and are produced again
             // below); the batch is committed only once every one is
             // acknowledged, so keep waiting.
-            while !await_deliveries(producer, DELIVERY_TIMEOUT, &mut serving) {
+            while !await_deliveries(&self.producer, DELIVERY_TIMEOUT, &mut serving) {
+                if self.producer.client().fatal_error().is_some() {
+                    // It will deliver nothing more: fail what it holds.
+                    self.producer
+                        .purge(PurgeConfig::default().queue().inflight());
+                    continue;
+                }
                 shared.broker_up.store(false, Ordering::Relaxed);
-                let in_flight = producer.in_flight_count();
+                let in_flight = self.producer.in_flight_count();
                 if stopping() {
                     return Err(ServiceError::Unacknowledged(in_flight.max(0) as usize));
                 }
@@ -230,12 +307,18 @@ impl Sink {
             }
             let acknowledged = Instant::now();
             let mut failed = std::mem::take(&mut unsent);
-            for failure in producer.context().take_failures() {
-                warn!(
-                    "delivery of output {} failed: {}",
-                    failure.index, failure.error
-                );
-                failed.push(failure.index);
+            for failure in self.producer.context().take_failures() {
+                let message = &outgoing[failure.index];
+                match refused_for_good(&failure.error) {
+                    Some(reason) => park_output(message, reason, &failure.error, park),
+                    None => {
+                        warn!(
+                            "delivery of output {} failed: {}",
+                            failure.index, failure.error
+                        );
+                        failed.push(failure.index);
+                    }
+                }
             }
             let latency = metrics::histogram!(telemetry::DECISION_LATENCY);
             for &index in pending.iter().filter(|i| !failed.contains(i)) {
@@ -244,6 +327,15 @@ impl Sink {
                 }
             }
             pending = failed;
+            if let Some((code, reason)) = self.producer.client().fatal_error() {
+                error!(
+                    "the output producer failed for good ({code:?}: {reason}); \
+                     replacing it, and producing its {} failed outputs again",
+                    pending.len()
+                );
+                metrics::counter!(telemetry::PRODUCERS_RECREATED).increment(1);
+                self.producer = producer(&self.kafka, &self.shared)?;
+            }
             if pending.is_empty() {
                 shared.broker_up.store(true, Ordering::Relaxed);
                 break;
@@ -313,12 +405,14 @@ mod tests {
         }
     }
 
-    /// Have the broker refuse the next `n` produce requests for good
-    /// (librdkafka does not retry them; the sink produces again).
-    fn refuse_produce<C: rdkafka::ClientContext>(mock: &MockCluster<'_, C>, n: usize) {
+    /// Have the broker fail the next `n` produce requests with an error
+    /// neither librdkafka nor the sink knows to be permanent (Kafka's
+    /// UNKNOWN_SERVER_ERROR): librdkafka does not retry it, the sink
+    /// produces the outputs again.
+    fn fail_produce<C: rdkafka::ClientContext>(mock: &MockCluster<'_, C>, n: usize) {
         mock.request_errors(
             RDKafkaApiKey::Produce,
-            &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; n],
+            &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; n],
         );
     }
 
@@ -363,10 +457,13 @@ mod tests {
             mock: _mock,
             kafka,
             shared,
-            sink,
+            mut sink,
             _dir,
         } = fixture();
-        sink.publish(&outgoing(5), false, &mut || {}).unwrap();
+        let mut write = shared.store.batch();
+        sink.publish(&outgoing(5), false, &mut write, &mut || {})
+            .unwrap();
+        assert!(write.is_empty(), "nothing parked");
         assert!(shared.broker_up.load(Ordering::Relaxed));
         let read = read_back(&kafka, 5);
         let expected: Vec<_> = (0..5)
@@ -381,34 +478,40 @@ mod tests {
             mock,
             kafka,
             shared,
-            sink,
+            mut sink,
             _dir,
         } = fixture();
         sink.warm_up(&Topics {
             decisions: TOPIC.into(),
             ..Topics::default()
         });
-        refuse_produce(&mock, 1);
+        fail_produce(&mock, 1);
         // `publish` retries until delivered: bound the test's wait.
         let (done, published) = std::sync::mpsc::channel();
-        std::thread::spawn(move || done.send(sink.publish(&outgoing(3), false, &mut || {})));
-        published
+        let store = shared.store.clone();
+        std::thread::spawn(move || {
+            let mut write = store.batch();
+            let published = sink.publish(&outgoing(3), false, &mut write, &mut || {});
+            done.send(published.map(|()| write.len()))
+        });
+        let published = published
             .recv_timeout(Duration::from_secs(60))
-            .expect("the outputs were produced again within a minute")
-            .unwrap();
+            .expect("the outputs were produced again within a minute");
+        assert_eq!(published.unwrap(), 0, "nothing parked");
         assert!(shared.broker_up.load(Ordering::Relaxed));
         assert_eq!(read_back(&kafka, 3).len(), 3);
     }
 
     #[test]
     fn a_long_wait_for_acknowledgements_keeps_serving_the_caller() {
-        let f = fixture();
+        let mut f = fixture();
         // Five refusals: the sink backs off 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s.
-        refuse_produce(&f.mock, 5);
+        fail_produce(&f.mock, 5);
         let started = Instant::now();
         let mut served = 0u32;
+        let mut write = f.shared.store.batch();
         f.sink
-            .publish(&outgoing(2), false, &mut || served += 1)
+            .publish(&outgoing(2), false, &mut write, &mut || served += 1)
             .unwrap();
         let waited = started.elapsed();
         // Served every half second of the wait (give or take the last
@@ -423,11 +526,12 @@ mod tests {
 
     #[test]
     fn a_stop_asked_for_during_the_wait_gives_up_on_outputs_it_cannot_deliver() {
-        let f = fixture();
-        refuse_produce(&f.mock, 8);
+        let mut f = fixture();
+        fail_produce(&f.mock, 8);
         // The batch began before the stop: `stopping` is false.
         f.shared.shutdown.store(true, Ordering::Relaxed);
-        match f.sink.publish(&outgoing(2), false, &mut || {}) {
+        let mut write = f.shared.store.batch();
+        match f.sink.publish(&outgoing(2), false, &mut write, &mut || {}) {
             Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
             other => panic!("{other:?}"),
         }
@@ -439,14 +543,83 @@ mod tests {
             mock,
             kafka: _,
             shared,
-            sink,
+            mut sink,
             _dir,
         } = fixture();
-        refuse_produce(&mock, 8);
-        match sink.publish(&outgoing(2), true, &mut || {}) {
+        fail_produce(&mock, 8);
+        let mut write = shared.store.batch();
+        match sink.publish(&outgoing(2), true, &mut write, &mut || {}) {
             Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
             other => panic!("{other:?}"),
         }
         assert!(!shared.broker_up.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn an_output_the_broker_refuses_for_good_is_parked_and_the_rest_delivered() {
+        let Fixture {
+            mock,
+            kafka,
+            shared,
+            mut sink,
+            _dir,
+        } = fixture();
+        sink.warm_up(&Topics {
+            decisions: TOPIC.into(),
+            ..Topics::default()
+        });
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+        );
+        let sent = outgoing(3);
+        let mut write = shared.store.batch();
+        // No retry: the publish returns at once (the test's wait bounds it).
+        let started = Instant::now();
+        sink.publish(&sent, false, &mut write, &mut || {}).unwrap();
+        assert!(started.elapsed() < DELIVERY_TIMEOUT);
+        shared.store.commit(write).unwrap();
+        let parked = shared.store.parked().unwrap();
+        assert!(!parked.is_empty(), "the refused request's outputs are parked");
+        for (_, output) in &parked {
+            assert_eq!((output.topic.as_str(), output.reason.as_str()), (TOPIC, "too_large"));
+            let index = sent.iter().position(|m| m.key == output.key).unwrap();
+            assert_eq!(output.payload, sent[index].payload);
+            assert_eq!(output.headers, [("jobcast.test".to_owned(), index.to_string().into_bytes())]);
+        }
+        // The others are in the topic: together, every output once.
+        let read = read_back(&kafka, sent.len() - parked.len());
+        assert_eq!(read.len() + parked.len(), sent.len());
+        for (key, ..) in &read {
+            assert!(!parked.iter().any(|(_, o)| o.key == key.as_bytes()));
+        }
+    }
+
+    #[test]
+    fn a_producer_failed_for_good_is_replaced_and_its_outputs_produced_again() {
+        let Fixture {
+            mock: _mock,
+            kafka,
+            shared,
+            mut sink,
+            _dir,
+        } = fixture();
+        let reason = std::ffi::CString::new("a broken sequence, injected").unwrap();
+        // SAFETY: the producer's handle is live, and the reason outlives
+        // the call (librdkafka copies it).
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                sink.producer.client().native_ptr(),
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            );
+        }
+        assert!(sink.producer.client().fatal_error().is_some());
+        let mut write = shared.store.batch();
+        sink.publish(&outgoing(3), false, &mut write, &mut || {})
+            .unwrap();
+        assert!(write.is_empty(), "nothing parked");
+        assert!(sink.producer.client().fatal_error().is_none(), "a new producer");
+        assert_eq!(read_back(&kafka, 3).len(), 3);
     }
 }

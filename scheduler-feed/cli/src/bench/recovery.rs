@@ -57,6 +57,10 @@ pub(super) struct RecoveryArgs {
     /// speeds up over the rounds favours neither. The medians are reported.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Restarts of the measured run, each on the store the one before
+    /// left: the median restore is reported, and each one beside it.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    restarts: u32,
     /// Also measure a takeover between two instances of one group.
     #[arg(long)]
     takeover: bool,
@@ -97,11 +101,15 @@ pub(super) struct RecoveryReport {
     /// (the throughputs then include writing it).
     paced_window: Option<u64>,
     /// Opening the store, restoring the snapshot and applying the log after
-    /// it, seconds.
+    /// it, seconds: the median of the restarts.
     restore_s: f64,
-    /// From the start until the group assigned the partitions, seconds.
+    /// Each restart's, in order.
+    restores_s: Vec<f64>,
+    /// From the start until the group assigned the partitions, seconds:
+    /// the median of the restarts.
     group_join_s: f64,
-    /// Logged messages applied on the restart.
+    /// Logged messages applied on the first restart (the later ones apply
+    /// what the one before left, which is nothing after a clean stop).
     replayed_events: u64,
     /// Bytes of the store's directory (SST files, WAL, manifest) after the
     /// run, and the SST bytes per column family.
@@ -151,9 +159,9 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     });
     print_out(&format!(
         "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages{paced}\n\n\
-         \x20 restore (open, snapshot, log after it)  {:>9.3} s\n\
+         \x20 restore (open, snapshot, log after it)  {:>9.3} s, the median of {}\n\
          \x20 consumer group join (not included)      {:>9.3} s\n\
-         \x20 logged messages applied on restart      {:>9}\n\
+         \x20 logged messages applied on restart      {:>9} (the first)\n\
          \x20 latest snapshot                         {:>9} bytes\n\
          \x20 store on disk                           {:>9} bytes\n\
          \x20 store on disk, compacted                {:>9} bytes\n\
@@ -165,6 +173,12 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
         report.broker,
         report.snapshot_every_events,
         report.restore_s,
+        report
+            .restores_s
+            .iter()
+            .map(|s| format!("{s:.3}"))
+            .collect::<Vec<_>>()
+            .join(" "),
         report.group_join_s,
         report.replayed_events,
         report.snapshot_bytes.unwrap_or(0),
@@ -308,7 +322,61 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
         percentile(&v, 50.0).expect("one round at least")
     };
 
-    // The restart.
+    let mut restarts = Vec::new();
+    for _ in 0..args.restarts {
+        restarts.push(restart(&measured)?);
+    }
+    let restores_s: Vec<f64> = restarts.iter().map(|r| r.restore_s).collect();
+    let group_join_s = median(restarts.iter().map(|r| r.group_join_s).collect());
+    let store_bytes = directory_bytes(&measured.storage.path)?;
+    let store = StateStore::open(&measured.storage.path, false)?;
+    let summary = store.summary()?;
+    store.compact();
+    drop(store);
+    let compacted_store_bytes = directory_bytes(&measured.storage.path)?;
+    let takeover = if args.takeover {
+        // Its input topic is named after the first round's.
+        let mut base = measured.clone();
+        base.topics.events = config.topics.events.clone();
+        Some(takeover(args, &base, &feed)?)
+    } else {
+        None
+    };
+    Ok(RecoveryReport {
+        events,
+        partitions: args.service.partitions,
+        broker: broker_name(&args.service.kafka),
+        snapshot_every_events: args.snapshot_every,
+        paced_window: args.pace,
+        restore_s: median(restores_s.clone()),
+        restores_s,
+        group_join_s,
+        replayed_events: restarts[0].replayed_events,
+        store_bytes,
+        compacted_store_bytes,
+        family_bytes: summary
+            .families
+            .iter()
+            .map(|(name, size)| (*name, size.bytes))
+            .collect(),
+        snapshot_bytes: summary.snapshot_bytes,
+        throughput_eps: median(with),
+        baseline_throughput_eps: median(without),
+        round_ratios,
+        takeover,
+    })
+}
+
+/// What one restart cost.
+struct Restart {
+    restore_s: f64,
+    group_join_s: f64,
+    replayed_events: u64,
+}
+
+/// Start the service on the store of `measured`, wait until it is ready
+/// for new input, and stop it.
+fn restart(measured: &ServeConfig) -> anyhow::Result<Restart> {
     let started = Instant::now();
     let service = Service::start(measured.clone())?;
     let shared = service.shared().clone();
@@ -334,45 +402,13 @@ fn measure(args: &RecoveryArgs, config: ServeConfig) -> anyhow::Result<RecoveryR
     }
     let ready = started.elapsed();
     let assigned = assigned_at.unwrap_or(ready);
-    let replayed = shared.counters.recovered_events.load(Ordering::Relaxed);
+    let replayed_events = shared.counters.recovered_events.load(Ordering::Relaxed);
     drop(shared);
     service.stop()?;
-
-    let store_bytes = directory_bytes(&measured.storage.path)?;
-    let store = StateStore::open(&measured.storage.path, false)?;
-    let summary = store.summary()?;
-    store.compact();
-    drop(store);
-    let compacted_store_bytes = directory_bytes(&measured.storage.path)?;
-    let takeover = if args.takeover {
-        // Its input topic is named after the first round's.
-        let mut base = measured.clone();
-        base.topics.events = config.topics.events.clone();
-        Some(takeover(args, &base, &feed)?)
-    } else {
-        None
-    };
-    Ok(RecoveryReport {
-        events,
-        partitions: args.service.partitions,
-        broker: broker_name(&args.service.kafka),
-        snapshot_every_events: args.snapshot_every,
-        paced_window: args.pace,
+    Ok(Restart {
         restore_s: (opened + ready.saturating_sub(assigned)).as_secs_f64(),
         group_join_s: assigned.saturating_sub(opened).as_secs_f64(),
-        replayed_events: replayed,
-        store_bytes,
-        compacted_store_bytes,
-        family_bytes: summary
-            .families
-            .iter()
-            .map(|(name, size)| (*name, size.bytes))
-            .collect(),
-        snapshot_bytes: summary.snapshot_bytes,
-        throughput_eps: median(with),
-        baseline_throughput_eps: median(without),
-        round_ratios,
-        takeover,
+        replayed_events,
     })
 }
 
