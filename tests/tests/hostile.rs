@@ -4,14 +4,16 @@
 //! and counted, the service stays up and ready with bounded memory, and
 //! the good events give exactly what they give alone. A bad message that
 //! its dead letter's headers would take over the producer's limit is cut
-//! to fit, and the stream goes on.
+//! to fit, and the stream goes on; outputs the broker refuses for good are
+//! parked, and published again once the fault is gone.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{Topics, headers};
-use jobcast_tests::excerpt_events;
+use jobcast_tests::{excerpt_events, jobcast_ok};
 use jobcast_tests::kafka::{Cluster, Record, decisions, messages};
 use jobcast_tests::serve::{Serve, metric_sum, stored_state};
 use rdkafka::ClientConfig;
@@ -506,4 +508,96 @@ fn a_dead_letter_over_the_producer_limit_is_cut_to_fit_and_the_stream_goes_on() 
     assert_eq!(letter.headers[headers::TRUNCATED], "3 999900");
     assert!(letter.payload.len() > 990_000, "{}", letter.payload.len());
     assert!(payload.starts_with(&letter.payload));
+}
+
+/// The broker refuses the service's first produce requests for good
+/// (MESSAGE_TOO_LARGE: a topic whose limit is below the output). Retried,
+/// they would stop the instance, and every instance after it, for good.
+/// Parked, the stream goes on and every input is committed; once the
+/// cause is gone, `admin parked --republish` publishes them, and the
+/// decisions topic then holds what a run without the fault published.
+#[test]
+fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let topics = Topics::default();
+    // Jobs, not the machine events the excerpt opens with: decisions.
+    let jobs: Vec<Event> = excerpt_events()
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Machine(_)))
+        .take(3_000)
+        .collect();
+    let input = messages(&jobs);
+    let run = |refused: usize| {
+        let cluster = Cluster::new(&topics, 4);
+        cluster.produce(&topics.events, &input);
+        cluster.mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; refused],
+        );
+        let data = tempfile::tempdir().unwrap();
+        let state = data.path().join("state");
+        let mut serve = Serve::start(&cluster.brokers(), &state, &[]);
+        serve.wait_committed(input.len() as u64, WAIT);
+        let parked_metric = serve.metric("jobcast_outputs_parked_total");
+        serve.terminate();
+        (cluster, data, state, parked_metric)
+    };
+
+    let (clean, _clean_data, _, none_parked) = run(0);
+    assert_eq!(none_parked, 0.0);
+    let expected = decisions(&clean.brokers(), &topics.decisions);
+    assert!(!expected.is_empty());
+
+    let (cluster, _data, state, parked_metric) = run(3);
+    let state = state.to_str().unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
+        "admin", "parked", "--data-dir", state, "--json",
+    ]))
+    .unwrap();
+    let listed = listed.as_array().unwrap();
+    assert!(!listed.is_empty(), "the refused outputs are parked");
+    assert_eq!(parked_metric, listed.len() as f64);
+    for output in listed {
+        assert_eq!(output["reason"], "too_large", "{output}");
+    }
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    assert!(published.len() < expected.len(), "some decisions are parked");
+
+    // The fault goes: the refusals the service's requests left are used up.
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", cluster.brokers())
+        .create_with_context(Deliveries::new())
+        .unwrap();
+    for attempt in 0.. {
+        assert!(attempt <= 3, "the scratch message is never taken");
+        producer
+            .send(BaseRecord::with_opaque_to("scratch", 0).key("k").payload("v"))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+        if producer.context().delivered() > 0 {
+            break;
+        }
+    }
+
+    let done: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
+        "admin",
+        "parked",
+        "--data-dir",
+        state,
+        "--republish",
+        "--brokers",
+        &cluster.brokers(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(done["published"], listed.len());
+    assert_eq!(done["parked_again"], 0);
+    assert_eq!(decisions(&cluster.brokers(), &topics.decisions), expected);
+    let left: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
+        "admin", "parked", "--data-dir", state, "--json",
+    ]))
+    .unwrap();
+    assert_eq!(left, serde_json::json!([]));
 }

@@ -12,20 +12,26 @@
 //!   dead-letters instead of applying: the way past a poison message.
 //! - `rebuild`: the store set aside (its skips kept), so that the next
 //!   start rebuilds the state from the input topic.
+//! - `parked`: the outputs the broker refused for good (parked instead of
+//!   retried for ever), and, once their cause is fixed, `--republish`.
 //!
-//! Every command but `info` and an online `backup` needs the instance
-//! stopped: RocksDB's lock says so, and the error names what to do.
+//! Every command but `info`, `parked` without `--republish` and an online
+//! `backup` needs the instance stopped: RocksDB's lock says so, and the error names what to do.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use jobcast_storage::state::{
     Skip, StateStore, StoreError, StoreSummary, is_store, restore_backup, set_aside, unix_seconds,
 };
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::service::republish_parked;
 use serde_json::Value;
 use tracing::warn;
 
+use crate::kafka_args::KafkaArgs;
 use crate::output::{print_json, print_out};
 
 #[derive(clap::Args)]
@@ -48,6 +54,9 @@ enum AdminCommand {
     /// Set the store aside so that the next start rebuilds the state from
     /// the input topic (the instance stopped).
     Rebuild(RebuildArgs),
+    /// List the outputs the broker refused for good; with `--republish`,
+    /// produce them again (the instance stopped).
+    Parked(ParkedArgs),
 }
 
 #[derive(clap::Args)]
@@ -111,6 +120,30 @@ struct SkipArgs {
 }
 
 #[derive(clap::Args)]
+struct ParkedArgs {
+    /// The store (`storage.path`). Listing opens it read-only, beside a
+    /// running instance.
+    #[arg(long, env = "JOBCAST_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Produce every parked output again, to its topic, with the
+    /// instance's Kafka settings (`--config`, `--brokers`, `-X`), and
+    /// delete those the broker acknowledges; those it refuses for good
+    /// stay parked. Fix the cause first (create the topic, grant the ACL,
+    /// raise the size limit).
+    #[arg(long)]
+    republish: bool,
+    /// The instance's configuration file, for its Kafka settings (with
+    /// `--republish`).
+    #[arg(long, env = "JOBCAST_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
 struct RebuildArgs {
     /// The store of the stopped instance (`storage.path`).
     #[arg(long, env = "JOBCAST_DATA_DIR")]
@@ -124,7 +157,64 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         AdminCommand::Restore(args) => restore(args),
         AdminCommand::Skip(args) => skip(args),
         AdminCommand::Rebuild(args) => rebuild(args),
+        AdminCommand::Parked(args) => parked(args),
     }
+}
+
+fn parked(args: ParkedArgs) -> anyhow::Result<()> {
+    if args.republish {
+        // As `serve` reads them: file, `JOBCAST_KAFKA__…`, then the flags.
+        let kafka = args
+            .kafka
+            .apply(ServeConfig::load(args.config.as_deref())?.kafka);
+        let store = Arc::new(open_stopped(&args.data_dir)?);
+        let done = republish_parked(store, &kafka)?;
+        return if args.json {
+            print_json(&done)
+        } else {
+            print_out(&format!(
+                "{} parked outputs published; {} refused for good again, still parked\n",
+                done.published, done.parked_again
+            ))
+        };
+    }
+    ensure_store(&args.data_dir)?;
+    let store = StateStore::open_read_only(&args.data_dir)
+        .with_context(|| format!("opening {}", args.data_dir.display()))?;
+    let parked = store.parked()?;
+    if args.json {
+        let list: Vec<Value> = parked
+            .iter()
+            .map(|(id, o)| {
+                serde_json::json!({
+                    "id": id,
+                    "topic": o.topic,
+                    "reason": o.reason,
+                    "error": o.error,
+                    "parked_at": o.parked_at,
+                    "key": String::from_utf8_lossy(&o.key),
+                    "payload_bytes": o.payload.len(),
+                    "headers": o.headers.iter().map(|(name, value)| {
+                        (name.clone(), String::from_utf8_lossy(value).into_owned())
+                    }).collect::<std::collections::BTreeMap<_, _>>(),
+                })
+            })
+            .collect();
+        return print_json(&list);
+    }
+    let mut out = format!("{} parked outputs\n", parked.len());
+    for (id, o) in &parked {
+        out += &format!(
+            "{id}: {} key {:?}, {} bytes, parked at {} (unix s): {} ({})\n",
+            o.topic,
+            String::from_utf8_lossy(&o.key),
+            o.payload.len(),
+            o.parked_at,
+            o.reason,
+            o.error
+        );
+    }
+    print_out(&out)
 }
 
 fn info(args: InfoArgs) -> anyhow::Result<()> {
@@ -333,6 +423,12 @@ fn text(s: &StoreSummary) -> String {
     };
     for skip in &s.skips {
         out += &format!("skipped: {skip}\n");
+    }
+    if s.parked > 0 {
+        out += &format!(
+            "{} outputs parked: the broker refused them for good (`jobcast admin parked` lists them)\n",
+            s.parked
+        );
     }
     out
 }

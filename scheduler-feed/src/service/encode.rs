@@ -40,8 +40,8 @@ pub(super) fn decision(topics: &Topics, d: &Decision, polled_at: Option<Instant>
         key: d.job_id.to_string().into_bytes(),
         payload: serde_json::to_vec(d).expect("decisions serialise"),
         headers: vec![
-            (headers::JOB_ID, d.job_id.to_string().into_bytes()),
-            (headers::VERSION, d.version.to_string().into_bytes()),
+            (headers::JOB_ID.into(), d.job_id.to_string().into_bytes()),
+            (headers::VERSION.into(), d.version.to_string().into_bytes()),
         ],
         caused_at: polled_at,
     }
@@ -54,7 +54,7 @@ pub(super) fn risk(topics: &Topics, risk: &MachineRisk) -> Outgoing {
         key: risk.machine_id.to_string().into_bytes(),
         payload: serde_json::to_vec(risk).expect("risk scores serialise"),
         headers: vec![(
-            headers::MACHINE_ID,
+            headers::MACHINE_ID.into(),
             risk.machine_id.to_string().into_bytes(),
         )],
         caused_at: None,
@@ -106,14 +106,14 @@ pub(super) fn dead_letter(
         key: consumed.key.clone().unwrap_or_default(),
         payload: consumed.payload.clone().unwrap_or_default(),
         headers: vec![
-            (headers::REASON, why.reason().as_bytes().to_vec()),
-            (headers::ERROR, why.to_string().into_bytes()),
-            (headers::SOURCE_TOPIC, topics.events.as_bytes().to_vec()),
+            (headers::REASON.into(), why.reason().as_bytes().to_vec()),
+            (headers::ERROR.into(), why.to_string().into_bytes()),
+            (headers::SOURCE_TOPIC.into(), topics.events.as_bytes().to_vec()),
             (
-                headers::SOURCE_PARTITION,
+                headers::SOURCE_PARTITION.into(),
                 partition.to_string().into_bytes(),
             ),
-            (headers::SOURCE_OFFSET, offset.to_string().into_bytes()),
+            (headers::SOURCE_OFFSET.into(), offset.to_string().into_bytes()),
         ],
         caused_at: None,
     };
@@ -141,7 +141,7 @@ fn fit(message: &mut Outgoing, max_bytes: usize) {
     let sizes = format!("{} {}", message.key.len(), message.payload.len());
     message
         .headers
-        .push((headers::TRUNCATED, sizes.into_bytes()));
+        .push((headers::TRUNCATED.into(), sizes.into_bytes()));
     let room = max_bytes.saturating_sub(RECORD_OVERHEAD + headers_bytes(message));
     message.key.truncate(room);
     message.payload.truncate(room - message.key.len());

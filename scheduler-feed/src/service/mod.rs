@@ -80,7 +80,7 @@ use crate::config::ServeConfig;
 use crate::error::ServiceError;
 use crate::shared::Shared;
 use sink::Sink;
-pub use sink::output_producer_config;
+pub use sink::{Republished, output_producer_config, republish_parked};
 
 /// Totals of one run of the service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -13,6 +13,7 @@
 //! idempotent producer whose sequence broke) takes nothing any more: it is
 //! replaced, and the outputs it failed are produced again by the new one.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -110,7 +111,7 @@ pub(super) struct Outgoing {
     pub(super) topic: String,
     pub(super) key: Vec<u8>,
     pub(super) payload: Vec<u8>,
-    pub(super) headers: Vec<(&'static str, Vec<u8>)>,
+    pub(super) headers: Vec<(Cow<'static, str>, Vec<u8>)>,
     /// When the input message that caused it was consumed (decisions).
     pub(super) caused_at: Option<Instant>,
 }
@@ -161,7 +162,7 @@ fn park_output(message: &Outgoing, reason: &'static str, error: &KafkaError, par
         headers: message
             .headers
             .iter()
-            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .map(|(name, value)| (name.to_string(), value.clone()))
             .collect(),
         reason: reason.to_owned(),
         error: error.to_string(),
@@ -255,7 +256,7 @@ impl Sink {
                 let mut headers = OwnedHeaders::new_with_capacity(message.headers.len());
                 for (name, value) in &message.headers {
                     headers = headers.insert(Header {
-                        key: name,
+                        key: name.as_ref(),
                         value: Some(value),
                     });
                 }
@@ -363,6 +364,55 @@ impl Sink {
     }
 }
 
+/// What [`republish_parked`] did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Republished {
+    /// Parked outputs the broker has now acknowledged (deleted from the
+    /// store).
+    pub published: usize,
+    /// Of those taken, the ones refused for good again (parked anew, under
+    /// new ids).
+    pub parked_again: usize,
+}
+
+/// Produce every output parked in `store` again (through the service's
+/// own sink: the same producer settings, the same sorting of what is
+/// refused for good), and delete those the broker acknowledged, in one
+/// write with the ones it refused again. Outputs the broker did not answer
+/// within three attempts leave the store as it was: an error.
+pub fn republish_parked(
+    store: Arc<jobcast_storage::state::StateStore>,
+    kafka: &KafkaSettings,
+) -> Result<Republished, ServiceError> {
+    let parked = store.parked()?;
+    let outgoing: Vec<Outgoing> = parked
+        .iter()
+        .map(|(_, output)| Outgoing {
+            topic: output.topic.clone(),
+            key: output.key.clone(),
+            payload: output.payload.clone(),
+            headers: output
+                .headers
+                .iter()
+                .map(|(name, value)| (Cow::Owned(name.clone()), value.clone()))
+                .collect(),
+            caused_at: None,
+        })
+        .collect();
+    let mut sink = Sink::new(kafka, Shared::new(store.clone()))?;
+    let mut write = store.batch();
+    sink.publish(&outgoing, true, &mut write, &mut || {})?;
+    let parked_again = write.len();
+    for (id, _) in &parked {
+        write.delete_parked(*id);
+    }
+    store.commit(write)?;
+    Ok(Republished {
+        published: parked.len() - parked_again,
+        parked_again,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -422,7 +472,7 @@ mod tests {
                 topic: TOPIC.into(),
                 key: format!("k{i}").into_bytes(),
                 payload: format!("m{i}").into_bytes(),
-                headers: vec![("jobcast.test", i.to_string().into_bytes())],
+                headers: vec![("jobcast.test".into(), i.to_string().into_bytes())],
                 caused_at: Some(Instant::now()),
             })
             .collect()
