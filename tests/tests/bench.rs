@@ -244,7 +244,10 @@ fn bench_write_properties_reach_the_workload_writer() {
 
 #[test]
 fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot() {
-    let report = bench("recovery", &["--snapshot-every", "2000"]);
+    let report = bench(
+        "recovery",
+        &["--snapshot-every", "2000", "--restarts", "2"],
+    );
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 2000, "{report}");
     // At most the snapshot interval and one batch (10,000 by default) of
@@ -265,6 +268,16 @@ fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot()
     assert!(number(&report, "compacted_store_bytes") > 0.0, "{report}");
     assert!(report["family_bytes"]["log"].is_u64(), "{report}");
     assert_eq!(report["round_ratios"].as_array().map(Vec::len), Some(1));
+    let restores: Vec<f64> = report["restores_s"]
+        .as_array()
+        .expect("each restart's restore")
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    assert_eq!(restores.len(), 2, "{report}");
+    let (low, high) = (restores[0].min(restores[1]), restores[0].max(restores[1]));
+    let median = number(&report, "restore_s");
+    assert!(low <= median && median <= high, "{report}");
 }
 
 #[test]
@@ -282,6 +295,8 @@ fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
             "--takeover",
             "--rounds",
             "2",
+            "--restarts",
+            "1",
         ],
     );
     let ratios = report["round_ratios"].as_array().expect("a list");
