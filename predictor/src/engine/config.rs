@@ -40,6 +40,29 @@ pub struct EngineConfig {
     pub queues: QueueConfig,
     pub risk: RiskSettings,
     pub expiry: ExpirySettings,
+    /// How far (seconds) an event's time may be ahead of the latest event
+    /// time applied; an event further ahead is rejected (`future_time`).
+    /// One event far in the future would otherwise move every window
+    /// (the history's, expiry's) past the events that follow it. A day by
+    /// default: a quiet source (a small cluster at night, a sparse stream
+    /// of VM lifetimes) goes hours without an event, and the first event
+    /// after such a gap is no fault. 0: no bound.
+    pub max_future_skew_secs: u64,
+}
+
+impl EngineConfig {
+    /// [`EngineConfig::max_future_skew_secs`] in µs, if bounded.
+    pub(super) fn max_future_skew_us(&self) -> Result<Option<u64>, ConfigError> {
+        match self.max_future_skew_secs {
+            0 => Ok(None),
+            secs => secs.checked_mul(1_000_000).map(Some).ok_or_else(|| {
+                ConfigError::new(
+                    "max_future_skew_secs",
+                    format!("{secs} s do not fit in µs of event time"),
+                )
+            }),
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -52,6 +75,7 @@ impl Default for EngineConfig {
             queues: QueueConfig::default(),
             risk: RiskSettings::default(),
             expiry: ExpirySettings::default(),
+            max_future_skew_secs: 86_400,
         }
     }
 }

@@ -89,6 +89,8 @@ pub struct Engine {
     /// what stopped reporting.
     watermark_us: u64,
     next_sweep_us: u64,
+    /// How far ahead of `watermark_us` an event may be (µs), if bounded.
+    max_future_skew_us: Option<u64>,
 }
 
 impl Engine {
@@ -104,6 +106,7 @@ impl Engine {
         config.history.validate().map_err(|e| e.within("history"))?;
         config.expiry.validate().map_err(|e| e.within("expiry"))?;
         config.queues.validate().map_err(|e| e.within("queues"))?;
+        let max_future_skew_us = config.max_future_skew_us()?;
         let online = config.risk.online().map_err(|e| e.within("risk"))?;
         let mut kinds = vec![config.policy];
         for &kind in &config.shadow {
@@ -144,6 +147,7 @@ impl Engine {
             machines_seen: HashMap::new(),
             watermark_us: 0,
             next_sweep_us: 0,
+            max_future_skew_us,
         })
     }
 
@@ -194,6 +198,7 @@ impl Engine {
 
     /// Apply one event. On rejection nothing changes.
     pub fn apply(&mut self, event: &Event, effects: &mut Effects) -> Result<(), Rejection> {
+        self.check_not_ahead(event.time_us())?;
         match event {
             Event::JobSubmitted(job) => self.submit(job, effects)?,
             Event::Task(task) => self.task_event(task, effects)?,
@@ -205,5 +210,26 @@ impl Engine {
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;
         Ok(())
+    }
+
+    /// Reject an event further ahead of the latest event time applied than
+    /// the configured skew. The first event has nothing to be ahead of.
+    fn check_not_ahead(&self, time_us: u64) -> Result<(), Rejection> {
+        let Some(skew_us) = self.max_future_skew_us else {
+            return Ok(());
+        };
+        if self.events == 0 || time_us <= self.watermark_us.saturating_add(skew_us) {
+            return Ok(());
+        }
+        Err(effects::reject(
+            "future_time",
+            format!(
+                "event time {time_us} µs is {:.0} s ahead of the latest applied ({} µs), more \
+                 than engine.max_future_skew_secs ({} s)",
+                (time_us - self.watermark_us) as f64 / 1e6,
+                self.watermark_us,
+                skew_us / 1_000_000
+            ),
+        ))
     }
 }

@@ -170,6 +170,59 @@ fn impossible_events_are_rejected_and_change_nothing() {
     assert_eq!(engine.task(1, 0).cloned(), task_before);
 }
 
+/// A task that "finishes" a year ahead would teach the history a
+/// year-long runtime, and its job's end would make that year the
+/// history's now: rejected, the event changes nothing, and the jobs after
+/// it are estimated as if it had never come. Without a bound (0) it is
+/// applied, and does that damage.
+#[test]
+fn an_event_further_ahead_than_the_skew_is_rejected_and_changes_nothing() {
+    const YEAR_US: u64 = 365 * 24 * 3_600_000_000;
+    let run = |skew_secs: u64, far_future: bool| {
+        let config = EngineConfig {
+            max_future_skew_secs: skew_secs,
+            ..EngineConfig::default()
+        };
+        let mut engine = Engine::new(&config).unwrap();
+        let mut effects = Effects::default();
+        run_job(&mut engine, 1, 1_000, 1, &mut effects);
+        let mut rejected = None;
+        if far_future {
+            engine.apply(&submit(2, 20_000_000, 1), &mut effects).unwrap();
+            engine
+                .apply(&task(2, 0, 20_000_001, "schedule"), &mut effects)
+                .unwrap();
+            effects.clear();
+            rejected = engine
+                .apply(&task(2, 0, 20_000_002 + YEAR_US, "finish"), &mut effects)
+                .err();
+            assert!(rejected.is_none() || effects.outputs.is_empty());
+            // Its job's end, as far ahead: rejected too, when bounded.
+            let ended = engine.apply(&end(2, 20_000_003 + YEAR_US, "finish"), &mut effects);
+            assert_eq!(ended.is_err(), rejected.is_some());
+        }
+        // Within the skew: ten hours ahead is no fault.
+        engine
+            .apply(&submit(3, 20_000_004 + 36_000_000_000, 1), &mut effects)
+            .unwrap();
+        let estimate = engine.job(3).unwrap().estimates[&PolicyKind::ThreeSigma];
+        (rejected, estimate.mean_task_runtime_us)
+    };
+    let (none, learnt) = run(86_400, false);
+    assert!(none.is_none());
+    assert_eq!(learnt, 10_000_000.0, "job 3 is estimated from job 1");
+
+    let (rejected, estimate) = run(86_400, true);
+    let rejected = rejected.expect("a year ahead is rejected");
+    assert_eq!(rejected.reason, "future_time", "{rejected}");
+    assert!(rejected.message.contains("engine.max_future_skew_secs"), "{rejected}");
+    assert_eq!(estimate, learnt, "the rejected event changed nothing");
+
+    let (applied, damaged) = run(0, true);
+    assert!(applied.is_none(), "no bound: applied");
+    assert_ne!(damaged, learnt, "applied, it emptied the window");
+}
+
 #[test]
 fn a_killed_job_teaches_nothing_and_a_finished_one_teaches_the_history() {
     let mut engine = Engine::new(&EngineConfig::default()).unwrap();
@@ -611,6 +664,8 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
             live_job_idle_hours: 10,
             machine_silent_hours: 20,
         },
+        // This world jumps weeks between its events.
+        max_future_skew_secs: 0,
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(&config).unwrap();
