@@ -94,6 +94,7 @@ pub fn handle() -> PrometheusHandle {
                 LIVE_JOBS_EXPIRED,
                 MACHINES_EXPIRED,
                 TAKEOVER_OUTPUTS_LOST,
+                PRODUCERS_RECREATED,
             ] {
                 metrics::counter!(name).increment(0);
             }

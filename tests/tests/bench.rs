@@ -244,10 +244,7 @@ fn bench_write_properties_reach_the_workload_writer() {
 
 #[test]
 fn bench_recovery_times_a_restart_that_applies_only_the_log_after_the_snapshot() {
-    let report = bench(
-        "recovery",
-        &["--snapshot-every", "2000", "--restarts", "2"],
-    );
+    let report = bench("recovery", &["--snapshot-every", "2000", "--restarts", "2"]);
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 2000, "{report}");
     // At most the snapshot interval and one batch (10,000 by default) of

@@ -13,9 +13,9 @@ use std::time::Duration;
 use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{Topics, headers};
-use jobcast_tests::{excerpt_events, jobcast_ok};
 use jobcast_tests::kafka::{Cluster, Record, decisions, messages};
 use jobcast_tests::serve::{Serve, metric_sum, stored_state};
+use jobcast_tests::{excerpt_events, jobcast_ok};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -280,7 +280,11 @@ fn hostile_input(events: &[Event]) -> Vec<Input> {
             r#"{{"v":1,"type":"job_submitted","time_us":{},"job_id":{job_id},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1}}"#,
             100 * 365 * 86_400_000_000u64
         );
-        out.push(Input::bad(job_id.to_string(), submitted.into_bytes(), "future_time"));
+        out.push(Input::bad(
+            job_id.to_string(),
+            submitted.into_bytes(),
+            "future_time",
+        ));
     }
     out
 }
@@ -566,7 +570,11 @@ fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
     let (cluster, _data, state, parked_metric) = run(3);
     let state = state.to_str().unwrap();
     let listed: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
-        "admin", "parked", "--data-dir", state, "--json",
+        "admin",
+        "parked",
+        "--data-dir",
+        state,
+        "--json",
     ]))
     .unwrap();
     let listed = listed.as_array().unwrap();
@@ -576,7 +584,10 @@ fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
         assert_eq!(output["reason"], "too_large", "{output}");
     }
     let published = decisions(&cluster.brokers(), &topics.decisions);
-    assert!(published.len() < expected.len(), "some decisions are parked");
+    assert!(
+        published.len() < expected.len(),
+        "some decisions are parked"
+    );
 
     // The fault goes: the refusals the service's requests left are used up.
     let producer: BaseProducer<Deliveries> = ClientConfig::new()
@@ -586,7 +597,11 @@ fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
     for attempt in 0.. {
         assert!(attempt <= 3, "the scratch message is never taken");
         producer
-            .send(BaseRecord::with_opaque_to("scratch", 0).key("k").payload("v"))
+            .send(
+                BaseRecord::with_opaque_to("scratch", 0)
+                    .key("k")
+                    .payload("v"),
+            )
             .map_err(|(e, _)| e)
             .unwrap();
         producer.flush(Duration::from_secs(10)).unwrap();
@@ -610,7 +625,11 @@ fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
     assert_eq!(done["parked_again"], 0);
     assert_eq!(decisions(&cluster.brokers(), &topics.decisions), expected);
     let left: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
-        "admin", "parked", "--data-dir", state, "--json",
+        "admin",
+        "parked",
+        "--data-dir",
+        state,
+        "--json",
     ]))
     .unwrap();
     assert_eq!(left, serde_json::json!([]));

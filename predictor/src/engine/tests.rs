@@ -188,7 +188,9 @@ fn an_event_further_ahead_than_the_skew_is_rejected_and_changes_nothing() {
         run_job(&mut engine, 1, 1_000, 1, &mut effects);
         let mut rejected = None;
         if far_future {
-            engine.apply(&submit(2, 20_000_000, 1), &mut effects).unwrap();
+            engine
+                .apply(&submit(2, 20_000_000, 1), &mut effects)
+                .unwrap();
             engine
                 .apply(&task(2, 0, 20_000_001, "schedule"), &mut effects)
                 .unwrap();
@@ -215,7 +217,10 @@ fn an_event_further_ahead_than_the_skew_is_rejected_and_changes_nothing() {
     let (rejected, estimate) = run(86_400, true);
     let rejected = rejected.expect("a year ahead is rejected");
     assert_eq!(rejected.reason, "future_time", "{rejected}");
-    assert!(rejected.message.contains("engine.max_future_skew_secs"), "{rejected}");
+    assert!(
+        rejected.message.contains("engine.max_future_skew_secs"),
+        "{rejected}"
+    );
     assert_eq!(estimate, learnt, "the rejected event changed nothing");
 
     let (applied, damaged) = run(0, true);

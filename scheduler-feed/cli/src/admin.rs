@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::service::republish_parked;
 use jobcast_storage::state::{
     Skip, StateStore, StoreError, StoreSummary, is_store, restore_backup, set_aside, unix_seconds,
 };
-use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::service::republish_parked;
 use serde_json::Value;
 use tracing::warn;
 

@@ -108,12 +108,18 @@ pub(super) fn dead_letter(
         headers: vec![
             (headers::REASON.into(), why.reason().as_bytes().to_vec()),
             (headers::ERROR.into(), why.to_string().into_bytes()),
-            (headers::SOURCE_TOPIC.into(), topics.events.as_bytes().to_vec()),
+            (
+                headers::SOURCE_TOPIC.into(),
+                topics.events.as_bytes().to_vec(),
+            ),
             (
                 headers::SOURCE_PARTITION.into(),
                 partition.to_string().into_bytes(),
             ),
-            (headers::SOURCE_OFFSET.into(), offset.to_string().into_bytes()),
+            (
+                headers::SOURCE_OFFSET.into(),
+                offset.to_string().into_bytes(),
+            ),
         ],
         caused_at: None,
     };

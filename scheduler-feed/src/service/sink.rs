@@ -130,23 +130,32 @@ pub fn output_producer_config(kafka: &KafkaSettings) -> ClientConfig {
     config
 }
 
-/// Why the broker will never take an output, if it never will: the
-/// `reason` label of `jobcast_outputs_parked_total`. Everything else
-/// (timeouts, a broker or leader gone, full queues) is retried.
+/// The `reason` labels of `jobcast_outputs_parked_total`.
+const REFUSALS: [&str; 4] = ["too_large", "unknown_topic", "not_authorized", "invalid"];
+
+/// Why the broker will never take an output, if it never will: one of
+/// [`REFUSALS`]. Everything else (timeouts, a broker or leader gone, full
+/// queues, errors not known here) is retried.
 fn refused_for_good(error: &KafkaError) -> Option<&'static str> {
     use RDKafkaErrorCode::*;
+    let [too_large, unknown_topic, not_authorized, invalid] = REFUSALS;
     Some(match error.rdkafka_error_code()? {
-        MessageSizeTooLarge | MessageBatchTooLarge | InvalidMessageSize => "too_large",
-        UnknownTopic | UnknownTopicOrPartition | UnknownTopicId | InvalidTopic => "unknown_topic",
-        TopicAuthorizationFailed | ClusterAuthorizationFailed => "not_authorized",
-        InvalidRecord | PolicyViolation => "invalid",
+        MessageSizeTooLarge | MessageBatchTooLarge | InvalidMessageSize => too_large,
+        UnknownTopic | UnknownTopicOrPartition | UnknownTopicId | InvalidTopic => unknown_topic,
+        TopicAuthorizationFailed | ClusterAuthorizationFailed => not_authorized,
+        InvalidRecord | PolicyViolation => invalid,
         _ => return None,
     })
 }
 
 /// Park `message`, which the broker refused for good (`reason`, `error`),
 /// in the batch's write.
-fn park_output(message: &Outgoing, reason: &'static str, error: &KafkaError, park: &mut StateBatch<'_>) {
+fn park_output(
+    message: &Outgoing,
+    reason: &'static str,
+    error: &KafkaError,
+    park: &mut StateBatch<'_>,
+) {
     error!(
         topic = message.topic,
         reason,
@@ -210,9 +219,15 @@ impl Sink {
     /// live before the first batch: otherwise the first batch's outputs
     /// wait for that (measured: 0.8 s against tansu on fresh topics). A
     /// topic that cannot be looked up is only reported here; producing to
-    /// it fails, and is retried, as any failed delivery.
+    /// it fails as any failed delivery does. Each topic's count of parked
+    /// outputs starts here, at 0.
     pub(super) fn warm_up(&self, topics: &Topics) {
         for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+            // At 0 from the start, so that `increase()` sees the first.
+            for reason in REFUSALS {
+                metrics::counter!(telemetry::OUTPUTS_PARKED, "topic" => topic.clone(), "reason" => reason)
+                    .increment(0);
+            }
             if let Err(e) = self
                 .producer
                 .client()
@@ -630,12 +645,21 @@ mod tests {
         assert!(started.elapsed() < DELIVERY_TIMEOUT);
         shared.store.commit(write).unwrap();
         let parked = shared.store.parked().unwrap();
-        assert!(!parked.is_empty(), "the refused request's outputs are parked");
+        assert!(
+            !parked.is_empty(),
+            "the refused request's outputs are parked"
+        );
         for (_, output) in &parked {
-            assert_eq!((output.topic.as_str(), output.reason.as_str()), (TOPIC, "too_large"));
+            assert_eq!(
+                (output.topic.as_str(), output.reason.as_str()),
+                (TOPIC, "too_large")
+            );
             let index = sent.iter().position(|m| m.key == output.key).unwrap();
             assert_eq!(output.payload, sent[index].payload);
-            assert_eq!(output.headers, [("jobcast.test".to_owned(), index.to_string().into_bytes())]);
+            assert_eq!(
+                output.headers,
+                [("jobcast.test".to_owned(), index.to_string().into_bytes())]
+            );
         }
         // The others are in the topic: together, every output once.
         let read = read_back(&kafka, sent.len() - parked.len());
@@ -669,7 +693,10 @@ mod tests {
         sink.publish(&outgoing(3), false, &mut write, &mut || {})
             .unwrap();
         assert!(write.is_empty(), "nothing parked");
-        assert!(sink.producer.client().fatal_error().is_none(), "a new producer");
+        assert!(
+            sink.producer.client().fatal_error().is_none(),
+            "a new producer"
+        );
         assert_eq!(read_back(&kafka, 3).len(), 3);
     }
 }

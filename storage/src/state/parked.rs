@@ -129,7 +129,12 @@ mod tests {
         let mut write = store.batch();
         write.delete_parked(parked[1].0);
         store.commit(write).unwrap();
-        let left: Vec<_> = store.parked().unwrap().into_iter().map(|(id, _)| id).collect();
+        let left: Vec<_> = store
+            .parked()
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         assert_eq!(left, [parked[0].0, parked[2].0]);
     }
 }
