@@ -46,6 +46,14 @@ pub struct ConsumerConfig {
     /// it pauses the partitions that have events waiting (see
     /// `source::Throttle`).
     pub max_buffered_events: usize,
+    /// Most input bytes (keys and payloads) applied and committed
+    /// together: with `batch_max_events`, whichever comes first. A few
+    /// thousand maximum-size messages would otherwise make one batch of
+    /// gigabytes.
+    pub batch_max_bytes: usize,
+    /// Input bytes the event-time merge holds before it pauses partitions:
+    /// with `max_buffered_events`, whichever comes first.
+    pub max_buffered_bytes: usize,
     /// Bytes of outputs of partitions other instances own, kept until
     /// their owner has published them, so that this instance can take a
     /// partition over without replaying anything (`service::outbox`).
@@ -59,6 +67,8 @@ impl Default for ConsumerConfig {
             batch_max_events: 10_000,
             batch_linger_ms: 0,
             max_buffered_events: 500_000,
+            batch_max_bytes: 64 << 20,
+            max_buffered_bytes: 256 << 20,
             takeover_buffer_bytes: 64 << 20,
         }
     }
@@ -296,6 +306,14 @@ impl ServeConfig {
             (
                 "consumer.max_buffered_events",
                 self.consumer.max_buffered_events as u64,
+            ),
+            (
+                "consumer.batch_max_bytes",
+                self.consumer.batch_max_bytes as u64,
+            ),
+            (
+                "consumer.max_buffered_bytes",
+                self.consumer.max_buffered_bytes as u64,
             ),
             (
                 "storage.snapshot_every_events",

@@ -31,6 +31,7 @@ pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
 pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
+pub const INPUT_BUFFERED_BYTES: &str = "jobcast_input_buffered_bytes";
 pub const INPUT_PAUSES: &str = "jobcast_input_pauses_total";
 pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
@@ -183,6 +184,11 @@ fn describe() {
         INPUT_BUFFERED,
         Unit::Count,
         "Input messages the event-time merge holds, waiting for other partitions"
+    );
+    describe_gauge!(
+        INPUT_BUFFERED_BYTES,
+        Unit::Bytes,
+        "Bytes (keys and payloads) of the input messages the event-time merge holds"
     );
     describe_counter!(
         INPUT_PAUSES,

@@ -470,6 +470,17 @@ mod tests {
         }
     }
 
+    /// A fixture whose producer knows where the topic lives (so that a
+    /// test's injected errors meet its produce requests, not a lookup).
+    fn warmed_fixture() -> Fixture {
+        let fixture = fixture();
+        fixture.sink.warm_up(&Topics {
+            decisions: TOPIC.into(),
+            ..Topics::default()
+        });
+        fixture
+    }
+
     /// Have the broker fail the next `n` produce requests with an error
     /// neither librdkafka nor the sink knows to be permanent (Kafka's
     /// UNKNOWN_SERVER_ERROR): librdkafka does not retry it, the sink
@@ -545,11 +556,7 @@ mod tests {
             shared,
             mut sink,
             _dir,
-        } = fixture();
-        sink.warm_up(&Topics {
-            decisions: TOPIC.into(),
-            ..Topics::default()
-        });
+        } = warmed_fixture();
         fail_produce(&mock, 1);
         // `publish` retries until delivered: bound the test's wait.
         let (done, published) = std::sync::mpsc::channel();
@@ -628,11 +635,7 @@ mod tests {
             shared,
             mut sink,
             _dir,
-        } = fixture();
-        sink.warm_up(&Topics {
-            decisions: TOPIC.into(),
-            ..Topics::default()
-        });
+        } = warmed_fixture();
         mock.request_errors(
             RDKafkaApiKey::Produce,
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],

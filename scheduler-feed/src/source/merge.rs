@@ -19,6 +19,11 @@ use std::collections::binary_heap::PeekMut;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::ops::Range;
 
+/// What a buffered message costs in memory, for the byte budgets.
+pub trait Weigh {
+    fn bytes(&self) -> usize;
+}
+
 /// One consumed message, waiting for its turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending<T> {
@@ -39,6 +44,8 @@ struct Partition<T> {
     at_end: bool,
     /// Time of the latest message pushed.
     latest_us: u64,
+    /// Bytes of the messages queued ([`Weigh`]).
+    bytes: usize,
     /// The offset the next message should have, once known.
     next_offset: Option<i64>,
 }
@@ -49,6 +56,7 @@ impl<T> Partition<T> {
             queue: VecDeque::new(),
             at_end: false,
             latest_us: 0,
+            bytes: 0,
             next_offset,
         }
     }
@@ -81,7 +89,7 @@ impl<T> Default for PartitionMerge<T> {
     }
 }
 
-impl<T> PartitionMerge<T> {
+impl<T: Weigh> PartitionMerge<T> {
     /// Start following `partition`, whose next message is at `next_offset`
     /// if that is known (an offset stored with the state). Anything buffered
     /// for it before is dropped: it will be read again.
@@ -138,6 +146,7 @@ impl<T> PartitionMerge<T> {
             self.fronts.push(Reverse((time_us, partition, offset)));
         }
         p.at_end = false;
+        p.bytes += item.bytes();
         p.queue.push_back(Pending {
             partition,
             offset,
@@ -187,6 +196,10 @@ impl<T> PartitionMerge<T> {
         self.partitions.get(&partition).map_or(0, |p| p.queue.len())
     }
 
+    pub fn buffered_bytes(&self, partition: i32) -> usize {
+        self.partitions.get(&partition).map_or(0, |p| p.bytes)
+    }
+
     /// Messages held over all partitions (the throttle counts its own).
     #[cfg(test)]
     pub fn total_buffered(&self) -> usize {
@@ -210,6 +223,7 @@ impl<T> PartitionMerge<T> {
             .get_mut(&id)
             .expect("every front belongs to a followed partition");
         let message = p.queue.pop_front().expect("a front is a queued message");
+        p.bytes -= message.item.bytes();
         match p.queue.front() {
             // The partition's next message takes its place in one sift.
             Some(next) => *top = Reverse((next.time_us, id, next.offset)),
@@ -228,6 +242,38 @@ impl<T> PartitionMerge<T> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    impl Weigh for &str {
+        fn bytes(&self) -> usize {
+            self.len()
+        }
+    }
+
+    impl Weigh for () {
+        fn bytes(&self) -> usize {
+            0
+        }
+    }
+
+    impl Weigh for (u64, i32, i64) {
+        fn bytes(&self) -> usize {
+            0
+        }
+    }
+
+    #[test]
+    fn the_bytes_buffered_follow_what_is_pushed_and_popped() {
+        let mut m = PartitionMerge::default();
+        m.assign(0, None);
+        m.push(0, 0, Some(1), "abc");
+        m.push(0, 1, Some(2), "de");
+        m.reached_end(0);
+        assert_eq!(m.buffered_bytes(0), 5);
+        assert_eq!(m.pop().map(|p| p.item), Some("abc"));
+        assert_eq!(m.buffered_bytes(0), 2);
+        m.revoke(0);
+        assert_eq!(m.buffered_bytes(0), 0);
+    }
 
     fn drain(merge: &mut PartitionMerge<&'static str>) -> Vec<&'static str> {
         std::iter::from_fn(|| merge.pop().map(|m| m.item)).collect()

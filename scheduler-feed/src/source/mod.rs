@@ -37,7 +37,7 @@ use tracing::{info, warn};
 
 mod merge;
 
-use merge::PartitionMerge;
+use merge::{PartitionMerge, Weigh};
 
 use crate::config::ConsumerConfig;
 use crate::error::{DeadLetter, ServiceError};
@@ -83,6 +83,14 @@ pub(crate) struct Consumed {
     pub payload: Option<Vec<u8>>,
     pub event: Result<Event, DeadLetter>,
     pub polled_at: Instant,
+}
+
+/// A message costs its key and payload (the decoded event is small beside
+/// a large payload, and bounded by the decoder's limits).
+impl Weigh for Consumed {
+    fn bytes(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.payload.as_ref().map_or(0, Vec::len)
+    }
 }
 
 impl Consumed {
@@ -153,11 +161,30 @@ impl ClientContext for InputContext {
 
 impl ConsumerContext for InputContext {}
 
+/// How large a batch may grow: whichever bound comes first.
+#[derive(Debug, Clone, Copy)]
+struct BatchLimits {
+    events: usize,
+    bytes: usize,
+}
+
+impl Waiting {
+    fn full(&self, limits: BatchLimits) -> bool {
+        self.batch.len() >= limits.events || self.bytes >= limits.bytes
+    }
+
+    fn push(&mut self, pending: merge::Pending<Consumed>) {
+        self.bytes += pending.item.bytes();
+        self.batch
+            .push((pending.partition, pending.offset, pending.item));
+    }
+}
+
 /// The running source: batches come out of [`Source::next`]. Dropping it
 /// stops the thread.
 pub(crate) struct Source {
     handover: Arc<Handover>,
-    max_batch: usize,
+    limits: BatchLimits,
     linger: Duration,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -177,6 +204,10 @@ impl Source {
             .map_err(|_| ConfigError::new("topics.events", "contains NUL"))?;
         let handover = Arc::new(Handover::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let limits = BatchLimits {
+            events: settings.batch_max_events,
+            bytes: settings.batch_max_bytes,
+        };
         let reader = Reader {
             consumer,
             topic,
@@ -185,8 +216,12 @@ impl Source {
             stop: stop.clone(),
             handover: handover.clone(),
             merge: PartitionMerge::default(),
-            max_batch: settings.batch_max_events,
-            throttle: Throttle::new(settings.max_buffered_events),
+            limits,
+            budget: BufferBudget {
+                events: settings.max_buffered_events,
+                bytes: settings.max_buffered_bytes,
+            },
+            throttle: Throttle::new(LOAD_UNIT),
             refuse_gaps,
         };
         let thread = std::thread::Builder::new()
@@ -195,7 +230,7 @@ impl Source {
             .map_err(ServiceError::Thread)?;
         Ok(Source {
             handover,
-            max_batch: settings.batch_max_events,
+            limits,
             linger: Duration::from_millis(settings.batch_linger_ms),
             stop,
             thread: Some(thread),
@@ -208,7 +243,7 @@ impl Source {
     /// (at most a batch) and ends. An error is why the source failed, after
     /// what it had merged before was taken.
     pub fn next(&self, wait: Duration) -> Result<Polled, ServiceError> {
-        self.handover.take(self.max_batch, self.linger, wait)
+        self.handover.take(self.limits, self.linger, wait)
     }
 }
 
@@ -239,6 +274,8 @@ struct Handover {
 #[derive(Default)]
 struct Waiting {
     batch: Batch,
+    /// Bytes of the messages in `batch` ([`Weigh`]).
+    bytes: usize,
     /// When the oldest message waiting was handed over.
     since: Option<Instant>,
     /// Why the source stopped, if it failed; the pipeline takes what
@@ -269,7 +306,7 @@ impl Handover {
     /// The pipeline's side: see [`Source::next`].
     fn take(
         &self,
-        max_batch: usize,
+        limits: BatchLimits,
         linger: Duration,
         wait: Duration,
     ) -> Result<Polled, ServiceError> {
@@ -278,10 +315,11 @@ impl Handover {
         loop {
             let finished = waiting.error.is_some() || waiting.ended;
             let due = waiting.since.is_some_and(|t| t.elapsed() >= linger)
-                || waiting.batch.len() >= max_batch
+                || waiting.full(limits)
                 || finished;
             if due && !waiting.batch.is_empty() {
                 waiting.since = None;
+                waiting.bytes = 0;
                 let batch = std::mem::take(&mut waiting.batch);
                 self.taken.notify_one();
                 return Ok(Polled::Batch(batch));
@@ -314,7 +352,8 @@ struct Reader {
     stop: Arc<AtomicBool>,
     handover: Arc<Handover>,
     merge: PartitionMerge<Consumed>,
-    max_batch: usize,
+    limits: BatchLimits,
+    budget: BufferBudget,
     throttle: Throttle,
     /// Whether a stored offset the broker no longer holds stops the
     /// service (`auto.offset.reset=error`, the default) rather than
@@ -370,7 +409,7 @@ impl Reader {
                 if waiting.closed {
                     return Ok(());
                 }
-                if waiting.batch.len() >= self.max_batch {
+                if waiting.full(self.limits) {
                     drop(
                         self.handover
                             .taken
@@ -392,27 +431,25 @@ impl Reader {
         // holds nothing back, and need not wait for the consumer to report
         // its end.
         loop {
-            while waiting.batch.len() < self.max_batch {
+            while !waiting.full(self.limits) {
                 let Some(pending) = self.merge.pop() else {
                     break;
                 };
-                waiting
-                    .batch
-                    .push((pending.partition, pending.offset, pending.item));
+                waiting.push(pending);
             }
-            if waiting.batch.len() >= self.max_batch || !self.caught_up() {
+            if waiting.full(self.limits) || !self.caught_up() {
                 break;
             }
         }
         handover.added(&mut waiting, before);
-        waiting.batch.len() >= self.max_batch
+        waiting.full(self.limits)
     }
 
     /// Poll up to a batch of messages into the merge, waiting at most
     /// `wait` for the first. A partition whose next offset the broker no
     /// longer holds stops the source (see [`Reader::refuse_gaps`]).
     fn poll(&mut self, mut wait: Duration) -> Result<(), ServiceError> {
-        for _ in 0..self.max_batch {
+        for _ in 0..self.limits.events {
             let Some(result) = self.consumer.poll(wait) else {
                 break;
             };
@@ -514,10 +551,12 @@ impl Reader {
 
     /// Bound the merge's memory (see [`Throttle`]).
     fn pause_or_resume(&mut self) {
-        let merge = &self.merge;
-        let (pause, resume) = self
-            .throttle
-            .update(merge.partitions().map(|p| (p, merge.buffered(p))));
+        let (merge, budget) = (&self.merge, self.budget);
+        let (pause, resume) = self.throttle.update(
+            merge
+                .partitions()
+                .map(|p| (p, budget.load(merge.buffered(p), merge.buffered_bytes(p)))),
+        );
         let tpl = |partitions: &[i32]| {
             let mut tpl = TopicPartitionList::new();
             for &partition in partitions {
@@ -525,7 +564,11 @@ impl Reader {
             }
             tpl
         };
-        metrics::gauge!(telemetry::INPUT_BUFFERED).set(self.throttle.buffered as f64);
+        let (events, bytes) = merge.partitions().fold((0, 0), |(events, bytes), p| {
+            (events + merge.buffered(p), bytes + merge.buffered_bytes(p))
+        });
+        metrics::gauge!(telemetry::INPUT_BUFFERED).set(events as f64);
+        metrics::gauge!(telemetry::INPUT_BUFFERED_BYTES).set(bytes as f64);
         if !pause.is_empty() {
             let counters = &self.shared().counters;
             counters
@@ -544,9 +587,31 @@ impl Reader {
     }
 }
 
+/// The merge's two budgets, events and bytes, as one load: a partition's
+/// is the larger of its shares of the two, in millionths
+/// ([`LOAD_UNIT`]), so that the [`Throttle`] pauses when either budget
+/// is reached.
+#[derive(Debug, Clone, Copy)]
+struct BufferBudget {
+    events: usize,
+    bytes: usize,
+}
+
+/// A full budget's load.
+const LOAD_UNIT: usize = 1_000_000;
+
+impl BufferBudget {
+    fn load(&self, events: usize, bytes: usize) -> usize {
+        let share = |n: usize, budget: usize| {
+            (n as u128 * LOAD_UNIT as u128 / budget.max(1) as u128).min(usize::MAX as u128) as usize
+        };
+        share(events, self.events).max(share(bytes, self.bytes))
+    }
+}
+
 /// Which partitions the source stops fetching, so that the event-time
-/// merge holds about `budget` events across all partitions (at most about
-/// twice that).
+/// merge holds about `budget` (of load: events, or bytes, see
+/// [`BufferBudget`]) across all partitions (at most about twice that).
 ///
 /// Once the merge holds `budget` events, each partition holding its
 /// share (`budget` / partitions) or more is paused, and fetched again once it
@@ -566,8 +631,6 @@ impl Reader {
 struct Throttle {
     budget: usize,
     paused: BTreeSet<i32>,
-    /// What the merge held at the last update.
-    buffered: usize,
 }
 
 impl Throttle {
@@ -575,7 +638,6 @@ impl Throttle {
         Throttle {
             budget,
             paused: BTreeSet::new(),
-            buffered: 0,
         }
     }
 
@@ -588,7 +650,6 @@ impl Throttle {
         let (partitions, total) = buffered
             .clone()
             .fold((0, 0), |(count, total), (_, n)| (count + 1, total + n));
-        self.buffered = total;
         let share = (self.budget / partitions.max(1)).max(1);
         let (mut pause, mut resume) = (Vec::new(), Vec::new());
         for (partition, n) in buffered {
@@ -639,10 +700,60 @@ mod tests {
         let mut waiting = handover.lock();
         let before = waiting.batch.len();
         for offset in offsets {
-            let message = Consumed::new(None, Some(b"{}".to_vec()));
-            waiting.batch.push((0, offset, message));
+            waiting.push(merge::Pending {
+                partition: 0,
+                offset,
+                time_us: 0,
+                item: Consumed::new(None, Some(b"{}".to_vec())),
+            });
         }
         handover.added(&mut waiting, before);
+    }
+
+    /// Batches of at most `n` events, however many bytes.
+    fn events(n: usize) -> BatchLimits {
+        BatchLimits {
+            events: n,
+            bytes: usize::MAX,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_due_once_it_holds_its_bytes_whatever_its_count() {
+        let handover = Handover::default();
+        let ms = Duration::from_millis;
+        // Messages of 2 bytes each; at most 5 bytes, however long the linger.
+        let limits = BatchLimits {
+            events: 100,
+            bytes: 5,
+        };
+        hand_over(&handover, 0..2);
+        assert!(matches!(
+            handover.take(limits, Duration::from_secs(60), ms(0)),
+            Ok(Polled::Idle)
+        ));
+        hand_over(&handover, 2..3);
+        assert_eq!(
+            taken(handover.take(limits, Duration::from_secs(60), ms(0))),
+            [0, 1, 2]
+        );
+        assert_eq!(handover.lock().bytes, 0, "taken with its batch");
+    }
+
+    #[test]
+    fn either_budget_loads_the_throttle() {
+        let budget = BufferBudget {
+            events: 100,
+            bytes: 1_000,
+        };
+        assert_eq!(budget.load(10, 100), LOAD_UNIT / 10);
+        // A few large messages: the bytes budget is the one reached.
+        assert_eq!(budget.load(4, 1_000), LOAD_UNIT);
+        assert_eq!(budget.load(100, 0), LOAD_UNIT);
+        let mut throttle = Throttle::new(LOAD_UNIT);
+        let (pause, _) =
+            throttle.update([(0, budget.load(2, 900)), (1, budget.load(1, 100))].into_iter());
+        assert_eq!(pause, [0], "paused by its bytes alone");
     }
 
     fn offsets(batch: &Batch) -> Vec<i64> {
@@ -663,11 +774,17 @@ mod tests {
     fn the_pipeline_takes_everything_waiting_as_soon_as_it_arrives() {
         let handover = Arc::new(Handover::default());
         let ms = Duration::from_millis;
-        assert!(matches!(handover.take(10, ms(0), ms(1)), Ok(Polled::Idle)));
+        assert!(matches!(
+            handover.take(events(10), ms(0), ms(1)),
+            Ok(Polled::Idle)
+        ));
 
         hand_over(&handover, 0..3);
         hand_over(&handover, 3..5);
-        assert_eq!(taken(handover.take(10, ms(0), ms(1))), [0, 1, 2, 3, 4]);
+        assert_eq!(
+            taken(handover.take(events(10), ms(0), ms(1))),
+            [0, 1, 2, 3, 4]
+        );
 
         // A pipeline waiting wakes when messages arrive, long before its
         // wait is up.
@@ -679,7 +796,7 @@ mod tests {
             })
         };
         let asked = Instant::now();
-        let batch = taken(handover.take(10, ms(0), Duration::from_secs(60)));
+        let batch = taken(handover.take(events(10), ms(0), Duration::from_secs(60)));
         assert!(asked.elapsed() < Duration::from_secs(60));
         assert_eq!(batch, [5]);
         source.join().unwrap();
@@ -691,16 +808,19 @@ mod tests {
         let ms = Duration::from_millis;
         hand_over(&handover, 0..2);
         // Not yet due: the oldest message has not waited 200 ms.
-        assert!(matches!(handover.take(3, ms(200), ms(0)), Ok(Polled::Idle)));
+        assert!(matches!(
+            handover.take(events(3), ms(200), ms(0)),
+            Ok(Polled::Idle)
+        ));
         let asked = Instant::now();
-        let batch = taken(handover.take(3, ms(200), Duration::from_secs(60)));
+        let batch = taken(handover.take(events(3), ms(200), Duration::from_secs(60)));
         assert!(asked.elapsed() >= ms(150), "{:?}", asked.elapsed());
         assert_eq!(batch, [0, 1]);
 
         // A full batch goes at once.
         hand_over(&handover, 2..5);
         assert_eq!(
-            taken(handover.take(3, Duration::from_secs(60), ms(0))),
+            taken(handover.take(events(3), Duration::from_secs(60), ms(0))),
             [2, 3, 4]
         );
     }
@@ -714,10 +834,10 @@ mod tests {
             "the source failed",
         )));
         assert_eq!(
-            taken(handover.take(10, Duration::from_secs(60), ms(0))),
+            taken(handover.take(events(10), Duration::from_secs(60), ms(0))),
             [0, 1]
         );
-        match handover.take(10, ms(0), ms(0)) {
+        match handover.take(events(10), ms(0), ms(0)) {
             Err(ServiceError::Thread(e)) => assert_eq!(e.to_string(), "the source failed"),
             Err(other) => panic!("{other}"),
             Ok(_) => panic!("the error was not passed on"),
@@ -726,8 +846,11 @@ mod tests {
         let handover = Handover::default();
         hand_over(&handover, 0..1);
         handover.lock().ended = true;
-        assert_eq!(taken(handover.take(10, ms(0), ms(0))), [0]);
-        assert!(matches!(handover.take(10, ms(0), ms(0)), Ok(Polled::Ended)));
+        assert_eq!(taken(handover.take(events(10), ms(0), ms(0))), [0]);
+        assert!(matches!(
+            handover.take(events(10), ms(0), ms(0)),
+            Ok(Polled::Ended)
+        ));
     }
 
     #[test]
