@@ -417,6 +417,7 @@ pub fn republish_parked(
     let mut sink = Sink::new(kafka, Shared::new(store.clone()))?;
     let mut write = store.batch();
     sink.publish(&outgoing, true, &mut write, &mut || {})?;
+    // All the write holds yet: one put per output parked again.
     let parked_again = write.len();
     for (id, _) in &parked {
         write.delete_parked(*id);
