@@ -126,6 +126,11 @@ pub struct HttpConfig {
     /// carry (`Authorization: Bearer <token>`); unset, none is asked for.
     /// Best given as `JOBCAST_HTTP_TOKEN` rather than in a file.
     pub token: Option<HttpToken>,
+    /// Store reads served at once; more requests wait for a slot.
+    pub max_concurrent_reads: usize,
+    /// Seconds a request may take, waiting for a read slot included,
+    /// before it is answered 503 with `Retry-After`.
+    pub request_timeout_secs: u64,
 }
 
 impl Default for HttpConfig {
@@ -134,6 +139,8 @@ impl Default for HttpConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 8080)),
             stall_timeout_secs: 120,
             token: None,
+            max_concurrent_reads: 8,
+            request_timeout_secs: 10,
         }
     }
 }
@@ -211,6 +218,10 @@ impl std::fmt::Debug for HttpToken {
 impl HttpConfig {
     pub fn stall_timeout(&self) -> Duration {
         Duration::from_secs(self.stall_timeout_secs)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
     }
 }
 
@@ -321,6 +332,11 @@ impl ServeConfig {
             ),
             ("storage.retention_hours", self.storage.retention_hours),
             ("http.stall_timeout_secs", self.http.stall_timeout_secs),
+            (
+                "http.max_concurrent_reads",
+                self.http.max_concurrent_reads as u64,
+            ),
+            ("http.request_timeout_secs", self.http.request_timeout_secs),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::new(*key, "must be positive"));

@@ -37,6 +37,7 @@ pub const OWNED_PARTITIONS: &str = "jobcast_owned_partitions";
 pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
 pub const HTTP_UNAUTHORIZED: &str = "jobcast_http_unauthorized_total";
+pub const HTTP_TIMED_OUT: &str = "jobcast_http_timed_out_total";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
@@ -204,6 +205,11 @@ fn describe() {
         HTTP_UNAUTHORIZED,
         Unit::Count,
         "HTTP requests refused for want of the configured bearer token (http.token)"
+    );
+    describe_counter!(
+        HTTP_TIMED_OUT,
+        Unit::Count,
+        "HTTP requests answered 503 past http.request_timeout_secs, by stage: waiting for a read slot (http.max_concurrent_reads) or reading"
     );
     describe_gauge!(
         PIPELINE_STALLED,

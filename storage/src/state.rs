@@ -377,17 +377,40 @@ impl StateStore {
 
     /// A job's decisions, oldest first.
     pub fn decisions<T: DeserializeOwned>(&self, job_id: u64) -> Result<Vec<T>, StoreError> {
+        Ok(self.decisions_page(job_id, 0, usize::MAX, usize::MAX)?.0)
+    }
+
+    /// A job's decisions from version `from` on, oldest first, until
+    /// `limit` of them or `max_bytes` of stored JSON (at least one), and the
+    /// version the next page starts at if there is one: a wide job's
+    /// history is read a page at a time, never whole.
+    pub fn decisions_page<T: DeserializeOwned>(
+        &self,
+        job_id: u64,
+        from: u32,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<(Vec<T>, Option<u32>), StoreError> {
         let prefix = job_id.to_be_bytes();
+        let start = task_key(job_id, from);
         let iter = self.db.iterator_cf(
             self.cf(DECISIONS),
-            IteratorMode::From(&prefix, Direction::Forward),
+            IteratorMode::From(&start, Direction::Forward),
         );
-        let mut out = Vec::new();
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
         for item in iter {
             let (key, value) = item.map_err(|e| self.rocks(e))?;
-            if !key.starts_with(&prefix) {
+            let Some(version) = key
+                .strip_prefix(&prefix)
+                .and_then(|rest| <[u8; 4]>::try_from(rest).ok())
+            else {
                 break;
+            };
+            let full = bytes.saturating_add(value.len()) > max_bytes && !out.is_empty();
+            if out.len() == limit || full {
+                return Ok((out, Some(u32::from_be_bytes(version))));
             }
+            bytes = bytes.saturating_add(value.len());
             let decision = serde_json::from_slice(&value).map_err(|e| StoreError::Corrupt {
                 family: DECISIONS,
                 key: key.to_vec(),
@@ -395,7 +418,7 @@ impl StateStore {
             })?;
             out.push(decision);
         }
-        Ok(out)
+        Ok((out, None))
     }
 
     /// A machine's record as stored (JSON bytes).
@@ -1084,6 +1107,32 @@ mod tests {
         };
         assert_eq!(versions(7), [1, 2, 256, u64::from(u32::MAX)]);
         assert_eq!(versions(9), Vec::<u64>::new());
+        // Pages: from a version on, at most `limit`, and where the next
+        // page starts.
+        let page = |from, limit| {
+            let (stored, next) = store
+                .decisions_page::<serde_json::Value>(7, from, limit, usize::MAX)
+                .unwrap();
+            let versions: Vec<u64> = stored.iter().map(|d| d["v"].as_u64().unwrap()).collect();
+            (versions, next)
+        };
+        assert_eq!(page(0, 2), (vec![1, 2], Some(256)));
+        assert_eq!(page(256, 2), (vec![256, u64::from(u32::MAX)], None));
+        assert_eq!(page(3, 1), (vec![256], Some(u32::MAX)));
+        assert_eq!(page(0, 0), (vec![], Some(1)));
+        assert_eq!(page(u32::MAX, 5), (vec![u64::from(u32::MAX)], None));
+        // A byte budget ends a page too, after at least one decision.
+        let sized = |max_bytes| {
+            let (stored, next) = store
+                .decisions_page::<serde_json::Value>(7, 0, 10, max_bytes)
+                .unwrap();
+            (stored.len(), next)
+        };
+        let one = serde_json::to_vec(&serde_json::json!({ "v": 1 }))
+            .unwrap()
+            .len();
+        assert_eq!(sized(0), (1, Some(2)));
+        assert_eq!(sized(2 * one), (2, Some(256)));
 
         let mut batch = store.batch();
         batch.delete_job(7);

@@ -108,6 +108,19 @@ impl Serve {
         self.child.id()
     }
 
+    /// Its peak resident set size since it started or since
+    /// [`Serve::reset_peak_rss`], KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        peak_rss_kib(self.pid())
+    }
+
+    /// Start measuring its peak resident set size afresh (Linux's
+    /// `clear_refs` 5).
+    pub fn reset_peak_rss(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5")
+            .expect("clear_refs of our own child");
+    }
+
     /// Every line the service has logged so far.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().expect("not poisoned").clone()
@@ -476,4 +489,15 @@ pub fn assert_decisions_expire(path: &Path) {
         kept.len(),
         kept.first()
     );
+}
+
+/// Peak resident set size of `pid`, KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
 }

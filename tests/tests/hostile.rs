@@ -14,7 +14,7 @@ use jobcast_ingest::deliveries::Deliveries;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::{Topics, headers};
 use jobcast_tests::kafka::{Cluster, Record, decisions, messages};
-use jobcast_tests::serve::{Serve, metric_sum, stored_state};
+use jobcast_tests::serve::{Serve, metric_sum, peak_rss_kib, stored_state};
 use jobcast_tests::{excerpt_events, jobcast_ok};
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -320,17 +320,6 @@ fn produce(brokers: &str, topic: &str, input: &[Input]) {
     producer
         .flush(Duration::from_secs(60))
         .expect("every message acknowledged");
-}
-
-/// Peak resident set size of `pid`, KiB.
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
 }
 
 /// What one run left behind.

@@ -3,10 +3,11 @@
 //! HTTP API and metrics, SIGTERM and SIGKILL.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use jobcast_ingest::event::Event;
+use jobcast_ingest::event::{Event, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind};
 use jobcast_ingest::kafka::Topics;
+use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
     SHORT_SESSION, Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
@@ -254,5 +255,142 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
         stderr.contains("404") && stderr.contains("storage.backup_dir"),
         "{stderr}"
     );
+    serve.terminate();
+}
+
+/// Fifty clients at once ask for the record of a 2^20-task job whose
+/// pilots all failed and were replaced (1,001 decisions of 1,000 pilots
+/// each, 8 MB): each gets a page (at most 256 KiB of decisions) or a 503
+/// within the request timeout, reads run a few at a time off the runtime,
+/// and the service's peak memory grows by what its read threads need, not
+/// by the history's size times the clients.
+#[test]
+fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_time() {
+    const JOB: u64 = 1;
+    const CLIENTS: usize = 50;
+    // Measured: 90–110 MiB (8 read threads warming up), then 4–10 MiB.
+    const MAX_WARM_UP_MIB: u64 = 192;
+    const MAX_GROWTH_MIB: u64 = 32;
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 1);
+    let wide = Event::JobSubmitted(JobSubmitted {
+        time_us: 1_000_000,
+        job_id: JOB,
+        user: "u".into(),
+        job_name: "wide".into(),
+        logical_name: "wide".into(),
+        scheduling_class: 0,
+        priority: 0,
+        cpu_request: 0.1,
+        mem_request: 0.1,
+        num_tasks: MAX_TASKS_PER_JOB,
+        stages: None,
+    });
+    cluster.produce(&topics.events, &messages(&[wide]));
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
+    serve.wait_committed(1, WAIT);
+    let first = &decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 1)];
+    let pilots: Vec<u32> = first["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(pilots.len(), 1000, "pilots are capped at max_pilots");
+    // Each pilot starts and fails: each failure republishes the list.
+    let mut failures = Vec::new();
+    for (i, &task_index) in pilots.iter().enumerate() {
+        let at = 2_000_000 + 2 * i as u64;
+        for (time_us, kind) in [(at, TaskKind::Schedule), (at + 1, TaskKind::Fail)] {
+            failures.push(Event::Task(TaskEvent {
+                time_us,
+                job_id: JOB,
+                task_index,
+                kind,
+                machine_id: None,
+                stage: None,
+            }));
+        }
+    }
+    cluster.produce(&topics.events, &messages(&failures));
+    serve.wait_stored_offsets(1 + failures.len() as u64, WAIT);
+
+    // The whole history, a page at a time.
+    let page = |query: &str| -> serde_json::Value {
+        let (status, body) = serve.get(&format!("/jobs/{JOB}?{query}"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let (mut versions, mut pages, mut from) = (Vec::new(), 0, Some(0));
+    while let Some(at) = from {
+        let job = page(&format!("decisions_from={at}&decisions_limit=1000"));
+        let decisions = job["decisions"].as_array().unwrap();
+        let bytes: usize = decisions.iter().map(|d| d.to_string().len()).sum();
+        assert!(
+            bytes <= DECISION_PAGE_BYTES + 10_000,
+            "a page of {bytes} bytes"
+        );
+        versions.extend(decisions.iter().map(|d| d["version"].as_u64().unwrap()));
+        from = job["decisions_next"].as_u64().map(|v| v as u32);
+        pages += 1;
+    }
+    assert_eq!(versions, (1..=1001).collect::<Vec<u64>>());
+    assert!(pages > 1, "8 MB of decisions in one page");
+    assert_eq!(
+        page("decisions_limit=10")["decisions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        10
+    );
+
+    // Every client asks for the largest page at once.
+    let burst = || -> Vec<(u16, Duration)> {
+        std::thread::scope(|scope| {
+            let clients: Vec<_> = (0..CLIENTS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let started = Instant::now();
+                        let (status, _) = serve.get(&format!("/jobs/{JOB}?decisions_limit=1000"));
+                        (status, started.elapsed())
+                    })
+                })
+                .collect();
+            clients.into_iter().map(|c| c.join().unwrap()).collect()
+        })
+    };
+    // The first burst starts the read threads, each with its own
+    // allocator heap (about 11 MiB apiece measured); later ones reuse them.
+    serve.reset_peak_rss();
+    let before_kib = serve.peak_rss_kib();
+    burst();
+    let warm_up_mib = serve.peak_rss_kib().saturating_sub(before_kib) / 1024;
+    serve.reset_peak_rss();
+    let before_kib = serve.peak_rss_kib();
+    let answers = burst();
+    let growth_mib = serve.peak_rss_kib().saturating_sub(before_kib) / 1024;
+    let slowest = answers.iter().map(|&(_, took)| took).max().unwrap();
+    let answered = answers.iter().filter(|&&(status, _)| status == 200).count();
+    eprintln!(
+        "{CLIENTS} clients: {answered} answered 200, the rest 503; slowest {slowest:?}; peak RSS grew {warm_up_mib} MiB in the first burst, {growth_mib} MiB in the second"
+    );
+    assert!(
+        answers
+            .iter()
+            .all(|&(status, _)| status == 200 || status == 503),
+        "{answers:?}"
+    );
+    // The default request timeout (10 s) and a margin for the client.
+    assert!(slowest < Duration::from_secs(15), "{answers:?}");
+    assert!(
+        warm_up_mib < MAX_WARM_UP_MIB,
+        "peak RSS grew {warm_up_mib} MiB under the first {CLIENTS} requests"
+    );
+    assert!(
+        growth_mib < MAX_GROWTH_MIB,
+        "peak RSS grew {growth_mib} MiB under {CLIENTS} more requests"
+    );
+    assert_eq!(serve.get("/healthz").0, 200);
     serve.terminate();
 }

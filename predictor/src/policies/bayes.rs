@@ -118,6 +118,7 @@ fn pilot_cap(fraction: f64, width: u32) -> u32 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bayes {
     thin_limit: u32,
+    max_pilots: u32,
     seed: u64,
     config: BayesConfig,
     /// Learnt task-wise variance of ln runtime and the jobs it rests on.
@@ -137,6 +138,7 @@ impl Bayes {
     pub fn new(config: &PolicyConfig) -> Self {
         Bayes {
             thin_limit: config.thin_limit,
+            max_pilots: config.max_pilots,
             seed: config.seed,
             config: config.bayes,
             task_log_var: None,
@@ -173,7 +175,7 @@ impl Policy for Bayes {
             .history
             .estimate(&JobFeatures::of(job), ctx.now_us, Estimator::Median);
         let prior = Belief::prior(&h, ctx.history.config().default_log_sd);
-        let cap = pilot_cap(self.config.max_pilot_fraction, width);
+        let cap = pilot_cap(self.config.max_pilot_fraction, width).min(self.max_pilots);
         let m = pilots_needed(prior, self.task_log_sd(), self.config.target_log_sd, cap);
         if m == 0 {
             let est = Estimate {

@@ -42,6 +42,7 @@ enum RatioRule {
 pub struct SLearn {
     kind: PolicyKind,
     thin_limit: u32,
+    max_pilots: u32,
     seed: u64,
     ratio: RatioRule,
     /// Wide jobs until they end: the adaptive ratio needs each job's
@@ -85,6 +86,7 @@ impl SLearn {
                 PolicyKind::SLearn
             },
             thin_limit: config.thin_limit,
+            max_pilots: config.max_pilots,
             seed: config.seed,
             ratio: match config.sampling {
                 Sampling::Adaptive { block } => RatioRule::Adaptive(AdaptiveRatio::new(block)),
@@ -189,7 +191,7 @@ impl Policy for SLearn {
             None => (vec![(0, width)], None),
         };
         let sampled_width = hybrid.map_or(width, |h| h.root_width);
-        let m = pilot_count(ratio, sampled_width);
+        let m = pilot_count(ratio, sampled_width).min(self.max_pilots);
         let pilots = PilotSet::new(self.seed, job.job_id, space, m);
         let d = decision(
             self.kind,
@@ -299,6 +301,30 @@ mod tests {
         assert!(d.pilots.iter().all(|&t| t < 100));
         // 3% of 3 tasks floors to 0: one pilot.
         assert_eq!(p.on_submit(&job(3, 3), &ctx).pilots.len(), 1);
+    }
+
+    #[test]
+    fn a_very_wide_job_gets_at_most_max_pilots() {
+        let kit = Kit::new();
+        let history = kit.history();
+        let ctx = kit.ctx(&history);
+        let config = PolicyConfig {
+            max_pilots: 1000,
+            ..fixed(0.03)
+        };
+        let mut p = SLearn::new(&config, false);
+        // 3% of 2^20 tasks would be 31,457 pilots.
+        let d = p.on_submit(&job(1, 1 << 20), &ctx);
+        assert_eq!(d.pilots.len(), 1000);
+        assert!(d.pilots.iter().all(|&t| t < 1 << 20));
+        // Below max_pilots / ratio the ratio alone decides.
+        assert_eq!(p.on_submit(&job(2, 30_000), &ctx).pilots.len(), 900);
+        // A replacement republishes the capped list, not a longer one.
+        let lost = d.pilots[0];
+        let replaced = p.on_task_end(&failed(1, lost), &ctx).unwrap();
+        assert_eq!(replaced.pilots.len(), 1000);
+        assert!(!replaced.pilots.contains(&lost));
+        assert!(serde_json::to_vec(&replaced).unwrap().len() < 10_000);
     }
 
     #[test]

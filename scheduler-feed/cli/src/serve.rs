@@ -149,18 +149,16 @@ pub async fn serve(
     started(shared.clone(), address);
 
     let backup_dir = config.storage.backup_dir.clone();
-    let token = config.http.token.clone();
+    let http_config = config.http.clone();
     let service = Service::start_with(config, shared.clone())?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let http = tokio::spawn(http::serve(
-        listener,
-        shared.clone(),
-        backup_dir,
-        token,
-        async move {
+    let shared_http = shared.clone();
+    let http = tokio::spawn(async move {
+        let stopped = async move {
             let _ = http_stopped.await;
-        },
-    ));
+        };
+        http::serve(listener, shared_http, &http_config, backup_dir, stopped).await
+    });
     // The pipeline ends by itself only on an error; otherwise on `stop`.
     let mut pipeline = tokio::task::spawn_blocking(move || service.join());
     let ended = tokio::select! {

@@ -3,40 +3,61 @@
 //! `/metrics` for Prometheus. Reads come from the committed RocksDB state,
 //! so an answer never shows an effect whose batch might still be lost in a
 //! crash.
+//!
+//! RocksDB reads block, so they run on the blocking pool, a bounded
+//! number at a time and each within a deadline ([`reads`]): a burst of
+//! requests for a wide job neither starves the probes, which never touch
+//! the store, nor grows memory with the burst. A job's decision history is
+//! served a page at a time.
+
+mod reads;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use axum::extract::{Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{Value, json};
+use serde_json::json;
+use serde_json::value::RawValue;
 
 use jobcast_storage::state::{POLICIES, StoreError, unix_seconds};
 
-use crate::config::HttpToken;
+use crate::config::{HttpConfig, HttpToken};
 use crate::shared::Shared;
 use crate::telemetry;
 use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
+use reads::Reads;
 
-/// The API over `shared`; online backups go under `backup_dir`, if set.
-/// With a `token`, every route but the probes asks for it.
-pub fn router(
+/// Decisions per page of `GET /jobs/{id}` unless `decisions_limit` says
+/// otherwise, the most it may ask for, and the stored bytes that end a
+/// page sooner (a decision of a job sampling 1,000 pilots is 8 KB).
+pub const DECISIONS_PER_PAGE: usize = 100;
+pub const MAX_DECISIONS_PER_PAGE: usize = 1000;
+pub const DECISION_PAGE_BYTES: usize = 256 << 10;
+
+/// What every handler sees.
+#[derive(Clone)]
+struct Api {
     shared: Arc<Shared>,
-    backup_dir: Option<PathBuf>,
-    token: Option<HttpToken>,
-) -> Router {
+    reads: Reads,
+}
+
+/// The API over `shared` as `http` configures it; online backups go under
+/// `backup_dir`, if set. With a token, every route but the probes asks
+/// for it.
+pub fn router(shared: Arc<Shared>, http: &HttpConfig, backup_dir: Option<PathBuf>) -> Router {
     let busy = Arc::new(AtomicBool::new(false));
     let mut guarded = Router::new()
         .route(
             "/admin/backup",
-            post(move |State(shared): State<Arc<Shared>>| {
-                backup(shared, backup_dir.clone(), busy.clone())
+            post(move |State(api): State<Api>| {
+                backup(api.shared, backup_dir.clone(), busy.clone())
             }),
         )
         .route("/jobs/{id}", get(job))
@@ -44,29 +65,33 @@ pub fn router(
         .route("/machines/{id}/risk", get(machine_risk))
         .route("/policies", get(policies))
         .route("/metrics", get(metrics));
-    if let Some(token) = token {
+    if let Some(token) = http.token.clone() {
         guarded = guarded.route_layer(middleware::from_fn_with_state(
             Arc::new(token),
             require_token,
         ));
     }
+    let api = Api {
+        shared,
+        reads: Reads::new(http.max_concurrent_reads, http.request_timeout()),
+    };
     // Kubernetes' probes carry no credentials.
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(guarded)
-        .with_state(shared)
+        .with_state(api)
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
+    http: &HttpConfig,
     backup_dir: Option<PathBuf>,
-    token: Option<HttpToken>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared, backup_dir, token))
+    axum::serve(listener, router(shared, http, backup_dir))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -94,7 +119,7 @@ async fn require_token(
     );
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer realm=\"jobcast\""),
+        HeaderValue::from_static("Bearer realm=\"jobcast\""),
     );
     response
 }
@@ -131,59 +156,105 @@ fn stored_json(
     }
 }
 
-/// `GET /jobs/{id}`: state, each policy's current estimate, the driving
-/// policy's decision history and, once finished, each policy's error.
-async fn job(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
-    stored_json(&raw, "job", |id| {
-        let Some(record) = shared.store.job(id, JobRecord::from_bytes)? else {
-            return Ok(None);
-        };
-        let decisions = shared.store.decisions::<Value>(id)?;
-        Ok(Some(with_decisions(record, decisions)))
-    })
+/// Which decisions of a job to serve: from version `decisions_from` on,
+/// at most `decisions_limit`.
+#[derive(serde::Deserialize)]
+struct DecisionPage {
+    #[serde(default)]
+    decisions_from: u32,
+    decisions_limit: Option<usize>,
 }
 
-/// The job's record with its decisions (stored apart) added.
-fn with_decisions(record: JobRecord, decisions: Vec<Value>) -> Vec<u8> {
+/// `GET /jobs/{id}`: state, each policy's current estimate, a page of the
+/// driving policy's decisions (`decisions_next`: the version the next
+/// page starts at, null on the last) and, once finished, each policy's
+/// error.
+async fn job(
+    State(api): State<Api>,
+    Path(raw): Path<String>,
+    Query(page): Query<DecisionPage>,
+) -> Response {
+    let limit = page
+        .decisions_limit
+        .unwrap_or(DECISIONS_PER_PAGE)
+        .min(MAX_DECISIONS_PER_PAGE);
+    let shared = api.shared;
+    api.reads
+        .run(move || {
+            stored_json(&raw, "job", |id| {
+                let Some(record) = shared.store.job(id, JobRecord::from_bytes)? else {
+                    return Ok(None);
+                };
+                let (decisions, next) = shared.store.decisions_page::<Box<RawValue>>(
+                    id,
+                    page.decisions_from,
+                    limit,
+                    DECISION_PAGE_BYTES,
+                )?;
+                Ok(Some(with_decisions(record, decisions, next)))
+            })
+        })
+        .await
+}
+
+/// The job's record with a page of its decisions (stored apart) added.
+fn with_decisions(record: JobRecord, decisions: Vec<Box<RawValue>>, next: Option<u32>) -> Vec<u8> {
     #[derive(serde::Serialize)]
     struct WithDecisions {
         #[serde(flatten)]
         record: JobRecord,
-        decisions: Vec<Value>,
+        decisions: Vec<Box<RawValue>>,
+        decisions_next: Option<u32>,
     }
-    serde_json::to_vec(&WithDecisions { record, decisions }).expect("records serialise")
+    serde_json::to_vec(&WithDecisions {
+        record,
+        decisions,
+        decisions_next: next,
+    })
+    .expect("records serialise")
 }
 
 /// `GET /machines/{id}`: the machine's last known state.
-async fn machine(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
-    stored_json(&raw, "machine", |id| shared.store.machine_json(id))
+async fn machine(State(api): State<Api>, Path(raw): Path<String>) -> Response {
+    let shared = api.shared;
+    api.reads
+        .run(move || stored_json(&raw, "machine", |id| shared.store.machine_json(id)))
+        .await
 }
 
 /// `GET /machines/{id}/risk`: the latest preemption-risk score of the task
 /// placed on a transient VM.
-async fn machine_risk(State(shared): State<Arc<Shared>>, Path(raw): Path<String>) -> Response {
+async fn machine_risk(State(api): State<Api>, Path(raw): Path<String>) -> Response {
     let id = match parse_id(&raw, "machine") {
         Ok(id) => id,
         Err(response) => return *response,
     };
-    match shared.store.machine::<MachineRecord>(id) {
-        Ok(Some(MachineRecord {
-            risk: Some(risk), ..
-        })) => Json(risk).into_response(),
-        Ok(Some(_)) => error(
-            StatusCode::NOT_FOUND,
-            format!(
-                "machine {id} has no risk score: it is not a running transient VM with a task placed on it"
+    let shared = api.shared;
+    api.reads
+        .run(move || match shared.store.machine::<MachineRecord>(id) {
+            Ok(Some(MachineRecord {
+                risk: Some(risk), ..
+            })) => Json(risk).into_response(),
+            Ok(Some(_)) => error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "machine {id} has no risk score: it is not a running transient VM with a task placed on it"
+                ),
             ),
-        ),
-        Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+            Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        })
+        .await
 }
 
 /// `GET /policies`: every policy's errors over the jobs scored so far, with
 /// their means, so that the shadow policies can be compared live.
-async fn policies(State(shared): State<Arc<Shared>>) -> Response {
+async fn policies(State(api): State<Api>) -> Response {
+    let shared = api.shared;
+    api.reads.run(move || policy_errors(&shared)).await
+}
+
+fn policy_errors(shared: &Shared) -> Response {
     let records = match shared.store.dump(POLICIES) {
         Ok(records) => records,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
@@ -277,8 +348,8 @@ async fn backup(
 
 /// Alive: the process answers and its pipeline is not stuck
 /// ([`crate::shared::Liveness`]).
-async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    let liveness = &shared.liveness;
+async fn healthz(State(api): State<Api>) -> Response {
+    let liveness = &api.shared.liveness;
     let alive = liveness.alive();
     let body = json!({
         "alive": alive,
@@ -295,8 +366,9 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
 
 /// Ready: state recovered, a member of the group (owning any number of
 /// partitions: an instance with none is a hot standby), brokers reachable.
-async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+async fn readyz(State(api): State<Api>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
+    let shared = &api.shared;
     let body = json!({
         "ready": shared.ready(),
         "recovered": shared.recovered.load(Relaxed),
@@ -312,7 +384,12 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+async fn metrics(State(api): State<Api>) -> Response {
+    let shared = api.shared;
+    api.reads.run(move || render_metrics(&shared)).await
+}
+
+fn render_metrics(shared: &Shared) -> Response {
     for (family, size) in shared.store.family_sizes() {
         metrics::gauge!(telemetry::STORE_BYTES, "family" => family).set(size.bytes as f64);
         if jobcast_storage::state::STATE_FAMILIES.contains(&family) {
