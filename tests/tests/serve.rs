@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::event::{Event, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind};
 use jobcast_ingest::kafka::Topics;
 use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
+use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
-    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, restartable, wait_balanced,
+    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, restartable, stored_state,
+    wait_balanced,
 };
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
@@ -393,4 +395,88 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
     );
     assert_eq!(serve.get("/healthz").0, 200);
     serve.terminate();
+}
+
+/// SIGTERM while a start applies the log after its latest snapshot: the
+/// instance stops at its next look (every 10,000 messages) instead of
+/// finishing the restore, writes no stop snapshot (its engine holds only
+/// a prefix of the state), and changes no stored record; the next start
+/// restores the whole state.
+#[test]
+fn sigterm_during_the_restore_stops_it_without_a_snapshot_and_the_next_start_restores_all() {
+    // Enough partitions that the mock cluster keeps all of each.
+    const PARTITIONS: i32 = 16;
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let brokers = cluster.brokers();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("generated.jsonl");
+    let trace_arg = trace.to_str().unwrap();
+    jobcast_ok(&["generate", "--seed", "5", "--jobs", "6000", "-o", trace_arg]);
+    let replayed: serde_json::Value = serde_json::from_str(&jobcast_ok(&[
+        "replay",
+        "--trace",
+        trace_arg,
+        "--format",
+        "jsonl",
+        "--topic",
+        &topics.events,
+        "--brokers",
+        &brokers,
+        "--json",
+    ]))
+    .unwrap();
+    let total = replayed["delivered"].as_u64().unwrap();
+    assert_eq!(
+        cluster.low_watermarks(&topics.events, PARTITIONS),
+        vec![0; PARTITIONS as usize],
+        "the mock cluster dropped the start of some partition: use more partitions"
+    );
+    let state = dir.path().join("state");
+
+    // A first run that leaves the whole input in the log, no snapshot.
+    // A short session: each start waits for the one before it to leave.
+    let mut no_snapshots = SHORT_SESSION.to_vec();
+    no_snapshots.extend([
+        "--set",
+        "storage.snapshot_every_events=1000000000",
+        "--set",
+        "storage.snapshot_on_stop=false",
+    ]);
+    let mut serve = Serve::start(&brokers, &state, &no_snapshots);
+    serve.wait_stored_offsets(total, WAIT);
+    serve.terminate();
+    let whole = stored_state(&state);
+    let snapshots = || {
+        StateStore::open_read_only(&state)
+            .unwrap()
+            .snapshot_chain()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(snapshots(), 0);
+
+    let mut serve = Serve::start_logging(&brokers, &state, &SHORT_SESSION, "info");
+    serve.wait_logged("restoring the predictor state", 0, WAIT);
+    let signalled = Instant::now();
+    let log = serve.terminate();
+    let stopped_in = signalled.elapsed();
+    let said = |what: &str| log.iter().any(|l| l.contains(what));
+    assert!(
+        said("stop asked for during the restore"),
+        "{total} events restored before SIGTERM was seen: {log:#?}"
+    );
+    assert!(!said("predictor state restored"), "{log:#?}");
+    assert_eq!(snapshots(), 0, "a snapshot of a half-restored engine");
+    assert_eq!(stored_state(&state), whole);
+
+    let mut serve = Serve::start_logging(&brokers, &state, &SHORT_SESSION, "info");
+    let (_, line) = serve.wait_logged("predictor state restored", 0, WAIT);
+    eprintln!(
+        "{total} events in the log; stopped {stopped_in:?} after SIGTERM mid-restore; a whole restore: {line}"
+    );
+    assert!(line.contains(&format!("events={total}")), "{line}");
+    serve.terminate();
+    assert_eq!(snapshots(), 1, "the stop snapshot");
+    assert_eq!(stored_state(&state), whole);
 }

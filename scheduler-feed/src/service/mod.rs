@@ -79,6 +79,7 @@ use tracing::info;
 use crate::config::ServeConfig;
 use crate::error::ServiceError;
 use crate::shared::Shared;
+use recovery::Restore;
 use sink::Sink;
 pub use sink::{Republished, output_producer_config, republish_parked};
 
@@ -164,9 +165,11 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
         .shared
         .liveness
         .set_timeout(config.http.stall_timeout());
-    let assigned = pipeline.await_assignment(&member);
-    if assigned {
-        pipeline.reconcile(&member, &mut sink, true)?;
+    // Restored: the engine holds the whole state (false without
+    // partitions, or after a stop during the restore).
+    let restored = pipeline.await_assignment(&member)
+        && pipeline.reconcile(&member, &mut sink, true)? == Restore::Done;
+    if restored {
         pipeline.shared.liveness.beat();
         pipeline.shared.recovered.store(true, Ordering::Relaxed);
         pipeline.consume(&member, &mut sink)?;
@@ -179,7 +182,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     pipeline.leave_group(&member);
     // After the hand-over, so that no takeover waits for it: the next
     // start (of a restored engine) then applies nothing from the log.
-    if assigned && config.storage.snapshot_on_stop {
+    if restored && config.storage.snapshot_on_stop {
         pipeline.snapshot_on_stop()?;
     }
     // With its partitions handed over: the next start then opens the

@@ -41,12 +41,22 @@ use crate::telemetry;
 /// Writes per intermediate commit while the log after a snapshot is
 /// applied (records of partitions taken over on start).
 const REPLAY_COMMIT_EVERY: usize = 50_000;
-/// Logged messages applied between polls of the group member while the
-/// log is applied: the group evicts a member that does not poll for
-/// `max.poll.interval.ms`, and a restore must not cost the instance its
-/// partitions (changes it hears of meanwhile are queued, and handled once
-/// the restore is done).
+/// Logged messages applied between polls of the group member (and looks
+/// at whether a stop was asked for) while the log is applied: the group
+/// evicts a member that does not poll for `max.poll.interval.ms`, and a
+/// restore must not cost the instance its partitions (changes it hears of
+/// meanwhile are queued, and handled once the restore is done).
 const REPLAY_POLL_EVERY: u64 = 10_000;
+
+/// How a start's restore ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Restore {
+    Done,
+    /// A stop was asked for before the log was applied to its end: the
+    /// engine holds a prefix of the state, which must be neither
+    /// snapshotted nor served; the next start restores again.
+    Interrupted,
+}
 
 /// A whole snapshot is written again once the snapshots of changes after
 /// the last one add up to this share of its size. A restore then reads
@@ -199,13 +209,14 @@ impl Pipeline<'_> {
 
     /// Bring the store and the outputs in line with the partitions this
     /// instance owns. On start (`starting`), first restore the latest
-    /// snapshot and apply the log after it.
+    /// snapshot and apply the log after it; a stop asked for meanwhile
+    /// ends it there, with nothing more written.
     pub(super) fn reconcile(
         &mut self,
         member: &BaseConsumer<MemberContext>,
         sink: &mut Sink,
         starting: bool,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Restore, ServiceError> {
         // Records are written below, after every batch handed over.
         self.writer.flush()?;
         self.commit_written(member);
@@ -228,7 +239,9 @@ impl Pipeline<'_> {
                 mark.set_stored_partitions(&self.stored.union(&owned).copied().collect());
                 store.commit(mark)?;
             }
-            self.restore(&taken, &owned, &mut outgoing, member)?;
+            if self.restore(&taken, &owned, &mut outgoing, member)? == Restore::Interrupted {
+                return Ok(Restore::Interrupted);
+            }
         }
         let mut write = store.batch();
         for &partition in &taken {
@@ -276,7 +289,7 @@ impl Pipeline<'_> {
         self.recommit_unconfirmed(member);
         self.show_owned();
         info!(owned = ?owned, "this instance owns these partitions");
-        Ok(())
+        Ok(Restore::Done)
     }
 
     /// Restore the chain of snapshots from the latest whole one on, then
@@ -291,7 +304,7 @@ impl Pipeline<'_> {
         owned: &BTreeSet<i32>,
         outgoing: &mut Vec<Outgoing>,
         member: &BaseConsumer<MemberContext>,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Restore, ServiceError> {
         let started = Instant::now();
         info!("restoring the predictor state");
         let store = self.store.clone();
@@ -357,6 +370,17 @@ impl Pipeline<'_> {
             count += 1;
             if count.is_multiple_of(REPLAY_POLL_EVERY) {
                 let _ = member.poll(Duration::ZERO);
+                if self.shared.shutdown.load(Ordering::Relaxed) {
+                    // What was committed so far are records the log
+                    // rewrites on the next start, as after a kill here.
+                    info!(
+                        events = count,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "stop asked for during the restore: stopping without a snapshot; \
+                         the next start restores again"
+                    );
+                    return Ok(Restore::Interrupted);
+                }
             }
             if write.len() >= REPLAY_COMMIT_EVERY {
                 store.commit(std::mem::replace(&mut write, store.batch()))?;
@@ -382,7 +406,7 @@ impl Pipeline<'_> {
             seconds,
             "predictor state restored"
         );
-        Ok(())
+        Ok(Restore::Done)
     }
 
     /// Keep the final records of the jobs of others' partitions that
