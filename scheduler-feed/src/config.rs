@@ -58,6 +58,19 @@ pub struct ConsumerConfig {
     /// their owner has published them, so that this instance can take a
     /// partition over without replaying anything (`service::outbox`).
     pub takeover_buffer_bytes: usize,
+    /// How long (ms) the event-time merge waits for a partition that
+    /// neither delivers nor reports its end (its leader gone) while other
+    /// partitions' messages wait; then it goes on without it, and applies
+    /// its events late when it returns (`source::idle`). 0: wait for ever,
+    /// for an exact order whatever the brokers do.
+    pub idle_partition_timeout_ms: u64,
+}
+
+impl ConsumerConfig {
+    pub fn idle_partition_timeout(&self) -> Option<Duration> {
+        (self.idle_partition_timeout_ms > 0)
+            .then(|| Duration::from_millis(self.idle_partition_timeout_ms))
+    }
 }
 
 impl Default for ConsumerConfig {
@@ -70,6 +83,7 @@ impl Default for ConsumerConfig {
             batch_max_bytes: 64 << 20,
             max_buffered_bytes: 256 << 20,
             takeover_buffer_bytes: 64 << 20,
+            idle_partition_timeout_ms: 60_000,
         }
     }
 }

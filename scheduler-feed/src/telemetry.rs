@@ -38,6 +38,8 @@ pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
 pub const HTTP_UNAUTHORIZED: &str = "jobcast_http_unauthorized_total";
 pub const HTTP_TIMED_OUT: &str = "jobcast_http_timed_out_total";
+pub const INPUT_PARTITION_IDLE: &str = "jobcast_input_partition_idle_total";
+pub const INPUT_PARTITIONS_IDLE: &str = "jobcast_input_partitions_idle";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
@@ -205,6 +207,16 @@ fn describe() {
         HTTP_UNAUTHORIZED,
         Unit::Count,
         "HTTP requests refused for want of the configured bearer token (http.token)"
+    );
+    describe_counter!(
+        INPUT_PARTITION_IDLE,
+        Unit::Count,
+        "Times the event-time merge gave up waiting for an input partition that neither delivered nor reported its end for consumer.idle_partition_timeout_ms"
+    );
+    describe_gauge!(
+        INPUT_PARTITIONS_IDLE,
+        Unit::Count,
+        "Input partitions the event-time merge has given up waiting for and that have delivered nothing since; their events are applied late when they return"
     );
     describe_counter!(
         HTTP_TIMED_OUT,

@@ -208,3 +208,67 @@ fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group()
     );
     serve.terminate();
 }
+
+/// An input partition whose leader is taken away neither delivers nor
+/// reports its end. The event-time merge would wait for it for ever, and
+/// the instance (every instance: each reads all partitions) apply nothing;
+/// after `consumer.idle_partition_timeout_ms` it goes on without it,
+/// counts it idle, and applies its events, late, once its leader returns.
+#[test]
+fn a_partition_whose_leader_is_gone_is_left_behind_after_the_idle_timeout_and_applied_when_back() {
+    const GONE: i32 = 2;
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let events = excerpt_events();
+    let input = messages(&events);
+    cluster.produce(&topics.events, &input);
+    let total = input.len() as u64;
+    let in_gone = cluster
+        .read_all(&topics.events, PARTITIONS)
+        .iter()
+        .filter(|r| r.partition == GONE)
+        .count() as u64;
+    assert!(in_gone > 0 && in_gone < total);
+    cluster
+        .mock
+        .partition_leader(&topics.events, GONE, None)
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &dir.path().join("state"),
+        &["--set", "consumer.idle_partition_timeout_ms=3000"],
+    );
+    serve.wait_stored_offsets(total - in_gone, WAIT);
+    assert_eq!(serve.metric("jobcast_input_partitions_idle"), 1.0);
+    assert!(serve.metric("jobcast_input_partition_idle_total") >= 1.0);
+    assert_eq!(serve.get("/healthz").0, 200);
+
+    // The leader returns (the mock's one broker has id 1).
+    cluster
+        .mock
+        .partition_leader(&topics.events, GONE, Some(1))
+        .unwrap();
+    serve.wait_stored_offsets(total, WAIT);
+    let deadline = Instant::now() + WAIT;
+    while serve.metric("jobcast_input_partitions_idle") != 0.0 {
+        assert!(Instant::now() < deadline, "still counted idle");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    serve.terminate();
+    // Every job, those of the partition left behind too, was decided.
+    let decided: std::collections::BTreeSet<u64> = decisions(&cluster.brokers(), &topics.decisions)
+        .keys()
+        .map(|&(job_id, _)| job_id)
+        .collect();
+    for event in &events {
+        if let jobcast_ingest::event::Event::JobSubmitted(job) = event {
+            assert!(
+                decided.contains(&job.job_id),
+                "job {} never decided",
+                job.job_id
+            );
+        }
+    }
+}

@@ -12,7 +12,10 @@
 //! function of the data alone, so a restarted service, or a second run,
 //! applies events in exactly the same order. On a live topic a partition
 //! that is momentarily drained does not hold the others back; an event that
-//! arrives later with an earlier time is applied late.
+//! arrives later with an earlier time is applied late. Nor does one that
+//! neither delivers nor reports its end (its leader gone) once the source
+//! has given up waiting for it ([`PartitionMerge::stop_waiting_for`]): its
+//! events are applied late when it returns.
 
 use std::cmp::Reverse;
 use std::collections::binary_heap::PeekMut;
@@ -42,6 +45,9 @@ struct Partition<T> {
     /// Everything in the partition has been pushed (nothing arrived since
     /// the consumer reported its end).
     at_end: bool,
+    /// Given up on: it delivered nothing, nor reported its end, for too
+    /// long (nothing arrived since).
+    idle: bool,
     /// Time of the latest message pushed.
     latest_us: u64,
     /// Bytes of the messages queued ([`Weigh`]).
@@ -55,15 +61,17 @@ impl<T> Partition<T> {
         Partition {
             queue: VecDeque::new(),
             at_end: false,
+            idle: false,
             latest_us: 0,
             bytes: 0,
             next_offset,
         }
     }
 
-    /// Could this partition still deliver something that must go first?
+    /// Could this partition still deliver something that must go first,
+    /// and is it waited for?
     fn holds_back(&self) -> bool {
-        self.queue.is_empty() && !self.at_end
+        self.queue.is_empty() && !self.at_end && !self.idle
     }
 }
 
@@ -146,6 +154,7 @@ impl<T: Weigh> PartitionMerge<T> {
             self.fronts.push(Reverse((time_us, partition, offset)));
         }
         p.at_end = false;
+        p.idle = false;
         p.bytes += item.bytes();
         p.queue.push_back(Pending {
             partition,
@@ -163,7 +172,32 @@ impl<T: Weigh> PartitionMerge<T> {
                 self.holding_back -= 1;
             }
             p.at_end = true;
+            p.idle = false;
         }
+    }
+
+    /// Stop waiting for `partition`, which holds the others back: what it
+    /// delivers later goes out among theirs, late. Whether it held them.
+    pub fn stop_waiting_for(&mut self, partition: i32) -> bool {
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            return false;
+        };
+        let held = p.holds_back();
+        if held {
+            self.holding_back -= 1;
+            p.idle = true;
+        }
+        held
+    }
+
+    /// Partitions given up on that have delivered nothing since.
+    pub fn idle(&self) -> usize {
+        self.partitions.values().filter(|p| p.idle).count()
+    }
+
+    /// Whether messages wait for a partition that holds them back.
+    pub fn blocked(&self) -> bool {
+        self.holding_back > 0 && !self.fronts.is_empty()
     }
 
     /// The broker's latest fetch of `partition` said its next record will
@@ -299,6 +333,42 @@ mod tests {
         assert_eq!(m.holding_back(), vec![1]);
         m.reached_end(1);
         assert_eq!(drain(&mut m), ["c"]);
+        assert!(m.holding_back().is_empty());
+    }
+
+    #[test]
+    fn a_partition_given_up_on_holds_nothing_back_and_is_applied_late_when_it_returns() {
+        let mut m = PartitionMerge::default();
+        m.assign(0, None);
+        m.assign(1, None);
+        m.push(0, 0, Some(10), "a");
+        m.push(0, 1, Some(30), "c");
+        m.reached_end(0);
+        assert!(m.blocked());
+        assert_eq!(m.pop(), None);
+        assert!(m.stop_waiting_for(1));
+        assert!(!m.stop_waiting_for(1), "no longer holds anything back");
+        assert_eq!(m.idle(), 1);
+        assert!(!m.blocked());
+        assert_eq!(drain(&mut m), ["a", "c"]);
+        // It returns with an earlier event: applied late, and waited for
+        // again once drained.
+        m.push(1, 0, Some(20), "b");
+        assert_eq!(m.idle(), 0);
+        assert_eq!(drain(&mut m), ["b"]);
+        assert_eq!(m.holding_back(), vec![1]);
+        m.push(0, 2, Some(40), "d");
+        m.reached_end(0);
+        assert!(m.blocked());
+        assert_eq!(m.pop(), None);
+        m.reached_end(1);
+        assert_eq!(drain(&mut m), ["d"]);
+        // Given up on, then read to its end: not idle any more.
+        m.assign(2, None);
+        assert!(m.stop_waiting_for(2));
+        m.reached_end(2);
+        assert_eq!(m.idle(), 0);
+        m.revoke(2);
         assert!(m.holding_back().is_empty());
     }
 

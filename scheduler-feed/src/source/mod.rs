@@ -35,8 +35,10 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+mod idle;
 mod merge;
 
+use idle::IdleWatch;
 use merge::{PartitionMerge, Weigh};
 
 use crate::config::ConsumerConfig;
@@ -222,6 +224,7 @@ impl Source {
                 bytes: settings.max_buffered_bytes,
             },
             throttle: Throttle::new(LOAD_UNIT),
+            idle: IdleWatch::new(settings.idle_partition_timeout()),
             refuse_gaps,
         };
         let thread = std::thread::Builder::new()
@@ -355,6 +358,7 @@ struct Reader {
     limits: BatchLimits,
     budget: BufferBudget,
     throttle: Throttle,
+    idle: IdleWatch,
     /// Whether a stored offset the broker no longer holds stops the
     /// service (`auto.offset.reset=error`, the default) rather than
     /// resuming past the gap.
@@ -396,6 +400,7 @@ impl Reader {
                 self.poll(wait)?;
             }
             let full = self.hand_over();
+            self.idle.check(&mut self.merge, Instant::now());
             self.pause_or_resume();
             if stopping {
                 return Ok(());
