@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::KafkaError;
 use tracing::{debug, error, warn};
 
 pub const EVENTS_CONSUMED: &str = "jobcast_events_consumed_total";
@@ -38,6 +39,7 @@ pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
 pub const HTTP_UNAUTHORIZED: &str = "jobcast_http_unauthorized_total";
 pub const HTTP_TIMED_OUT: &str = "jobcast_http_timed_out_total";
+pub const KAFKA_ERRORS: &str = "jobcast_kafka_errors_total";
 pub const INPUT_PARTITION_IDLE: &str = "jobcast_input_partition_idle_total";
 pub const INPUT_PARTITIONS_IDLE: &str = "jobcast_input_partitions_idle";
 pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
@@ -209,6 +211,11 @@ fn describe() {
         "HTTP requests refused for want of the configured bearer token (http.token)"
     );
     describe_counter!(
+        KAFKA_ERRORS,
+        Unit::Count,
+        "Client-wide errors librdkafka reported (brokers unreachable, authentication refused, ...), by client (input, member) and error code"
+    );
+    describe_counter!(
         INPUT_PARTITION_IDLE,
         Unit::Count,
         "Times the event-time merge gave up waiting for an input partition that neither delivered nor reported its end for consumer.idle_partition_timeout_ms"
@@ -310,6 +317,15 @@ fn describe() {
         Unit::Count,
         "Logged input messages applied again on start, after the latest snapshot (at most storage.snapshot_every_events plus a batch)"
     );
+}
+
+/// A client-wide error librdkafka reported to `client` (a broker
+/// unreachable, credentials refused), counted by its code.
+pub(crate) fn kafka_error(client: &'static str, error: &KafkaError) {
+    let code = error
+        .rdkafka_error_code()
+        .map_or_else(|| "Other".to_owned(), |code| format!("{code:?}"));
+    metrics::counter!(KAFKA_ERRORS, "client" => client, "code" => code).increment(1);
 }
 
 /// A librdkafka log line, at the matching `tracing` level (target

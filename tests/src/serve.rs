@@ -39,13 +39,24 @@ impl Serve {
     /// [`Serve::start`] with the log filter `JOBCAST_LOG=filter`; the log
     /// lines are kept ([`Serve::log`]).
     pub fn start_logging(brokers: &str, data: &Path, extra: &[&str], filter: &str) -> Serve {
-        Serve::spawn(brokers, data, extra, filter, None)
+        Serve::spawn(brokers, data, extra, filter, None, &[])
+    }
+
+    /// [`Serve::start`] with these environment variables set (settings
+    /// operators give it that way: `JOBCAST_KAFKA__CLIENT`, ...).
+    pub fn start_with_env(
+        brokers: &str,
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
+        Serve::spawn(brokers, data, extra, "warn", None, env)
     }
 
     /// [`Serve::start`] with its HTTP API behind `token`
     /// (`JOBCAST_HTTP_TOKEN`), which [`Serve::get`] then sends.
     pub fn start_with_token(brokers: &str, data: &Path, extra: &[&str], token: &str) -> Serve {
-        Serve::spawn(brokers, data, extra, "warn", Some(token))
+        Serve::spawn(brokers, data, extra, "warn", Some(token), &[])
     }
 
     fn spawn(
@@ -54,6 +65,7 @@ impl Serve {
         extra: &[&str],
         filter: &str,
         token: Option<&str>,
+        env: &[(&str, &str)],
     ) -> Serve {
         let mut command = Command::new(jobcast_bin());
         command
@@ -66,6 +78,7 @@ impl Serve {
         if let Some(token) = token {
             command.env(TOKEN_VARIABLE, token);
         }
+        command.envs(env.iter().copied());
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

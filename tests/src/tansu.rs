@@ -21,6 +21,12 @@ impl Tansu {
     /// Start a broker from the binary `JOBCAST_TEST_TANSU` names. Without
     /// one the test fails: it never passes without its broker.
     pub fn start() -> Tansu {
+        Tansu::start_with(&[])
+    }
+
+    /// [`Tansu::start`] with more `tansu broker` flags (`--authentication`:
+    /// clients must authenticate with SASL SCRAM).
+    pub fn start_with(flags: &[&str]) -> Tansu {
         let binary = std::env::var_os("JOBCAST_TEST_TANSU")
             .map(PathBuf::from)
             .expect(
@@ -35,6 +41,7 @@ impl Tansu {
         let child = Command::new(&binary)
             .args(["broker", "--storage-engine", "memory://tansu/"])
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

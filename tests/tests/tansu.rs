@@ -7,7 +7,7 @@
 //! The input is written one record per batch ([`Tansu::replay_excerpt`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
@@ -149,5 +149,47 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     assert_eq!(
         decisions(&tansu.brokers, "killed.decisions"),
         decisions(&tansu.brokers, "whole.decisions")
+    );
+}
+
+/// A broker that wants SASL (tansu `--authentication`: SCRAM, its users
+/// in its own store) and credentials it does not know, given in the
+/// environment as the systemd unit and the StatefulSet give them: `jobcast
+/// serve` stays up and not ready, logs librdkafka's reason without the
+/// password, counts the refusals by error code, and stops cleanly. tansu
+/// 0.6.0 offers SCRAM only and creates users only over an authenticated
+/// connection, so on its in-memory store no client can authenticate: the
+/// accepted path cannot be tested against it.
+#[test]
+fn credentials_a_sasl_broker_refuses_leave_the_service_not_ready_saying_why() {
+    const PASSWORD: &str = "s3cr3t-scram-Pa55";
+    let tansu = Tansu::start_with(&["--authentication"]);
+    let client = format!(
+        r#"{{"security.protocol"="sasl_plaintext", "sasl.mechanism"="SCRAM-SHA-512", "sasl.username"="jobcast", "sasl.password"="{PASSWORD}"}}"#
+    );
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start_with_env(
+        &tansu.brokers,
+        &data.path().join("state"),
+        &[],
+        &[("JOBCAST_KAFKA__CLIENT", &client)],
+    );
+    let (_, refused) = serve.wait_logged("SASL authentication error", 0, WAIT);
+    assert!(refused.contains("unknown-user"), "{refused}");
+    let deadline = Instant::now() + WAIT;
+    while !serve.get("/metrics").1.lines().any(|l| {
+        l.starts_with("jobcast_kafka_errors_total{") && l.contains("code=\"Authentication\"")
+    }) {
+        assert!(Instant::now() < deadline, "no refusal counted");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, ready) = serve.get("/readyz");
+    assert_eq!(status, 503, "{ready}");
+    let ready: serde_json::Value = serde_json::from_str(&ready).unwrap();
+    assert_eq!(ready["broker_up"], false, "{ready}");
+    let log = serve.terminate();
+    assert!(
+        !log.iter().any(|l| l.contains(PASSWORD)),
+        "the password was logged"
     );
 }

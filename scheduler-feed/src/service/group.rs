@@ -144,6 +144,7 @@ impl ClientContext for MemberContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        telemetry::kafka_error("member", &error);
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown) {
             warn!("Kafka group member: {error}: {reason}");
         }

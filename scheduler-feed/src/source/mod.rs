@@ -132,6 +132,7 @@ impl ClientContext for InputContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        telemetry::kafka_error("input", &error);
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::AllBrokersDown) => {
                 self.shared.broker_up.store(false, Ordering::Relaxed);
