@@ -10,8 +10,9 @@ set -euo pipefail
 packages=(libclang-dev libssl-dev clang g++ make pkg-config zlib1g-dev)
 testing=${JOBCAST_SETUP_TESTS:-0}
 # Validators of deploy/ (tests/tests/deploy.rs): promtool, docker-compose
-# (`config` needs no engine), systemd-analyze, and a Python venv.
-[[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv)
+# (`config` needs no engine), systemd-analyze, and a Python venv; openssl
+# and curl for the HTTPS test (tests/tests/security.rs).
+[[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv openssl curl)
 
 missing=()
 for p in "${packages[@]}"; do

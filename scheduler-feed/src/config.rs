@@ -145,6 +145,17 @@ pub struct HttpConfig {
     /// Seconds a request may take, waiting for a read slot included,
     /// before it is answered 503 with `Retry-After`.
     pub request_timeout_secs: u64,
+    /// Serve HTTPS with this certificate chain and private key (PEM
+    /// files), or plain HTTP without.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A certificate chain and its private key, PEM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Default for HttpConfig {
@@ -155,6 +166,7 @@ impl Default for HttpConfig {
             token: None,
             max_concurrent_reads: 8,
             request_timeout_secs: 10,
+            tls: None,
         }
     }
 }

@@ -1,13 +1,15 @@
 //! Credentials stay secret: with SASL and SSL secrets configured (passed
 //! through to librdkafka) and every log level on, no secret appears in the
 //! service's log, in `/metrics`, or in the dead-letter topic; and the HTTP
-//! API binds to loopback unless configured otherwise.
+//! API binds to loopback unless configured otherwise, wants its token when
+//! one is set, and speaks only HTTPS when given a certificate.
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_tests::kafka::{Cluster, messages};
 use jobcast_tests::serve::Serve;
 use jobcast_tests::{excerpt_events, jobcast};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 const SECRETS: [(&str, &str); 3] = [
@@ -149,4 +151,107 @@ fn with_a_token_set_every_route_but_the_probes_wants_it() {
     );
     let log = serve.terminate();
     assert!(!log.iter().any(|line| line.contains(token)));
+}
+
+/// With `http.tls` set, the API answers over HTTPS with that certificate
+/// (curl verifies it against the self-signed certificate itself) and not
+/// over plain HTTP; a key file that does not exist stops the service
+/// before it listens, naming the file.
+#[test]
+fn with_a_certificate_configured_the_api_speaks_https_only() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs (scripts/setup.sh installs it)");
+    assert!(made.status.success(), "{made:?}");
+    let config = dir.path().join("jobcast.toml");
+    let tls = |key: &std::path::Path| {
+        std::fs::write(
+            &config,
+            format!("[http.tls]\ncert = {cert:?}\nkey = {key:?}\n"),
+        )
+        .unwrap();
+    };
+    tls(&key);
+    let config_arg = config.to_str().unwrap();
+    let serve = Serve::start(
+        &cluster.brokers(),
+        &dir.path().join("state"),
+        &["--config", config_arg],
+    );
+    let https = serve.http.clone();
+    assert!(https.starts_with("https://"), "{https}");
+    let curl = |args: &[&str]| -> Output {
+        Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+            ])
+            .args(args)
+            .output()
+            .expect("curl runs (scripts/setup.sh installs it)")
+    };
+    let verified = curl(&[
+        "--cacert",
+        cert.to_str().unwrap(),
+        &format!("{https}/healthz"),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&verified.stdout),
+        "200",
+        "{verified:?}"
+    );
+    // Not trusted without the certificate: curl's "peer certificate cannot
+    // be authenticated".
+    assert_eq!(curl(&[&format!("{https}/healthz")]).status.code(), Some(60));
+    let plain = https.replacen("https://", "http://", 1);
+    let answered = curl(&[&format!("{plain}/healthz")]);
+    assert_ne!(
+        String::from_utf8_lossy(&answered.stdout),
+        "200",
+        "{answered:?}"
+    );
+    serve.terminate();
+
+    let missing = dir.path().join("missing-key.pem");
+    tls(&missing);
+    let refused = jobcast(&[
+        "serve",
+        "--brokers",
+        &cluster.brokers(),
+        "--http",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().join("state").to_str().unwrap(),
+        "--config",
+        config_arg,
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("http.tls") && stderr.contains("missing-key.pem"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("HTTP on"), "{stderr}");
 }

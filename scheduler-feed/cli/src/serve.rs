@@ -144,8 +144,10 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", config.http.address))?;
     let address = listener.local_addr()?;
+    let tls = http::tls(&config.http).await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     // A stable line that scripts and tests read to find the port.
-    eprintln!("jobcast serve: HTTP on http://{address}");
+    eprintln!("jobcast serve: HTTP on {scheme}://{address}");
     started(shared.clone(), address);
 
     let backup_dir = config.storage.backup_dir.clone();
@@ -157,7 +159,15 @@ pub async fn serve(
         let stopped = async move {
             let _ = http_stopped.await;
         };
-        http::serve(listener, shared_http, &http_config, backup_dir, stopped).await
+        http::serve(
+            listener,
+            shared_http,
+            &http_config,
+            tls,
+            backup_dir,
+            stopped,
+        )
+        .await
     });
     // The pipeline ends by itself only on an error; otherwise on `stop`.
     let mut pipeline = tokio::task::spawn_blocking(move || service.join());

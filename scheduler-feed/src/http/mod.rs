@@ -23,6 +23,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use axum_server::tls_rustls::RustlsConfig;
 use serde_json::json;
 use serde_json::value::RawValue;
 
@@ -83,16 +84,53 @@ pub fn router(shared: Arc<Shared>, http: &HttpConfig, backup_dir: Option<PathBuf
         .with_state(api)
 }
 
-/// Serve `router` on `listener` until `shutdown` resolves.
+/// The TLS configuration `http.tls` names, read now so that a bad file
+/// stops the service before it listens, naming the file.
+pub async fn tls(http: &HttpConfig) -> std::io::Result<Option<RustlsConfig>> {
+    let Some(files) = &http.tls else {
+        return Ok(None);
+    };
+    RustlsConfig::from_pem_file(&files.cert, &files.key)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "http.tls: certificate {} and key {}: {e}",
+                    files.cert.display(),
+                    files.key.display()
+                ),
+            )
+        })
+}
+
+/// Serve `router` on `listener`, over TLS if `tls` is set, until
+/// `shutdown` resolves; then let requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     http: &HttpConfig,
+    tls: Option<RustlsConfig>,
     backup_dir: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared, http, backup_dir))
-        .with_graceful_shutdown(shutdown)
+    let app = router(shared, http, backup_dir);
+    let Some(tls) = tls else {
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    };
+    let handle = axum_server::Handle::new();
+    let stopping = handle.clone();
+    let grace = http.request_timeout();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopping.graceful_shutdown(Some(grace));
+    });
+    axum_server::from_tcp_rustls(listener.into_std()?, tls)?
+        .handle(handle)
+        .serve(app.into_make_service())
         .await
 }
 
