@@ -313,14 +313,21 @@ mod tests {
         std::iter::from_fn(|| merge.pop().map(|m| m.item)).collect()
     }
 
-    #[test]
-    fn waits_for_a_partition_that_is_not_read_to_its_end() {
+    /// Partition 0 read to its end ("a" at 10, "c" at 30), partition 1
+    /// not read yet.
+    fn waiting_for_partition_1() -> PartitionMerge<&'static str> {
         let mut m = PartitionMerge::default();
         m.assign(0, None);
         m.assign(1, None);
         m.push(0, 0, Some(10), "a");
         m.push(0, 1, Some(30), "c");
         m.reached_end(0);
+        m
+    }
+
+    #[test]
+    fn waits_for_a_partition_that_is_not_read_to_its_end() {
+        let mut m = waiting_for_partition_1();
         // Partition 1 has not been read yet: nothing may go.
         assert_eq!(m.pop(), None);
         assert_eq!(m.holding_back(), vec![1]);
@@ -338,12 +345,7 @@ mod tests {
 
     #[test]
     fn a_partition_given_up_on_holds_nothing_back_and_is_applied_late_when_it_returns() {
-        let mut m = PartitionMerge::default();
-        m.assign(0, None);
-        m.assign(1, None);
-        m.push(0, 0, Some(10), "a");
-        m.push(0, 1, Some(30), "c");
-        m.reached_end(0);
+        let mut m = waiting_for_partition_1();
         assert!(m.blocked());
         assert_eq!(m.pop(), None);
         assert!(m.stop_waiting_for(1));
