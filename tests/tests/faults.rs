@@ -1,9 +1,11 @@
 //! Broker faults, on librdkafka's mock cluster (whose brokers these tests
 //! take down and bring up):
-//! - the broker goes away for 30 s in the middle of the stream and comes
-//!   back: `jobcast serve` reports not-ready while the broker is
-//!   unreachable, recovers by itself, and ends in exactly the state of a
-//!   run that saw no fault: nothing lost, no effect applied twice;
+//! - the broker goes away for 30 s in the middle of the stream, longer
+//!   than the producer's `message.timeout.ms` and the consumers' session
+//!   and `max.poll.interval.ms`, and comes back: `jobcast serve` reports
+//!   not-ready while the broker is unreachable, loses its partitions and
+//!   takes them back by itself, and ends in exactly the state of a run
+//!   that saw no fault: nothing lost, no effect applied twice;
 //! - the broker of the outputs alone goes away for longer than
 //!   `max.poll.interval.ms`: the instance waits for its outputs all that
 //!   time and stays in its consumer group, owning what it owned, while
@@ -38,8 +40,12 @@ fn wait_ready(serve: &Serve, status: u16, within: Duration) -> Duration {
     }
 }
 
+/// The outage outlasts the producer's `message.timeout.ms` (its outputs
+/// fail and are produced again) and the consumers' session and
+/// `max.poll.interval.ms` (the member loses its partitions, joins the
+/// group again and takes them back).
 #[test]
-fn a_30_second_broker_outage_mid_stream_loses_and_repeats_nothing() {
+fn a_30_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_nothing() {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
     for topic in ["calm.decisions", "outage.decisions"] {
@@ -64,7 +70,7 @@ fn a_30_second_broker_outage_mid_stream_loses_and_repeats_nothing() {
     // Small batches, so that the outage lands mid-stream with work in hand.
     let config = outage_dir.path().join("jobcast.toml");
     std::fs::write(&config, "[consumer]\nbatch_max_events = 200\n").unwrap();
-    let mut serve = Serve::start(
+    let mut serve = Serve::start_logging(
         &cluster.brokers(),
         &outage,
         &[
@@ -74,10 +80,20 @@ fn a_30_second_broker_outage_mid_stream_loses_and_repeats_nothing() {
             "outage.decisions",
             "--group",
             "outage",
+            "-X",
+            "message.timeout.ms=10000",
+            "-X",
+            "max.poll.interval.ms=10000",
+            SHORT_SESSION[0],
+            SHORT_SESSION[1],
+            SHORT_SESSION[2],
+            SHORT_SESSION[3],
         ],
+        "info",
     );
     serve.wait_committed(total / 3, WAIT);
     assert_eq!(serve.get("/readyz").0, 200);
+    let down_at = serve.log().len();
     cluster.mock.broker_down(1).unwrap();
     let down = Instant::now();
     let noticed = wait_ready(&serve, 503, OUTAGE);
@@ -95,6 +111,16 @@ fn a_30_second_broker_outage_mid_stream_loses_and_repeats_nothing() {
     cluster.mock.broker_up(1).unwrap();
     let back = wait_ready(&serve, 200, Duration::from_secs(60));
     eprintln!("ready again {:.1} s after the broker", back.as_secs_f64());
+    // The member lost its partitions (its session is 6 s) and gave up
+    // their records; once it has joined again and taken them back, it has
+    // stored them anew (the live ones from memory, those of jobs that
+    // ended meanwhile from what it held for their next owner).
+    let (lost, _) = serve.wait_logged("partitions revoked from this instance", down_at, WAIT);
+    serve.wait_logged(
+        "this instance owns these partitions owned={0, 1, 2, 3}",
+        lost,
+        WAIT,
+    );
     serve.wait_stored_offsets(total, WAIT);
     serve.terminate();
 
