@@ -346,6 +346,10 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
             .len(),
         10
     );
+    // A limit of 0 still moves on: one decision, and the next version.
+    let one = page("decisions_limit=0");
+    assert_eq!(one["decisions"].as_array().unwrap().len(), 1);
+    assert_eq!(one["decisions_next"], 2);
 
     // Every client asks for the largest page at once.
     let burst = || -> Vec<(u16, Duration)> {

@@ -215,7 +215,8 @@ async fn job(
     let limit = page
         .decisions_limit
         .unwrap_or(DECISIONS_PER_PAGE)
-        .min(MAX_DECISIONS_PER_PAGE);
+        // A page of none would name itself as the next, for ever.
+        .clamp(1, MAX_DECISIONS_PER_PAGE);
     let shared = api.shared;
     api.reads
         .run(move || {
