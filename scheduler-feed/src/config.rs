@@ -148,6 +148,12 @@ pub struct HttpConfig {
     /// Serve HTTPS with this certificate chain and private key (PEM
     /// files), or plain HTTP without.
     pub tls: Option<TlsFiles>,
+    /// The URL other instances reach this one's API at (`http://host:port`,
+    /// maybe with a path prefix), told to the group with each offset it
+    /// commits. Set on every instance, a request for a job another instance
+    /// holds is redirected there (`http::elsewhere`); unset, it is answered
+    /// 404 by whichever instance gets it.
+    pub advertised_url: Option<String>,
 }
 
 /// A certificate chain and its private key, PEM.
@@ -156,6 +162,11 @@ pub struct HttpConfig {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The certificates (PEM) that verify the other instances' when this
+    /// one asks them for a job; unset, those of `cert` (instances sharing
+    /// one certificate, or a chain that holds its CA).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -167,6 +178,7 @@ impl Default for HttpConfig {
             max_concurrent_reads: 8,
             request_timeout_secs: 10,
             tls: None,
+            advertised_url: None,
         }
     }
 }
@@ -335,6 +347,10 @@ impl ServeConfig {
         if self.kafka.brokers.trim().is_empty() {
             return Err(ConfigError::new("kafka.brokers", "is empty"));
         }
+        if let Some(url) = &self.http.advertised_url {
+            check_advertised_url(url)
+                .map_err(|reason| ConfigError::new("http.advertised_url", reason))?;
+        }
         let counts = [
             (
                 "consumer.batch_max_events",
@@ -388,6 +404,36 @@ impl ServeConfig {
             .map(|_| ())
             .map_err(|e| e.within("engine"))
     }
+}
+
+/// Longest advertised URL: it rides in every offset commit's metadata,
+/// which brokers cap (`offset.metadata.max.bytes`, 4096 by default).
+pub const MAX_ADVERTISED_URL_BYTES: usize = 1024;
+
+/// Why `url` cannot be where other instances send requests, if it cannot.
+fn check_advertised_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("{url:?} is not a URL (http://host:port)"));
+    };
+    if !matches!(scheme, "http" | "https") {
+        return Err(format!("{url:?}: the scheme must be http or https"));
+    }
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(format!("{url:?} names no host"));
+    }
+    if url.contains(['?', '#']) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{url:?}: no query, fragment, spaces or control characters"
+        ));
+    }
+    if url.len() > MAX_ADVERTISED_URL_BYTES {
+        return Err(format!(
+            "is {} bytes, more than {MAX_ADVERTISED_URL_BYTES}",
+            url.len()
+        ));
+    }
+    Ok(())
 }
 
 /// One setting at its dotted `key`. The value is read as a number, a
@@ -598,6 +644,36 @@ tau3 = 1.0
                 .unwrap_err()
                 .to_string();
         assert!(missing.contains("/no/such/jobcast.toml"), "{missing}");
+    }
+
+    #[test]
+    fn an_advertised_url_is_an_http_url_that_fits_a_commits_metadata() {
+        let with = |url: &str| {
+            let mut config = ServeConfig::default();
+            config.http.advertised_url = Some(url.into());
+            config
+                .validate()
+                .map_err(|e| (e.key.clone(), e.to_string()))
+        };
+        for good in [
+            "http://10.0.0.7:8080",
+            "https://jobcast-1.jobcast.svc:8443/api",
+        ] {
+            assert_eq!(with(good), Ok(()), "{good}");
+        }
+        let too_long = format!("http://{}", "h".repeat(MAX_ADVERTISED_URL_BYTES));
+        for bad in [
+            "10.0.0.7:8080",
+            "ftp://host",
+            "http://",
+            "http:///path",
+            "http://host/?q=1",
+            "http://host /x",
+            too_long.as_str(),
+        ] {
+            let (key, _) = with(bad).expect_err(bad);
+            assert_eq!(key, "http.advertised_url", "{bad}");
+        }
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub struct Shared {
     pub broker_up: AtomicBool,
     /// The input partitions this instance owns.
     pub owned: Mutex<Vec<i32>>,
+    /// Who owns each input partition, as the group's committed offsets tell
+    /// it: the URL its owner advertises (`http.advertised_url`), `None`
+    /// where the last commit advertised none. Refreshed every few seconds.
+    pub owners: Mutex<BTreeMap<i32, Option<String>>>,
     pub counters: Counters,
     pub recent: Mutex<Recent>,
     /// Whether the pipeline is stuck (`/healthz`).
@@ -168,6 +172,7 @@ impl Shared {
             assigned: AtomicBool::new(false),
             broker_up: AtomicBool::new(false),
             owned: Mutex::new(Vec::new()),
+            owners: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
             recent: Mutex::new(Recent::default()),
             liveness: Liveness::new(crate::config::HttpConfig::default().stall_timeout()),

@@ -39,6 +39,7 @@ pub const ROCKSDB_WRITE_STOPPED: &str = "jobcast_rocksdb_write_stopped";
 pub const PIPELINE_STALLED: &str = "jobcast_pipeline_stalled_seconds";
 pub const HTTP_UNAUTHORIZED: &str = "jobcast_http_unauthorized_total";
 pub const HTTP_TIMED_OUT: &str = "jobcast_http_timed_out_total";
+pub const HTTP_ELSEWHERE: &str = "jobcast_http_elsewhere_total";
 pub const KAFKA_ERRORS: &str = "jobcast_kafka_errors_total";
 pub const INPUT_PARTITION_IDLE: &str = "jobcast_input_partition_idle_total";
 pub const INPUT_PARTITIONS_IDLE: &str = "jobcast_input_partitions_idle";
@@ -224,6 +225,11 @@ fn describe() {
         INPUT_PARTITIONS_IDLE,
         Unit::Count,
         "Input partitions the event-time merge has given up waiting for and that have delivered nothing since; their events are applied late when they return"
+    );
+    describe_counter!(
+        HTTP_ELSEWHERE,
+        Unit::Count,
+        "Requests for a job this instance does not hold, by answer: redirected (307) to the instance that holds it, absent (404: every partition's owner was asked) or unsure (503: some partition had no owner that answered)"
     );
     describe_counter!(
         HTTP_TIMED_OUT,

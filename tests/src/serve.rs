@@ -101,8 +101,10 @@ impl Serve {
         let http = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("jobcast serve printed its HTTP address");
+        // Redirects are answers to check, not to follow.
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
             .timeout_global(Some(Duration::from_secs(10)))
             .build()
             .into();
@@ -146,14 +148,47 @@ impl Serve {
 
     /// `GET path` with this `Authorization` header, or none.
     pub fn get_authorized(&self, path: &str, authorization: Option<&str>) -> (u16, String) {
+        let (status, _, body) = self.request(path, authorization, &[]);
+        (status, body)
+    }
+
+    /// `GET path` with its token and these headers: (status, the headers
+    /// asked for, body). Redirects are not followed.
+    pub fn get_headers(
+        &self,
+        path: &str,
+        send: &[(&str, &str)],
+        read: &[&str],
+    ) -> (u16, Vec<Option<String>>, String) {
+        let (status, headers, body) = self.request(path, self.token.as_deref(), send);
+        let read = read
+            .iter()
+            .map(|name| {
+                headers
+                    .get(*name)
+                    .map(|v| v.to_str().expect("ASCII header").to_owned())
+            })
+            .collect();
+        (status, read, body)
+    }
+
+    fn request(
+        &self,
+        path: &str,
+        authorization: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> (u16, ureq::http::HeaderMap, String) {
         let mut request = self.agent.get(format!("{}{path}", self.http));
         if let Some(authorization) = authorization {
             request = request.header("Authorization", authorization);
         }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         let mut response = request.call().expect("HTTP request");
         let status = response.status().as_u16();
         let body = response.body_mut().read_to_string().expect("body");
-        (status, body)
+        (status, response.headers().clone(), body)
     }
 
     /// Sum of a metric's samples over all label sets (0 if absent).
@@ -359,6 +394,15 @@ pub fn assert_same_state(a: &Path, b: &Path, events_topic: &str) {
         assert!(!records.is_empty(), "no {family} stored");
         assert!(a[family] == *records, "the {family} records differ");
     }
+}
+
+/// A free port on loopback, for an instance whose URL must be known before
+/// it starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 /// Wait until `serves` own all `partitions` input partitions between them,

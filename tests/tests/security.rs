@@ -2,15 +2,18 @@
 //! through to librdkafka) and every log level on, no secret appears in the
 //! service's log, in `/metrics`, or in the dead-letter topic; and the HTTP
 //! API binds to loopback unless configured otherwise, wants its token when
-//! one is set, and speaks only HTTPS when given a certificate.
+//! one is set, and speaks only HTTPS when given a certificate, to clients
+//! and to the other instances it sends a request on to.
 
+use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_tests::kafka::{Cluster, messages};
-use jobcast_tests::serve::Serve;
+use jobcast_tests::serve::{SHORT_SESSION, Serve, free_port, metric_sum};
 use jobcast_tests::{excerpt_events, jobcast};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const SECRETS: [(&str, &str); 3] = [
     ("sasl.password", "s3cr3t-sasl-Pa55"),
@@ -254,4 +257,188 @@ fn with_a_certificate_configured_the_api_speaks_https_only() {
         "{stderr}"
     );
     assert!(!stderr.contains("HTTP on"), "{stderr}");
+}
+
+/// Run `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let made = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl runs (scripts/setup.sh installs it)");
+    assert!(made.status.success(), "{made:?}");
+}
+
+/// Two instances over HTTPS, each with a certificate for 127.0.0.1 signed
+/// by one CA (`http.tls.ca`): asked for a job the other holds, an instance
+/// asks it over TLS, verifying its certificate, and redirects there.
+#[test]
+fn over_tls_a_request_for_another_instances_job_is_redirected_to_it() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 4);
+    let events = excerpt_events();
+    cluster.produce(&topics.events, &messages(&events));
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path();
+    openssl(
+        tls,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=jobcast test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    openssl(
+        tls,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.csr",
+        ],
+    );
+    std::fs::write(
+        tls.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        tls,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "cert.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "cert.pem",
+        ],
+    );
+    let ca = tls.join("ca.pem");
+    let urls: Vec<String> = (0..2)
+        .map(|_| format!("https://127.0.0.1:{}", free_port()))
+        .collect();
+    let pair: Vec<Serve> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let config = tls.join(format!("jobcast-{i}.toml"));
+            std::fs::write(
+                &config,
+                format!(
+                    "[http]\nadvertised_url = {url:?}\n[http.tls]\ncert = {:?}\nkey = {:?}\nca = {ca:?}\n",
+                    tls.join("cert.pem"),
+                    tls.join("key.pem"),
+                ),
+            )
+            .unwrap();
+            // `--set` wins over the `--http` flag `Serve` gives.
+            let address = format!("http.address={}", url.trim_start_matches("https://"));
+            let mut flags = vec!["--config", config.to_str().unwrap(), "--group", "tls"];
+            flags.extend(["--set", &address]);
+            flags.extend(SHORT_SESSION);
+            let serve = Serve::start(&cluster.brokers(), &tls.join(format!("state-{i}")), &flags);
+            assert_eq!(&serve.http, url, "it listens where it advertises");
+            serve
+        })
+        .collect();
+    let curl = |url: &str| -> String {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{redirect_url}",
+            ])
+            .args(["--max-time", "10", "--cacert", ca.to_str().unwrap(), url])
+            .output()
+            .expect("curl runs (scripts/setup.sh installs it)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Asked over HTTPS with curl: `Serve`'s own client speaks HTTP only.
+    let body = |url: String| -> String {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "--cacert",
+                ca.to_str().unwrap(),
+                &url,
+            ])
+            .output()
+            .expect("curl runs");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let settled = |url: &String| {
+        let readyz: serde_json::Value =
+            serde_json::from_str(&body(format!("{url}/readyz"))).unwrap_or_default();
+        let metrics = body(format!("{url}/metrics"));
+        let stored = metric_sum(&metrics, "jobcast_input_committed_offset");
+        readyz["owned_partitions"].as_array().map(Vec::len) == Some(2)
+            && stored >= events.len() as f64
+    };
+    // Every event applied by both, the partitions shared, and the owners
+    // known (a job no one holds is then 404, not 503).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(urls.iter().all(settled)
+        && curl(&format!("{}/jobs/18446744073709551615", urls[0])).starts_with("404"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never settled: {:?}, {}",
+            urls.iter()
+                .map(|url| body(format!("{url}/readyz")))
+                .collect::<Vec<_>>(),
+            body(format!("{}/jobs/18446744073709551615", urls[0]))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut redirected = 0;
+    for job in events.iter().filter_map(|e| match e {
+        Event::JobSubmitted(job) => Some(job.job_id),
+        _ => None,
+    }) {
+        let answer = curl(&format!("{}/jobs/{job}", urls[0]));
+        if answer.starts_with("307") {
+            assert_eq!(answer, format!("307 {}/jobs/{job}", urls[1]));
+            assert!(curl(&format!("{}/jobs/{job}", urls[1])).starts_with("200 "));
+            redirected += 1;
+        } else {
+            assert!(answer.starts_with("200 "), "job {job}: {answer}");
+        }
+    }
+    assert!(redirected > 0, "no job of the second instance's");
+    for serve in pair {
+        serve.terminate();
+    }
 }

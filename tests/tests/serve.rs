@@ -11,8 +11,8 @@ use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
-    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, restartable, stored_state,
-    wait_balanced,
+    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, free_port, restartable,
+    stored_state, wait_balanced,
 };
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
@@ -212,6 +212,127 @@ fn two_instances_in_one_group_publish_and_store_what_one_does() {
         dead_letters(&cluster.brokers(), &topics.dead_letter)
     );
     assert_shared_state(&single_state, &[&states[0], &states[1]]);
+}
+
+#[test]
+fn a_request_for_a_job_another_instance_holds_is_redirected_to_it() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    for topic in ["where.decisions", "where.dead-letter"] {
+        cluster.mock.create_topic(topic, 1, 1).unwrap();
+    }
+    let events = excerpt_events();
+    cluster.produce(&topics.events, &messages(&events));
+    let jobs: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobSubmitted(job) => Some(job.job_id),
+            _ => None,
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    // Each advertises its URL, so the port is chosen first; both want the
+    // token, which a request sent on to a peer carries.
+    let urls: Vec<String> = (0..2)
+        .map(|_| format!("http://127.0.0.1:{}", free_port()))
+        .collect();
+    let mut pair: Vec<Serve> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| {
+            let address = format!("http.address={}", url.trim_start_matches("http://"));
+            let advertised = format!("http.advertised_url={url}");
+            let mut flags = vec![
+                "--group",
+                "where",
+                "--decisions-topic",
+                "where.decisions",
+                "--dead-letter-topic",
+                "where.dead-letter",
+                "--set",
+                &address,
+                "--set",
+                &advertised,
+            ];
+            flags.extend(SHORT_SESSION);
+            let state = dir.path().join(format!("where-{i}"));
+            Serve::start_with_token(&cluster.brokers(), &state, &flags, "where-token")
+        })
+        .collect();
+    for (serve, url) in pair.iter_mut().zip(&urls) {
+        assert_eq!(&serve.http, url, "it listens where it advertises");
+        serve.wait_stored_offsets(events.len() as u64, WAIT);
+    }
+    wait_balanced(&pair.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
+    // The owners directory is refreshed every 2 s: once a commit of each
+    // partition names its owner, nothing is in doubt.
+    let deadline = Instant::now() + WAIT;
+    while pair[0].get("/jobs/18446744073709551615").0 != 404 {
+        assert!(Instant::now() < deadline, "the owners are never all known");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Every job is held by one instance: the other sends the client there,
+    // to the same path and query.
+    let mut held = [0, 0];
+    for &job in &jobs {
+        let path = format!("/jobs/{job}?decisions_limit=2");
+        let answers: Vec<_> = pair
+            .iter()
+            .map(|serve| serve.get_headers(&path, &[], &["location"]))
+            .collect();
+        let holder = match (answers[0].0, answers[1].0) {
+            (200, 307) => 0,
+            (307, 200) => 1,
+            other => panic!(
+                "job {job}: answers {other:?}: {answers:?}; {:?}",
+                pair.iter().map(|s| s.get("/readyz").1).collect::<Vec<_>>()
+            ),
+        };
+        held[holder] += 1;
+        let location = answers[1 - holder].1[0].clone();
+        assert_eq!(
+            location,
+            Some(format!("{}{path}", urls[holder])),
+            "job {job}"
+        );
+        assert!(answers[holder].2.contains(&format!("\"job_id\":{job}")));
+    }
+    assert!(held[0] > 0 && held[1] > 0, "jobs held: {held:?}");
+
+    // A request marked as sent by a peer is answered from the store alone,
+    // saying which partitions that covers.
+    let (status, headers, _) = pair[0].get_headers(
+        "/jobs/18446744073709551615",
+        &[("x-jobcast-local", "1")],
+        &["x-jobcast-partitions"],
+    );
+    let owned: Vec<String> = pair[0]
+        .owned_partitions()
+        .iter()
+        .map(i64::to_string)
+        .collect();
+    assert_eq!((status, headers[0].clone()), (404, Some(owned.join(","))));
+    // No instance holds it: 404 once both were asked.
+    let (status, body) = pair[0].get("/jobs/18446744073709551615");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("every partition"), "{body}");
+    assert!(pair[0].metric("jobcast_http_elsewhere_total") >= 2.0);
+
+    // With the other instance gone and its partitions not yet moved, a job
+    // it held is neither here nor known to be absent: 503, try again.
+    let theirs = jobs
+        .iter()
+        .find(|&&job| pair[1].get(&format!("/jobs/{job}")).0 == 200)
+        .copied()
+        .expect("a job the second instance holds");
+    let second = pair.pop().unwrap();
+    second.kill();
+    let (status, headers, body) =
+        pair[0].get_headers(&format!("/jobs/{theirs}"), &[], &["retry-after"]);
+    assert_eq!((status, headers[0].as_deref()), (503, Some("1")), "{body}");
+    assert!(body.contains("no owner that answers"), "{body}");
+    pair.pop().unwrap().terminate();
 }
 
 #[test]

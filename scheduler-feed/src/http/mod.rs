@@ -8,8 +8,10 @@
 //! number at a time and each within a deadline ([`reads`]): a burst of
 //! requests for a wide job neither starves the probes, which never touch
 //! the store, nor grows memory with the burst. A job's decision history is
-//! served a page at a time.
+//! served a page at a time. A job another instance holds is redirected
+//! there ([`elsewhere`]).
 
+mod elsewhere;
 mod reads;
 
 use std::path::PathBuf;
@@ -18,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -32,6 +34,8 @@ use jobcast_storage::state::{POLICIES, StoreError, unix_seconds};
 use crate::config::{HttpConfig, HttpToken};
 use crate::shared::Shared;
 use crate::telemetry;
+use elsewhere::Elsewhere;
+pub use elsewhere::{LOCAL_HEADER, PARTITIONS_HEADER};
 use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
 use reads::Reads;
 
@@ -47,12 +51,19 @@ pub const DECISION_PAGE_BYTES: usize = 256 << 10;
 struct Api {
     shared: Arc<Shared>,
     reads: Reads,
+    /// Other instances to ask for a job not held here, on slots of their
+    /// own (`elsewhere`).
+    elsewhere: Option<(Arc<Elsewhere>, Reads)>,
 }
 
 /// The API over `shared` as `http` configures it; online backups go under
 /// `backup_dir`, if set. With a token, every route but the probes asks
-/// for it.
-pub fn router(shared: Arc<Shared>, http: &HttpConfig, backup_dir: Option<PathBuf>) -> Router {
+/// for it. Fails on a peers' CA file (`http.tls.ca`) it cannot read.
+pub fn router(
+    shared: Arc<Shared>,
+    http: &HttpConfig,
+    backup_dir: Option<PathBuf>,
+) -> std::io::Result<Router> {
     let busy = Arc::new(AtomicBool::new(false));
     let mut guarded = Router::new()
         .route(
@@ -72,16 +83,18 @@ pub fn router(shared: Arc<Shared>, http: &HttpConfig, backup_dir: Option<PathBuf
             require_token,
         ));
     }
+    let slots = || Reads::new(http.max_concurrent_reads, http.request_timeout());
     let api = Api {
         shared,
-        reads: Reads::new(http.max_concurrent_reads, http.request_timeout()),
+        reads: slots(),
+        elsewhere: Elsewhere::new(http)?.map(|elsewhere| (Arc::new(elsewhere), slots())),
     };
     // Kubernetes' probes carry no credentials.
-    Router::new()
+    Ok(Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(guarded)
-        .with_state(api)
+        .with_state(api))
 }
 
 /// The TLS configuration `http.tls` names, read now so that a bad file
@@ -115,7 +128,7 @@ pub async fn serve(
     backup_dir: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(shared, http, backup_dir);
+    let app = router(shared, http, backup_dir)?;
     let Some(tls) = tls else {
         return axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -206,19 +219,26 @@ struct DecisionPage {
 /// `GET /jobs/{id}`: state, each policy's current estimate, a page of the
 /// driving policy's decisions (`decisions_next`: the version the next
 /// page starts at, null on the last) and, once finished, each policy's
-/// error.
+/// error. A job another instance holds is redirected there.
 async fn job(
     State(api): State<Api>,
     Path(raw): Path<String>,
     Query(page): Query<DecisionPage>,
+    uri: Uri,
+    headers: HeaderMap,
 ) -> Response {
+    let id = match parse_id(&raw, "job") {
+        Ok(id) => id,
+        Err(response) => return *response,
+    };
     let limit = page
         .decisions_limit
         .unwrap_or(DECISIONS_PER_PAGE)
         // A page of none would name itself as the next, for ever.
         .clamp(1, MAX_DECISIONS_PER_PAGE);
-    let shared = api.shared;
-    api.reads
+    let shared = api.shared.clone();
+    let mut response = api
+        .reads
         .run(move || {
             stored_json(&raw, "job", |id| {
                 let Some(record) = shared.store.job(id, JobRecord::from_bytes)? else {
@@ -233,6 +253,29 @@ async fn job(
                 Ok(Some(with_decisions(record, decisions, next)))
             })
         })
+        .await;
+    if response.status() != StatusCode::NOT_FOUND {
+        return response;
+    }
+    if headers.contains_key(LOCAL_HEADER) {
+        // Another instance asks: which partitions this answer covers.
+        let owned = api.shared.owned.lock().expect("not poisoned").clone();
+        let owned: Vec<String> = owned.iter().map(i32::to_string).collect();
+        if let Ok(value) = HeaderValue::from_str(&owned.join(",")) {
+            response.headers_mut().insert(PARTITIONS_HEADER, value);
+        }
+        return response;
+    }
+    let Some((elsewhere, slots)) = api.elsewhere else {
+        return response;
+    };
+    let shared = api.shared;
+    let authorization = headers.get(header::AUTHORIZATION).cloned();
+    let path_and_query = uri
+        .path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
+    slots
+        .run(move || elsewhere.find(&shared, id, &path_and_query, authorization.as_ref()))
         .await
 }
 
@@ -413,6 +456,7 @@ async fn readyz(State(api): State<Api>) -> Response {
         "recovered": shared.recovered.load(Relaxed),
         "assigned": shared.assigned.load(Relaxed),
         "owned_partitions": *shared.owned.lock().expect("not poisoned"),
+        "partition_owners": *shared.owners.lock().expect("not poisoned"),
         "broker_up": shared.broker_up.load(Relaxed),
     });
     let status = if shared.ready() {

@@ -287,6 +287,19 @@ fn join(
     Ok(member)
 }
 
+/// The URL a commit's metadata advertises, if any. rdkafka panics on
+/// metadata that is not UTF-8, which only a foreign client committing to
+/// this group could write: that names no owner.
+fn advertised(
+    element: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>,
+) -> Option<String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        element.metadata().to_owned()
+    }))
+    .ok()
+    .filter(|url| !url.is_empty())
+}
+
 /// A consumer's settings: `group`, no automatic commits, `extra`, then
 /// the configured client properties (which win).
 fn consumer_config(kafka: &KafkaSettings, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
@@ -390,6 +403,21 @@ impl Pipeline<'_> {
         partitions: &BTreeSet<i32>,
         timeout: Duration,
     ) -> Result<BTreeMap<i32, i64>, KafkaError> {
+        Ok(self
+            .group_commits_of(member, partitions, timeout)?
+            .into_iter()
+            .map(|(partition, (next, _))| (partition, next))
+            .collect())
+    }
+
+    /// The group's last commit of each of `partitions`: its offset (0 where
+    /// none is) and the URL the committing owner advertised, if any.
+    fn group_commits_of(
+        &self,
+        member: &BaseConsumer<MemberContext>,
+        partitions: &BTreeSet<i32>,
+        timeout: Duration,
+    ) -> Result<BTreeMap<i32, (i64, Option<String>)>, KafkaError> {
         let mut tpl = TopicPartitionList::new();
         for &partition in partitions {
             tpl.add_partition(&self.topics.events, partition);
@@ -398,22 +426,51 @@ impl Pipeline<'_> {
         Ok(committed
             .elements_for_topic(&self.topics.events)
             .iter()
-            .map(|e| match e.offset() {
-                Offset::Offset(next) => (e.partition(), next),
-                _ => (e.partition(), 0),
+            .map(|e| {
+                let next = match e.offset() {
+                    Offset::Offset(next) => next,
+                    _ => 0,
+                };
+                (e.partition(), (next, advertised(e)))
             })
             .collect())
     }
 
-    /// Drop the held outputs other owners have published (their offsets
-    /// committed to the group). A broker that does not answer at once
-    /// leaves them for the next try: the pipeline does not wait on it.
-    pub(super) fn trim_outbox(&mut self, member: &BaseConsumer<MemberContext>) {
-        let partitions: BTreeSet<i32> = self.outbox.partitions().collect();
+    /// Read the group's commits of every input partition: drop the held
+    /// outputs other owners have published, and tell the HTTP API who
+    /// owns what ([`Shared::owners`]), for every partition the topic has
+    /// (a partition this instance has not read yet may hold another's
+    /// jobs). A broker that does not answer at once leaves both for the
+    /// next try: the pipeline does not wait on it.
+    pub(super) fn read_group(&mut self, member: &BaseConsumer<MemberContext>) {
+        let topic = &self.topics.events;
+        let listed: Option<Vec<i32>> = member
+            .fetch_metadata(Some(topic), TRIM_TIMEOUT)
+            .map_err(|e| debug!("reading the input topic's partitions: {e}"))
+            .ok()
+            .and_then(|metadata| {
+                let listed = metadata.topics().iter().find(|t| t.name() == topic)?;
+                Some(listed.partitions().iter().map(|p| p.id()).collect())
+            });
+        let partitions: BTreeSet<i32> = self
+            .outbox
+            .partitions()
+            .chain(listed.iter().flatten().copied())
+            .collect();
         if !partitions.is_empty() {
-            match self.group_offsets(member, &partitions, TRIM_TIMEOUT) {
-                Ok(committed) => self.outbox.trim(&committed),
-                Err(e) => debug!("reading other owners' committed offsets: {e}"),
+            match self.group_commits_of(member, &partitions, TRIM_TIMEOUT) {
+                Ok(commits) => {
+                    let offsets: BTreeMap<i32, i64> =
+                        commits.iter().map(|(&p, (next, _))| (p, *next)).collect();
+                    self.outbox.trim(&offsets);
+                    if listed.is_some() {
+                        *self.shared.owners.lock().expect("not poisoned") = commits
+                            .into_iter()
+                            .map(|(partition, (_, owner))| (partition, owner))
+                            .collect();
+                    }
+                }
+                Err(e) => debug!("reading the group's committed offsets: {e}"),
             }
         }
         metrics::gauge!(telemetry::TAKEOVER_BUFFER_BYTES).set(self.outbox.bytes() as f64);
@@ -452,9 +509,12 @@ impl Pipeline<'_> {
         self.commit_async(member, unconfirmed);
     }
 
-    /// Commit `offsets` of the input topic without waiting; the
-    /// coordinator's answer reaches `MemberContext::commit_callback`.
+    /// Commit `offsets` of the input topic without waiting, each with the
+    /// URL this instance advertises as its metadata (whoever commits a
+    /// partition owns it); the coordinator's answer reaches
+    /// `MemberContext::commit_callback`.
     fn commit_async(&self, member: &BaseConsumer<MemberContext>, offsets: Vec<(i32, i64)>) {
+        let advertised = self.config.http.advertised_url.as_deref().unwrap_or("");
         let mut tpl = TopicPartitionList::new();
         for (partition, next) in offsets {
             if tpl
@@ -462,6 +522,9 @@ impl Pipeline<'_> {
                 .is_err()
             {
                 return;
+            }
+            if let Some(mut element) = tpl.find_partition(&self.topics.events, partition) {
+                element.set_metadata(advertised);
             }
         }
         if tpl.count() > 0

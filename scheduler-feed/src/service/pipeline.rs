@@ -28,9 +28,10 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// How long it waits instead while a batch is being written.
 const WRITE_WAIT: Duration = Duration::from_millis(1);
 
-/// How often the outputs held for other owners are trimmed to what they
-/// have not yet published.
-const OUTBOX_TRIM_EVERY: Duration = Duration::from_secs(2);
+/// How often the group's commits are read: the outputs held for other
+/// owners are trimmed to what they have not yet published, and the HTTP
+/// API learns who owns each partition now.
+const READ_GROUP_EVERY: Duration = Duration::from_secs(2);
 
 impl Pipeline<'_> {
     /// Consume until stopped. Every instance reads every partition (the
@@ -74,7 +75,10 @@ impl Pipeline<'_> {
             self.store.clone(),
             refuse_gaps,
         )?;
-        let mut trimmed_at = Instant::now();
+        // Read at once: the API should know the owners before it is asked.
+        let mut group_read_at = Instant::now()
+            .checked_sub(READ_GROUP_EVERY)
+            .unwrap_or_else(Instant::now);
         let mut committed_at = Instant::now();
         loop {
             self.shared.liveness.beat();
@@ -88,9 +92,9 @@ impl Pipeline<'_> {
                 self.recommit_unconfirmed(member);
                 committed_at = Instant::now();
             }
-            if trimmed_at.elapsed() >= OUTBOX_TRIM_EVERY {
-                self.trim_outbox(member);
-                trimmed_at = Instant::now();
+            if group_read_at.elapsed() >= READ_GROUP_EVERY {
+                self.read_group(member);
+                group_read_at = Instant::now();
             }
             // A batch on its way to RocksDB is committed to the group as
             // soon as it is written: who waits on the group's offset (the
