@@ -14,19 +14,25 @@ testing=${JOBCAST_SETUP_TESTS:-0}
 # and curl for the HTTPS test (tests/tests/security.rs).
 [[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv openssl curl)
 
+sudo_cmd=()
+[[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}" >&2
-    sudo_cmd=()
-    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
     "${sudo_cmd[@]}" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found (install Rust 1.95+)" >&2; exit 1; }
+
+# Slurm and munge for the real-scheduler tests (tests/tests/slurm.rs), which
+# start a throwaway cluster of their own; installing starts no service.
+if [[ $testing == 1 ]]; then
+    "${sudo_cmd[@]}" bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" install
+fi
 
 # Kubernetes schema validators, outside the clone and reused across runs:
 # kubernetes-validate (PyPI; bundles the Kubernetes API schemas) and the

@@ -26,6 +26,7 @@ pub mod jsonl;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod merge;
+pub mod slurm;
 pub mod source;
 pub mod truth;
 

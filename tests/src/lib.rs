@@ -10,6 +10,7 @@ use jobcast_ingest::{Format, open};
 
 pub mod kafka;
 pub mod serve;
+pub mod slurm;
 pub mod tansu;
 
 /// The canonical events of the bundled Google 2011 excerpt.

@@ -14,6 +14,7 @@ mod replay;
 mod risk;
 mod serve;
 mod simulate;
+mod slurm;
 mod sql;
 
 use clap::{Parser, Subcommand};
@@ -60,6 +61,8 @@ enum Command {
     Bench(bench::Args),
     /// Operate on a store: info, backup, restore, skip, rebuild.
     Admin(admin::Args),
+    /// A real Slurm cluster in the loop: `slurm watch` publishes its jobs.
+    Slurm(slurm::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -93,6 +96,7 @@ fn main() -> std::process::ExitCode {
         Command::Risk(args) => risk::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Admin(args) => admin::run(args),
+        Command::Slurm(args) => slurm::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

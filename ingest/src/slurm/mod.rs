@@ -1,0 +1,37 @@
+//! A Slurm cluster's jobs as canonical events, from successive snapshots of
+//! `squeue --json` (Slurm 22.05, OpenAPI v0.0.38; `docs/schedulers.md` says
+//! why snapshots of `squeue`). One step per file: `squeue` reads a
+//! snapshot, [`SlurmTracker`] (pure) remembers what it has already said so
+//! that each snapshot yields only what is new, and [`watch`] (with the
+//! `kafka` feature) polls `squeue` and publishes, losing and doubling
+//! nothing across restarts.
+//!
+//! The mapping:
+//!
+//! - A Slurm job is a canonical job; a job array is *one* job whose tasks
+//!   are the array's tasks (the shape SLearn samples), keyed by the array's
+//!   id; a plain job is a one-task job. An array's tasks are numbered by
+//!   their array index in increasing order (`--array=1,3,5-7` gives tasks
+//!   0–4), from the indices known when the array is first seen: the
+//!   pending array's `array_task_string` and the tasks already split off.
+//! - `job_submitted` at the job's `submit_time`, with its user, name, CPUs
+//!   and memory (MB) per task.
+//! - `schedule` at a task's `start_time` once it has run; its end at its
+//!   `end_time`: COMPLETED is `finish`; FAILED, OUT_OF_MEMORY, NODE_FAIL,
+//!   BOOT_FAIL and DEADLINE are `fail`; CANCELLED and TIMEOUT are `kill`;
+//!   PREEMPTED is `evict`. A task cancelled before it ran (Slurm then gives
+//!   it a start equal to its end) ends with no `schedule`.
+//! - `job_ended` once every task has ended, at the last end: `finish` if all
+//!   finished, else `fail` if any failed, else `kill`.
+//! - A job that leaves `squeue` before it ended (Slurm forgot it) ends
+//!   `lost` at the latest Slurm time seen, and is counted.
+//!
+//! Times are Slurm's own (seconds, as µs), never the watcher's clock.
+
+mod squeue;
+mod tracker;
+#[cfg(feature = "kafka")]
+pub mod watch;
+
+pub use squeue::{SqueueError, SqueueJob, array_indices, parse_squeue};
+pub use tracker::{Observed, SlurmTracker};

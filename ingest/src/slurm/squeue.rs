@@ -1,0 +1,120 @@
+//! `squeue --json` as Slurm 22.05 prints it (OpenAPI v0.0.38): the job
+//! records jobcast reads, and the array index lists they hold.
+
+use std::collections::BTreeSet;
+
+use serde::Deserialize;
+
+use crate::event::MAX_TASKS_PER_JOB;
+
+/// One job record of `squeue --json`: the fields jobcast reads (the rest
+/// are ignored).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct SqueueJob {
+    pub job_id: u64,
+    /// The array's id for a job array's records, 0 for a plain job.
+    #[serde(default)]
+    pub array_job_id: u64,
+    /// The array index of a task record; none on a pending array's record.
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
+    /// On a pending array's record: the indices still pending (`0-5%2`,
+    /// `1,3,5-7`, `0-15:4`).
+    #[serde(default)]
+    pub array_task_string: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub user_name: String,
+    #[serde(default)]
+    pub partition: String,
+    pub job_state: String,
+    pub submit_time: u64,
+    #[serde(default)]
+    pub start_time: u64,
+    #[serde(default)]
+    pub end_time: u64,
+    /// CPUs per task; absent on a job cancelled before it ran.
+    #[serde(default)]
+    pub cpus: Option<u32>,
+    #[serde(default)]
+    pub memory_per_cpu: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Squeue {
+    #[serde(default)]
+    errors: Vec<serde_json::Value>,
+    jobs: Vec<SqueueJob>,
+}
+
+/// Why a snapshot could not be read.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SqueueError {
+    #[error("squeue --json output, line {line} column {column}: {reason}")]
+    Json {
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+    #[error("squeue --json reported errors: {0}")]
+    Reported(String),
+}
+
+/// The job records of one `squeue --json` output.
+pub fn parse_squeue(json: &[u8]) -> Result<Vec<SqueueJob>, SqueueError> {
+    let squeue: Squeue = serde_json::from_slice(json).map_err(|e| SqueueError::Json {
+        line: e.line(),
+        column: e.column(),
+        reason: e.to_string(),
+    })?;
+    if !squeue.errors.is_empty() {
+        let errors: Vec<String> = squeue.errors.iter().map(|e| e.to_string()).collect();
+        return Err(SqueueError::Reported(errors.join("; ")));
+    }
+    Ok(squeue.jobs)
+}
+
+/// The array indices an `array_task_string` names: `0-5%2`, `1,3,5-7`,
+/// `0-15:4`; `None` if it is not such a list or names too many.
+pub fn array_indices(spec: &str) -> Option<BTreeSet<u32>> {
+    // `%N` limits how many run at once; it names no index.
+    let spec = spec.split_once('%').map_or(spec, |(list, _)| list);
+    let mut indices = BTreeSet::new();
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (range, step) = match part.split_once(':') {
+            Some((range, step)) => (range, step.parse::<u32>().ok().filter(|s| *s > 0)?),
+            None => (part, 1),
+        };
+        let (first, last) = match range.split_once('-') {
+            Some((first, last)) => (first.parse::<u32>().ok()?, last.parse::<u32>().ok()?),
+            None => {
+                let index = range.parse::<u32>().ok()?;
+                (index, index)
+            }
+        };
+        if last < first || indices.len() as u64 + u64::from((last - first) / step) >= u64::from(MAX_TASKS_PER_JOB) {
+            return None;
+        }
+        indices.extend((first..=last).step_by(step as usize));
+    }
+    Some(indices)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_index_lists_read_as_slurm_writes_them() {
+        let set = |spec: &str| array_indices(spec).map(|s| s.into_iter().collect::<Vec<_>>());
+        assert_eq!(set("0-5%2"), Some(vec![0, 1, 2, 3, 4, 5]));
+        assert_eq!(set("1,3,5-7"), Some(vec![1, 3, 5, 6, 7]));
+        assert_eq!(set("0-15:4"), Some(vec![0, 4, 8, 12]));
+        assert_eq!(set(""), Some(vec![]));
+        for bad in ["a-b", "5-1", "0-9:0", "0-4294967295", "1,,x"] {
+            assert_eq!(set(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! Following a live Slurm cluster (`jobcast slurm watch`): a snapshot of
+//! `squeue --json` every interval, and the events it adds published to the
+//! input topic, keyed as every producer keys them.
+//!
+//! Nothing is lost or published twice when the watcher stops at any point.
+//! The state file holds the tracker (what has been said). A snapshot's
+//! events are first written to it as *pending*, with the topic's end
+//! offsets before them, and only then produced; once every one is
+//! acknowledged the state is written again without them. A watcher that
+//! stopped in between (killed, or the brokers gone) reads the topic from
+//! those offsets on before anything else, and produces only the pending
+//! events it does not find there.
+//!
+//! Slurm keeps a finished job in `squeue` for `MinJobAge` (300 s by
+//! default). A watcher stopped for longer misses the ends of the jobs that
+//! finished meanwhile: they end `lost`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::{SlurmTracker, parse_squeue};
+use crate::deliveries::Deliveries;
+use crate::kafka::{KafkaSettings, event_key};
+
+/// How long a broker may take to answer a metadata or offsets request.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long reading pending events back from the topic may take.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to wait for a batch's acknowledgements.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What to watch, and where to publish and keep state.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The input topic.
+    pub topic: String,
+    /// The state file (created if absent).
+    pub state: PathBuf,
+    /// The command that prints the cluster's jobs: `squeue --json`.
+    pub squeue: Vec<String>,
+    pub interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("`{command}`: {reason}")]
+    Squeue { command: String, reason: String },
+    #[error("state file {path}: {reason}")]
+    State { path: String, reason: String },
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("topic {0} does not exist")]
+    NoTopic(String),
+    #[error("{unacknowledged} of {count} events not acknowledged: {reason}")]
+    Publish {
+        unacknowledged: usize,
+        count: usize,
+        reason: String,
+    },
+    #[error(
+        "reading the pending events back from the topic took more than {} s",
+        READ_BACK_TIMEOUT.as_secs()
+    )]
+    ReadBack,
+}
+
+/// A snapshot's events on their way to the topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pending {
+    /// Each partition's end offset before they were produced.
+    ends: BTreeMap<i32, i64>,
+    /// Key and canonical JSON of each, in order.
+    messages: Vec<(String, String)>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Saved {
+    tracker: SlurmTracker,
+    pending: Option<Pending>,
+}
+
+/// What one poll did.
+#[derive(Debug, Default, PartialEq)]
+pub struct Polled {
+    /// Events published (those of an earlier poll left pending included).
+    pub published: usize,
+    /// Jobs that left `squeue` before they ended.
+    pub lost_jobs: u64,
+    /// Records skipped, each with why.
+    pub skipped: Vec<String>,
+    /// Jobs followed now.
+    pub jobs: usize,
+}
+
+/// A watcher with its state loaded and its clients connected.
+pub struct Watcher {
+    options: WatchOptions,
+    saved: Saved,
+    producer: BaseProducer<Deliveries>,
+    consumer: BaseConsumer,
+}
+
+impl Watcher {
+    /// Load the state (if any) and connect; the topic must exist.
+    pub fn open(kafka: &KafkaSettings, options: WatchOptions) -> Result<Self, WatchError> {
+        let saved = load(&options.state)?;
+        let producer: BaseProducer<Deliveries> = kafka
+            .producer_config()
+            .create_with_context(Deliveries::new())
+            .map_err(|e| kafka.redact(e))?;
+        let mut config = kafka.client_config();
+        config
+            .set("group.id", "jobcast-slurm-watch")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: BaseConsumer = config.create().map_err(|e| kafka.redact(e))?;
+        let watcher = Watcher {
+            options,
+            saved,
+            producer,
+            consumer,
+        };
+        watcher.partitions()?;
+        Ok(watcher)
+    }
+
+    /// Jobs followed now.
+    pub fn jobs(&self) -> usize {
+        self.saved.tracker.jobs()
+    }
+
+    /// Publish what an earlier poll left pending, then take a snapshot of
+    /// the cluster and publish what it adds.
+    pub fn poll(&mut self) -> Result<Polled, WatchError> {
+        let mut polled = Polled {
+            published: self.settle()?,
+            ..Polled::default()
+        };
+        let snapshot = self.squeue()?;
+        let observed = self.saved.tracker.observe(&snapshot);
+        polled.lost_jobs = observed.lost_jobs;
+        polled.skipped = observed.skipped;
+        polled.jobs = self.saved.tracker.jobs();
+        let mut messages = Vec::with_capacity(observed.events.len());
+        for event in &observed.events {
+            messages.push((event_key(event), event.to_json()));
+        }
+        let ends = if messages.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.end_offsets()?
+        };
+        self.saved.pending = (!messages.is_empty()).then_some(Pending { ends, messages });
+        save(&self.options.state, &self.saved)?;
+        polled.published += self.settle()?;
+        Ok(polled)
+    }
+
+    /// Publish the pending events the topic does not hold yet, and forget
+    /// them; how many were published.
+    fn settle(&mut self) -> Result<usize, WatchError> {
+        let Some(pending) = &self.saved.pending else {
+            return Ok(0);
+        };
+        let there: HashSet<(String, String)> = self.read_back(&pending.ends)?.into_iter().collect();
+        let missing: Vec<&(String, String)> = pending
+            .messages
+            .iter()
+            .filter(|m| !there.contains(*m))
+            .collect();
+        self.publish(&missing)?;
+        let published = missing.len();
+        self.saved.pending = None;
+        save(&self.options.state, &self.saved)?;
+        Ok(published)
+    }
+
+    /// The topic's partitions.
+    fn partitions(&self) -> Result<Vec<i32>, WatchError> {
+        let topic = &self.options.topic;
+        let metadata = self.consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
+        let listed = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .filter(|t| !t.partitions().is_empty())
+            .ok_or_else(|| WatchError::NoTopic(topic.clone()))?;
+        Ok(listed.partitions().iter().map(|p| p.id()).collect())
+    }
+
+    /// Each partition's end offset now.
+    fn end_offsets(&self) -> Result<BTreeMap<i32, i64>, WatchError> {
+        let mut ends = BTreeMap::new();
+        for partition in self.partitions()? {
+            let (_, high) =
+                self.consumer
+                    .fetch_watermarks(&self.options.topic, partition, BROKER_TIMEOUT)?;
+            ends.insert(partition, high);
+        }
+        Ok(ends)
+    }
+
+    /// The (key, value) of every message after `from` in the topic.
+    fn read_back(&self, from: &BTreeMap<i32, i64>) -> Result<Vec<(String, String)>, WatchError> {
+        let ends = self.end_offsets()?;
+        let mut tpl = TopicPartitionList::new();
+        let mut left: BTreeMap<i32, i64> = BTreeMap::new();
+        for (&partition, &end) in &ends {
+            let start = from.get(&partition).copied().unwrap_or(0);
+            if end > start {
+                tpl.add_partition_offset(&self.options.topic, partition, Offset::Offset(start))?;
+                left.insert(partition, end);
+            }
+        }
+        let mut there = Vec::new();
+        if left.is_empty() {
+            return Ok(there);
+        }
+        self.consumer.assign(&tpl)?;
+        let deadline = Instant::now() + READ_BACK_TIMEOUT;
+        while !left.is_empty() {
+            if Instant::now() > deadline {
+                return Err(WatchError::ReadBack);
+            }
+            let Some(message) = self.consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let message = message?;
+            let text = |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned();
+            there.push((text(message.key()), text(message.payload())));
+            if left
+                .get(&message.partition())
+                .is_some_and(|end| message.offset() + 1 >= *end)
+            {
+                left.remove(&message.partition());
+            }
+        }
+        self.consumer.unassign()?;
+        Ok(there)
+    }
+
+    /// Produce `messages` in order and wait until each is acknowledged.
+    fn publish(&self, messages: &[&(String, String)]) -> Result<(), WatchError> {
+        let deliveries = self.producer.context();
+        let failed_before = deliveries.failed();
+        let delivered_before = deliveries.delivered();
+        deliveries.take_failures();
+        for (index, (key, value)) in messages.iter().enumerate() {
+            let mut record = BaseRecord::with_opaque_to(&self.options.topic, index)
+                .key(key.as_str())
+                .payload(value.as_str());
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        self.producer.poll(Duration::from_millis(5));
+                    }
+                    Err((e, _)) => return Err(e.into()),
+                }
+            }
+        }
+        let flushed = self.producer.flush(FLUSH_TIMEOUT);
+        let delivered = (deliveries.delivered() - delivered_before) as usize;
+        let failure = deliveries.first_failure().map(|f| f.error.to_string());
+        if delivered < messages.len() || deliveries.failed() > failed_before {
+            return Err(WatchError::Publish {
+                unacknowledged: messages.len() - delivered.min(messages.len()),
+                count: messages.len(),
+                reason: failure
+                    .or_else(|| flushed.err().map(|e| e.to_string()))
+                    .unwrap_or_else(|| "not acknowledged in time".into()),
+            });
+        }
+        Ok(())
+    }
+
+    /// The cluster's jobs now.
+    fn squeue(&self) -> Result<Vec<super::SqueueJob>, WatchError> {
+        let command = self.options.squeue.join(" ");
+        let failed = |reason: String| WatchError::Squeue {
+            command: command.clone(),
+            reason,
+        };
+        let (program, args) = self
+            .options
+            .squeue
+            .split_first()
+            .ok_or_else(|| failed("no command".into()))?;
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        if !output.status.success() {
+            return Err(failed(format!(
+                "{}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        parse_squeue(&output.stdout).map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// Poll every `options.interval` until `stop` is set, each poll's outcome
+/// handed to `report`. Only opening (the state file, the brokers, the
+/// topic) fails; a poll that fails is reported and the next one goes on.
+pub fn watch(
+    kafka: &KafkaSettings,
+    options: WatchOptions,
+    stop: &AtomicBool,
+    mut report: impl FnMut(Result<&Polled, &WatchError>),
+) -> Result<(), WatchError> {
+    let interval = options.interval;
+    let mut watcher = Watcher::open(kafka, options)?;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        match watcher.poll() {
+            Ok(polled) => report(Ok(&polled)),
+            Err(e) => report(Err(&e)),
+        }
+        while started.elapsed() < interval && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50).min(interval));
+        }
+    }
+    Ok(())
+}
+
+fn load(path: &Path) -> Result<Saved, WatchError> {
+    let failed = |reason: String| WatchError::State {
+        path: path.display().to_string(),
+        reason,
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| failed(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Saved::default()),
+        Err(e) => Err(failed(e.to_string())),
+    }
+}
+
+/// Write `saved` to `path` whole or not at all: a new file, synced, then
+/// renamed over the old one.
+fn save(path: &Path, saved: &Saved) -> Result<(), WatchError> {
+    let failed = |reason: String| WatchError::State {
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        serde_json::to_writer(&mut file, saved)?;
+        file.flush()?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok::<(), std::io::Error>(())
+    })();
+    written.map_err(|e| failed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::mocking::MockCluster;
+
+    use super::*;
+    use crate::event::decode;
+
+    const TOPIC: &str = "slurm.events";
+
+    /// The recorded snapshots (`tracker.rs`), one per file, and a watcher
+    /// whose `squeue` prints the file `current`.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        snapshots: Vec<String>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            let snapshots = include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            Fixture {
+                dir: tempfile::tempdir().unwrap(),
+                snapshots,
+            }
+        }
+
+        fn show(&self, snapshot: usize) {
+            std::fs::write(self.dir.path().join("current"), &self.snapshots[snapshot]).unwrap();
+        }
+
+        fn watcher<C: rdkafka::ClientContext>(&self, mock: &MockCluster<'_, C>) -> Watcher {
+            let options = WatchOptions {
+                topic: TOPIC.into(),
+                state: self.dir.path().join("state.json"),
+                squeue: vec![
+                    "cat".into(),
+                    self.dir.path().join("current").display().to_string(),
+                ],
+                interval: Duration::from_millis(10),
+            };
+            Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options).unwrap()
+        }
+    }
+
+    /// Every message of the topic, decoded.
+    fn topic_events(watcher: &Watcher) -> Vec<crate::Event> {
+        watcher
+            .read_back(&BTreeMap::new())
+            .unwrap()
+            .into_iter()
+            .map(|(_, value)| decode(value.as_bytes()).unwrap())
+            .collect()
+    }
+
+    fn sorted(mut events: Vec<crate::Event>) -> Vec<String> {
+        let mut out: Vec<String> = events.drain(..).map(|e| e.to_json()).collect();
+        out.sort();
+        out
+    }
+
+    /// What the tracker alone says of every snapshot.
+    fn expected(fixture: &Fixture) -> Vec<String> {
+        let mut tracker = SlurmTracker::default();
+        sorted(
+            fixture
+                .snapshots
+                .iter()
+                .flat_map(|s| tracker.observe(&parse_squeue(s.as_bytes()).unwrap()).events)
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn each_snapshots_new_events_reach_the_topic_once() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 2, 1).unwrap();
+        let fixture = Fixture::new();
+        let mut watcher = fixture.watcher(&mock);
+        let mut published = 0;
+        for snapshot in 0..fixture.snapshots.len() {
+            fixture.show(snapshot);
+            published += watcher.poll().unwrap().published;
+            // Polled again, the same snapshot adds nothing.
+            assert_eq!(watcher.poll().unwrap().published, 0);
+        }
+        let events = topic_events(&watcher);
+        assert_eq!(events.len(), published);
+        assert_eq!(sorted(events), expected(&fixture));
+    }
+
+    #[test]
+    fn a_watcher_stopped_while_publishing_publishes_the_rest_and_nothing_twice() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 2, 1).unwrap();
+        let fixture = Fixture::new();
+        let mut watcher = fixture.watcher(&mock);
+        fixture.show(0);
+        watcher.poll().unwrap();
+        // The second snapshot's events are pending; half of them reached
+        // the topic when the watcher stopped.
+        fixture.show(1);
+        let snapshot = watcher.squeue().unwrap();
+        let observed = watcher.saved.tracker.observe(&snapshot);
+        let messages: Vec<(String, String)> = observed
+            .events
+            .iter()
+            .map(|e| (event_key(e), e.to_json()))
+            .collect();
+        assert!(messages.len() >= 4, "{messages:?}");
+        watcher.saved.pending = Some(Pending {
+            ends: watcher.end_offsets().unwrap(),
+            messages: messages.clone(),
+        });
+        save(&watcher.options.state, &watcher.saved).unwrap();
+        let half: Vec<&(String, String)> = messages.iter().step_by(2).collect();
+        watcher.publish(&half).unwrap();
+        drop(watcher);
+
+        let mut restarted = fixture.watcher(&mock);
+        let polled = restarted.poll().unwrap();
+        assert_eq!(polled.published, messages.len() - half.len());
+        for snapshot in 2..fixture.snapshots.len() {
+            fixture.show(snapshot);
+            restarted.poll().unwrap();
+        }
+        assert_eq!(sorted(topic_events(&restarted)), expected(&fixture));
+    }
+
+    #[test]
+    fn a_failing_squeue_is_reported_and_the_next_poll_goes_on() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let fixture = Fixture::new();
+        let mut watcher = fixture.watcher(&mock);
+        // No file yet: `cat` fails, saying why.
+        let failed = watcher.poll().unwrap_err().to_string();
+        assert!(failed.contains("No such file"), "{failed}");
+        std::fs::write(fixture.dir.path().join("current"), "{\"jobs\": [").unwrap();
+        let failed = watcher.poll().unwrap_err().to_string();
+        assert!(failed.contains("line 1"), "{failed}");
+        fixture.show(0);
+        assert_eq!(watcher.poll().unwrap().jobs, 5);
+        // A state file that is not one stops a watcher from starting.
+        std::fs::write(fixture.dir.path().join("state.json"), "[").unwrap();
+        let options = watcher.options.clone();
+        let refused = Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options);
+        assert!(matches!(refused, Err(WatchError::State { .. })));
+    }
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# A throwaway single-node Slurm 22.05 cluster (Debian 12's packages), for
+# tests and for trying jobcast with a real scheduler. Needs root; needs no
+# systemd: the daemons run under nohup, tracked by PID files.
+#
+#   scripts/slurm.sh install          # the packages; starts no service
+#   eval "$(scripts/slurm.sh up)"     # start; prints `export SLURM_CONF=...`
+#   scripts/slurm.sh status | down    # [DIR] after each command, too
+#
+# DIR (default $JOBCAST_SLURM_DIR, else ~/.cache/jobcast/slurm) holds the
+# config, state (kept by `down`: job IDs go on; remove DIR to start afresh),
+# spool, logs and PID files. The node offers
+# JOBCAST_SLURM_CPUS (8) CPUs and JOBCAST_SLURM_MEMORY_MB (8000) MB whatever
+# the machine has. Slurm's fixed ports (6817, 6818): one cluster at a time.
+set -euo pipefail
+
+cmd=${1:-}
+dir=$(realpath -m "${2:-${JOBCAST_SLURM_DIR:-$HOME/.cache/jobcast/slurm}}")
+export SLURM_CONF=$dir/slurm.conf
+node=$(hostname -s)
+cpus=${JOBCAST_SLURM_CPUS:-8}
+mem=${JOBCAST_SLURM_MEMORY_MB:-8000}
+
+log() { echo "slurm: $*" >&2; }
+need_root() { [[ $(id -u) -eq 0 ]] || { log "must run as root"; exit 1; }; }
+# alive NAME: DIR/NAME.pid names a live process called NAME (not a reused PID).
+alive() { [[ $(cat "/proc/$(cat "$dir/$1.pid" 2>/dev/null)/comm" 2>/dev/null) == "$1" ]]; }
+
+install_packages() {
+    need_root
+    local p missing=()
+    for p in slurmctld slurmd slurm-client munge; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    ((${#missing[@]})) || return 0
+    log "installing ${missing[*]}"
+    # The postinst scripts start their services through invoke-rc.d; a
+    # policy-rc.d answering 101 (forbidden) keeps them stopped. Ours only if
+    # there is none already (Docker-like images ship one).
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    # needrestart (if installed) would ask, and warns without a terminal.
+    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+    compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null ||
+        { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+}
+
+# munged as the munge user, unless one already answers. It refuses a key or
+# directories that others could read or write, or that munge does not own.
+start_munge() {
+    install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
+    install -d -o munge -g munge -m 0755 /run/munge
+    local key=/etc/munge/munge.key
+    [[ -s $key ]] || mungekey --create --keyfile="$key"
+    chown munge:munge "$key" && chmod 0400 "$key"
+    munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && return
+    runuser -u munge -- munged   # forks once its socket is up
+    cp /run/munge/munged.pid "$dir/munged.pid"
+}
+
+write_conf() {
+    mkdir -p "$dir/state" "$dir/spool"
+    cat >"$SLURM_CONF" <<EOF
+# Written by scripts/slurm.sh: a throwaway single-node cluster.
+ClusterName=jobcast
+SlurmctldHost=$node(127.0.0.1)
+SlurmUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+# No cgroups here: plain process tracking, no task binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=$((mem / cpus))
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=1
+PriorityType=priority/multifactor
+MailProg=/bin/true
+JobCompType=jobcomp/none
+ReturnToService=2
+# Finished jobs stay 5 minutes in squeue --json, squeue -t all, scontrol.
+MinJobAge=300
+# The node offers what is written below, not what the machine has.
+SlurmdParameters=config_overrides
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+up() {
+    need_root
+    if ! alive slurmctld || ! alive slurmd; then
+        mkdir -p "$dir"
+        start_munge
+        write_conf
+        local name
+        for name in slurmctld slurmd; do
+            alive "$name" && continue
+            # NAME.log is Slurm's log; NAME.out also has what precedes it.
+            nohup "$name" -D -f "$SLURM_CONF" >>"$dir/$name.out" 2>&1 </dev/null &
+            echo $! >"$dir/$name.pid"
+        done
+        local i ok=
+        for ((i = 1; i <= 60; i++)); do
+            sleep 1   # first, so that nohup has exec'd the daemons
+            # A daemon that died (a port taken, a bad config) will not come
+            # back; and another cluster's controller could answer sinfo.
+            { alive slurmctld && alive slurmd; } || break
+            [[ $(sinfo -h -n "$node" -o %t 2>/dev/null) =~ ^(idle|mix|alloc)$ ]] && { ok=1; break; }
+        done
+        if [[ -z $ok ]]; then
+            log "node $node not up after ${i} s; the logs in $dir end with:"
+            tail -n 15 "$dir"/*.out >&2 2>/dev/null || true
+            down
+            exit 1
+        fi
+    fi
+    log "up: $cpus CPUs, $mem MB on node $node, partition debug; for sinfo, squeue, sbatch:"
+    echo "export SLURM_CONF=$SLURM_CONF"
+}
+
+# stop NAME: SIGTERM, then SIGKILL after 20 s, of the recorded process only.
+stop() {
+    local i pid
+    if alive "$1"; then
+        pid=$(cat "$dir/$1.pid")
+        kill "$pid"
+        for ((i = 0; i < 40; i++)); do alive "$1" || break; sleep 0.5; done
+        alive "$1" && { log "$1 ignored SIGTERM; killing"; kill -9 "$pid"; }
+    fi
+    rm -f "$dir/$1.pid"
+}
+
+down() {
+    need_root
+    # Cancel the jobs first: their slurmstepd processes would outlive slurmd.
+    if alive slurmctld && [[ -n $(squeue -h -o %i 2>/dev/null) ]]; then
+        scancel -p debug || true
+        local i
+        for ((i = 0; i < 20; i++)); do
+            [[ -z $(squeue -h -t running,completing -o %i 2>/dev/null) ]] && break; sleep 0.5
+        done
+    fi
+    stop slurmd
+    stop slurmctld
+    stop munged   # only if `up` started it: else there is no munged.pid
+    log "down ($dir)"
+}
+
+status() {
+    local name rc=0
+    for name in munged slurmctld slurmd; do
+        if alive "$name"; then echo "$name: running (pid $(cat "$dir/$name.pid"))"
+        elif [[ $name == munged ]]; then echo "munged: not started by this script"
+        else echo "$name: stopped"; rc=3; fi
+    done
+    ((rc)) || { sinfo; echo "export SLURM_CONF=$SLURM_CONF"; }
+    return $rc
+}
+
+case $cmd in
+    install) install_packages ;;
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    *) echo "usage: $0 install | up [DIR] | down [DIR] | status [DIR]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,81 @@
+//! A throwaway single-node Slurm cluster for a test (`scripts/slurm.sh`):
+//! started in its own directory, stopped (only the processes it started)
+//! when dropped. Slurm's ports are fixed: tests that use it hold
+//! [`Slurm::lock`], so one cluster runs at a time.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::repo;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub struct Slurm {
+    dir: tempfile::TempDir,
+    _one: MutexGuard<'static, ()>,
+}
+
+impl Slurm {
+    /// Start a cluster (`scripts/slurm.sh up`), failing the test with the
+    /// script's output if it cannot: `scripts/test.sh` installs Slurm.
+    pub fn up() -> Slurm {
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let slurm = Slurm { dir, _one: one };
+        let out = slurm.script("up");
+        assert!(
+            out.status.success(),
+            "scripts/slurm.sh up failed (Slurm is installed by scripts/slurm.sh install, which scripts/test.sh runs):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        slurm
+    }
+
+    fn script(&self, command: &str) -> Output {
+        Command::new("bash")
+            .arg(repo().join("scripts/slurm.sh"))
+            .arg(command)
+            .arg(self.dir.path())
+            .output()
+            .expect("bash runs")
+    }
+
+    /// The configuration every Slurm command needs (`SLURM_CONF`).
+    pub fn conf(&self) -> PathBuf {
+        self.dir.path().join("slurm.conf")
+    }
+
+    /// A Slurm client command (`sbatch`, `squeue`, ...) with `args`, which
+    /// must succeed; its stdout.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let out = Command::new(program)
+            .args(args)
+            .env("SLURM_CONF", self.conf())
+            .output()
+            .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `sbatch --parsable ARGS`: the job's id (an array's).
+    pub fn sbatch(&self, args: &[&str]) -> u64 {
+        let mut all = vec!["--parsable"];
+        all.extend(args);
+        let out = self.run("sbatch", &all);
+        out.trim().split(';').next().unwrap_or_default().parse().expect("a job id")
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        let out = self.script("down");
+        if !out.status.success() {
+            eprintln!("scripts/slurm.sh down: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! A real Slurm 22.05 cluster (single node, `scripts/slurm.sh`) in the
+//! loop: `jobcast slurm watch` publishes its jobs as canonical events.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
+use jobcast_ingest::kafka::Topics;
+use jobcast_tests::jobcast_bin;
+use jobcast_tests::kafka::Cluster;
+use jobcast_tests::slurm::Slurm;
+
+const PARTITIONS: i32 = 2;
+
+fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path) -> Child {
+    Command::new(jobcast_bin())
+        .args(["slurm", "watch", "--brokers", brokers, "--interval-secs", "0.5"])
+        .arg("--state")
+        .arg(state)
+        .env("SLURM_CONF", slurm.conf())
+        .env("JOBCAST_LOG", "info")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("jobcast slurm watch starts")
+}
+
+/// Every event in the topic, by job.
+fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
+    let mut by_job: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
+    for record in cluster.read_all(topic, PARTITIONS) {
+        let event = decode(&record.payload).expect("canonical events");
+        by_job.entry(event.job_id().expect("job events")).or_default().push(event);
+    }
+    by_job
+}
+
+/// Arrays (one sparse), a plain job, a failing one and one cancelled while
+/// held, with the watcher killed (SIGKILL) mid-run and started again: every
+/// job reaches the topic once, each task with one start (if it ran) and one
+/// end, at the times Slurm gives them.
+#[test]
+fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
+    let slurm = Slurm::up();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("watch.json");
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state);
+
+    let array = slurm.sbatch(&["-J", "array", "--time=1", "--array=0-7%4", "--wrap", "sleep 2"]);
+    let sparse = slurm.sbatch(&["-J", "sparse", "--time=1", "--array=1,3,5", "--wrap", "sleep 1"]);
+    let plain = slurm.sbatch(&["-J", "plain", "--time=1", "-c", "2", "--wrap", "sleep 3"]);
+    let failing = slurm.sbatch(&["-J", "failing", "--time=1", "--wrap", "sleep 1; exit 3"]);
+    let held = slurm.sbatch(&["-J", "held", "--time=1", "--hold", "--wrap", "sleep 1"]);
+    std::thread::sleep(Duration::from_secs(3));
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+    slurm.run("scancel", &[&held.to_string()]);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state);
+
+    let jobs = [array, sparse, plain, failing, held];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let by_job = loop {
+        let by_job = events_by_job(&cluster, &topics.events);
+        let ended = jobs
+            .iter()
+            .filter(|job| {
+                by_job
+                    .get(job)
+                    .is_some_and(|events| events.iter().any(|e| matches!(e, Event::JobEnded(_))))
+            })
+            .count();
+        if ended == jobs.len() {
+            break by_job;
+        }
+        assert!(Instant::now() < deadline, "{ended} of 5 jobs ended: {by_job:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let stopped = Command::new("kill")
+        .args(["-TERM", &watcher.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+
+    // Slurm's own record of each task: (job, task) → (start, end, state).
+    let squeue: serde_json::Value = serde_json::from_str(&slurm.run("squeue", &["--json"])).unwrap();
+    let mut slurm_tasks: BTreeMap<(u64, u32), (u64, u64, String)> = BTreeMap::new();
+    for record in squeue["jobs"].as_array().unwrap() {
+        let array_id = record["array_job_id"].as_u64().unwrap();
+        let job = if array_id != 0 { array_id } else { record["job_id"].as_u64().unwrap() };
+        let index = record["array_task_id"].as_u64().unwrap_or(0) as u32;
+        slurm_tasks.insert(
+            (job, index),
+            (
+                record["start_time"].as_u64().unwrap(),
+                record["end_time"].as_u64().unwrap(),
+                record["job_state"].as_str().unwrap().to_owned(),
+            ),
+        );
+    }
+
+    let widths = [(array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]), (sparse, 3, vec![1, 3, 5]), (plain, 1, vec![0]), (failing, 1, vec![0]), (held, 1, vec![0])];
+    for (job, width, indices) in widths {
+        let events = &by_job[&job];
+        let submitted: Vec<u32> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobSubmitted(j) => Some(j.num_tasks),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(submitted, [width], "job {job}: {events:?}");
+        for (task, array_index) in indices.iter().enumerate() {
+            let (start, end, state) = &slurm_tasks[&(job, *array_index)];
+            let of_task: Vec<(TaskKind, u64)> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Task(t) if t.task_index == task as u32 => {
+                        Some((t.kind, t.time_us / 1_000_000))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let expected = match state.as_str() {
+                "COMPLETED" => vec![(TaskKind::Schedule, *start), (TaskKind::Finish, *end)],
+                "FAILED" => vec![(TaskKind::Schedule, *start), (TaskKind::Fail, *end)],
+                "CANCELLED" => vec![(TaskKind::Kill, *end)],
+                other => panic!("job {job} task {task}: state {other}"),
+            };
+            assert_eq!(of_task, expected, "job {job} task {task} ({state})");
+        }
+        let outcomes: Vec<JobOutcome> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobEnded(j) => Some(j.outcome),
+                _ => None,
+            })
+            .collect();
+        let expected = if job == failing {
+            JobOutcome::Fail
+        } else if job == held {
+            JobOutcome::Kill
+        } else {
+            JobOutcome::Finish
+        };
+        assert_eq!(outcomes, [expected], "job {job}");
+    }
+}
