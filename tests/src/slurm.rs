@@ -67,7 +67,12 @@ impl Slurm {
         let mut all = vec!["--parsable"];
         all.extend(args);
         let out = self.run("sbatch", &all);
-        out.trim().split(';').next().unwrap_or_default().parse().expect("a job id")
+        out.trim()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .parse()
+            .expect("a job id")
     }
 }
 
@@ -75,7 +80,10 @@ impl Drop for Slurm {
     fn drop(&mut self) {
         let out = self.script("down");
         if !out.status.success() {
-            eprintln!("scripts/slurm.sh down: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "scripts/slurm.sh down: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }

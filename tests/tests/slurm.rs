@@ -1,5 +1,6 @@
 //! A real Slurm 22.05 cluster (single node, `scripts/slurm.sh`) in the
-//! loop: `jobcast slurm watch` publishes its jobs as canonical events.
+//! loop: `jobcast slurm watch` publishes its jobs as canonical events, and
+//! `jobcast serve` holds every one of them.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -9,13 +10,21 @@ use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::jobcast_bin;
 use jobcast_tests::kafka::Cluster;
+use jobcast_tests::serve::Serve;
 use jobcast_tests::slurm::Slurm;
 
 const PARTITIONS: i32 = 2;
 
 fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path) -> Child {
     Command::new(jobcast_bin())
-        .args(["slurm", "watch", "--brokers", brokers, "--interval-secs", "0.5"])
+        .args([
+            "slurm",
+            "watch",
+            "--brokers",
+            brokers,
+            "--interval-secs",
+            "0.5",
+        ])
         .arg("--state")
         .arg(state)
         .env("SLURM_CONF", slurm.conf())
@@ -30,7 +39,10 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
     let mut by_job: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
     for record in cluster.read_all(topic, PARTITIONS) {
         let event = decode(&record.payload).expect("canonical events");
-        by_job.entry(event.job_id().expect("job events")).or_default().push(event);
+        by_job
+            .entry(event.job_id().expect("job events"))
+            .or_default()
+            .push(event);
     }
     by_job
 }
@@ -38,7 +50,8 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
 /// Arrays (one sparse), a plain job, a failing one and one cancelled while
 /// held, with the watcher killed (SIGKILL) mid-run and started again: every
 /// job reaches the topic once, each task with one start (if it ran) and one
-/// end, at the times Slurm gives them.
+/// end, at the times Slurm gives them; the service applies them all, and
+/// holds each job as Slurm ended it.
 #[test]
 fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let slurm = Slurm::up();
@@ -48,8 +61,22 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let state = dir.path().join("watch.json");
     let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state);
 
-    let array = slurm.sbatch(&["-J", "array", "--time=1", "--array=0-7%4", "--wrap", "sleep 2"]);
-    let sparse = slurm.sbatch(&["-J", "sparse", "--time=1", "--array=1,3,5", "--wrap", "sleep 1"]);
+    let array = slurm.sbatch(&[
+        "-J",
+        "array",
+        "--time=1",
+        "--array=0-7%4",
+        "--wrap",
+        "sleep 2",
+    ]);
+    let sparse = slurm.sbatch(&[
+        "-J",
+        "sparse",
+        "--time=1",
+        "--array=1,3,5",
+        "--wrap",
+        "sleep 1",
+    ]);
     let plain = slurm.sbatch(&["-J", "plain", "--time=1", "-c", "2", "--wrap", "sleep 3"]);
     let failing = slurm.sbatch(&["-J", "failing", "--time=1", "--wrap", "sleep 1; exit 3"]);
     let held = slurm.sbatch(&["-J", "held", "--time=1", "--hold", "--wrap", "sleep 1"]);
@@ -75,7 +102,10 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         if ended == jobs.len() {
             break by_job;
         }
-        assert!(Instant::now() < deadline, "{ended} of 5 jobs ended: {by_job:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{ended} of 5 jobs ended: {by_job:?}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
     let stopped = Command::new("kill")
@@ -86,11 +116,16 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
 
     // Slurm's own record of each task: (job, task) → (start, end, state).
-    let squeue: serde_json::Value = serde_json::from_str(&slurm.run("squeue", &["--json"])).unwrap();
+    let squeue: serde_json::Value =
+        serde_json::from_str(&slurm.run("squeue", &["--json"])).unwrap();
     let mut slurm_tasks: BTreeMap<(u64, u32), (u64, u64, String)> = BTreeMap::new();
     for record in squeue["jobs"].as_array().unwrap() {
         let array_id = record["array_job_id"].as_u64().unwrap();
-        let job = if array_id != 0 { array_id } else { record["job_id"].as_u64().unwrap() };
+        let job = if array_id != 0 {
+            array_id
+        } else {
+            record["job_id"].as_u64().unwrap()
+        };
         let index = record["array_task_id"].as_u64().unwrap_or(0) as u32;
         slurm_tasks.insert(
             (job, index),
@@ -102,7 +137,13 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         );
     }
 
-    let widths = [(array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]), (sparse, 3, vec![1, 3, 5]), (plain, 1, vec![0]), (failing, 1, vec![0]), (held, 1, vec![0])];
+    let widths = [
+        (array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]),
+        (sparse, 3, vec![1, 3, 5]),
+        (plain, 1, vec![0]),
+        (failing, 1, vec![0]),
+        (held, 1, vec![0]),
+    ];
     for (job, width, indices) in widths {
         let events = &by_job[&job];
         let submitted: Vec<u32> = events
@@ -148,4 +189,33 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         };
         assert_eq!(outcomes, [expected], "job {job}");
     }
+
+    // The service applies every event (none dead-lettered) and holds each
+    // job as Slurm ended it.
+    let total = by_job.values().map(Vec::len).sum::<usize>() as u64;
+    let mut serve = Serve::start(&cluster.brokers(), &dir.path().join("serve"), &[]);
+    serve.wait_stored_offsets(total, Duration::from_secs(60));
+    for (job, width, state, finished) in [
+        (array, 8, "finished", 8),
+        (sparse, 3, "finished", 3),
+        (plain, 1, "finished", 1),
+        (failing, 1, "failed", 0),
+        (held, 1, "killed", 0),
+    ] {
+        let (status, body) = serve.get(&format!("/jobs/{job}"));
+        assert_eq!(status, 200, "job {job}: {body}");
+        let record: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let held_as = (
+            record["width"].as_u64(),
+            record["state"].as_str(),
+            record["tasks_finished"].as_u64(),
+        );
+        assert_eq!(
+            held_as,
+            (Some(width), Some(state), Some(finished)),
+            "job {job}: {body}"
+        );
+    }
+    assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
+    serve.terminate();
 }

@@ -93,14 +93,16 @@ pub fn array_indices(spec: &str) -> Option<BTreeSet<u32>> {
                 (index, index)
             }
         };
-        if last < first || indices.len() as u64 + u64::from((last - first) / step) >= u64::from(MAX_TASKS_PER_JOB) {
+        if last < first
+            || indices.len() as u64 + u64::from((last - first) / step)
+                >= u64::from(MAX_TASKS_PER_JOB)
+        {
             return None;
         }
         indices.extend((first..=last).step_by(step as usize));
     }
     Some(indices)
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,7 @@
 //! What has been said of each Slurm job, so that each snapshot of `squeue`
 //! yields only what is new (the mapping is in the module above).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -98,19 +99,19 @@ impl SlurmTracker {
         // tasks' events, which precede its end, within one second.
         let mut events: Vec<(u64, u8, Event)> = Vec::new();
         for (&job_id, records) in &by_job {
-            if !self.jobs.contains_key(&job_id) {
-                match first_sight(job_id, records) {
+            let said = match self.jobs.entry(job_id) {
+                Entry::Occupied(said) => said.into_mut(),
+                Entry::Vacant(entry) => match first_sight(job_id, records) {
                     Ok((said, submitted)) => {
                         events.push((submitted.time_us, 0, Event::JobSubmitted(submitted)));
-                        self.jobs.insert(job_id, said);
+                        entry.insert(said)
                     }
                     Err(why) => {
                         observed.skipped.push(why);
                         continue;
                     }
-                }
-            }
-            let said = self.jobs.get_mut(&job_id).expect("inserted above");
+                },
+            };
             for record in records {
                 tasks_of(job_id, record, said, &mut events, &mut observed.skipped);
             }
@@ -132,7 +133,11 @@ impl SlurmTracker {
             let time_us = self.latest_us;
             for (index, task) in said.tasks.iter().enumerate() {
                 if task.ended.is_none() {
-                    events.push((time_us, 2, task_event(time_us, job_id, index, TaskKind::Lost)));
+                    events.push((
+                        time_us,
+                        2,
+                        task_event(time_us, job_id, index, TaskKind::Lost),
+                    ));
                 }
             }
             let ended = JobEnded {
@@ -161,26 +166,33 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
                 Some(id) => {
                     indices.insert(id);
                 }
-                None => indices.extend(array_indices(&record.array_task_string).ok_or_else(
-                    || {
+                None => {
+                    indices.extend(array_indices(&record.array_task_string).ok_or_else(|| {
                         format!(
                             "job {job_id}: array_task_string {:?} is not a list of array indices",
                             record.array_task_string
                         )
-                    },
-                )?),
+                    })?)
+                }
             }
         }
         indices.into_iter().collect()
     };
     let num_tasks = array.len().max(1);
     if num_tasks > MAX_TASKS_PER_JOB as usize {
-        return Err(format!("job {job_id}: {num_tasks} tasks, more than {MAX_TASKS_PER_JOB}"));
+        return Err(format!(
+            "job {job_id}: {num_tasks} tasks, more than {MAX_TASKS_PER_JOB}"
+        ));
     }
     let cpus = records.iter().find_map(|r| r.cpus).unwrap_or(1);
     let mem_per_cpu = records.iter().find_map(|r| r.memory_per_cpu).unwrap_or(0);
     let submitted = JobSubmitted {
-        time_us: records.iter().map(|r| r.submit_time).min().unwrap_or(0).saturating_mul(US),
+        time_us: records
+            .iter()
+            .map(|r| r.submit_time)
+            .min()
+            .unwrap_or(0)
+            .saturating_mul(US),
         job_id,
         user: first.user_name.clone(),
         job_name: first.name.clone(),
@@ -229,7 +241,9 @@ fn tasks_of(
             return;
         }
         let ids = array_indices(&record.array_task_string).unwrap_or_default();
-        ids.iter().filter_map(|&id| said.task_index(Some(id))).collect()
+        ids.iter()
+            .filter_map(|&id| said.task_index(Some(id)))
+            .collect()
     } else {
         match said.task_index(record.array_task_id) {
             Some(index) => vec![index],
@@ -257,7 +271,11 @@ fn tasks_of(
         if ran && !task.scheduled && task.ended.is_none() {
             task.scheduled = true;
             let time_us = record.start_time.saturating_mul(US);
-            events.push((time_us, 1, task_event(time_us, job_id, index, TaskKind::Schedule)));
+            events.push((
+                time_us,
+                1,
+                task_event(time_us, job_id, index, TaskKind::Schedule),
+            ));
         }
         if let Some(kind) = end
             && task.ended.is_none()
@@ -279,13 +297,21 @@ fn end_if_done(job_id: u64, said: &mut JobSaid, events: &mut Vec<(u64, u8, Event
     let kinds: Vec<TaskKind> = said.tasks.iter().filter_map(|t| t.ended).collect();
     let outcome = if kinds.iter().all(|k| *k == TaskKind::Finish) {
         JobOutcome::Finish
-    } else if kinds.iter().any(|k| *k == TaskKind::Fail) {
+    } else if kinds.contains(&TaskKind::Fail) {
         JobOutcome::Fail
     } else {
         JobOutcome::Kill
     };
     let time_us = said.last_end_us;
-    events.push((time_us, 3, Event::JobEnded(JobEnded { time_us, job_id, outcome })));
+    events.push((
+        time_us,
+        3,
+        Event::JobEnded(JobEnded {
+            time_us,
+            job_id,
+            outcome,
+        }),
+    ));
 }
 
 #[cfg(test)]
@@ -413,10 +439,10 @@ mod tests {
     fn polls_far_apart_say_the_same_as_close_ones_since_times_are_slurms() {
         let snapshots = snapshots();
         let mut close = observe_all(&mut SlurmTracker::default(), &snapshots);
-        let mut far = observe_all(&mut SlurmTracker::default(), &[
-            snapshots[0].clone(),
-            snapshots[3].clone(),
-        ]);
+        let mut far = observe_all(
+            &mut SlurmTracker::default(),
+            &[snapshots[0].clone(), snapshots[3].clone()],
+        );
         let key = |e: &Event| format!("{e:?}");
         close.sort_by_key(key);
         far.sort_by_key(key);
@@ -447,10 +473,14 @@ mod tests {
     fn a_record_that_is_not_json_or_an_error_squeue_reports_says_where_and_why() {
         let bad = parse_squeue(b"{\"jobs\": [\n{\"job_id\": \"x\"}]}").unwrap_err();
         assert!(matches!(bad, SqueueError::Json { line: 2, .. }), "{bad}");
-        let reported =
-            parse_squeue(br#"{"errors": [{"error": "Unable to contact slurm controller"}], "jobs": []}"#)
-                .unwrap_err();
-        assert!(reported.to_string().contains("Unable to contact"), "{reported}");
+        let reported = parse_squeue(
+            br#"{"errors": [{"error": "Unable to contact slurm controller"}], "jobs": []}"#,
+        )
+        .unwrap_err();
+        assert!(
+            reported.to_string().contains("Unable to contact"),
+            "{reported}"
+        );
         let mut tracker = SlurmTracker::default();
         let weird = SqueueJob {
             array_job_id: 9,
@@ -460,6 +490,10 @@ mod tests {
         };
         let observed = tracker.observe(&[weird]);
         assert!(observed.events.is_empty());
-        assert!(observed.skipped[0].contains("job 9"), "{:?}", observed.skipped);
+        assert!(
+            observed.skipped[0].contains("job 9"),
+            "{:?}",
+            observed.skipped
+        );
     }
 }

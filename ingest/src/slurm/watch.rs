@@ -236,7 +236,9 @@ impl Watcher {
                 continue;
             };
             let message = message?;
-            let text = |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned();
+            let text = |bytes: Option<&[u8]>| {
+                String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned()
+            };
             there.push((text(message.key()), text(message.payload())));
             if left
                 .get(&message.partition())

@@ -194,5 +194,5 @@ pub async fn shutdown_signal() {
         _ = interrupt => {}
         _ = terminate.recv() => {}
     }
-    info!("signal received: finishing the batch in hand");
+    info!("signal received: finishing the work in hand, then stopping");
 }

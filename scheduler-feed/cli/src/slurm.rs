@@ -92,7 +92,9 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<()> {
         }
     })
     .context("watching Slurm")?;
-    eprintln!("jobcast slurm watch: stopped; {published} events published, {failed_polls} polls failed");
+    eprintln!(
+        "jobcast slurm watch: stopped; {published} events published, {failed_polls} polls failed"
+    );
     Ok(())
 }
 
