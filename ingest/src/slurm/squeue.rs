@@ -39,6 +39,10 @@ pub struct SqueueJob {
     pub cpus: Option<u32>,
     #[serde(default)]
     pub memory_per_cpu: Option<u64>,
+    /// Times the job was requeued; a requeue also makes `submit_time` the
+    /// time of the requeue.
+    #[serde(default)]
+    pub restart_cnt: u32,
 }
 
 #[derive(Deserialize)]

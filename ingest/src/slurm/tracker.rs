@@ -27,6 +27,9 @@ fn task_end(state: &str) -> Option<TaskKind> {
 struct TaskSaid {
     scheduled: bool,
     ended: Option<TaskKind>,
+    /// Requeues seen (`restart_cnt`): each starts a new attempt.
+    #[serde(default)]
+    restarts: u32,
 }
 
 /// What has been said of one job.
@@ -268,6 +271,22 @@ fn tasks_of(
         };
     for index in indices {
         let task = &mut said.tasks[index];
+        // Requeued (by an operator, a node failure or preemption): the
+        // attempt running then was evicted at the requeue, and a new one
+        // waits, unless the job was already said to have ended.
+        if record.restart_cnt > task.restarts && !said.ended {
+            task.restarts = record.restart_cnt;
+            if task.scheduled && task.ended.is_none() {
+                let time_us = record.submit_time.saturating_mul(US);
+                events.push((
+                    time_us,
+                    2,
+                    task_event(time_us, job_id, index, TaskKind::Evict),
+                ));
+            }
+            task.scheduled = false;
+            task.ended = None;
+        }
         if ran && !task.scheduled && task.ended.is_none() {
             task.scheduled = true;
             let time_us = record.start_time.saturating_mul(US);
@@ -467,6 +486,56 @@ mod tests {
             })
             .collect();
         assert_eq!(lost, [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_requeued_job_is_evicted_at_the_requeue_and_runs_again() {
+        // As Slurm 22.05 shows `scontrol requeue` of a running job: pending
+        // again, `restart_cnt` 1, submitted anew at the requeue.
+        let job = |state: &str, submit: u64, start: u64, end: u64, restarts: u32| SqueueJob {
+            job_id: 7,
+            array_job_id: 0,
+            array_task_id: None,
+            array_task_string: String::new(),
+            name: "rq".into(),
+            user_name: "root".into(),
+            partition: "debug".into(),
+            job_state: state.into(),
+            submit_time: submit,
+            start_time: start,
+            end_time: end,
+            cpus: Some(1),
+            memory_per_cpu: Some(1000),
+            restart_cnt: restarts,
+        };
+        let mut tracker = SlurmTracker::default();
+        let events = observe_all(
+            &mut tracker,
+            &[
+                vec![job("RUNNING", 100, 101, 221, 0)],
+                // The pending job's start and end are forecasts.
+                vec![job("PENDING", 104, 224, 344, 1)],
+                vec![job("PENDING", 104, 224, 344, 1)],
+                vec![job("RUNNING", 104, 224, 344, 1)],
+                vec![job("COMPLETED", 104, 224, 254, 1)],
+            ],
+        );
+        assert_eq!(
+            task_events(&events, 7),
+            [
+                (0, TaskKind::Schedule, 101),
+                (0, TaskKind::Evict, 104),
+                (0, TaskKind::Schedule, 224),
+                (0, TaskKind::Finish, 254),
+            ]
+        );
+        assert!(matches!(
+            events.last(),
+            Some(Event::JobEnded(JobEnded {
+                outcome: JobOutcome::Finish,
+                ..
+            }))
+        ));
     }
 
     #[test]
