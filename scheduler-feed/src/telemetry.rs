@@ -56,6 +56,13 @@ pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
 pub const TAKEOVER_BUFFER_BYTES: &str = "jobcast_takeover_buffer_bytes";
 pub const TAKEOVER_OUTPUTS_DROPPED: &str = "jobcast_takeover_outputs_dropped_total";
 pub const TAKEOVER_OUTPUTS_LOST: &str = "jobcast_takeover_outputs_lost_total";
+// `jobcast slurm watch`.
+pub const SLURM_EVENTS_PUBLISHED: &str = "jobcast_slurm_events_published_total";
+pub const SLURM_POLLS_FAILED: &str = "jobcast_slurm_polls_failed_total";
+pub const SLURM_JOBS_LOST: &str = "jobcast_slurm_jobs_lost_total";
+pub const SLURM_RECORDS_SKIPPED: &str = "jobcast_slurm_records_skipped_total";
+pub const SLURM_JOBS_FOLLOWED: &str = "jobcast_slurm_jobs_followed";
+pub const SLURM_LAST_POLL: &str = "jobcast_slurm_last_poll_timestamp_seconds";
 
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [
@@ -111,6 +118,36 @@ pub fn handle() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(
+        SLURM_EVENTS_PUBLISHED,
+        Unit::Count,
+        "Canonical events jobcast slurm watch published from squeue snapshots (acknowledged)"
+    );
+    describe_counter!(
+        SLURM_POLLS_FAILED,
+        Unit::Count,
+        "Polls of jobcast slurm watch that failed (squeue failed or printed no JSON, or the brokers did not acknowledge); the next poll goes on"
+    );
+    describe_counter!(
+        SLURM_JOBS_LOST,
+        Unit::Count,
+        "Slurm jobs that left squeue before they ended (a watcher down longer than MinJobAge, or Slurm forgot them): ended lost"
+    );
+    describe_counter!(
+        SLURM_RECORDS_SKIPPED,
+        Unit::Count,
+        "squeue records jobcast slurm watch could not read as a job or task, and skipped"
+    );
+    describe_gauge!(
+        SLURM_JOBS_FOLLOWED,
+        Unit::Count,
+        "Slurm jobs jobcast slurm watch follows (listed by squeue)"
+    );
+    describe_gauge!(
+        SLURM_LAST_POLL,
+        Unit::Seconds,
+        "Unix time of jobcast slurm watch's last successful poll: past Slurm's MinJobAge without one, finished jobs' ends are lost"
+    );
     describe_gauge!(
         STORE_BYTES,
         Unit::Bytes,

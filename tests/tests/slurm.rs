@@ -10,12 +10,12 @@ use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::jobcast_bin;
 use jobcast_tests::kafka::Cluster;
-use jobcast_tests::serve::Serve;
+use jobcast_tests::serve::{Serve, free_port, metric_sum};
 use jobcast_tests::slurm::Slurm;
 
 const PARTITIONS: i32 = 2;
 
-fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path) -> Child {
+fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path, metrics: u16) -> Child {
     Command::new(jobcast_bin())
         .args([
             "slurm",
@@ -27,6 +27,8 @@ fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path) -> Child
         ])
         .arg("--state")
         .arg(state)
+        .arg("--metrics")
+        .arg(format!("127.0.0.1:{metrics}"))
         .env("SLURM_CONF", slurm.conf())
         .env("JOBCAST_LOG", "info")
         .stdout(Stdio::null())
@@ -59,7 +61,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let cluster = Cluster::new(&topics, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("watch.json");
-    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state);
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, free_port());
 
     let array = slurm.sbatch(&[
         "-J",
@@ -85,7 +87,8 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     watcher.wait().unwrap();
     slurm.run("scancel", &[&held.to_string()]);
     std::thread::sleep(Duration::from_secs(1));
-    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state);
+    let metrics = free_port();
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, metrics);
 
     let jobs = [array, sparse, plain, failing, held];
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -108,6 +111,31 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
+    // Its metrics: every job followed, no poll failed.
+    let text = ureq::get(format!("http://127.0.0.1:{metrics}/metrics"))
+        .call()
+        .expect("the watcher serves its metrics")
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert_eq!(
+        metric_sum(&text, "jobcast_slurm_jobs_followed"),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(&text, "jobcast_slurm_polls_failed_total"),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        metric_sum(&text, "jobcast_slurm_events_published_total") > 0.0,
+        "{text}"
+    );
+    assert!(
+        metric_sum(&text, "jobcast_slurm_last_poll_timestamp_seconds") > 1.7e9,
+        "{text}"
+    );
     let stopped = Command::new("kill")
         .args(["-TERM", &watcher.id().to_string()])
         .status()

@@ -3,14 +3,20 @@
 //! module adds the flags, the signals and a log line per poll that found
 //! something (docs/schedulers.md).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use jobcast_ingest::kafka::Topics;
 use jobcast_ingest::slurm::watch::{WatchOptions, watch};
+use jobcast_scheduler_feed::http::serve_metrics;
+use jobcast_scheduler_feed::telemetry::{
+    self, SLURM_EVENTS_PUBLISHED, SLURM_JOBS_FOLLOWED, SLURM_JOBS_LOST, SLURM_LAST_POLL,
+    SLURM_POLLS_FAILED, SLURM_RECORDS_SKIPPED,
+};
 use tracing::{info, warn};
 
 use super::kafka_args::KafkaArgs;
@@ -44,6 +50,9 @@ struct WatchArgs {
     /// The command that prints the cluster's jobs as JSON.
     #[arg(long, default_value = "squeue --json")]
     squeue: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     #[command(flatten)]
     kafka: KafkaArgs,
 }
@@ -63,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 fn run_watch(args: WatchArgs) -> anyhow::Result<()> {
     let settings = args.kafka.settings()?;
-    let stop = stop_on_signal()?;
+    let stop = in_background(args.metrics)?;
     let options = WatchOptions {
         topic: args.topic,
         state: args.state,
@@ -74,6 +83,12 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<()> {
     watch(&settings, options, &stop, |polled| match polled {
         Ok(polled) => {
             published += polled.published;
+            metrics::counter!(SLURM_EVENTS_PUBLISHED).increment(polled.published as u64);
+            metrics::counter!(SLURM_JOBS_LOST).increment(polled.lost_jobs);
+            metrics::counter!(SLURM_RECORDS_SKIPPED).increment(polled.skipped.len() as u64);
+            metrics::gauge!(SLURM_JOBS_FOLLOWED).set(polled.jobs as f64);
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+            metrics::gauge!(SLURM_LAST_POLL).set(now.map_or(0.0, |d| d.as_secs_f64()));
             for why in &polled.skipped {
                 warn!("Slurm record skipped: {why}");
             }
@@ -88,6 +103,7 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             failed_polls += 1;
+            metrics::counter!(SLURM_POLLS_FAILED).increment(1);
             warn!("polling Slurm: {e}; trying again next interval");
         }
     })
@@ -98,19 +114,55 @@ fn run_watch(args: WatchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Set on SIGTERM or Ctrl-C: the poll in hand finishes (its events
-/// acknowledged and its state written) and the watcher stops.
-fn stop_on_signal() -> anyhow::Result<Arc<AtomicBool>> {
+/// The signals, and the metrics (if asked for), on a thread of their own.
+/// The returned flag is set on SIGTERM or Ctrl-C: the poll in hand
+/// finishes (its events acknowledged and its state written) and the
+/// watcher stops.
+fn in_background(metrics: Option<SocketAddr>) -> anyhow::Result<Arc<AtomicBool>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let listener = match metrics {
+        Some(address) => {
+            let listener = runtime
+                .block_on(tokio::net::TcpListener::bind(address))
+                .with_context(|| format!("--metrics {address}"))?;
+            telemetry::handle();
+            // Counters of failures exist from the start, at 0, so that
+            // `increase()` over them sees the first.
+            for name in [SLURM_POLLS_FAILED, SLURM_JOBS_LOST, SLURM_RECORDS_SKIPPED] {
+                metrics::counter!(name).increment(0);
+            }
+            eprintln!(
+                "jobcast slurm watch: metrics on http://{}/metrics",
+                listener.local_addr()?
+            );
+            Some(listener)
+        }
+        None => None,
+    };
     let flag = Arc::new(AtomicBool::new(false));
     let set = flag.clone();
     std::thread::Builder::new()
-        .name("slurm-signals".into())
+        .name("slurm-background".into())
         .spawn(move || {
-            runtime.block_on(super::serve::shutdown_signal());
+            runtime.block_on(async move {
+                let serving = async move {
+                    match listener {
+                        Some(listener) => {
+                            if let Err(e) = serve_metrics(listener).await {
+                                warn!("serving metrics: {e}");
+                            }
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = super::serve::shutdown_signal() => {}
+                    () = serving => {}
+                }
+            });
             set.store(true, Ordering::Relaxed);
         })
         .context("starting the signal handler thread")?;

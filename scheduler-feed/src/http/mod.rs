@@ -485,6 +485,11 @@ fn render_metrics(shared: &Shared) -> Response {
     let (stopped, delayed_rate) = shared.store.write_stall();
     metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));
     metrics::gauge!(telemetry::ROCKSDB_DELAYED_WRITE_RATE).set(delayed_rate as f64);
+    prometheus_text()
+}
+
+/// Every metric recorded in this process, in Prometheus' text format.
+fn prometheus_text() -> Response {
     let handle = telemetry::handle();
     handle.run_upkeep();
     (
@@ -492,4 +497,11 @@ fn render_metrics(shared: &Shared) -> Response {
         handle.render(),
     )
         .into_response()
+}
+
+/// Serve `GET /metrics` alone on `listener`, for the commands that run
+/// beside the service (`jobcast slurm watch --metrics`).
+pub async fn serve_metrics(listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    let app: Router = Router::new().route("/metrics", get(|| async { prometheus_text() }));
+    axum::serve(listener, app).await
 }
