@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use std::time::Duration;
+
 use rdkafka::ClientContext;
-use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
-use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Message, ToBytes};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::statistics::Statistics;
 
 /// What a client-level error (e.g. every broker down) is handed to.
@@ -92,6 +94,32 @@ impl Deliveries {
     fn lock_failures(&self) -> std::sync::MutexGuard<'_, Vec<Failure>> {
         // Every change is a single push or take: a panic leaves it whole.
         self.failures.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Hand `record` to `producer`. While its queue is full, serve delivery
+/// reports for `wait`, call `on_wait`, and try again; any other refusal is
+/// returned.
+pub fn send_when_room<K, P>(
+    producer: &BaseProducer<Deliveries>,
+    mut record: BaseRecord<'_, K, P, usize>,
+    wait: Duration,
+    mut on_wait: impl FnMut(),
+) -> Result<(), KafkaError>
+where
+    K: ToBytes + ?Sized,
+    P: ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                producer.poll(wait);
+                on_wait();
+            }
+            Err((error, _)) => return Err(error),
+        }
     }
 }
 

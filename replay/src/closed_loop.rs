@@ -42,12 +42,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use jobcast_ingest::deliveries::Deliveries;
+use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::encode;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key};
 use jobcast_predictor::decision::{Decision, PolicyKind};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -318,20 +318,12 @@ impl<'p> Service<'p> {
             payload.clear();
             encode(&event, &mut payload);
             let key = event_key(&event);
-            let mut record = BaseRecord::with_opaque_to(topic, index)
+            let record = BaseRecord::with_opaque_to(topic, index)
                 .partition(0)
                 .key(&key)
                 .payload(&payload);
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        self.producer.poll(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => return Err(format!("producing to {topic}: {e}")),
-                }
-            }
+            send_when_room(&self.producer, record, Duration::from_millis(5), || {})
+                .map_err(|e| format!("producing to {topic}: {e}"))?;
         }
         // Not `flush`: rust-rdkafka's serves delivery reports in 100 ms
         // polls, which would be most of an instant's round trip.

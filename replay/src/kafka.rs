@@ -35,7 +35,7 @@ use std::ops::ControlFlow;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use jobcast_ingest::deliveries::Deliveries;
+use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::kafka::{KafkaSettings, event_key};
 use jobcast_ingest::{Event, encode};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -504,19 +504,11 @@ impl Run<'_> {
     fn send(&self, offset: u64, key: &str, value: &[u8]) -> Result<(), Abort> {
         // The opaque is the event offset; usize is 64 bits on every target
         // jobcast builds for.
-        let mut record = BaseRecord::with_opaque_to(&self.options.topic, offset as usize)
+        let record = BaseRecord::with_opaque_to(&self.options.topic, offset as usize)
             .key(key)
             .payload(value);
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    self.producer.poll(QUEUE_FULL_BACKOFF);
-                }
-                Err((source, _)) => return Err(Abort::Send(offset, source)),
-            }
-        }
+        send_when_room(self.producer, record, QUEUE_FULL_BACKOFF, || {})
+            .map_err(|source| Abort::Send(offset, source))
     }
 
     /// The summary once the producer is flushed; a delivery failure

@@ -23,19 +23,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::{SlurmTracker, parse_squeue};
-use crate::deliveries::Deliveries;
+use crate::deliveries::{Deliveries, send_when_room};
 use crate::kafka::{KafkaSettings, event_key};
 
 /// How long a broker may take to answer a metadata or offsets request.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reading pending events back from the topic may take.
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to serve delivery reports before retrying a send that found
+/// the producer's queue full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 /// How long to wait for a batch's acknowledgements.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -258,19 +261,10 @@ impl Watcher {
         let delivered_before = deliveries.delivered();
         deliveries.take_failures();
         for (index, (key, value)) in messages.iter().enumerate() {
-            let mut record = BaseRecord::with_opaque_to(&self.options.topic, index)
+            let record = BaseRecord::with_opaque_to(&self.options.topic, index)
                 .key(key.as_str())
                 .payload(value.as_str());
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        self.producer.poll(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => return Err(e.into()),
-                }
-            }
+            send_when_room(&self.producer, record, QUEUE_FULL_WAIT, || {})?;
         }
         let flushed = self.producer.flush(FLUSH_TIMEOUT);
         let delivered = (deliveries.delivered() - delivered_before) as usize;

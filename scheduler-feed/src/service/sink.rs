@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use jobcast_ingest::deliveries::Deliveries;
+use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::kafka::{KafkaSettings, Topics};
 use jobcast_storage::state::{ParkedOutput, StateBatch, unix_seconds};
 use rdkafka::config::ClientConfig;
@@ -275,27 +275,20 @@ impl Sink {
                         value: Some(value),
                     });
                 }
-                let mut record = BaseRecord::with_opaque_to(&message.topic, index)
+                let record = BaseRecord::with_opaque_to(&message.topic, index)
                     .key(&message.key)
                     .payload(&message.payload)
                     .headers(headers);
-                loop {
-                    match self.producer.send(record) {
-                        Ok(()) => break,
-                        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                            record = back;
-                            self.producer.poll(Duration::from_millis(10));
-                            serving.tick();
-                        }
-                        Err((e, _)) => {
-                            match refused_for_good(&e) {
-                                Some(reason) => park_output(message, reason, &e, park),
-                                None => {
-                                    warn!("cannot produce to {}: {e}", message.topic);
-                                    unsent.push(index);
-                                }
-                            }
-                            break;
+                let sent =
+                    send_when_room(&self.producer, record, Duration::from_millis(10), || {
+                        serving.tick();
+                    });
+                if let Err(e) = sent {
+                    match refused_for_good(&e) {
+                        Some(reason) => park_output(message, reason, &e, park),
+                        None => {
+                            warn!("cannot produce to {}: {e}", message.topic);
+                            unsent.push(index);
                         }
                     }
                 }

@@ -16,13 +16,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use jobcast_ingest::deliveries::Deliveries;
+use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::output_producer_config;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -180,19 +179,11 @@ fn relay(
         };
         let key = job.job_id.to_string();
         let payload = format!(r#"{{"job_id":{},"version":1}}"#, job.job_id);
-        let mut record = BaseRecord::with_opaque_to(output, 0)
+        let record = BaseRecord::with_opaque_to(output, 0)
             .key(&key)
             .payload(&payload);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((error, _)) => return Err(error).context("relay: producing"),
-            }
-        }
+        send_when_room(producer, record, Duration::from_millis(1), || {})
+            .context("relay: producing")?;
         published += 1;
     }
     producer
