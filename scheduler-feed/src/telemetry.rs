@@ -63,6 +63,15 @@ pub const SLURM_JOBS_LOST: &str = "jobcast_slurm_jobs_lost_total";
 pub const SLURM_RECORDS_SKIPPED: &str = "jobcast_slurm_records_skipped_total";
 pub const SLURM_JOBS_FOLLOWED: &str = "jobcast_slurm_jobs_followed";
 pub const SLURM_LAST_POLL: &str = "jobcast_slurm_last_poll_timestamp_seconds";
+/// Every metric `jobcast slurm watch` exports.
+pub const SLURM_WATCH_METRICS: [&str; 6] = [
+    SLURM_EVENTS_PUBLISHED,
+    SLURM_POLLS_FAILED,
+    SLURM_JOBS_LOST,
+    SLURM_RECORDS_SKIPPED,
+    SLURM_JOBS_FOLLOWED,
+    SLURM_LAST_POLL,
+];
 
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [

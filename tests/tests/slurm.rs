@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
 use jobcast_ingest::kafka::Topics;
+use jobcast_scheduler_feed::telemetry::SLURM_WATCH_METRICS;
 use jobcast_tests::jobcast_bin;
 use jobcast_tests::kafka::Cluster;
 use jobcast_tests::serve::{Serve, free_port, metric_sum};
@@ -111,13 +112,20 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    // Its metrics: every job followed, no poll failed.
+    // Its metrics, every one the alerts and docs name: every job
+    // followed, no poll failed.
     let text = ureq::get(format!("http://127.0.0.1:{metrics}/metrics"))
         .call()
         .expect("the watcher serves its metrics")
         .body_mut()
         .read_to_string()
         .unwrap();
+    for name in SLURM_WATCH_METRICS {
+        assert!(
+            text.contains(&format!("\n{name}")),
+            "{name} not exported: {text}"
+        );
+    }
     assert_eq!(
         metric_sum(&text, "jobcast_slurm_jobs_followed"),
         5.0,
