@@ -28,7 +28,8 @@ pub struct Shared {
     pub owned: Mutex<Vec<i32>>,
     /// Who owns each input partition, as the group's committed offsets tell
     /// it: the URL its owner advertises (`http.advertised_url`), `None`
-    /// where the last commit advertised none. Refreshed every few seconds.
+    /// where the last commit advertised none. Refreshed every few seconds
+    /// while this instance advertises a URL itself; empty otherwise.
     pub owners: Mutex<BTreeMap<i32, Option<String>>>,
     pub counters: Counters,
     pub recent: Mutex<Recent>,

@@ -436,18 +436,27 @@ impl Pipeline<'_> {
             .collect())
     }
 
-    /// Read the group's commits of every input partition: drop the held
-    /// outputs other owners have published, and tell the HTTP API who
-    /// owns what ([`Shared::owners`]), for every partition the topic has
+    /// Read the group's commits: drop the held outputs other owners have
+    /// published, and, with `http.advertised_url` set, tell the HTTP API
+    /// who owns what ([`Shared::owners`]) for every partition the topic has
     /// (a partition this instance has not read yet may hold another's
-    /// jobs). A broker that does not answer at once leaves both for the
-    /// next try: the pipeline does not wait on it.
+    /// jobs). Without it nothing is asked while nothing is held: each
+    /// request waits behind the member's heartbeats to the coordinator. A
+    /// broker that does not answer at once leaves both for the next try:
+    /// the pipeline does not wait on it.
     pub(super) fn read_group(&mut self, member: &BaseConsumer<MemberContext>) {
         let topic = &self.topics.events;
-        let listed: Option<Vec<i32>> = member
-            .fetch_metadata(Some(topic), TRIM_TIMEOUT)
-            .map_err(|e| debug!("reading the input topic's partitions: {e}"))
-            .ok()
+        let listed: Option<Vec<i32>> = self
+            .config
+            .http
+            .advertised_url
+            .as_ref()
+            .and_then(|_| {
+                member
+                    .fetch_metadata(Some(topic), TRIM_TIMEOUT)
+                    .map_err(|e| debug!("reading the input topic's partitions: {e}"))
+                    .ok()
+            })
             .and_then(|metadata| {
                 let listed = metadata.topics().iter().find(|t| t.name() == topic)?;
                 Some(listed.partitions().iter().map(|p| p.id()).collect())
