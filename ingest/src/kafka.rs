@@ -9,12 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
@@ -355,4 +357,85 @@ mod tests {
             decode(br#"{"v":1,"type":"machine","time_us":5,"machine_id":7,"kind":"add"}"#).unwrap();
         assert_eq!(event_key(&machine), "m7");
     }
+}
+
+/// Why a topic could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("topic {0} does not exist")]
+    NoTopic(String),
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("reading {topic} to its end took more than {} s", .timeout.as_secs())]
+    Timeout { topic: String, timeout: Duration },
+}
+
+/// The partitions of `topic`.
+pub fn partitions(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<i32>, ReadError> {
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let listed = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .filter(|t| !t.partitions().is_empty())
+        .ok_or_else(|| ReadError::NoTopic(topic.to_owned()))?;
+    Ok(listed.partitions().iter().map(|p| p.id()).collect())
+}
+
+/// Read every message of `topic` from `next` (each partition's next offset;
+/// a partition not named starts at its beginning) up to the partition's end
+/// as it is when the call begins, handing each to `each` in partition order;
+/// `next` advances past what was read. `consumer` is assigned for the read
+/// and unassigned after. A partition whose next offset is gone (deleted by
+/// retention) is read from its first offset still there.
+pub fn read_to_end(
+    consumer: &BaseConsumer,
+    topic: &str,
+    next: &mut BTreeMap<i32, i64>,
+    timeout: Duration,
+    mut each: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<(), ReadError> {
+    let mut assignment = TopicPartitionList::new();
+    let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+    for partition in partitions(consumer, topic, timeout)? {
+        let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+        let start = next.get(&partition).copied().unwrap_or(low).max(low);
+        next.insert(partition, start);
+        if high > start {
+            assignment.add_partition_offset(topic, partition, Offset::Offset(start))?;
+            ends.insert(partition, high);
+        }
+    }
+    if ends.is_empty() {
+        return Ok(());
+    }
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + timeout;
+    while !ends.is_empty() {
+        if Instant::now() > deadline {
+            consumer.unassign()?;
+            return Err(ReadError::Timeout {
+                topic: topic.to_owned(),
+                timeout,
+            });
+        }
+        let message = match consumer.poll(Duration::from_millis(100)) {
+            None | Some(Err(KafkaError::PartitionEOF(_))) => continue,
+            Some(message) => message?,
+        };
+        next.insert(message.partition(), message.offset() + 1);
+        each(&message);
+        if ends
+            .get(&message.partition())
+            .is_some_and(|end| message.offset() + 1 >= *end)
+        {
+            ends.remove(&message.partition());
+        }
+    }
+    consumer.unassign()?;
+    Ok(())
 }

@@ -147,3 +147,78 @@ pub struct Decision {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pilots: Vec<u32>,
 }
+
+/// The newest decision of each job, as a consumer of jobcast's decisions
+/// keeps them: delivery is at least once, so a decision no newer than the
+/// one held (a redelivery, or one overtaken) is dropped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Newest {
+    jobs: std::collections::BTreeMap<u64, Decision>,
+}
+
+impl Newest {
+    /// Keep `decision` if it is newer than the job's held one; whether it
+    /// was kept.
+    pub fn offer(&mut self, decision: Decision) -> bool {
+        match self.jobs.get(&decision.job_id) {
+            Some(held) if held.version >= decision.version => false,
+            _ => {
+                self.jobs.insert(decision.job_id, decision);
+                true
+            }
+        }
+    }
+
+    pub fn get(&self, job_id: u64) -> Option<&Decision> {
+        self.jobs.get(&job_id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Decision> {
+        self.jobs.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Forget the jobs `keep` says no to (ended ones): the decisions held
+    /// are bounded by the jobs alive.
+    pub fn retain(&mut self, mut keep: impl FnMut(u64) -> bool) {
+        self.jobs.retain(|&job_id, _| keep(job_id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(job_id: u64, version: u32, queue: u8) -> Decision {
+        Decision {
+            job_id,
+            version,
+            queue,
+            phase: Phase::Estimated,
+            estimate: None,
+            policy: PolicyKind::SLearn,
+            pilots: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_version_of_each_job_is_kept_whatever_the_order() {
+        let mut newest = Newest::default();
+        assert!(newest.offer(decision(1, 2, 5)));
+        assert!(!newest.offer(decision(1, 1, 3)), "an older one is dropped");
+        assert!(!newest.offer(decision(1, 2, 4)), "so is a redelivery");
+        assert!(newest.offer(decision(2, 1, 0)));
+        assert!(newest.offer(decision(1, 3, 2)));
+        assert_eq!(newest.get(1).map(|d| (d.version, d.queue)), Some((3, 2)));
+        newest.retain(|job| job != 1);
+        assert_eq!(newest.len(), 1);
+        assert!(newest.get(1).is_none());
+    }
+}

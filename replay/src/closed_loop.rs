@@ -39,13 +39,13 @@
 //! start from an empty state on input topics no one else writes to:
 //! anything it learned before would make its decisions differ.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::encode;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key};
-use jobcast_predictor::decision::{Decision, PolicyKind};
+use jobcast_predictor::decision::{Decision, Newest, PolicyKind};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -172,8 +172,8 @@ struct Service<'p> {
     /// Dead letters seen so far, over all partitions.
     dead_letters: i64,
     dead_letter_partitions: i32,
-    /// Newest decision version applied, per job.
-    versions: HashMap<u64, u32>,
+    /// The newest decision applied, per job.
+    newest: Newest,
     jobs_done: u64,
     summary: LoopSummary,
     progress: &'p mut dyn FnMut(&Progress),
@@ -281,7 +281,7 @@ impl<'p> Service<'p> {
             read_to,
             dead_letters,
             dead_letter_partitions,
-            versions: HashMap::new(),
+            newest: Newest::default(),
             jobs_done: 0,
             summary: LoopSummary {
                 instants: 0,
@@ -469,12 +469,10 @@ impl<'p> Service<'p> {
                     self.policy.name()
                 ));
             }
-            let newest = self.versions.entry(decision.job_id).or_insert(0);
-            if decision.version <= *newest {
+            if !self.newest.offer(decision.clone()) {
                 self.summary.duplicates += 1;
                 continue;
             }
-            *newest = decision.version;
             decisions.push(decision);
         }
         Ok(decisions)

@@ -12,6 +12,8 @@
 //!   consumer-group membership and recovery; [`service::Service`] runs it;
 //! - [`http`]: the HTTP API (`/jobs/{id}`, `/machines/{id}`, health,
 //!   readiness, `/metrics`) over the store;
+//! - [`apply`]: the decisions carried out by a real scheduler (Slurm):
+//!   `jobcast slurm apply`;
 //! - [`shared`]: what the threads share (store, flags, counters);
 //! - [`error`]: why the service stops, and why a message is dead-lettered;
 //! - [`telemetry`]: the Prometheus metrics;
@@ -20,6 +22,7 @@
 //! The engine these drive lives in `jobcast_predictor::engine`; the
 //! `jobcast` binary is the `jobcast-cli` package (`scheduler-feed/cli/`).
 
+pub mod apply;
 pub mod config;
 pub mod error;
 pub mod http;

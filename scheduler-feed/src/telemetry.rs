@@ -63,6 +63,20 @@ pub const SLURM_JOBS_LOST: &str = "jobcast_slurm_jobs_lost_total";
 pub const SLURM_RECORDS_SKIPPED: &str = "jobcast_slurm_records_skipped_total";
 pub const SLURM_JOBS_FOLLOWED: &str = "jobcast_slurm_jobs_followed";
 pub const SLURM_LAST_POLL: &str = "jobcast_slurm_last_poll_timestamp_seconds";
+// `jobcast slurm apply`.
+pub const SLURM_DECISIONS_READ: &str = "jobcast_slurm_decisions_read_total";
+pub const SLURM_ACTIONS: &str = "jobcast_slurm_actions_total";
+pub const SLURM_TICKS_FAILED: &str = "jobcast_slurm_apply_ticks_failed_total";
+pub const SLURM_JOBS_DECIDED: &str = "jobcast_slurm_jobs_decided";
+pub const SLURM_LAST_TICK: &str = "jobcast_slurm_apply_last_tick_timestamp_seconds";
+/// Every metric `jobcast slurm apply` exports.
+pub const SLURM_APPLY_METRICS: [&str; 5] = [
+    SLURM_DECISIONS_READ,
+    SLURM_ACTIONS,
+    SLURM_TICKS_FAILED,
+    SLURM_JOBS_DECIDED,
+    SLURM_LAST_TICK,
+];
 /// Every metric `jobcast slurm watch` exports.
 pub const SLURM_WATCH_METRICS: [&str; 6] = [
     SLURM_EVENTS_PUBLISHED,
@@ -156,6 +170,31 @@ fn describe() {
         SLURM_LAST_POLL,
         Unit::Seconds,
         "Unix time of jobcast slurm watch's last successful poll: past Slurm's MinJobAge without one, finished jobs' ends are lost"
+    );
+    describe_counter!(
+        SLURM_DECISIONS_READ,
+        Unit::Count,
+        "Messages jobcast slurm apply read from the decisions topic, by kind: newer (kept), stale (a redelivery or overtaken, dropped), unreadable (not a decision, skipped)"
+    );
+    describe_counter!(
+        SLURM_ACTIONS,
+        Unit::Count,
+        "scontrol updates jobcast slurm apply made, by result: done, or failed after its retries (planned again next tick)"
+    );
+    describe_counter!(
+        SLURM_TICKS_FAILED,
+        Unit::Count,
+        "Ticks of jobcast slurm apply that did nothing: the decisions topic could not be read to its end, or squeue failed"
+    );
+    describe_gauge!(
+        SLURM_JOBS_DECIDED,
+        Unit::Count,
+        "Slurm jobs with a jobcast decision that jobcast slurm apply holds"
+    );
+    describe_gauge!(
+        SLURM_LAST_TICK,
+        Unit::Seconds,
+        "Unix time of jobcast slurm apply's last successful tick"
     );
     describe_gauge!(
         STORE_BYTES,

@@ -108,3 +108,29 @@ pub fn sql_json(data: &Path, query: &str) -> Vec<serde_json::Value> {
     ]);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so
+/// that a test that fails leaves nothing of it running.
+pub struct Running(pub std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

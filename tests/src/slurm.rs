@@ -3,6 +3,7 @@
 //! when dropped. Slurm's ports are fixed: tests that use it hold
 //! [`Slurm::lock`], so one cluster runs at a time.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
@@ -62,9 +63,11 @@ impl Slurm {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `sbatch --parsable ARGS`: the job's id (an array's).
+    /// `sbatch --parsable ARGS`: the job's id (an array's). Jobs run in the
+    /// cluster's directory, so their `slurm-*.out` files go with it.
     pub fn sbatch(&self, args: &[&str]) -> u64 {
-        let mut all = vec!["--parsable"];
+        let dir = self.dir.path().to_str().expect("a UTF-8 temporary path");
+        let mut all = vec!["--parsable", "--chdir", dir];
         all.extend(args);
         let out = self.run("sbatch", &all);
         out.trim()
@@ -73,6 +76,56 @@ impl Slurm {
             .unwrap_or_default()
             .parse()
             .expect("a job id")
+    }
+}
+
+/// One task as `squeue --json` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmTask {
+    pub state: String,
+    pub priority: u64,
+    /// Epoch seconds (a pending task's are forecasts).
+    pub start: u64,
+    pub end: u64,
+}
+
+impl Slurm {
+    /// Every task Slurm lists: (job, array index; 0 for a plain job) → how
+    /// it stands. A job is keyed by its array's id; a pending array's
+    /// remaining tasks each get its record.
+    pub fn tasks(&self) -> BTreeMap<(u64, u32), SlurmTask> {
+        let squeue: serde_json::Value =
+            serde_json::from_str(&self.run("squeue", &["--json"])).expect("squeue --json");
+        let mut tasks = BTreeMap::new();
+        for record in squeue["jobs"].as_array().expect("jobs") {
+            let number = |key: &str| record[key].as_u64().unwrap_or_default();
+            let array_id = number("array_job_id");
+            let job = if array_id != 0 {
+                array_id
+            } else {
+                number("job_id")
+            };
+            let indices: Vec<u32> = match record["array_task_id"].as_u64() {
+                Some(index) => vec![index as u32],
+                None if array_id == 0 => vec![0],
+                None => jobcast_ingest::slurm::array_indices(
+                    record["array_task_string"].as_str().unwrap_or_default(),
+                )
+                .expect("an index list")
+                .into_iter()
+                .collect(),
+            };
+            let task = SlurmTask {
+                state: record["job_state"].as_str().unwrap_or_default().to_owned(),
+                priority: number("priority"),
+                start: number("start_time"),
+                end: number("end_time"),
+            };
+            for index in indices {
+                tasks.insert((job, index), task.clone());
+            }
+        }
+        tasks
     }
 }
 

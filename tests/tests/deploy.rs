@@ -379,12 +379,15 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
         .into_iter()
         .filter(|n| !n.contains(':'))
         .partition(|n| n.starts_with("jobcast_slurm_"));
-    // `jobcast slurm watch` exports these, not the demo; tests/tests/slurm.rs
-    // scrapes them from a watcher on a real Slurm cluster.
+    // `jobcast slurm watch` and `apply` export these, not the demo;
+    // tests/tests/slurm.rs scrapes them from both on a real Slurm cluster.
     for name in &watcher {
         assert!(
-            telemetry::SLURM_WATCH_METRICS.contains(&name.as_str()),
-            "{name} is used but not exported by jobcast slurm watch"
+            telemetry::SLURM_WATCH_METRICS
+                .iter()
+                .chain(&telemetry::SLURM_APPLY_METRICS)
+                .any(|m| m == name),
+            "{name} is used but not exported by jobcast slurm watch or apply"
         );
     }
     // The dashboard covers what the operations guide says it shows.

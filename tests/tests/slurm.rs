@@ -3,38 +3,40 @@
 //! `jobcast serve` holds every one of them.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
 use jobcast_ingest::kafka::Topics;
-use jobcast_scheduler_feed::telemetry::SLURM_WATCH_METRICS;
-use jobcast_tests::jobcast_bin;
+use jobcast_scheduler_feed::telemetry::{SLURM_APPLY_METRICS, SLURM_WATCH_METRICS};
 use jobcast_tests::kafka::Cluster;
 use jobcast_tests::serve::{Serve, free_port, metric_sum};
-use jobcast_tests::slurm::Slurm;
+use jobcast_tests::slurm::{Slurm, SlurmTask};
+use jobcast_tests::{Running, jobcast_bin};
 
 const PARTITIONS: i32 = 2;
 
-fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path, metrics: u16) -> Child {
-    Command::new(jobcast_bin())
-        .args([
-            "slurm",
-            "watch",
-            "--brokers",
-            brokers,
-            "--interval-secs",
-            "0.5",
-        ])
-        .arg("--state")
-        .arg(state)
-        .arg("--metrics")
-        .arg(format!("127.0.0.1:{metrics}"))
-        .env("SLURM_CONF", slurm.conf())
-        .env("JOBCAST_LOG", "info")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("jobcast slurm watch starts")
+fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path, metrics: u16) -> Running {
+    Running(
+        Command::new(jobcast_bin())
+            .args([
+                "slurm",
+                "watch",
+                "--brokers",
+                brokers,
+                "--interval-secs",
+                "0.5",
+            ])
+            .arg("--state")
+            .arg(state)
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{metrics}"))
+            .env("SLURM_CONF", slurm.conf())
+            .env("JOBCAST_LOG", "info")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("jobcast slurm watch starts"),
+    )
 }
 
 /// Every event in the topic, by job.
@@ -151,27 +153,8 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     assert!(stopped.success());
     assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
 
-    // Slurm's own record of each task: (job, task) → (start, end, state).
-    let squeue: serde_json::Value =
-        serde_json::from_str(&slurm.run("squeue", &["--json"])).unwrap();
-    let mut slurm_tasks: BTreeMap<(u64, u32), (u64, u64, String)> = BTreeMap::new();
-    for record in squeue["jobs"].as_array().unwrap() {
-        let array_id = record["array_job_id"].as_u64().unwrap();
-        let job = if array_id != 0 {
-            array_id
-        } else {
-            record["job_id"].as_u64().unwrap()
-        };
-        let index = record["array_task_id"].as_u64().unwrap_or(0) as u32;
-        slurm_tasks.insert(
-            (job, index),
-            (
-                record["start_time"].as_u64().unwrap(),
-                record["end_time"].as_u64().unwrap(),
-                record["job_state"].as_str().unwrap().to_owned(),
-            ),
-        );
-    }
+    // Slurm's own record of each task.
+    let slurm_tasks = slurm.tasks();
 
     let widths = [
         (array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]),
@@ -191,7 +174,9 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
             .collect();
         assert_eq!(submitted, [width], "job {job}: {events:?}");
         for (task, array_index) in indices.iter().enumerate() {
-            let (start, end, state) = &slurm_tasks[&(job, *array_index)];
+            let SlurmTask {
+                start, end, state, ..
+            } = &slurm_tasks[&(job, *array_index)];
             let of_task: Vec<(TaskKind, u64)> = events
                 .iter()
                 .filter_map(|e| match e {
@@ -251,6 +236,307 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
             (Some(width), Some(state), Some(finished)),
             "job {job}: {body}"
         );
+    }
+    assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
+    serve.terminate();
+}
+
+/// `jobcast slurm apply` as a test starts it: its stdout (one JSON line per
+/// action) goes to `out`.
+fn start_applier(
+    slurm: &Slurm,
+    brokers: &str,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Running {
+    Running(
+        Command::new(jobcast_bin())
+            .args([
+                "slurm",
+                "apply",
+                "--brokers",
+                brokers,
+                "--interval-secs",
+                "0.3",
+            ])
+            .arg("--state")
+            .arg(state)
+            .args(extra)
+            .env("SLURM_CONF", slurm.conf())
+            .env("JOBCAST_LOG", "info")
+            .stdout(std::fs::File::create(out).unwrap())
+            .spawn()
+            .expect("jobcast slurm apply starts"),
+    )
+}
+
+/// The applier's actions so far: its JSON lines.
+fn actions(out: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("an action is a JSON line"))
+        .collect()
+}
+
+/// The priority `jobcast slurm apply` gives spare work by default.
+const SPARE: u64 = 1_000_000;
+
+/// Slurm driven by jobcast's decisions: watch → serve (SLearn) → apply. A
+/// running job fills the node while a wide array and a short job arrive:
+///
+/// - an applier whose `scontrol` always fails counts its failures and goes
+///   on; a dry run prints the commands and changes nothing;
+/// - the real one gives the array's pilots and the short job their queues'
+///   priorities and the array's other tasks the spare one, as the newest
+///   decisions say;
+/// - killed (SIGKILL) and started again, it carries out no decision older
+///   than one it already carried out;
+/// - once the node frees, the pilots start first; the rest of the array
+///   runs once SLearn has placed it.
+#[test]
+fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
+    let slurm = Slurm::up();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let mut watcher = start_watcher(
+        &slurm,
+        &cluster.brokers(),
+        &dir.path().join("watch.json"),
+        free_port(),
+    );
+    let serve = Serve::start(
+        &cluster.brokers(),
+        &dir.path().join("serve"),
+        &[
+            "--set",
+            "engine.policies.sampling={mode = \"fixed\", ratio = 0.25}",
+        ],
+    );
+
+    let blocker = slurm.sbatch(&["-J", "blocker", "-c", "8", "--wrap", "sleep 300"]);
+    let wide = slurm.sbatch(&["-J", "wide", "-c", "2", "--array=0-11", "--wrap", "sleep 3"]);
+    let short = slurm.sbatch(&["-J", "short", "-c", "2", "--wrap", "sleep 1"]);
+
+    // The decisions for the array (sampling, 3 pilots) and the short job.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sampling = loop {
+        let decisions = jobcast_tests::kafka::decisions(&cluster.brokers(), &topics.decisions);
+        let of = |job: u64| {
+            decisions
+                .iter()
+                .rev()
+                .find(|((j, _), _)| *j == job)
+                .map(|(_, d)| d.clone())
+        };
+        if let (Some(w), Some(_)) = (of(wide), of(short)) {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "no decisions: {decisions:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(sampling["phase"], "sampling", "{sampling}");
+    let pilots: Vec<u32> = sampling["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(pilots.len(), 3, "{sampling}");
+
+    // An `scontrol` that always fails: each action is tried 2 times,
+    // reported and counted, and the applier goes on ticking.
+    let metrics = free_port();
+    let failing_out = dir.path().join("failing.jsonl");
+    let mut failing = start_applier(
+        &slurm,
+        &cluster.brokers(),
+        &dir.path().join("failing.json"),
+        &failing_out,
+        &[
+            "--scontrol",
+            "false",
+            "--attempts",
+            "2",
+            "--metrics",
+            &format!("127.0.0.1:{metrics}"),
+        ],
+    );
+    let scrape = |port: u16| {
+        ureq::get(format!("http://127.0.0.1:{port}/metrics"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while actions(&failing_out).len() < 3 {
+        assert!(Instant::now() < deadline, "the failing applier did nothing");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let text = scrape(metrics);
+    for name in SLURM_APPLY_METRICS {
+        assert!(
+            text.contains(&format!("\n{name}")),
+            "{name} not exported: {text}"
+        );
+    }
+    let failed = actions(&failing_out);
+    assert!(
+        failed
+            .iter()
+            .all(|a| a["done"] == false && a["attempts"] == 2 && a["error"].is_string()),
+        "{failed:?}"
+    );
+    assert!(
+        failing.try_wait().unwrap().is_none(),
+        "a failing scontrol is not fatal"
+    );
+    failing.kill().unwrap();
+    failing.wait().unwrap();
+    assert!(
+        metric_sum(&text, "jobcast_slurm_actions_total") >= 3.0,
+        "{text}"
+    );
+
+    // A dry run prints what it would do, and Slurm's priorities stay its own.
+    let dry_out = dir.path().join("dry.jsonl");
+    let mut dry = start_applier(
+        &slurm,
+        &cluster.brokers(),
+        &dir.path().join("dry.json"),
+        &dry_out,
+        &["--dry-run"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while actions(&dry_out).len() < 3 {
+        assert!(Instant::now() < deadline, "the dry run printed nothing");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    dry.kill().unwrap();
+    dry.wait().unwrap();
+    let shown = actions(&dry_out);
+    assert!(
+        shown.iter().all(|a| a["done"] == false
+            && a["command"]
+                .as_str()
+                .unwrap()
+                .starts_with("scontrol update JobId=")),
+        "{shown:?}"
+    );
+    assert!(
+        slurm.tasks().values().all(|t| t.priority < SPARE),
+        "a dry run changed nothing"
+    );
+    assert!(
+        !dir.path().join("dry.json").exists(),
+        "a dry run writes no state"
+    );
+
+    // The real applier: priorities follow the decisions.
+    let state = dir.path().join("apply.json");
+    let first_out = dir.path().join("apply-1.jsonl");
+    let mut applier = start_applier(&slurm, &cluster.brokers(), &state, &first_out, &[]);
+    let in_place = |tasks: &BTreeMap<(u64, u32), SlurmTask>| {
+        (0..12).all(|i| {
+            let task = &tasks[&(wide, i)];
+            task.state == "PENDING"
+                && if pilots.contains(&i) {
+                    task.priority > SPARE
+                } else {
+                    task.priority == SPARE
+                }
+        }) && tasks[&(short, 0)].priority > SPARE
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !in_place(&slurm.tasks()) {
+        assert!(
+            Instant::now() < deadline,
+            "priorities do not follow the decisions: {:?}",
+            slurm.tasks()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Killed and started again: nothing older than what it had is done.
+    applier.kill().unwrap();
+    applier.wait().unwrap();
+    let second_out = dir.path().join("apply-2.jsonl");
+    let mut applier = start_applier(&slurm, &cluster.brokers(), &state, &second_out, &[]);
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The node frees: pilots first, then the rest once SLearn placed it.
+    slurm.run("scancel", &[&blocker.to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let tasks = loop {
+        let tasks = slurm.tasks();
+        if [wide, short].iter().all(|&job| {
+            tasks
+                .iter()
+                .filter(|((j, _), _)| *j == job)
+                .all(|(_, t)| t.state == "COMPLETED")
+        }) {
+            break tasks;
+        }
+        assert!(Instant::now() < deadline, "jobs did not finish: {tasks:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let start = |i: u32| tasks[&(wide, i)].start;
+    let last_pilot = pilots.iter().map(|&p| start(p)).max().unwrap();
+    let first_other = (0..12)
+        .filter(|i| !pilots.contains(i))
+        .map(start)
+        .min()
+        .unwrap();
+    assert!(
+        last_pilot <= first_other,
+        "pilots {pilots:?} started by {last_pilot}, another task at {first_other}: {tasks:?}"
+    );
+
+    let first = actions(&first_out);
+    let second = actions(&second_out);
+    let mut had: BTreeMap<u64, u64> = BTreeMap::new();
+    for action in &first {
+        let (job, version) = (
+            action["job_id"].as_u64().unwrap(),
+            action["version"].as_u64().unwrap(),
+        );
+        let newest = had.entry(job).or_default();
+        assert!(
+            version >= *newest,
+            "job {job}: v{version} after v{newest}: {first:?}"
+        );
+        *newest = version;
+    }
+    for action in &second {
+        let (job, version) = (
+            action["job_id"].as_u64().unwrap(),
+            action["version"].as_u64().unwrap(),
+        );
+        // The same version again is fine (a queue's rank moved as tasks
+        // ran); an older one would undo a newer decision.
+        assert!(
+            version >= had.get(&job).copied().unwrap_or(0),
+            "restarted, job {job}'s v{version} after a newer one: {second:?} after {first:?}"
+        );
+        assert_eq!(action["done"], true, "{action}");
+    }
+    assert!(
+        second
+            .iter()
+            .any(|a| a["job_id"] == wide && a["target"] == "job"),
+        "the placed array was moved as a whole: {second:?}"
+    );
+
+    for child in [&mut applier, &mut watcher] {
+        let stopped = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        assert!(child.wait().unwrap().success(), "a clean stop on SIGTERM");
     }
     assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
     serve.terminate();

@@ -31,9 +31,25 @@
 //! Times are Slurm's own (seconds, as µs), never the watcher's clock.
 
 mod squeue;
+pub mod state_file;
 mod tracker;
 #[cfg(feature = "kafka")]
 pub mod watch;
 
-pub use squeue::{SqueueError, SqueueJob, array_indices, parse_squeue};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub use squeue::{SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
 pub use tracker::{Observed, SlurmTracker};
+
+/// Call `tick` every `interval` (measured from each call's start) until
+/// `stop` is set; a stop is seen within 50 ms.
+pub fn every(interval: Duration, stop: &AtomicBool, mut tick: impl FnMut()) {
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        tick();
+        while started.elapsed() < interval && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50).min(interval));
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! `squeue --json` as Slurm 22.05 prints it (OpenAPI v0.0.38): the job
-//! records jobcast reads, and the array index lists they hold.
+//! records jobcast reads, the array index lists they hold, and the command
+//! that prints them.
 
 use std::collections::BTreeSet;
+use std::process::Command;
 
 use serde::Deserialize;
 
@@ -43,6 +45,29 @@ pub struct SqueueJob {
     /// time of the requeue.
     #[serde(default)]
     pub restart_cnt: u32,
+    /// The job's scheduling priority (0: held).
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// The job's time limit, minutes; none when unlimited.
+    #[serde(default)]
+    pub time_limit: Option<u32>,
+}
+
+impl SqueueJob {
+    /// The job the record belongs to: an array's id for each of its
+    /// records, else the job's own.
+    pub fn job(&self) -> u64 {
+        if self.array_job_id != 0 {
+            self.array_job_id
+        } else {
+            self.job_id
+        }
+    }
+
+    /// A pending array's record, which holds every task not yet split off.
+    pub fn is_array_remainder(&self) -> bool {
+        self.array_job_id != 0 && self.array_task_id.is_none()
+    }
 }
 
 #[derive(Deserialize)]
@@ -77,6 +102,27 @@ pub fn parse_squeue(json: &[u8]) -> Result<Vec<SqueueJob>, SqueueError> {
         return Err(SqueueError::Reported(errors.join("; ")));
     }
     Ok(squeue.jobs)
+}
+
+/// Run `command` (`squeue --json`, split into words) and read its output;
+/// the error names the command and why.
+pub fn run_squeue(command: &[String]) -> Result<Vec<SqueueJob>, String> {
+    let failed = |reason: String| format!("`{}`: {reason}", command.join(" "));
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| failed("no command".into()))?;
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "{}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    parse_squeue(&output.stdout).map_err(|e| failed(e.to_string()))
 }
 
 /// The array indices an `array_task_string` names: `0-5%2`, `1,3,5-7`,

@@ -82,18 +82,26 @@ impl SlurmTracker {
         self.jobs.len()
     }
 
+    /// The task number of array index `array_task_id` of `job_id` (`None`
+    /// for a plain job's only task), if the job is followed and has it.
+    pub fn task_index(&self, job_id: u64, array_task_id: Option<u32>) -> Option<u32> {
+        let index = self.jobs.get(&job_id)?.task_index(array_task_id)?;
+        Some(index as u32)
+    }
+
+    /// The array index of task `task` of `job_id`; `None` for a plain job
+    /// or a task it does not have.
+    pub fn array_index(&self, job_id: u64, task: u32) -> Option<u32> {
+        self.jobs.get(&job_id)?.array.get(task as usize).copied()
+    }
+
     /// The events `snapshot` (every record `squeue --json` listed) adds to
     /// what was said before.
     pub fn observe(&mut self, snapshot: &[SqueueJob]) -> Observed {
         let mut observed = Observed::default();
         let mut by_job: BTreeMap<u64, Vec<&SqueueJob>> = BTreeMap::new();
         for record in snapshot {
-            let id = if record.array_job_id != 0 {
-                record.array_job_id
-            } else {
-                record.job_id
-            };
-            by_job.entry(id).or_default().push(record);
+            by_job.entry(record.job()).or_default().push(record);
             for t in [record.submit_time, record.start_time, record.end_time] {
                 self.latest_us = self.latest_us.max(t.saturating_mul(US));
             }
@@ -237,7 +245,7 @@ fn tasks_of(
     skipped: &mut Vec<String>,
 ) {
     let end = task_end(&record.job_state);
-    let indices: Vec<usize> = if record.array_job_id != 0 && record.array_task_id.is_none() {
+    let indices: Vec<usize> = if record.is_array_remainder() {
         // A pending array's record: its tasks have not run; they end with
         // it only if it was cancelled (or failed) as a whole.
         if end.is_none() {
@@ -507,6 +515,8 @@ mod tests {
             cpus: Some(1),
             memory_per_cpu: Some(1000),
             restart_cnt: restarts,
+            priority: None,
+            time_limit: None,
         };
         let mut tracker = SlurmTracker::default();
         let events = observe_all(

@@ -16,21 +16,20 @@
 //! finished meanwhile: they end `lost`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
+use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::{SlurmTracker, parse_squeue};
+use super::state_file;
+use super::{SlurmTracker, run_squeue};
 use crate::deliveries::{Deliveries, send_when_room};
-use crate::kafka::{KafkaSettings, event_key};
+use crate::kafka::{KafkaSettings, ReadError, event_key, partitions, read_to_end};
 
 /// How long a broker may take to answer a metadata or offsets request.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,25 +55,20 @@ pub struct WatchOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
-    #[error("`{command}`: {reason}")]
-    Squeue { command: String, reason: String },
-    #[error("state file {path}: {reason}")]
-    State { path: String, reason: String },
+    #[error("{0}")]
+    Squeue(String),
+    #[error("{0}")]
+    State(String),
     #[error("Kafka: {0}")]
     Kafka(#[from] KafkaError),
-    #[error("topic {0} does not exist")]
-    NoTopic(String),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error("{unacknowledged} of {count} events not acknowledged: {reason}")]
     Publish {
         unacknowledged: usize,
         count: usize,
         reason: String,
     },
-    #[error(
-        "reading the pending events back from the topic took more than {} s",
-        READ_BACK_TIMEOUT.as_secs()
-    )]
-    ReadBack,
 }
 
 /// A snapshot's events on their way to the topic.
@@ -116,7 +110,7 @@ pub struct Watcher {
 impl Watcher {
     /// Load the state (if any) and connect; the topic must exist.
     pub fn open(kafka: &KafkaSettings, options: WatchOptions) -> Result<Self, WatchError> {
-        let saved = load(&options.state)?;
+        let saved: Saved = state_file::load(&options.state).map_err(WatchError::State)?;
         let producer: BaseProducer<Deliveries> = kafka
             .producer_config()
             .create_with_context(Deliveries::new())
@@ -133,7 +127,7 @@ impl Watcher {
             producer,
             consumer,
         };
-        watcher.partitions()?;
+        partitions(&watcher.consumer, &watcher.options.topic, BROKER_TIMEOUT)?;
         Ok(watcher)
     }
 
@@ -164,7 +158,7 @@ impl Watcher {
             self.end_offsets()?
         };
         self.saved.pending = (!messages.is_empty()).then_some(Pending { ends, messages });
-        save(&self.options.state, &self.saved)?;
+        self.save()?;
         polled.published += self.settle()?;
         Ok(polled)
     }
@@ -184,30 +178,18 @@ impl Watcher {
         self.publish(&missing)?;
         let published = missing.len();
         self.saved.pending = None;
-        save(&self.options.state, &self.saved)?;
+        self.save()?;
         Ok(published)
-    }
-
-    /// The topic's partitions.
-    fn partitions(&self) -> Result<Vec<i32>, WatchError> {
-        let topic = &self.options.topic;
-        let metadata = self.consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
-        let listed = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .filter(|t| !t.partitions().is_empty())
-            .ok_or_else(|| WatchError::NoTopic(topic.clone()))?;
-        Ok(listed.partitions().iter().map(|p| p.id()).collect())
     }
 
     /// Each partition's end offset now.
     fn end_offsets(&self) -> Result<BTreeMap<i32, i64>, WatchError> {
+        let topic = &self.options.topic;
         let mut ends = BTreeMap::new();
-        for partition in self.partitions()? {
-            let (_, high) =
-                self.consumer
-                    .fetch_watermarks(&self.options.topic, partition, BROKER_TIMEOUT)?;
+        for partition in partitions(&self.consumer, topic, BROKER_TIMEOUT)? {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(topic, partition, BROKER_TIMEOUT)?;
             ends.insert(partition, high);
         }
         Ok(ends)
@@ -215,42 +197,16 @@ impl Watcher {
 
     /// The (key, value) of every message after `from` in the topic.
     fn read_back(&self, from: &BTreeMap<i32, i64>) -> Result<Vec<(String, String)>, WatchError> {
-        let ends = self.end_offsets()?;
-        let mut tpl = TopicPartitionList::new();
-        let mut left: BTreeMap<i32, i64> = BTreeMap::new();
-        for (&partition, &end) in &ends {
-            let start = from.get(&partition).copied().unwrap_or(0);
-            if end > start {
-                tpl.add_partition_offset(&self.options.topic, partition, Offset::Offset(start))?;
-                left.insert(partition, end);
-            }
-        }
+        let text =
+            |bytes: Option<&[u8]>| String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned();
         let mut there = Vec::new();
-        if left.is_empty() {
-            return Ok(there);
-        }
-        self.consumer.assign(&tpl)?;
-        let deadline = Instant::now() + READ_BACK_TIMEOUT;
-        while !left.is_empty() {
-            if Instant::now() > deadline {
-                return Err(WatchError::ReadBack);
-            }
-            let Some(message) = self.consumer.poll(Duration::from_millis(100)) else {
-                continue;
-            };
-            let message = message?;
-            let text = |bytes: Option<&[u8]>| {
-                String::from_utf8_lossy(bytes.unwrap_or_default()).into_owned()
-            };
-            there.push((text(message.key()), text(message.payload())));
-            if left
-                .get(&message.partition())
-                .is_some_and(|end| message.offset() + 1 >= *end)
-            {
-                left.remove(&message.partition());
-            }
-        }
-        self.consumer.unassign()?;
+        read_to_end(
+            &self.consumer,
+            &self.options.topic,
+            &mut from.clone(),
+            READ_BACK_TIMEOUT,
+            |message| there.push((text(message.key()), text(message.payload()))),
+        )?;
         Ok(there)
     }
 
@@ -281,30 +237,13 @@ impl Watcher {
         Ok(())
     }
 
+    fn save(&self) -> Result<(), WatchError> {
+        state_file::save(&self.options.state, &self.saved).map_err(WatchError::State)
+    }
+
     /// The cluster's jobs now.
     fn squeue(&self) -> Result<Vec<super::SqueueJob>, WatchError> {
-        let command = self.options.squeue.join(" ");
-        let failed = |reason: String| WatchError::Squeue {
-            command: command.clone(),
-            reason,
-        };
-        let (program, args) = self
-            .options
-            .squeue
-            .split_first()
-            .ok_or_else(|| failed("no command".into()))?;
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .map_err(|e| failed(e.to_string()))?;
-        if !output.status.success() {
-            return Err(failed(format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        parse_squeue(&output.stdout).map_err(|e| failed(e.to_string()))
+        run_squeue(&self.options.squeue).map_err(WatchError::Squeue)
     }
 }
 
@@ -319,53 +258,11 @@ pub fn watch(
 ) -> Result<(), WatchError> {
     let interval = options.interval;
     let mut watcher = Watcher::open(kafka, options)?;
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        match watcher.poll() {
-            Ok(polled) => report(Ok(&polled)),
-            Err(e) => report(Err(&e)),
-        }
-        while started.elapsed() < interval && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50).min(interval));
-        }
-    }
+    super::every(interval, stop, || match watcher.poll() {
+        Ok(polled) => report(Ok(&polled)),
+        Err(e) => report(Err(&e)),
+    });
     Ok(())
-}
-
-fn load(path: &Path) -> Result<Saved, WatchError> {
-    let failed = |reason: String| WatchError::State {
-        path: path.display().to_string(),
-        reason,
-    };
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| failed(e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Saved::default()),
-        Err(e) => Err(failed(e.to_string())),
-    }
-}
-
-/// Write `saved` to `path` whole or not at all: a new file, synced, then
-/// renamed over the old one.
-fn save(path: &Path, saved: &Saved) -> Result<(), WatchError> {
-    let failed = |reason: String| WatchError::State {
-        path: path.display().to_string(),
-        reason,
-    };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        serde_json::to_writer(&mut file, saved)?;
-        file.flush()?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
-        Ok::<(), std::io::Error>(())
-    })();
-    written.map_err(|e| failed(e.to_string()))
 }
 
 #[cfg(test)]
@@ -437,7 +334,11 @@ mod tests {
             fixture
                 .snapshots
                 .iter()
-                .flat_map(|s| tracker.observe(&parse_squeue(s.as_bytes()).unwrap()).events)
+                .flat_map(|s| {
+                    tracker
+                        .observe(&crate::slurm::parse_squeue(s.as_bytes()).unwrap())
+                        .events
+                })
                 .collect(),
         )
     }
@@ -483,7 +384,7 @@ mod tests {
             ends: watcher.end_offsets().unwrap(),
             messages: messages.clone(),
         });
-        save(&watcher.options.state, &watcher.saved).unwrap();
+        watcher.save().unwrap();
         let half: Vec<&(String, String)> = messages.iter().step_by(2).collect();
         watcher.publish(&half).unwrap();
         drop(watcher);
@@ -516,6 +417,6 @@ mod tests {
         std::fs::write(fixture.dir.path().join("state.json"), "[").unwrap();
         let options = watcher.options.clone();
         let refused = Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options);
-        assert!(matches!(refused, Err(WatchError::State { .. })));
+        assert!(matches!(refused, Err(WatchError::State(_))));
     }
 }

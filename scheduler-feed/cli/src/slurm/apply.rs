@@ -1,0 +1,160 @@
+//! `jobcast slurm apply`: the flags, a JSON line on stdout per action, and
+//! the metrics.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use jobcast_ingest::kafka::Topics;
+use jobcast_predictor::queues::QueueConfig;
+use jobcast_scheduler_feed::apply::slurm::Slurm;
+use jobcast_scheduler_feed::apply::{ApplyOptions, apply};
+use jobcast_scheduler_feed::telemetry::{
+    SLURM_ACTIONS, SLURM_DECISIONS_READ, SLURM_JOBS_DECIDED, SLURM_LAST_TICK, SLURM_TICKS_FAILED,
+};
+use tracing::{info, warn};
+
+use super::{in_background, parse_interval, words};
+use crate::kafka_args::KafkaArgs;
+
+#[derive(clap::Args)]
+pub struct ApplyArgs {
+    /// The decisions topic.
+    #[arg(long, env = "JOBCAST_DECISIONS_TOPIC", default_value_t = Topics::default().decisions)]
+    topic: String,
+    /// What has been read and applied, kept across restarts.
+    #[arg(long, default_value = "jobcast-slurm-apply.json")]
+    state: PathBuf,
+    /// Seconds between ticks (read decisions, observe Slurm, apply).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_interval)]
+    interval_secs: f64,
+    /// Print each action as it would be carried out, and carry out none
+    /// (the state file is read, never written).
+    #[arg(long)]
+    dry_run: bool,
+    /// The priority of spare work (non-pilot tasks while their job samples);
+    /// ranked work gets the `levels` priorities just above it. Keep it above
+    /// every priority Slurm's own factors give, so that decided jobs go
+    /// first.
+    #[arg(long, default_value_t = 1_000_000)]
+    priority_base: u32,
+    /// The service's number of queues (`engine.queues.levels`).
+    #[arg(long, default_value_t = QueueConfig::default().levels)]
+    levels: u8,
+    /// The service's queue weight ratio (`engine.queues.weight_ratio`).
+    #[arg(long, default_value_t = QueueConfig::default().weight_ratio)]
+    weight_ratio: f64,
+    /// Attempts at each `scontrol` before it is reported failed (it is
+    /// planned again at the next tick).
+    #[arg(long, default_value_t = 3)]
+    attempts: u32,
+    /// The command that prints the cluster's jobs as JSON.
+    #[arg(long, default_value = "squeue --json")]
+    squeue: String,
+    /// The command that updates a job (`update JobId=… Priority=…` follows).
+    #[arg(long, default_value = "scontrol")]
+    scontrol: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+}
+
+pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
+    let settings = args.kafka.settings()?;
+    let queues = QueueConfig {
+        levels: args.levels,
+        weight_ratio: args.weight_ratio,
+        ..QueueConfig::default()
+    };
+    queues
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--levels / --weight-ratio: {e}"))?;
+    if args.priority_base == 0
+        || args
+            .priority_base
+            .checked_add(u32::from(args.levels))
+            .is_none()
+    {
+        anyhow::bail!(
+            "--priority-base {}: must be at least 1 (0 is Slurm's hold) and leave room for {} levels above it",
+            args.priority_base,
+            args.levels
+        );
+    }
+    let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
+    for result in ["done", "failed"] {
+        metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
+    }
+    metrics::counter!(SLURM_DECISIONS_READ, "kind" => "unreadable").increment(0);
+    let slurm = Slurm {
+        squeue: words(&args.squeue),
+        scontrol: words(&args.scontrol),
+        base: args.priority_base,
+        levels: args.levels,
+    };
+    let options = ApplyOptions {
+        topic: args.topic,
+        state: args.state,
+        interval: Duration::from_secs_f64(args.interval_secs),
+        queues,
+        dry_run: args.dry_run,
+        attempts: args.attempts,
+    };
+    let (mut done, mut failed, mut failed_ticks) = (0u64, 0u64, 0u64);
+    apply(&settings, options, slurm, &stop, |ticked| match ticked {
+        Ok(ticked) => {
+            let read = |kind: &'static str, n: u64| {
+                metrics::counter!(SLURM_DECISIONS_READ, "kind" => kind).increment(n);
+            };
+            read("newer", ticked.newer);
+            read("stale", ticked.stale);
+            read("unreadable", ticked.unreadable.len() as u64);
+            for why in &ticked.unreadable {
+                warn!("decision skipped: {why}");
+            }
+            for outcome in &ticked.outcomes {
+                println!(
+                    "{}",
+                    serde_json::to_string(outcome).expect("outcomes serialise")
+                );
+                if let Some(error) = &outcome.error {
+                    failed += 1;
+                    metrics::counter!(SLURM_ACTIONS, "result" => "failed").increment(1);
+                    warn!(
+                        job_id = outcome.action.job_id,
+                        attempts = outcome.attempts,
+                        "{error}; planned again next tick"
+                    );
+                } else if outcome.done {
+                    done += 1;
+                    metrics::counter!(SLURM_ACTIONS, "result" => "done").increment(1);
+                }
+            }
+            metrics::gauge!(SLURM_JOBS_DECIDED).set(ticked.jobs as f64);
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+            metrics::gauge!(SLURM_LAST_TICK).set(now.map_or(0.0, |d| d.as_secs_f64()));
+            if ticked.newer > 0 {
+                info!(
+                    newer = ticked.newer,
+                    stale = ticked.stale,
+                    actions = ticked.outcomes.len(),
+                    jobs = ticked.jobs,
+                    "decisions read"
+                );
+            }
+        }
+        Err(e) => {
+            failed_ticks += 1;
+            metrics::counter!(SLURM_TICKS_FAILED).increment(1);
+            warn!("tick: {e}; nothing done, trying again next interval");
+        }
+    })
+    .context("applying decisions to Slurm")?;
+    eprintln!(
+        "jobcast slurm apply: stopped; {done} actions done, {failed} failed, {failed_ticks} ticks failed"
+    );
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! `jobcast slurm watch`: the flags, and a log line per poll that found
+//! something.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use jobcast_ingest::kafka::Topics;
+use jobcast_ingest::slurm::watch::{WatchOptions, watch};
+use jobcast_scheduler_feed::telemetry::{
+    SLURM_EVENTS_PUBLISHED, SLURM_JOBS_FOLLOWED, SLURM_JOBS_LOST, SLURM_LAST_POLL,
+    SLURM_POLLS_FAILED, SLURM_RECORDS_SKIPPED,
+};
+use tracing::{info, warn};
+
+use super::{in_background, parse_interval, words};
+use crate::kafka_args::KafkaArgs;
+
+#[derive(clap::Args)]
+pub struct WatchArgs {
+    /// Topic to publish into.
+    #[arg(long, env = "JOBCAST_EVENTS_TOPIC", default_value_t = Topics::default().events)]
+    topic: String,
+    /// What has been published, kept across restarts so that nothing is
+    /// published twice or lost.
+    #[arg(long, default_value = "jobcast-slurm-watch.json")]
+    state: PathBuf,
+    /// Seconds between snapshots of `squeue`; keep it well under Slurm's
+    /// `MinJobAge` (300 s by default), for which finished jobs stay listed.
+    #[arg(long, default_value_t = 2.0, value_parser = parse_interval)]
+    interval_secs: f64,
+    /// The command that prints the cluster's jobs as JSON.
+    #[arg(long, default_value = "squeue --json")]
+    squeue: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+}
+
+pub fn run(args: WatchArgs) -> anyhow::Result<()> {
+    let settings = args.kafka.settings()?;
+    let stop = in_background(
+        "watch",
+        args.metrics,
+        &[SLURM_POLLS_FAILED, SLURM_JOBS_LOST, SLURM_RECORDS_SKIPPED],
+    )?;
+    let options = WatchOptions {
+        topic: args.topic,
+        state: args.state,
+        squeue: words(&args.squeue),
+        interval: Duration::from_secs_f64(args.interval_secs),
+    };
+    let (mut published, mut failed_polls) = (0, 0);
+    watch(&settings, options, &stop, |polled| match polled {
+        Ok(polled) => {
+            published += polled.published;
+            metrics::counter!(SLURM_EVENTS_PUBLISHED).increment(polled.published as u64);
+            metrics::counter!(SLURM_JOBS_LOST).increment(polled.lost_jobs);
+            metrics::counter!(SLURM_RECORDS_SKIPPED).increment(polled.skipped.len() as u64);
+            metrics::gauge!(SLURM_JOBS_FOLLOWED).set(polled.jobs as f64);
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+            metrics::gauge!(SLURM_LAST_POLL).set(now.map_or(0.0, |d| d.as_secs_f64()));
+            for why in &polled.skipped {
+                warn!("Slurm record skipped: {why}");
+            }
+            if polled.published > 0 || polled.lost_jobs > 0 {
+                info!(
+                    published = polled.published,
+                    lost_jobs = polled.lost_jobs,
+                    jobs = polled.jobs,
+                    "Slurm events published"
+                );
+            }
+        }
+        Err(e) => {
+            failed_polls += 1;
+            metrics::counter!(SLURM_POLLS_FAILED).increment(1);
+            warn!("polling Slurm: {e}; trying again next interval");
+        }
+    })
+    .context("watching Slurm")?;
+    eprintln!(
+        "jobcast slurm watch: stopped; {published} events published, {failed_polls} polls failed"
+    );
+    Ok(())
+}

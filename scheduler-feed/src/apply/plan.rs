@@ -1,0 +1,383 @@
+//! What the scheduler should do now, from the newest decisions and what it
+//! holds (pure: no I/O, no clock).
+//!
+//! A scheduler such as Slurm starts pending work in the order of one number
+//! per job or task. GS (SLearn §5.1.1) is richer: FIFO queues served by
+//! weighted sharing, and work conservation for the tasks a sampling job
+//! holds back. Its next choice is still a single order, recomputed here at
+//! every tick:
+//!
+//! - **Queues by weighted share.** A free slot goes to the queue with the
+//!   fewest running tasks for its weight, the higher queue on ties. So the
+//!   queues with pending work are ranked by (running / weight, queue), and
+//!   a job's pending tasks stand at its queue's rank: Q0 goes first
+//!   until a lower queue holds no slot at all, then that queue's head
+//!   job does. Long jobs never starve.
+//! - **FIFO within a queue** is left to the scheduler's own tie-break
+//!   (Slurm: the lower job id, the earlier submission, first).
+//! - **Pilots first.** While a job samples, only its pilot tasks stand in
+//!   its queue; the others stand *spare*, behind every queued task, so
+//!   they run only on slots nothing else wants (work conservation, in job
+//!   order), and join the queue when the decision places the job.
+//!
+//! Jobs without a decision are left as the scheduler has them. The order
+//! is recomputed from what the scheduler reports, so an action that failed
+//! or was lost is simply planned again at the next tick.
+
+use std::collections::BTreeMap;
+
+use jobcast_predictor::decision::{Newest, Phase};
+use jobcast_predictor::queues::QueueConfig;
+use serde::Serialize;
+
+/// Where a pending task stands in the scheduler's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// With the queue ranked `n`-th by weighted share (0 goes first).
+    Rank(u8),
+    /// Behind every ranked task: only on slots nothing else wants.
+    Spare,
+}
+
+/// What the scheduler holds now, by jobcast job id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct View {
+    pub jobs: BTreeMap<u64, JobView>,
+}
+
+/// One job as the scheduler holds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobView {
+    /// Tasks running now.
+    pub running: u32,
+    /// Pending tasks, in the groups the scheduler keeps them in (Slurm: one
+    /// job record each), each group with where it stands now (`None`: not
+    /// where jobcast puts anything).
+    pub pending: Vec<Group>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// Task indices, as jobcast numbers them.
+    pub tasks: Vec<u32>,
+    pub standing: Option<Standing>,
+}
+
+/// Which of a job's pending tasks an action moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// All of them.
+    Job,
+    /// These (task indices).
+    Tasks(Vec<u32>),
+}
+
+/// One change to make.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Action {
+    pub job_id: u64,
+    /// The decision it carries out.
+    pub version: u32,
+    pub target: Target,
+    pub standing: Standing,
+}
+
+/// The actions that bring `view` to where `newest` puts each job.
+pub fn plan(newest: &Newest, view: &View, queues: &QueueConfig) -> Vec<Action> {
+    let levels = usize::from(queues.levels.max(1));
+    let queue_of = |q: u8| usize::from(q).min(levels - 1);
+    let mut running = vec![0u32; levels];
+    let mut waiting = vec![false; levels];
+    for decision in newest.iter() {
+        if let Some(job) = view.jobs.get(&decision.job_id) {
+            running[queue_of(decision.queue)] += job.running;
+            waiting[queue_of(decision.queue)] |= !job.pending.is_empty();
+        }
+    }
+    let mut ranked: Vec<usize> = (0..levels).filter(|&q| waiting[q]).collect();
+    ranked.sort_by(|&a, &b| {
+        let share = |q: usize| f64::from(running[q]) / queues.weight(q as u8);
+        share(a).total_cmp(&share(b)).then(a.cmp(&b))
+    });
+    let mut rank = vec![0u8; levels];
+    for (n, &q) in ranked.iter().enumerate() {
+        rank[q] = n as u8;
+    }
+
+    let mut actions = Vec::new();
+    for decision in newest.iter() {
+        let Some(job) = view.jobs.get(&decision.job_id) else {
+            continue;
+        };
+        let queued = Standing::Rank(rank[queue_of(decision.queue)]);
+        let sampling = decision.phase == Phase::Sampling;
+        let wanted = |task: u32| {
+            if sampling && !decision.pilots.contains(&task) {
+                Standing::Spare
+            } else {
+                queued
+            }
+        };
+        let action = |target, standing| Action {
+            job_id: decision.job_id,
+            version: decision.version,
+            target,
+            standing,
+        };
+        // The standing most pending tasks want is set job-wide; the others
+        // (pilots, while sampling) task by task after it.
+        let pending = job.pending.iter().flat_map(|g| g.tasks.iter().copied());
+        let spare = pending.clone().filter(|&t| wanted(t) == Standing::Spare);
+        let major = if spare.count() * 2 > pending.clone().count() {
+            Standing::Spare
+        } else {
+            queued
+        };
+        let astray = |g: &&Group| g.tasks.iter().any(|&t| Some(wanted(t)) != g.standing);
+        let minor: Vec<u32> = pending.filter(|&t| wanted(t) != major).collect();
+        let minor_standing = if major == Standing::Spare {
+            queued
+        } else {
+            Standing::Spare
+        };
+        let major_astray = job
+            .pending
+            .iter()
+            .filter(astray)
+            .any(|g| g.tasks.iter().any(|&t| wanted(t) == major));
+        if major_astray {
+            actions.push(action(Target::Job, major));
+            if !minor.is_empty() {
+                actions.push(action(Target::Tasks(minor), minor_standing));
+            }
+        } else {
+            let astray_minor: Vec<u32> = job
+                .pending
+                .iter()
+                .filter(astray)
+                .flat_map(|g| g.tasks.iter().copied())
+                .filter(|&t| wanted(t) != major)
+                .collect();
+            if !astray_minor.is_empty() {
+                actions.push(action(Target::Tasks(astray_minor), minor_standing));
+            }
+        }
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use jobcast_predictor::decision::{Decision, PolicyKind};
+
+    use super::*;
+
+    fn decision(job_id: u64, version: u32, queue: u8, pilots: &[u32]) -> Decision {
+        Decision {
+            job_id,
+            version,
+            queue,
+            phase: if pilots.is_empty() {
+                Phase::Estimated
+            } else {
+                Phase::Sampling
+            },
+            estimate: None,
+            policy: PolicyKind::SLearn,
+            pilots: pilots.to_vec(),
+        }
+    }
+
+    fn job(running: u32, pending: &[(&[u32], Option<Standing>)]) -> JobView {
+        JobView {
+            running,
+            pending: pending
+                .iter()
+                .map(|(tasks, standing)| Group {
+                    tasks: tasks.to_vec(),
+                    standing: *standing,
+                })
+                .collect(),
+        }
+    }
+
+    fn newest(decisions: &[Decision]) -> Newest {
+        let mut newest = Newest::default();
+        for d in decisions {
+            newest.offer(d.clone());
+        }
+        newest
+    }
+
+    /// `view` with `actions` carried out, as a scheduler would report it.
+    fn after(view: &View, actions: &[Action]) -> View {
+        let mut view = view.clone();
+        for action in actions {
+            let job = view.jobs.get_mut(&action.job_id).unwrap();
+            let mut groups = Vec::new();
+            for group in job.pending.drain(..) {
+                match &action.target {
+                    Target::Job => groups.push(Group {
+                        standing: Some(action.standing),
+                        ..group
+                    }),
+                    Target::Tasks(tasks) => {
+                        let (moved, kept): (Vec<u32>, Vec<u32>) =
+                            group.tasks.iter().partition(|t| tasks.contains(t));
+                        groups.extend(moved.into_iter().map(|t| Group {
+                            tasks: vec![t],
+                            standing: Some(action.standing),
+                        }));
+                        if !kept.is_empty() {
+                            groups.push(Group {
+                                tasks: kept,
+                                standing: group.standing,
+                            });
+                        }
+                    }
+                }
+            }
+            job.pending = groups;
+        }
+        view
+    }
+
+    #[test]
+    fn a_sampling_job_runs_its_pilots_in_its_queue_and_the_rest_spare() {
+        let queues = QueueConfig::default();
+        let decisions = newest(&[decision(7, 1, 1, &[2, 5])]);
+        let view = View {
+            jobs: [(7, job(0, &[(&[0, 1, 2, 3, 4, 5], None)]))].into(),
+        };
+        let actions = plan(&decisions, &view, &queues);
+        assert_eq!(
+            actions,
+            [
+                Action {
+                    job_id: 7,
+                    version: 1,
+                    target: Target::Job,
+                    standing: Standing::Spare
+                },
+                Action {
+                    job_id: 7,
+                    version: 1,
+                    target: Target::Tasks(vec![2, 5]),
+                    standing: Standing::Rank(0)
+                },
+            ]
+        );
+        // Carried out, nothing is left to do.
+        assert_eq!(plan(&decisions, &after(&view, &actions), &queues), []);
+        // Placed once its pilots ran: every pending task joins the queue at
+        // once.
+        let mut running = after(&view, &actions);
+        let job7 = running.jobs.get_mut(&7).unwrap();
+        job7.pending.retain(|g| g.standing == Some(Standing::Spare));
+        let placed = newest(&[decision(7, 2, 4, &[])]);
+        assert_eq!(
+            plan(&placed, &running, &queues),
+            [Action {
+                job_id: 7,
+                version: 2,
+                target: Target::Job,
+                standing: Standing::Rank(0)
+            }]
+        );
+    }
+
+    #[test]
+    fn queues_are_ranked_by_weighted_share_so_a_lower_queue_is_not_starved() {
+        let queues = QueueConfig::default();
+        let decisions = newest(&[decision(1, 1, 0, &[]), decision(2, 1, 3, &[])]);
+        let standing = |view: &View| {
+            let actions = plan(&decisions, view, &queues);
+            let of = |job: u64| actions.iter().find(|a| a.job_id == job).map(|a| a.standing);
+            (of(1), of(2))
+        };
+        // Nothing running: Q0 first.
+        let idle = View {
+            jobs: [
+                (1, job(0, &[(&[0, 1], None)])),
+                (2, job(0, &[(&[0], None)])),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            standing(&idle),
+            (Some(Standing::Rank(0)), Some(Standing::Rank(1)))
+        );
+        // Q0 runs tasks and Q3 none: Q3's share is the smaller, so its job
+        // goes first.
+        let busy = View {
+            jobs: [
+                (1, job(3, &[(&[3, 4], None)])),
+                (2, job(0, &[(&[0], None)])),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            standing(&busy),
+            (Some(Standing::Rank(1)), Some(Standing::Rank(0)))
+        );
+        // Q3 holds a slot: 1 × 10³ outweighs Q0's 3 × 1.
+        let both = View {
+            jobs: [
+                (1, job(3, &[(&[3, 4], None)])),
+                (2, job(1, &[(&[1], None)])),
+            ]
+            .into(),
+        };
+        assert_eq!(
+            standing(&both),
+            (Some(Standing::Rank(0)), Some(Standing::Rank(1)))
+        );
+    }
+
+    #[test]
+    fn jobs_without_a_decision_or_already_in_place_are_left_alone() {
+        let queues = QueueConfig::default();
+        let decisions = newest(&[decision(1, 3, 2, &[])]);
+        let view = View {
+            jobs: [
+                (1, job(0, &[(&[0, 1], Some(Standing::Rank(0)))])),
+                (9, job(0, &[(&[0], None)])),
+            ]
+            .into(),
+        };
+        assert_eq!(plan(&decisions, &view, &queues), []);
+        // A decision for a job the scheduler no longer holds does nothing.
+        let gone = newest(&[decision(5, 1, 0, &[])]);
+        assert_eq!(plan(&gone, &view, &queues), []);
+    }
+
+    #[test]
+    fn a_pilot_split_off_and_moved_back_by_hand_is_put_back_alone() {
+        let queues = QueueConfig::default();
+        let decisions = newest(&[decision(7, 1, 1, &[2])]);
+        let view = View {
+            jobs: [(
+                7,
+                job(
+                    0,
+                    &[
+                        (&[0, 1, 3], Some(Standing::Spare)),
+                        (&[2], Some(Standing::Spare)),
+                    ],
+                ),
+            )]
+            .into(),
+        };
+        assert_eq!(
+            plan(&decisions, &view, &queues),
+            [Action {
+                job_id: 7,
+                version: 1,
+                target: Target::Tasks(vec![2]),
+                standing: Standing::Rank(0)
+            }]
+        );
+    }
+}

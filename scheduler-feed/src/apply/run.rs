@@ -1,0 +1,234 @@
+//! The applier's loop: decisions read, the scheduler observed, the plan
+//! carried out, the state saved.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use jobcast_ingest::kafka::{KafkaSettings, ReadError, partitions, read_to_end};
+use jobcast_ingest::slurm::{every, state_file};
+use jobcast_predictor::decision::{Decision, Newest};
+use jobcast_predictor::queues::QueueConfig;
+use rdkafka::Message;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::KafkaError;
+use serde::{Deserialize, Serialize};
+
+use super::Scheduler;
+use super::plan::{Action, plan};
+
+/// How long the brokers may take to answer, and reading the decisions
+/// published since the last tick may take.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// The decisions topic.
+    pub topic: String,
+    /// The state file (created if absent); a dry run reads it and never
+    /// writes it.
+    pub state: PathBuf,
+    pub interval: Duration,
+    /// The service's queue layout (`engine.queues`).
+    pub queues: QueueConfig,
+    /// Say what would be done, do nothing.
+    pub dry_run: bool,
+    /// Attempts at each action before it is reported failed.
+    pub attempts: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("Kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{0}")]
+    State(String),
+    #[error("observing the scheduler: {0}")]
+    Observe(String),
+}
+
+/// What is kept across restarts.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(bound = "M: Serialize + serde::de::DeserializeOwned + Default")]
+struct Saved<M> {
+    /// The decisions topic's next offset, per partition.
+    next: BTreeMap<i32, i64>,
+    /// The newest decision of each job the scheduler still holds.
+    newest: Newest,
+    scheduler: M,
+}
+
+/// One action of a tick, and how it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    #[serde(flatten)]
+    pub action: Action,
+    /// The scheduler's command.
+    pub command: String,
+    /// Whether it was carried out (always false in a dry run).
+    pub done: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub attempts: u32,
+}
+
+/// What one tick did.
+#[derive(Debug, Default)]
+pub struct Ticked {
+    /// Decisions newer than the job's held one.
+    pub newer: u64,
+    /// Decisions no newer (redeliveries, overtaken ones), dropped.
+    pub stale: u64,
+    /// Messages of the decisions topic that are not decisions, each with
+    /// where and why.
+    pub unreadable: Vec<String>,
+    /// The actions planned: carried out, failed, or (dry run) shown.
+    pub outcomes: Vec<Outcome>,
+    /// Jobs with a decision that the scheduler holds.
+    pub jobs: usize,
+}
+
+/// An applier with its state loaded and its consumer connected.
+pub struct Applier<S: Scheduler> {
+    options: ApplyOptions,
+    scheduler: S,
+    saved: Saved<S::Memory>,
+    consumer: BaseConsumer,
+    /// A dry run's last plan: only changes to it are shown.
+    shown: Vec<Action>,
+}
+
+impl<S: Scheduler> Applier<S> {
+    /// Load the state and connect; the topic must exist.
+    pub fn open(
+        kafka: &KafkaSettings,
+        options: ApplyOptions,
+        scheduler: S,
+    ) -> Result<Self, ApplyError> {
+        let saved = state_file::load(&options.state).map_err(ApplyError::State)?;
+        let mut config = kafka.client_config();
+        config
+            .set("group.id", "jobcast-slurm-apply")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: BaseConsumer = config.create().map_err(|e| kafka.redact(e))?;
+        partitions(&consumer, &options.topic, BROKER_TIMEOUT)?;
+        Ok(Applier {
+            options,
+            scheduler,
+            saved,
+            consumer,
+            shown: Vec::new(),
+        })
+    }
+
+    /// Read the decisions published since the last tick, observe the
+    /// scheduler, carry out the plan and save the state. A tick that fails
+    /// to read every decision up to the topic's end, or to observe the
+    /// scheduler, does nothing.
+    pub fn tick(&mut self) -> Result<Ticked, ApplyError> {
+        let mut ticked = Ticked::default();
+        let topic = self.options.topic.clone();
+        let mut decisions = Vec::new();
+        read_to_end(
+            &self.consumer,
+            &topic,
+            &mut self.saved.next,
+            BROKER_TIMEOUT,
+            |message| {
+                let payload = message.payload().unwrap_or_default();
+                match serde_json::from_slice::<Decision>(payload) {
+                    Ok(decision) => decisions.push(decision),
+                    Err(e) => ticked.unreadable.push(format!(
+                        "{topic} partition {} offset {}: not a decision: {e}",
+                        message.partition(),
+                        message.offset()
+                    )),
+                }
+            },
+        )?;
+        for decision in decisions {
+            if self.saved.newest.offer(decision) {
+                ticked.newer += 1;
+            } else {
+                ticked.stale += 1;
+            }
+        }
+        let view = self
+            .scheduler
+            .observe(&mut self.saved.scheduler)
+            .map_err(ApplyError::Observe)?;
+        self.saved.newest.retain(|job| view.jobs.contains_key(&job));
+        ticked.jobs = self.saved.newest.len();
+        let actions = plan(&self.saved.newest, &view, &self.options.queues);
+        if self.options.dry_run {
+            let shown = std::mem::replace(&mut self.shown, actions.clone());
+            for action in actions.into_iter().filter(|a| !shown.contains(a)) {
+                ticked.outcomes.push(self.carry_out(action));
+            }
+            return Ok(ticked);
+        }
+        for action in actions {
+            ticked.outcomes.push(self.carry_out(action));
+        }
+        state_file::save(&self.options.state, &self.saved).map_err(ApplyError::State)?;
+        Ok(ticked)
+    }
+
+    /// Carry out `action` (show it, in a dry run), retrying a failure.
+    fn carry_out(&mut self, action: Action) -> Outcome {
+        let memory = &self.saved.scheduler;
+        let mut outcome = Outcome {
+            command: self
+                .scheduler
+                .describe(memory, &action)
+                .unwrap_or_else(|e| format!("({e})")),
+            action,
+            done: false,
+            error: None,
+            attempts: 0,
+        };
+        if self.options.dry_run {
+            return outcome;
+        }
+        let mut backoff = Duration::from_millis(100);
+        while outcome.attempts < self.options.attempts.max(1) {
+            outcome.attempts += 1;
+            match self.scheduler.act(memory, &outcome.action) {
+                Ok(()) => {
+                    outcome.done = true;
+                    outcome.error = None;
+                    break;
+                }
+                Err(e) => outcome.error = Some(e),
+            }
+            if outcome.attempts < self.options.attempts {
+                std::thread::sleep(backoff);
+                backoff *= 2;
+            }
+        }
+        outcome
+    }
+}
+
+/// Tick every `options.interval` until `stop` is set, each tick's outcome
+/// handed to `report`. Only opening fails; a tick that fails is reported
+/// and the next one goes on.
+pub fn apply<S: Scheduler>(
+    kafka: &KafkaSettings,
+    options: ApplyOptions,
+    scheduler: S,
+    stop: &AtomicBool,
+    mut report: impl FnMut(Result<&Ticked, &ApplyError>),
+) -> Result<(), ApplyError> {
+    let interval = options.interval;
+    let mut applier = Applier::open(kafka, options, scheduler)?;
+    every(interval, stop, || match applier.tick() {
+        Ok(ticked) => report(Ok(&ticked)),
+        Err(e) => report(Err(&e)),
+    });
+    Ok(())
+}

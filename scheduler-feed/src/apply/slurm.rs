@@ -1,0 +1,208 @@
+//! Slurm as the scheduler that acts on decisions: `squeue --json` says what
+//! it holds, `scontrol update … Priority=` moves pending work.
+//!
+//! A standing is a priority above every one Slurm's own factors give
+//! (`base`, configurable): `Spare` is `base`, `Rank(n)` is
+//! `base + levels − n`, so Slurm starts ranked work by rank, then spare
+//! work, then jobs jobcast has no decision for; equal priorities go by job
+//! id, the earlier first. A pending array task whose priority differs from
+//! its array's is split off into a record of its own by Slurm; that is how
+//! pilot tasks stand apart from the rest of their array. Setting a
+//! priority needs a Slurm operator (or root, or `SlurmUser`). Held jobs
+//! (priority 0) are left held.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use jobcast_ingest::slurm::{SlurmTracker, array_indices, run_squeue};
+
+use super::Scheduler;
+use super::plan::{Action, Group, JobView, Standing, Target, View};
+
+pub struct Slurm {
+    /// `squeue --json`, as words.
+    pub squeue: Vec<String>,
+    /// `scontrol`, as words (before `update …`).
+    pub scontrol: Vec<String>,
+    /// The priority of spare work; ranked work sits just above it.
+    pub base: u32,
+    /// The service's number of queues.
+    pub levels: u8,
+}
+
+impl Slurm {
+    fn priority(&self, standing: Standing) -> u32 {
+        match standing {
+            Standing::Spare => self.base,
+            Standing::Rank(n) => self.base + u32::from(self.levels.saturating_sub(n)),
+        }
+    }
+
+    fn standing(&self, priority: u32) -> Option<Standing> {
+        match priority.checked_sub(self.base)? {
+            0 => Some(Standing::Spare),
+            above if above <= u32::from(self.levels) => {
+                Some(Standing::Rank(self.levels - above as u8))
+            }
+            _ => None,
+        }
+    }
+
+    /// The `scontrol` arguments that carry out `action`.
+    fn arguments(&self, tracker: &SlurmTracker, action: &Action) -> Result<Vec<String>, String> {
+        let job = match &action.target {
+            Target::Job => action.job_id.to_string(),
+            Target::Tasks(tasks) => {
+                let indices: Result<BTreeSet<u32>, String> = tasks
+                    .iter()
+                    .map(|&t| {
+                        tracker.array_index(action.job_id, t).ok_or_else(|| {
+                            format!("job {}: no array task {t} is known", action.job_id)
+                        })
+                    })
+                    .collect();
+                format!("{}_[{}]", action.job_id, index_list(&indices?))
+            }
+        };
+        Ok(vec![
+            "update".into(),
+            format!("JobId={job}"),
+            format!("Priority={}", self.priority(action.standing)),
+        ])
+    }
+}
+
+impl Scheduler for Slurm {
+    /// Each array's task numbering (`jobcast_ingest::slurm`), the same the
+    /// watcher publishes.
+    type Memory = SlurmTracker;
+
+    fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<View, String> {
+        let snapshot = run_squeue(&self.squeue)?;
+        // Only the numbering is wanted here: the watcher publishes events.
+        tracker.observe(&snapshot);
+        let mut view = View::default();
+        for record in &snapshot {
+            let job_id = record.job();
+            let job: &mut JobView = view.jobs.entry(job_id).or_default();
+            match record.job_state.as_str() {
+                "RUNNING" | "COMPLETING" => job.running += 1,
+                "PENDING" if record.priority != Some(0) => {
+                    let tasks: Vec<u32> = if record.is_array_remainder() {
+                        array_indices(&record.array_task_string)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|i| tracker.task_index(job_id, Some(i)))
+                            .collect()
+                    } else {
+                        tracker
+                            .task_index(job_id, record.array_task_id)
+                            .into_iter()
+                            .collect()
+                    };
+                    if !tasks.is_empty() {
+                        job.pending.push(Group {
+                            tasks,
+                            standing: record.priority.and_then(|p| self.standing(p)),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(view)
+    }
+
+    fn describe(&self, tracker: &SlurmTracker, action: &Action) -> Result<String, String> {
+        let mut words = self.scontrol.clone();
+        words.extend(self.arguments(tracker, action)?);
+        Ok(words.join(" "))
+    }
+
+    fn act(&mut self, tracker: &SlurmTracker, action: &Action) -> Result<(), String> {
+        let arguments = self.arguments(tracker, action)?;
+        let (program, first) = self.scontrol.split_first().ok_or("no scontrol command")?;
+        let output = Command::new(program)
+            .args(first)
+            .args(&arguments)
+            .output()
+            .map_err(|e| format!("{program}: {e}"))?;
+        // An array's update reports each record: tasks that finished since
+        // the snapshot fail it, harmlessly.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let mut said = stderr.lines().filter(|l| !l.trim().is_empty()).peekable();
+        let benign = said.peek().is_some()
+            && said.all(|line| {
+                line.split_once(": ").is_some_and(|(_, said)| {
+                    matches!(said.trim(), "No error" | "Job has already finished")
+                })
+            });
+        if output.status.success() || benign {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} {}: {}: {}",
+                arguments.join(" "),
+                output.status,
+                stderr.trim()
+            ))
+        }
+    }
+}
+
+/// Array indices as Slurm writes a list: `1-3,5,7-8`.
+fn index_list(indices: &BTreeSet<u32>) -> String {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == i => *last = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .into_iter()
+        .map(|(first, last)| {
+            if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            }
+        })
+        .collect();
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slurm() -> Slurm {
+        Slurm {
+            squeue: vec!["squeue".into(), "--json".into()],
+            scontrol: vec!["scontrol".into()],
+            base: 1000,
+            levels: 10,
+        }
+    }
+
+    #[test]
+    fn standings_and_priorities_map_both_ways_and_others_are_not_ours() {
+        let slurm = slurm();
+        for standing in [Standing::Spare, Standing::Rank(0), Standing::Rank(9)] {
+            assert_eq!(slurm.standing(slurm.priority(standing)), Some(standing));
+        }
+        assert!(slurm.priority(Standing::Rank(0)) > slurm.priority(Standing::Rank(1)));
+        assert!(slurm.priority(Standing::Rank(9)) > slurm.priority(Standing::Spare));
+        for foreign in [1, 999, 1011, u32::MAX] {
+            assert_eq!(slurm.standing(foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn index_lists_are_written_as_slurm_reads_them() {
+        let list = |v: &[u32]| index_list(&v.iter().copied().collect());
+        assert_eq!(list(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
+        assert_eq!(list(&[4]), "4");
+        assert_eq!(array_indices(&list(&[0, 2, 3, 9])).unwrap().len(), 4);
+    }
+}
