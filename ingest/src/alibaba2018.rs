@@ -626,6 +626,8 @@ fn emit_job(job: JobInput, paths: &[PathBuf], diagnostics: &Diagnostics, items: 
         priority: 0,
         cpu_request: max_plan(|t| t.plan_cpu),
         mem_request: max_plan(|t| t.plan_mem),
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks,
         stages: Some(dag.stages),
     });

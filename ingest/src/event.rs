@@ -64,6 +64,13 @@ pub struct JobSubmitted {
     /// Requested memory per task (trace units).
     pub mem_request: f64,
     pub num_tasks: u32,
+    /// The scheduler partition (queue) the job was submitted to; empty
+    /// where the source has none.
+    pub partition: String,
+    /// The wall-clock limit the user asked for, µs; none where the source
+    /// has none or the job is unlimited. In HPC runtime models the
+    /// requested time is the strongest single predictor.
+    pub time_limit_us: Option<u64>,
     /// Present for DAG jobs: the stages and their dependencies. Tasks are
     /// numbered stage by stage in this order: the first stage's tasks are
     /// `0..n₀`, the next stage's `n₀..n₀+n₁`, …
@@ -276,6 +283,10 @@ impl Event {
                 check_len("user", &j.user)?;
                 check_len("job_name", &j.job_name)?;
                 check_len("logical_name", &j.logical_name)?;
+                check_len("partition", &j.partition)?;
+                if let Some(limit) = j.time_limit_us {
+                    check_time("time_limit_us", limit)?;
+                }
                 if j.num_tasks > MAX_TASKS_PER_JOB {
                     return Err(DecodeError::new(
                         DecodeErrorKind::OutOfRange,
@@ -507,6 +518,10 @@ struct WireEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     stages: Option<Vec<Stage>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time_limit_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     task_index: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stage: Option<u32>,
@@ -585,6 +600,8 @@ const JOB_SUBMITTED_FIELDS: &[&str] = &[
     "mem_request",
     "num_tasks",
     "stages",
+    "partition",
+    "time_limit_us",
 ];
 const TASK_FIELDS: &[&str] = &["job_id", "task_index", "stage", "kind", "machine_id"];
 const JOB_ENDED_FIELDS: &[&str] = &["job_id", "outcome"];
@@ -604,7 +621,7 @@ const MACHINE_FIELDS: &[&str] = &[
 
 impl WireEvent<'_> {
     /// Every optional field and whether it is set.
-    fn presence(&self) -> [(&'static str, bool); 24] {
+    fn presence(&self) -> [(&'static str, bool); 26] {
         [
             ("job_id", self.job_id.is_some()),
             ("user", self.user.is_some()),
@@ -616,6 +633,8 @@ impl WireEvent<'_> {
             ("mem_request", self.mem_request.is_some()),
             ("num_tasks", self.num_tasks.is_some()),
             ("stages", self.stages.is_some()),
+            ("partition", self.partition.is_some()),
+            ("time_limit_us", self.time_limit_us.is_some()),
             ("task_index", self.task_index.is_some()),
             ("stage", self.stage.is_some()),
             ("kind", self.kind.is_some()),
@@ -719,6 +738,8 @@ impl TryFrom<WireEvent<'_>> for Event {
                     cpu_request: w.cpu_request.unwrap_or(0.0),
                     mem_request: w.mem_request.unwrap_or(0.0),
                     num_tasks,
+                    partition: w.partition.unwrap_or_default(),
+                    time_limit_us: w.time_limit_us,
                     stages: w.stages,
                 })
             }
@@ -827,6 +848,8 @@ impl<'a> From<&'a Event> for WireEvent<'a> {
                 w.mem_request = Some(j.mem_request);
                 w.num_tasks = Some(j.num_tasks);
                 w.stages = j.stages.clone();
+                w.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
+                w.time_limit_us = j.time_limit_us;
             }
             Event::Task(t) => {
                 w.task_index = Some(t.task_index);
@@ -870,6 +893,8 @@ mod tests {
             priority: 9,
             cpu_request: 0.125,
             mem_request: 0.0625,
+            partition: String::new(),
+            time_limit_us: None,
             num_tasks: 3,
             stages: Some(vec![
                 Stage {

@@ -391,6 +391,8 @@ impl PartRows {
                             priority: info.priority,
                             cpu_request: info.cpu_request,
                             mem_request: info.mem_request,
+                            partition: String::new(),
+                            time_limit_us: None,
                             num_tasks: info.num_tasks,
                             stages: None,
                         })));
@@ -553,6 +555,8 @@ impl<I: Iterator<Item = Result<Event, TraceError>>> Iterator for Canonicalise<I>
                         priority: info.priority,
                         cpu_request: info.cpu_request,
                         mem_request: info.mem_request,
+                        partition: String::new(),
+                        time_limit_us: None,
                         num_tasks: info.num_tasks,
                         stages: None,
                     });

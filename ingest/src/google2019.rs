@@ -971,6 +971,8 @@ impl Mapper {
             priority: meta.priority,
             cpu_request,
             mem_request,
+            partition: String::new(),
+            time_limit_us: None,
             num_tasks: known.map_or(0, |c| u32::try_from(c.instances.len()).unwrap_or(u32::MAX)),
             stages: None,
         });

@@ -364,6 +364,8 @@ mod tests {
             priority: 0,
             cpu_request: 0.0,
             mem_request: 0.0,
+            partition: String::new(),
+            time_limit_us: None,
             num_tasks,
             stages: None,
         })

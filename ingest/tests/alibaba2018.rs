@@ -67,6 +67,8 @@ fn job(
         priority: 0,
         cpu_request: cpu,
         mem_request: mem,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks,
         stages: Some(stages),
     })

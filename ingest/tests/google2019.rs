@@ -64,6 +64,8 @@ fn job(
         priority,
         cpu_request: cpu,
         mem_request: mem,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks,
         stages: None,
     })

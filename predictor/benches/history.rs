@@ -38,6 +38,8 @@ fn full_history() -> History {
                 value(3, family % 24),
                 value(4, next() % 64),
                 value(5, next() % 64),
+                value(6, family % 4),
+                value(7, family % 40),
             ],
         };
         let runtime_us =

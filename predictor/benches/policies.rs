@@ -50,6 +50,8 @@ fn workload() -> Vec<Job> {
                     priority: 0,
                     cpu_request: 0.125,
                     mem_request: 0.0625,
+                    partition: String::new(),
+                    time_limit_us: None,
                     num_tasks: width,
                     stages: None,
                 },

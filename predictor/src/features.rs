@@ -1,6 +1,8 @@
 //! The job features 3Sigma matches similar jobs by (SLearn §4.2): user, job
 //! name, logical job name, submission time (hour of the week), and requested
-//! CPU and memory (bucketed).
+//! CPU and memory (bucketed); and, where the scheduler has them (Slurm), the
+//! partition and the requested time limit (bucketed), which published HPC
+//! runtime models find the strongest single signal.
 
 use jobcast_ingest::event::JobSubmitted;
 use jobcast_ingest::ids::stable_id;
@@ -15,16 +17,25 @@ pub enum FeatureKind {
     SubmitHour,
     CpuRequest,
     MemRequest,
+    Partition,
+    TimeLimit,
 }
 
 impl FeatureKind {
-    pub const ALL: [FeatureKind; 6] = [
+    /// How many there are.
+    pub const COUNT: usize = 8;
+
+    /// Every kind, in the order of [`JobFeatures::values`]. Stored records
+    /// name a kind by its index here: new kinds go at the end.
+    pub const ALL: [FeatureKind; Self::COUNT] = [
         FeatureKind::User,
         FeatureKind::JobName,
         FeatureKind::LogicalName,
         FeatureKind::SubmitHour,
         FeatureKind::CpuRequest,
         FeatureKind::MemRequest,
+        FeatureKind::Partition,
+        FeatureKind::TimeLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,6 +46,8 @@ impl FeatureKind {
             FeatureKind::SubmitHour => "submit_hour",
             FeatureKind::CpuRequest => "cpu_request",
             FeatureKind::MemRequest => "mem_request",
+            FeatureKind::Partition => "partition",
+            FeatureKind::TimeLimit => "time_limit",
         }
     }
 }
@@ -43,25 +56,30 @@ impl FeatureKind {
 /// trace has no value (an empty name matches nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct JobFeatures {
-    pub values: [Option<u64>; 6],
+    pub values: [Option<u64>; FeatureKind::COUNT],
 }
 
 const HOUR_US: u64 = 3_600_000_000;
 
 impl JobFeatures {
     pub fn of(job: &JobSubmitted) -> Self {
-        Self::from_parts(
+        let mut f = Self::from_parts(
             &job.user,
             &job.job_name,
             &job.logical_name,
             job.time_us,
             job.cpu_request,
             job.mem_request,
-        )
+        );
+        f.values[FeatureKind::Partition as usize] = name_key(&job.partition);
+        f.values[FeatureKind::TimeLimit as usize] =
+            job.time_limit_us.and_then(|us| bucket(us as f64 / 1e6));
+        f
     }
 
     /// Features of one DAG stage: the job's, with names qualified by the
-    /// stage so that each stage learns its own history.
+    /// stage so that each stage learns its own history (the partition and
+    /// time limit are the job's, shared by its stages).
     pub fn of_stage(job: &JobSubmitted, stage: u32) -> Self {
         let mut f = Self::of(job);
         for kind in [
@@ -83,16 +101,17 @@ impl JobFeatures {
         cpu_request: f64,
         mem_request: f64,
     ) -> Self {
-        let name = |s: &str| (!s.is_empty()).then(|| stable_id(s.as_bytes()));
         JobFeatures {
             values: [
-                name(user),
-                name(job_name),
-                name(logical_name),
+                name_key(user),
+                name_key(job_name),
+                name_key(logical_name),
                 // Hour of the week since the trace's epoch: day and hour.
                 Some((submit_time_us / HOUR_US) % (7 * 24)),
                 bucket(cpu_request),
                 bucket(mem_request),
+                None,
+                None,
             ],
         }
     }
@@ -100,6 +119,11 @@ impl JobFeatures {
     pub fn get(&self, kind: FeatureKind) -> Option<u64> {
         self.values[kind as usize]
     }
+}
+
+/// A name's key; an empty name matches nothing.
+fn name_key(name: &str) -> Option<u64> {
+    (!name.is_empty()).then(|| stable_id(name.as_bytes()))
 }
 
 /// Requests bucketed on a log scale, four buckets per doubling: requests
@@ -128,5 +152,39 @@ mod tests {
         );
         assert_eq!(a.get(FeatureKind::MemRequest), None);
         assert_ne!(bucket(0.125), bucket(0.25));
+        assert_eq!(a.get(FeatureKind::Partition), None);
+        assert_eq!(a.get(FeatureKind::TimeLimit), None);
+    }
+
+    #[test]
+    fn a_slurm_jobs_partition_and_time_limit_are_features() {
+        let job = |partition: &str, minutes: Option<u64>| JobSubmitted {
+            time_us: 0,
+            job_id: 1,
+            user: "u".into(),
+            job_name: "n".into(),
+            logical_name: "n".into(),
+            scheduling_class: 0,
+            priority: 0,
+            cpu_request: 1.0,
+            mem_request: 0.0,
+            num_tasks: 1,
+            partition: partition.into(),
+            time_limit_us: minutes.map(|m| m * 60_000_000),
+            stages: None,
+        };
+        let [a, b, c] = [
+            JobFeatures::of(&job("debug", Some(60))),
+            JobFeatures::of(&job("debug", Some(61))),
+            JobFeatures::of(&job("long", Some(120))),
+        ];
+        assert_eq!(a.get(FeatureKind::Partition), b.get(FeatureKind::Partition));
+        assert_ne!(a.get(FeatureKind::Partition), c.get(FeatureKind::Partition));
+        assert!(a.get(FeatureKind::TimeLimit).is_some());
+        assert_eq!(a.get(FeatureKind::TimeLimit), b.get(FeatureKind::TimeLimit));
+        assert_ne!(a.get(FeatureKind::TimeLimit), c.get(FeatureKind::TimeLimit));
+        let unlimited = JobFeatures::of(&job("", None));
+        assert_eq!(unlimited.get(FeatureKind::Partition), None);
+        assert_eq!(unlimited.get(FeatureKind::TimeLimit), None);
     }
 }

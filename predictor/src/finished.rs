@@ -257,6 +257,8 @@ mod tests {
             priority: 0,
             cpu_request: 0.1,
             mem_request: 0.1,
+            partition: String::new(),
+            time_limit_us: None,
             num_tasks,
             stages,
         }

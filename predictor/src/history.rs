@@ -486,7 +486,7 @@ pub struct History {
     /// Decoded on first use after a restore ([`slot`]).
     values: HashMap<(FeatureKind, u64), Slot>,
     global: ValueHistory,
-    kind_errors: [RunningError; 6],
+    kind_errors: [RunningError; FeatureKind::COUNT],
     observed: u64,
     /// What changed since [`Self::drain_changes`], when tracking: in the
     /// order changed, with repeats (a job's end touches the global key).
@@ -522,7 +522,7 @@ struct HistoryForm {
     #[serde(deserialize_with = "slot::map")]
     values: HashMap<(FeatureKind, u64), Slot>,
     global: ValueForm,
-    kind_errors: [RunningError; 6],
+    kind_errors: [RunningError; FeatureKind::COUNT],
     observed: u64,
 }
 
@@ -573,7 +573,7 @@ impl From<HistoryForm> for History {
 pub struct HistoryChanges {
     values: Vec<((FeatureKind, u64), Option<Slot>)>,
     global: ValueHistory,
-    kind_errors: [RunningError; 6],
+    kind_errors: [RunningError; FeatureKind::COUNT],
     observed: u64,
     /// The utility exponent the samples' terms were computed with.
     utility_power: f64,
@@ -584,7 +584,7 @@ pub struct HistoryChanges {
 struct ChangesForm {
     values: Vec<((FeatureKind, u64), Option<Slot>)>,
     global: ValueForm,
-    kind_errors: [RunningError; 6],
+    kind_errors: [RunningError; FeatureKind::COUNT],
     observed: u64,
     utility_power: f64,
 }
@@ -744,7 +744,7 @@ impl History {
             config,
             values: HashMap::new(),
             global: ValueHistory::default(),
-            kind_errors: [RunningError::default(); 6],
+            kind_errors: [RunningError::default(); FeatureKind::COUNT],
             observed: 0,
             changes: None,
         }
@@ -1012,7 +1012,7 @@ mod tests {
             );
         }
         let global = h.record(HistoryKey::Global).unwrap();
-        assert_eq!(global.feature_errors.len(), 6);
+        assert_eq!(global.feature_errors.len(), FeatureKind::COUNT);
         assert_eq!(global.jobs.len(), HistoryConfig::default().max_samples);
         let user = h
             .record(HistoryKey::Value {
@@ -1041,9 +1041,10 @@ mod tests {
         assert!(json.contains("layout 123"), "{json}");
         let mut bad_kind = global.to_bytes();
         // layout, error, observed flag and count, number of feature errors.
-        bad_kind[1 + 16 + 9 + 1] = 6;
+        bad_kind[1 + 16 + 9 + 1] = FeatureKind::COUNT as u8;
         let kind = HistoryRecord::from_bytes(&bad_kind).unwrap_err();
-        assert!(kind.contains("byte 27: no feature with index 6"), "{kind}");
+        let named = format!("byte 27: no feature with index {}", FeatureKind::COUNT);
+        assert!(kind.contains(&named), "{kind}");
     }
 
     #[test]
@@ -1084,7 +1085,7 @@ mod tests {
         let global = h.record(HistoryKey::Global).unwrap();
         assert_eq!(global.observed, Some(2));
         assert_eq!(global.jobs.len(), 2);
-        assert_eq!(global.feature_errors.len(), 6);
+        assert_eq!(global.feature_errors.len(), FeatureKind::COUNT);
         assert!(changes(&mut h).is_empty());
 
         // The periodic sweep drops values whose jobs all left the window;
@@ -1167,6 +1168,38 @@ mod tests {
         // Two days later the job has left the window.
         let e = h.estimate(&feats("u", "n"), 3 * DAY, Estimator::Utility);
         assert_eq!((e.mean_task_runtime_us, e.samples), (60e6, 0));
+    }
+
+    #[test]
+    fn the_requested_time_limit_predicts_where_no_other_feature_does() {
+        // Every job has its own user, name and submit hour; its requested
+        // limit (10 or 60 minutes) is what says how long it runs.
+        const HOUR: u64 = 3_600_000_000;
+        let job = |i: u64, limit: u64| {
+            let mut f =
+                JobFeatures::from_parts(&format!("u{i}"), &format!("n{i}"), "", i * HOUR, 0.0, 0.0);
+            f.values[FeatureKind::TimeLimit as usize] = Some(limit);
+            f
+        };
+        let mut h = History::new(HistoryConfig::default());
+        for i in 0..120u64 {
+            let (limit, runtime) = if i % 2 == 0 {
+                (10, 100.0)
+            } else {
+                (60, 1000.0)
+            };
+            h.observe(&job(i, limit), 1_000 + i, runtime * S);
+        }
+        for (limit, runtime) in [(10, 100.0), (60, 1000.0)] {
+            let e = h.estimate(&job(1_000 + limit, limit), 2_000, Estimator::Median);
+            assert_eq!(
+                e.source,
+                EstimateSource::History {
+                    feature: FeatureKind::TimeLimit
+                }
+            );
+            assert!((e.mean_task_runtime_us - runtime * S).abs() < 1e-6, "{e:?}");
+        }
     }
 
     #[test]

@@ -737,6 +737,8 @@ impl Generator {
             priority: family.priority,
             cpu_request: family.cpu_request,
             mem_request: family.mem_request,
+            partition: String::new(),
+            time_limit_us: None,
             num_tasks,
             stages: stages.clone(),
         };

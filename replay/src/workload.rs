@@ -237,6 +237,8 @@ fn classify(done: CompletedJob, max_width: u32, excluded: &mut Excluded, usable:
         priority: job.priority,
         cpu_request: job.cpu_request,
         mem_request: job.mem_request,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks: width,
         stages: job.stages,
     };

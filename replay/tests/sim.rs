@@ -30,6 +30,8 @@ fn submitted(id: u64, arrival_s: u64, width: usize, stages: Option<Vec<Stage>>) 
         priority: 0,
         cpu_request: 0.0,
         mem_request: 0.0,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks: width as u32,
         stages,
     }

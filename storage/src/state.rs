@@ -108,7 +108,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"9";
+pub const STORE_FORMAT: &[u8] = b"10";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).

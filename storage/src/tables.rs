@@ -68,6 +68,8 @@ struct EventRow {
     num_tasks: Option<u32>,
     /// The DAG, as the canonical JSON array of stages.
     stages: Option<String>,
+    partition: Option<String>,
+    time_limit_us: Option<i64>,
     platform: Option<String>,
     cpus: Option<f64>,
     memory: Option<f64>,
@@ -263,6 +265,8 @@ impl EventRow {
             mem_request: None,
             num_tasks: None,
             stages: None,
+            partition: None,
+            time_limit_us: None,
             platform: None,
             cpus: None,
             memory: None,
@@ -287,6 +291,8 @@ impl EventRow {
                     .stages
                     .as_ref()
                     .map(|s| serde_json::to_string(s).expect("stages always serialise"));
+                row.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
+                row.time_limit_us = j.time_limit_us.map(t);
             }
             Event::Task(k) => {
                 row.task_index = Some(k.task_index);

@@ -406,6 +406,8 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
         priority: 0,
         cpu_request: 0.1,
         mem_request: 0.1,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks: MAX_TASKS_PER_JOB,
         stages: None,
     });

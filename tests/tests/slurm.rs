@@ -165,14 +165,21 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     ];
     for (job, width, indices) in widths {
         let events = &by_job[&job];
-        let submitted: Vec<u32> = events
+        // Each job was asked for `--time=1`, in partition `debug`.
+        let submitted: Vec<(u32, &str, Option<u64>)> = events
             .iter()
             .filter_map(|e| match e {
-                Event::JobSubmitted(j) => Some(j.num_tasks),
+                Event::JobSubmitted(j) => {
+                    Some((j.num_tasks, j.partition.as_str(), j.time_limit_us))
+                }
                 _ => None,
             })
             .collect();
-        assert_eq!(submitted, [width], "job {job}: {events:?}");
+        assert_eq!(
+            submitted,
+            [(width, "debug", Some(60_000_000))],
+            "job {job}: {events:?}"
+        );
         for (task, array_index) in indices.iter().enumerate() {
             let SlurmTask {
                 start, end, state, ..

@@ -212,6 +212,8 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
         priority: 0,
         cpu_request: f64::from(cpus),
         mem_request: (mem_per_cpu * u64::from(cpus)) as f64,
+        partition: first.partition.clone(),
+        time_limit_us: first.time_limit.map(|minutes| u64::from(minutes) * 60 * US),
         num_tasks: num_tasks as u32,
         stages: None,
     };
@@ -384,6 +386,13 @@ mod tests {
             .filter_map(|e| match e {
                 Event::JobSubmitted(j) => {
                     assert_eq!(j.time_us, T0 * US);
+                    // The partition and the requested limit travel with it
+                    // (`--time=1` or `--time=2` minutes).
+                    assert_eq!(j.partition, "debug");
+                    assert!(
+                        matches!(j.time_limit_us, Some(60_000_000 | 120_000_000)),
+                        "{j:?}"
+                    );
                     Some((j.job_id, (j.num_tasks, j.cpu_request, j.job_name.clone())))
                 }
                 _ => None,

@@ -26,7 +26,7 @@ use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 4;
+pub const SNAPSHOT_FORMAT: u32 = 5;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +100,8 @@ struct SubmittedState {
     cpu_request: f64,
     mem_request: f64,
     num_tasks: u32,
+    partition: String,
+    time_limit_us: Option<u64>,
     stages: Option<Vec<StageState>>,
 }
 
@@ -119,6 +121,8 @@ impl From<&JobSubmitted> for SubmittedState {
             cpu_request: j.cpu_request,
             mem_request: j.mem_request,
             num_tasks: j.num_tasks,
+            partition: j.partition.clone(),
+            time_limit_us: j.time_limit_us,
             stages: j.stages.as_ref().map(|stages| {
                 stages
                     .iter()
@@ -141,6 +145,8 @@ impl From<SubmittedState> for JobSubmitted {
             priority: s.priority,
             cpu_request: s.cpu_request,
             mem_request: s.mem_request,
+            partition: s.partition,
+            time_limit_us: s.time_limit_us,
             num_tasks: s.num_tasks,
             stages: s.stages.map(|stages| {
                 stages

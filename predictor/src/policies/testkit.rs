@@ -46,6 +46,8 @@ pub fn job(job_id: u64, num_tasks: u32) -> JobSubmitted {
         priority: 0,
         cpu_request: 0.0,
         mem_request: 0.0,
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks,
         stages: None,
     }
@@ -54,6 +56,8 @@ pub fn job(job_id: u64, num_tasks: u32) -> JobSubmitted {
 /// A DAG job from `(id, parents, tasks)` stages; its width is their sum.
 pub fn dag_job(job_id: u64, stages: &[(u32, &[u32], u32)]) -> JobSubmitted {
     JobSubmitted {
+        partition: String::new(),
+        time_limit_us: None,
         num_tasks: stages.iter().map(|s| s.2).sum(),
         stages: Some(
             stages
