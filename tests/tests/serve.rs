@@ -391,7 +391,8 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
 fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_time() {
     const JOB: u64 = 1;
     const CLIENTS: usize = 50;
-    // Measured: 90–110 MiB (8 read threads warming up), then 4–10 MiB.
+    // Measured: 78–110 MiB (8 read threads warming up), then 4–18 MiB; one
+    // loaded CI run saw 44 MiB and 44 MiB.
     const MAX_WARM_UP_MIB: u64 = 192;
     const MAX_GROWTH_MIB: u64 = 32;
     let topics = Topics::default();
@@ -512,13 +513,12 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
     );
     // The default request timeout (10 s) and a margin for the client.
     assert!(slowest < Duration::from_secs(15), "{answers:?}");
+    // Which burst starts the read threads depends on how the two cores
+    // schedule them (a loaded machine may start only some in the first):
+    // the bound is on both together.
     assert!(
-        warm_up_mib < MAX_WARM_UP_MIB,
-        "peak RSS grew {warm_up_mib} MiB under the first {CLIENTS} requests"
-    );
-    assert!(
-        growth_mib < MAX_GROWTH_MIB,
-        "peak RSS grew {growth_mib} MiB under {CLIENTS} more requests"
+        warm_up_mib + growth_mib < MAX_WARM_UP_MIB + MAX_GROWTH_MIB,
+        "peak RSS grew {warm_up_mib} MiB under the first {CLIENTS} requests and {growth_mib} MiB under {CLIENTS} more"
     );
     assert_eq!(serve.get("/healthz").0, 200);
     serve.terminate();
