@@ -548,3 +548,88 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
     serve.terminate();
 }
+
+/// `jobcast bench slurm` on ten jobs of a generated workload (a few
+/// families of short tasks, arrays up to 12 wide) at load 1.5: both runs
+/// finish every job, jobcast's decisions reach Slurm while jobs wait, and
+/// the report has every figure the docs name, consistent with each other.
+#[test]
+fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
+    let slurm = Slurm::up();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("w.jsonl");
+    jobcast_tests::jobcast_ok(&[
+        "generate",
+        "--seed",
+        "3",
+        "--jobs",
+        "40",
+        "--slots",
+        "8",
+        "--families",
+        "4",
+        "--family-median-secs",
+        "3",
+        "--thin-fraction",
+        "0.3",
+        "--dag-fraction",
+        "0",
+        "--min-width",
+        "4",
+        "--max-width",
+        "12",
+        "--output",
+        trace.to_str().unwrap(),
+    ]);
+    let out = Command::new(jobcast_bin())
+        .args([
+            "bench", "slurm", "--format", "jsonl", "--jobs", "10", "--load", "1.5",
+        ])
+        .args([
+            "--time-scale",
+            "1",
+            "--max-task-secs",
+            "4",
+            "--interval-secs",
+            "0.3",
+        ])
+        .arg("--json")
+        .arg("--trace")
+        .arg(&trace)
+        .env("SLURM_CONF", slurm.conf())
+        .output()
+        .expect("jobcast bench slurm runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("{report}");
+    assert_eq!(report["jobs"], 10, "{report}");
+    assert_eq!(report["cpus"], 8, "{report}");
+    let number = |key: &str| {
+        report[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {report}"))
+    };
+    for key in [
+        "baseline_avg_jct_s",
+        "jobcast_avg_jct_s",
+        "simulated_baseline_avg_jct_s",
+        "simulated_jobcast_avg_jct_s",
+    ] {
+        assert!(number(key) >= 1.0, "{key}: {report}");
+    }
+    let ratio = number("baseline_avg_jct_s") / number("jobcast_avg_jct_s");
+    assert!((number("speedup") - ratio).abs() < 1e-9, "{report}");
+    let simulated = number("simulated_baseline_avg_jct_s") / number("simulated_jobcast_avg_jct_s");
+    assert!(
+        (number("simulated_speedup") - simulated).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(report["killed_at_limit"], 0, "{report}");
+    assert!(number("p50_decision_delay_s") >= 0.0, "{report}");
+    assert!(number("estimated_jobs") >= 1.0, "{report}");
+    assert!(number("p50_error_pct") >= 0.0, "{report}");
+}

@@ -27,7 +27,8 @@
 //! the service's.
 //!
 //! `jobcast bench recovery` ([`recovery`]) times a restart and sizes the
-//! store.
+//! store. `jobcast bench slurm` ([`slurm`]) measures job completion times
+//! on a real Slurm cluster, with and without jobcast.
 
 use std::error::Error as StdError;
 use std::path::PathBuf;
@@ -61,6 +62,7 @@ mod pipeline;
 mod recovery;
 mod relay;
 mod report;
+mod slurm;
 
 /// A step that makes no progress for this long has failed.
 const STALL: Duration = Duration::from_secs(60);
@@ -84,6 +86,10 @@ enum BenchCommand {
     /// The restore time of a restart, the logged messages it applies, the
     /// store's size, and the throughput with and without snapshots.
     Recovery(RecoveryArgs),
+    /// Job completion times on the local Slurm cluster (`scripts/slurm.sh
+    /// up`), Slurm alone and driven by jobcast, beside the simulator's
+    /// prediction on as many slots.
+    Slurm(slurm::SlurmArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -164,6 +170,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         BenchCommand::Pipeline(args) => pipeline(&args),
         BenchCommand::Latency(args) => latency(&args),
         BenchCommand::Recovery(args) => recovery(&args),
+        BenchCommand::Slurm(args) => slurm::slurm(&args),
     }
 }
 

@@ -1,0 +1,591 @@
+//! `jobcast bench slurm`: a trace's jobs run on the local Slurm cluster
+//! (`scripts/slurm.sh up`) twice from the same idle start, Slurm alone and
+//! Slurm driven by jobcast (`serve`, `slurm watch` and `slurm apply` on an
+//! embedded Kafka), and once through jobcast's simulator on as many slots
+//! as the cluster has CPUs: how much sooner jobs finish, and whether the
+//! simulator predicts it.
+//!
+//! Each task is a `sleep` of its scaled trace runtime on one CPU; a job of
+//! several tasks is an array. Slurm's own times (whole seconds) measure
+//! each job: JCT is its last task's end less its submission. Slurm alone
+//! is simulated as FIFO: with every priority equal Slurm starts jobs in
+//! submission order, and one-CPU tasks leave backfill nothing to reorder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jobcast_ingest::Format;
+use jobcast_ingest::kafka::{Topics, read_to_end};
+use jobcast_ingest::slurm::{SqueueJob, run_squeue};
+use jobcast_predictor::decision::{Decision, Newest, Phase, PolicyKind};
+use jobcast_predictor::stats::percentile;
+use jobcast_replay::evaluate::{EvalConfig, run_policy};
+use jobcast_replay::live::{LiveJob, live_workload};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Excluded, Workload};
+use rdkafka::Message;
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use serde::Serialize;
+
+use crate::output::{print_json, print_out};
+
+#[derive(clap::Args)]
+pub struct SlurmArgs {
+    /// The trace: a directory (google2011, google2019, alibaba2018) or a
+    /// file (jsonl, e.g. from `jobcast generate`).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Its format: google2011, google2019, alibaba2018 or jsonl.
+    #[arg(long)]
+    format: Format,
+    /// Jobs to run: the first of the trace's evaluated half.
+    #[arg(long, default_value_t = 200)]
+    jobs: usize,
+    /// Live seconds per trace second of task runtime.
+    #[arg(long, default_value_t = 0.01)]
+    time_scale: f64,
+    /// No task runs shorter than this (Slurm's times are whole seconds).
+    #[arg(long, default_value_t = 1.0)]
+    min_task_secs: f64,
+    /// Nor longer than this.
+    #[arg(long, default_value_t = 600.0)]
+    max_task_secs: f64,
+    /// Drop jobs with more tasks than this.
+    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
+    max_width: u32,
+    /// The offered load: the work over the run's span and the CPUs.
+    #[arg(long, default_value_t = 1.0)]
+    load: f64,
+    /// The policy jobcast runs.
+    #[arg(long, default_value_t = PolicyKind::SLearn)]
+    policy: PolicyKind,
+    /// Seconds between the watcher's polls and the applier's ticks.
+    #[arg(long, default_value_t = 0.5)]
+    interval_secs: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one run on the cluster measured.
+#[derive(Debug, Serialize)]
+struct LiveRun {
+    avg_jct_s: f64,
+    p50_jct_s: f64,
+    /// Tasks Slurm ended at their time limit.
+    killed_at_limit: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    jobs: usize,
+    cpus: u32,
+    policy: PolicyKind,
+    baseline_avg_jct_s: f64,
+    baseline_p50_jct_s: f64,
+    jobcast_avg_jct_s: f64,
+    jobcast_p50_jct_s: f64,
+    /// Slurm alone's average JCT over jobcast's.
+    speedup: f64,
+    simulated_baseline_avg_jct_s: f64,
+    simulated_jobcast_avg_jct_s: f64,
+    simulated_speedup: f64,
+    /// Median error of the estimates that placed wide jobs, against the
+    /// mean task runtime Slurm measured.
+    p50_error_pct: Option<f64>,
+    estimated_jobs: usize,
+    /// Median seconds from a job's submission to the first snapshot that
+    /// showed a priority jobcast set.
+    p50_decision_delay_s: Option<f64>,
+    killed_at_limit: usize,
+}
+
+pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
+    let cpus = cluster_cpus()?;
+    let trace = jobcast_ingest::open(args.format, &args.trace)
+        .with_context(|| format!("opening {} trace", args.format.name()))?;
+    let workload = Workload::from_trace(trace, args.max_width)
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    if !(args.load.is_finite() && args.load > 0.0) {
+        bail!("--load {}: must be positive", args.load);
+    }
+    // An array has no stages: DAG jobs are left out.
+    let flat: Vec<_> = workload
+        .jobs
+        .iter()
+        .filter(|j| j.job().stages.is_none())
+        .cloned()
+        .collect();
+    let mut live = live_workload(
+        &flat,
+        args.jobs,
+        args.time_scale * 1e-6,
+        args.min_task_secs,
+        cpus,
+        args.load,
+    );
+    for job in &mut live {
+        for r in &mut job.runtimes_s {
+            *r = r.min(args.max_task_secs).round().max(args.min_task_secs);
+        }
+    }
+    if live.is_empty() {
+        bail!("{}: no job to run", args.trace.display());
+    }
+    let span = live.last().map_or(0.0, |j| j.arrival_s);
+    eprintln!(
+        "jobcast bench slurm: {} jobs, {} tasks, over {span:.0} s on {cpus} CPUs",
+        live.len(),
+        live.iter().map(|j| j.runtimes_s.len()).sum::<usize>()
+    );
+
+    let (simulated_baseline, simulated_jobcast) = simulate(&live, cpus, args.policy)?;
+    let dir = tempfile::tempdir().context("creating the run's directory")?;
+    write_runtimes(dir.path(), &live)?;
+    let (baseline, _) = run_live(args, &live, dir.path(), None).context("Slurm alone")?;
+    let mock =
+        MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
+    let topics = Topics::default();
+    mock.create_topic(&topics.events, 2, 1)?;
+    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+        mock.create_topic(topic, 1, 1)?;
+    }
+    let (jobcast, observed) = run_live(args, &live, dir.path(), Some(&mock.bootstrap_servers()))
+        .context("Slurm driven by jobcast")?;
+    let (errors, estimated_jobs) =
+        prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
+
+    let report = Report {
+        jobs: live.len(),
+        cpus,
+        policy: args.policy,
+        baseline_avg_jct_s: baseline.avg_jct_s,
+        baseline_p50_jct_s: baseline.p50_jct_s,
+        jobcast_avg_jct_s: jobcast.avg_jct_s,
+        jobcast_p50_jct_s: jobcast.p50_jct_s,
+        speedup: baseline.avg_jct_s / jobcast.avg_jct_s,
+        simulated_baseline_avg_jct_s: simulated_baseline,
+        simulated_jobcast_avg_jct_s: simulated_jobcast,
+        simulated_speedup: simulated_baseline / simulated_jobcast,
+        p50_error_pct: median(errors),
+        estimated_jobs,
+        p50_decision_delay_s: median(observed.decision_delays_s()),
+        killed_at_limit: baseline.killed_at_limit + jobcast.killed_at_limit,
+    };
+    if args.json {
+        return print_json(&report);
+    }
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.2}"));
+    print_out(&format!(
+        "jobs                     {}\nCPUs                     {}\n\
+         avg JCT, Slurm alone     {:.1} s (P50 {:.1} s)\n\
+         avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
+         speedup                  {:.2}×\n\
+         simulated speedup        {:.2}× ({:.1} s / {:.1} s)\n\
+         P50 prediction error     {} % over {} estimated jobs\n\
+         P50 decision delay       {} s\n\
+         killed at a time limit   {}\n",
+        report.jobs,
+        report.cpus,
+        report.baseline_avg_jct_s,
+        report.baseline_p50_jct_s,
+        report.jobcast_avg_jct_s,
+        report.jobcast_p50_jct_s,
+        report.speedup,
+        report.simulated_speedup,
+        report.simulated_baseline_avg_jct_s,
+        report.simulated_jobcast_avg_jct_s,
+        opt(report.p50_error_pct),
+        report.estimated_jobs,
+        opt(report.p50_decision_delay_s),
+        report.killed_at_limit,
+    ))
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    percentile(&values, 50.0)
+}
+
+/// The CPUs of the cluster `SLURM_CONF` names (`sinfo`'s total).
+fn cluster_cpus() -> anyhow::Result<u32> {
+    let out = Command::new("sinfo")
+        .args(["-h", "-o", "%C"])
+        .output()
+        .context("sinfo (is Slurm installed and SLURM_CONF set? scripts/slurm.sh up)")?;
+    if !out.status.success() {
+        bail!(
+            "sinfo: {} (start a cluster with `eval \"$(scripts/slurm.sh up)\"`)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .rsplit('/')
+        .next()
+        .and_then(|total| total.parse().ok())
+        .filter(|&cpus: &u32| cpus > 0)
+        .with_context(|| format!("sinfo -o %C printed {text:?}, not A/I/O/T CPUs"))
+}
+
+/// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated on
+/// `cpus` slots from an empty history, as the live service starts.
+fn simulate(live: &[LiveJob], cpus: u32, policy: PolicyKind) -> anyhow::Result<(f64, f64)> {
+    let jobs = live.iter().map(LiveJob::as_simulated).collect();
+    let last = live.last().map_or(0, |j| (j.arrival_s * 1e6) as u64);
+    // Every job is evaluated, from an empty history.
+    let workload = Workload {
+        training: Vec::new(),
+        jobs,
+        span_us: (0, last),
+        split_us: 0,
+        excluded: Excluded::default(),
+    };
+    let config = EvalConfig {
+        slots: Some(cpus),
+        cold_start: true,
+        ..EvalConfig::default()
+    };
+    let avg = |kind| -> anyhow::Result<f64> {
+        let report = run_policy(&workload, kind, &config, cpus)?;
+        report
+            .summary
+            .avg_jct_s
+            .context("the simulation finished no job")
+    };
+    Ok((avg(PolicyKind::Fifo)?, avg(policy)?))
+}
+
+/// Each job's task runtimes, one per line, where its tasks read them.
+fn write_runtimes(dir: &Path, live: &[LiveJob]) -> anyhow::Result<()> {
+    for (i, job) in live.iter().enumerate() {
+        let lines: String = job.runtimes_s.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(dir.join(format!("job-{i}.txt")), lines)?;
+    }
+    Ok(())
+}
+
+/// What the bench saw of one run's jobs, by Slurm job id.
+#[derive(Default)]
+struct Observed {
+    /// Live job index, by Slurm job id.
+    jobs: BTreeMap<u64, usize>,
+    /// Each task's last record, by (job, array index or 0).
+    tasks: BTreeMap<(u64, u32), SqueueJob>,
+    /// When a priority jobcast sets was first seen, by job (Unix s).
+    decided_at: BTreeMap<u64, u64>,
+}
+
+/// Priorities at or above this are jobcast's (`slurm apply`'s default base).
+const APPLIED_PRIORITY: u32 = 1_000_000;
+
+impl Observed {
+    fn record(&mut self, snapshot: Vec<SqueueJob>, now: u64) {
+        for record in snapshot {
+            let job = record.job();
+            if !self.jobs.contains_key(&job) {
+                continue;
+            }
+            if record.priority.is_some_and(|p| p >= APPLIED_PRIORITY) {
+                self.decided_at.entry(job).or_insert(now);
+            }
+            if let Some(index) = record
+                .array_task_id
+                .or((record.array_job_id == 0).then_some(0))
+            {
+                self.tasks.insert((job, index), record);
+            }
+        }
+    }
+
+    /// Tasks ended, of `total`.
+    fn ended(&self) -> usize {
+        self.tasks
+            .values()
+            .filter(|t| {
+                !matches!(
+                    t.job_state.as_str(),
+                    "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING"
+                )
+            })
+            .count()
+    }
+
+    /// Each job's JCT, s: its last task's end less its submission.
+    fn jcts(&self) -> Vec<f64> {
+        let mut per_job: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for ((job, _), task) in &self.tasks {
+            let entry = per_job.entry(*job).or_insert((u64::MAX, 0));
+            entry.0 = entry.0.min(task.submit_time);
+            entry.1 = entry.1.max(task.end_time);
+        }
+        per_job
+            .values()
+            .map(|(s, e)| e.saturating_sub(*s) as f64)
+            .collect()
+    }
+
+    fn decision_delays_s(&self) -> Vec<f64> {
+        self.decided_at
+            .iter()
+            .filter_map(|(job, at)| {
+                let submitted = self
+                    .tasks
+                    .iter()
+                    .find(|((j, _), _)| j == job)?
+                    .1
+                    .submit_time;
+                Some(at.saturating_sub(submitted) as f64)
+            })
+            .collect()
+    }
+
+    /// A job's mean task runtime as Slurm measured it, s.
+    fn mean_runtime_s(&self, job: u64) -> Option<f64> {
+        let runs: Vec<f64> = self
+            .tasks
+            .range((job, 0)..=(job, u32::MAX))
+            .map(|(_, t)| t.end_time.saturating_sub(t.start_time) as f64)
+            .collect();
+        (!runs.is_empty()).then(|| runs.iter().sum::<f64>() / runs.len() as f64)
+    }
+}
+
+/// Run `live` on the cluster, driven by jobcast if `brokers` is given;
+/// what it measured, and what it saw.
+fn run_live(
+    args: &SlurmArgs,
+    live: &[LiveJob],
+    dir: &Path,
+    brokers: Option<&str>,
+) -> anyhow::Result<(LiveRun, Observed)> {
+    let squeue = vec!["squeue".to_owned(), "--json".to_owned()];
+    let busy = run_squeue(&squeue)
+        .map_err(anyhow::Error::msg)?
+        .iter()
+        .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
+        .count();
+    if busy > 0 {
+        bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
+    }
+    let services = match brokers {
+        Some(brokers) => start_services(args, brokers, dir)?,
+        None => Vec::new(),
+    };
+    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
+    let bar = ProgressBar::with_draw_target(Some(tasks as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_message(if brokers.is_some() {
+        "with jobcast"
+    } else {
+        "Slurm alone "
+    });
+    let result = submit_and_follow(live, dir, &squeue, &bar, tasks);
+    bar.finish_and_clear();
+    for mut child in services {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+    let observed = result?;
+    let jcts = observed.jcts();
+    let run = LiveRun {
+        avg_jct_s: jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
+        p50_jct_s: median(jcts.clone()).unwrap_or(0.0),
+        killed_at_limit: observed
+            .tasks
+            .values()
+            .filter(|t| t.job_state == "TIMEOUT")
+            .count(),
+    };
+    Ok((run, observed))
+}
+
+fn submit_and_follow(
+    live: &[LiveJob],
+    dir: &Path,
+    squeue: &[String],
+    bar: &ProgressBar,
+    tasks: usize,
+) -> anyhow::Result<Observed> {
+    let mut observed = Observed::default();
+    let started = Instant::now();
+    let span = live.last().map_or(0.0, |j| j.arrival_s);
+    let work: f64 = live.iter().flat_map(|j| &j.runtimes_s).sum();
+    // Every task, one after another, and the span: nothing can take longer.
+    let deadline = started + Duration::from_secs_f64(span + work + 300.0);
+    let mut next = 0;
+    let mut last_poll = Instant::now() - Duration::from_secs(10);
+    loop {
+        while next < live.len() && started.elapsed().as_secs_f64() >= live[next].arrival_s {
+            let id = sbatch(dir, next, &live[next])?;
+            observed.jobs.insert(id, next);
+            next += 1;
+        }
+        if last_poll.elapsed() >= Duration::from_secs(1) {
+            last_poll = Instant::now();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            match run_squeue(squeue) {
+                Ok(snapshot) => observed.record(snapshot, now),
+                Err(e) => eprintln!("jobcast bench slurm: {e}; polling again"),
+            }
+            bar.set_position(observed.ended() as u64);
+            if next == live.len() && observed.ended() == tasks {
+                return Ok(observed);
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} of {tasks} tasks ended in {:.0} s",
+                observed.ended(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Submit job `index`: an array of one-CPU `sleep`s, each reading its
+/// runtime from the job's file; its Slurm job id.
+fn sbatch(dir: &Path, index: usize, job: &LiveJob) -> anyhow::Result<u64> {
+    let file = dir.join(format!("job-{index}.txt"));
+    let script = format!(
+        "sleep $(sed -n \"$((${{SLURM_ARRAY_TASK_ID:-0}} + 1))p\" {})",
+        file.display()
+    );
+    let name = if job.job.job().job_name.is_empty() {
+        format!("job-{}", job.job.job_id())
+    } else {
+        job.job.job().job_name.clone()
+    };
+    let mut command = Command::new("sbatch");
+    command
+        .args(["--parsable", "-c", "1", "-o", "/dev/null", "-J"])
+        .arg(&name)
+        .arg("--chdir")
+        .arg(dir);
+    if job.runtimes_s.len() > 1 {
+        command.arg(format!("--array=0-{}", job.runtimes_s.len() - 1));
+    }
+    let out = command
+        .args(["--wrap", &script])
+        .output()
+        .context("sbatch")?;
+    if !out.status.success() {
+        bail!("sbatch: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .split(';')
+        .next()
+        .and_then(|id| id.parse().ok())
+        .with_context(|| format!("sbatch --parsable printed {text:?}"))
+}
+
+/// `jobcast serve`, `slurm watch` and `slurm apply` on the embedded Kafka,
+/// each with its state under `dir`.
+fn start_services(args: &SlurmArgs, brokers: &str, dir: &Path) -> anyhow::Result<Vec<Child>> {
+    let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
+    let interval = args.interval_secs.to_string();
+    let policy = args.policy.name().to_owned();
+    let data = dir.join("serve");
+    let (watch, apply) = (dir.join("watch.json"), dir.join("apply.json"));
+    let commands: [Vec<&std::ffi::OsStr>; 3] = [
+        vec![
+            "serve".as_ref(),
+            "--brokers".as_ref(),
+            brokers.as_ref(),
+            "--policy".as_ref(),
+            policy.as_ref(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+            "--http".as_ref(),
+            "127.0.0.1:0".as_ref(),
+        ],
+        vec![
+            "slurm".as_ref(),
+            "watch".as_ref(),
+            "--brokers".as_ref(),
+            brokers.as_ref(),
+            "--interval-secs".as_ref(),
+            interval.as_ref(),
+            "--state".as_ref(),
+            watch.as_os_str(),
+        ],
+        vec![
+            "slurm".as_ref(),
+            "apply".as_ref(),
+            "--brokers".as_ref(),
+            brokers.as_ref(),
+            "--interval-secs".as_ref(),
+            interval.as_ref(),
+            "--state".as_ref(),
+            apply.as_os_str(),
+        ],
+    ];
+    let mut children = Vec::new();
+    for command in commands {
+        let child = Command::new(&jobcast)
+            .args(command)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting a jobcast service")?;
+        children.push(child);
+    }
+    Ok(children)
+}
+
+/// The error (%) of each decision that placed a wide job by an estimate,
+/// against the mean task runtime Slurm measured; and how many there were.
+fn prediction_errors(
+    brokers: &str,
+    topics: &Topics,
+    observed: &Observed,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "jobcast-bench-slurm")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut newest = Newest::default();
+    read_to_end(
+        &consumer,
+        &topics.decisions,
+        &mut BTreeMap::new(),
+        Duration::from_secs(30),
+        |message| {
+            if let Ok(decision) =
+                serde_json::from_slice::<Decision>(message.payload().unwrap_or_default())
+            {
+                newest.offer(decision);
+            }
+        },
+    )?;
+    let mut errors = Vec::new();
+    for decision in newest.iter() {
+        let (Phase::Estimated, Some(estimate)) = (decision.phase, decision.estimate) else {
+            continue;
+        };
+        if let Some(truth) = observed
+            .mean_runtime_s(decision.job_id)
+            .filter(|t| *t > 0.0)
+        {
+            let estimated = estimate.mean_task_runtime_us / 1e6;
+            errors.push((estimated - truth).abs() / truth * 100.0);
+        }
+    }
+    let estimated = errors.len();
+    Ok((errors, estimated))
+}
