@@ -99,6 +99,9 @@ pub struct Applier<S: Scheduler> {
     consumer: BaseConsumer,
     /// A dry run's last plan: only changes to it are shown.
     shown: Vec<Action>,
+    /// The state as last written: a tick that changed nothing writes
+    /// nothing.
+    written: Vec<u8>,
 }
 
 impl<S: Scheduler> Applier<S> {
@@ -122,6 +125,7 @@ impl<S: Scheduler> Applier<S> {
             saved,
             consumer,
             shown: Vec::new(),
+            written: Vec::new(),
         })
     }
 
@@ -174,7 +178,11 @@ impl<S: Scheduler> Applier<S> {
         for action in actions {
             ticked.outcomes.push(self.carry_out(action));
         }
-        state_file::save(&self.options.state, &self.saved).map_err(ApplyError::State)?;
+        let now = serde_json::to_vec(&self.saved).expect("the state serialises");
+        if now != self.written {
+            state_file::save(&self.options.state, &self.saved).map_err(ApplyError::State)?;
+            self.written = now;
+        }
         Ok(ticked)
     }
 

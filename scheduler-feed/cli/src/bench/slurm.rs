@@ -65,7 +65,7 @@ pub struct SlurmArgs {
     #[arg(long, default_value_t = PolicyKind::SLearn)]
     policy: PolicyKind,
     /// Seconds between the watcher's polls and the applier's ticks.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = crate::slurm::parse_interval)]
     interval_secs: f64,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -390,13 +390,28 @@ fn run_live(
     });
     let result = submit_and_follow(live, dir, &squeue, &bar, tasks);
     bar.finish_and_clear();
-    for mut child in services {
+    // A service that stopped early would make this a run without jobcast.
+    let mut stopped = Vec::new();
+    for (name, mut child) in services {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+            let mut tail: Vec<&str> = log.lines().rev().take(5).collect();
+            tail.reverse();
+            stopped.push(format!(
+                "jobcast {name} stopped during the run ({status}): {}",
+                tail.join(" | ")
+            ));
+            continue;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
         let _ = child.wait();
     }
     let observed = result?;
+    if !stopped.is_empty() {
+        bail!("{}", stopped.join("; "));
+    }
     let jcts = observed.jcts();
     let run = LiveRun {
         avg_jct_s: jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
@@ -494,8 +509,12 @@ fn sbatch(dir: &Path, index: usize, job: &LiveJob) -> anyhow::Result<u64> {
 }
 
 /// `jobcast serve`, `slurm watch` and `slurm apply` on the embedded Kafka,
-/// each with its state under `dir`.
-fn start_services(args: &SlurmArgs, brokers: &str, dir: &Path) -> anyhow::Result<Vec<Child>> {
+/// each with its state and its log (`NAME.log`) under `dir`.
+fn start_services(
+    args: &SlurmArgs,
+    brokers: &str,
+    dir: &Path,
+) -> anyhow::Result<Vec<(&'static str, Child)>> {
     let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
     let interval = args.interval_secs.to_string();
     let policy = args.policy.name().to_owned();
@@ -535,14 +554,16 @@ fn start_services(args: &SlurmArgs, brokers: &str, dir: &Path) -> anyhow::Result
         ],
     ];
     let mut children = Vec::new();
-    for command in commands {
+    for (name, command) in ["serve", "watch", "apply"].into_iter().zip(commands) {
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
         let child = Command::new(&jobcast)
             .args(command)
+            .env("JOBCAST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
-            .context("starting a jobcast service")?;
-        children.push(child);
+            .with_context(|| format!("starting jobcast {name}"))?;
+        children.push((name, child));
     }
     Ok(children)
 }
