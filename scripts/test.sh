@@ -15,10 +15,10 @@ cargo test --release --locked --workspace
 # default since they need data beside the repository.
 if [ -d ../shared/data ]; then
     cargo test --release --locked --workspace \
-        --test formats --test risk --test risk_fit \
+        --test formats --test evaluate --test risk --test risk_fit \
         --test gce_real --test google2011_real --test dag_names -- --ignored
 else
-    echo "test.sh: ../shared/data is absent: the tests over the shared traces (8, marked ignored) did not run" >&2
+    echo "test.sh: ../shared/data is absent: the tests over the shared traces (10, marked ignored) did not run" >&2
 fi
 # The long crash-safety run: a million events, 20 SIGKILLs (minutes).
 cargo test --release --locked --workspace --test crash -- --ignored

@@ -22,7 +22,7 @@ use plotters::prelude::*;
 use serde_json::{Map, Value, json};
 
 use crate::sim::{SimConfig, SimError, SimReport, simulate, speedup};
-use crate::workload::{Excluded, SimJob, Workload};
+use crate::workload::{Excluded, LoadProfile, SimJob, Split, Workload};
 
 /// How to evaluate.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +161,10 @@ pub struct Evaluation {
     /// Jobs the history was trained on.
     pub history_jobs: usize,
     pub excluded: Excluded,
+    /// Where the trace was cut into history and evaluated jobs.
+    pub split: Split,
+    /// The evaluated jobs' offered load on `slots` (SLearn Table 5).
+    pub load: LoadProfile,
     /// Accuracy (errors, queues, the error plot) is over jobs at least this
     /// wide: the thin limit.
     pub accuracy_min_width: u32,
@@ -198,7 +202,9 @@ pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, 
         slots,
         jobs: workload.jobs.len(),
         history_jobs: config.history_jobs(workload),
-        excluded: workload.excluded,
+        excluded: workload.excluded.counts,
+        split: workload.split,
+        load: workload.load_profile(slots),
         accuracy_min_width: config.policy.thin_limit,
         reports,
     })
@@ -227,7 +233,7 @@ impl Evaluation {
 
     /// `{"policies": {name: {...}}, "speedup_of_slearn": {name: x},
     /// "slots", "jobs", "history_jobs", "accuracy_min_width", "excluded":
-    /// {...}}`; `null` where
+    /// {...}, "split": {...}, "load": {...}}`; `null` where
     /// a figure is undefined (no estimates, no jobs).
     pub fn to_json(&self) -> Value {
         let mut policies = Map::new();
@@ -263,6 +269,8 @@ impl Evaluation {
             "history_jobs": self.history_jobs,
             "accuracy_min_width": self.accuracy_min_width,
             "excluded": self.excluded,
+            "split": self.split,
+            "load": self.load,
         })
     }
 
@@ -308,7 +316,8 @@ impl Evaluation {
         let _ = writeln!(
             out,
             "{} slots, {} evaluated jobs, {} history jobs; excluded {}: censored {}, killed {}, failed {}, \
-             lost {}, unknown arrival {}, unknown runtime {}, too wide {}, invalid {}, spanning the split {}",
+             lost {}, unknown arrival {}, outside the task events {}, unknown runtime {}, too wide {}, \
+             invalid {}, spanning the split {}",
             self.slots,
             self.jobs,
             self.history_jobs,
@@ -318,10 +327,21 @@ impl Evaluation {
             e.failed,
             e.lost,
             e.unknown_arrival,
+            e.outside_task_events,
             e.unknown_runtime,
             e.too_wide,
             e.invalid,
             e.spans_split
+        );
+        let l = &self.load;
+        let _ = writeln!(
+            out,
+            "{}; offered load per 1000-s window: average {:.2}, P50 {:.2}, P90 {:.2} ({} windows)",
+            self.split.describe(),
+            l.average,
+            l.p50,
+            l.p90,
+            l.windows
         );
         let _ = writeln!(
             out,

@@ -9,13 +9,26 @@
 //! first half and ends in the second is in neither set (it would leak the
 //! evaluated period into the training data).
 //!
-//! The span is that of the job submissions, not of all events: the last
-//! events of a trace are the ends of its longest jobs, which can run long
-//! after arrivals stop (a synthetic trace of N jobs ends with a tail of
-//! finishes as long as its longest job), and halving that tail would leave
-//! the second half nearly empty of arrivals. Time 0 means "before the trace
-//! window" (as in the Google traces and [`jobcast_ingest::truth`]), so a job
-//! submitted at time 0 has no known arrival and does not open the span.
+//! The span that is halved is where the trace holds both kinds of events a
+//! replayable job needs: the overlap of its job submissions and its task
+//! events. Not all events: the last events of a trace are the ends of its
+//! longest jobs, which can run long after arrivals stop (a synthetic trace
+//! of N jobs ends with a tail of finishes as long as its longest job), and
+//! halving that tail would leave the second half nearly empty of arrivals.
+//! Not the submissions alone either: a Google 2011 download often has more
+//! `job_events` parts than `task_events` parts, and the middle of the
+//! submissions then falls after the last task, leaving no history. Time 0
+//! means "before the trace window" (as in the Google traces and
+//! [`jobcast_ingest::truth`]), so an event at time 0 does not open a span.
+//!
+//! A split that leaves either half empty is refused: an evaluation without
+//! history (3Sigma on its fallback alone) or without evaluated jobs reads
+//! like a result and is not one.
+//!
+//! [`Workload::sample`] is the paper's extraction of an execution trace
+//! (§4.3): N jobs drawn uniformly from the second half, their arrivals
+//! rescaled so that the average offered load is 1, reported per 1000-s
+//! window as in its Table 5 ([`Workload::load_profile`]).
 
 use std::ops::Deref;
 
@@ -24,6 +37,8 @@ use jobcast_ingest::truth::{CompletedJob, TruthBuilder};
 use jobcast_ingest::{Trace, TraceError};
 use jobcast_predictor::finished::{FinishedJob, JobError};
 use jobcast_predictor::history::{History, HistoryConfig};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 /// Widest job replayed by default (SLearn §4.3 drops wider ones).
@@ -51,6 +66,19 @@ impl SimJob {
     pub fn end_us(&self) -> u64 {
         self.end_us
     }
+
+    /// The same job submitted at `arrival_us` (its end moved with it).
+    pub fn arriving_at(&self, arrival_us: u64) -> SimJob {
+        let mut job = self.job().clone();
+        let shift = |t: u64| (t + arrival_us).saturating_sub(job.time_us);
+        let end_us = shift(self.end_us);
+        job.time_us = arrival_us;
+        SimJob {
+            truth: FinishedJob::new(job, self.runtimes_us().to_vec())
+                .expect("the same tasks, already checked"),
+            end_us,
+        }
+    }
 }
 
 impl Deref for SimJob {
@@ -61,40 +89,213 @@ impl Deref for SimJob {
     }
 }
 
-/// Jobs of the trace that were left out, by reason.
+/// Why a job of the trace is not replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Not ended within the trace.
+    Censored,
+    Killed,
+    Failed,
+    Lost,
+    /// Submitted before the trace window (time 0) or never submitted in it.
+    UnknownArrival,
+    /// Submitted outside the span of the trace's task events, so its tasks
+    /// were never seen (e.g. a `job_events` part without its `task_events`).
+    OutsideTaskEvents,
+    /// Finished, but some task's runtime is unknown (scheduled before the
+    /// window, or never seen finishing).
+    UnknownRuntime,
+    /// Wider than `max_width`.
+    TooWide,
+    /// Malformed DAG stages.
+    Invalid,
+    /// Submitted in the first half but ended in the second: neither history
+    /// nor evaluated.
+    SpansSplit,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Censored => "censored",
+            Reason::Killed => "killed",
+            Reason::Failed => "failed",
+            Reason::Lost => "lost",
+            Reason::UnknownArrival => "unknown_arrival",
+            Reason::OutsideTaskEvents => "outside_task_events",
+            Reason::UnknownRuntime => "unknown_runtime",
+            Reason::TooWide => "too_wide",
+            Reason::Invalid => "invalid",
+            Reason::SpansSplit => "spans_split",
+        }
+    }
+}
+
+/// How many jobs of the trace were left out, by [`Reason`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Excluded {
-    /// Not ended within the trace.
     pub censored: u64,
     pub killed: u64,
     pub failed: u64,
     pub lost: u64,
-    /// Submitted before the trace window (time 0) or never submitted in it.
     pub unknown_arrival: u64,
-    /// Finished, but some task's runtime is unknown (scheduled before the
-    /// window, or never seen finishing).
+    pub outside_task_events: u64,
     pub unknown_runtime: u64,
-    /// Wider than `max_width`.
     pub too_wide: u64,
-    /// Malformed DAG stages.
     pub invalid: u64,
-    /// Submitted in the first half but ended in the second: neither history
-    /// nor evaluated.
     pub spans_split: u64,
 }
 
 impl Excluded {
+    fn count(&mut self, reason: Reason) {
+        let n = match reason {
+            Reason::Censored => &mut self.censored,
+            Reason::Killed => &mut self.killed,
+            Reason::Failed => &mut self.failed,
+            Reason::Lost => &mut self.lost,
+            Reason::UnknownArrival => &mut self.unknown_arrival,
+            Reason::OutsideTaskEvents => &mut self.outside_task_events,
+            Reason::UnknownRuntime => &mut self.unknown_runtime,
+            Reason::TooWide => &mut self.too_wide,
+            Reason::Invalid => &mut self.invalid,
+            Reason::SpansSplit => &mut self.spans_split,
+        };
+        *n += 1;
+    }
+
     pub fn total(&self) -> u64 {
         self.censored
             + self.killed
             + self.failed
             + self.lost
             + self.unknown_arrival
+            + self.outside_task_events
             + self.unknown_runtime
             + self.too_wide
             + self.invalid
             + self.spans_split
     }
+}
+
+/// The jobs left out, each with its reason, and their counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exclusions {
+    pub counts: Excluded,
+    /// `(job id, reason)`, in the order the trace revealed them.
+    pub jobs: Vec<(u64, Reason)>,
+}
+
+impl Exclusions {
+    fn add(&mut self, job_id: u64, reason: Reason) {
+        self.counts.count(reason);
+        self.jobs.push((job_id, reason));
+    }
+}
+
+/// Where the trace was cut, and from what (trace µs; `None` where the
+/// trace has no event of that kind after time 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Split {
+    /// First and last job submission.
+    pub submissions_us: Option<(u64, u64)>,
+    /// First and last task event.
+    pub task_events_us: Option<(u64, u64)>,
+    /// The overlap of the two: the span that is halved.
+    pub span_us: (u64, u64),
+    /// Middle of the span: the boundary between the halves.
+    pub at_us: u64,
+}
+
+impl Split {
+    /// Cut the overlap of `submissions_us` and `task_events_us` (either may
+    /// be absent, e.g. in a hand-built test) in the middle.
+    pub fn new(submissions_us: Option<(u64, u64)>, task_events_us: Option<(u64, u64)>) -> Split {
+        let (start, end) = match (submissions_us, task_events_us) {
+            (Some(s), Some(t)) => (s.0.max(t.0), s.1.min(t.1)),
+            (Some(x), None) | (None, Some(x)) => x,
+            (None, None) => (0, 0),
+        };
+        let end = end.max(start);
+        Split {
+            submissions_us,
+            task_events_us,
+            span_us: (start, end),
+            at_us: start + (end - start) / 2,
+        }
+    }
+
+    /// Whether a job submitted at `t` may have had its tasks seen.
+    fn within_task_events(&self, t: u64) -> bool {
+        self.task_events_us
+            .is_none_or(|(first, last)| (first..=last).contains(&t))
+    }
+
+    /// `split at 38183.2 s, the middle of 25656.2–50710.3 s where
+    /// submissions (…) and task events (…) overlap`: for humans.
+    pub fn describe(&self) -> String {
+        // Traces count in µs; real ones span hours, tests microseconds.
+        let unit = if self.span_us.1 >= 10_000_000 {
+            "s"
+        } else {
+            "µs"
+        };
+        let s = |us: u64| match unit {
+            "s" => format!("{:.1}", us as f64 / 1e6),
+            _ => us.to_string(),
+        };
+        let range = |r: Option<(u64, u64)>| {
+            r.map_or_else(
+                || "none".into(),
+                |(a, b)| format!("{}–{} {unit}", s(a), s(b)),
+            )
+        };
+        format!(
+            "split at {} {unit}, the middle of {}–{} {unit} where submissions ({}) and task \
+             events ({}) overlap",
+            s(self.at_us),
+            s(self.span_us.0),
+            s(self.span_us.1),
+            range(self.submissions_us),
+            range(self.task_events_us),
+        )
+    }
+}
+
+/// The trace's load per window (SLearn Table 5): the task time of the jobs
+/// that arrived in each window divided by what the slots can serve in it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LoadProfile {
+    pub average: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub windows: usize,
+}
+
+/// Table 5's window: 1000 s, sliding by 100 s.
+pub const LOAD_WINDOW_US: u64 = 1_000_000_000;
+pub const LOAD_STEP_US: u64 = 100_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(
+        "{} leaves the {half} half empty ({history} history jobs, {evaluated} evaluated jobs, \
+         {excluded} excluded); evaluating it would mislead",
+        split.describe()
+    )]
+    EmptyHalf {
+        half: &'static str,
+        split: Split,
+        history: usize,
+        evaluated: usize,
+        excluded: u64,
+    },
+    #[error("cannot sample {asked} jobs: the evaluated half has {have}")]
+    TooFewJobs { asked: usize, have: usize },
+    #[error("cannot sample 0 jobs")]
+    NoJobsAsked,
 }
 
 /// A trace split into history and evaluated jobs.
@@ -104,69 +305,109 @@ pub struct Workload {
     pub training: Vec<SimJob>,
     /// Jobs submitted in the second half, in order of arrival (then id).
     pub jobs: Vec<SimJob>,
-    /// First (after time 0) and last submission time of the trace.
-    pub span_us: (u64, u64),
-    /// Middle of the span: the boundary between the halves.
-    pub split_us: u64,
-    pub excluded: Excluded,
+    /// Where and why the trace was cut.
+    pub split: Split,
+    /// End of the evaluated period: the span's end, or where
+    /// [`Workload::sample`] put it.
+    pub end_us: u64,
+    pub excluded: Exclusions,
 }
 
 impl Workload {
-    /// Split usable jobs at the middle of `span_us`; `excluded` carries
-    /// the counts of jobs already left out.
-    pub fn split(jobs: Vec<SimJob>, span_us: (u64, u64), mut excluded: Excluded) -> Workload {
-        let (start, end) = span_us;
-        let split_us = start + end.saturating_sub(start) / 2;
+    /// Split usable jobs at `split`; `excluded` carries the jobs already
+    /// left out. Refuses a split that leaves either half empty.
+    pub fn split(
+        jobs: Vec<SimJob>,
+        split: Split,
+        mut excluded: Exclusions,
+    ) -> Result<Workload, WorkloadError> {
         let (mut training, mut evaluated) = (Vec::new(), Vec::new());
         for job in jobs {
-            if job.arrival_us() >= split_us {
+            if job.arrival_us() >= split.at_us {
                 evaluated.push(job);
-            } else if job.end_us() < split_us {
+            } else if job.end_us() < split.at_us {
                 training.push(job);
             } else {
-                excluded.spans_split += 1;
+                excluded.add(job.job_id(), Reason::SpansSplit);
             }
         }
         training.sort_by_key(|j| (j.end_us(), j.job_id()));
         evaluated.sort_by_key(|j| (j.arrival_us(), j.job_id()));
-        Workload {
+        let half = match (training.is_empty(), evaluated.is_empty()) {
+            (false, false) => None,
+            (true, _) => Some("history"),
+            (false, true) => Some("evaluated"),
+        };
+        if let Some(half) = half {
+            return Err(WorkloadError::EmptyHalf {
+                half,
+                split,
+                history: training.len(),
+                evaluated: evaluated.len(),
+                excluded: excluded.counts.total(),
+            });
+        }
+        Ok(Workload {
             training,
             jobs: evaluated,
-            span_us,
-            split_us,
+            end_us: split.span_us.1,
+            split,
             excluded,
-        }
+        })
     }
 
     /// Read a whole trace, keep the jobs that can be replayed (at most
     /// `max_width` tasks) and split them.
-    pub fn from_trace(trace: Trace, max_width: u32) -> Result<Workload, TraceError> {
+    pub fn from_trace(trace: Trace, max_width: u32) -> Result<Workload, WorkloadError> {
         let mut builder = TruthBuilder::new();
-        let mut excluded = Excluded::default();
+        let mut excluded = Exclusions::default();
         let mut usable = Vec::new();
-        let (mut first, mut last) = (None::<u64>, 0u64);
+        // Jobs whose tasks were not all seen: why is known once the span
+        // of the task events is.
+        let mut unseen = Vec::new();
+        let (mut submissions, mut task_events) = (None, None);
+        let widen = |span: &mut Option<(u64, u64)>, t: u64| {
+            if t > 0 {
+                *span = Some(span.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t))));
+            }
+        };
+        let mut sort = |done: CompletedJob, excluded: &mut Exclusions| {
+            let id = done.job.job_id;
+            match classify(done, max_width) {
+                Ok(job) => usable.push(job),
+                Err((Reason::UnknownRuntime, arrival)) => unseen.push((id, arrival)),
+                Err((reason, _)) => excluded.add(id, reason),
+            }
+        };
         for event in trace {
             let event = event?;
-            if let Event::JobSubmitted(s) = &event
-                && s.time_us > 0
-            {
-                first = Some(first.map_or(s.time_us, |f| f.min(s.time_us)));
-                last = last.max(s.time_us);
+            match &event {
+                Event::JobSubmitted(s) => widen(&mut submissions, s.time_us),
+                Event::Task(t) => widen(&mut task_events, t.time_us),
+                _ => {}
             }
             let ended = matches!(event, Event::JobEnded(_));
             builder.apply(&event);
             if ended {
                 for done in builder.take_completed() {
-                    classify(done, max_width, &mut excluded, &mut usable);
+                    sort(done, &mut excluded);
                 }
             }
         }
         let (rest, _) = builder.finish();
         for done in rest {
-            classify(done, max_width, &mut excluded, &mut usable);
+            sort(done, &mut excluded);
         }
-        let span = (first.unwrap_or(0), last.max(first.unwrap_or(0)));
-        Ok(Workload::split(usable, span, excluded))
+        let split = Split::new(submissions, task_events);
+        for (id, arrival) in unseen {
+            let reason = if split.within_task_events(arrival) {
+                Reason::UnknownRuntime
+            } else {
+                Reason::OutsideTaskEvents
+            };
+            excluded.add(id, reason);
+        }
+        Workload::split(usable, split, excluded)
     }
 
     /// A history trained on the first half, as it stands at the split.
@@ -178,39 +419,119 @@ impl Workload {
         history
     }
 
+    /// Length of the evaluated period (at least 1 µs).
+    fn evaluated_span_us(&self) -> u64 {
+        self.end_us.saturating_sub(self.split.at_us).max(1)
+    }
+
+    fn work_us(&self) -> u128 {
+        self.jobs
+            .iter()
+            .map(|j| u128::from(j.total_task_time_us()))
+            .sum()
+    }
+
     /// Total task time of the evaluated jobs divided by the length of the
     /// second half: the slots that make the average offered load 1 (the
     /// load of SLearn's extracted traces, §4.3 Table 5).
     pub fn unit_load_slots(&self) -> u32 {
-        let span = self.span_us.1.saturating_sub(self.split_us).max(1);
-        let work: u128 = self
+        let slots = (self.work_us() as f64 / self.evaluated_span_us() as f64).round();
+        slots.clamp(1.0, f64::from(u32::MAX)) as u32
+    }
+
+    /// SLearn's execution trace (§4.3): keep `n` of the evaluated jobs drawn
+    /// uniformly (seeded) and move their arrivals, in their order and
+    /// proportions, so that their average offered load on `slots` slots is
+    /// 1 over the evaluated period. History is untouched.
+    pub fn sample(&mut self, n: usize, seed: u64, slots: u32) -> Result<(), WorkloadError> {
+        if n == 0 {
+            return Err(WorkloadError::NoJobsAsked);
+        }
+        if n > self.jobs.len() {
+            return Err(WorkloadError::TooFewJobs {
+                asked: n,
+                have: self.jobs.len(),
+            });
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut picked = rand::seq::index::sample(&mut rng, self.jobs.len(), n).into_vec();
+        picked.sort_unstable();
+        let jobs = std::mem::take(&mut self.jobs);
+        self.jobs = picked.into_iter().map(|i| jobs[i].clone()).collect();
+        let span = self.evaluated_span_us() as f64;
+        let wanted = (self.work_us() as f64 / f64::from(slots.max(1))).max(1.0);
+        let scale = wanted / span;
+        let at = self.split.at_us;
+        for job in &mut self.jobs {
+            let arrival = at + ((job.arrival_us() - at) as f64 * scale).round() as u64;
+            *job = job.arriving_at(arrival);
+        }
+        self.end_us = at + wanted.round() as u64;
+        Ok(())
+    }
+
+    /// The offered load per [`LOAD_WINDOW_US`] window sliding by
+    /// [`LOAD_STEP_US`] over the evaluated period on `slots` slots (one
+    /// window of the whole period if it is shorter): SLearn's Table 5.
+    pub fn load_profile(&self, slots: u32) -> LoadProfile {
+        let (start, end) = (
+            self.split.at_us,
+            self.split.at_us + self.evaluated_span_us(),
+        );
+        let window = LOAD_WINDOW_US.min(end - start);
+        let mut arrivals: Vec<(u64, u64)> = self
             .jobs
             .iter()
-            .map(|j| u128::from(j.total_task_time_us()))
-            .sum();
-        let slots = (work as f64 / span as f64).round();
-        slots.clamp(1.0, f64::from(u32::MAX)) as u32
+            .map(|j| (j.arrival_us(), j.total_task_time_us()))
+            .collect();
+        arrivals.sort_unstable();
+        let capacity = f64::from(slots.max(1)) * window as f64;
+        let mut loads = Vec::new();
+        let mut from = start;
+        while from + window <= end {
+            let lo = arrivals.partition_point(|&(t, _)| t < from);
+            let hi = arrivals.partition_point(|&(t, _)| t < from + window);
+            let work: u64 = arrivals[lo..hi].iter().map(|&(_, w)| w).sum();
+            loads.push(work as f64 / capacity);
+            from += LOAD_STEP_US;
+        }
+        let average = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
+        loads.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            loads
+                .get(((q * loads.len() as f64).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        LoadProfile {
+            average,
+            p50: rank(0.5),
+            p90: rank(0.9),
+            windows: loads.len(),
+        }
     }
 }
 
-/// Sort one ended (or censored) job into `usable` or an exclusion count.
-fn classify(done: CompletedJob, max_width: u32, excluded: &mut Excluded, usable: &mut Vec<SimJob>) {
+/// A replayable job, or why the job is not one (with its arrival, when
+/// known, to tell a job outside the task events from one with a task
+/// missing).
+fn classify(done: CompletedJob, max_width: u32) -> Result<SimJob, (Reason, u64)> {
     let CompletedJob { job, tasks } = done;
     match job.outcome {
-        None => return excluded.censored += 1,
-        Some(JobOutcome::Kill) => return excluded.killed += 1,
-        Some(JobOutcome::Fail) => return excluded.failed += 1,
-        Some(JobOutcome::Lost) => return excluded.lost += 1,
+        None => return Err((Reason::Censored, 0)),
+        Some(JobOutcome::Kill) => return Err((Reason::Killed, 0)),
+        Some(JobOutcome::Fail) => return Err((Reason::Failed, 0)),
+        Some(JobOutcome::Lost) => return Err((Reason::Lost, 0)),
         Some(JobOutcome::Finish) => {}
     }
     let Some(arrival) = job.submit_time_us.filter(|&t| t > 0) else {
-        return excluded.unknown_arrival += 1;
+        return Err((Reason::UnknownArrival, 0));
     };
     let runtimes: Option<Vec<u64>> = tasks.iter().map(|t| t.runtime_us()).collect();
     let Some(runtimes) =
         runtimes.filter(|r| !r.is_empty() && r.len() as u64 >= u64::from(job.num_tasks))
     else {
-        return excluded.unknown_runtime += 1;
+        return Err((Reason::UnknownRuntime, arrival));
     };
     // DAG stages number tasks 0..n stage by stage: indices must be exact.
     if job.stages.is_some()
@@ -219,13 +540,11 @@ fn classify(done: CompletedJob, max_width: u32, excluded: &mut Excluded, usable:
             .enumerate()
             .any(|(i, t)| t.task_index as usize != i)
     {
-        return excluded.invalid += 1;
+        return Err((Reason::Invalid, arrival));
     }
-    let Ok(width) = u32::try_from(runtimes.len()) else {
-        return excluded.too_wide += 1;
-    };
-    if width > max_width {
-        return excluded.too_wide += 1;
+    match u32::try_from(runtimes.len()) {
+        Ok(width) if width <= max_width => {}
+        _ => return Err((Reason::TooWide, arrival)),
     }
     let submitted = JobSubmitted {
         time_us: arrival,
@@ -239,12 +558,9 @@ fn classify(done: CompletedJob, max_width: u32, excluded: &mut Excluded, usable:
         mem_request: job.mem_request,
         partition: String::new(),
         time_limit_us: None,
-        num_tasks: width,
+        num_tasks: runtimes.len() as u32,
         stages: job.stages,
     };
     let end = job.end_time_us.unwrap_or(arrival);
-    match SimJob::new(submitted, runtimes, end) {
-        Ok(sim) => usable.push(sim),
-        Err(_) => excluded.invalid += 1,
-    }
+    SimJob::new(submitted, runtimes, end).map_err(|_| (Reason::Invalid, arrival))
 }

@@ -15,7 +15,9 @@ use jobcast_predictor::history::{History, HistoryConfig};
 use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_replay::sim::{JobResult, SimConfig, SimError, SimReport, simulate};
-use jobcast_replay::workload::{Excluded, SimJob, Workload};
+use jobcast_replay::workload::{
+    Excluded, LOAD_STEP_US, LOAD_WINDOW_US, Reason, SimJob, Workload, WorkloadError,
+};
 
 const S: u64 = 1_000_000;
 
@@ -564,29 +566,213 @@ fn the_trace_splits_into_history_and_evaluated_halves() {
     events.sort_by_key(Event::time_us);
     let trace = Trace::new(events.into_iter().map(Ok), Diagnostics::new(), 0);
     let w = Workload::from_trace(trace, 3).unwrap();
-    // Submissions span 10..160; the machine event at 200 does not count.
-    assert_eq!((w.span_us, w.split_us), ((10, 160), 85));
+    // Submissions span 10..160, task events 12..163: the overlap is halved.
+    // The machine event at 200 does not count.
+    assert_eq!(w.split.submissions_us, Some((10, 160)));
+    assert_eq!(w.split.task_events_us, Some((12, 163)));
+    assert_eq!((w.split.span_us, w.split.at_us), ((12, 160), 86));
     let ids = |jobs: &[SimJob]| jobs.iter().map(|j| j.job_id()).collect::<Vec<_>>();
     assert_eq!(ids(&w.training), vec![1]);
     assert_eq!(ids(&w.jobs), vec![3]);
     assert_eq!(w.jobs[0].runtimes_us(), &[30, 35]);
     assert_eq!(w.jobs[0].arrival_us(), 120);
     assert_eq!(
-        w.excluded,
+        w.excluded.counts,
         Excluded {
             censored: 1,
             killed: 1,
             failed: 1,
             lost: 0,
             unknown_arrival: 1,
+            outside_task_events: 0,
             unknown_runtime: 1,
             too_wide: 1,
             invalid: 0,
             spans_split: 1,
         }
     );
-    assert_eq!(w.excluded.total(), 7);
-    // 65 µs of work over the second half's 75 µs: one slot.
+    // Each excluded job is named with its reason.
+    let mut named = w.excluded.jobs.clone();
+    named.sort_unstable_by_key(|&(id, _)| id);
+    assert_eq!(
+        named,
+        [
+            (2, Reason::SpansSplit),
+            (4, Reason::Killed),
+            (5, Reason::Censored),
+            (6, Reason::UnknownArrival),
+            (7, Reason::UnknownRuntime),
+            (8, Reason::TooWide),
+            (9, Reason::Failed),
+        ]
+    );
+    assert_eq!(w.excluded.counts.total(), 7);
+    // 65 µs of work over the second half's 74 µs: one slot.
     assert_eq!(w.unit_load_slots(), 1);
     assert_eq!(w.train(HistoryConfig::default()).observed(), 1);
+}
+
+/// A job submitted at `submit` whose one task (of `runtime`) is seen only
+/// when `tasks_seen`, as in a download with more `job_events` parts than
+/// `task_events` parts.
+fn ev_job_seen(id: u64, submit: u64, runtime: u64, tasks_seen: bool) -> Vec<Event> {
+    if tasks_seen {
+        return ev_job(id, submit, submit, &[runtime], Some(JobOutcome::Finish));
+    }
+    vec![
+        ev_submit(submit, id, 1),
+        ev_end(submit + runtime, id, JobOutcome::Finish),
+    ]
+}
+
+fn trace_of(mut events: Vec<Event>) -> Trace {
+    events.sort_by_key(Event::time_us);
+    Trace::new(events.into_iter().map(Ok), Diagnostics::new(), 0)
+}
+
+#[test]
+fn the_split_falls_where_task_events_are_not_where_job_events_reach() {
+    // Submissions every 10 µs over 10..=1000, tasks seen only for jobs
+    // submitted in 300..=500: the middle of the submissions (505) would
+    // leave no evaluated job, and the halves are taken from 300..=505.
+    let mut events = Vec::new();
+    for id in 1..=100 {
+        let submit = id * 10;
+        events.extend(ev_job_seen(id, submit, 5, (300..=500).contains(&submit)));
+    }
+    let w = Workload::from_trace(trace_of(events), 150).unwrap();
+    assert_eq!(w.split.task_events_us, Some((300, 505)));
+    assert_eq!((w.split.span_us, w.split.at_us), ((300, 505), 402));
+    // 300..=390 ended before the split, 410..=500 came after it.
+    assert_eq!(w.training.len(), 10);
+    assert_eq!(w.jobs.len(), 10);
+    // The rest are named as outside the task events, not as lost runtimes.
+    assert_eq!(w.excluded.counts.outside_task_events, 79);
+    assert_eq!(w.excluded.counts.spans_split, 1);
+    assert_eq!(w.excluded.counts.total(), 80);
+    assert!(
+        w.split.describe().starts_with("split at 402 µs"),
+        "{}",
+        w.split.describe()
+    );
+}
+
+#[test]
+fn a_split_that_leaves_a_half_empty_is_refused() {
+    // One job: submitted at the split, so evaluated, and no history.
+    let only = ev_job(1, 100, 100, &[5, 5], Some(JobOutcome::Finish));
+    let err = Workload::from_trace(trace_of(only), 150).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WorkloadError::EmptyHalf {
+                half: "history",
+                evaluated: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("leaves the history half empty"),
+        "{message}"
+    );
+    // A job that spans the split and a killed one: nothing on either side.
+    let mut events = ev_job(1, 10, 10, &[100], Some(JobOutcome::Finish));
+    events.extend(ev_job(2, 20, 20, &[100], Some(JobOutcome::Kill)));
+    let err = Workload::from_trace(trace_of(events), 150).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            WorkloadError::EmptyHalf {
+                history: 0,
+                evaluated: 0,
+                excluded: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_uniform_sample_is_rescaled_to_unit_load_and_reported_per_window() {
+    let full = Workload::from_trace(synthetic_trace(5), 150).unwrap();
+    let slots = full.unit_load_slots();
+    let n = full.jobs.len() / 4;
+    let draw = |seed| {
+        let mut w = full.clone();
+        w.sample(n, seed, slots).unwrap();
+        w
+    };
+    let w = draw(7);
+    assert_eq!(w.jobs.len(), n);
+    assert_eq!(w, draw(7), "the same seed draws the same jobs");
+    let ids = |w: &Workload| w.jobs.iter().map(|j| j.job_id()).collect::<Vec<_>>();
+    assert_ne!(ids(&w), ids(&draw(8)));
+    // Distinct jobs of the second half, still in arrival order, with their
+    // tasks unchanged.
+    let mut seen = std::collections::HashSet::new();
+    for job in &w.jobs {
+        assert!(seen.insert(job.job_id()));
+        let original = full
+            .jobs
+            .iter()
+            .find(|j| j.job_id() == job.job_id())
+            .unwrap();
+        assert_eq!(job.runtimes_us(), original.runtimes_us());
+        assert!(job.arrival_us() >= w.split.at_us);
+    }
+    assert!(
+        w.jobs
+            .windows(2)
+            .all(|p| p[0].arrival_us() <= p[1].arrival_us())
+    );
+    // The sample's work fills the same slots over its shorter span.
+    assert_eq!(w.unit_load_slots(), slots);
+    assert!(w.end_us < full.end_us);
+    assert_eq!(w.training, full.training);
+    let load = w.load_profile(slots);
+    assert!(load.windows > 5, "{load:?}");
+    assert!((0.7..1.3).contains(&load.average), "{load:?}");
+    assert!(load.p50 <= load.p90, "{load:?}");
+    assert!(matches!(
+        full.clone().sample(full.jobs.len() + 1, 0, slots),
+        Err(WorkloadError::TooFewJobs { .. })
+    ));
+}
+
+#[test]
+fn the_load_profile_slides_a_1000_s_window_by_100_s() {
+    // Submissions from 1 s to 2999 s put the split at 1500 s. Evaluated:
+    // job 2 at 1500 s (2000 slot-s of work), job 3 at 2450 s (1000
+    // slot-s). Windows start at 1500, 1600, ..., 1900 s; the first holds
+    // both jobs, the other four job 3 alone.
+    let s = 1_000_000;
+    let mut events = ev_job(1, s, s, &[10 * s], Some(JobOutcome::Finish));
+    let two = [1000 * s, 1000 * s];
+    events.extend(ev_job(
+        2,
+        1500 * s,
+        1500 * s,
+        &two,
+        Some(JobOutcome::Finish),
+    ));
+    events.extend(ev_job(
+        3,
+        2450 * s,
+        2450 * s,
+        &[1000 * s],
+        Some(JobOutcome::Finish),
+    ));
+    events.push(ev_submit(2999 * s, 4, 1));
+    events.push(ev_task(2999 * s, 4, 0, TaskKind::Schedule));
+    let w = Workload::from_trace(trace_of(events), 150).unwrap();
+    assert_eq!(w.split.at_us, 1500 * s);
+    assert_eq!((LOAD_WINDOW_US, LOAD_STEP_US), (1000 * s, 100 * s));
+    let load = w.load_profile(2);
+    assert_eq!(load.windows, 5);
+    assert!((load.average - 0.7).abs() < 1e-12, "{load:?}");
+    assert_eq!((load.p50, load.p90), (0.5, 1.5));
 }

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use jobcast_tests::{jobcast, jobcast_ok};
+use jobcast_tests::{jobcast, jobcast_ok, shared_data};
 use serde_json::Value;
 
 const POLICIES: [&str; 10] = [
@@ -177,4 +177,154 @@ fn simulate_prints_a_table_and_rejects_zero_slots() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--sampling-ratio"));
+}
+
+/// The shared Google 2011 parts with `task_events` 00005–00009 only beside
+/// all 50 `job_events` parts: job submissions start seven hours before the
+/// first task event (the adapter ends the window at the last task event).
+fn google_with_fewer_task_parts(dir: &Path) -> std::path::PathBuf {
+    let google = shared_data("google-clusterdata-2011-2");
+    let trace = dir.join("google");
+    for table in ["job_events", "task_events"] {
+        std::fs::create_dir_all(trace.join(table)).unwrap();
+    }
+    for entry in std::fs::read_dir(google.join("job_events")).unwrap() {
+        let path = entry.unwrap().path();
+        std::os::unix::fs::symlink(
+            &path,
+            trace.join("job_events").join(path.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    for part in 5..=9 {
+        let name = format!("part-{part:05}-of-00500.csv.gz");
+        std::os::unix::fs::symlink(
+            google.join("task_events").join(&name),
+            trace.join("task_events").join(&name),
+        )
+        .unwrap();
+    }
+    trace
+}
+
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn the_split_follows_the_task_events_and_every_excluded_job_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = google_with_fewer_task_parts(dir.path());
+    let excluded = dir.path().join("excluded.csv");
+    let out = jobcast(&[
+        "evaluate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "google2011",
+        "--json",
+        "--excluded",
+        excluded.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("split at"), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Both halves hold jobs, and the split lies inside the task events.
+    assert!(v["history_jobs"].as_u64().unwrap() > 100, "{v}");
+    assert!(v["jobs"].as_u64().unwrap() > 100, "{v}");
+    let split = &v["split"];
+    let at = split["at_us"].as_u64().unwrap();
+    let tasks = &split["task_events_us"];
+    let (first, last) = (tasks[0].as_u64().unwrap(), tasks[1].as_u64().unwrap());
+    assert!(first < at && at < last, "{split}");
+    assert!(
+        split["submissions_us"][0].as_u64().unwrap() < first,
+        "{split}"
+    );
+    // Jobs submitted where no task was recorded are named as such.
+    let counts = v["excluded"].as_object().unwrap();
+    assert!(
+        counts["outside_task_events"].as_u64().unwrap() > 1000,
+        "{counts:?}"
+    );
+    let total: u64 = counts.values().map(|n| n.as_u64().unwrap()).sum();
+    let csv = std::fs::read_to_string(&excluded).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("job_id,reason"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len() as u64, total);
+    for reason in counts.keys() {
+        let named = rows
+            .iter()
+            .filter(|r| r.ends_with(&format!(",{reason}")))
+            .count() as u64;
+        assert_eq!(named, counts[reason].as_u64().unwrap(), "{reason}");
+    }
+}
+
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn a_uniform_sample_of_jobs_is_evaluated_at_unit_load() {
+    let trace = shared_data("google-clusterdata-2011-2");
+    let args = |seed: &str| {
+        jobcast_ok(&[
+            "evaluate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--format",
+            "google2011",
+            "--json",
+            "--sample-jobs",
+            "500",
+            "--seed",
+            seed,
+        ])
+    };
+    let v: Value = serde_json::from_str(&args("1")).unwrap();
+    assert_eq!(v["jobs"], 500);
+    let load = &v["load"];
+    let average = load["average"].as_f64().unwrap();
+    assert!((0.8..1.2).contains(&average), "{load}");
+    assert!(
+        load["p50"].as_f64().unwrap() <= load["p90"].as_f64().unwrap(),
+        "{load}"
+    );
+    // Seeded: the same seed, the same figures.
+    let again: Value = serde_json::from_str(&args("1")).unwrap();
+    assert_eq!(v, again);
+    let out = jobcast(&[
+        "evaluate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "google2011",
+        "--sample-jobs",
+        "1000000",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot sample 1000000 jobs"), "{stderr}");
+}
+
+#[test]
+fn a_split_with_an_empty_half_is_refused() {
+    // One finished job: it opens and closes the span, so it is evaluated
+    // and nothing is history.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("one.jsonl");
+    let lines = [
+        r#"{"v":1,"type":"job_submitted","time_us":1000,"job_id":1,"user":"u","job_name":"a","num_tasks":1}"#,
+        r#"{"v":1,"type":"task","time_us":1000,"job_id":1,"task_index":0,"kind":"schedule"}"#,
+        r#"{"v":1,"type":"task","time_us":2000,"job_id":1,"task_index":0,"kind":"finish"}"#,
+        r#"{"v":1,"type":"job_ended","time_us":2000,"job_id":1,"outcome":"finish"}"#,
+    ];
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let out = jobcast(&[
+        "evaluate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("leaves the history half empty"), "{stderr}");
 }

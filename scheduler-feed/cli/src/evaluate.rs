@@ -30,9 +30,19 @@ pub struct Common {
     /// load over the evaluated half is 1, as in the paper].
     #[arg(long)]
     pub slots: Option<u32>,
-    /// Seed of the policies' random choices (SLearn's pilot tasks).
+    /// Seed of the policies' random choices (SLearn's pilot tasks) and of
+    /// `--sample-jobs`.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Evaluate N jobs drawn uniformly from the second half, their arrivals
+    /// rescaled to an average load of 1 on the cluster (SLearn §4.3's
+    /// execution traces) [default: every job of the second half].
+    #[arg(long, value_name = "N")]
+    pub sample_jobs: Option<usize>,
+    /// Write every job left out of the evaluation, with its reason, to this
+    /// CSV file (`job_id,reason`).
+    #[arg(long, value_name = "PATH")]
+    pub excluded: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -88,21 +98,47 @@ impl Common {
         let trace = jobcast_ingest::open(self.format, &self.trace)
             .with_context(|| format!("opening {} trace", self.format.name()))?;
         let diagnostics = trace.diagnostics().clone();
-        let workload = Workload::from_trace(trace, self.max_width)
+        let mut workload = Workload::from_trace(trace, self.max_width)
             .with_context(|| format!("reading {}", self.trace.display()))?;
         if diagnostics.skipped_total() > 0 {
             eprint!("{}", diagnostics.summary());
         }
         eprintln!(
-            "read {}: {} evaluated jobs, {} history jobs, {} excluded, in {:.1} s",
+            "read {}: {} evaluated jobs, {} history jobs, {} excluded, in {:.1} s; {}",
             self.trace.display(),
             workload.jobs.len(),
             workload.training.len(),
-            workload.excluded.total(),
-            started.elapsed().as_secs_f64()
+            workload.excluded.counts.total(),
+            started.elapsed().as_secs_f64(),
+            workload.split.describe()
         );
+        if let Some(path) = &self.excluded {
+            write_excluded(path, &workload)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(n) = self.sample_jobs {
+            // The cluster the whole second half loads to 1, unless given.
+            let slots = self.slots.unwrap_or_else(|| workload.unit_load_slots());
+            workload.sample(n, self.seed, slots)?;
+            let load = workload.load_profile(slots);
+            eprintln!(
+                "sampled {n} jobs (seed {}) at load 1 on {slots} slots: per 1000-s window \
+                 average {:.2}, P50 {:.2}, P90 {:.2}",
+                self.seed, load.average, load.p50, load.p90
+            );
+        }
         Ok(workload)
     }
+}
+
+fn write_excluded(path: &std::path::Path, workload: &Workload) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(out, "job_id,reason")?;
+    for (id, reason) in &workload.excluded.jobs {
+        writeln!(out, "{id},{}", reason.name())?;
+    }
+    out.flush()
 }
 
 #[derive(clap::Args)]

@@ -71,7 +71,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "slots": report.slots,
             "summary": report.summary,
             "history_jobs": config.history_jobs(&workload),
-            "excluded": workload.excluded,
+            "excluded": workload.excluded.counts,
+            "split": workload.split,
             "jobs": report.jobs,
         });
         return print_json(&out);
@@ -92,7 +93,10 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         ("queue too low (%)", opt(s.too_low_queue_pct)),
         ("estimated jobs", s.estimated_jobs.to_string()),
         ("thin jobs", s.thin_jobs.to_string()),
-        ("excluded jobs", workload.excluded.total().to_string()),
+        (
+            "excluded jobs",
+            workload.excluded.counts.total().to_string(),
+        ),
     ];
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let table: String = rows

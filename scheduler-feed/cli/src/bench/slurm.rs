@@ -25,7 +25,7 @@ use jobcast_predictor::decision::{Decision, Newest, Phase, PolicyKind};
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::live::{LiveJob, live_workload};
-use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Excluded, Workload};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Exclusions, Split, Workload};
 use rdkafka::Message;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::mocking::MockCluster;
@@ -43,9 +43,13 @@ pub struct SlurmArgs {
     /// Its format: google2011, google2019, alibaba2018 or jsonl.
     #[arg(long)]
     format: Format,
-    /// Jobs to run: the first of the trace's evaluated half.
+    /// Jobs to run, drawn uniformly from the trace's evaluated half (DAG
+    /// jobs left out), as SLearn §4.3 extracts its execution traces.
     #[arg(long, default_value_t = 200)]
     jobs: usize,
+    /// Seed of the draw.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Live seconds per trace second of task runtime.
     #[arg(long, default_value_t = 0.01)]
     time_scale: f64,
@@ -109,20 +113,18 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     let cpus = cluster_cpus()?;
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
-    let workload = Workload::from_trace(trace, args.max_width)
+    let mut workload = Workload::from_trace(trace, args.max_width)
         .with_context(|| format!("reading {}", args.trace.display()))?;
     if !(args.load.is_finite() && args.load > 0.0) {
         bail!("--load {}: must be positive", args.load);
     }
     // An array has no stages: DAG jobs are left out.
-    let flat: Vec<_> = workload
-        .jobs
-        .iter()
-        .filter(|j| j.job().stages.is_none())
-        .cloned()
-        .collect();
+    workload.jobs.retain(|j| j.job().stages.is_none());
+    workload
+        .sample(args.jobs, args.seed, cpus)
+        .with_context(|| format!("drawing jobs from {}", args.trace.display()))?;
     let mut live = live_workload(
-        &flat,
+        &workload.jobs,
         args.jobs,
         args.time_scale * 1e-6,
         args.min_task_secs,
@@ -242,9 +244,12 @@ fn simulate(live: &[LiveJob], cpus: u32, policy: PolicyKind) -> anyhow::Result<(
     let workload = Workload {
         training: Vec::new(),
         jobs,
-        span_us: (0, last),
-        split_us: 0,
-        excluded: Excluded::default(),
+        split: Split {
+            span_us: (0, last),
+            ..Split::default()
+        },
+        end_us: last,
+        excluded: Exclusions::default(),
     };
     let config = EvalConfig {
         slots: Some(cpus),
