@@ -112,6 +112,84 @@ pub struct Estimate {
     /// runtime) it implies (0 when exact).
     pub log_sd: f64,
     pub source: EstimateSource,
+    /// How large the job may truly be ([`crate::calibration`]). Absent
+    /// only in decisions from before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<RuntimeQuantiles>,
+}
+
+impl Estimate {
+    /// An estimate whose quantiles are, until calibration replaces them,
+    /// log-normal around the point with the estimate's own spread.
+    pub fn new(
+        mean_task_runtime_us: f64,
+        size_us: f64,
+        log_sd: f64,
+        source: EstimateSource,
+    ) -> Self {
+        let mut estimate = Estimate {
+            mean_task_runtime_us,
+            size_us,
+            log_sd,
+            source,
+            quantiles: None,
+        };
+        estimate.set_quantiles(Quantiles::from_array(
+            Quantiles::NORMAL_Z.map(|z| (z * log_sd).exp()),
+        ));
+        estimate
+    }
+
+    /// Set the quantiles from factors of the point estimate, one per
+    /// level of [`Quantiles::LEVELS`]; the size's scale with the mean's.
+    pub fn set_quantiles(&mut self, factors: Quantiles) {
+        let (mean, size) = (self.mean_task_runtime_us, self.size_us);
+        self.quantiles = Some(RuntimeQuantiles {
+            mean_task_runtime_us: factors.map(|f| f * mean),
+            size_us: factors.map(|f| f * size),
+        });
+    }
+}
+
+/// Quantiles of a job's true mean task runtime and of its true size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeQuantiles {
+    pub mean_task_runtime_us: Quantiles,
+    pub size_us: Quantiles,
+}
+
+/// The values at or below which a quantity lies with probability 0.5,
+/// 0.9, 0.95 and 0.99.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+impl Quantiles {
+    /// The levels, in field order.
+    pub const LEVELS: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
+    /// The standard normal distribution's quantiles at [`Self::LEVELS`].
+    pub const NORMAL_Z: [f64; 4] = [
+        0.0,
+        1.281_551_565_544_600_4,
+        1.644_853_626_951_472_2,
+        2.326_347_874_040_840_8,
+    ];
+
+    pub fn from_array([p50, p90, p95, p99]: [f64; 4]) -> Self {
+        Quantiles { p50, p90, p95, p99 }
+    }
+
+    pub fn to_array(self) -> [f64; 4] {
+        [self.p50, self.p90, self.p95, self.p99]
+    }
+
+    pub fn map(self, f: impl FnMut(f64) -> f64) -> Self {
+        Self::from_array(self.to_array().map(f))
+    }
 }
 
 /// Which part of a policy's life cycle a decision belongs to.

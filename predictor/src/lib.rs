@@ -24,6 +24,7 @@
 //! streaming service, the trace-driven simulator, the workload generator and
 //! the tests all share exactly the same code.
 
+pub mod calibration;
 pub mod codec;
 pub mod config;
 pub mod decision;

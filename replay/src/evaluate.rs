@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::report::{PALETTE, align};
 use jobcast_predictor::config::ConfigError;
 pub use jobcast_predictor::decision::PolicyKind;
+use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::history::{History, HistoryConfig};
 use jobcast_predictor::policies::{self, JobTruth, OracleTruth};
 /// The policy settings, re-exported for the CLI.
@@ -253,6 +254,11 @@ impl Evaluation {
                     "avg_wait_s": s.avg_wait_s,
                     "estimated_jobs": s.estimated_jobs,
                     "thin_jobs": s.thin_jobs,
+                    "coverage_p50_pct": s.coverage_pct.map(|c| c.p50),
+                    "coverage_p90_pct": s.coverage_pct.map(|c| c.p90),
+                    "coverage_p95_pct": s.coverage_pct.map(|c| c.p95),
+                    "coverage_p99_pct": s.coverage_pct.map(|c| c.p99),
+                    "quantile_jobs": s.quantile_jobs,
                 }),
             );
         }
@@ -288,6 +294,7 @@ impl Evaluation {
             "too high %",
             "too low %",
             "thin",
+            "P50/90/95/99 cover %",
             "SLearn speedup",
         ];
         let mut rows = vec![header.map(String::from).to_vec()];
@@ -308,6 +315,13 @@ impl Evaluation {
                 fmt_opt(s.too_high_queue_pct, 1),
                 fmt_opt(s.too_low_queue_pct, 1),
                 s.thin_jobs.to_string(),
+                s.coverage_pct.map_or_else(
+                    || "-".into(),
+                    |c| {
+                        let [a, b, c, d] = c.to_array();
+                        format!("{a:.0}/{b:.0}/{c:.0}/{d:.0}")
+                    },
+                ),
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
         }
@@ -346,15 +360,19 @@ impl Evaluation {
         let _ = writeln!(
             out,
             "errors and queue placements are over jobs of at least {} tasks placed by an estimate \
-             (too high: a higher-priority queue than the true size's, i.e. underestimated)",
+             (too high: a higher-priority queue than the true size's, i.e. underestimated); \
+             coverage is the share of every job placed by an estimate whose true mean task \
+             runtime is at or below its P50, P90, P95, P99",
             self.accuracy_min_width
         );
         out
     }
 
     /// Write `error_cdf.svg` (Fig. 3: CDF of each estimating policy's
-    /// error) and, when SLearn ran, `speedup_cdf.svg` (Fig. 6: CDF of the
-    /// per-job JCT speedup of SLearn over each other policy) into `dir`.
+    /// error), `coverage.svg` (the reliability diagram of the estimating
+    /// policies' quantiles) and, when SLearn ran, `speedup_cdf.svg` (Fig. 6:
+    /// CDF of the per-job JCT speedup of SLearn over each other policy)
+    /// into `dir`.
     pub fn write_plots(&self, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
         std::fs::create_dir_all(dir).map_err(|e| EvalError::Plot {
             path: dir.to_owned(),
@@ -385,6 +403,16 @@ impl Evaluation {
             0.1,
         )?;
         written.push(path);
+        let coverage: Vec<(String, Quantiles)> = self
+            .reports
+            .iter()
+            .filter_map(|r| Some((r.policy.name().to_owned(), r.summary.coverage_pct?)))
+            .collect();
+        if !coverage.is_empty() {
+            let path = dir.join("coverage.svg");
+            reliability_plot(&path, &coverage)?;
+            written.push(path);
+        }
         if let Some(slearn) = self.report(PolicyKind::SLearn) {
             let speedups: Vec<(String, Vec<f64>)> = self
                 .reports
@@ -414,6 +442,70 @@ impl Evaluation {
         }
         Ok(written)
     }
+}
+
+/// The reliability diagram of quantiles: for each policy, the share of jobs
+/// at or below each quantile against the quantile's level; a calibrated
+/// policy lies on the diagonal.
+fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), EvalError> {
+    let err = |e: &dyn std::fmt::Display| EvalError::Plot {
+        path: path.to_owned(),
+        message: e.to_string(),
+    };
+    let root = SVGBackend::new(path, (700, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Quantile coverage", ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(45f64..100f64, 0f64..100f64)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("quantile level q (%)")
+        .y_desc("jobs at or below their Pq (%)")
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            [(45.0, 45.0), (100.0, 100.0)],
+            BLACK.mix(0.4).stroke_width(1),
+        ))
+        .map_err(|e| err(&e))?
+        .label("calibrated")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+    let levels = Quantiles::LEVELS.map(|q| q * 100.0);
+    for (i, (name, coverage)) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()].to_rgba();
+        let points: Vec<(f64, f64)> = levels.into_iter().zip(coverage.to_array()).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, color.filled())),
+            )
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
 }
 
 /// Steps of at most this many rises are drawn per CDF; more jobs are

@@ -60,6 +60,7 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
+use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::history::History;
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
@@ -279,6 +280,8 @@ pub struct JobResult {
     pub correct_queue: Option<bool>,
     /// The phase of its final decision (`thin_bypass` for thin jobs).
     pub phase: Phase,
+    /// Quantiles of the mean task runtime, for jobs placed by an estimate.
+    pub quantiles: Option<Quantiles>,
 }
 
 /// Aggregates over the jobs of one run; `None` where there is nothing to
@@ -303,6 +306,11 @@ pub struct Summary {
     pub estimated_jobs: usize,
     /// Jobs that bypassed to the top queue as thin.
     pub thin_jobs: usize,
+    /// Share of the jobs placed by an estimate (of any width) whose true
+    /// mean task runtime is at or below the estimate's P50, P90, P95, P99.
+    pub coverage_pct: Option<Quantiles>,
+    /// Jobs the coverage is over.
+    pub quantile_jobs: usize,
 }
 
 impl Summary {
@@ -328,6 +336,20 @@ impl Summary {
         };
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         let waits: Vec<f64> = jobs.iter().map(|j| secs(j.wait_us)).collect();
+        let with_quantiles: Vec<(&JobResult, Quantiles)> = jobs
+            .iter()
+            .filter_map(|j| j.quantiles.map(|q| (j, q)))
+            .collect();
+        let coverage_pct = (!with_quantiles.is_empty()).then(|| {
+            let covered = |level: usize| {
+                let n = with_quantiles
+                    .iter()
+                    .filter(|(j, q)| j.true_mean_task_runtime_us <= q.to_array()[level])
+                    .count();
+                n as f64 * 100.0 / with_quantiles.len() as f64
+            };
+            Quantiles::from_array([covered(0), covered(1), covered(2), covered(3)])
+        });
         Summary {
             jobs: jobs.len(),
             avg_jct_s: mean(&jct),
@@ -340,6 +362,8 @@ impl Summary {
             too_low_queue_pct: share(Ordering::Greater),
             estimated_jobs: errors.len(),
             thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
+            coverage_pct,
+            quantile_jobs: with_quantiles.len(),
         }
     }
 }
@@ -867,6 +891,11 @@ impl<'a> Sim<'a> {
             true_queue,
             correct_queue: (placed && estimate.is_some()).then_some(run.queue == true_queue),
             phase: run.phase,
+            quantiles: run
+                .estimate
+                .filter(|_| placed)
+                .and_then(|e| e.quantiles)
+                .map(|q| q.mean_task_runtime_us),
         });
     }
 }
@@ -892,6 +921,7 @@ mod tests {
             true_queue,
             correct_queue: Some(queue == true_queue),
             phase: Phase::Estimated,
+            quantiles: None,
         }
     }
 

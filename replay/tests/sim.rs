@@ -82,12 +82,7 @@ fn decision(
 }
 
 fn estimate(mean_us: f64, width: u32, source: EstimateSource) -> Estimate {
-    Estimate {
-        mean_task_runtime_us: mean_us,
-        size_us: mean_us * f64::from(width),
-        log_sd: 0.0,
-        source,
-    }
+    Estimate::new(mean_us, mean_us * f64::from(width), 0.0, source)
 }
 
 /// FIFO: every job in Q0 by arrival.

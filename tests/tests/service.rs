@@ -180,6 +180,7 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     // Compared as the stored bytes: the same record always writes the same
     // bytes.
     let stored_bytes: BTreeMap<Vec<u8>, Vec<u8>> = store.dump(JOBS).unwrap().into_iter().collect();
+    let mut with_estimate = 0;
     for &job_id in &jobs {
         assert!(
             store.job(job_id, JobRecord::from_bytes).unwrap().is_some(),
@@ -197,8 +198,20 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
             let version = d["version"].as_u64().unwrap();
             assert_eq!(version as usize, i + 1, "job {job_id}");
             assert_eq!(published.get(&(job_id, version)), Some(d), "job {job_id}");
+            // An estimate carries rising quantiles of the mean and the size.
+            if !d["estimate"].is_null() {
+                with_estimate += 1;
+                for of in ["mean_task_runtime_us", "size_us"] {
+                    let q = &d["estimate"]["quantiles"][of];
+                    let q: Vec<f64> = ["p50", "p90", "p95", "p99"]
+                        .map(|p| q[p].as_f64().unwrap_or_else(|| panic!("{p} of {of}: {d}")))
+                        .to_vec();
+                    assert!(q[0] > 0.0 && q.windows(2).all(|w| w[0] <= w[1]), "{d}");
+                }
+            }
         }
     }
+    assert!(with_estimate > 0, "no decision had an estimate");
     // The stored 3Sigma history is the reference engine's: one record per
     // feature value it tracks plus the global one, equal byte for byte.
     let history: BTreeMap<Vec<u8>, Vec<u8>> = store.dump(HISTORY).unwrap().into_iter().collect();

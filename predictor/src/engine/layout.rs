@@ -6,13 +6,13 @@
 use jobcast_ingest::event::TaskKind;
 
 use crate::codec::{Reader, Writer};
-use crate::decision::{Estimate, EstimateSource, PolicyKind};
+use crate::decision::{Estimate, EstimateSource, PolicyKind, Quantiles, RuntimeQuantiles};
 use crate::features::FeatureKind;
 
 use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 
 /// First byte of [`JobRecord::to_bytes`], changed with the layout.
-const JOB_LAYOUT: u8 = 1;
+const JOB_LAYOUT: u8 = 2;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 
@@ -26,17 +26,18 @@ const JOB_STATES: [JobState; 6] = [
 ];
 
 impl JobRecord {
-    /// The stored form, in field order: layout (1), `job_id`, `submit_us`
+    /// The stored form, in field order: layout (2), `job_id`, `submit_us`
     /// (u64), `user`, `job_name`, `logical_name` (strings), `width` (u32),
     /// `state` (u8), `end_us` (optional u64), `tasks_finished` (u32),
     /// `estimates` (u8 count, then per policy its index in
     /// [`PolicyKind::ALL`], the estimate's three f64 and its source: a tag
-    /// byte and the feature index or pilot count it carries),
+    /// byte and the feature index or pilot count it carries, and its
+    /// quantiles: 0, or 1 and the mean's then the size's four f64),
     /// `actual_mean_task_runtime_us` (optional f64), `errors` (u8 count,
     /// then per policy its index and two f64).
     pub fn to_bytes(&self) -> Vec<u8> {
         let strings = self.user.len() + self.job_name.len() + self.logical_name.len();
-        let mut out = Vec::with_capacity(64 + strings + 40 * self.estimates.len());
+        let mut out = Vec::with_capacity(64 + strings + 104 * self.estimates.len());
         out.put_u8(JOB_LAYOUT);
         out.put_u64(self.job_id);
         out.put_u64(self.submit_us);
@@ -165,6 +166,20 @@ fn put_estimate(out: &mut Vec<u8>, estimate: &Estimate) {
         }
         EstimateSource::Truth => out.put_u8(4),
     }
+    match &estimate.quantiles {
+        None => out.put_u8(0),
+        Some(q) => {
+            out.put_u8(1);
+            for v in q
+                .mean_task_runtime_us
+                .to_array()
+                .into_iter()
+                .chain(q.size_us.to_array())
+            {
+                out.put_f64(v);
+            }
+        }
+    }
 }
 
 fn read_estimate(r: &mut Reader<'_>) -> Result<Estimate, String> {
@@ -180,11 +195,31 @@ fn read_estimate(r: &mut Reader<'_>) -> Result<Estimate, String> {
         4 => EstimateSource::Truth,
         tag => return Err(format!("byte {at}: no estimate source with tag {tag}")),
     };
+    let at = r.at();
+    let quantiles = match r.u8()? {
+        0 => None,
+        1 => {
+            let mut four = || -> Result<Quantiles, String> {
+                Ok(Quantiles::from_array([
+                    r.f64()?,
+                    r.f64()?,
+                    r.f64()?,
+                    r.f64()?,
+                ]))
+            };
+            Some(RuntimeQuantiles {
+                mean_task_runtime_us: four()?,
+                size_us: four()?,
+            })
+        }
+        tag => return Err(format!("byte {at}: no quantiles with tag {tag}")),
+    };
     Ok(Estimate {
         mean_task_runtime_us,
         size_us,
         log_sd,
         source,
+        quantiles,
     })
 }
 
@@ -206,14 +241,28 @@ mod tests {
     }
 
     fn estimate() -> impl Strategy<Value = Estimate> {
-        (any::<f64>(), any::<f64>(), any::<f64>(), source()).prop_map(
-            |(mean_task_runtime_us, size_us, log_sd, source)| Estimate {
-                mean_task_runtime_us,
-                size_us,
-                log_sd,
-                source,
-            },
+        let quantiles = proptest::option::of(any::<([f64; 4], [f64; 4])>().prop_map(|(m, s)| {
+            RuntimeQuantiles {
+                mean_task_runtime_us: Quantiles::from_array(m),
+                size_us: Quantiles::from_array(s),
+            }
+        }));
+        (
+            any::<f64>(),
+            any::<f64>(),
+            any::<f64>(),
+            source(),
+            quantiles,
         )
+            .prop_map(
+                |(mean_task_runtime_us, size_us, log_sd, source, quantiles)| Estimate {
+                    mean_task_runtime_us,
+                    size_us,
+                    log_sd,
+                    source,
+                    quantiles,
+                },
+            )
     }
 
     fn policy() -> impl Strategy<Value = PolicyKind> {
@@ -306,12 +355,7 @@ mod tests {
             tasks_finished: 3,
             estimates: [(
                 PolicyKind::ThreeSigma,
-                Estimate {
-                    mean_task_runtime_us: 1.0,
-                    size_us: 3.0,
-                    log_sd: 0.5,
-                    source: EstimateSource::Fallback,
-                },
+                Estimate::new(1.0, 3.0, 0.5, EstimateSource::Fallback),
             )]
             .into(),
             actual_mean_task_runtime_us: Some(1.5),
@@ -329,7 +373,7 @@ mod tests {
         let mut json = serde_json::to_vec(&record).unwrap();
         assert_eq!(
             JobRecord::from_bytes(&json),
-            Err("job record layout 123, expected 1".into())
+            Err(format!("job record layout 123, expected {JOB_LAYOUT}"))
         );
         json.truncate(0);
         assert!(

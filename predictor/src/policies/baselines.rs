@@ -115,12 +115,12 @@ impl Oracle {
                 (mean, mean * f64::from(job.num_tasks))
             }
         };
-        Some(Estimate {
+        Some(Estimate::new(
             mean_task_runtime_us,
             size_us,
-            log_sd: 0.0,
-            source: EstimateSource::Truth,
-        })
+            0.0,
+            EstimateSource::Truth,
+        ))
     }
 }
 

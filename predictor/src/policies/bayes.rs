@@ -178,12 +178,12 @@ impl Policy for Bayes {
         let cap = pilot_cap(self.config.max_pilot_fraction, width).min(self.max_pilots);
         let m = pilots_needed(prior, self.task_log_sd(), self.config.target_log_sd, cap);
         if m == 0 {
-            let est = Estimate {
-                mean_task_runtime_us: h.mean_task_runtime_us,
-                size_us: h.mean_task_runtime_us * f64::from(width),
-                log_sd: prior.sd(),
-                source: EstimateSource::Posterior { pilots: 0 },
-            };
+            let est = Estimate::new(
+                h.mean_task_runtime_us,
+                h.mean_task_runtime_us * f64::from(width),
+                prior.sd(),
+                EstimateSource::Posterior { pilots: 0 },
+            );
             return estimated(PolicyKind::Bayes, job.job_id, 1, est, ctx);
         }
         let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
@@ -244,12 +244,12 @@ impl Policy for Bayes {
                 };
                 let post = prior.update(z, k, task_log_sd);
                 let mean_task_runtime_us = post.mean.exp();
-                let est = Estimate {
+                let est = Estimate::new(
                     mean_task_runtime_us,
-                    size_us: mean_task_runtime_us * f64::from(width),
-                    log_sd: post.sd(),
-                    source: EstimateSource::Posterior { pilots: k },
-                };
+                    mean_task_runtime_us * f64::from(width),
+                    post.sd(),
+                    EstimateSource::Posterior { pilots: k },
+                );
                 Some(estimated(PolicyKind::Bayes, end.job_id, version, est, ctx))
             }
         }

@@ -15,6 +15,9 @@
 //! | `fifo`       | queue 0, arrival order                 | none                       |
 //! | `oracle`     | true size                              | none                       |
 //!
+//! Every policy made by [`build`] is wrapped in `calibrated`, which gives
+//! its estimates calibrated quantiles ([`crate::calibration`]).
+//!
 //! Every policy keeps state only for live jobs and drops it in
 //! [`Policy::on_job_done`]. Randomness (which tasks are pilots) comes from a
 //! ChaCha8 stream keyed by `(seed, job id)`, so a job's pilots never depend
@@ -23,6 +26,7 @@
 mod adaptive;
 mod baselines;
 mod bayes;
+mod calibrated;
 mod history_based;
 mod pilots;
 mod slearn;
@@ -37,6 +41,7 @@ use serde::{Deserialize, Serialize};
 pub use adaptive::{AdaptiveRatio, RATIO_PERCENTS};
 pub use baselines::{Fifo, Las, Oracle};
 pub use bayes::Bayes;
+use calibrated::Calibrated;
 pub use history_based::HistoryBased;
 pub use slearn::SLearn;
 
@@ -231,7 +236,7 @@ pub fn build(
 ) -> Result<Box<dyn Policy>, ConfigError> {
     config.validate()?;
     let thin = config.thin_limit;
-    Ok(match kind {
+    let policy: Box<dyn Policy> = match kind {
         PolicyKind::ThreeSigma => Box::new(HistoryBased::three_sigma()),
         PolicyKind::PointEst => Box::new(HistoryBased::point_est()),
         PolicyKind::ThreeSigmaTl => Box::new(HistoryBased::three_sigma_tl(thin)),
@@ -244,7 +249,8 @@ pub fn build(
         PolicyKind::Oracle => Box::new(Oracle::new(oracle.ok_or_else(|| {
             ConfigError::new("policy", "the oracle policy needs the jobs' true runtimes")
         })?)),
-    })
+    };
+    Ok(Box::new(Calibrated::new(policy, Default::default())))
 }
 
 /// A policy's [`Policy::snapshot`]: the whole policy, in postcard's
@@ -261,7 +267,9 @@ pub fn restore(kind: PolicyKind, state: &[u8]) -> Result<Box<dyn Policy>, postca
     ) -> Result<Box<dyn Policy>, postcard::Error> {
         Ok(Box::new(postcard::from_bytes::<P>(state)?))
     }
-    match kind {
+    let (state, calibration) = calibrated::split_snapshot(state)?;
+    let state = state.as_slice();
+    let policy = match kind {
         PolicyKind::ThreeSigma
         | PolicyKind::PointEst
         | PolicyKind::ThreeSigmaTl
@@ -271,7 +279,8 @@ pub fn restore(kind: PolicyKind, state: &[u8]) -> Result<Box<dyn Policy>, postca
         PolicyKind::Las => boxed::<Las>(state),
         PolicyKind::Fifo => boxed::<Fifo>(state),
         PolicyKind::Oracle => boxed::<Oracle>(state),
-    }
+    }?;
+    Ok(Box::new(Calibrated::new(policy, calibration)))
 }
 
 /// Is a job of `width` tasks thin (§5.1.2)? A job without tasks has nothing
@@ -388,12 +397,12 @@ fn history_estimate(
         let h = ctx
             .history
             .estimate(&JobFeatures::of(job), ctx.now_us, estimator);
-        return Estimate {
-            mean_task_runtime_us: h.mean_task_runtime_us,
-            size_us: h.mean_task_runtime_us * f64::from(job.num_tasks),
-            log_sd: h.log_sd,
-            source: h.source,
-        };
+        return Estimate::new(
+            h.mean_task_runtime_us,
+            h.mean_task_runtime_us * f64::from(job.num_tasks),
+            h.log_sd,
+            h.source,
+        );
     };
     let parts: Vec<_> = stages
         .iter()
@@ -419,12 +428,7 @@ fn history_estimate(
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, h)| h.source)
         .unwrap_or(crate::decision::EstimateSource::Fallback);
-    Estimate {
-        mean_task_runtime_us: size / f64::from(job.num_tasks),
-        size_us: size,
-        log_sd,
-        source,
-    }
+    Estimate::new(size / f64::from(job.num_tasks), size, log_sd, source)
 }
 
 #[cfg(test)]

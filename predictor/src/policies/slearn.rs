@@ -155,12 +155,12 @@ impl JobSampling {
                 d_s * f64::from(h.root_width) + ratio * h.history_later_size_us
             }
         };
-        Some(Estimate {
-            mean_task_runtime_us: size_us / f64::from(self.width),
+        Some(Estimate::new(
+            size_us / f64::from(self.width),
             size_us,
             log_sd,
-            source: EstimateSource::Pilots { pilots: k },
-        })
+            EstimateSource::Pilots { pilots: k },
+        ))
     }
 }
 

@@ -1,0 +1,83 @@
+//! Every policy's estimates leave with calibrated quantiles: a wrapper
+//! that passes the policy's decisions through [`Calibration`] and, when a
+//! job ends, scores the estimate that placed it.
+
+use std::collections::BTreeMap;
+
+use jobcast_ingest::event::JobSubmitted;
+use serde::{Deserialize, Serialize};
+
+use crate::calibration::{Calibration, Pending};
+use crate::decision::{Decision, PolicyKind};
+use crate::policy::{Context, JobDone, Policy, TaskEnd};
+
+pub(super) struct Calibrated {
+    inner: Box<dyn Policy>,
+    state: State,
+}
+
+/// What the wrapper learns and holds, beside the policy's own state.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct State {
+    calibration: Calibration,
+    /// The newest estimate of each live job that has one.
+    pending: BTreeMap<u64, Pending>,
+}
+
+impl Calibrated {
+    pub(super) fn new(inner: Box<dyn Policy>, state: State) -> Self {
+        Calibrated { inner, state }
+    }
+
+    fn pass(&mut self, mut decision: Decision) -> Decision {
+        if let Some(estimate) = &mut decision.estimate {
+            self.state.calibration.calibrate(estimate);
+            self.state
+                .pending
+                .insert(decision.job_id, Pending::of(estimate));
+        }
+        decision
+    }
+}
+
+impl Policy for Calibrated {
+    fn kind(&self) -> PolicyKind {
+        self.inner.kind()
+    }
+
+    fn on_submit(&mut self, job: &JobSubmitted, ctx: &Context<'_>) -> Decision {
+        let decision = self.inner.on_submit(job, ctx);
+        self.pass(decision)
+    }
+
+    fn on_task_end(&mut self, end: &TaskEnd, ctx: &Context<'_>) -> Option<Decision> {
+        let decision = self.inner.on_task_end(end, ctx)?;
+        Some(self.pass(decision))
+    }
+
+    fn on_job_done(&mut self, done: &JobDone, ctx: &Context<'_>) {
+        if let Some(pending) = self.state.pending.remove(&done.job_id) {
+            self.state
+                .calibration
+                .learn(pending, done.mean_task_runtime_us);
+        }
+        self.inner.on_job_done(done, ctx);
+    }
+
+    fn on_job_abandoned(&mut self, job_id: u64) {
+        self.state.pending.remove(&job_id);
+        self.inner.on_job_abandoned(job_id);
+    }
+
+    /// The policy's own snapshot, then the wrapper's state.
+    fn snapshot(&self) -> Vec<u8> {
+        postcard::to_allocvec(&(serde_bytes::Bytes::new(&self.inner.snapshot()), &self.state))
+            .expect("a policy serialises")
+    }
+}
+
+/// Split a [`Calibrated::snapshot`] into the policy's and the wrapper's.
+pub(super) fn split_snapshot(state: &[u8]) -> Result<(Vec<u8>, State), postcard::Error> {
+    let (inner, state): (serde_bytes::ByteBuf, State) = postcard::from_bytes(state)?;
+    Ok((inner.into_vec(), state))
+}
