@@ -171,6 +171,8 @@ pub struct Quantiles {
 impl Quantiles {
     /// The levels, in field order.
     pub const LEVELS: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
+    /// Their names, as the fields are named.
+    pub const NAMES: [&'static str; 4] = ["p50", "p90", "p95", "p99"];
     /// The standard normal distribution's quantiles at [`Self::LEVELS`].
     pub const NORMAL_Z: [f64; 4] = [
         0.0,

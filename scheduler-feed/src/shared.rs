@@ -98,11 +98,15 @@ impl Liveness {
 }
 
 /// Recent outcomes, for live summaries: decisions by queue, and each
-/// policy's absolute percentage errors on the last jobs it was scored on.
+/// policy's absolute percentage errors and quantile coverage on the last
+/// jobs it was scored on.
 #[derive(Debug, Default)]
 pub struct Recent {
     pub decisions_by_queue: BTreeMap<u8, u64>,
     pub errors_pct: BTreeMap<&'static str, VecDeque<f64>>,
+    /// Per scored job with quantiles: truth at or below its P50, P90,
+    /// P95, P99.
+    pub covered: BTreeMap<&'static str, VecDeque<[bool; 4]>>,
 }
 
 impl Recent {
@@ -115,6 +119,23 @@ impl Recent {
             errors.pop_front();
         }
         errors.push_back(abs_pct);
+    }
+
+    pub(crate) fn record_coverage(&mut self, policy: &'static str, covered: [bool; 4]) {
+        let window = self.covered.entry(policy).or_default();
+        if window.len() == Self::WINDOW {
+            window.pop_front();
+        }
+        window.push_back(covered);
+    }
+
+    /// The share (%) of a policy's recent scored jobs at or below each of
+    /// their quantiles, with the number of jobs.
+    pub fn coverage_pct(&self, policy: &str) -> Option<([f64; 4], usize)> {
+        let window = self.covered.get(policy).filter(|w| !w.is_empty())?;
+        let share =
+            |i: usize| window.iter().filter(|c| c[i]).count() as f64 * 100.0 / window.len() as f64;
+        Some(([share(0), share(1), share(2), share(3)], window.len()))
     }
 
     /// The `q`-quantile (0–1) of a policy's recent errors (see

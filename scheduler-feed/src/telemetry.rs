@@ -19,6 +19,7 @@ pub const COMMITTED_OFFSET: &str = "jobcast_input_committed_offset";
 pub const DECISION_LATENCY: &str = "jobcast_event_to_decision_seconds";
 pub const PREDICTION_LOG_RATIO: &str = "jobcast_prediction_log_ratio";
 pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_percent";
+pub const PREDICTION_COVERED: &str = "jobcast_prediction_quantile_covered_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
@@ -367,6 +368,13 @@ fn describe() {
     describe_histogram!(
         PREDICTION_ERROR,
         "Absolute percentage error of the mean task runtime estimate of finished jobs, by policy"
+    );
+    describe_counter!(
+        PREDICTION_COVERED,
+        Unit::Count,
+        "Finished jobs whose true mean task runtime was at or below the estimate's quantile, by \
+         policy and quantile (p50, p90, p95, p99); over jobcast_prediction_error_percent_count, \
+         the quantile's coverage"
     );
     describe_counter!(
         DECISIONS,

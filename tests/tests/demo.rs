@@ -29,5 +29,14 @@ fn the_demo_replays_the_bundled_excerpt_through_the_service() {
             .unwrap_or_else(|| panic!("no {policy} row:\n{summary}"));
         let jobs: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
         assert!(jobs > 0, "{row}");
+        // Its quantiles' coverage: four shares that rise with the level.
+        let shares: Vec<f64> = row
+            .split_whitespace()
+            .filter_map(|w| w.strip_suffix('%'))
+            .skip(2)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(shares.len(), 4, "{row}");
+        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "{row}");
     }
 }

@@ -31,6 +31,10 @@ pub enum Output {
         policy: PolicyKind,
         job_id: u64,
         error: PredictionError,
+        /// Whether the truth was at or below each of the estimate's
+        /// quantiles ([`crate::decision::Quantiles::LEVELS`]), if it had
+        /// them.
+        covered: Option<[bool; 4]>,
     },
 }
 

@@ -221,6 +221,9 @@ impl Engine {
                             policy: kind,
                             job_id: end.job_id,
                             error,
+                            covered: estimate
+                                .quantiles
+                                .map(|q| q.mean_task_runtime_us.to_array().map(|v| actual <= v)),
                         });
                     }
                 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::engine::{Effects, Output};
 use tracing::info;
 
@@ -124,9 +125,23 @@ impl BatchTally {
                     metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
                         .record(r.score.this_vm.preemption_probability);
                 }
-                Output::Scored { policy, error, .. } => {
+                Output::Scored {
+                    policy,
+                    error,
+                    covered,
+                    ..
+                } => {
                     scored += 1;
                     recent.record_error(policy.name(), error.abs_pct);
+                    if let Some(covered) = covered {
+                        recent.record_coverage(policy.name(), *covered);
+                        for (level, hit) in Quantiles::NAMES.iter().zip(covered) {
+                            if *hit {
+                                metrics::counter!(telemetry::PREDICTION_COVERED, "policy" => policy.name(), "quantile" => *level)
+                                    .increment(1);
+                            }
+                        }
+                    }
                     let (log_ratio, abs_pct) = error_histograms
                         .entry(policy.name())
                         .or_insert_with(|| {

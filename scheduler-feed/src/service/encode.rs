@@ -287,6 +287,7 @@ mod tests {
             policy: PolicyKind::SLearn,
             job_id: 1,
             error: jobcast_predictor::engine::PredictionError::of(2.0, 1.0),
+            covered: None,
         };
         let mut outgoing = Vec::new();
         outputs(&topics, &[Output::Decision(d), scored], &mut outgoing, None);
