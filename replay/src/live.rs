@@ -1,5 +1,5 @@
 //! A trace's jobs shaped to run on a real cluster (`jobcast bench slurm`):
-//! the first `n` evaluated jobs, their task runtimes scaled to seconds, and
+//! the first `n` of the jobs drawn for it, their task runtimes scaled to seconds, and
 //! their arrivals compressed or stretched so that the offered load over the
 //! run is what is asked for the cluster's CPUs (one task per CPU): 1, as
 //! the paper's extracted traces are (§4.3), or more.
