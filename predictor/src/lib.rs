@@ -8,6 +8,8 @@
 //!   Bayesian hybrid, LAS, FIFO and Oracle, behind the [`policy::Policy`]
 //!   trait, emitting [`decision::Decision`]s for the GS queues of
 //!   [`queues`];
+//! - [`calibration`]: the quantiles every estimate carries, calibrated
+//!   on the policy's own errors;
 //! - [`finished`]: a finished job's truth and the one step by which the
 //!   history and every policy learn from it;
 //! - [`preemption`]: lifetime models of transient VMs (the bathtub model);

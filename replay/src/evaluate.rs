@@ -136,6 +136,12 @@ pub fn run_policy(
     run_trained(workload, kind, config, slots, history)
 }
 
+/// Run `kind` over the evaluated jobs from `history`. Unless the start is
+/// cold, the calibration of its quantiles is first learnt by running it
+/// over the history half (from an empty history that learns as it goes),
+/// so that they are calibrated from the first evaluated job, as a running
+/// service's are; the policy is otherwise fresh and the history is the one
+/// trained on the whole first half, as the paper's.
 fn run_trained(
     workload: &Workload,
     kind: PolicyKind,
@@ -143,13 +149,25 @@ fn run_trained(
     slots: u32,
     history: History,
 ) -> Result<SimReport, EvalError> {
-    let oracle = (kind == PolicyKind::Oracle).then(|| oracle_truth(&workload.jobs));
-    let mut policy =
-        policies::build(kind, &config.policy, oracle).map_err(|error| EvalError::Policy {
+    let oracle = (kind == PolicyKind::Oracle).then(|| {
+        let mut every = workload.jobs.clone();
+        every.extend(workload.training.iter().cloned());
+        oracle_truth(&every)
+    });
+    let build = || {
+        policies::build(kind, &config.policy, oracle.clone()).map_err(|error| EvalError::Policy {
             policy: kind,
             error,
-        })?;
+        })
+    };
+    let mut policy = build()?;
     let sim = config.sim_config(slots);
+    if !config.cold_start && !workload.training.is_empty() {
+        let mut warm = build()?;
+        let fresh = History::new(config.history.clone());
+        simulate(&workload.training, fresh, warm.as_mut(), &sim)?;
+        policy = policies::with_calibration_of(policy.as_ref(), warm.as_ref());
+    }
     Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)
 }
 

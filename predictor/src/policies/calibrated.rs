@@ -24,6 +24,16 @@ pub(super) struct State {
     pending: BTreeMap<u64, Pending>,
 }
 
+impl State {
+    /// This state's live jobs with `other`'s calibration.
+    pub(super) fn with_calibration_of(self, other: State) -> State {
+        State {
+            calibration: other.calibration,
+            pending: self.pending,
+        }
+    }
+}
+
 impl Calibrated {
     pub(super) fn new(inner: Box<dyn Policy>, state: State) -> Self {
         Calibrated { inner, state }
@@ -31,10 +41,8 @@ impl Calibrated {
 
     fn pass(&mut self, mut decision: Decision) -> Decision {
         if let Some(estimate) = &mut decision.estimate {
-            self.state.calibration.calibrate(estimate);
-            self.state
-                .pending
-                .insert(decision.job_id, Pending::of(estimate));
+            let pending = self.state.calibration.calibrate(estimate);
+            self.state.pending.insert(decision.job_id, pending);
         }
         decision
     }

@@ -262,13 +262,33 @@ fn snapshot_of<P: Serialize>(policy: &P) -> Vec<u8> {
 
 /// The policy `kind` as [`Policy::snapshot`] saved it.
 pub fn restore(kind: PolicyKind, state: &[u8]) -> Result<Box<dyn Policy>, postcard::Error> {
+    let (state, calibration) = calibrated::split_snapshot(state)?;
+    restore_calibrated(kind, &state, calibration)
+}
+
+/// `policy` as it is, but with the quantile calibration `warm` has learnt:
+/// an evaluation starts calibrated, as a service that has been running
+/// is, without `warm`'s other state.
+pub fn with_calibration_of(policy: &dyn Policy, warm: &dyn Policy) -> Box<dyn Policy> {
+    let decode = |p: &dyn Policy| {
+        calibrated::split_snapshot(&p.snapshot()).expect("a policy's own snapshot decodes")
+    };
+    let (inner, own) = decode(policy);
+    let (_, learnt) = decode(warm);
+    restore_calibrated(policy.kind(), &inner, own.with_calibration_of(learnt))
+        .expect("a policy's own snapshot decodes")
+}
+
+fn restore_calibrated(
+    kind: PolicyKind,
+    state: &[u8],
+    calibration: calibrated::State,
+) -> Result<Box<dyn Policy>, postcard::Error> {
     fn boxed<P: Policy + serde::de::DeserializeOwned + 'static>(
         state: &[u8],
     ) -> Result<Box<dyn Policy>, postcard::Error> {
         Ok(Box::new(postcard::from_bytes::<P>(state)?))
     }
-    let (state, calibration) = calibrated::split_snapshot(state)?;
-    let state = state.as_slice();
     let policy = match kind {
         PolicyKind::ThreeSigma
         | PolicyKind::PointEst
@@ -435,6 +455,36 @@ fn history_estimate(
 mod tests {
     use super::testkit::*;
     use super::*;
+
+    #[test]
+    fn a_policy_takes_the_calibration_another_has_learnt() {
+        let kit = Kit::new();
+        let history = kit.history();
+        let ctx = kit.ctx(&history);
+        let build = || build(PolicyKind::ThreeSigma, &PolicyConfig::default(), None).unwrap();
+        let quantiles = |p: &mut Box<dyn Policy>, id| {
+            let d = p.on_submit(&job(id, 4), &ctx);
+            d.estimate.unwrap().quantiles.unwrap().mean_task_runtime_us
+        };
+        // Every job truly runs 1 s a task, whatever the fallback said.
+        let mut warm = build();
+        for id in 0..crate::calibration::MIN_RESIDUALS as u64 {
+            warm.on_submit(&job(id, 4), &ctx);
+            warm.on_job_done(&done(id, 4, 1.0), &ctx);
+        }
+        let mut fresh = build();
+        let own = quantiles(&mut fresh, 100);
+        assert!(own.p90 > own.p50, "the model's own spread: {own:?}");
+        let mut policy = with_calibration_of(fresh.as_ref(), warm.as_ref());
+        assert_eq!(policy.kind(), PolicyKind::ThreeSigma);
+        // 50 residuals reach up to the P95; the P99 (the 51st of 50) is
+        // still the model's own.
+        let learnt = quantiles(&mut policy, 101);
+        for q in [learnt.p50, learnt.p90, learnt.p95] {
+            assert!((q - S).abs() < 1e-6, "{learnt:?}");
+        }
+        assert_eq!(learnt.p99, own.p99);
+    }
 
     #[test]
     fn the_default_config_is_the_papers() {
