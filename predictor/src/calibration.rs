@@ -108,15 +108,15 @@ fn scale(estimate: &Estimate) -> f64 {
     }
 }
 
-/// The recent residuals of one kind, in arrival order and sorted.
+/// The most recent [`WINDOW`] residuals, in arrival order and sorted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct Residuals {
+pub(crate) struct Residuals {
     recent: VecDeque<f64>,
     sorted: Vec<f64>,
 }
 
 impl Residuals {
-    fn push(&mut self, z: f64) {
+    pub(crate) fn push(&mut self, z: f64) {
         if self.recent.len() == WINDOW
             && let Some(old) = self.recent.pop_front()
         {
@@ -129,7 +129,7 @@ impl Residuals {
     }
 
     /// The conformal quantile at `level`, if there are enough residuals.
-    fn quantile(&self, level: f64) -> Option<f64> {
+    pub(crate) fn quantile(&self, level: f64) -> Option<f64> {
         let n = self.sorted.len();
         if n < MIN_RESIDUALS {
             return None;

@@ -10,6 +10,7 @@
 //!   [`queues`];
 //! - [`calibration`]: the quantiles every estimate carries, calibrated
 //!   on the policy's own errors;
+//! - [`eta`]: when a job will finish, from the queue state;
 //! - [`finished`]: a finished job's truth and the one step by which the
 //!   history and every policy learn from it;
 //! - [`preemption`]: lifetime models of transient VMs (the bathtub model);
@@ -31,6 +32,7 @@ pub mod codec;
 pub mod config;
 pub mod decision;
 pub mod engine;
+pub mod eta;
 pub mod features;
 pub mod finished;
 pub mod history;

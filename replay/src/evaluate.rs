@@ -277,6 +277,9 @@ impl Evaluation {
                     "coverage_p95_pct": s.coverage_pct.map(|c| c.p95),
                     "coverage_p99_pct": s.coverage_pct.map(|c| c.p99),
                     "quantile_jobs": s.quantile_jobs,
+                    "eta_p50_error_pct": s.eta_p50_error_pct,
+                    "eta_p90_error_pct": s.eta_p90_error_pct,
+                    "eta_interval_pct": s.eta_interval_pct,
                 }),
             );
         }
@@ -313,6 +316,7 @@ impl Evaluation {
             "too low %",
             "thin",
             "P50/90/95/99 cover %",
+            "ETA P50/P90 err %",
             "SLearn speedup",
         ];
         let mut rows = vec![header.map(String::from).to_vec()];
@@ -340,6 +344,10 @@ impl Evaluation {
                         format!("{a:.0}/{b:.0}/{c:.0}/{d:.0}")
                     },
                 ),
+                match (s.eta_p50_error_pct, s.eta_p90_error_pct) {
+                    (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
+                    _ => "-".into(),
+                },
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
         }

@@ -62,7 +62,9 @@ use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
-use jobcast_predictor::history::History;
+use jobcast_predictor::eta::{self, Eta, EtaCalibration, Queued};
+use jobcast_predictor::features::JobFeatures;
+use jobcast_predictor::history::{Estimator, History};
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
@@ -192,6 +194,13 @@ pub trait Predictions {
     /// they caused, each job's in the order they were made. Every
     /// [`SimEvent::Submitted`] job must get one.
     fn instant(&mut self, now_us: u64, events: &[SimEvent<'_>]) -> Result<Vec<Decision>, String>;
+
+    /// A job's predicted size (task time, µs) where its decision carries
+    /// no estimate (thin, sampling, FIFO, LAS), for its ETA and the ETAs
+    /// of the jobs behind it.
+    fn size_hint(&self, _job: &SimJob, _now_us: u64) -> Option<f64> {
+        None
+    }
 }
 
 /// Predictions by a policy called in process, learning into `history`.
@@ -253,6 +262,14 @@ impl Predictions for InProcess<'_> {
         }
         Ok(decisions)
     }
+
+    /// The history's (3Sigma's) estimate of the job's size.
+    fn size_hint(&self, job: &SimJob, now_us: u64) -> Option<f64> {
+        let h = self
+            .history
+            .estimate(&JobFeatures::of(job.job()), now_us, Estimator::Utility);
+        Some(h.mean_task_runtime_us * f64::from(job.width()))
+    }
 }
 
 /// What happened to one job.
@@ -282,6 +299,8 @@ pub struct JobResult {
     pub phase: Phase,
     /// Quantiles of the mean task runtime, for jobs placed by an estimate.
     pub quantiles: Option<Quantiles>,
+    /// Its ETA when it was submitted: µs from submission to completion.
+    pub eta_at_submission: Option<Eta>,
 }
 
 /// Aggregates over the jobs of one run; `None` where there is nothing to
@@ -311,6 +330,12 @@ pub struct Summary {
     pub coverage_pct: Option<Quantiles>,
     /// Jobs the coverage is over.
     pub quantile_jobs: usize,
+    /// |ETA − JCT| / JCT × 100 of the ETAs made at submission (P50 of the
+    /// ETA), over every job that had one.
+    pub eta_p50_error_pct: Option<f64>,
+    pub eta_p90_error_pct: Option<f64>,
+    /// Share of those jobs whose JCT fell in the ETA's 80 % interval.
+    pub eta_interval_pct: Option<f64>,
 }
 
 impl Summary {
@@ -350,6 +375,22 @@ impl Summary {
             };
             Quantiles::from_array([covered(0), covered(1), covered(2), covered(3)])
         });
+        let with_eta: Vec<(f64, Eta)> = jobs
+            .iter()
+            .filter_map(|j| Some((j.jct_us as f64, j.eta_at_submission?)))
+            .collect();
+        let mut eta_errors: Vec<f64> = with_eta
+            .iter()
+            .map(|(jct, eta)| (eta.p50_us - jct).abs() / jct.max(1.0) * 100.0)
+            .collect();
+        eta_errors.sort_by(f64::total_cmp);
+        let eta_interval_pct = (!with_eta.is_empty()).then(|| {
+            let inside = with_eta
+                .iter()
+                .filter(|(jct, eta)| (eta.p10_us..=eta.p90_us).contains(jct))
+                .count();
+            inside as f64 * 100.0 / with_eta.len() as f64
+        });
         Summary {
             jobs: jobs.len(),
             avg_jct_s: mean(&jct),
@@ -364,6 +405,9 @@ impl Summary {
             thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
             coverage_pct,
             quantile_jobs: with_quantiles.len(),
+            eta_p50_error_pct: percentile(&eta_errors, 50.0),
+            eta_p90_error_pct: percentile(&eta_errors, 90.0),
+            eta_interval_pct,
         }
     }
 }
@@ -425,6 +469,11 @@ struct Run<'a> {
     in_wc: bool,
     /// Has been put in a queue by a first decision.
     placed: bool,
+    /// Its predicted size where no estimate gives one.
+    size_hint_us: Option<f64>,
+    /// At submission: its queue, the model's predicted JCT (µs) and the
+    /// ETA made of it.
+    eta: Option<(u8, f64, Eta)>,
 }
 
 impl<'a> Run<'a> {
@@ -464,6 +513,8 @@ impl<'a> Run<'a> {
             queued: None,
             in_wc: false,
             placed: false,
+            size_hint_us: None,
+            eta: None,
         }
     }
 
@@ -517,6 +568,9 @@ impl<'a> Run<'a> {
 
 struct Sim<'a> {
     queues: QueueConfig,
+    slots: u32,
+    /// The ETA model's learnt bias and spread.
+    etas: EtaCalibration,
     free: u32,
     runs: Vec<Run<'a>>,
     /// Per queue: jobs with a runnable task, by (entry time, job id).
@@ -571,6 +625,8 @@ pub fn simulate_with(
     let levels = usize::from(config.queues.levels);
     let mut sim = Sim {
         queues: config.queues.clone(),
+        slots: config.slots,
+        etas: EtaCalibration::default(),
         free: config.slots,
         runs: order.iter().map(|j| Run::new(j)).collect(),
         runnable: vec![BTreeSet::new(); levels],
@@ -616,6 +672,7 @@ pub fn simulate_with(
             }
         }
         while next < order.len() && order[next].arrival_us() == now {
+            sim.runs[next].size_hint_us = predictions.size_hint(order[next], now);
             sim.arrive(next);
             events.push(SimEvent::Submitted(order[next]));
             arrived.push(next);
@@ -641,6 +698,7 @@ pub fn simulate_with(
                 time_us: now,
             });
         }
+        sim.predict_etas(&arrived, next, now);
         arrived.clear();
         for r in ended.drain(..) {
             sim.complete(r, now);
@@ -662,6 +720,34 @@ pub fn simulate_with(
 }
 
 impl<'a> Sim<'a> {
+    /// The ETA of each job in `arrived`, from the queue state of the `next`
+    /// runs that have arrived, as jobcast holds it: queues, predicted sizes
+    /// less attained service, unfinished tasks.
+    fn predict_etas(&mut self, arrived: &[usize], next: usize, now: u64) {
+        let view = |r: &Run<'_>| {
+            let size = r.estimate.map(|e| e.size_us).or(r.size_hint_us)?;
+            Some(Queued {
+                job_id: r.spec.job_id(),
+                queue: r.queue,
+                since_us: r.enter_us,
+                remaining_work_us: size - r.attained_us(now) as f64,
+                remaining_tasks: r.unfinished,
+            })
+        };
+        let live: Vec<Queued> = self.runs[..next]
+            .iter()
+            .filter(|r| r.unfinished > 0)
+            .filter_map(view)
+            .collect();
+        for &r in arrived {
+            if let Some(target) = view(&self.runs[r]) {
+                let predicted = eta::predicted_us(&target, &live, self.slots);
+                let eta = self.etas.eta(target.queue, predicted);
+                self.runs[r].eta = Some((target.queue, predicted, eta));
+            }
+        }
+    }
+
     /// The job's root stages become runnable; it is placed by its first
     /// decision.
     fn arrive(&mut self, r: usize) {
@@ -877,6 +963,11 @@ impl<'a> Sim<'a> {
             .filter(|_| placed)
             .map(|e| (e - true_mean).abs() / true_mean * 100.0);
         let true_queue = self.queues.queue_for(spec.total_task_time_us() as f64);
+        let eta = run.eta;
+        if let Some((queue, predicted, _)) = eta {
+            self.etas.learn(queue, predicted, jct_us as f64);
+        }
+        let run = &self.runs[r];
         self.results[r] = Some(JobResult {
             job_id: spec.job_id(),
             width: spec.width(),
@@ -896,6 +987,7 @@ impl<'a> Sim<'a> {
                 .filter(|_| placed)
                 .and_then(|e| e.quantiles)
                 .map(|q| q.mean_task_runtime_us),
+            eta_at_submission: eta.map(|(_, _, e)| e),
         });
     }
 }
@@ -922,6 +1014,7 @@ mod tests {
             correct_queue: Some(queue == true_queue),
             phase: Phase::Estimated,
             quantiles: None,
+            eta_at_submission: None,
         }
     }
 

@@ -92,6 +92,20 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
         }
     }
     assert!(v["policies"]["fifo"]["coverage_p90_pct"].is_null());
+    // Every job gets an ETA at submission; its 80 % interval holds 71–86 %
+    // of the JCTs here (calibrated per queue once 50 jobs finished in it).
+    for p in POLICIES {
+        let eta = |key: &str| v["policies"][p][key].as_f64();
+        assert!(
+            eta("eta_p50_error_pct").unwrap() <= eta("eta_p90_error_pct").unwrap(),
+            "{p}"
+        );
+        let inside = eta("eta_interval_pct").unwrap();
+        assert!(
+            (70.0..=90.0).contains(&inside),
+            "{p}: {inside}% inside the ETA interval"
+        );
+    }
 
     // Sampling predicts better; LAS and FIFO predict nothing.
     let err = |p: &str| v["policies"][p]["p50_error_pct"].as_f64();
