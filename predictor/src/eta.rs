@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::calibration::Residuals;
 
@@ -53,13 +53,13 @@ pub fn predicted_us<'a>(
 /// The bias and spread of the model's predictions, learnt from finished
 /// jobs per queue they were submitted to: the lower the queue, the more
 /// work yet to arrive overtakes a job, which the model cannot see.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EtaCalibration {
     ratios: BTreeMap<u8, Residuals>,
 }
 
 /// An ETA: the time until the job finishes, µs, with an 80 % interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Eta {
     pub p10_us: f64,
     pub p50_us: f64,

@@ -522,16 +522,23 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
             )
             .map_err(|e| err(&e))?;
     }
+    finish(&mut chart, &root, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))
+}
+
+/// Draw the legend of `chart` at `position` and write the file out.
+fn finish<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .label_font(("sans-serif", 15))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+        .draw()?;
+    root.present()
 }
 
 /// Steps of at most this many rises are drawn per CDF; more jobs are
@@ -616,16 +623,7 @@ fn cdf_plot(
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))
 }
 
 #[cfg(test)]

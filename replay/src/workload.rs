@@ -89,9 +89,9 @@ impl Deref for SimJob {
     }
 }
 
-/// Why a job of the trace is not replayed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// Why a job of the trace is not replayed; [`Reason::name`] is the name
+/// of its count in [`Excluded`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// Not ended within the trace.
     Censored,
