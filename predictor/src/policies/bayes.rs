@@ -19,6 +19,14 @@
 //!
 //! With n = 0 (no similar job at all) the prior is flat: precision 0.
 //!
+//! **Learnt reliability.** The history's spread says how much similar
+//! jobs varied, not how well they predict the next one (recurring jobs
+//! change, §2). Each finished job with a prior scores it by
+//! (ln truth − μ0)² / σo², which is 1 on average for an honest prior; once
+//! 20 jobs have, σo² is scaled by the running mean of that score (each
+//! score capped at 25, a weight of 5% per job so it follows change), kept
+//! apart for thin and wide jobs, whose priors fare differently.
+//!
 //! **Evidence.** k finished pilots with arithmetic mean x̄ (the quantity
 //! SLearn estimates and history records): z = ln x̄, with z | λ ~
 //! N(λ, σ1²/k), σ1 the task-wise sd of ln runtime (the delta method gives
@@ -31,11 +39,23 @@
 //!
 //! **How many pilots.** The smallest m with posterior sd ≤ τ (the target),
 //! i.e. m = ⌈σ1² (1/τ² − 1/σo²)⌉ (σ1 as known before the job: learnt or
-//! default), clamped to [0, ⌈5% × width⌉]. m = 0 when the prior is already
-//! tight (σo ≤ τ): the job is placed by the prior at once.
+//! default). m = 0 when the prior is already tight (σo ≤ τ): the job is
+//! placed by the prior at once, with no sampling delay. Otherwise m is
+//! raised to `min_pilot_fraction` of the width (pilots run side by side,
+//! so more of them cost little delay, and a learnt σ1 can be too
+//! optimistic to trust one pilot) and capped at `max_pilot_fraction`.
 //!
-//! Thin jobs go to the top queue as in SLearn. DAG jobs are treated as flat
-//! jobs of all their tasks. Failed pilots are replaced as in SLearn.
+//! **Drift guard.** History goes stale when the job's code or machines
+//! change (§2). If the pilots' z lies more than `drift_sigmas` predictive
+//! sds from the prior, |z − μ0| > k √(σo² + σ1²/m), the prior is dropped
+//! and the pilots alone estimate the job.
+//!
+//! **Thin jobs** (§7: "history-based learning can be used for estimating
+//! the runtime for thin jobs, while sampling-based learning is used for
+//! wide jobs") are placed by the prior when the history knows similar
+//! jobs, and go to the top queue as in SLearn when it knows none. DAG jobs
+//! are treated as flat jobs of all their tasks. Failed pilots are replaced
+//! as in SLearn.
 
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
@@ -53,9 +73,28 @@ use serde::{Deserialize, Serialize};
 /// confident, not an infinitely confident, belief.
 const MIN_LOG_SD: f64 = 1e-3;
 
-/// Weight of the newest job in the learnt task-wise variance once more
-/// than 1/weight jobs taught it (a plain mean before), so it follows drift.
-const TASK_SPREAD_SMOOTHING: f64 = 0.05;
+/// Weight of the newest job in a learnt spread once more than 1/weight
+/// jobs taught it (a plain mean before), so it follows drift.
+const SMOOTHING: f64 = 0.05;
+
+/// Pseudo-observations the learnt task-wise spread counts for beside a
+/// job's own pilots (whose k pilots count k − 1).
+const TASK_SPREAD_PRIOR_WEIGHT: f64 = 2.0;
+
+/// Finished jobs the priors' learnt reliability needs before it is used.
+const MIN_PRIOR_JOBS: u64 = 20;
+
+/// A single job's squared prior error counts up to this many variances:
+/// one job from a heavy tail must not discredit every prior.
+const MAX_PRIOR_ERROR: f64 = 25.0;
+
+/// Fold `x` into a learnt mean and the count of jobs it rests on.
+fn learn(slot: &mut Option<(f64, u64)>, x: f64) {
+    let (old, n) = slot.unwrap_or((x, 0));
+    let n = n + 1;
+    let w = (1.0 / n as f64).max(SMOOTHING);
+    *slot = Some((old + w * (x - old), n));
+}
 
 /// A normal belief about λ = ln(mean task runtime µs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -66,6 +105,12 @@ struct Belief {
 }
 
 impl Belief {
+    /// Knowing nothing.
+    const FLAT: Belief = Belief {
+        mean: 0.0,
+        precision: 0.0,
+    };
+
     /// The prior from a history estimate (module doc); `s0` is the
     /// history's default spread.
     fn prior(h: &HistoryEstimate, s0: f64) -> Belief {
@@ -96,17 +141,26 @@ impl Belief {
         }
     }
 
+    /// Whether pilots whose mean has log `z` lie more than `sigmas`
+    /// predictive sds from this prior: the history has drifted.
+    fn drifted(self, z: f64, k: u32, task_log_sd: f64, sigmas: f64) -> bool {
+        if self.precision == 0.0 {
+            return false;
+        }
+        let predictive_var = 1.0 / self.precision + task_log_sd * task_log_sd / f64::from(k);
+        (z - self.mean).abs() > sigmas * predictive_var.sqrt()
+    }
+
     fn sd(self) -> f64 {
         1.0 / self.precision.sqrt()
     }
 }
 
-/// The smallest m with posterior sd ≤ `target`, at most `cap`.
-fn pilots_needed(prior: Belief, task_log_sd: f64, target: f64, cap: u32) -> u32 {
+/// The smallest m with posterior sd ≤ `target`.
+fn pilots_needed(prior: Belief, task_log_sd: f64, target: f64) -> u32 {
     let needed = task_log_sd * task_log_sd * (1.0 / (target * target) - prior.precision);
     // The slack keeps 16.000…01 from asking for a 17th pilot.
-    let m = (needed - 1e-9).ceil().max(0.0);
-    (m as u32).min(cap)
+    (needed - 1e-9).ceil().clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 /// ⌈fraction × width⌉, at most `width`.
@@ -123,7 +177,15 @@ pub struct Bayes {
     config: BayesConfig,
     /// Learnt task-wise variance of ln runtime and the jobs it rests on.
     task_log_var: Option<(f64, u64)>,
+    /// How far off the history's priors really were, for thin jobs and
+    /// for wide ones (the same user's both kinds differ): the mean of
+    /// (ln truth − μ0)² / σo² over finished jobs (1 for honest priors),
+    /// and the jobs it rests on. Priors are widened (or narrowed) by it.
+    prior_error: [Option<(f64, u64)>; 2],
     jobs: HashMap<u64, LiveJob>,
+    /// The history's own prior of every live job that had one, and whether
+    /// the job is wide, to learn `prior_error` from when the job ends.
+    priors: HashMap<u64, (Belief, bool)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -142,7 +204,9 @@ impl Bayes {
             seed: config.seed,
             config: config.bayes,
             task_log_var: None,
+            prior_error: [None; 2],
             jobs: HashMap::new(),
+            priors: HashMap::new(),
         }
     }
 
@@ -153,11 +217,16 @@ impl Bayes {
             .max(MIN_LOG_SD)
     }
 
-    fn learn_task_spread(&mut self, var: f64) {
-        let (old, n) = self.task_log_var.unwrap_or((var, 0));
-        let n = n + 1;
-        let w = (1.0 / n as f64).max(TASK_SPREAD_SMOOTHING);
-        self.task_log_var = Some((old + w * (var - old), n));
+    /// `prior` with its variance scaled by how wrong priors of thin or
+    /// `wide` jobs have been.
+    fn calibrated(&self, prior: Belief, wide: bool) -> Belief {
+        match self.prior_error[usize::from(wide)] {
+            Some((ratio, n)) if n >= MIN_PRIOR_JOBS => Belief {
+                mean: prior.mean,
+                precision: prior.precision / ratio.clamp(0.1, 100.0),
+            },
+            _ => prior,
+        }
     }
 }
 
@@ -168,24 +237,38 @@ impl Policy for Bayes {
 
     fn on_submit(&mut self, job: &JobSubmitted, ctx: &Context<'_>) -> Decision {
         let width = job.num_tasks;
-        if is_thin(width, self.thin_limit) {
-            return thin_bypass(PolicyKind::Bayes, job.job_id);
-        }
         let h = ctx
             .history
             .estimate(&JobFeatures::of(job), ctx.now_us, Estimator::Median);
-        let prior = Belief::prior(&h, ctx.history.config().default_log_sd);
-        let cap = pilot_cap(self.config.max_pilot_fraction, width).min(self.max_pilots);
-        let m = pilots_needed(prior, self.task_log_sd(), self.config.target_log_sd, cap);
-        if m == 0 {
+        let own = Belief::prior(&h, ctx.history.config().default_log_sd);
+        let wide = !is_thin(width, self.thin_limit);
+        if own.precision > 0.0 {
+            self.priors.insert(job.job_id, (own, wide));
+        }
+        let prior = self.calibrated(own, wide);
+        let by_prior = || {
             let est = Estimate::new(
                 h.mean_task_runtime_us,
                 h.mean_task_runtime_us * f64::from(width),
                 prior.sd(),
                 EstimateSource::Posterior { pilots: 0 },
             );
-            return estimated(PolicyKind::Bayes, job.job_id, 1, est, ctx);
+            estimated(PolicyKind::Bayes, job.job_id, 1, est, ctx)
+        };
+        if !wide {
+            return if h.samples > 0 {
+                by_prior()
+            } else {
+                thin_bypass(PolicyKind::Bayes, job.job_id)
+            };
         }
+        let needed = pilots_needed(prior, self.task_log_sd(), self.config.target_log_sd);
+        if needed == 0 {
+            return by_prior();
+        }
+        let floor = pilot_cap(self.config.min_pilot_fraction, width);
+        let cap = pilot_cap(self.config.max_pilot_fraction, width).min(self.max_pilots);
+        let m = needed.max(floor).min(cap).max(1);
         let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
         let d = decision(
             PolicyKind::Bayes,
@@ -235,12 +318,23 @@ impl Policy for Bayes {
                 let (width, prior) = (job.width, job.prior);
                 job.version = job.version.saturating_add(1);
                 let version = job.version;
+                let known = self.task_log_sd();
                 let task_log_sd = match own_sd {
                     Some(sd) => {
-                        self.learn_task_spread(sd * sd);
-                        sd.max(MIN_LOG_SD)
+                        learn(&mut self.task_log_var, sd * sd);
+                        // A few pilots' spread is itself noisy: pooled
+                        // with what earlier jobs taught.
+                        let own = f64::from(k - 1);
+                        let pooled = (own * sd * sd + TASK_SPREAD_PRIOR_WEIGHT * known * known)
+                            / (own + TASK_SPREAD_PRIOR_WEIGHT);
+                        pooled.sqrt().max(MIN_LOG_SD)
                     }
-                    None => self.task_log_sd(),
+                    None => known,
+                };
+                let prior = if prior.drifted(z, k, task_log_sd, self.config.drift_sigmas) {
+                    Belief::FLAT
+                } else {
+                    prior
                 };
                 let post = prior.update(z, k, task_log_sd);
                 let mean_task_runtime_us = post.mean.exp();
@@ -257,6 +351,13 @@ impl Policy for Bayes {
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.jobs.remove(&done.job_id);
+        if let Some((prior, wide)) = self.priors.remove(&done.job_id)
+            && done.mean_task_runtime_us > 0.0
+        {
+            let z = done.mean_task_runtime_us.ln() - prior.mean;
+            let error = (z * z * prior.precision).min(MAX_PRIOR_ERROR);
+            learn(&mut self.prior_error[usize::from(wide)], error);
+        }
     }
 
     fn snapshot(&self) -> Vec<u8> {
@@ -265,6 +366,7 @@ impl Policy for Bayes {
 
     fn on_job_abandoned(&mut self, job_id: u64) {
         self.jobs.remove(&job_id);
+        self.priors.remove(&job_id);
     }
 }
 
@@ -283,9 +385,9 @@ mod tests {
     }
 
     #[test]
-    fn thin_jobs_bypass() {
+    fn thin_jobs_bypass_without_history_and_follow_the_prior_with_it() {
         let kit = Kit::new();
-        let history = kit.history();
+        let mut history = kit.history();
         let mut b = Bayes::new(&PolicyConfig::default());
         let d = b.on_submit(&job(1, 2), &kit.ctx(&history));
         assert_eq!(
@@ -293,6 +395,95 @@ mod tests {
             (1, 0, Phase::ThinBypass, None)
         );
         assert_eq!(d.policy, PolicyKind::Bayes);
+        // Similar jobs took 2000 s a task: two tasks belong in Q1, not at
+        // the top.
+        let f = JobFeatures::of(&job(0, 2));
+        for i in 0..5u64 {
+            history.observe(&f, i, 2000.0 * S);
+        }
+        let d = b.on_submit(&job(2, 2), &kit.ctx(&history));
+        assert_eq!((d.version, d.queue, d.phase), (1, 1, Phase::Estimated));
+        let e = d.estimate.unwrap();
+        assert_eq!(e.source, EstimateSource::Posterior { pilots: 0 });
+        assert!((e.size_us - 4000.0 * S).abs() < 1e-3, "{e:?}");
+        assert!(b.jobs.is_empty(), "nothing to wait for");
+    }
+
+    #[test]
+    fn priors_that_proved_overconfident_are_widened() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let f = JobFeatures::of(&job(0, 100));
+        for i in 0..50u64 {
+            history.observe(&f, i, if i % 2 == 0 { 20.0 } else { 22.0 } * S);
+        }
+        let ctx = kit.ctx(&history);
+        let mut b = Bayes::new(&PolicyConfig::default());
+        // σo ≈ 0.15: tight enough to place jobs at once.
+        let first = b.on_submit(&job(1, 100), &ctx);
+        assert!(first.pilots.is_empty());
+        let sigma_o = first.estimate.unwrap().log_sd;
+        // Yet jobs keep ending 3 σo from it: the score is 9.
+        for id in 1..=MIN_PRIOR_JOBS {
+            if id > 1 {
+                assert!(b.on_submit(&job(id, 100), &ctx).pilots.is_empty());
+            }
+            let truth = 21.0 * S * (3.0 * sigma_o).exp();
+            let end = JobDone {
+                mean_task_runtime_us: truth,
+                ..done(id, 100, 1.0)
+            };
+            b.on_job_done(&end, &ctx);
+        }
+        assert_eq!(b.prior_error[0], None, "thin jobs' priors are apart");
+        let (score, n) = b.prior_error[1].unwrap();
+        assert!((score - 9.0).abs() < 1e-6 && n == MIN_PRIOR_JOBS, "{score}");
+        assert!(b.priors.is_empty(), "dropped with their jobs");
+        // Now σo counts 3× wider, 0.45 > τ: the next job is sampled.
+        let d = b.on_submit(&job(99, 100), &ctx);
+        assert_eq!(d.phase, Phase::Sampling);
+        assert!(!d.pilots.is_empty());
+    }
+
+    #[test]
+    fn pilots_far_from_a_drifted_prior_estimate_alone() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let f = JobFeatures::of(&job(0, 100));
+        // Similar jobs took 10 or 20 s a task: a prior too loose to skip
+        // sampling, sure that tasks take seconds, not minutes.
+        for i in 0..20u64 {
+            history.observe(&f, i, if i % 2 == 0 { 10.0 } else { 20.0 } * S);
+        }
+        let ctx = kit.ctx(&history);
+        let mut config = PolicyConfig::default();
+        config.bayes.drift_sigmas = 3.0;
+        let mut b = Bayes::new(&config);
+        // Pilots alternate `secs` and twice that: the estimate and the
+        // pilots' mean, µs.
+        let run = |b: &mut Bayes, id: u64, secs: u64| {
+            let pilots = b.on_submit(&job(id, 100), &ctx).pilots;
+            assert!(!pilots.is_empty());
+            let (mut last, mut sum) = (None, 0);
+            for (i, &t) in pilots.iter().enumerate() {
+                let r = secs * (1 + i as u64 % 2);
+                sum += r;
+                last = b.on_task_end(&finished(id, t, r), &ctx);
+            }
+            let mean = sum as f64 / pilots.len() as f64 * S;
+            (last.unwrap().estimate.unwrap().mean_task_runtime_us, mean)
+        };
+        // Pilots near the prior are pulled toward it.
+        let (near, mean) = run(&mut b, 1, 25);
+        assert!(near < 0.95 * mean && near > 15.0 * S, "{near} {mean}");
+        // The code changed: tasks now take 10 minutes. The prior is dropped.
+        let (far, mean) = run(&mut b, 2, 600);
+        assert!((far / mean - 1.0).abs() < 1e-9, "{far} {mean}");
+        // Without the guard the stale prior drags it down.
+        config.bayes.drift_sigmas = f64::INFINITY;
+        let mut unguarded = Bayes::new(&config);
+        let (dragged, mean) = run(&mut unguarded, 3, 600);
+        assert!(dragged < 0.7 * mean, "{dragged} {mean}");
     }
 
     #[test]
@@ -302,13 +493,15 @@ mod tests {
         let ctx = kit.ctx(&history);
         let mut b = Bayes::new(&PolicyConfig::default());
         // No history: flat prior; σ1 = 1, τ = 0.25: m = ⌈1/0.0625⌉ = 16.
-        let d = b.on_submit(&job(1, 1000), &ctx);
+        let d = b.on_submit(&job(1, 500), &ctx);
         assert_eq!(
             (d.version, d.queue, d.phase, d.estimate),
             (1, 1, Phase::Sampling, None)
         );
         assert_eq!(d.pilots.len(), 16);
-        // 5% of 100 tasks caps it at 5; 5% of 3 rounds up to 1.
+        // At least 3% of 1000 tasks; at most 5% of 100; 5% of 3 rounds up
+        // to 1.
+        assert_eq!(b.on_submit(&job(4, 1000), &ctx).pilots.len(), 30);
         assert_eq!(b.on_submit(&job(2, 100), &ctx).pilots.len(), 5);
         assert_eq!(b.on_submit(&job(3, 3), &ctx).pilots.len(), 1);
         // A failed pilot is replaced, as in SLearn.
@@ -319,7 +512,7 @@ mod tests {
             (2, Phase::Sampling, 1)
         );
         assert_ne!(d.pilots[0], p3);
-        for id in 1..=3 {
+        for id in 1..=4 {
             b.on_job_done(&done(id, 1, 1.0), &ctx);
         }
         assert!(b.jobs.is_empty());
@@ -355,7 +548,7 @@ mod tests {
     fn the_posterior_matches_the_closed_form() {
         let kit = Kit::new();
         let mut history = kit.history();
-        let f = JobFeatures::of(&job(0, 1000));
+        let f = JobFeatures::of(&job(0, 500));
         for (i, r) in [10.0, 10.0, 40.0, 40.0].into_iter().enumerate() {
             history.observe(&f, i as u64, r * S);
         }
@@ -365,8 +558,11 @@ mod tests {
         let s2 = 4.0 * 2f64.ln().powi(2) / 3.0;
         let var_o = (3.0 * s2 + 1.0) / 4.0 * 1.25;
         assert!((var_o - 0.913_066).abs() < 1e-6);
-        let mut b = Bayes::new(&PolicyConfig::default());
-        let pilots = b.on_submit(&job(1, 1000), &ctx).pilots;
+        // The guard set wide: this test is the update itself.
+        let mut config = PolicyConfig::default();
+        config.bayes.drift_sigmas = 3.0;
+        let mut b = Bayes::new(&config);
+        let pilots = b.on_submit(&job(1, 500), &ctx).pilots;
         assert_eq!(pilots.len(), 15);
         // Eight pilots take 50 s, seven 100 s.
         let mut last = None;
@@ -380,7 +576,10 @@ mod tests {
 
         let mu0 = (25.0 * S).ln();
         let z = ((8.0 * 50.0 + 7.0 * 100.0) / 15.0 * S).ln();
-        let var1 = 2f64.ln().powi(2) * 840.0 / 225.0 / 14.0;
+        // The pilots' own variance, pooled with the default σ1 = 1 as two
+        // pseudo-observations beside their 14.
+        let own = 2f64.ln().powi(2) * 840.0 / 225.0 / 14.0;
+        let var1 = (14.0 * own + 2.0) / 16.0;
         let precision = 1.0 / var_o + 15.0 / var1;
         let mu = (mu0 / var_o + 15.0 * z / var1) / precision;
         assert!((e.mean_task_runtime_us.ln() - mu).abs() < 1e-9, "{e:?}");
@@ -389,8 +588,8 @@ mod tests {
             mu0 < mu && mu < z,
             "between prior and sample: {mu0} {mu} {z}"
         );
-        assert!((e.size_us - 1000.0 * mu.exp()).abs() < 1e-3);
-        // 73.3 s × 1000 ≈ 7·10¹⁰ µs → Q2.
+        assert!((e.size_us - 500.0 * mu.exp()).abs() < 1e-3);
+        // 73.3 s × 500 ≈ 3.7·10¹⁰ µs → Q2.
         assert_eq!(d.queue, 2);
     }
 
@@ -400,7 +599,7 @@ mod tests {
         let history = kit.history();
         let ctx = kit.ctx(&history);
         let mut b = Bayes::new(&PolicyConfig::default());
-        let pilots = b.on_submit(&job(1, 1000), &ctx).pilots;
+        let pilots = b.on_submit(&job(1, 500), &ctx).pilots;
         assert_eq!(pilots.len(), 16);
         // ln runtimes ±c around ln 10 s, 8 each: sample variance 16c²/15 = 0.3.
         let c = (0.3f64 * 15.0 / 16.0).sqrt();
@@ -412,7 +611,7 @@ mod tests {
         let (var, n) = b.task_log_var.unwrap();
         assert!((var - 0.3).abs() < 1e-6 && n == 1, "{var} {n}");
         // Next job: m = ⌈0.3 × 16⌉ = 5.
-        assert_eq!(b.on_submit(&job(2, 1000), &ctx).pilots.len(), 5);
+        assert_eq!(b.on_submit(&job(2, 150), &ctx).pilots.len(), 5);
         // One pilot (5% of 20): the learnt σ1 is the evidence's spread.
         let pilots = b.on_submit(&job(3, 20), &ctx).pilots;
         assert_eq!(pilots.len(), 1);
@@ -435,20 +634,19 @@ mod tests {
             mean: 0.0,
             precision: 0.0,
         };
-        assert_eq!(pilots_needed(flat, 1.0, 0.25, 100), 16);
-        assert_eq!(pilots_needed(flat, 1.0, 0.25, 7), 7);
+        assert_eq!(pilots_needed(flat, 1.0, 0.25), 16);
         // σo = 0.5: 16 − 4 = 12.
         let prior = Belief {
             mean: 0.0,
             precision: 4.0,
         };
-        assert_eq!(pilots_needed(prior, 1.0, 0.25, 100), 12);
+        assert_eq!(pilots_needed(prior, 1.0, 0.25), 12);
         // σo = 0.25 exactly: no pilots.
         let tight = Belief {
             mean: 0.0,
             precision: 16.0,
         };
-        assert_eq!(pilots_needed(tight, 1.0, 0.25, 100), 0);
+        assert_eq!(pilots_needed(tight, 1.0, 0.25), 0);
         assert_eq!(pilot_cap(0.05, 100), 5);
         assert_eq!(pilot_cap(0.05, 101), 6);
         assert_eq!(pilot_cap(0.05, 1), 1);
@@ -458,5 +656,12 @@ mod tests {
         assert_eq!((post.mean, post.sd()), (2.0, 0.5));
         let post = prior.update(2.0, 4, 1.0);
         assert_eq!((post.mean, post.precision), (1.0, 8.0));
+        // Drift: σo = 0.5 and 4 pilots of σ1 = 1 give a predictive sd of
+        // √(0.25 + 0.25) ≈ 0.707; 3 sds ≈ 2.12.
+        assert!(!prior.drifted(2.1, 4, 1.0, 3.0));
+        assert!(prior.drifted(2.2, 4, 1.0, 3.0));
+        assert!(prior.drifted(-2.2, 4, 1.0, 3.0));
+        assert!(!prior.drifted(2.2, 4, 1.0, f64::INFINITY));
+        assert!(!flat.drifted(1e6, 1, 1.0, 3.0), "a flat prior never drifts");
     }
 }
