@@ -1,9 +1,18 @@
 //! A trace's jobs shaped to run on a real cluster (`jobcast bench slurm`):
-//! the first `n` of the jobs drawn for it, their task runtimes scaled to seconds, and
-//! their arrivals compressed or stretched so that the offered load over the
-//! run is what is asked for the cluster's CPUs (one task per CPU): 1, as
-//! the paper's extracted traces are (§4.3), or more.
+//! the first `n` of the jobs drawn for it, their task runtimes scaled to
+//! seconds, and their arrivals compressed or stretched so that the offered
+//! load over the run is what is asked for the cluster's CPUs (one task per
+//! CPU): 1, as the paper's extracted traces are (§4.3), or more.
+//!
+//! Once on Slurm a job is what `slurm watch` reads back: the name the
+//! bench gave it (as job and logical name), the submitting user, one CPU a
+//! task. [`SlurmShape`] gives jobs that shape, so that the simulator and
+//! the history jobcast starts from ([`past_jobs`]) see the features the
+//! live service sees.
 
+use jobcast_ingest::event::{Event, JobSubmitted};
+
+use crate::sim::SimEvent;
 use crate::workload::SimJob;
 
 /// One job as the cluster runs it.
@@ -18,31 +27,99 @@ pub struct LiveJob {
 }
 
 impl LiveJob {
-    /// The same job at live times, µs, for the simulator: its submission at
-    /// its live arrival, its tasks' runtimes as they run live.
-    pub fn as_simulated(&self) -> SimJob {
-        let mut job = self.job.job().clone();
-        job.time_us = (self.arrival_s * 1e6).round() as u64;
-        let runtimes: Vec<u64> = self
-            .runtimes_s
+    /// The same job in Slurm's shape at live times, µs from `start_us`, for
+    /// the simulator: its submission at its live arrival, its tasks'
+    /// runtimes as they run live.
+    pub fn as_simulated(&self, shape: &SlurmShape, start_us: u64) -> SimJob {
+        shape.job(
+            &self.job,
+            self.job.job_id(),
+            start_us + (self.arrival_s * 1e6).round() as u64,
+            &self.runtimes_s,
+        )
+    }
+}
+
+/// How trace task runtimes become live seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TaskScale {
+    /// Live seconds per trace µs (`1e-6` keeps seconds as seconds).
+    pub per_us: f64,
+    /// No task runs shorter (Slurm's times are whole seconds).
+    pub min_s: f64,
+    /// Nor longer.
+    pub max_s: f64,
+}
+
+impl TaskScale {
+    /// A trace runtime in live whole seconds, within the bounds.
+    pub fn seconds(&self, runtime_us: u64) -> f64 {
+        (runtime_us as f64 * self.per_us)
+            .min(self.max_s)
+            .round()
+            .max(self.min_s)
+    }
+}
+
+/// What the Slurm watcher reads back of a job the bench submitted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlurmShape {
+    /// The user jobs are submitted as.
+    pub user: String,
+}
+
+impl SlurmShape {
+    /// The name a trace job is submitted under (`sbatch -J`).
+    pub fn name(job: &SimJob) -> String {
+        if job.job().job_name.is_empty() {
+            format!("job-{}", job.job_id())
+        } else {
+            job.job().job_name.clone()
+        }
+    }
+
+    /// The submission the watcher reports for `job`: its name as job and
+    /// logical name, this user, one CPU a task, no memory, partition or
+    /// time limit the history could match on.
+    fn submitted(&self, job: &SimJob, job_id: u64, time_us: u64) -> JobSubmitted {
+        let name = Self::name(job);
+        JobSubmitted {
+            time_us,
+            job_id,
+            user: self.user.clone(),
+            job_name: name.clone(),
+            logical_name: name,
+            scheduling_class: 0,
+            priority: 0,
+            cpu_request: 1.0,
+            mem_request: 0.0,
+            num_tasks: job.width(),
+            partition: String::new(),
+            time_limit_us: None,
+            stages: None,
+        }
+    }
+
+    /// `job` as `job_id` submitted at `time_us` in this shape, its tasks
+    /// running `runtimes_s` side by side.
+    fn job(&self, job: &SimJob, job_id: u64, time_us: u64, runtimes_s: &[f64]) -> SimJob {
+        let runtimes: Vec<u64> = runtimes_s
             .iter()
             .map(|r| (r * 1e6).round() as u64)
             .collect();
-        let end = job.time_us + runtimes.iter().sum::<u64>();
-        SimJob::new(job, runtimes, end).expect("a job the trace already accepted")
+        let end = time_us + runtimes.iter().max().copied().unwrap_or(0);
+        SimJob::new(self.submitted(job, job_id, time_us), runtimes, end)
+            .expect("a job the trace already accepted")
     }
 }
 
 /// The first `n` of `jobs` (in order of arrival), each task's runtime
-/// multiplied by `time_scale` (trace µs to live s: `1e-6` keeps seconds as
-/// seconds) and raised to at least `min_task_s`, and arrivals spread, in
-/// the trace's order and proportions, over the time `cpus` CPUs need for
-/// all their work divided by `load`.
+/// scaled, and arrivals spread, in the trace's order and proportions, over
+/// the time `cpus` CPUs need for all their work divided by `load`.
 pub fn live_workload(
     jobs: &[SimJob],
     n: usize,
-    time_scale: f64,
-    min_task_s: f64,
+    scale: &TaskScale,
     cpus: u32,
     load: f64,
 ) -> Vec<LiveJob> {
@@ -55,7 +132,7 @@ pub fn live_workload(
             runtimes_s: job
                 .runtimes_us()
                 .iter()
-                .map(|&r| (r as f64 * time_scale).max(min_task_s))
+                .map(|&r| scale.seconds(r))
                 .collect(),
         })
         .collect();
@@ -72,6 +149,71 @@ pub fn live_workload(
         };
     }
     live
+}
+
+/// Job ids of the past start here: above any Slurm job id (Slurm's
+/// largest is 67,043,328), so that no past job is taken for a live one.
+pub const PAST_JOB_IDS: u64 = 1 << 40;
+
+/// The cluster's past as jobcast would have seen it: the trace's history
+/// jobs in Slurm's shape with scaled runtimes, in the order they ended,
+/// one submitted each second from `start_us`, numbered from
+/// [`PAST_JOB_IDS`].
+pub fn past_jobs(
+    history: &[SimJob],
+    scale: &TaskScale,
+    shape: &SlurmShape,
+    start_us: u64,
+) -> Vec<SimJob> {
+    let mut ordered: Vec<&SimJob> = history.iter().collect();
+    ordered.sort_by_key(|j| (j.end_us(), j.job_id()));
+    ordered
+        .into_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let runtimes: Vec<f64> = job
+                .runtimes_us()
+                .iter()
+                .map(|&r| scale.seconds(r))
+                .collect();
+            let i = i as u64;
+            shape.job(job, PAST_JOB_IDS + i, start_us + i * 1_000_000, &runtimes)
+        })
+        .collect()
+}
+
+/// The events a scheduler would have published for a finished job: its
+/// submission, each task started on submission and finished, its end.
+pub fn finished_job_events(job: &SimJob) -> Vec<Event> {
+    let start = job.arrival_us();
+    let mut events = vec![SimEvent::Submitted(job).to_event()];
+    for (task, &runtime_us) in (0..).zip(job.runtimes_us()) {
+        events.push(
+            SimEvent::Scheduled {
+                job,
+                task,
+                time_us: start,
+            }
+            .to_event(),
+        );
+        events.push(
+            SimEvent::Finished {
+                job,
+                task,
+                time_us: start + runtime_us,
+                runtime_us,
+            }
+            .to_event(),
+        );
+    }
+    events.push(
+        SimEvent::Ended {
+            job,
+            time_us: job.end_us(),
+        }
+        .to_event(),
+    );
+    events
 }
 
 #[cfg(test)]
@@ -100,6 +242,19 @@ mod tests {
         SimJob::new(submitted, runtimes, 0).unwrap()
     }
 
+    /// Trace seconds to tenths of live seconds, 1 to 100 s a task.
+    const TENTHS: TaskScale = TaskScale {
+        per_us: 1e-7,
+        min_s: 1.0,
+        max_s: 100.0,
+    };
+
+    fn shape() -> SlurmShape {
+        SlurmShape {
+            user: "root".into(),
+        }
+    }
+
     #[test]
     fn arrivals_spread_over_the_time_the_cpus_need_for_the_work() {
         let jobs = [
@@ -108,26 +263,95 @@ mod tests {
             job(3, 1100, &[300, 300, 300]),
             job(4, 5000, &[1]),
         ];
-        // Trace seconds to tenths of live seconds, at least 1 s a task.
-        let live = live_workload(&jobs, 3, 1e-7, 1.0, 4, 1.0);
+        let live = live_workload(&jobs, 3, &TENTHS, 4, 1.0);
         assert_eq!(live.len(), 3);
-        assert_eq!(live[0].runtimes_s, [60.0, 120.0]);
+        // 120 s is capped at 100 s.
+        assert_eq!(live[0].runtimes_s, [60.0, 100.0]);
         assert_eq!(live[1].runtimes_s, [6.0]);
-        // 276 s of work on 4 CPUs: arrivals over 69 s, in the trace's
+        // 256 s of work on 4 CPUs: arrivals over 64 s, in the trace's
         // proportions (0, 300 and 1000 s of 1000).
         let arrivals: Vec<f64> = live.iter().map(|j| j.arrival_s).collect();
-        assert_eq!(arrivals, [0.0, 0.3 * 69.0, 69.0]);
-        let simulated = live[2].as_simulated();
+        assert_eq!(arrivals, [0.0, 0.3 * 64.0, 64.0]);
+        let simulated = live[2].as_simulated(&shape(), 5_000_000);
         assert_eq!(simulated.arrival_us(), 69_000_000);
         assert_eq!(simulated.runtimes_us(), [30_000_000; 3]);
         assert_eq!(simulated.job_id(), 3);
+        // In the shape the watcher reads back.
+        let submitted = simulated.job();
+        assert_eq!(
+            (
+                submitted.user.as_str(),
+                submitted.job_name.as_str(),
+                submitted.logical_name.as_str(),
+                submitted.cpu_request
+            ),
+            ("root", "j3", "j3", 1.0)
+        );
         // A task shorter than the floor is raised to it.
         assert_eq!(
-            live_workload(&jobs[3..], 1, 1e-7, 1.0, 4, 1.0)[0].runtimes_s,
+            live_workload(&jobs[3..], 1, &TENTHS, 4, 1.0)[0].runtimes_s,
             [1.0]
         );
         // Twice the load: arrivals twice as close.
-        let doubled = live_workload(&jobs, 3, 1e-7, 1.0, 4, 2.0);
-        assert_eq!(doubled[2].arrival_s, 34.5);
+        let doubled = live_workload(&jobs, 3, &TENTHS, 4, 2.0);
+        assert_eq!(doubled[2].arrival_s, 32.0);
+    }
+
+    #[test]
+    fn the_past_ends_before_the_run_and_reads_as_finished_jobs() {
+        // Ended at 900, 300 and 2000 s of trace time.
+        let mut history = vec![
+            job(7, 100, &[800, 20]),
+            job(8, 200, &[100]),
+            job(9, 0, &[5000]),
+        ];
+        for (job, end_s) in history.iter_mut().zip([900u64, 300, 2000]) {
+            *job = SimJob::new(
+                job.job().clone(),
+                job.runtimes_us().to_vec(),
+                end_s * 1_000_000,
+            )
+            .unwrap();
+        }
+        let start = 10_000_000;
+        let past = past_jobs(&history, &TENTHS, &shape(), start);
+        // In the order they ended, a second apart, in Slurm's shape.
+        let names: Vec<&str> = past.iter().map(|j| j.job().job_name.as_str()).collect();
+        assert_eq!(names, ["j8", "j7", "j9"]);
+        let ids: Vec<u64> = past.iter().map(|j| j.job_id()).collect();
+        assert_eq!(ids, [PAST_JOB_IDS, PAST_JOB_IDS + 1, PAST_JOB_IDS + 2]);
+        let arrivals: Vec<u64> = past.iter().map(|j| j.arrival_us()).collect();
+        assert_eq!(arrivals, [start, start + 1_000_000, start + 2_000_000]);
+        assert_eq!(past[1].runtimes_us(), [80_000_000, 2_000_000]);
+        assert_eq!(past[2].runtimes_us(), [100_000_000], "capped");
+        assert_eq!(past[1].job().user, "root");
+        let ends: Vec<u64> = past.iter().map(|j| j.end_us()).collect();
+        assert_eq!(
+            ends,
+            [start + 10_000_000, start + 81_000_000, start + 102_000_000]
+        );
+
+        let events: Vec<(String, u64)> = finished_job_events(&past[1])
+            .iter()
+            .map(|e| {
+                let name = match e {
+                    Event::Task(t) => format!("{:?}", t.kind),
+                    other => other.type_name().to_owned(),
+                };
+                (name, e.time_us())
+            })
+            .collect();
+        let s = start + 1_000_000;
+        let expected = [
+            ("job_submitted", s),
+            ("Schedule", s),
+            ("Finish", s + 80_000_000),
+            ("Schedule", s),
+            ("Finish", s + 2_000_000),
+            ("job_ended", s + 80_000_000),
+        ];
+        let expected: Vec<(String, u64)> =
+            expected.iter().map(|(n, t)| (n.to_string(), *t)).collect();
+        assert_eq!(events, expected);
     }
 }

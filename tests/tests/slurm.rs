@@ -632,4 +632,6 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
     assert!(number("p50_decision_delay_s") >= 0.0, "{report}");
     assert!(number("estimated_jobs") >= 1.0, "{report}");
     assert!(number("p50_error_pct") >= 0.0, "{report}");
+    // jobcast started from the trace's history half, as the cluster's past.
+    assert!(number("history_jobs") >= 1.0, "{report}");
 }

@@ -5,6 +5,12 @@
 //! as the cluster has CPUs: how much sooner jobs finish, and whether the
 //! simulator predicts it.
 //!
+//! jobcast starts as a service that has run on the cluster for a while:
+//! before the run it learns the trace's history half, published as the
+//! finished jobs of the cluster's past in the shape `slurm watch` gives
+//! them (`--cold-start`: from nothing). The simulator starts from the same
+//! history.
+//!
 //! Each task is a `sleep` of its scaled trace runtime on one CPU; a job of
 //! several tasks is an array. Slurm's own times (whole seconds) measure
 //! each job: JCT is its last task's end less its submission. Slurm alone
@@ -12,6 +18,7 @@
 //! submission order, and one-CPU tasks leave backfill nothing to reorder.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,17 +26,24 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobcast_ingest::Format;
-use jobcast_ingest::kafka::{Topics, read_to_end};
+use jobcast_ingest::event::Event;
+use jobcast_ingest::kafka::KafkaSettings;
+use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Decision, Newest, Phase, PolicyKind};
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
-use jobcast_replay::live::{LiveJob, live_workload};
+use jobcast_replay::kafka::Ungated;
+use jobcast_replay::live::{
+    LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs,
+};
+use jobcast_replay::workload::SimJob;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Exclusions, Split, Workload};
 use rdkafka::Message;
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
+use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::output::{print_json, print_out};
@@ -68,6 +82,11 @@ pub struct SlurmArgs {
     /// The policy jobcast runs.
     #[arg(long, default_value_t = PolicyKind::SLearn)]
     policy: PolicyKind,
+    /// Start jobcast from an empty history, as a newly installed service,
+    /// instead of one that has learnt the trace's history half as the
+    /// cluster's past.
+    #[arg(long)]
+    cold_start: bool,
     /// Seconds between the watcher's polls and the applier's ticks.
     #[arg(long, default_value_t = 0.5, value_parser = crate::slurm::parse_interval)]
     interval_secs: f64,
@@ -90,6 +109,8 @@ struct Report {
     jobs: usize,
     cpus: u32,
     policy: PolicyKind,
+    /// Past jobs jobcast learnt before the run (0 with `--cold-start`).
+    history_jobs: usize,
     baseline_avg_jct_s: f64,
     baseline_p50_jct_s: f64,
     jobcast_avg_jct_s: f64,
@@ -123,19 +144,20 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     workload
         .sample(args.jobs, args.seed, cpus)
         .with_context(|| format!("drawing jobs from {}", args.trace.display()))?;
-    let mut live = live_workload(
-        &workload.jobs,
-        args.jobs,
-        args.time_scale * 1e-6,
-        args.min_task_secs,
-        cpus,
-        args.load,
-    );
-    for job in &mut live {
-        for r in &mut job.runtimes_s {
-            *r = r.min(args.max_task_secs).round().max(args.min_task_secs);
-        }
-    }
+    let scale = TaskScale {
+        per_us: args.time_scale * 1e-6,
+        min_s: args.min_task_secs,
+        max_s: args.max_task_secs,
+    };
+    let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
+    let shape = SlurmShape {
+        user: current_user()?,
+    };
+    let history: &[SimJob] = if args.cold_start {
+        &[]
+    } else {
+        &workload.training
+    };
     if live.is_empty() {
         bail!("{}: no job to run", args.trace.display());
     }
@@ -146,7 +168,13 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         live.iter().map(|j| j.runtimes_s.len()).sum::<usize>()
     );
 
-    let (simulated_baseline, simulated_jobcast) = simulate(&live, cpus, args.policy)?;
+    let (simulated_baseline, simulated_jobcast) = simulate(
+        &live,
+        &past_jobs(history, &scale, &shape, 0),
+        &shape,
+        cpus,
+        args.policy,
+    )?;
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
     let (baseline, _) = run_live(args, &live, dir.path(), None).context("Slurm alone")?;
@@ -157,8 +185,10 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
         mock.create_topic(topic, 1, 1)?;
     }
-    let (jobcast, observed) = run_live(args, &live, dir.path(), Some(&mock.bootstrap_servers()))
-        .context("Slurm driven by jobcast")?;
+    let settings = KafkaSettings::new(mock.bootstrap_servers());
+    publish_past(&settings, &topics, history, &scale, &shape)?;
+    let (jobcast, observed) =
+        run_live(args, &live, dir.path(), Some(&settings)).context("Slurm driven by jobcast")?;
     let (errors, estimated_jobs) =
         prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
 
@@ -166,6 +196,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         jobs: live.len(),
         cpus,
         policy: args.policy,
+        history_jobs: history.len(),
         baseline_avg_jct_s: baseline.avg_jct_s,
         baseline_p50_jct_s: baseline.p50_jct_s,
         jobcast_avg_jct_s: jobcast.avg_jct_s,
@@ -185,6 +216,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.2}"));
     print_out(&format!(
         "jobs                     {}\nCPUs                     {}\n\
+         history jobs             {}\n\
          avg JCT, Slurm alone     {:.1} s (P50 {:.1} s)\n\
          avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
          speedup                  {:.2}×\n\
@@ -194,6 +226,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          killed at a time limit   {}\n",
         report.jobs,
         report.cpus,
+        report.history_jobs,
         report.baseline_avg_jct_s,
         report.baseline_p50_jct_s,
         report.jobcast_avg_jct_s,
@@ -236,16 +269,27 @@ fn cluster_cpus() -> anyhow::Result<u32> {
 }
 
 /// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated on
-/// `cpus` slots from an empty history, as the live service starts.
-fn simulate(live: &[LiveJob], cpus: u32, policy: PolicyKind) -> anyhow::Result<(f64, f64)> {
-    let jobs = live.iter().map(LiveJob::as_simulated).collect();
-    let last = live.last().map_or(0, |j| (j.arrival_s * 1e6) as u64);
-    // Every job is evaluated, from an empty history.
+/// `cpus` slots after `past` (none: from an empty history, as a new
+/// service starts), every job in Slurm's shape.
+fn simulate(
+    live: &[LiveJob],
+    past: &[SimJob],
+    shape: &SlurmShape,
+    cpus: u32,
+    policy: PolicyKind,
+) -> anyhow::Result<(f64, f64)> {
+    // The run starts as the last past job ends.
+    let start = past.iter().map(SimJob::end_us).max().unwrap_or(0);
+    let jobs = live.iter().map(|j| j.as_simulated(shape, start)).collect();
+    let last = live
+        .last()
+        .map_or(start, |j| start + (j.arrival_s * 1e6) as u64);
     let workload = Workload {
-        training: Vec::new(),
+        training: past.to_vec(),
         jobs,
         split: Split {
-            span_us: (0, last),
+            span_us: (start, last),
+            at_us: start,
             ..Split::default()
         },
         end_us: last,
@@ -253,7 +297,7 @@ fn simulate(live: &[LiveJob], cpus: u32, policy: PolicyKind) -> anyhow::Result<(
     };
     let config = EvalConfig {
         slots: Some(cpus),
-        cold_start: true,
+        cold_start: past.is_empty(),
         ..EvalConfig::default()
     };
     let avg = |kind| -> anyhow::Result<f64> {
@@ -264,6 +308,102 @@ fn simulate(live: &[LiveJob], cpus: u32, policy: PolicyKind) -> anyhow::Result<(
             .context("the simulation finished no job")
     };
     Ok((avg(PolicyKind::Fifo)?, avg(policy)?))
+}
+
+/// The user this process submits jobs as, as Slurm names it.
+fn current_user() -> anyhow::Result<String> {
+    let out = Command::new("id").arg("-un").output().context("id -un")?;
+    if !out.status.success() {
+        bail!("id -un: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Publish `history` as the cluster's past on the input topic: each job's
+/// events in Slurm's shape, the last job ending now.
+fn publish_past(
+    settings: &KafkaSettings,
+    topics: &Topics,
+    history: &[SimJob],
+    scale: &TaskScale,
+    shape: &SlurmShape,
+) -> anyhow::Result<()> {
+    if history.is_empty() {
+        return Ok(());
+    }
+    let span = past_jobs(history, scale, shape, 0)
+        .iter()
+        .map(SimJob::end_us)
+        .max()
+        .unwrap_or(0);
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_micros() as u64;
+    let past = past_jobs(history, scale, shape, now_us.saturating_sub(span));
+    let mut events: Vec<_> = past.iter().flat_map(finished_job_events).collect();
+    // In time order, each job's own order kept.
+    events.sort_by_key(Event::time_us);
+    eprintln!(
+        "jobcast bench slurm: publishing {} past jobs ({} events) for jobcast to learn",
+        past.len(),
+        events.len()
+    );
+    super::produce(
+        settings,
+        &topics.events,
+        events.into_iter().map(Ok::<_, Infallible>),
+        None,
+        &Ungated,
+    )?;
+    Ok(())
+}
+
+/// Wait until the service has committed every event on its input topic:
+/// it has learnt the past before the first job is submitted.
+fn wait_for_past(settings: &KafkaSettings) -> anyhow::Result<()> {
+    let topic = &Topics::default().events;
+    let consumer: BaseConsumer = settings
+        .client_config()
+        .set("group.id", SERVE_GROUP)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut ends = TopicPartitionList::new();
+    for partition in partitions(&consumer, topic, Duration::from_secs(10))? {
+        let (_, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        ends.add_partition_offset(topic, partition, Offset::Offset(high))?;
+    }
+    let started = Instant::now();
+    loop {
+        let committed = consumer.committed_offsets(ends.clone(), Duration::from_secs(10))?;
+        let behind: i64 = ends
+            .elements()
+            .iter()
+            .map(|end| {
+                let done = match committed
+                    .find_partition(topic, end.partition())
+                    .map(|e| e.offset())
+                {
+                    Some(Offset::Offset(o)) => o,
+                    _ => 0,
+                };
+                match end.offset() {
+                    Offset::Offset(high) => (high - done).max(0),
+                    _ => 0,
+                }
+            })
+            .sum();
+        if behind == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > PAST_TIMEOUT {
+            bail!(
+                "jobcast serve had {behind} past events left to learn after {} s",
+                PAST_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Each job's task runtimes, one per line, where its tasks read them.
@@ -285,6 +425,12 @@ struct Observed {
     /// When a priority jobcast sets was first seen, by job (Unix s).
     decided_at: BTreeMap<u64, u64>,
 }
+
+/// The consumer group of the bench's `jobcast serve`.
+const SERVE_GROUP: &str = "jobcast-bench-serve";
+
+/// How long the service may take to learn the cluster's past.
+const PAST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Priorities at or above this are jobcast's (`slurm apply`'s default base).
 const APPLIED_PRIORITY: u32 = 1_000_000;
@@ -367,7 +513,7 @@ fn run_live(
     args: &SlurmArgs,
     live: &[LiveJob],
     dir: &Path,
-    brokers: Option<&str>,
+    kafka: Option<&KafkaSettings>,
 ) -> anyhow::Result<(LiveRun, Observed)> {
     let squeue = vec!["squeue".to_owned(), "--json".to_owned()];
     let busy = run_squeue(&squeue)
@@ -378,8 +524,8 @@ fn run_live(
     if busy > 0 {
         bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
     }
-    let services = match brokers {
-        Some(brokers) => start_services(args, brokers, dir)?,
+    let services = match kafka {
+        Some(kafka) => start_services(args, &kafka.brokers, dir)?,
         None => Vec::new(),
     };
     let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
@@ -388,12 +534,14 @@ fn run_live(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
             .expect("a valid template"),
     );
-    bar.set_message(if brokers.is_some() {
+    bar.set_message(if kafka.is_some() {
         "with jobcast"
     } else {
         "Slurm alone "
     });
-    let result = submit_and_follow(live, dir, &squeue, &bar, tasks);
+    let result = kafka
+        .map_or(Ok(()), wait_for_past)
+        .and_then(|()| submit_and_follow(live, dir, &squeue, &bar, tasks));
     bar.finish_and_clear();
     // A service that stopped early would make this a run without jobcast.
     let mut stopped = Vec::new();
@@ -484,11 +632,7 @@ fn sbatch(dir: &Path, index: usize, job: &LiveJob) -> anyhow::Result<u64> {
         "sleep $(sed -n \"$((${{SLURM_ARRAY_TASK_ID:-0}} + 1))p\" {})",
         file.display()
     );
-    let name = if job.job.job().job_name.is_empty() {
-        format!("job-{}", job.job.job_id())
-    } else {
-        job.job.job().job_name.clone()
-    };
+    let name = SlurmShape::name(&job.job);
     let mut command = Command::new("sbatch");
     command
         .args(["--parsable", "-c", "1", "-o", "/dev/null", "-J"])
@@ -530,6 +674,8 @@ fn start_services(
             "serve".as_ref(),
             "--brokers".as_ref(),
             brokers.as_ref(),
+            "--group".as_ref(),
+            SERVE_GROUP.as_ref(),
             "--policy".as_ref(),
             policy.as_ref(),
             "--data-dir".as_ref(),
