@@ -229,6 +229,14 @@ pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, 
     })
 }
 
+/// `a/b` rounded, or `-`.
+fn fmt_pair(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
+        _ => "-".into(),
+    }
+}
+
 fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
 }
@@ -280,6 +288,10 @@ impl Evaluation {
                     "eta_p50_error_pct": s.eta_p50_error_pct,
                     "eta_p90_error_pct": s.eta_p90_error_pct,
                     "eta_interval_pct": s.eta_interval_pct,
+                    "eta_half_p50_error_pct": s.eta_half_p50_error_pct,
+                    "eta_half_p90_error_pct": s.eta_half_p90_error_pct,
+                    "eta_half_interval_pct": s.eta_half_interval_pct,
+                    "eta_half_jobs": s.eta_half_jobs,
                 }),
             );
         }
@@ -317,6 +329,7 @@ impl Evaluation {
             "thin",
             "P50/90/95/99 cover %",
             "ETA P50/P90 err %",
+            "half-way",
             "SLearn speedup",
         ];
         let mut rows = vec![header.map(String::from).to_vec()];
@@ -344,10 +357,8 @@ impl Evaluation {
                         format!("{a:.0}/{b:.0}/{c:.0}/{d:.0}")
                     },
                 ),
-                match (s.eta_p50_error_pct, s.eta_p90_error_pct) {
-                    (Some(a), Some(b)) => format!("{a:.0}/{b:.0}"),
-                    _ => "-".into(),
-                },
+                fmt_pair(s.eta_p50_error_pct, s.eta_p90_error_pct),
+                fmt_pair(s.eta_half_p50_error_pct, s.eta_half_p90_error_pct),
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
         }
@@ -388,7 +399,9 @@ impl Evaluation {
             "errors and queue placements are over jobs of at least {} tasks placed by an estimate \
              (too high: a higher-priority queue than the true size's, i.e. underestimated); \
              coverage is the share of every job placed by an estimate whose true mean task \
-             runtime is at or below its P50, P90, P95, P99",
+             runtime is at or below its P50, P90, P95, P99; ETA errors are |ETA − actual| / actual \
+             at submission, and half-way to the completion predicted then (against the time \
+             still to go)",
             self.accuracy_min_width
         );
         out

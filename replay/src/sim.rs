@@ -301,6 +301,10 @@ pub struct JobResult {
     pub quantiles: Option<Quantiles>,
     /// Its ETA when it was submitted: µs from submission to completion.
     pub eta_at_submission: Option<Eta>,
+    /// Its ETA refreshed half-way to the completion predicted at
+    /// submission, if it had not finished by then: µs since submission
+    /// the refresh was made at, and the ETA then (µs still to go).
+    pub eta_half_way: Option<(u64, Eta)>,
 }
 
 /// Aggregates over the jobs of one run; `None` where there is nothing to
@@ -336,6 +340,13 @@ pub struct Summary {
     pub eta_p90_error_pct: Option<f64>,
     /// Share of those jobs whose JCT fell in the ETA's 80 % interval.
     pub eta_interval_pct: Option<f64>,
+    /// The same of the ETAs refreshed half-way, against the time the job
+    /// still took: over the jobs that had not finished by then.
+    pub eta_half_p50_error_pct: Option<f64>,
+    pub eta_half_p90_error_pct: Option<f64>,
+    pub eta_half_interval_pct: Option<f64>,
+    /// Jobs the half-way figures are over.
+    pub eta_half_jobs: usize,
 }
 
 impl Summary {
@@ -375,22 +386,20 @@ impl Summary {
             };
             Quantiles::from_array([covered(0), covered(1), covered(2), covered(3)])
         });
-        let with_eta: Vec<(f64, Eta)> = jobs
+        let at_submission: Vec<(f64, Eta)> = jobs
             .iter()
             .filter_map(|j| Some((j.jct_us as f64, j.eta_at_submission?)))
             .collect();
-        let mut eta_errors: Vec<f64> = with_eta
+        let half_way: Vec<(f64, Eta)> = jobs
             .iter()
-            .map(|(jct, eta)| (eta.p50_us - jct).abs() / jct.max(1.0) * 100.0)
+            .filter_map(|j| {
+                let (at, eta) = j.eta_half_way?;
+                Some((j.jct_us.saturating_sub(at) as f64, eta))
+            })
             .collect();
-        eta_errors.sort_by(f64::total_cmp);
-        let eta_interval_pct = (!with_eta.is_empty()).then(|| {
-            let inside = with_eta
-                .iter()
-                .filter(|(jct, eta)| (eta.p10_us..=eta.p90_us).contains(jct))
-                .count();
-            inside as f64 * 100.0 / with_eta.len() as f64
-        });
+        let (eta_p50_error_pct, eta_p90_error_pct, eta_interval_pct) = eta_accuracy(&at_submission);
+        let (eta_half_p50_error_pct, eta_half_p90_error_pct, eta_half_interval_pct) =
+            eta_accuracy(&half_way);
         Summary {
             jobs: jobs.len(),
             avg_jct_s: mean(&jct),
@@ -405,11 +414,33 @@ impl Summary {
             thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
             coverage_pct,
             quantile_jobs: with_quantiles.len(),
-            eta_p50_error_pct: percentile(&eta_errors, 50.0),
-            eta_p90_error_pct: percentile(&eta_errors, 90.0),
+            eta_p50_error_pct,
+            eta_p90_error_pct,
             eta_interval_pct,
+            eta_half_p50_error_pct,
+            eta_half_p90_error_pct,
+            eta_half_interval_pct,
+            eta_half_jobs: half_way.len(),
         }
     }
+}
+
+/// P50 and P90 of |ETA − actual| / actual × 100 over (actual µs, ETA)
+/// pairs, and the share of actuals inside the ETAs' 80 % intervals.
+fn eta_accuracy(pairs: &[(f64, Eta)]) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let mut errors: Vec<f64> = pairs
+        .iter()
+        .map(|(actual, eta)| (eta.p50_us - actual).abs() / actual.max(1.0) * 100.0)
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    let inside = (!pairs.is_empty()).then(|| {
+        let n = pairs
+            .iter()
+            .filter(|(actual, eta)| (eta.p10_us..=eta.p90_us).contains(actual))
+            .count();
+        n as f64 * 100.0 / pairs.len() as f64
+    });
+    (percentile(&errors, 50.0), percentile(&errors, 90.0), inside)
 }
 
 /// Speedup of a run over a baseline run: the baseline's average JCT over
@@ -474,6 +505,9 @@ struct Run<'a> {
     /// At submission: its queue, the model's predicted JCT (µs) and the
     /// ETA made of it.
     eta: Option<(u8, f64, Eta)>,
+    /// Refreshed half-way: its queue then, when (µs), the model's
+    /// predicted time still to go and the ETA made of it.
+    half_eta: Option<(u8, u64, f64, Eta)>,
 }
 
 impl<'a> Run<'a> {
@@ -515,6 +549,7 @@ impl<'a> Run<'a> {
             placed: false,
             size_hint_us: None,
             eta: None,
+            half_eta: None,
         }
     }
 
@@ -569,8 +604,12 @@ impl<'a> Run<'a> {
 struct Sim<'a> {
     queues: QueueConfig,
     slots: u32,
-    /// The ETA model's learnt bias and spread.
+    /// The ETA model's learnt bias and spread, at submission and half-way
+    /// (apart: less of the future is unknown half-way).
     etas: EtaCalibration,
+    half_etas: EtaCalibration,
+    /// (time, run) of the half-way ETA refreshes still to make.
+    refreshes: BinaryHeap<Reverse<(u64, usize)>>,
     free: u32,
     runs: Vec<Run<'a>>,
     /// Per queue: jobs with a runnable task, by (entry time, job id).
@@ -627,6 +666,8 @@ pub fn simulate_with(
         queues: config.queues.clone(),
         slots: config.slots,
         etas: EtaCalibration::default(),
+        half_etas: EtaCalibration::default(),
+        refreshes: BinaryHeap::new(),
         free: config.slots,
         runs: order.iter().map(|j| Run::new(j)).collect(),
         runnable: vec![BTreeSet::new(); levels],
@@ -648,10 +689,19 @@ pub fn simulate_with(
     loop {
         let next_end = sim.completions.peek().map(|Reverse(c)| c.0);
         let next_arrival = order.get(next).map(|j| j.arrival_us());
-        let now = match (next_end, next_arrival) {
-            (None, None) => break,
-            (Some(e), Some(a)) => e.min(a),
-            (e, a) => e.or(a).unwrap_or_default(),
+        let next_event = match (next_end, next_arrival) {
+            (Some(e), Some(a)) => Some(e.min(a)),
+            (e, a) => e.or(a),
+        };
+        // A refresh only reads the state, so it is no instant of its own:
+        // the policy and the scheduler see the same instants without it.
+        let next_refresh = sim.refreshes.peek().map(|Reverse(r)| r.0);
+        if let Some(at) = next_refresh.filter(|&at| next_event.is_none_or(|e| at < e)) {
+            sim.refresh_etas(at, next);
+            continue;
+        }
+        let Some(now) = next_event else {
+            break;
         };
         events.clear();
         events.append(&mut sim.started);
@@ -720,30 +770,67 @@ pub fn simulate_with(
 }
 
 impl<'a> Sim<'a> {
-    /// The ETA of each job in `arrived`, from the queue state of the `next`
-    /// runs that have arrived, as jobcast holds it: queues, predicted sizes
-    /// less attained service, unfinished tasks.
-    fn predict_etas(&mut self, arrived: &[usize], next: usize, now: u64) {
-        let view = |r: &Run<'_>| {
-            let size = r.estimate.map(|e| e.size_us).or(r.size_hint_us)?;
-            Some(Queued {
-                job_id: r.spec.job_id(),
-                queue: r.queue,
-                since_us: r.enter_us,
-                remaining_work_us: size - r.attained_us(now) as f64,
-                remaining_tasks: r.unfinished,
-            })
-        };
-        let live: Vec<Queued> = self.runs[..next]
+    /// A run as the ETA model sees it at `now`, if its size is predicted.
+    fn queued(r: &Run<'_>, now: u64) -> Option<Queued> {
+        let size = r.estimate.map(|e| e.size_us).or(r.size_hint_us)?;
+        Some(Queued {
+            job_id: r.spec.job_id(),
+            queue: r.queue,
+            since_us: r.enter_us,
+            remaining_work_us: size - r.attained_us(now) as f64,
+            remaining_tasks: r.unfinished,
+        })
+    }
+
+    /// The unfinished jobs of the `next` runs that have arrived, as jobcast
+    /// holds them at `now`: queues, predicted sizes less attained service,
+    /// unfinished tasks.
+    fn live(&self, next: usize, now: u64) -> Vec<Queued> {
+        self.runs[..next]
             .iter()
             .filter(|r| r.unfinished > 0)
-            .filter_map(view)
-            .collect();
+            .filter_map(|r| Self::queued(r, now))
+            .collect()
+    }
+
+    /// The ETA of each job in `arrived`, from the queue state of the `next`
+    /// runs that have arrived; a refresh is due half-way to it.
+    fn predict_etas(&mut self, arrived: &[usize], next: usize, now: u64) {
+        let live = self.live(next, now);
         for &r in arrived {
-            if let Some(target) = view(&self.runs[r]) {
+            if let Some(target) = Self::queued(&self.runs[r], now) {
                 let predicted = eta::predicted_us(&target, &live, self.slots);
                 let eta = self.etas.eta(target.queue, predicted);
                 self.runs[r].eta = Some((target.queue, predicted, eta));
+                let half = (eta.p50_us / 2.0).round();
+                if half >= 1.0 && half < (u64::MAX - now) as f64 {
+                    self.refreshes.push(Reverse((now + half as u64, r)));
+                }
+            }
+        }
+    }
+
+    /// The half-way ETAs due at `at` of the jobs not yet finished.
+    fn refresh_etas(&mut self, at: u64, next: usize) {
+        let mut due = Vec::new();
+        while let Some(&Reverse((t, r))) = self.refreshes.peek() {
+            if t != at {
+                break;
+            }
+            self.refreshes.pop();
+            if self.runs[r].unfinished > 0 {
+                due.push(r);
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        let live = self.live(next, at);
+        for r in due {
+            if let Some(target) = Self::queued(&self.runs[r], at) {
+                let predicted = eta::predicted_us(&target, &live, self.slots);
+                let eta = self.half_etas.eta(target.queue, predicted);
+                self.runs[r].half_eta = Some((target.queue, at, predicted, eta));
             }
         }
     }
@@ -963,9 +1050,12 @@ impl<'a> Sim<'a> {
             .filter(|_| placed)
             .map(|e| (e - true_mean).abs() / true_mean * 100.0);
         let true_queue = self.queues.queue_for(spec.total_task_time_us() as f64);
-        let eta = run.eta;
+        let (eta, half_eta) = (run.eta, run.half_eta);
         if let Some((queue, predicted, _)) = eta {
             self.etas.learn(queue, predicted, jct_us as f64);
+        }
+        if let Some((queue, at, predicted, _)) = half_eta {
+            self.half_etas.learn(queue, predicted, (now - at) as f64);
         }
         let run = &self.runs[r];
         self.results[r] = Some(JobResult {
@@ -988,6 +1078,7 @@ impl<'a> Sim<'a> {
                 .and_then(|e| e.quantiles)
                 .map(|q| q.mean_task_runtime_us),
             eta_at_submission: eta.map(|(_, _, e)| e),
+            eta_half_way: half_eta.map(|(_, at, _, e)| (at - arrival, e)),
         });
     }
 }
@@ -1015,6 +1106,7 @@ mod tests {
             phase: Phase::Estimated,
             quantiles: None,
             eta_at_submission: None,
+            eta_half_way: None,
         }
     }
 

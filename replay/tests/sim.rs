@@ -294,6 +294,36 @@ fn oracle_runs_small_jobs_first() {
 }
 
 #[test]
+fn etas_at_submission_and_half_way_follow_the_queue() {
+    // One slot; A and B take 100 s, C 10 s, all in Q2 by their true sizes.
+    // B's ETA at t=10 is A's 90 s left and its own 100 s; half-way to it
+    // (t=105) A has ended and B has run 5 s: 95 s to go. With fewer
+    // finished jobs than calibration needs, an ETA is the model's own.
+    let jobs = [job(1, 0, &[100]), job(2, 10, &[100]), job(3, 300, &[60])];
+    let report = run(&jobs, &mut Oracle::of(&jobs), 1);
+    assert_eq!(times(&report), vec![(1, 100, 0), (2, 190, 90), (3, 60, 0)]);
+    let etas: Vec<(f64, u64, f64)> = report
+        .jobs
+        .iter()
+        .map(|j| {
+            let (at, half) = j.eta_half_way.unwrap();
+            (j.eta_at_submission.unwrap().p50_us, at, half.p50_us)
+        })
+        .collect();
+    assert_eq!(
+        etas,
+        vec![
+            (100e6, 50 * S, 50e6),
+            (190e6, 95 * S, 95e6),
+            (60e6, 30 * S, 30e6)
+        ]
+    );
+    let s = &report.summary;
+    assert_eq!((s.eta_half_jobs, s.eta_half_p50_error_pct), (3, Some(0.0)));
+    assert_eq!(s.eta_half_interval_pct, Some(100.0));
+}
+
+#[test]
 fn queues_share_slots_by_weight() {
     // X (Q0): 4 × 2 s, Y (Q1): 2 × 3 s, both at t=1. A slot goes to the
     // queue with the least use per weight: t=1 X0 and Y0 (Q1 is idle);

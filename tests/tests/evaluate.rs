@@ -105,6 +105,21 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
             (70.0..=90.0).contains(&inside),
             "{p}: {inside}% inside the ETA interval"
         );
+        // Refreshed half-way to the completion predicted at submission,
+        // for the jobs still running then, with its own calibration (its
+        // interval holds 57–72 % here: jobs that overran their predicted
+        // size are expected to end at once).
+        let refreshed = v["policies"][p]["eta_half_jobs"].as_u64().unwrap();
+        assert!(refreshed > 100, "{p}: {refreshed} half-way ETAs");
+        assert!(
+            eta("eta_half_p50_error_pct").unwrap() <= eta("eta_half_p90_error_pct").unwrap(),
+            "{p}"
+        );
+        let inside = eta("eta_half_interval_pct").unwrap();
+        assert!(
+            (50.0..=90.0).contains(&inside),
+            "{p}: {inside}% inside the half-way ETA interval"
+        );
     }
 
     // Sampling predicts better; LAS and FIFO predict nothing.

@@ -120,8 +120,8 @@ struct Report {
     simulated_baseline_avg_jct_s: f64,
     simulated_jobcast_avg_jct_s: f64,
     simulated_speedup: f64,
-    /// Median error of the estimates that placed wide jobs, against the
-    /// mean task runtime Slurm measured.
+    /// Median error of the estimates that placed jobs (SLearn: only the
+    /// wide ones), against the mean task runtime Slurm measured.
     p50_error_pct: Option<f64>,
     estimated_jobs: usize,
     /// Median seconds from a job's submission to the first snapshot that
