@@ -226,6 +226,21 @@ pub struct Decision {
     /// Task indices to run first, while sampling.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pilots: Vec<u32>,
+    /// When the job should finish, given the queue state at this decision
+    /// (set by the live engine, where it knows the cluster's capacity and
+    /// the job's size or a guess at it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<Completion>,
+}
+
+/// A job's predicted completion, as event times (µs): the median and an
+/// 80 % interval, predicted at `at_us` ([`crate::eta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub at_us: u64,
+    pub p10_us: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
 }
 
 /// The newest decision of each job, as a consumer of jobcast's decisions
@@ -285,6 +300,7 @@ mod tests {
             estimate: None,
             policy: PolicyKind::SLearn,
             pilots: Vec::new(),
+            eta: None,
         }
     }
 

@@ -1,14 +1,17 @@
 //! When will a job finish? A prediction from the queue state alone: the
 //! work GS serves before the job (jobs in higher-priority queues, and
 //! earlier arrivals in its own), the job's own work, and the cluster's
-//! slots. The model is a fluid drain that knows nothing of jobs still to
+//! capacity. Capacity and each task's share of it are in one unit, task
+//! slots (the simulator; a Slurm node's CPUs with a CPU a task) or CPUs
+//! (a cluster's machines, each task taking its job's CPU request). The
+//! model is a fluid drain that knows nothing of jobs still to
 //! come, so it is biased short under load; [`EtaCalibration`] learns that
 //! bias, and the spread around it, from the jobs that finished (the same
 //! conformal method as [`crate::calibration`], on ln(actual / predicted)).
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::calibration::Residuals;
 
@@ -24,6 +27,8 @@ pub struct Queued {
     pub remaining_work_us: f64,
     /// Tasks not yet finished.
     pub remaining_tasks: u32,
+    /// The capacity each of its running tasks takes (1 in slots).
+    pub cpus_per_task: f64,
 }
 
 impl Queued {
@@ -32,34 +37,38 @@ impl Queued {
     }
 }
 
-/// Predicted µs until `target` finishes on `slots` slots: the work served
-/// before it drains at the cluster's full rate, then the job runs at the
-/// parallelism its remaining tasks allow.
-pub fn predicted_us<'a>(
-    target: &Queued,
-    live: impl IntoIterator<Item = &'a Queued>,
-    slots: u32,
-) -> f64 {
-    let slots = f64::from(slots.max(1));
-    let ahead: f64 = live
+/// Predicted µs until `target` finishes on a cluster of `capacity`: the
+/// work served before it drains at the cluster's full rate, then the job
+/// runs at the parallelism its remaining tasks and the capacity allow.
+pub fn predicted_us(target: &Queued, live: impl IntoIterator<Item = Queued>, capacity: f64) -> f64 {
+    let capacity = capacity.max(f64::MIN_POSITIVE);
+    // Summed in whole µs, so that the same jobs give the same sum in any
+    // order (a restored engine holds them in another).
+    let ahead: u128 = live
         .into_iter()
         .filter(|j| j.order() < target.order())
-        .map(|j| j.remaining_work_us.max(0.0))
+        .map(|j| (j.remaining_work_us.max(0.0) * j.cpus_per_task.max(0.0)).round() as u128)
         .sum();
-    let parallel = f64::from(target.remaining_tasks.max(1)).min(slots);
-    ahead / slots + target.remaining_work_us.max(0.0) / parallel
+    let ahead = ahead as f64;
+    let tasks = f64::from(target.remaining_tasks.max(1));
+    let parallel = if target.cpus_per_task > 0.0 {
+        tasks.min(capacity / target.cpus_per_task).max(1.0)
+    } else {
+        tasks
+    };
+    ahead / capacity + target.remaining_work_us.max(0.0) / parallel
 }
 
 /// The bias and spread of the model's predictions, learnt from finished
 /// jobs per queue they were submitted to: the lower the queue, the more
 /// work yet to arrive overtakes a job, which the model cannot see.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EtaCalibration {
     ratios: BTreeMap<u8, Residuals>,
 }
 
 /// An ETA: the time until the job finishes, µs, with an 80 % interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Eta {
     pub p10_us: f64,
     pub p50_us: f64,
@@ -102,6 +111,7 @@ mod tests {
             since_us,
             remaining_work_us: work,
             remaining_tasks: tasks,
+            cpus_per_task: 1.0,
         }
     }
 
@@ -116,12 +126,29 @@ mod tests {
             target,
         ];
         // 40 µs of work ahead on 4 slots, then 40 µs over 2 tasks.
-        assert_eq!(predicted_us(&target, &live, 4), 10.0 + 20.0);
+        assert_eq!(predicted_us(&target, live, 4.0), 10.0 + 20.0);
         // One slot: the job runs one task at a time.
-        assert_eq!(predicted_us(&target, &live, 1), 40.0 + 40.0);
+        assert_eq!(predicted_us(&target, live, 1.0), 40.0 + 40.0);
         // Work already overrun counts as none.
         let overrun = queued(6, 0, 0, -5.0, 1);
-        assert_eq!(predicted_us(&target, &[overrun], 4), 20.0);
+        assert_eq!(predicted_us(&target, [overrun], 4.0), 20.0);
+    }
+
+    #[test]
+    fn in_cpus_work_weighs_by_each_tasks_request() {
+        let mut target = queued(5, 1, 100, 40.0, 8);
+        target.cpus_per_task = 0.5;
+        let mut ahead = queued(1, 0, 0, 30.0, 3);
+        ahead.cpus_per_task = 2.0;
+        // 60 CPU·µs ahead on 4 CPUs, then 40 µs over the 8 tasks that
+        // fit at half a CPU each.
+        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 5.0);
+        // A job without a request runs all its tasks at once.
+        target.cpus_per_task = 0.0;
+        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 5.0);
+        // One wider than the cluster still runs, a task at a time.
+        target.cpus_per_task = 8.0;
+        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 40.0);
     }
 
     #[test]

@@ -779,6 +779,7 @@ impl<'a> Sim<'a> {
             since_us: r.enter_us,
             remaining_work_us: size - r.attained_us(now) as f64,
             remaining_tasks: r.unfinished,
+            cpus_per_task: 1.0,
         })
     }
 
@@ -799,7 +800,8 @@ impl<'a> Sim<'a> {
         let live = self.live(next, now);
         for &r in arrived {
             if let Some(target) = Self::queued(&self.runs[r], now) {
-                let predicted = eta::predicted_us(&target, &live, self.slots);
+                let predicted =
+                    eta::predicted_us(&target, live.iter().copied(), f64::from(self.slots));
                 let eta = self.etas.eta(target.queue, predicted);
                 self.runs[r].eta = Some((target.queue, predicted, eta));
                 let half = (eta.p50_us / 2.0).round();
@@ -828,7 +830,8 @@ impl<'a> Sim<'a> {
         let live = self.live(next, at);
         for r in due {
             if let Some(target) = Self::queued(&self.runs[r], at) {
-                let predicted = eta::predicted_us(&target, &live, self.slots);
+                let predicted =
+                    eta::predicted_us(&target, live.iter().copied(), f64::from(self.slots));
                 let eta = self.half_etas.eta(target.queue, predicted);
                 self.runs[r].half_eta = Some((target.queue, at, predicted, eta));
             }

@@ -78,6 +78,7 @@ fn decision(
         estimate,
         policy: PolicyKind::Fifo,
         pilots,
+        eta: None,
     }
 }
 

@@ -107,6 +107,9 @@ pub struct Recent {
     /// Per scored job with quantiles: truth at or below its P50, P90,
     /// P95, P99.
     pub covered: BTreeMap<&'static str, VecDeque<[bool; 4]>>,
+    /// Per finished job given an ETA: its first ETA's error (%) and
+    /// whether it finished within the ETA's interval.
+    pub etas: VecDeque<(f64, bool)>,
 }
 
 impl Recent {
@@ -127,6 +130,28 @@ impl Recent {
             window.pop_front();
         }
         window.push_back(covered);
+    }
+
+    pub(crate) fn record_eta(&mut self, error_pct: f64, within_interval: bool) {
+        if self.etas.len() == Self::WINDOW {
+            self.etas.pop_front();
+        }
+        self.etas.push_back((error_pct, within_interval));
+    }
+
+    /// The P50 and P90 of the recent ETA errors (%), the share (%) of
+    /// those jobs that finished within their interval, and their number.
+    pub fn eta_accuracy(&self) -> Option<(f64, f64, f64, usize)> {
+        let n = self.etas.len();
+        let mut errors: Vec<f64> = self.etas.iter().map(|&(e, _)| e).collect();
+        errors.sort_by(f64::total_cmp);
+        let within = self.etas.iter().filter(|&&(_, w)| w).count() as f64 * 100.0 / n as f64;
+        Some((
+            percentile(&errors, 50.0)?,
+            percentile(&errors, 90.0)?,
+            within,
+            n,
+        ))
     }
 
     /// The share (%) of a policy's recent scored jobs at or below each of

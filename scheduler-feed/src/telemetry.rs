@@ -20,6 +20,8 @@ pub const DECISION_LATENCY: &str = "jobcast_event_to_decision_seconds";
 pub const PREDICTION_LOG_RATIO: &str = "jobcast_prediction_log_ratio";
 pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_percent";
 pub const PREDICTION_COVERED: &str = "jobcast_prediction_quantile_covered_total";
+pub const ETA_ERROR: &str = "jobcast_eta_error_percent";
+pub const ETA_WITHIN_INTERVAL: &str = "jobcast_eta_within_interval_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
@@ -110,6 +112,7 @@ pub fn handle() -> PrometheusHandle {
             let buckets = [
                 (PREDICTION_LOG_RATIO, &LOG_RATIO_BUCKETS[..]),
                 (PREDICTION_ERROR, &ERROR_PCT_BUCKETS[..]),
+                (ETA_ERROR, &ERROR_PCT_BUCKETS[..]),
                 (DECISION_LATENCY, &LATENCY_BUCKETS[..]),
                 (BATCH_STAGE_SECONDS, &LATENCY_BUCKETS[..]),
                 (BATCH_EVENTS, &BATCH_BUCKETS[..]),
@@ -133,6 +136,7 @@ pub fn handle() -> PrometheusHandle {
                 MACHINES_EXPIRED,
                 TAKEOVER_OUTPUTS_LOST,
                 PRODUCERS_RECREATED,
+                ETA_WITHIN_INTERVAL,
             ] {
                 metrics::counter!(name).increment(0);
             }
@@ -375,6 +379,17 @@ fn describe() {
         "Finished jobs whose true mean task runtime was at or below the estimate's quantile, by \
          policy and quantile (p50, p90, p95, p99); over jobcast_prediction_error_percent_count, \
          the quantile's coverage"
+    );
+    describe_histogram!(
+        ETA_ERROR,
+        "Absolute percentage error of a finished job's first ETA (its median) against the time \
+         it then took to finish"
+    );
+    describe_counter!(
+        ETA_WITHIN_INTERVAL,
+        Unit::Count,
+        "Finished jobs that finished within their first ETA's 80 % interval; over \
+         jobcast_eta_error_percent_count, the interval's coverage"
     );
     describe_counter!(
         DECISIONS,

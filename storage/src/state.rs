@@ -97,8 +97,8 @@ const COLUMN_FAMILIES: [&str; 12] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 11: a job's estimates carry their
-/// quantiles; 10: jobs carry their partition and requested time limit; 9: a snapshot holds the engine's after the
+/// The store's layout version. 12: a job carries its ETA, a machine its
+/// CPUs; 11: a job's estimates carry their quantiles; 10: jobs carry their partition and requested time limit; 9: a snapshot holds the engine's after the
 /// pipeline's parts, its history values as bytes; 8: a snapshot may hold only the history
 /// changed since the one before it; 7: snapshots hold when each machine last
 /// reported and the watermark that expires silent jobs and machines; 6:
@@ -109,7 +109,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"11";
+pub const STORE_FORMAT: &[u8] = b"12";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).

@@ -39,4 +39,30 @@ fn the_demo_replays_the_bundled_excerpt_through_the_service() {
         assert_eq!(shares.len(), 4, "{row}");
         assert!(shares.windows(2).all(|w| w[0] <= w[1]), "{row}");
     }
+    // The ETAs' errors and interval, over finished jobs.
+    let eta = summary
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("ETA at a job's first decision, over ")
+        })
+        .unwrap_or_else(|| panic!("no ETA line:\n{summary}"));
+    let words: Vec<&str> = eta.split_whitespace().collect();
+    let jobs: f64 = words[words.iter().position(|&w| w == "over").unwrap() + 1]
+        .parse()
+        .unwrap();
+    let shares: Vec<f64> = words
+        .iter()
+        .filter_map(|w| w.trim_end_matches(',').strip_suffix('%'))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // P50 and P90 errors, the share within, the interval's 80.
+    let [p50, p90, within, eighty] = shares[..] else {
+        panic!("{eta}");
+    };
+    assert!(
+        jobs > 0.0 && p50 <= p90 && (0.0..=100.0).contains(&within),
+        "{eta}"
+    );
+    assert_eq!(eighty, 80.0, "{eta}");
 }

@@ -38,6 +38,7 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
 
     let published = decisions(&cluster.brokers(), &topics.decisions);
     let mut checked = 0;
+    let mut with_eta = 0;
     let submitted: BTreeSet<u64> = events
         .iter()
         .filter_map(|e| match e {
@@ -61,8 +62,39 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
             assert_eq!(published.get(&key), Some(d), "job {job_id}");
             checked += 1;
         }
+        // The record's ETA is its latest decision's (from the machines'
+        // CPUs, which the excerpt's machine events report).
+        let latest_eta = job["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find_map(|d| d.get("eta"));
+        assert_eq!(
+            job.get("eta").filter(|e| !e.is_null()),
+            latest_eta,
+            "job {job_id}"
+        );
+        if let Some(eta) = latest_eta {
+            with_eta += 1;
+            let at = |q: &str| eta[q].as_u64().unwrap();
+            assert!(at("at_us") <= at("p10_us"), "{eta}");
+            assert!(
+                at("p10_us") <= at("p50_us") && at("p50_us") <= at("p90_us"),
+                "{eta}"
+            );
+        }
     }
     assert!(checked >= submitted.len(), "every job has a decision");
+    assert!(
+        with_eta > submitted.len() / 2,
+        "{with_eta} of {} jobs have an ETA",
+        submitted.len()
+    );
+    // Finished jobs scored their first ETA.
+    let scored = serve.metric("jobcast_eta_error_percent_count");
+    assert!(scored > 0.0);
+    assert!(serve.metric("jobcast_eta_within_interval_total") <= scored);
     assert_eq!(serve.get("/jobs/123456789012").0, 404);
     assert_eq!(serve.get("/jobs/not-a-number").0, 400);
 

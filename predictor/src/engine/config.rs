@@ -8,6 +8,7 @@ use crate::config::ConfigError;
 use crate::decision::PolicyKind;
 use crate::history::HistoryConfig;
 
+use super::eta::EtaSettings;
 use super::expiry::ExpirySettings;
 use crate::policies::PolicyConfig;
 use crate::preemption::Bathtub;
@@ -40,6 +41,7 @@ pub struct EngineConfig {
     pub queues: QueueConfig,
     pub risk: RiskSettings,
     pub expiry: ExpirySettings,
+    pub eta: EtaSettings,
     /// How far (seconds) an event's time may be ahead of the latest event
     /// time applied; an event further ahead is rejected (`future_time`).
     /// One event far in the future would otherwise move every window
@@ -75,6 +77,7 @@ impl Default for EngineConfig {
             queues: QueueConfig::default(),
             risk: RiskSettings::default(),
             expiry: ExpirySettings::default(),
+            eta: EtaSettings::default(),
             max_future_skew_secs: 86_400,
         }
     }

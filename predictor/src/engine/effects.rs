@@ -36,6 +36,14 @@ pub enum Output {
         /// them.
         covered: Option<[bool; 4]>,
     },
+    /// The first ETA of a job that just finished, against its completion.
+    EtaScored {
+        job_id: u64,
+        /// |ETA's median − actual time to completion| / actual × 100.
+        error_pct: f64,
+        /// Whether the completion fell within the ETA's 80 % interval.
+        within_interval: bool,
+    },
 }
 
 /// The keys of records that changed. Marking appends (a batch marks a

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::effects::Effects;
-use super::records::JobState;
+use super::records::{JobState, MachineRecord};
 use crate::config::ConfigError;
 
 /// Steps per window.
@@ -140,7 +140,8 @@ impl Engine {
             }
             for machine_id in silent {
                 self.machines_seen.remove(&machine_id);
-                self.machines.remove(&machine_id);
+                let gone = self.machines.remove(&machine_id);
+                self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
                 effects.machines.mark(machine_id);
                 effects.expired_machines.push(machine_id);
             }

@@ -6,13 +6,15 @@
 use jobcast_ingest::event::TaskKind;
 
 use crate::codec::{Reader, Writer};
-use crate::decision::{Estimate, EstimateSource, PolicyKind, Quantiles, RuntimeQuantiles};
+use crate::decision::{
+    Completion, Estimate, EstimateSource, PolicyKind, Quantiles, RuntimeQuantiles,
+};
 use crate::features::FeatureKind;
 
 use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 
 /// First byte of [`JobRecord::to_bytes`], changed with the layout.
-const JOB_LAYOUT: u8 = 2;
+const JOB_LAYOUT: u8 = 3;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 
@@ -26,7 +28,7 @@ const JOB_STATES: [JobState; 6] = [
 ];
 
 impl JobRecord {
-    /// The stored form, in field order: layout (2), `job_id`, `submit_us`
+    /// The stored form, in field order: layout (3), `job_id`, `submit_us`
     /// (u64), `user`, `job_name`, `logical_name` (strings), `width` (u32),
     /// `state` (u8), `end_us` (optional u64), `tasks_finished` (u32),
     /// `estimates` (u8 count, then per policy its index in
@@ -34,7 +36,8 @@ impl JobRecord {
     /// byte and the feature index or pilot count it carries, and its
     /// quantiles: 0, or 1 and the mean's then the size's four f64),
     /// `actual_mean_task_runtime_us` (optional f64), `errors` (u8 count,
-    /// then per policy its index and two f64).
+    /// then per policy its index and two f64), `eta` (0, or 1 and its four
+    /// u64).
     pub fn to_bytes(&self) -> Vec<u8> {
         let strings = self.user.len() + self.job_name.len() + self.logical_name.len();
         let mut out = Vec::with_capacity(64 + strings + 104 * self.estimates.len());
@@ -60,6 +63,15 @@ impl JobRecord {
             out.put_f64(error.log_ratio);
             out.put_f64(error.abs_pct);
         }
+        match &self.eta {
+            None => out.put_u8(0),
+            Some(eta) => {
+                out.put_u8(1);
+                for v in [eta.at_us, eta.p10_us, eta.p50_us, eta.p90_us] {
+                    out.put_u64(v);
+                }
+            }
+        }
         out
     }
 
@@ -81,6 +93,7 @@ impl JobRecord {
             estimates: Default::default(),
             actual_mean_task_runtime_us: None,
             errors: Default::default(),
+            eta: None,
         };
         for _ in 0..r.u8()? {
             let policy = r.index_of(&PolicyKind::ALL, "policy")?;
@@ -95,6 +108,17 @@ impl JobRecord {
             };
             record.errors.insert(policy, error);
         }
+        let at = r.at();
+        record.eta = match r.u8()? {
+            0 => None,
+            1 => Some(Completion {
+                at_us: r.u64()?,
+                p10_us: r.u64()?,
+                p50_us: r.u64()?,
+                p90_us: r.u64()?,
+            }),
+            tag => return Err(format!("byte {at}: no ETA with tag {tag}")),
+        };
         r.finish()?;
         Ok(record)
     }
@@ -278,6 +302,7 @@ mod tests {
             estimates in proptest::collection::btree_map(policy(), estimate(), 0..10),
             actual in any::<Option<f64>>(),
             errors in proptest::collection::btree_map(policy(), any::<(f64, f64)>(), 0..10),
+            eta in any::<Option<(u64, u64, u64, u64)>>(),
         ) -> JobRecord {
             JobRecord {
                 job_id: ids.0,
@@ -295,6 +320,12 @@ mod tests {
                     .into_iter()
                     .map(|(p, (log_ratio, abs_pct))| (p, PredictionError { log_ratio, abs_pct }))
                     .collect(),
+                eta: eta.map(|(at_us, p10_us, p50_us, p90_us)| Completion {
+                    at_us,
+                    p10_us,
+                    p50_us,
+                    p90_us,
+                }),
             }
         }
     }
@@ -360,6 +391,7 @@ mod tests {
             .into(),
             actual_mean_task_runtime_us: Some(1.5),
             errors: Default::default(),
+            eta: None,
         };
         let mut bytes = record.to_bytes();
         assert_eq!(JobRecord::from_bytes(&bytes), Ok(record.clone()));

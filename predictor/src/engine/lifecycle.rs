@@ -12,6 +12,7 @@ use crate::finished::FinishedJob;
 use crate::policy::{Context, Policy, TaskEnd};
 
 use super::effects::{Effects, Output, Rejection, reject};
+use super::eta::Progress;
 use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 use super::{Engine, LiveJob};
 
@@ -40,16 +41,19 @@ impl Engine {
             estimates: BTreeMap::new(),
             actual_mean_task_runtime_us: None,
             errors: BTreeMap::new(),
+            eta: None,
         };
         let ctx = Context {
             now_us: job.time_us,
             history: &self.history,
             queues: &self.queues,
         };
+        let mut published = Vec::new();
         for policy in &mut self.policies {
             let decision = policy.on_submit(job, &ctx);
-            record_decision(&mut record, decision, self.driver, &mut effects.outputs);
+            published.extend(record_decision(&mut record, decision, self.driver));
         }
+        let progress = Progress::submitted(self.size_hint_us(job));
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -57,8 +61,12 @@ impl Engine {
                 record,
                 runtimes: vec![None; job.num_tasks as usize],
                 last_event_us: job.time_us,
+                progress,
             },
         );
+        for decision in published {
+            self.publish(decision, job.time_us, effects);
+        }
         effects.jobs.mark(job.job_id);
         Ok(())
     }
@@ -151,18 +159,30 @@ impl Engine {
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
+        if event.kind == TaskKind::Schedule {
+            if let Some(since) = started {
+                // A schedule over a running attempt replaces it.
+                job.progress.attempt_ended(since, None);
+            }
+            job.progress.attempt_started(event.time_us);
+        }
         // Only ends of running attempts tell the policies anything: a
         // pilot that fails or is evicted must be replaced.
         let ended_running_attempt = event.kind.ends_attempt() && started.is_some();
         if !ended_running_attempt {
             return Ok(());
         }
+        let mut first_finish = None;
         if let Some(runtime) = runtime_us {
             let slot = &mut job.runtimes[event.task_index as usize];
             if slot.is_none() {
                 job.record.tasks_finished += 1;
+                first_finish = Some(runtime);
             }
             *slot = Some(runtime);
+        }
+        if let Some(since) = started {
+            job.progress.attempt_ended(since, first_finish);
         }
         let end = TaskEnd {
             job_id: event.job_id,
@@ -175,10 +195,14 @@ impl Engine {
             history: &self.history,
             queues: &self.queues,
         };
+        let mut published = Vec::new();
         for policy in &mut self.policies {
             if let Some(decision) = policy.on_task_end(&end, &ctx) {
-                record_decision(&mut job.record, decision, self.driver, &mut effects.outputs);
+                published.extend(record_decision(&mut job.record, decision, self.driver));
             }
+        }
+        for decision in published {
+            self.publish(decision, event.time_us, effects);
         }
         effects.jobs.mark(event.job_id);
         Ok(())
@@ -194,6 +218,9 @@ impl Engine {
             JobOutcome::Kill => JobState::Killed,
             JobOutcome::Lost => JobState::Lost,
         };
+        if end.outcome == JobOutcome::Finish {
+            self.learn_etas(&job, end.time_us, effects);
+        }
         let runtimes: Option<Vec<u64>> = job.runtimes.iter().copied().collect();
         // Only a finished job whose every task runtime is known has a true
         // size to learn from and to score estimates against.
@@ -248,18 +275,15 @@ impl Engine {
     }
 }
 
-/// Keep a policy's estimate on the job's record; publish the driving
-/// policy's decision.
+/// Keep a policy's estimate on the job's record; the driving policy's
+/// decision is returned, to publish.
 fn record_decision(
     record: &mut JobRecord,
     decision: Decision,
     driver: PolicyKind,
-    outputs: &mut Vec<Output>,
-) {
+) -> Option<Decision> {
     if let Some(estimate) = decision.estimate {
         record.estimates.insert(decision.policy, estimate);
     }
-    if decision.policy == driver {
-        outputs.push(Output::Decision(decision));
-    }
+    (decision.policy == driver).then_some(decision)
 }

@@ -18,7 +18,8 @@
 //! One file per concern: `config` (what the engine runs), `records` (what
 //! it knows, as stored and served) and [`layout`] (their binary form),
 //! `effects` (what applying events produces), `lifecycle` (a job from
-//! submission to its end), `risk` (machines, and the preemption risk of
+//! submission to its end), `eta` (when each live job should finish, carried
+//! by its decisions), `risk` (machines, and the preemption risk of
 //! tasks on transient VMs), `expiry` (giving up on jobs and machines that
 //! stopped reporting) and `snapshot` (the whole state as one value,
 //! which a restarted service restores instead of applying all its input
@@ -26,6 +27,7 @@
 
 mod config;
 mod effects;
+mod eta;
 mod expiry;
 pub mod layout;
 mod lifecycle;
@@ -42,6 +44,7 @@ use jobcast_ingest::event::{Event, JobSubmitted};
 
 use crate::config::ConfigError;
 use crate::decision::PolicyKind;
+use crate::eta::EtaCalibration;
 use crate::history::History;
 use crate::policies::build;
 use crate::policy::Policy;
@@ -50,6 +53,7 @@ use crate::queues::QueueConfig;
 
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
 pub use effects::{Changed, Effects, Output, Rejection};
+pub use eta::EtaSettings;
 pub use expiry::ExpirySettings;
 pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
@@ -63,6 +67,7 @@ struct LiveJob {
     /// Runtime of each task's finished attempt.
     runtimes: Vec<Option<u64>>,
     last_event_us: u64,
+    progress: eta::Progress,
 }
 
 pub struct Engine {
@@ -91,6 +96,11 @@ pub struct Engine {
     next_sweep_us: u64,
     /// How far ahead of `watermark_us` an event may be (µs), if bounded.
     max_future_skew_us: Option<u64>,
+    eta_settings: EtaSettings,
+    /// How far off the ETAs given to finished jobs were.
+    etas: EtaCalibration,
+    /// The CPUs of the machines up, for ETAs without configured slots.
+    capacity_cpus: f64,
 }
 
 impl Engine {
@@ -106,6 +116,7 @@ impl Engine {
         config.history.validate().map_err(|e| e.within("history"))?;
         config.expiry.validate().map_err(|e| e.within("expiry"))?;
         config.queues.validate().map_err(|e| e.within("queues"))?;
+        config.eta.validate().map_err(|e| e.within("eta"))?;
         let max_future_skew_us = config.max_future_skew_us()?;
         let online = config.risk.online().map_err(|e| e.within("risk"))?;
         let mut kinds = vec![config.policy];
@@ -148,6 +159,9 @@ impl Engine {
             watermark_us: 0,
             next_sweep_us: 0,
             max_future_skew_us,
+            eta_settings: config.eta,
+            etas: EtaCalibration::default(),
+            capacity_cpus: 0.0,
         })
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jobcast_ingest::event::{EndReason, TaskKind};
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Estimate, PolicyKind};
+use crate::decision::{Completion, Estimate, PolicyKind};
 use crate::preemption::risk::RiskScore;
 
 /// Where a job is in its life.
@@ -112,6 +112,9 @@ pub struct JobRecord {
     pub actual_mean_task_runtime_us: Option<f64>,
     /// Each policy's error, once the truth is known.
     pub errors: BTreeMap<PolicyKind, PredictionError>,
+    /// When it should finish, as of the driving policy's latest decision
+    /// that could say.
+    pub eta: Option<Completion>,
 }
 
 /// The last known state of one task: the `tasks` column family.
@@ -142,6 +145,8 @@ pub struct MachineRecord {
     pub preemptible: bool,
     pub launch_time_us: Option<u64>,
     pub end_reason: Option<EndReason>,
+    /// Its CPUs, as its events last reported them.
+    pub cpus: Option<f64>,
     /// The latest preemption-risk score of the task placed on it (transient
     /// VMs only).
     pub risk: Option<MachineRisk>,

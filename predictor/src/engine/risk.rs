@@ -139,6 +139,7 @@ impl Engine {
     }
 
     pub(super) fn machine_event(&mut self, event: &MachineEvent, effects: &mut Effects) {
+        let before = MachineRecord::capacity(self.machines.get(&event.machine_id));
         let record = self
             .machines
             .entry(event.machine_id)
@@ -153,6 +154,7 @@ impl Engine {
                 launch_time_us: None,
                 end_reason: None,
                 risk: None,
+                cpus: None,
             });
         match event.kind {
             MachineKind::Add => {
@@ -177,6 +179,11 @@ impl Engine {
                 record.end_reason = vm.end_reason;
             }
         }
+        if event.cpus.is_some() {
+            record.cpus = event.cpus;
+        }
+        let after = MachineRecord::capacity(Some(record));
+        self.capacity_changed(before, after);
         effects.machines.mark(event.machine_id);
         self.machine_seen(event.machine_id, event.time_us);
         self.lifetimes.observe(event);

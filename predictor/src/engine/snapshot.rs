@@ -5,7 +5,8 @@
 //! jobs, tasks and machines (with when each last reported), the 3Sigma
 //! history, every policy (SLearn's adaptive ratio and pilot sets with their
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
-//! pending risk refreshes, the policies' error statistics, the event count
+//! the ETAs' calibration and the capacity they divide by, pending risk
+//! refreshes, the policies' error statistics, the event count
 //! and the watermark that drives expiry. An engine restored from it applies
 //! the next events exactly as the engine that wrote it would have (the
 //! tests check the outputs and records of both over more input). The
@@ -19,14 +20,16 @@ use foldhash::HashMap;
 use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
+use super::eta::Progress;
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
+use crate::eta::EtaCalibration;
 use crate::history::{History, HistoryChanges, HistoryKey};
 use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 7;
+pub const SNAPSHOT_FORMAT: u32 = 8;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +67,8 @@ struct State<'a> {
     machines_seen: Cow<'a, HashMap<u64, u64>>,
     watermark_us: u64,
     next_sweep_us: u64,
+    etas: Cow<'a, EtaCalibration>,
+    capacity_cpus: f64,
 }
 
 /// The 3Sigma history, nearly all of a snapshot's bytes once its window is
@@ -86,6 +91,7 @@ struct LiveJobState {
     record: Vec<u8>,
     runtimes: Vec<Option<u64>>,
     last_event_us: u64,
+    progress: Progress,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -206,6 +212,7 @@ impl Engine {
                         record: job.record.to_bytes(),
                         runtimes: job.runtimes.clone(),
                         last_event_us: job.last_event_us,
+                        progress: job.progress.clone(),
                     },
                 )
             })
@@ -231,6 +238,8 @@ impl Engine {
             machines_seen: Cow::Borrowed(&self.machines_seen),
             watermark_us: self.watermark_us,
             next_sweep_us: self.next_sweep_us,
+            etas: Cow::Borrowed(&self.etas),
+            capacity_cpus: self.capacity_cpus,
         };
         Ok(postcard::to_extend(&state, out)?)
     }
@@ -295,6 +304,7 @@ impl Engine {
                     record,
                     runtimes: job.runtimes,
                     last_event_us: job.last_event_us,
+                    progress: job.progress,
                 };
                 Ok((id, live))
             })
@@ -312,6 +322,8 @@ impl Engine {
         engine.machines_seen = state.machines_seen.into_owned();
         engine.watermark_us = state.watermark_us;
         engine.next_sweep_us = state.next_sweep_us;
+        engine.etas = state.etas.into_owned();
+        engine.capacity_cpus = state.capacity_cpus;
         Ok(engine)
     }
 }

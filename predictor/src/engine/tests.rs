@@ -589,6 +589,9 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
     }
     let (expected, changed) = apply_all(&mut original, &events[done..]);
     assert!(original.lifetimes.refits() > 3, "the fitter refitted");
+    // ETAs from the machines' CPUs, and their scores, are in what must match.
+    assert!(expected.iter().any(|o| o.contains("eta: Some(Completion")));
+    assert!(expected.iter().any(|o| o.starts_with("EtaScored")));
     for (cut, mut copy) in restored {
         apply_all(&mut copy, &events[cut..done]);
         let (rest, _) = apply_all(&mut copy, &events[done..]);
@@ -739,4 +742,157 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
         (vec![], vec![])
     );
     assert!(keeping.machine(1).is_some() && keeping.job(1).is_some());
+}
+
+fn eta_config(slots: Option<u32>) -> EngineConfig {
+    EngineConfig {
+        policy: PolicyKind::ThreeSigma,
+        shadow: Vec::new(),
+        eta: EtaSettings { slots },
+        ..EngineConfig::default()
+    }
+}
+
+fn machine(id: u64, t: u64, kind: &str, cpus: f64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}","cpus":{cpus}}}"#
+    ))
+}
+
+/// The one decision of `effects`, with its ETA relative to `at`: (p50,
+/// the job's estimated size).
+fn eta_of(effects: &Effects, at: u64) -> (f64, f64) {
+    let d = decisions(effects);
+    assert_eq!(d.len(), 1);
+    let eta = d[0].eta.expect("an ETA");
+    assert_eq!(eta.at_us, at);
+    ((eta.p50_us - at) as f64, d[0].estimate.unwrap().size_us)
+}
+
+#[test]
+fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
+    let mut engine = Engine::new(&eta_config(Some(2))).unwrap();
+    let mut effects = Effects::default();
+    // One job alone: its two tasks side by side.
+    engine.apply(&submit(1, 1_000, 2), &mut effects).unwrap();
+    let (eta1, size1) = eta_of(&effects, 1_000);
+    assert!((eta1 - size1 / 2.0).abs() <= 1.0, "{eta1} against {size1}");
+    assert_eq!(engine.job(1).unwrap().eta, decisions(&effects)[0].eta);
+    effects.clear();
+    // Its two tasks run for 1 s each; then a like job of one task arrives
+    // behind it: the first's remaining work drains on the two slots, then
+    // the second runs.
+    for i in 0..2 {
+        engine
+            .apply(&task(1, i, 2_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    effects.clear();
+    engine
+        .apply(&submit(2, 1_002_000, 1), &mut effects)
+        .unwrap();
+    let (eta2, size2) = eta_of(&effects, 1_002_000);
+    assert_eq!(size2 * 2.0, size1, "the same mean task runtime");
+    let expected = (size1 - 2.0 * 1_000_000.0) / 2.0 + size2;
+    assert!((eta2 - expected).abs() <= 1.0, "{eta2} against {expected}");
+    effects.clear();
+    // Ended without finishing: nothing to learn, nothing scored.
+    engine
+        .apply(&end(2, 1_003_000, "kill"), &mut effects)
+        .unwrap();
+    assert!(
+        !effects
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::EtaScored { .. }))
+    );
+}
+
+#[test]
+fn no_eta_slots_is_refused_by_name() {
+    let err = Engine::new(&eta_config(Some(0))).err().expect("refused");
+    assert!(err.to_string().contains("eta.slots"), "{err}");
+}
+
+#[test]
+fn capacity_comes_from_the_cpus_of_the_machines_up() {
+    let mut engine = Engine::new(&eta_config(None)).unwrap();
+    let mut effects = Effects::default();
+    engine.apply(&submit(1, 1_000, 10), &mut effects).unwrap();
+    assert_eq!(decisions(&effects)[0].eta, None, "no capacity known");
+    effects.clear();
+    // 0.5 CPUs run five of these 0.1-CPU tasks at once.
+    engine
+        .apply(&machine(7, 2_000, "add", 0.5), &mut effects)
+        .unwrap();
+    engine.apply(&submit(2, 3_000, 10), &mut effects).unwrap();
+    let (eta, size) = eta_of(&effects, 3_000);
+    // Job 1's work (the same size) is ahead, in CPU·µs at 0.1 a task.
+    let expected = size * 0.1 / 0.5 + size / 5.0;
+    assert!((eta - expected).abs() <= 1.0, "{eta} against {expected}");
+    assert_eq!(engine.machine(7).unwrap().cpus, Some(0.5));
+    effects.clear();
+    // Resized to 1 CPU: twice as fast.
+    engine
+        .apply(&machine(7, 4_000, "update", 1.0), &mut effects)
+        .unwrap();
+    engine.apply(&submit(3, 5_000, 10), &mut effects).unwrap();
+    let (eta, _) = eta_of(&effects, 5_000);
+    let expected = 2.0 * size * 0.1 / 1.0 + size / 10.0;
+    assert!((eta - expected).abs() <= 1.0, "{eta} against {expected}");
+    effects.clear();
+    engine
+        .apply(&machine(7, 6_000, "remove", 1.0), &mut effects)
+        .unwrap();
+    engine.apply(&submit(4, 7_000, 10), &mut effects).unwrap();
+    assert_eq!(decisions(&effects)[0].eta, None, "no machine up");
+}
+
+#[test]
+fn finished_jobs_calibrate_later_etas_and_score_their_first() {
+    // Four slots are configured, but the tasks run one after another: every
+    // job takes four times the model's prediction.
+    let config = eta_config(Some(4));
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let mut scored = Vec::new();
+    let mut t = 1_000;
+    let mut last = None;
+    for job in 1..=80 {
+        engine.apply(&submit(job, t, 4), &mut effects).unwrap();
+        let (eta, size) = eta_of(&effects, t);
+        last = Some((eta, size));
+        let task_us = (size / 4.0).round() as u64;
+        for i in 0..4 {
+            engine
+                .apply(&task(job, i, t, "schedule"), &mut effects)
+                .unwrap();
+            t += task_us;
+            engine
+                .apply(&task(job, i, t, "finish"), &mut effects)
+                .unwrap();
+        }
+        engine.apply(&end(job, t, "finish"), &mut effects).unwrap();
+        scored.extend(effects.outputs.iter().filter_map(|o| match o {
+            Output::EtaScored { error_pct, .. } => Some(*error_pct),
+            _ => None,
+        }));
+        effects.clear();
+        engine.release_ended();
+        t += 1_000;
+    }
+    assert_eq!(scored.len(), 80, "every finished job is scored once");
+    // Uncalibrated, the first ETAs were 4x short: 75 % off.
+    assert!((scored[0] - 75.0).abs() < 0.1, "{}", scored[0]);
+    // Once enough jobs finished, the ETA is the job's own time.
+    let (eta, size) = last.unwrap();
+    assert!((eta / size - 1.0).abs() < 0.01, "{eta} against {size}");
+    assert!(scored[79] < 1.0, "{}", scored[79]);
+    // And a restored engine gives the same ETAs.
+    let mut copy = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    let mut a = Effects::default();
+    let mut b = Effects::default();
+    engine.apply(&submit(99, t, 4), &mut a).unwrap();
+    copy.apply(&submit(99, t, 4), &mut b).unwrap();
+    assert_eq!(decisions(&a), decisions(&b));
 }

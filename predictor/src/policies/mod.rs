@@ -353,6 +353,7 @@ fn decision(
         estimate,
         policy,
         pilots,
+        eta: None,
     }
 }
 

@@ -362,6 +362,13 @@ fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration)
             show(p90)
         ));
     }
+    out.push_str(&match recent.eta_accuracy() {
+        Some((p50, p90, within, n)) => format!(
+            "\n  ETA at a job's first decision, over {n} finished jobs: P50 error {p50:.1}%, \
+             P90 error {p90:.1}%, {within:.0}% finished within the 80% interval\n"
+        ),
+        None => "\n  ETA: no job given one has finished yet\n".into(),
+    });
     out.push_str(
         "\nWhat the numbers mean:\n\
          \x20 applied events changed the state; dead-lettered ones (malformed, or impossible\n\
@@ -370,7 +377,10 @@ fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration)
          \x20 arrival and a new one when its estimate changes (SLearn, once its pilot tasks end).\n\
          \x20 Each policy's error is |estimate - truth| / truth of a finished job's mean task\n\
          \x20 runtime, over its last 10,000 scored jobs. Every estimate also carries quantiles;\n\
-         \x20 a calibrated P90 has 90% of the jobs at or below it.\n",
+         \x20 a calibrated P90 has 90% of the jobs at or below it.\n\
+         \x20 A decision also says when the job should finish (its ETA), from the work queued\n\
+         \x20 ahead of it and the CPUs of the machines up; the error is |ETA - actual| / actual\n\
+         \x20 of the time from that decision to the job's end.\n",
     );
     out
 }

@@ -187,6 +187,7 @@ mod tests {
             estimate: None,
             policy: PolicyKind::SLearn,
             pilots: pilots.to_vec(),
+            eta: None,
         }
     }
 

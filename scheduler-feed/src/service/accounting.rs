@@ -153,6 +153,17 @@ impl BatchTally {
                     log_ratio.record(error.log_ratio);
                     abs_pct.record(error.abs_pct);
                 }
+                Output::EtaScored {
+                    error_pct,
+                    within_interval,
+                    ..
+                } => {
+                    recent.record_eta(*error_pct, *within_interval);
+                    metrics::histogram!(telemetry::ETA_ERROR).record(*error_pct);
+                    if *within_interval {
+                        metrics::counter!(telemetry::ETA_WITHIN_INTERVAL).increment(1);
+                    }
+                }
             }
         }
         for (queue, count) in decisions_by_queue {

@@ -27,7 +27,7 @@ pub(super) fn outputs(
         match output {
             Output::Decision(d) => outgoing.push(decision(topics, d, polled_at)),
             Output::Risk(r) => outgoing.push(risk(topics, r)),
-            Output::Scored { .. } => {}
+            Output::Scored { .. } | Output::EtaScored { .. } => {}
         }
     }
 }
@@ -169,6 +169,7 @@ mod tests {
             estimate: None,
             policy: PolicyKind::SLearn,
             pilots: vec![0, 5],
+            eta: None,
         }
     }
 

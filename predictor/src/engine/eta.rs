@@ -1,0 +1,242 @@
+//! When each live job should finish ([`crate::eta`]), as the engine knows
+//! it: the queue state the driving policy's decisions build (each job's
+//! queue, since when, its predicted size less the task time already run),
+//! the cluster's capacity (configured task slots, or the CPUs of the
+//! machines up), and the ETA each published decision carries. A job that
+//! finishes teaches the calibration how far off every ETA it was given
+//! was, and scores the first.
+//!
+//! An ETA is the state's view at its decision: the jobs that arrive or
+//! move ahead later are not in it, which the calibration learns as bias
+//! per queue. The time already run is kept per job as sums (finished task
+//! time, running attempts and the sum of their starts), so an ETA costs
+//! one pass over the live jobs and no pass over their tasks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ConfigError;
+use crate::decision::{Completion, Decision, PolicyKind};
+use crate::eta::{self, Eta, Queued};
+use crate::features::JobFeatures;
+use crate::history::Estimator;
+
+use super::effects::{Effects, Output};
+use super::records::MachineRecord;
+use super::{Engine, LiveJob};
+
+/// The cluster's capacity, for ETAs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EtaSettings {
+    /// The cluster's task slots, each task taking one (a Slurm partition
+    /// whose jobs ask one CPU a task: its CPUs). Unset: the CPUs of the
+    /// machines up, as machine events report them, each task taking its
+    /// job's CPU request; no ETA until a machine has reported its CPUs.
+    pub slots: Option<u32>,
+}
+
+impl EtaSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.slots == Some(0) {
+            return Err(ConfigError::new(
+                "slots",
+                "must be at least 1 (leave it unset to take the capacity from machine events)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the ETA of a live job and of the jobs behind it need to know.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Progress {
+    /// The driving policy's queue for the job and when it entered it.
+    placed: Option<(u8, u64)>,
+    /// The history's estimate of its size (task time, µs) at submission,
+    /// for while the driving policy has none (thin, sampling).
+    size_hint_us: Option<f64>,
+    /// Task time of its finished tasks, µs.
+    finished_us: u64,
+    /// Attempts running now, and the sum of their starts (µs).
+    running: u32,
+    running_since_sum_us: u128,
+    /// The ETAs it was given, oldest first.
+    given: Vec<Given>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Given {
+    queue: u8,
+    at_us: u64,
+    /// The model's prediction, µs from `at_us`.
+    predicted_us: f64,
+    /// The calibrated ETA published, µs from `at_us`.
+    eta: Eta,
+}
+
+impl Progress {
+    /// A job just submitted, whose size the history guesses at
+    /// `size_hint_us`.
+    pub(super) fn submitted(size_hint_us: Option<f64>) -> Self {
+        Progress {
+            size_hint_us,
+            ..Progress::default()
+        }
+    }
+
+    pub(super) fn attempt_started(&mut self, at_us: u64) {
+        self.running += 1;
+        self.running_since_sum_us += u128::from(at_us);
+    }
+
+    /// A running attempt that started at `since_us` ended; `finished_us`
+    /// is its runtime if it was the task's first to finish.
+    pub(super) fn attempt_ended(&mut self, since_us: u64, finished_us: Option<u64>) {
+        self.running = self.running.saturating_sub(1);
+        self.running_since_sum_us = self
+            .running_since_sum_us
+            .saturating_sub(u128::from(since_us));
+        self.finished_us += finished_us.unwrap_or(0);
+    }
+
+    /// Task time run by `now_us`, µs.
+    fn run_us(&self, now_us: u64) -> f64 {
+        let running = (u128::from(self.running) * u128::from(now_us))
+            .saturating_sub(self.running_since_sum_us);
+        self.finished_us as f64 + running as f64
+    }
+}
+
+impl LiveJob {
+    /// The job as the ETA model sees it at `now_us`, once it is placed and
+    /// its size is predicted (by `driver`, or else by the history);
+    /// `per_cpu` weighs its tasks by their CPU request (capacity in CPUs)
+    /// rather than as one slot each.
+    fn queued(&self, driver: PolicyKind, now_us: u64, per_cpu: bool) -> Option<Queued> {
+        let (queue, since_us) = self.progress.placed?;
+        let size_us = self
+            .record
+            .estimates
+            .get(&driver)
+            .map(|e| e.size_us)
+            .or(self.progress.size_hint_us)
+            .filter(|s| s.is_finite())?;
+        Some(Queued {
+            job_id: self.submitted.job_id,
+            queue,
+            since_us,
+            remaining_work_us: size_us - self.progress.run_us(now_us),
+            remaining_tasks: self.record.width.saturating_sub(self.record.tasks_finished),
+            cpus_per_task: if per_cpu {
+                self.submitted.cpu_request
+            } else {
+                1.0
+            },
+        })
+    }
+}
+
+impl Engine {
+    /// The history's guess at a job's size when submitted, for its ETA
+    /// until the driving policy estimates it.
+    pub(super) fn size_hint_us(&self, job: &jobcast_ingest::event::JobSubmitted) -> Option<f64> {
+        let h = self
+            .history
+            .estimate(&JobFeatures::of(job), job.time_us, Estimator::Utility);
+        Some(h.mean_task_runtime_us * f64::from(job.num_tasks)).filter(|s| s.is_finite())
+    }
+
+    /// Publish the driving policy's `decision` for a live job at `now_us`:
+    /// the job takes its queue (entering at the back if the queue is new
+    /// to it), and the decision carries the job's ETA if it has one.
+    pub(super) fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
+        let job_id = decision.job_id;
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            let placed = &mut job.progress.placed;
+            if placed.map(|(queue, _)| queue) != Some(decision.queue) {
+                *placed = Some((decision.queue, now_us));
+            }
+        }
+        if let Some((queue, predicted_us, eta)) = self.eta_of(job_id, now_us) {
+            let completion = Completion {
+                at_us: now_us,
+                p10_us: later(now_us, eta.p10_us),
+                p50_us: later(now_us, eta.p50_us),
+                p90_us: later(now_us, eta.p90_us),
+            };
+            decision.eta = Some(completion);
+            let job = self.jobs.get_mut(&job_id).expect("looked up above");
+            job.record.eta = Some(completion);
+            job.progress.given.push(Given {
+                queue,
+                at_us: now_us,
+                predicted_us,
+                eta,
+            });
+        }
+        effects.outputs.push(Output::Decision(decision));
+    }
+
+    /// A live job's queue, the model's prediction and its calibrated ETA
+    /// at `now_us`, if the cluster's capacity is known and the job is
+    /// placed with a size.
+    fn eta_of(&self, job_id: u64, now_us: u64) -> Option<(u8, f64, Eta)> {
+        let (capacity, per_cpu) = match self.eta_settings.slots {
+            Some(slots) => (f64::from(slots), false),
+            None => (self.capacity_cpus, true),
+        };
+        if capacity < MIN_CAPACITY {
+            return None;
+        }
+        let driver = self.driver;
+        let target = self.jobs.get(&job_id)?.queued(driver, now_us, per_cpu)?;
+        let live = self
+            .jobs
+            .values()
+            .filter_map(|j| j.queued(driver, now_us, per_cpu));
+        let predicted_us = eta::predicted_us(&target, live, capacity);
+        Some((
+            target.queue,
+            predicted_us,
+            self.etas.eta(target.queue, predicted_us),
+        ))
+    }
+
+    /// A job finished at `end_us`: every ETA it was given teaches the
+    /// calibration, and the first is scored.
+    pub(super) fn learn_etas(&mut self, job: &LiveJob, end_us: u64, effects: &mut Effects) {
+        for given in &job.progress.given {
+            let actual_us = end_us.saturating_sub(given.at_us) as f64;
+            self.etas.learn(given.queue, given.predicted_us, actual_us);
+        }
+        if let Some(first) = job.progress.given.first() {
+            let actual_us = (end_us.saturating_sub(first.at_us) as f64).max(1.0);
+            effects.outputs.push(Output::EtaScored {
+                job_id: job.submitted.job_id,
+                error_pct: (first.eta.p50_us - actual_us).abs() / actual_us * 100.0,
+                within_interval: (first.eta.p10_us..=first.eta.p90_us).contains(&actual_us),
+            });
+        }
+    }
+
+    /// A machine's CPUs toward the capacity went from `before` to `after`.
+    pub(super) fn capacity_changed(&mut self, before: f64, after: f64) {
+        self.capacity_cpus = (self.capacity_cpus - before + after).max(0.0);
+    }
+}
+
+impl MachineRecord {
+    /// The CPUs it adds to the cluster's capacity: its own while it is up.
+    pub(super) fn capacity(machine: Option<&MachineRecord>) -> f64 {
+        machine.filter(|m| m.up).and_then(|m| m.cpus).unwrap_or(0.0)
+    }
+}
+
+/// Capacity below this (CPUs) is none: what is left of machines added and
+/// removed again is rounding.
+const MIN_CAPACITY: f64 = 1e-9;
+
+/// `now_us` plus `duration_us`, rounded, saturating.
+fn later(now_us: u64, duration_us: f64) -> u64 {
+    now_us.saturating_add(duration_us.max(0.0).round().min(u64::MAX as f64) as u64)
+}
