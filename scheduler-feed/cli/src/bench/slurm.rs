@@ -30,7 +30,7 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
-use jobcast_predictor::decision::{Decision, Newest, Phase, PolicyKind};
+use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind};
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::kafka::Ungated;
@@ -128,6 +128,13 @@ struct Report {
     /// showed a priority jobcast set.
     p50_decision_delay_s: Option<f64>,
     killed_at_limit: usize,
+    /// The error (%) of each job's first ETA against the time it then took
+    /// to finish on Slurm: median and P90; the share (%) that finished
+    /// within the ETA's interval; the jobs given one.
+    p50_eta_error_pct: Option<f64>,
+    p90_eta_error_pct: Option<f64>,
+    eta_within_interval_pct: Option<f64>,
+    eta_jobs: usize,
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
@@ -177,7 +184,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     )?;
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
-    let (baseline, _) = run_live(args, &live, dir.path(), None).context("Slurm alone")?;
+    let (baseline, _) = run_live(args, &live, dir.path(), cpus, None).context("Slurm alone")?;
     let mock =
         MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
     let topics = Topics::default();
@@ -187,10 +194,12 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     }
     let settings = KafkaSettings::new(mock.bootstrap_servers());
     publish_past(&settings, &topics, history, &scale, &shape)?;
-    let (jobcast, observed) =
-        run_live(args, &live, dir.path(), Some(&settings)).context("Slurm driven by jobcast")?;
-    let (errors, estimated_jobs) =
-        prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
+    let (jobcast, observed) = run_live(args, &live, dir.path(), cpus, Some(&settings))
+        .context("Slurm driven by jobcast")?;
+    let errors = prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
+    let mut eta_errors: Vec<f64> = errors.etas.iter().map(|&(e, _)| e).collect();
+    eta_errors.sort_by(f64::total_cmp);
+    let eta_within = errors.etas.iter().filter(|&&(_, within)| within).count();
 
     let report = Report {
         jobs: live.len(),
@@ -205,10 +214,15 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         simulated_baseline_avg_jct_s: simulated_baseline,
         simulated_jobcast_avg_jct_s: simulated_jobcast,
         simulated_speedup: simulated_baseline / simulated_jobcast,
-        p50_error_pct: median(errors),
-        estimated_jobs,
+        estimated_jobs: errors.estimates.len(),
+        p50_error_pct: median(errors.estimates),
         p50_decision_delay_s: median(observed.decision_delays_s()),
         killed_at_limit: baseline.killed_at_limit + jobcast.killed_at_limit,
+        p50_eta_error_pct: percentile(&eta_errors, 50.0),
+        p90_eta_error_pct: percentile(&eta_errors, 90.0),
+        eta_within_interval_pct: (!eta_errors.is_empty())
+            .then(|| eta_within as f64 * 100.0 / eta_errors.len() as f64),
+        eta_jobs: eta_errors.len(),
     };
     if args.json {
         return print_json(&report);
@@ -223,7 +237,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          simulated speedup        {:.2}× ({:.1} s / {:.1} s)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
          P50 decision delay       {} s\n\
-         killed at a time limit   {}\n",
+         killed at a time limit   {}\n\
+         ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
         report.jobs,
         report.cpus,
         report.history_jobs,
@@ -239,6 +254,10 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         report.estimated_jobs,
         opt(report.p50_decision_delay_s),
         report.killed_at_limit,
+        opt(report.p50_eta_error_pct),
+        opt(report.p90_eta_error_pct),
+        report.eta_jobs,
+        opt(report.eta_within_interval_pct),
     ))
 }
 
@@ -496,6 +515,15 @@ impl Observed {
             .collect()
     }
 
+    /// When a job's last task ended, Unix s, once every task has.
+    fn end_s(&self, job: u64) -> Option<u64> {
+        let mut tasks = self.tasks.range((job, 0)..=(job, u32::MAX)).peekable();
+        tasks.peek()?;
+        tasks.try_fold(0, |end, (_, t)| {
+            (t.end_time > 0).then(|| end.max(t.end_time))
+        })
+    }
+
     /// A job's mean task runtime as Slurm measured it, s.
     fn mean_runtime_s(&self, job: u64) -> Option<f64> {
         let runs: Vec<f64> = self
@@ -507,12 +535,13 @@ impl Observed {
     }
 }
 
-/// Run `live` on the cluster, driven by jobcast if `brokers` is given;
+/// Run `live` on the cluster of `cpus`, driven by jobcast if `kafka` is given;
 /// what it measured, and what it saw.
 fn run_live(
     args: &SlurmArgs,
     live: &[LiveJob],
     dir: &Path,
+    cpus: u32,
     kafka: Option<&KafkaSettings>,
 ) -> anyhow::Result<(LiveRun, Observed)> {
     let squeue = vec!["squeue".to_owned(), "--json".to_owned()];
@@ -525,7 +554,7 @@ fn run_live(
         bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
     }
     let services = match kafka {
-        Some(kafka) => start_services(args, &kafka.brokers, dir)?,
+        Some(kafka) => start_services(args, &kafka.brokers, dir, cpus)?,
         None => Vec::new(),
     };
     let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
@@ -663,10 +692,13 @@ fn start_services(
     args: &SlurmArgs,
     brokers: &str,
     dir: &Path,
+    cpus: u32,
 ) -> anyhow::Result<Vec<(&'static str, Child)>> {
     let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
     let interval = args.interval_secs.to_string();
     let policy = args.policy.name().to_owned();
+    // Every array task asks one CPU: the ETAs' slots are the node's CPUs.
+    let slots = format!("engine.eta.slots={cpus}");
     let data = dir.join("serve");
     let (watch, apply) = (dir.join("watch.json"), dir.join("apply.json"));
     let commands: [Vec<&std::ffi::OsStr>; 3] = [
@@ -682,6 +714,8 @@ fn start_services(
             data.as_os_str(),
             "--http".as_ref(),
             "127.0.0.1:0".as_ref(),
+            "--set".as_ref(),
+            slots.as_ref(),
         ],
         vec![
             "slurm".as_ref(),
@@ -719,19 +753,32 @@ fn start_services(
     Ok(children)
 }
 
-/// The error (%) of each decision that placed a wide job by an estimate,
-/// against the mean task runtime Slurm measured; and how many there were.
+/// How far jobcast's predictions on the live workload were from what
+/// Slurm measured.
+struct LiveErrors {
+    /// Per wide job placed by an estimate: its error (%) against the mean
+    /// task runtime Slurm measured.
+    estimates: Vec<f64>,
+    /// Per job given an ETA: its first ETA's error (%) against the time it
+    /// then took to finish, and whether it finished within the interval.
+    etas: Vec<(f64, bool)>,
+}
+
+/// Read the decisions topic and score its estimates and ETAs against what
+/// Slurm measured.
 fn prediction_errors(
     brokers: &str,
     topics: &Topics,
     observed: &Observed,
-) -> anyhow::Result<(Vec<f64>, usize)> {
+) -> anyhow::Result<LiveErrors> {
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "jobcast-bench-slurm")
         .set("enable.auto.commit", "false")
         .create()?;
     let mut newest = Newest::default();
+    // Each job's ETA of its oldest decision that had one.
+    let mut first_etas: BTreeMap<u64, (u32, Completion)> = BTreeMap::new();
     read_to_end(
         &consumer,
         &topics.decisions,
@@ -741,11 +788,19 @@ fn prediction_errors(
             if let Ok(decision) =
                 serde_json::from_slice::<Decision>(message.payload().unwrap_or_default())
             {
+                if let Some(eta) = decision.eta {
+                    let first = first_etas
+                        .entry(decision.job_id)
+                        .or_insert((decision.version, eta));
+                    if decision.version < first.0 {
+                        *first = (decision.version, eta);
+                    }
+                }
                 newest.offer(decision);
             }
         },
     )?;
-    let mut errors = Vec::new();
+    let mut estimates = Vec::new();
     for decision in newest.iter() {
         let (Phase::Estimated, Some(estimate)) = (decision.phase, decision.estimate) else {
             continue;
@@ -755,9 +810,20 @@ fn prediction_errors(
             .filter(|t| *t > 0.0)
         {
             let estimated = estimate.mean_task_runtime_us / 1e6;
-            errors.push((estimated - truth).abs() / truth * 100.0);
+            estimates.push((estimated - truth).abs() / truth * 100.0);
         }
     }
-    let estimated = errors.len();
-    Ok((errors, estimated))
+    let etas = first_etas
+        .iter()
+        .filter(|(job, _)| observed.jobs.contains_key(job))
+        .filter_map(|(&job, &(_, eta))| {
+            let end_us = observed.end_s(job)? * 1_000_000;
+            // Slurm's times are whole seconds: a job is at least one long.
+            let actual = (end_us.saturating_sub(eta.at_us) as f64).max(1e6);
+            let predicted = eta.p50_us.saturating_sub(eta.at_us) as f64;
+            let within = (eta.p10_us..=eta.p90_us).contains(&end_us);
+            Some(((predicted - actual).abs() / actual * 100.0, within))
+        })
+        .collect();
+    Ok(LiveErrors { estimates, etas })
 }
