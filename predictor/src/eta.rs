@@ -4,10 +4,12 @@
 //! capacity. Capacity and each task's share of it are in one unit, task
 //! slots (the simulator; a Slurm node's CPUs with a CPU a task) or CPUs
 //! (a cluster's machines, each task taking its job's CPU request). The
-//! model is a fluid drain that knows nothing of jobs still to
-//! come, so it is biased short under load; [`EtaCalibration`] learns that
-//! bias, and the spread around it, from the jobs that finished (the same
-//! conformal method as [`crate::calibration`], on ln(actual / predicted)).
+//! model is a fluid one: the work ahead drains at the width its tasks
+//! allow while the job runs on what it leaves free. It knows nothing of
+//! jobs still to come, so it is biased short under load;
+//! [`EtaCalibration`] learns that bias, and the spread around it, from
+//! the jobs that finished (the same conformal method as
+//! [`crate::calibration`], on ln(actual / predicted)).
 
 use std::collections::BTreeMap;
 
@@ -37,34 +39,91 @@ impl Queued {
     }
 }
 
-/// Predicted µs until `target` finishes on a cluster of `capacity`: the
-/// work served before it drains at the cluster's full rate, then the job
-/// runs at the parallelism its remaining tasks and the capacity allow.
-pub fn predicted_us(target: &Queued, live: impl IntoIterator<Item = Queued>, capacity: f64) -> f64 {
+/// The model's prediction for a job, and what its calibration tells
+/// apart.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Predicted {
+    /// µs until the job finishes.
+    pub us: f64,
+    pub queue: u8,
+    pub kind: Kind,
+}
+
+/// How the model sees a job: the three are off by different amounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Kind {
+    /// It runs at its full width at once: predicted by its own work.
+    AtOnce,
+    /// It waits for work ahead: predicted by the queue's work too.
+    Queued,
+    /// It has run past its predicted size: the model knows nothing of
+    /// what is left, so its prediction is a unit (1 µs) and the
+    /// calibration learns the time such jobs still take.
+    Overrun,
+}
+
+/// When `target` should finish on a cluster of `capacity`. The jobs
+/// ahead of it run at the width their remaining tasks allow (at most the
+/// capacity) until their work is done; meanwhile the job runs on what
+/// they leave free, then at its full width.
+pub fn predict(
+    target: &Queued,
+    live: impl IntoIterator<Item = Queued>,
+    capacity: f64,
+) -> Predicted {
     let capacity = capacity.max(f64::MIN_POSITIVE);
-    // Summed in whole µs, so that the same jobs give the same sum in any
-    // order (a restored engine holds them in another).
-    let ahead: u128 = live
-        .into_iter()
-        .filter(|j| j.order() < target.order())
-        .map(|j| (j.remaining_work_us.max(0.0) * j.cpus_per_task.max(0.0)).round() as u128)
-        .sum();
+    // Summed in whole µs (work) and millionths (width), so that the same
+    // jobs give the same sums in any order (a restored engine holds them
+    // in another).
+    let (mut ahead, mut ahead_width) = (0u128, 0u128);
+    for j in live.into_iter().filter(|j| j.order() < target.order()) {
+        let cpus = j.cpus_per_task.max(0.0);
+        ahead += (j.remaining_work_us.max(0.0) * cpus).round() as u128;
+        ahead_width += (f64::from(j.remaining_tasks) * cpus * 1e6).round() as u128;
+    }
     let ahead = ahead as f64;
+    let busy = (ahead_width as f64 / 1e6).min(capacity);
     let tasks = f64::from(target.remaining_tasks.max(1));
-    let parallel = if target.cpus_per_task > 0.0 {
-        tasks.min(capacity / target.cpus_per_task).max(1.0)
-    } else {
-        tasks
+    let cpus = target.cpus_per_task;
+    // Its tasks that fit side by side in `free` capacity.
+    let width = |free: f64| {
+        if cpus > 0.0 {
+            tasks.min(free / cpus)
+        } else {
+            tasks
+        }
     };
-    ahead / capacity + target.remaining_work_us.max(0.0) / parallel
+    let full = width(capacity).max(1.0);
+    let now = width(capacity - busy).max(0.0);
+    let own = target.remaining_work_us.max(0.0);
+    let predicted = |us: f64, kind: Kind| Predicted {
+        us,
+        queue: target.queue,
+        kind,
+    };
+    if own <= 0.0 {
+        return predicted(1.0, Kind::Overrun);
+    }
+    if ahead <= 0.0 || busy <= 0.0 || now >= full {
+        return predicted(own / full, Kind::AtOnce);
+    }
+    let drain_us = ahead / busy;
+    if now * drain_us >= own {
+        return predicted(own / now, Kind::Queued);
+    }
+    predicted(drain_us + (own - now * drain_us) / full, Kind::Queued)
 }
 
 /// The bias and spread of the model's predictions, learnt from finished
-/// jobs per queue they were submitted to: the lower the queue, the more
-/// work yet to arrive overtakes a job, which the model cannot see.
+/// jobs apart by the queue they were in and their [`Kind`]: the lower the
+/// queue, the more work yet to arrive overtakes a job, which the model
+/// cannot see.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EtaCalibration {
-    ratios: BTreeMap<u8, Residuals>,
+    ratios: BTreeMap<(u8, Kind), Residuals>,
+    /// Per queue, jobs at once and queued together: what either borrows
+    /// while it has too few of its own.
+    pooled: BTreeMap<u8, Residuals>,
 }
 
 /// An ETA: the time until the job finishes, µs, with an 80 % interval.
@@ -76,13 +135,21 @@ pub struct Eta {
 }
 
 impl EtaCalibration {
-    /// The model's prediction `predicted_us` for a job in `queue` as an
-    /// ETA: scaled by the ratios learnt in that queue once there are
-    /// enough, the prediction itself (an empty interval) until then.
-    pub fn eta(&self, queue: u8, predicted_us: f64) -> Eta {
-        let ratios = self.ratios.get(&queue);
-        let at =
-            |level| ratios.and_then(|r| r.quantile(level)).map_or(1.0, f64::exp) * predicted_us;
+    /// The model's prediction as an ETA: scaled by the ratios learnt for
+    /// its queue and kind once there are enough, or else by its queue's,
+    /// the prediction itself (an empty interval) until then.
+    pub fn eta(&self, predicted: Predicted) -> Eta {
+        let own = self.ratios.get(&(predicted.queue, predicted.kind));
+        let pooled = match predicted.kind {
+            Kind::Overrun => None,
+            Kind::AtOnce | Kind::Queued => self.pooled.get(&predicted.queue),
+        };
+        let at = |level| {
+            own.and_then(|r| r.quantile(level))
+                .or_else(|| pooled.and_then(|r| r.quantile(level)))
+                .map_or(1.0, f64::exp)
+                * predicted.us
+        };
         Eta {
             p10_us: at(0.1),
             p50_us: at(0.5),
@@ -90,12 +157,18 @@ impl EtaCalibration {
         }
     }
 
-    /// A job submitted to `queue` and predicted to take `predicted_us`
-    /// took `actual_us`.
-    pub fn learn(&mut self, queue: u8, predicted_us: f64, actual_us: f64) {
-        let ratio = (actual_us.max(1.0) / predicted_us.max(1.0)).ln();
-        if ratio.is_finite() {
-            self.ratios.entry(queue).or_default().push(ratio);
+    /// A job predicted as `predicted` took `actual_us`.
+    pub fn learn(&mut self, predicted: Predicted, actual_us: f64) {
+        let ratio = (actual_us.max(1.0) / predicted.us.max(1.0)).ln();
+        if !ratio.is_finite() {
+            return;
+        }
+        self.ratios
+            .entry((predicted.queue, predicted.kind))
+            .or_default()
+            .push(ratio);
+        if predicted.kind != Kind::Overrun {
+            self.pooled.entry(predicted.queue).or_default().push(ratio);
         }
     }
 }
@@ -115,6 +188,13 @@ mod tests {
         }
     }
 
+    /// The prediction's µs and kind.
+    fn of(target: &Queued, live: impl IntoIterator<Item = Queued>, capacity: f64) -> (f64, Kind) {
+        let p = predict(target, live, capacity);
+        assert_eq!(p.queue, target.queue);
+        (p.us, p.kind)
+    }
+
     #[test]
     fn the_work_served_first_drains_then_the_job_runs_as_wide_as_it_can() {
         let target = queued(5, 1, 100, 40.0, 2);
@@ -125,52 +205,90 @@ mod tests {
             queued(4, 2, 0, 99.0, 9),   // a lower queue: behind
             target,
         ];
-        // 40 µs of work ahead on 4 slots, then 40 µs over 2 tasks.
-        assert_eq!(predicted_us(&target, live, 4.0), 10.0 + 20.0);
+        // The 4 tasks ahead fill 4 slots: their 40 µs drain, then the
+        // job's 40 µs run over its 2 tasks.
+        assert_eq!(of(&target, live, 4.0), (10.0 + 20.0, Kind::Queued));
         // One slot: the job runs one task at a time.
-        assert_eq!(predicted_us(&target, live, 1.0), 40.0 + 40.0);
+        assert_eq!(of(&target, live, 1.0), (40.0 + 40.0, Kind::Queued));
+        // Eight: it starts at once, beside them.
+        assert_eq!(of(&target, live, 8.0), (20.0, Kind::AtOnce));
+        // Five: one task runs beside them while they drain (10 µs), the
+        // rest at full width.
+        assert_eq!(of(&target, live, 5.0), (10.0 + 30.0 / 2.0, Kind::Queued));
+        // A small job is done on the one slot before they are.
+        let small = queued(5, 1, 100, 4.0, 2);
+        assert_eq!(of(&small, live, 5.0), (4.0, Kind::Queued));
         // Work already overrun counts as none.
         let overrun = queued(6, 0, 0, -5.0, 1);
-        assert_eq!(predicted_us(&target, [overrun], 4.0), 20.0);
+        assert_eq!(of(&target, [overrun], 4.0), (20.0, Kind::AtOnce));
+        // A job itself overrun is a unit, whatever is ahead.
+        assert_eq!(of(&overrun, [target], 4.0), (1.0, Kind::Overrun));
     }
 
     #[test]
-    fn in_cpus_work_weighs_by_each_tasks_request() {
+    fn in_cpus_work_and_width_weigh_by_each_tasks_request() {
         let mut target = queued(5, 1, 100, 40.0, 8);
         target.cpus_per_task = 0.5;
         let mut ahead = queued(1, 0, 0, 30.0, 3);
         ahead.cpus_per_task = 2.0;
-        // 60 CPU·µs ahead on 4 CPUs, then 40 µs over the 8 tasks that
-        // fit at half a CPU each.
-        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 5.0);
-        // A job without a request runs all its tasks at once.
+        // 60 CPU·µs ahead fill the 4 CPUs, then 40 µs over the 8 tasks
+        // that fit at half a CPU each.
+        assert_eq!(
+            of(&target, [ahead, target], 4.0),
+            (15.0 + 5.0, Kind::Queued)
+        );
+        // A job without a request is held by no CPU: all its tasks at once.
         target.cpus_per_task = 0.0;
-        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 5.0);
+        assert_eq!(of(&target, [ahead, target], 4.0), (5.0, Kind::AtOnce));
         // One wider than the cluster still runs, a task at a time.
         target.cpus_per_task = 8.0;
-        assert_eq!(predicted_us(&target, [ahead, target], 4.0), 15.0 + 40.0);
+        assert_eq!(
+            of(&target, [ahead, target], 4.0),
+            (15.0 + 40.0, Kind::Queued)
+        );
     }
 
     #[test]
     fn the_bias_and_spread_of_finished_jobs_scale_later_etas() {
         let mut c = EtaCalibration::default();
+        let predicted = |us, queue, kind| Predicted { us, queue, kind };
         assert_eq!(
-            c.eta(0, 100.0),
+            c.eta(predicted(100.0, 0, Kind::Queued)),
             Eta {
                 p10_us: 100.0,
                 p50_us: 100.0,
                 p90_us: 100.0
             }
         );
-        // Jobs took 1× to 3× their prediction, evenly.
+        // Waiting jobs of queue 1 took 1× to 3× their prediction, evenly.
         for i in 0..200 {
-            c.learn(1, 10.0, 10.0 * (1.0 + f64::from(i) / 100.0));
+            c.learn(
+                predicted(10.0, 1, Kind::Queued),
+                10.0 * (1.0 + f64::from(i) / 100.0),
+            );
         }
-        // Queue 0 has learnt nothing.
-        assert_eq!(c.eta(0, 100.0).p90_us, 100.0);
-        let eta = c.eta(1, 100.0);
+        // Queue 0 learnt nothing.
+        assert_eq!(c.eta(predicted(100.0, 0, Kind::Queued)).p90_us, 100.0);
+        let eta = c.eta(predicted(100.0, 1, Kind::Queued));
         assert!((eta.p50_us - 200.0).abs() < 2.0, "{eta:?}");
         assert!((eta.p10_us - 120.0).abs() < 2.0, "{eta:?}");
         assert!((eta.p90_us - 280.0).abs() < 2.0, "{eta:?}");
+        // Its jobs that start at once borrow those ratios while they have
+        // too few of their own, then have theirs: here, exact.
+        assert_eq!(c.eta(predicted(100.0, 1, Kind::AtOnce)), eta);
+        for _ in 0..100 {
+            c.learn(predicted(10.0, 1, Kind::AtOnce), 10.0);
+        }
+        assert_eq!(c.eta(predicted(100.0, 1, Kind::AtOnce)).p10_us, 100.0);
+        assert_eq!(c.eta(predicted(100.0, 1, Kind::AtOnce)).p90_us, 100.0);
+        assert_eq!(c.eta(predicted(100.0, 1, Kind::Queued)).p50_us, eta.p50_us);
+        // Overrun jobs borrow nothing: their time still to go is learnt
+        // as such (here 5 to 15 s, evenly).
+        assert_eq!(c.eta(predicted(1.0, 1, Kind::Overrun)).p90_us, 1.0);
+        for i in 0..100 {
+            c.learn(predicted(1.0, 1, Kind::Overrun), 5e6 + 1e5 * f64::from(i));
+        }
+        let eta = c.eta(predicted(1.0, 1, Kind::Overrun));
+        assert!((eta.p50_us - 10e6).abs() < 0.2e6, "{eta:?}");
     }
 }

@@ -62,7 +62,7 @@ use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
-use jobcast_predictor::eta::{self, Eta, EtaCalibration, Queued};
+use jobcast_predictor::eta::{self, Eta, EtaCalibration, Predicted, Queued};
 use jobcast_predictor::features::JobFeatures;
 use jobcast_predictor::history::{Estimator, History};
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
@@ -504,10 +504,10 @@ struct Run<'a> {
     size_hint_us: Option<f64>,
     /// At submission: its queue, the model's predicted JCT (µs) and the
     /// ETA made of it.
-    eta: Option<(u8, f64, Eta)>,
+    eta: Option<(Predicted, Eta)>,
     /// Refreshed half-way: its queue then, when (µs), the model's
     /// predicted time still to go and the ETA made of it.
-    half_eta: Option<(u8, u64, f64, Eta)>,
+    half_eta: Option<(u64, Predicted, Eta)>,
 }
 
 impl<'a> Run<'a> {
@@ -800,10 +800,9 @@ impl<'a> Sim<'a> {
         let live = self.live(next, now);
         for &r in arrived {
             if let Some(target) = Self::queued(&self.runs[r], now) {
-                let predicted =
-                    eta::predicted_us(&target, live.iter().copied(), f64::from(self.slots));
-                let eta = self.etas.eta(target.queue, predicted);
-                self.runs[r].eta = Some((target.queue, predicted, eta));
+                let predicted = eta::predict(&target, live.iter().copied(), f64::from(self.slots));
+                let eta = self.etas.eta(predicted);
+                self.runs[r].eta = Some((predicted, eta));
                 let half = (eta.p50_us / 2.0).round();
                 if half >= 1.0 && half < (u64::MAX - now) as f64 {
                     self.refreshes.push(Reverse((now + half as u64, r)));
@@ -830,10 +829,9 @@ impl<'a> Sim<'a> {
         let live = self.live(next, at);
         for r in due {
             if let Some(target) = Self::queued(&self.runs[r], at) {
-                let predicted =
-                    eta::predicted_us(&target, live.iter().copied(), f64::from(self.slots));
-                let eta = self.half_etas.eta(target.queue, predicted);
-                self.runs[r].half_eta = Some((target.queue, at, predicted, eta));
+                let predicted = eta::predict(&target, live.iter().copied(), f64::from(self.slots));
+                let eta = self.half_etas.eta(predicted);
+                self.runs[r].half_eta = Some((at, predicted, eta));
             }
         }
     }
@@ -1054,11 +1052,11 @@ impl<'a> Sim<'a> {
             .map(|e| (e - true_mean).abs() / true_mean * 100.0);
         let true_queue = self.queues.queue_for(spec.total_task_time_us() as f64);
         let (eta, half_eta) = (run.eta, run.half_eta);
-        if let Some((queue, predicted, _)) = eta {
-            self.etas.learn(queue, predicted, jct_us as f64);
+        if let Some((predicted, _)) = eta {
+            self.etas.learn(predicted, jct_us as f64);
         }
-        if let Some((queue, at, predicted, _)) = half_eta {
-            self.half_etas.learn(queue, predicted, (now - at) as f64);
+        if let Some((at, predicted, _)) = half_eta {
+            self.half_etas.learn(predicted, (now - at) as f64);
         }
         let run = &self.runs[r];
         self.results[r] = Some(JobResult {
@@ -1080,8 +1078,8 @@ impl<'a> Sim<'a> {
                 .filter(|_| placed)
                 .and_then(|e| e.quantiles)
                 .map(|q| q.mean_task_runtime_us),
-            eta_at_submission: eta.map(|(_, _, e)| e),
-            eta_half_way: half_eta.map(|(_, at, _, e)| (at - arrival, e)),
+            eta_at_submission: eta.map(|(_, e)| e),
+            eta_half_way: half_eta.map(|(at, _, e)| (at - arrival, e)),
         });
     }
 }

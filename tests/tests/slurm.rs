@@ -636,6 +636,12 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
     assert!(number("history_jobs") >= 1.0, "{report}");
     // Every job got an ETA on the node's CPUs, scored against Slurm's end.
     assert_eq!(report["eta_jobs"], 10, "{report}");
-    assert!(number("p50_eta_error_pct") <= number("p90_eta_error_pct"), "{report}");
-    assert!((0.0..=100.0).contains(&number("eta_within_interval_pct")), "{report}");
+    assert!(
+        number("p50_eta_error_pct") <= number("p90_eta_error_pct"),
+        "{report}"
+    );
+    assert!(
+        (0.0..=100.0).contains(&number("eta_within_interval_pct")),
+        "{report}"
+    );
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
 use crate::decision::{Completion, Decision, PolicyKind};
-use crate::eta::{self, Eta, Queued};
+use crate::eta::{self, Eta, Predicted, Queued};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
 
@@ -66,10 +66,9 @@ pub(super) struct Progress {
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Given {
-    queue: u8,
     at_us: u64,
     /// The model's prediction, µs from `at_us`.
-    predicted_us: f64,
+    predicted: Predicted,
     /// The calibrated ETA published, µs from `at_us`.
     eta: Eta,
 }
@@ -157,7 +156,7 @@ impl Engine {
                 *placed = Some((decision.queue, now_us));
             }
         }
-        if let Some((queue, predicted_us, eta)) = self.eta_of(job_id, now_us) {
+        if let Some((predicted, eta)) = self.eta_of(job_id, now_us) {
             let completion = Completion {
                 at_us: now_us,
                 p10_us: later(now_us, eta.p10_us),
@@ -168,19 +167,18 @@ impl Engine {
             let job = self.jobs.get_mut(&job_id).expect("looked up above");
             job.record.eta = Some(completion);
             job.progress.given.push(Given {
-                queue,
                 at_us: now_us,
-                predicted_us,
+                predicted,
                 eta,
             });
         }
         effects.outputs.push(Output::Decision(decision));
     }
 
-    /// A live job's queue, the model's prediction and its calibrated ETA
-    /// at `now_us`, if the cluster's capacity is known and the job is
+    /// The model's prediction for a live job at `now_us` and its
+    /// calibrated ETA, if the cluster's capacity is known and the job is
     /// placed with a size.
-    fn eta_of(&self, job_id: u64, now_us: u64) -> Option<(u8, f64, Eta)> {
+    fn eta_of(&self, job_id: u64, now_us: u64) -> Option<(Predicted, Eta)> {
         let (capacity, per_cpu) = match self.eta_settings.slots {
             Some(slots) => (f64::from(slots), false),
             None => (self.capacity_cpus, true),
@@ -194,12 +192,8 @@ impl Engine {
             .jobs
             .values()
             .filter_map(|j| j.queued(driver, now_us, per_cpu));
-        let predicted_us = eta::predicted_us(&target, live, capacity);
-        Some((
-            target.queue,
-            predicted_us,
-            self.etas.eta(target.queue, predicted_us),
-        ))
+        let predicted = eta::predict(&target, live, capacity);
+        Some((predicted, self.etas.eta(predicted)))
     }
 
     /// A job finished at `end_us`: every ETA it was given teaches the
@@ -207,7 +201,7 @@ impl Engine {
     pub(super) fn learn_etas(&mut self, job: &LiveJob, end_us: u64, effects: &mut Effects) {
         for given in &job.progress.given {
             let actual_us = end_us.saturating_sub(given.at_us) as f64;
-            self.etas.learn(given.queue, given.predicted_us, actual_us);
+            self.etas.learn(given.predicted, actual_us);
         }
         if let Some(first) = job.progress.given.first() {
             let actual_us = (end_us.saturating_sub(first.at_us) as f64).max(1.0);
