@@ -46,9 +46,15 @@
 //! optimistic to trust one pilot) and capped at `max_pilot_fraction`.
 //!
 //! **Drift guard.** History goes stale when the job's code or machines
-//! change (§2). If the pilots' z lies more than `drift_sigmas` predictive
-//! sds from the prior, |z − μ0| > k √(σo² + σ1²/m), the prior is dropped
-//! and the pilots alone estimate the job.
+//! change (§2). If the pilots' z lies more than k predictive sds from the
+//! prior, |z − μ0| > k √(σo² + σ1²/m), the prior is dropped and the pilots
+//! alone estimate the job. How far is too far depends on the workload: a
+//! guard too eager throws sound priors away where tasks are noisy, one
+//! too lax keeps stale ones. So k is learnt (`learn_drift`): every sampled
+//! job with a prior remembers its distance and both estimates, with the
+//! prior and without; once 20 such jobs have finished, k is the choice
+//! among 0.5–5 sds and never that would have erred least (in log space)
+//! over the last 500. `drift_sigmas` is k until then.
 //!
 //! **Thin jobs** (§7: "history-based learning can be used for estimating
 //! the runtime for thin jobs, while sampling-based learning is used for
@@ -87,6 +93,12 @@ const MIN_PRIOR_JOBS: u64 = 20;
 /// A single job's squared prior error counts up to this many variances:
 /// one job from a heavy tail must not discredit every prior.
 const MAX_PRIOR_ERROR: f64 = 25.0;
+
+/// The drift thresholds (predictive sds) the guard learns to choose from.
+const DRIFT_CHOICES: [f64; 7] = [0.5, 1.0, 1.5, 2.0, 3.0, 5.0, f64::INFINITY];
+
+/// Finished sampled jobs the learnt drift threshold looks back on.
+const DRIFT_WINDOW: usize = 500;
 
 /// Fold `x` into a learnt mean and the count of jobs it rests on.
 fn learn(slot: &mut Option<(f64, u64)>, x: f64) {
@@ -141,14 +153,14 @@ impl Belief {
         }
     }
 
-    /// Whether pilots whose mean has log `z` lie more than `sigmas`
-    /// predictive sds from this prior: the history has drifted.
-    fn drifted(self, z: f64, k: u32, task_log_sd: f64, sigmas: f64) -> bool {
+    /// How many predictive sds from this prior pilots whose mean has log
+    /// `z` lie (0 from a flat prior, which nothing contradicts).
+    fn distance(self, z: f64, k: u32, task_log_sd: f64) -> f64 {
         if self.precision == 0.0 {
-            return false;
+            return 0.0;
         }
         let predictive_var = 1.0 / self.precision + task_log_sd * task_log_sd / f64::from(k);
-        (z - self.mean).abs() > sigmas * predictive_var.sqrt()
+        (z - self.mean).abs() / predictive_var.sqrt()
     }
 
     fn sd(self) -> f64 {
@@ -186,6 +198,21 @@ pub struct Bayes {
     /// The history's own prior of every live job that had one, and whether
     /// the job is wide, to learn `prior_error` from when the job ends.
     priors: HashMap<u64, (Belief, bool)>,
+    /// Per live job placed by pilots against a prior: the pilots' distance
+    /// from the prior and the posterior's mean with the prior and without.
+    guarded: HashMap<u64, Guarded>,
+    /// The same of recent finished jobs, as the distance and each mean's
+    /// error (|ln estimate − ln truth|).
+    drift_record: std::collections::VecDeque<(f64, f64, f64)>,
+    /// The drift threshold in force (module doc).
+    drift_sigmas: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Guarded {
+    distance: f64,
+    with_prior: f64,
+    alone: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -207,7 +234,28 @@ impl Bayes {
             prior_error: [None; 2],
             jobs: HashMap::new(),
             priors: HashMap::new(),
+            guarded: HashMap::new(),
+            drift_record: std::collections::VecDeque::new(),
+            drift_sigmas: config.bayes.drift_sigmas,
         }
+    }
+
+    /// The threshold among [`DRIFT_CHOICES`] that would have erred least
+    /// over the recorded jobs (the lowest of equals).
+    fn best_drift_sigmas(&self) -> f64 {
+        let cost = |sigmas: f64| -> f64 {
+            self.drift_record
+                .iter()
+                .map(|&(d, with, alone)| if d > sigmas { alone } else { with })
+                .sum()
+        };
+        DRIFT_CHOICES
+            .into_iter()
+            .map(|k| (cost(k), k))
+            .fold((f64::INFINITY, self.drift_sigmas), |best, c| {
+                if c.0 < best.0 { c } else { best }
+            })
+            .1
     }
 
     /// σ1 known before a job's pilots: learnt, else the default.
@@ -331,12 +379,22 @@ impl Policy for Bayes {
                     }
                     None => known,
                 };
-                let prior = if prior.drifted(z, k, task_log_sd, self.config.drift_sigmas) {
-                    Belief::FLAT
+                let distance = prior.distance(z, k, task_log_sd);
+                let with_prior = prior.update(z, k, task_log_sd);
+                let alone = Belief::FLAT.update(z, k, task_log_sd);
+                if prior.precision > 0.0 {
+                    let guarded = Guarded {
+                        distance,
+                        with_prior: with_prior.mean,
+                        alone: alone.mean,
+                    };
+                    self.guarded.insert(end.job_id, guarded);
+                }
+                let post = if distance > self.drift_sigmas {
+                    alone
                 } else {
-                    prior
+                    with_prior
                 };
-                let post = prior.update(z, k, task_log_sd);
                 let mean_task_runtime_us = post.mean.exp();
                 let est = Estimate::new(
                     mean_task_runtime_us,
@@ -351,6 +409,22 @@ impl Policy for Bayes {
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {
         self.jobs.remove(&done.job_id);
+        if let Some(g) = self.guarded.remove(&done.job_id)
+            && done.mean_task_runtime_us > 0.0
+        {
+            let truth = done.mean_task_runtime_us.ln();
+            if self.drift_record.len() == DRIFT_WINDOW {
+                self.drift_record.pop_front();
+            }
+            self.drift_record.push_back((
+                g.distance,
+                (g.with_prior - truth).abs(),
+                (g.alone - truth).abs(),
+            ));
+            if self.config.learn_drift && self.drift_record.len() as u64 >= MIN_PRIOR_JOBS {
+                self.drift_sigmas = self.best_drift_sigmas();
+            }
+        }
         if let Some((prior, wide)) = self.priors.remove(&done.job_id)
             && done.mean_task_runtime_us > 0.0
         {
@@ -367,6 +441,7 @@ impl Policy for Bayes {
     fn on_job_abandoned(&mut self, job_id: u64) {
         self.jobs.remove(&job_id);
         self.priors.remove(&job_id);
+        self.guarded.remove(&job_id);
     }
 }
 
@@ -458,6 +533,7 @@ mod tests {
         let ctx = kit.ctx(&history);
         let mut config = PolicyConfig::default();
         config.bayes.drift_sigmas = 3.0;
+        config.bayes.learn_drift = false;
         let mut b = Bayes::new(&config);
         // Pilots alternate `secs` and twice that: the estimate and the
         // pilots' mean, µs.
@@ -657,11 +733,77 @@ mod tests {
         let post = prior.update(2.0, 4, 1.0);
         assert_eq!((post.mean, post.precision), (1.0, 8.0));
         // Drift: σo = 0.5 and 4 pilots of σ1 = 1 give a predictive sd of
-        // √(0.25 + 0.25) ≈ 0.707; 3 sds ≈ 2.12.
-        assert!(!prior.drifted(2.1, 4, 1.0, 3.0));
-        assert!(prior.drifted(2.2, 4, 1.0, 3.0));
-        assert!(prior.drifted(-2.2, 4, 1.0, 3.0));
-        assert!(!prior.drifted(2.2, 4, 1.0, f64::INFINITY));
-        assert!(!flat.drifted(1e6, 1, 1.0, 3.0), "a flat prior never drifts");
+        // √(0.25 + 0.25) ≈ 0.707.
+        let sd = 0.5f64.sqrt();
+        assert!((prior.distance(2.1, 4, 1.0) - 2.1 / sd).abs() < 1e-12);
+        assert!((prior.distance(-2.2, 4, 1.0) - 2.2 / sd).abs() < 1e-12);
+        assert_eq!(flat.distance(1e6, 1, 1.0), 0.0, "a flat prior never drifts");
+    }
+
+    #[test]
+    fn the_drift_threshold_is_learnt_from_which_estimate_proved_right() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let f = JobFeatures::of(&job(0, 100));
+        for i in 0..20u64 {
+            history.observe(&f, i, if i % 2 == 0 { 10.0 } else { 20.0 } * S);
+        }
+        let ctx = kit.ctx(&history);
+        // Pilots alternate `secs` and twice that; the job truly takes
+        // `truth` s a task. The estimate and the pilots' mean, µs.
+        let run = |b: &mut Bayes, id: u64, secs: u64, truth: f64| {
+            let pilots = b.on_submit(&job(id, 100), &ctx).pilots;
+            let (mut last, mut sum) = (None, 0);
+            for (i, &t) in pilots.iter().enumerate() {
+                let r = secs * (1 + i as u64 % 2);
+                sum += r;
+                last = b.on_task_end(&finished(id, t, r), &ctx);
+            }
+            let end = JobDone {
+                mean_task_runtime_us: truth * S,
+                ..done(id, 100, 1.0)
+            };
+            b.on_job_done(&end, &ctx);
+            let mean = sum as f64 / pilots.len() as f64 * S;
+            (last.unwrap().estimate.unwrap().mean_task_runtime_us, mean)
+        };
+        let mut config = PolicyConfig::default();
+        // However sure the prior proves, every job is sampled.
+        config.bayes.target_log_sd = 0.01;
+        // Noisy tasks, a sound prior: the pilots' mean lands far from it,
+        // yet the jobs take what the history says. An eager guard throws
+        // the prior away until the jobs show it should not.
+        config.bayes.drift_sigmas = 0.5;
+        let mut b = Bayes::new(&config);
+        let as_history = |id: u64| if id % 2 == 0 { 10.0 } else { 20.0 };
+        let (first, mean) = run(&mut b, 1, 30, as_history(1));
+        assert!((first / mean - 1.0).abs() < 1e-9, "dropped: {first} {mean}");
+        for id in 2..=MIN_PRIOR_JOBS {
+            run(&mut b, id, 30, as_history(id));
+        }
+        let distance = b.drift_record[0].0;
+        assert!(b.drift_sigmas > distance, "{} ≤ {distance}", b.drift_sigmas);
+        let (kept, mean) = run(&mut b, 99, 30, as_history(99));
+        assert!(kept < 0.95 * mean, "pulled toward the prior: {kept} {mean}");
+        assert!(b.guarded.is_empty(), "dropped with their jobs");
+        // Stale history: the jobs take what the pilots say. A guard that
+        // never fires learns to.
+        config.bayes.drift_sigmas = f64::INFINITY;
+        let mut b = Bayes::new(&config);
+        let (first, mean) = run(&mut b, 1, 400, 600.0);
+        assert!(first < 0.7 * mean, "dragged: {first} {mean}");
+        for id in 2..=MIN_PRIOR_JOBS {
+            run(&mut b, id, 400, 600.0);
+        }
+        assert!(b.drift_sigmas < b.drift_record[0].0);
+        let (alone, mean) = run(&mut b, 99, 400, 600.0);
+        assert!((alone / mean - 1.0).abs() < 1e-9, "{alone} {mean}");
+        // Without learning, the threshold stays.
+        config.bayes.learn_drift = false;
+        let mut b = Bayes::new(&config);
+        for id in 1..=MIN_PRIOR_JOBS {
+            run(&mut b, id, 400, 600.0);
+        }
+        assert_eq!(b.drift_sigmas, f64::INFINITY);
     }
 }

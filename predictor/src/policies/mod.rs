@@ -83,8 +83,11 @@ pub struct BayesConfig {
     pub min_pilot_fraction: f64,
     /// Pilots whose mean lies more than this many predictive sds from the
     /// prior's say the history has drifted: the prior is dropped and the
-    /// pilots alone estimate the job.
+    /// pilots alone estimate the job. With `learn_drift`, only until 20
+    /// sampled jobs have shown what threshold suits the workload.
     pub drift_sigmas: f64,
+    /// Learn the drift threshold from finished jobs (bayes.rs).
+    pub learn_drift: bool,
 }
 
 impl Default for BayesConfig {
@@ -95,6 +98,7 @@ impl Default for BayesConfig {
             max_pilot_fraction: 0.05,
             min_pilot_fraction: 0.03,
             drift_sigmas: 1.0,
+            learn_drift: true,
         }
     }
 }
