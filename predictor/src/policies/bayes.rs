@@ -775,7 +775,7 @@ mod tests {
         // the prior away until the jobs show it should not.
         config.bayes.drift_sigmas = 0.5;
         let mut b = Bayes::new(&config);
-        let as_history = |id: u64| if id % 2 == 0 { 10.0 } else { 20.0 };
+        let as_history = |id: u64| if id.is_multiple_of(2) { 10.0 } else { 20.0 };
         let (first, mean) = run(&mut b, 1, 30, as_history(1));
         assert!((first / mean - 1.0).abs() < 1e-9, "dropped: {first} {mean}");
         for id in 2..=MIN_PRIOR_JOBS {
