@@ -301,7 +301,8 @@ const SPARE: u64 = 1_000_000;
 /// - killed (SIGKILL) and started again, it carries out no decision older
 ///   than one it already carried out;
 /// - once the node frees, the pilots start first; the rest of the array
-///   runs once SLearn has placed it.
+///   runs once SLearn has placed it, and (the second applier sets
+///   walltimes) gets a time limit from its estimate.
 #[test]
 fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     let slurm = Slurm::up();
@@ -468,10 +469,13 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     }
 
     // Killed and started again: nothing older than what it had is done.
+    // This time it sets walltimes: two minutes at least, far above these
+    // tasks' P99 (times a margin of 3).
     applier.kill().unwrap();
     applier.wait().unwrap();
     let second_out = dir.path().join("apply-2.jsonl");
-    let mut applier = start_applier(&slurm, &cluster.brokers(), &state, &second_out, &[]);
+    let walltime = ["--walltime-quantile", "p99", "--walltime-min-minutes", "2"];
+    let mut applier = start_applier(&slurm, &cluster.brokers(), &state, &second_out, &walltime);
     std::thread::sleep(Duration::from_secs(2));
 
     // The node frees: pilots first, then the rest once SLearn placed it.
@@ -535,6 +539,21 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
             .iter()
             .any(|a| a["job_id"] == wide && a["target"] == "job"),
         "the placed array was moved as a whole: {second:?}"
+    );
+    // Once placed, the array got its walltime, once; the thin job, placed
+    // by no estimate, none; and no task was killed at its limit.
+    let limits: Vec<&serde_json::Value> = second
+        .iter()
+        .filter(|a| a.get("time_limit_s").is_some())
+        .collect();
+    assert_eq!(limits.len(), 1, "{second:?}");
+    assert_eq!(limits[0]["job_id"], wide, "{second:?}");
+    assert_eq!(limits[0]["time_limit_s"], 120, "{second:?}");
+    assert!(
+        limits[0]["command"]
+            .as_str()
+            .unwrap()
+            .ends_with("TimeLimit=2")
     );
 
     for child in [&mut applier, &mut watcher] {

@@ -20,13 +20,21 @@
 //!   they run only on slots nothing else wants (work conservation, in job
 //!   order), and join the queue when the decision places the job.
 //!
+//! - **Walltime** (opt-in, [`Walltime`]). A job placed by an estimate gets
+//!   a time limit for its tasks: a high quantile of its mean task runtime
+//!   times a margin, never below a floor, rounded up to the scheduler's
+//!   step. A limit is only ever lowered, so it never exceeds the user's
+//!   own. The quantiles bound the job's *mean* task runtime, not each
+//!   task's: the margin covers the spread of tasks around their mean, and
+//!   a task beyond it is killed (the bench counts those).
+//!
 //! Jobs without a decision are left as the scheduler has them. The order
 //! is recomputed from what the scheduler reports, so an action that failed
 //! or was lost is simply planned again at the next tick.
 
 use std::collections::BTreeMap;
 
-use jobcast_predictor::decision::{Newest, Phase};
+use jobcast_predictor::decision::{Estimate, Newest, Phase, Quantiles};
 use jobcast_predictor::queues::QueueConfig;
 use serde::Serialize;
 
@@ -55,6 +63,8 @@ pub struct JobView {
     /// job record each), each group with where it stands now (`None`: not
     /// where jobcast puts anything).
     pub pending: Vec<Group>,
+    /// The time limit of its tasks, s (none: unlimited).
+    pub time_limit_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,11 +91,60 @@ pub struct Action {
     /// The decision it carries out.
     pub version: u32,
     pub target: Target,
-    pub standing: Standing,
+    #[serde(flatten)]
+    pub change: Change,
 }
 
-/// The actions that bring `view` to where `newest` puts each job.
-pub fn plan(newest: &Newest, view: &View, queues: &QueueConfig) -> Vec<Action> {
+/// What an action changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Where the pending tasks stand.
+    Standing(Standing),
+    /// The time limit of each of the job's tasks, s.
+    TimeLimitS(u64),
+}
+
+/// Time limits from the estimates (module doc).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Walltime {
+    /// Which quantile of the mean task runtime: an index into
+    /// [`Quantiles::LEVELS`].
+    pub quantile: usize,
+    /// The limit is the quantile times this (at least 1).
+    pub margin: f64,
+    /// Never below this, s.
+    pub min_s: u64,
+    /// The scheduler's granularity, s (Slurm's limits are whole minutes).
+    pub step_s: u64,
+}
+
+impl Walltime {
+    /// The limit for a job placed by `estimate`, if it has quantiles.
+    pub fn limit_s(&self, estimate: &Estimate) -> Option<u64> {
+        let q = estimate.quantiles?.mean_task_runtime_us.to_array()[self.quantile];
+        let secs = (q * self.margin / 1e6).max(self.min_s as f64);
+        if !secs.is_finite() {
+            return None;
+        }
+        let step = self.step_s.max(1) as f64;
+        Some(((secs / step).ceil() * step).min(u64::MAX as f64) as u64)
+    }
+
+    /// The quantile's name (`p99`).
+    pub fn quantile_name(&self) -> &'static str {
+        Quantiles::NAMES[self.quantile]
+    }
+}
+
+/// The actions that bring `view` to where `newest` puts each job, with
+/// time limits if `walltime` is set.
+pub fn plan(
+    newest: &Newest,
+    view: &View,
+    queues: &QueueConfig,
+    walltime: Option<&Walltime>,
+) -> Vec<Action> {
     let levels = usize::from(queues.levels.max(1));
     let queue_of = |q: u8| usize::from(q).min(levels - 1);
     let mut running = vec![0u32; levels];
@@ -124,8 +183,20 @@ pub fn plan(newest: &Newest, view: &View, queues: &QueueConfig) -> Vec<Action> {
             job_id: decision.job_id,
             version: decision.version,
             target,
-            standing,
+            change: Change::Standing(standing),
         };
+        if let Some(walltime) = walltime
+            && decision.phase == Phase::Estimated
+            && let Some(limit) = decision.estimate.and_then(|e| walltime.limit_s(&e))
+            && job.time_limit_s.is_none_or(|held| limit < held)
+        {
+            actions.push(Action {
+                job_id: decision.job_id,
+                version: decision.version,
+                target: Target::Job,
+                change: Change::TimeLimitS(limit),
+            });
+        }
         // The standing most pending tasks want is set job-wide; the others
         // (pilots, while sampling) task by task after it.
         let pending = job.pending.iter().flat_map(|g| g.tasks.iter().copied());
@@ -194,6 +265,7 @@ mod tests {
     fn job(running: u32, pending: &[(&[u32], Option<Standing>)]) -> JobView {
         JobView {
             running,
+            time_limit_s: None,
             pending: pending
                 .iter()
                 .map(|(tasks, standing)| Group {
@@ -217,11 +289,18 @@ mod tests {
         let mut view = view.clone();
         for action in actions {
             let job = view.jobs.get_mut(&action.job_id).unwrap();
+            let standing = match action.change {
+                Change::Standing(standing) => standing,
+                Change::TimeLimitS(limit) => {
+                    job.time_limit_s = Some(limit);
+                    continue;
+                }
+            };
             let mut groups = Vec::new();
             for group in job.pending.drain(..) {
                 match &action.target {
                     Target::Job => groups.push(Group {
-                        standing: Some(action.standing),
+                        standing: Some(standing),
                         ..group
                     }),
                     Target::Tasks(tasks) => {
@@ -229,7 +308,7 @@ mod tests {
                             group.tasks.iter().partition(|t| tasks.contains(t));
                         groups.extend(moved.into_iter().map(|t| Group {
                             tasks: vec![t],
-                            standing: Some(action.standing),
+                            standing: Some(standing),
                         }));
                         if !kept.is_empty() {
                             groups.push(Group {
@@ -252,7 +331,7 @@ mod tests {
         let view = View {
             jobs: [(7, job(0, &[(&[0, 1, 2, 3, 4, 5], None)]))].into(),
         };
-        let actions = plan(&decisions, &view, &queues);
+        let actions = plan(&decisions, &view, &queues, None);
         assert_eq!(
             actions,
             [
@@ -260,18 +339,18 @@ mod tests {
                     job_id: 7,
                     version: 1,
                     target: Target::Job,
-                    standing: Standing::Spare
+                    change: Change::Standing(Standing::Spare)
                 },
                 Action {
                     job_id: 7,
                     version: 1,
                     target: Target::Tasks(vec![2, 5]),
-                    standing: Standing::Rank(0)
+                    change: Change::Standing(Standing::Rank(0))
                 },
             ]
         );
         // Carried out, nothing is left to do.
-        assert_eq!(plan(&decisions, &after(&view, &actions), &queues), []);
+        assert_eq!(plan(&decisions, &after(&view, &actions), &queues, None), []);
         // Placed once its pilots ran: every pending task joins the queue at
         // once.
         let mut running = after(&view, &actions);
@@ -279,12 +358,12 @@ mod tests {
         job7.pending.retain(|g| g.standing == Some(Standing::Spare));
         let placed = newest(&[decision(7, 2, 4, &[])]);
         assert_eq!(
-            plan(&placed, &running, &queues),
+            plan(&placed, &running, &queues, None),
             [Action {
                 job_id: 7,
                 version: 2,
                 target: Target::Job,
-                standing: Standing::Rank(0)
+                change: Change::Standing(Standing::Rank(0))
             }]
         );
     }
@@ -294,8 +373,8 @@ mod tests {
         let queues = QueueConfig::default();
         let decisions = newest(&[decision(1, 1, 0, &[]), decision(2, 1, 3, &[])]);
         let standing = |view: &View| {
-            let actions = plan(&decisions, view, &queues);
-            let of = |job: u64| actions.iter().find(|a| a.job_id == job).map(|a| a.standing);
+            let actions = plan(&decisions, view, &queues, None);
+            let of = |job: u64| actions.iter().find(|a| a.job_id == job).map(|a| a.change);
             (of(1), of(2))
         };
         // Nothing running: Q0 first.
@@ -308,7 +387,10 @@ mod tests {
         };
         assert_eq!(
             standing(&idle),
-            (Some(Standing::Rank(0)), Some(Standing::Rank(1)))
+            (
+                Some(Change::Standing(Standing::Rank(0))),
+                Some(Change::Standing(Standing::Rank(1)))
+            )
         );
         // Q0 runs tasks and Q3 none: Q3's share is the smaller, so its job
         // goes first.
@@ -321,7 +403,10 @@ mod tests {
         };
         assert_eq!(
             standing(&busy),
-            (Some(Standing::Rank(1)), Some(Standing::Rank(0)))
+            (
+                Some(Change::Standing(Standing::Rank(1))),
+                Some(Change::Standing(Standing::Rank(0)))
+            )
         );
         // Q3 holds a slot: 1 × 10³ outweighs Q0's 3 × 1.
         let both = View {
@@ -333,7 +418,10 @@ mod tests {
         };
         assert_eq!(
             standing(&both),
-            (Some(Standing::Rank(0)), Some(Standing::Rank(1)))
+            (
+                Some(Change::Standing(Standing::Rank(0))),
+                Some(Change::Standing(Standing::Rank(1)))
+            )
         );
     }
 
@@ -348,10 +436,10 @@ mod tests {
             ]
             .into(),
         };
-        assert_eq!(plan(&decisions, &view, &queues), []);
+        assert_eq!(plan(&decisions, &view, &queues, None), []);
         // A decision for a job the scheduler no longer holds does nothing.
         let gone = newest(&[decision(5, 1, 0, &[])]);
-        assert_eq!(plan(&gone, &view, &queues), []);
+        assert_eq!(plan(&gone, &view, &queues, None), []);
     }
 
     #[test]
@@ -372,13 +460,77 @@ mod tests {
             .into(),
         };
         assert_eq!(
-            plan(&decisions, &view, &queues),
+            plan(&decisions, &view, &queues, None),
             [Action {
                 job_id: 7,
                 version: 1,
                 target: Target::Tasks(vec![2]),
-                standing: Standing::Rank(0)
+                change: Change::Standing(Standing::Rank(0))
             }]
+        );
+    }
+
+    #[test]
+    fn a_placed_job_gets_a_time_limit_from_its_quantile_only_ever_lowered() {
+        use jobcast_predictor::decision::EstimateSource;
+        let queues = QueueConfig::default();
+        let walltime = Walltime {
+            quantile: 3,
+            margin: 2.0,
+            min_s: 60,
+            step_s: 60,
+        };
+        // A mean task runtime of 100 s, its P99 150 s.
+        let mut estimate = Estimate::new(100e6, 400e6, 0.0, EstimateSource::Pilots { pilots: 2 });
+        estimate.set_quantiles(Quantiles::from_array([1.0, 1.2, 1.3, 1.5]));
+        let placed = Decision {
+            estimate: Some(estimate),
+            ..decision(7, 2, 1, &[])
+        };
+        let view = View {
+            jobs: [(7, job(1, &[(&[1, 2, 3], Some(Standing::Rank(0)))]))].into(),
+        };
+        let limits = |decisions: &Newest, view: &View| -> Vec<Change> {
+            plan(decisions, view, &queues, Some(&walltime))
+                .into_iter()
+                .map(|a| a.change)
+                .filter(|c| matches!(c, Change::TimeLimitS(_)))
+                .collect()
+        };
+        // 2 × 150 s = 300 s, five minutes: set where unlimited.
+        let decisions = newest(std::slice::from_ref(&placed));
+        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(300)]);
+        let actions = plan(&decisions, &view, &queues, Some(&walltime));
+        assert_eq!(actions[0].target, Target::Job);
+        // Carried out, nothing is left to do; a user's shorter limit stays.
+        assert_eq!(limits(&decisions, &after(&view, &actions)), []);
+        let mut short = view.clone();
+        short.jobs.get_mut(&7).unwrap().time_limit_s = Some(240);
+        assert_eq!(limits(&decisions, &short), []);
+        // A longer one is lowered; rounded up to the step, never below the
+        // floor.
+        short.jobs.get_mut(&7).unwrap().time_limit_s = Some(3600);
+        assert_eq!(limits(&decisions, &short), [Change::TimeLimitS(300)]);
+        let mut tiny = estimate;
+        tiny.set_quantiles(Quantiles::from_array([0.001; 4]));
+        let decisions = newest(&[Decision {
+            estimate: Some(tiny),
+            ..placed.clone()
+        }]);
+        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(60)]);
+        let odd = Walltime {
+            margin: 1.01,
+            ..walltime
+        };
+        assert_eq!(odd.limit_s(&estimate), Some(180), "151.5 s → 3 minutes");
+        // Not while sampling, nor without a walltime setting.
+        let sampling = newest(&[decision(7, 1, 1, &[2])]);
+        assert_eq!(limits(&sampling, &view), []);
+        let decisions = newest(&[placed]);
+        assert!(
+            plan(&decisions, &view, &queues, None)
+                .iter()
+                .all(|a| matches!(a.change, Change::Standing(_)))
         );
     }
 }

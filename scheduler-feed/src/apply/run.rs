@@ -16,7 +16,7 @@ use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 
 use super::Scheduler;
-use super::plan::{Action, plan};
+use super::plan::{Action, Walltime, plan};
 
 /// How long the brokers may take to answer, and reading the decisions
 /// published since the last tick may take.
@@ -36,6 +36,8 @@ pub struct ApplyOptions {
     pub dry_run: bool,
     /// Attempts at each action before it is reported failed.
     pub attempts: u32,
+    /// Time limits from the estimates, if wanted.
+    pub walltime: Option<Walltime>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +169,12 @@ impl<S: Scheduler> Applier<S> {
             .map_err(ApplyError::Observe)?;
         self.saved.newest.retain(|job| view.jobs.contains_key(&job));
         ticked.jobs = self.saved.newest.len();
-        let actions = plan(&self.saved.newest, &view, &self.options.queues);
+        let actions = plan(
+            &self.saved.newest,
+            &view,
+            &self.options.queues,
+            self.options.walltime.as_ref(),
+        );
         if self.options.dry_run {
             let shown = std::mem::replace(&mut self.shown, actions.clone());
             for action in actions.into_iter().filter(|a| !shown.contains(a)) {

@@ -1,5 +1,6 @@
 //! Slurm as the scheduler that acts on decisions: `squeue --json` says what
-//! it holds, `scontrol update … Priority=` moves pending work.
+//! it holds, `scontrol update … Priority=` moves pending work, and
+//! `scontrol update … TimeLimit=` (minutes) sets a walltime.
 //!
 //! A standing is a priority above every one Slurm's own factors give
 //! (`base`, configurable): `Spare` is `base`, `Rank(n)` is
@@ -17,7 +18,7 @@ use std::process::Command;
 use jobcast_ingest::slurm::{SlurmTracker, array_indices, run_squeue};
 
 use super::Scheduler;
-use super::plan::{Action, Group, JobView, Standing, Target, View};
+use super::plan::{Action, Change, Group, JobView, Standing, Target, View};
 
 pub struct Slurm {
     /// `squeue --json`, as words.
@@ -64,11 +65,11 @@ impl Slurm {
                 format!("{}_[{}]", action.job_id, index_list(&indices?))
             }
         };
-        Ok(vec![
-            "update".into(),
-            format!("JobId={job}"),
-            format!("Priority={}", self.priority(action.standing)),
-        ])
+        let change = match action.change {
+            Change::Standing(standing) => format!("Priority={}", self.priority(standing)),
+            Change::TimeLimitS(secs) => format!("TimeLimit={}", secs.div_ceil(60)),
+        };
+        Ok(vec!["update".into(), format!("JobId={job}"), change])
     }
 }
 
@@ -85,6 +86,10 @@ impl Scheduler for Slurm {
         for record in &snapshot {
             let job_id = record.job();
             let job: &mut JobView = view.jobs.entry(job_id).or_default();
+            if let Some(minutes) = record.time_limit {
+                let secs = u64::from(minutes) * 60;
+                job.time_limit_s = Some(job.time_limit_s.map_or(secs, |held| held.max(secs)));
+            }
             match record.job_state.as_str() {
                 "RUNNING" | "COMPLETING" => job.running += 1,
                 "PENDING" if record.priority != Some(0) => {
@@ -196,6 +201,30 @@ mod tests {
         for foreign in [1, 999, 1011, u32::MAX] {
             assert_eq!(slurm.standing(foreign), None, "{foreign}");
         }
+    }
+
+    #[test]
+    fn a_time_limit_is_set_in_whole_minutes() {
+        let slurm = slurm();
+        let action = Action {
+            job_id: 42,
+            version: 3,
+            target: Target::Job,
+            change: Change::TimeLimitS(300),
+        };
+        let tracker = SlurmTracker::default();
+        assert_eq!(
+            slurm.describe(&tracker, &action).unwrap(),
+            "scontrol update JobId=42 TimeLimit=5"
+        );
+        let action = Action {
+            change: Change::TimeLimitS(61),
+            ..action
+        };
+        assert_eq!(
+            slurm.arguments(&tracker, &action).unwrap()[2],
+            "TimeLimit=2"
+        );
     }
 
     #[test]

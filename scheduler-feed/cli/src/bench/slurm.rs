@@ -87,6 +87,15 @@ pub struct SlurmArgs {
     /// cluster's past.
     #[arg(long)]
     cold_start: bool,
+    /// Let `slurm apply` set time limits from this quantile (p50, p90,
+    /// p95, p99; `slurm apply --walltime-quantile`), with a margin of
+    /// `--walltime-margin` and a floor of a minute; the report counts the
+    /// tasks killed at their limit. Slurm's limits are whole minutes, so
+    /// set `--time-scale` for tasks of minutes to see any.
+    #[arg(long, value_name = "QUANTILE")]
+    walltime_quantile: Option<String>,
+    #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
+    walltime_margin: f64,
     /// Seconds between the watcher's polls and the applier's ticks.
     #[arg(long, default_value_t = 0.5, value_parser = crate::slurm::parse_interval)]
     interval_secs: f64,
@@ -699,6 +708,7 @@ fn start_services(
     let policy = args.policy.name().to_owned();
     // Every array task asks one CPU: the ETAs' slots are the node's CPUs.
     let slots = format!("engine.eta.slots={cpus}");
+    let margin = args.walltime_margin.to_string();
     let data = dir.join("serve");
     let (watch, apply) = (dir.join("watch.json"), dir.join("apply.json"));
     let commands: [Vec<&std::ffi::OsStr>; 3] = [
@@ -727,16 +737,30 @@ fn start_services(
             "--state".as_ref(),
             watch.as_os_str(),
         ],
-        vec![
-            "slurm".as_ref(),
-            "apply".as_ref(),
-            "--brokers".as_ref(),
-            brokers.as_ref(),
-            "--interval-secs".as_ref(),
-            interval.as_ref(),
-            "--state".as_ref(),
-            apply.as_os_str(),
-        ],
+        [
+            vec![
+                "slurm".as_ref(),
+                "apply".as_ref(),
+                "--brokers".as_ref(),
+                brokers.as_ref(),
+                "--interval-secs".as_ref(),
+                interval.as_ref(),
+                "--state".as_ref(),
+                apply.as_os_str(),
+            ],
+            match &args.walltime_quantile {
+                Some(quantile) => vec![
+                    "--walltime-quantile".as_ref(),
+                    quantile.as_ref(),
+                    "--walltime-margin".as_ref(),
+                    margin.as_ref(),
+                    "--walltime-min-minutes".as_ref(),
+                    "1".as_ref(),
+                ],
+                None => Vec::new(),
+            },
+        ]
+        .concat(),
     ];
     let mut children = Vec::new();
     for (name, command) in ["serve", "watch", "apply"].into_iter().zip(commands) {

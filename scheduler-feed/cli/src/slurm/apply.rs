@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use jobcast_ingest::kafka::Topics;
+use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::queues::QueueConfig;
+use jobcast_scheduler_feed::apply::plan::Walltime;
 use jobcast_scheduler_feed::apply::slurm::Slurm;
 use jobcast_scheduler_feed::apply::{ApplyOptions, apply};
 use jobcast_scheduler_feed::telemetry::{
@@ -55,6 +57,19 @@ pub struct ApplyArgs {
     /// The command that updates a job (`update JobId=… Priority=…` follows).
     #[arg(long, default_value = "scontrol")]
     scontrol: String,
+    /// Set each placed job's time limit from this quantile of its mean task
+    /// runtime (p50, p90, p95 or p99), times `--walltime-margin`, never
+    /// below `--walltime-min-minutes`, only ever lowered (so never above
+    /// the user's own). Off unless given.
+    #[arg(long, value_name = "QUANTILE", value_parser = parse_quantile)]
+    walltime_quantile: Option<usize>,
+    /// The limit is the quantile times this: room for tasks slower than
+    /// the job's mean.
+    #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
+    walltime_margin: f64,
+    /// No limit is set below this.
+    #[arg(long, default_value_t = 5, requires = "walltime_quantile")]
+    walltime_min_minutes: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -84,6 +99,21 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
             args.levels
         );
     }
+    if !(args.walltime_margin.is_finite() && args.walltime_margin >= 1.0) {
+        anyhow::bail!(
+            "--walltime-margin {}: must be at least 1 (a limit below the estimate kills the job)",
+            args.walltime_margin
+        );
+    }
+    if args.walltime_min_minutes == 0 {
+        anyhow::bail!("--walltime-min-minutes: must be at least 1");
+    }
+    let walltime = args.walltime_quantile.map(|quantile| Walltime {
+        quantile,
+        margin: args.walltime_margin,
+        min_s: args.walltime_min_minutes * 60,
+        step_s: 60,
+    });
     let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
     for result in ["done", "failed"] {
         metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
@@ -102,6 +132,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         queues,
         dry_run: args.dry_run,
         attempts: args.attempts,
+        walltime,
     };
     let (mut done, mut failed, mut failed_ticks) = (0u64, 0u64, 0u64);
     apply(&settings, options, slurm, &stop, |ticked| match ticked {
@@ -157,4 +188,12 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         "jobcast slurm apply: stopped; {done} actions done, {failed} failed, {failed_ticks} ticks failed"
     );
     Ok(())
+}
+
+/// `p99` as its index in [`Quantiles::NAMES`].
+fn parse_quantile(name: &str) -> Result<usize, String> {
+    Quantiles::NAMES
+        .iter()
+        .position(|&n| n == name)
+        .ok_or_else(|| format!("`{name}`: expected one of {}", Quantiles::NAMES.join(", ")))
 }
