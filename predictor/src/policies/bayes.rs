@@ -450,6 +450,33 @@ mod tests {
     use super::super::testkit::*;
     use super::*;
 
+    /// A history that saw `n` jobs like `job(_, 100)`, their tasks taking
+    /// `secs[0]` and `secs[1]` s in turn.
+    fn alternating(kit: &Kit, n: u64, secs: [f64; 2]) -> crate::history::History {
+        let mut history = kit.history();
+        let f = JobFeatures::of(&job(0, 100));
+        for i in 0..n {
+            history.observe(&f, i, secs[(i % 2) as usize] * S);
+        }
+        history
+    }
+
+    /// Submit job `id` of 100 tasks and finish its pilots, which take
+    /// `secs` and twice that in turn: the estimate that placed it and the
+    /// pilots' mean, µs.
+    fn sample(b: &mut Bayes, ctx: &Context<'_>, id: u64, secs: u64) -> (f64, f64) {
+        let pilots = b.on_submit(&job(id, 100), ctx).pilots;
+        assert!(!pilots.is_empty());
+        let (mut last, mut sum) = (None, 0);
+        for (i, &t) in pilots.iter().enumerate() {
+            let r = secs * (1 + i as u64 % 2);
+            sum += r;
+            last = b.on_task_end(&finished(id, t, r), ctx);
+        }
+        let mean = sum as f64 / pilots.len() as f64 * S;
+        (last.unwrap().estimate.unwrap().mean_task_runtime_us, mean)
+    }
+
     fn end_us(job_id: u64, task_index: u32, runtime_us: u64) -> TaskEnd {
         TaskEnd {
             job_id,
@@ -487,11 +514,7 @@ mod tests {
     #[test]
     fn priors_that_proved_overconfident_are_widened() {
         let kit = Kit::new();
-        let mut history = kit.history();
-        let f = JobFeatures::of(&job(0, 100));
-        for i in 0..50u64 {
-            history.observe(&f, i, if i % 2 == 0 { 20.0 } else { 22.0 } * S);
-        }
+        let history = alternating(&kit, 50, [20.0, 22.0]);
         let ctx = kit.ctx(&history);
         let mut b = Bayes::new(&PolicyConfig::default());
         // σo ≈ 0.15: tight enough to place jobs at once.
@@ -535,20 +558,7 @@ mod tests {
         config.bayes.drift_sigmas = 3.0;
         config.bayes.learn_drift = false;
         let mut b = Bayes::new(&config);
-        // Pilots alternate `secs` and twice that: the estimate and the
-        // pilots' mean, µs.
-        let run = |b: &mut Bayes, id: u64, secs: u64| {
-            let pilots = b.on_submit(&job(id, 100), &ctx).pilots;
-            assert!(!pilots.is_empty());
-            let (mut last, mut sum) = (None, 0);
-            for (i, &t) in pilots.iter().enumerate() {
-                let r = secs * (1 + i as u64 % 2);
-                sum += r;
-                last = b.on_task_end(&finished(id, t, r), &ctx);
-            }
-            let mean = sum as f64 / pilots.len() as f64 * S;
-            (last.unwrap().estimate.unwrap().mean_task_runtime_us, mean)
-        };
+        let run = |b: &mut Bayes, id: u64, secs: u64| sample(b, &ctx, id, secs);
         // Pilots near the prior are pulled toward it.
         let (near, mean) = run(&mut b, 1, 25);
         assert!(near < 0.95 * mean && near > 15.0 * S, "{near} {mean}");
@@ -743,29 +753,17 @@ mod tests {
     #[test]
     fn the_drift_threshold_is_learnt_from_which_estimate_proved_right() {
         let kit = Kit::new();
-        let mut history = kit.history();
-        let f = JobFeatures::of(&job(0, 100));
-        for i in 0..20u64 {
-            history.observe(&f, i, if i % 2 == 0 { 10.0 } else { 20.0 } * S);
-        }
+        let history = alternating(&kit, 20, [10.0, 20.0]);
         let ctx = kit.ctx(&history);
-        // Pilots alternate `secs` and twice that; the job truly takes
-        // `truth` s a task. The estimate and the pilots' mean, µs.
+        // The job, sampled, truly takes `truth` s a task.
         let run = |b: &mut Bayes, id: u64, secs: u64, truth: f64| {
-            let pilots = b.on_submit(&job(id, 100), &ctx).pilots;
-            let (mut last, mut sum) = (None, 0);
-            for (i, &t) in pilots.iter().enumerate() {
-                let r = secs * (1 + i as u64 % 2);
-                sum += r;
-                last = b.on_task_end(&finished(id, t, r), &ctx);
-            }
+            let placed = sample(b, &ctx, id, secs);
             let end = JobDone {
                 mean_task_runtime_us: truth * S,
                 ..done(id, 100, 1.0)
             };
             b.on_job_done(&end, &ctx);
-            let mean = sum as f64 / pilots.len() as f64 * S;
-            (last.unwrap().estimate.unwrap().mean_task_runtime_us, mean)
+            placed
         };
         let mut config = PolicyConfig::default();
         // However sure the prior proves, every job is sampled.
