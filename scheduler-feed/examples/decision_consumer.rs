@@ -23,6 +23,13 @@ struct Decision {
     queue: u8,
     #[serde(default)]
     pilots: Vec<u32>,
+    /// When the job should finish (event time, µs), if jobcast could say.
+    eta: Option<Eta>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Eta {
+    p50_us: u64,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,14 +64,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         *newest = decision.version;
+        let eta = decision
+            .eta
+            .map(|eta| format!(", done by {} µs", eta.p50_us))
+            .unwrap_or_default();
         if decision.pilots.is_empty() {
             println!(
-                "job {} → queue {} (v{})",
+                "job {} → queue {} (v{}){eta}",
                 decision.job_id, decision.queue, decision.version
             );
         } else {
             println!(
-                "job {} → queue {} (v{}), run tasks {:?} first",
+                "job {} → queue {} (v{}){eta}, run tasks {:?} first",
                 decision.job_id, decision.queue, decision.version, decision.pilots
             );
         }

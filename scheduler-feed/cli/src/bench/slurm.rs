@@ -767,6 +767,10 @@ fn start_services(
         let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
         let child = Command::new(&jobcast)
             .args(command)
+            // The embedded (mock) broker holds an empty fetch for its whole
+            // wait, where a real one answers when data arrives: with the
+            // default 500 ms every hop of a decision would wait that long.
+            .args(["-X", "fetch.wait.max.ms=10"])
             .env("JOBCAST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(log)
