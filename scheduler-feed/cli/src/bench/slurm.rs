@@ -30,7 +30,7 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
-use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind};
+use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::kafka::Ungated;
@@ -92,8 +92,8 @@ pub struct SlurmArgs {
     /// `--walltime-margin` and a floor of a minute; the report counts the
     /// tasks killed at their limit. Slurm's limits are whole minutes, so
     /// set `--time-scale` for tasks of minutes to see any.
-    #[arg(long, value_name = "QUANTILE")]
-    walltime_quantile: Option<String>,
+    #[arg(long, value_name = "QUANTILE", value_parser = crate::slurm::apply::parse_quantile)]
+    walltime_quantile: Option<usize>,
     #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
     walltime_margin: f64,
     /// Seconds between the watcher's polls and the applier's ticks.
@@ -147,6 +147,10 @@ struct Report {
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
+    // Checked now, not when `slurm apply` starts after the first run.
+    if let Some(quantile) = args.walltime_quantile {
+        crate::slurm::apply::walltime(quantile, args.walltime_margin, 1)?;
+    }
     let cpus = cluster_cpus()?;
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
@@ -748,10 +752,10 @@ fn start_services(
                 "--state".as_ref(),
                 apply.as_os_str(),
             ],
-            match &args.walltime_quantile {
+            match args.walltime_quantile {
                 Some(quantile) => vec![
                     "--walltime-quantile".as_ref(),
-                    quantile.as_ref(),
+                    Quantiles::NAMES[quantile].as_ref(),
                     "--walltime-margin".as_ref(),
                     margin.as_ref(),
                     "--walltime-min-minutes".as_ref(),

@@ -99,21 +99,10 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
             args.levels
         );
     }
-    if !(args.walltime_margin.is_finite() && args.walltime_margin >= 1.0) {
-        anyhow::bail!(
-            "--walltime-margin {}: must be at least 1 (a limit below the estimate kills the job)",
-            args.walltime_margin
-        );
-    }
-    if args.walltime_min_minutes == 0 {
-        anyhow::bail!("--walltime-min-minutes: must be at least 1");
-    }
-    let walltime = args.walltime_quantile.map(|quantile| Walltime {
-        quantile,
-        margin: args.walltime_margin,
-        min_s: args.walltime_min_minutes * 60,
-        step_s: 60,
-    });
+    let walltime = args
+        .walltime_quantile
+        .map(|quantile| walltime(quantile, args.walltime_margin, args.walltime_min_minutes))
+        .transpose()?;
     let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
     for result in ["done", "failed"] {
         metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
@@ -190,8 +179,27 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The walltime settings of `--walltime-*`, checked: an error names the
+/// flag. `bench slurm` checks its own with it before its first run.
+pub(crate) fn walltime(quantile: usize, margin: f64, min_minutes: u64) -> anyhow::Result<Walltime> {
+    if !(margin.is_finite() && margin >= 1.0) {
+        anyhow::bail!(
+            "--walltime-margin {margin}: must be at least 1 (a limit below the estimate kills the job)"
+        );
+    }
+    if min_minutes == 0 {
+        anyhow::bail!("--walltime-min-minutes: must be at least 1");
+    }
+    Ok(Walltime {
+        quantile,
+        margin,
+        min_s: min_minutes * 60,
+        step_s: 60,
+    })
+}
+
 /// `p99` as its index in [`Quantiles::NAMES`].
-fn parse_quantile(name: &str) -> Result<usize, String> {
+pub(crate) fn parse_quantile(name: &str) -> Result<usize, String> {
     Quantiles::NAMES
         .iter()
         .position(|&n| n == name)

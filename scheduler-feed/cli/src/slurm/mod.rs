@@ -4,7 +4,7 @@
 //! (`jobcast_scheduler_feed::apply`). These modules add the flags, the
 //! signals, the metrics and the log lines (docs/schedulers.md).
 
-mod apply;
+pub(crate) mod apply;
 mod watch;
 
 use std::net::SocketAddr;
