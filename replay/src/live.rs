@@ -11,9 +11,11 @@
 //! live service sees.
 
 use jobcast_ingest::event::{Event, JobSubmitted};
+use jobcast_predictor::queues::QueueConfig;
 
+use crate::evaluate::{EvalConfig, EvalError, PolicyKind, run_policy};
 use crate::sim::SimEvent;
-use crate::workload::SimJob;
+use crate::workload::{Exclusions, SimJob, Split, Workload};
 
 /// One job as the cluster runs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +60,18 @@ impl TaskScale {
             .min(self.max_s)
             .round()
             .max(self.min_s)
+    }
+
+    /// The GS queues for jobs at this scale: the default layout with its
+    /// thresholds scaled as the runtimes are, so that a job lands in the
+    /// queue its trace size belongs in. Left unscaled, a workload scaled
+    /// 100× down falls whole into the top queue, where GS is FIFO.
+    pub fn queues(&self) -> QueueConfig {
+        let default = QueueConfig::default();
+        QueueConfig {
+            q0_upper_us: default.q0_upper_us * self.per_us * 1e6,
+            ..default
+        }
     }
 }
 
@@ -182,6 +196,45 @@ pub fn past_jobs(
         .collect()
 }
 
+/// Average JCT (s) of `policy` over the `live` jobs, simulated on `cpus`
+/// slots with `queues` after `past` (none: from an empty history, as a new
+/// service starts), every job in Slurm's shape; none when no job finished.
+pub fn simulated_avg_jct_s(
+    live: &[LiveJob],
+    past: &[SimJob],
+    shape: &SlurmShape,
+    cpus: u32,
+    policy: PolicyKind,
+    queues: &QueueConfig,
+) -> Result<Option<f64>, EvalError> {
+    // The run starts as the last past job ends.
+    let start = past.iter().map(SimJob::end_us).max().unwrap_or(0);
+    let jobs = live.iter().map(|j| j.as_simulated(shape, start)).collect();
+    let last = live
+        .last()
+        .map_or(start, |j| start + (j.arrival_s * 1e6) as u64);
+    let workload = Workload {
+        training: past.to_vec(),
+        jobs,
+        split: Split {
+            span_us: (start, last),
+            at_us: start,
+            ..Split::default()
+        },
+        end_us: last,
+        excluded: Exclusions::default(),
+    };
+    let config = EvalConfig {
+        slots: Some(cpus),
+        queues: queues.clone(),
+        cold_start: past.is_empty(),
+        ..EvalConfig::default()
+    };
+    Ok(run_policy(&workload, policy, &config, cpus)?
+        .summary
+        .avg_jct_s)
+}
+
 /// The events a scheduler would have published for a finished job: its
 /// submission, each task started on submission and finished, its end.
 pub fn finished_job_events(job: &SimJob) -> Vec<Event> {
@@ -253,6 +306,31 @@ mod tests {
         SlurmShape {
             user: "root".into(),
         }
+    }
+
+    /// Scaled down, a workload keeps its GS order only with the queues
+    /// scaled too: under the trace's thresholds every scaled job is in the
+    /// top queue, where even the Oracle is FIFO.
+    #[test]
+    fn scaled_jobs_are_reordered_only_in_scaled_queues() {
+        assert_eq!(TENTHS.queues().q0_upper_us, 1e8);
+        // A wide long job (8 × 90 live s: 720 s, under the trace's 1,000 s
+        // threshold of Q0), then short ones while it runs, on 2 CPUs.
+        let mut jobs = vec![job(1, 0, &[900; 8])];
+        jobs.extend((2..6).map(|id| job(id, id, &[20])));
+        let live = live_workload(&jobs, jobs.len(), &TENTHS, 2, 1.0);
+        let avg = |policy, queues: &QueueConfig| {
+            simulated_avg_jct_s(&live, &[], &shape(), 2, policy, queues)
+                .unwrap()
+                .expect("every job finishes")
+        };
+        let fifo = avg(PolicyKind::Fifo, &QueueConfig::default());
+        assert_eq!(avg(PolicyKind::Oracle, &QueueConfig::default()), fifo);
+        let scaled = avg(PolicyKind::Oracle, &TENTHS.queues());
+        assert!(
+            scaled < 0.7 * fifo,
+            "Oracle {scaled} s against FIFO {fifo} s"
+        );
     }
 
     #[test]

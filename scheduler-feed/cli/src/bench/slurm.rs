@@ -11,6 +11,11 @@
 //! them (`--cold-start`: from nothing). The simulator starts from the same
 //! history.
 //!
+//! Time in the run is trace time scaled by `--time-scale`, and so are the
+//! GS queues' thresholds, in `serve` and in the simulator: the queues are
+//! sized for the trace's jobs, and unscaled every scaled job would fall in
+//! the top queue, where GS is FIFO and no policy can reorder anything.
+//!
 //! Each task is a `sleep` of its scaled trace runtime on one CPU; a job of
 //! several tasks is an array. Slurm's own times (whole seconds) measure
 //! each job: JCT is its last task's end less its submission. Slurm alone
@@ -31,14 +36,15 @@ use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
+use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
-use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
     LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs,
+    simulated_avg_jct_s,
 };
 use jobcast_replay::workload::SimJob;
-use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Exclusions, Split, Workload};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -104,6 +110,17 @@ pub struct SlurmArgs {
     json: bool,
 }
 
+impl SlurmArgs {
+    /// How the trace's task runtimes become live seconds.
+    fn scale(&self) -> TaskScale {
+        TaskScale {
+            per_us: self.time_scale * 1e-6,
+            min_s: self.min_task_secs,
+            max_s: self.max_task_secs,
+        }
+    }
+}
+
 /// What one run on the cluster measured.
 #[derive(Debug, Serialize)]
 struct LiveRun {
@@ -147,6 +164,12 @@ struct Report {
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
+    if !(args.load.is_finite() && args.load > 0.0) {
+        bail!("--load {}: must be positive", args.load);
+    }
+    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+        bail!("--time-scale {}: must be positive", args.time_scale);
+    }
     // Checked now, not when `slurm apply` starts after the first run.
     if let Some(quantile) = args.walltime_quantile {
         crate::slurm::apply::walltime(quantile, args.walltime_margin, 1)?;
@@ -156,19 +179,12 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening {} trace", args.format.name()))?;
     let mut workload = Workload::from_trace(trace, args.max_width)
         .with_context(|| format!("reading {}", args.trace.display()))?;
-    if !(args.load.is_finite() && args.load > 0.0) {
-        bail!("--load {}: must be positive", args.load);
-    }
     // An array has no stages: DAG jobs are left out.
     workload.jobs.retain(|j| j.job().stages.is_none());
     workload
         .sample(args.jobs, args.seed, cpus)
         .with_context(|| format!("drawing jobs from {}", args.trace.display()))?;
-    let scale = TaskScale {
-        per_us: args.time_scale * 1e-6,
-        min_s: args.min_task_secs,
-        max_s: args.max_task_secs,
-    };
+    let scale = args.scale();
     let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
     let shape = SlurmShape {
         user: current_user()?,
@@ -188,12 +204,14 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         live.iter().map(|j| j.runtimes_s.len()).sum::<usize>()
     );
 
+    let queues = scale.queues();
     let (simulated_baseline, simulated_jobcast) = simulate(
         &live,
         &past_jobs(history, &scale, &shape, 0),
         &shape,
         cpus,
         args.policy,
+        &queues,
     )?;
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
@@ -300,43 +318,17 @@ fn cluster_cpus() -> anyhow::Result<u32> {
         .with_context(|| format!("sinfo -o %C printed {text:?}, not A/I/O/T CPUs"))
 }
 
-/// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated on
-/// `cpus` slots after `past` (none: from an empty history, as a new
-/// service starts), every job in Slurm's shape.
+/// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated.
 fn simulate(
     live: &[LiveJob],
     past: &[SimJob],
     shape: &SlurmShape,
     cpus: u32,
     policy: PolicyKind,
+    queues: &QueueConfig,
 ) -> anyhow::Result<(f64, f64)> {
-    // The run starts as the last past job ends.
-    let start = past.iter().map(SimJob::end_us).max().unwrap_or(0);
-    let jobs = live.iter().map(|j| j.as_simulated(shape, start)).collect();
-    let last = live
-        .last()
-        .map_or(start, |j| start + (j.arrival_s * 1e6) as u64);
-    let workload = Workload {
-        training: past.to_vec(),
-        jobs,
-        split: Split {
-            span_us: (start, last),
-            at_us: start,
-            ..Split::default()
-        },
-        end_us: last,
-        excluded: Exclusions::default(),
-    };
-    let config = EvalConfig {
-        slots: Some(cpus),
-        cold_start: past.is_empty(),
-        ..EvalConfig::default()
-    };
     let avg = |kind| -> anyhow::Result<f64> {
-        let report = run_policy(&workload, kind, &config, cpus)?;
-        report
-            .summary
-            .avg_jct_s
+        simulated_avg_jct_s(live, past, shape, cpus, kind, queues)?
             .context("the simulation finished no job")
     };
     Ok((avg(PolicyKind::Fifo)?, avg(policy)?))
@@ -712,6 +704,10 @@ fn start_services(
     let policy = args.policy.name().to_owned();
     // Every array task asks one CPU: the ETAs' slots are the node's CPUs.
     let slots = format!("engine.eta.slots={cpus}");
+    let q0 = format!(
+        "engine.queues.q0_upper_us={}",
+        args.scale().queues().q0_upper_us
+    );
     let margin = args.walltime_margin.to_string();
     let data = dir.join("serve");
     let (watch, apply) = (dir.join("watch.json"), dir.join("apply.json"));
@@ -730,6 +726,8 @@ fn start_services(
             "127.0.0.1:0".as_ref(),
             "--set".as_ref(),
             slots.as_ref(),
+            "--set".as_ref(),
+            q0.as_ref(),
         ],
         vec![
             "slurm".as_ref(),
