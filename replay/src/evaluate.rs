@@ -292,6 +292,9 @@ impl Evaluation {
                     "eta_half_p90_error_pct": s.eta_half_p90_error_pct,
                     "eta_half_interval_pct": s.eta_half_interval_pct,
                     "eta_half_jobs": s.eta_half_jobs,
+                    "eta_size_p50_error_pct": s.eta_size_p50_error_pct,
+                    "eta_at_once_pct": s.eta_at_once_pct,
+                    "eta_at_once_p50_error_pct": s.eta_at_once_p50_error_pct,
                 }),
             );
         }

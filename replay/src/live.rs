@@ -5,10 +5,12 @@
 //! CPU): 1, as the paper's extracted traces are (§4.3), or more.
 //!
 //! Once on Slurm a job is what `slurm watch` reads back: the name the
-//! bench gave it (as job and logical name), the submitting user, one CPU a
-//! task. [`SlurmShape`] gives jobs that shape, so that the simulator and
-//! the history jobcast starts from ([`past_jobs`]) see the features the
-//! live service sees.
+//! bench gave it (as job and logical name), the submitting user, the
+//! partition, memory and time limit it asked for, one CPU a task.
+//! [`SlurmShape`] gives jobs that shape, and the `sbatch` arguments that
+//! ask for it, so that the simulator and the history jobcast starts from
+//! ([`past_jobs`]) see the features the live service sees: a feature value
+//! only the live jobs had would match none of the past.
 
 use jobcast_ingest::event::{Event, JobSubmitted};
 use jobcast_predictor::queues::QueueConfig;
@@ -64,8 +66,9 @@ impl TaskScale {
 
     /// The GS queues for jobs at this scale: the default layout with its
     /// thresholds scaled as the runtimes are, so that a job lands in the
-    /// queue its trace size belongs in. Left unscaled, a workload scaled
-    /// 100× down falls whole into the top queue, where GS is FIFO.
+    /// queue its trace size belongs in. Left unscaled, every job of a
+    /// workload scaled 100× down whose trace size is under 10⁵ s (nearly
+    /// all of Google's) falls into the top queue, where GS is FIFO.
     pub fn queues(&self) -> QueueConfig {
         let default = QueueConfig::default();
         QueueConfig {
@@ -80,6 +83,12 @@ impl TaskScale {
 pub struct SlurmShape {
     /// The user jobs are submitted as.
     pub user: String,
+    /// The partition they are submitted to.
+    pub partition: String,
+    /// The memory each task asks for, MB.
+    pub mem_per_cpu_mb: u64,
+    /// The time limit each job asks for, minutes.
+    pub time_limit_minutes: u64,
 }
 
 impl SlurmShape {
@@ -92,9 +101,21 @@ impl SlurmShape {
         }
     }
 
+    /// The `sbatch` arguments that give a job this shape, its name aside.
+    pub fn sbatch_args(&self) -> Vec<String> {
+        vec![
+            "-c".into(),
+            "1".into(),
+            "-p".into(),
+            self.partition.clone(),
+            format!("--mem-per-cpu={}", self.mem_per_cpu_mb),
+            format!("--time={}", self.time_limit_minutes),
+        ]
+    }
+
     /// The submission the watcher reports for `job`: its name as job and
-    /// logical name, this user, one CPU a task, no memory, partition or
-    /// time limit the history could match on.
+    /// logical name, this user, partition, memory and time limit, one CPU
+    /// a task.
     fn submitted(&self, job: &SimJob, job_id: u64, time_us: u64) -> JobSubmitted {
         let name = Self::name(job);
         JobSubmitted {
@@ -106,10 +127,10 @@ impl SlurmShape {
             scheduling_class: 0,
             priority: 0,
             cpu_request: 1.0,
-            mem_request: 0.0,
+            mem_request: self.mem_per_cpu_mb as f64,
             num_tasks: job.width(),
-            partition: String::new(),
-            time_limit_us: None,
+            partition: self.partition.clone(),
+            time_limit_us: Some(self.time_limit_minutes * 60_000_000),
             stages: None,
         }
     }
@@ -305,6 +326,9 @@ mod tests {
     fn shape() -> SlurmShape {
         SlurmShape {
             user: "root".into(),
+            partition: "debug".into(),
+            mem_per_cpu_mb: 100,
+            time_limit_minutes: 1440,
         }
     }
 
@@ -361,9 +385,24 @@ mod tests {
                 submitted.user.as_str(),
                 submitted.job_name.as_str(),
                 submitted.logical_name.as_str(),
-                submitted.cpu_request
+                submitted.cpu_request,
+                submitted.partition.as_str(),
+                submitted.mem_request,
+                submitted.time_limit_us
             ),
-            ("root", "j3", "j3", 1.0)
+            (
+                "root",
+                "j3",
+                "j3",
+                1.0,
+                "debug",
+                100.0,
+                Some(86_400_000_000)
+            )
+        );
+        assert_eq!(
+            shape().sbatch_args(),
+            ["-c", "1", "-p", "debug", "--mem-per-cpu=100", "--time=1440"]
         );
         // A task shorter than the floor is raised to it.
         assert_eq!(
@@ -373,6 +412,39 @@ mod tests {
         // Twice the load: arrivals twice as close.
         let doubled = live_workload(&jobs, 3, &TENTHS, 4, 2.0);
         assert_eq!(doubled[2].arrival_s, 32.0);
+    }
+
+    /// The shape is what the watcher reads back of a job `sbatch` was
+    /// given the shape's arguments for (Slurm 22.05 lists them as the
+    /// partition, `memory_per_cpu` in MB and `time_limit` in minutes).
+    #[test]
+    fn the_shape_is_what_the_watcher_reads_back() {
+        use jobcast_ingest::slurm::{SlurmTracker, SqueueJob};
+        let record = SqueueJob {
+            job_id: 42,
+            array_job_id: 42,
+            array_task_id: None,
+            array_task_string: "0-2".into(),
+            name: "j7".into(),
+            user_name: "root".into(),
+            partition: "debug".into(),
+            job_state: "PENDING".into(),
+            submit_time: 1_700_000_000,
+            start_time: 0,
+            end_time: 0,
+            cpus: Some(1),
+            memory_per_cpu: Some(100),
+            restart_cnt: 0,
+            priority: Some(1),
+            time_limit: Some(1440),
+        };
+        let events = SlurmTracker::default().observe(&[record]).events;
+        let Some(Event::JobSubmitted(read)) = events.first() else {
+            panic!("no submission: {events:?}");
+        };
+        let trace_job = job(7, 0, &[10, 10, 10]);
+        let shaped = shape().submitted(&trace_job, 42, 1_700_000_000_000_000);
+        assert_eq!(read, &shaped);
     }
 
     #[test]

@@ -62,7 +62,7 @@ use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
-use jobcast_predictor::eta::{self, Eta, EtaCalibration, Predicted, Queued};
+use jobcast_predictor::eta::{self, Eta, EtaCalibration, Kind, Predicted, Queued};
 use jobcast_predictor::features::JobFeatures;
 use jobcast_predictor::history::{Estimator, History};
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
@@ -301,6 +301,11 @@ pub struct JobResult {
     pub quantiles: Option<Quantiles>,
     /// Its ETA when it was submitted: µs from submission to completion.
     pub eta_at_submission: Option<Eta>,
+    /// How the ETA model saw it then: running at once, queued, overrun.
+    pub eta_kind: Option<Kind>,
+    /// |size − truth| / truth × 100 of the total size its ETA at
+    /// submission was built on (the estimate, or the history's hint).
+    pub eta_size_error_pct: Option<f64>,
     /// Its ETA refreshed half-way to the completion predicted at
     /// submission, if it had not finished by then: µs since submission
     /// the refresh was made at, and the ETA then (µs still to go).
@@ -347,6 +352,13 @@ pub struct Summary {
     pub eta_half_interval_pct: Option<f64>,
     /// Jobs the half-way figures are over.
     pub eta_half_jobs: usize,
+    /// P50 of the jobs' `eta_size_error_pct`: an ETA is no better than
+    /// the size it is built on.
+    pub eta_size_p50_error_pct: Option<f64>,
+    /// Share of the ETAs at submission whose model saw the job run at once
+    /// (its own size alone decides them), and their P50 error.
+    pub eta_at_once_pct: Option<f64>,
+    pub eta_at_once_p50_error_pct: Option<f64>,
 }
 
 impl Summary {
@@ -398,6 +410,13 @@ impl Summary {
             })
             .collect();
         let (eta_p50_error_pct, eta_p90_error_pct, eta_interval_pct) = eta_accuracy(&at_submission);
+        let at_once: Vec<(f64, Eta)> = jobs
+            .iter()
+            .filter(|j| j.eta_kind == Some(Kind::AtOnce))
+            .filter_map(|j| Some((j.jct_us as f64, j.eta_at_submission?)))
+            .collect();
+        let mut size_errors: Vec<f64> = jobs.iter().filter_map(|j| j.eta_size_error_pct).collect();
+        size_errors.sort_by(f64::total_cmp);
         let (eta_half_p50_error_pct, eta_half_p90_error_pct, eta_half_interval_pct) =
             eta_accuracy(&half_way);
         Summary {
@@ -421,6 +440,10 @@ impl Summary {
             eta_half_p90_error_pct,
             eta_half_interval_pct,
             eta_half_jobs: half_way.len(),
+            eta_size_p50_error_pct: percentile(&size_errors, 50.0),
+            eta_at_once_pct: (!at_submission.is_empty())
+                .then(|| at_once.len() as f64 * 100.0 / at_submission.len() as f64),
+            eta_at_once_p50_error_pct: eta_accuracy(&at_once).0,
         }
     }
 }
@@ -503,8 +526,8 @@ struct Run<'a> {
     /// Its predicted size where no estimate gives one.
     size_hint_us: Option<f64>,
     /// At submission: its queue, the model's predicted JCT (µs) and the
-    /// ETA made of it.
-    eta: Option<(Predicted, Eta)>,
+    /// ETA made of it, and the size (µs) the model took for it.
+    eta: Option<(Predicted, Eta, f64)>,
     /// Refreshed half-way: its queue then, when (µs), the model's
     /// predicted time still to go and the ETA made of it.
     half_eta: Option<(u64, Predicted, Eta)>,
@@ -802,7 +825,7 @@ impl<'a> Sim<'a> {
             if let Some(target) = Self::queued(&self.runs[r], now) {
                 let predicted = eta::predict(&target, live.iter().copied(), f64::from(self.slots));
                 let eta = self.etas.eta(predicted);
-                self.runs[r].eta = Some((predicted, eta));
+                self.runs[r].eta = Some((predicted, eta, target.remaining_work_us));
                 let half = (eta.p50_us / 2.0).round();
                 if half >= 1.0 && half < (u64::MAX - now) as f64 {
                     self.refreshes.push(Reverse((now + half as u64, r)));
@@ -1052,7 +1075,7 @@ impl<'a> Sim<'a> {
             .map(|e| (e - true_mean).abs() / true_mean * 100.0);
         let true_queue = self.queues.queue_for(spec.total_task_time_us() as f64);
         let (eta, half_eta) = (run.eta, run.half_eta);
-        if let Some((predicted, _)) = eta {
+        if let Some((predicted, _, _)) = eta {
             self.etas.learn(predicted, jct_us as f64);
         }
         if let Some((at, predicted, _)) = half_eta {
@@ -1078,7 +1101,12 @@ impl<'a> Sim<'a> {
                 .filter(|_| placed)
                 .and_then(|e| e.quantiles)
                 .map(|q| q.mean_task_runtime_us),
-            eta_at_submission: eta.map(|(_, e)| e),
+            eta_at_submission: eta.map(|(_, e, _)| e),
+            eta_kind: eta.map(|(p, _, _)| p.kind),
+            eta_size_error_pct: eta.map(|(_, _, size)| {
+                let truth = spec.total_task_time_us() as f64;
+                (size - truth).abs() / truth.max(1.0) * 100.0
+            }),
             eta_half_way: half_eta.map(|(at, _, e)| (at - arrival, e)),
         });
     }
@@ -1107,6 +1135,8 @@ mod tests {
             phase: Phase::Estimated,
             quantiles: None,
             eta_at_submission: None,
+            eta_kind: None,
+            eta_size_error_pct: None,
             eta_half_way: None,
         }
     }

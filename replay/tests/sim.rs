@@ -11,6 +11,7 @@ use jobcast_ingest::event::{
 };
 use jobcast_ingest::{Diagnostics, Trace};
 use jobcast_predictor::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
+use jobcast_predictor::eta::Kind;
 use jobcast_predictor::history::{History, HistoryConfig};
 use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
@@ -296,7 +297,7 @@ fn oracle_runs_small_jobs_first() {
 
 #[test]
 fn etas_at_submission_and_half_way_follow_the_queue() {
-    // One slot; A and B take 100 s, C 10 s, all in Q2 by their true sizes.
+    // One slot; A and B take 100 s, C 60 s, all in Q2 by their true sizes.
     // B's ETA at t=10 is A's 90 s left and its own 100 s; half-way to it
     // (t=105) A has ended and B has run 5 s: 95 s to go. With fewer
     // finished jobs than calibration needs, an ETA is the model's own.
@@ -322,6 +323,17 @@ fn etas_at_submission_and_half_way_follow_the_queue() {
     let s = &report.summary;
     assert_eq!((s.eta_half_jobs, s.eta_half_p50_error_pct), (3, Some(0.0)));
     assert_eq!(s.eta_half_interval_pct, Some(100.0));
+    // A and C ran at once, B waited for A; every size was the truth.
+    let kinds: Vec<Option<Kind>> = report.jobs.iter().map(|j| j.eta_kind).collect();
+    assert_eq!(
+        kinds,
+        [Some(Kind::AtOnce), Some(Kind::Queued), Some(Kind::AtOnce)]
+    );
+    assert_eq!(s.eta_size_p50_error_pct, Some(0.0));
+    assert_eq!(
+        (s.eta_at_once_pct, s.eta_at_once_p50_error_pct),
+        (Some(200.0 / 3.0), Some(0.0))
+    );
 }
 
 #[test]

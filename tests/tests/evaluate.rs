@@ -120,6 +120,13 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
             (50.0..=90.0).contains(&inside),
             "{p}: {inside}% inside the half-way ETA interval"
         );
+        // What the ETAs at submission were built on: sizes off by some
+        // (none for the Oracle), and how many jobs the model saw run at once.
+        let size = eta("eta_size_p50_error_pct").unwrap();
+        assert_eq!(size < 1e-6, p == "oracle", "{p}: sizes off by {size}%");
+        let at_once = eta("eta_at_once_pct").unwrap();
+        assert!((0.0..=100.0).contains(&at_once), "{p}: {at_once}%");
+        assert!(eta("eta_at_once_p50_error_pct").is_some() == (at_once > 0.0));
     }
 
     // Sampling predicts better; LAS and FIFO predict nothing.

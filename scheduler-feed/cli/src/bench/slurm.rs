@@ -2,7 +2,7 @@
 //! (`scripts/slurm.sh up`) twice from the same idle start, Slurm alone and
 //! Slurm driven by jobcast (`serve`, `slurm watch` and `slurm apply` on an
 //! embedded Kafka), and once through jobcast's simulator on as many slots
-//! as the cluster has CPUs: how much sooner jobs finish, and whether the
+//! as the cluster's default partition has CPUs: how much sooner jobs finish, and whether the
 //! simulator predicts it.
 //!
 //! jobcast starts as a service that has run on the cluster for a while:
@@ -13,8 +13,9 @@
 //!
 //! Time in the run is trace time scaled by `--time-scale`, and so are the
 //! GS queues' thresholds, in `serve` and in the simulator: the queues are
-//! sized for the trace's jobs, and unscaled every scaled job would fall in
-//! the top queue, where GS is FIFO and no policy can reorder anything.
+//! sized for the trace's jobs, and unscaled nearly every scaled job would
+//! fall in the top queue, where GS is FIFO and no policy can reorder
+//! anything.
 //!
 //! Each task is a `sleep` of its scaled trace runtime on one CPU; a job of
 //! several tasks is an array. Slurm's own times (whole seconds) measure
@@ -174,7 +175,20 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     if let Some(quantile) = args.walltime_quantile {
         crate::slurm::apply::walltime(quantile, args.walltime_margin, 1)?;
     }
-    let cpus = cluster_cpus()?;
+    let partition = default_partition()?;
+    let cpus = partition.cpus;
+    // A day, or the partition's longest if shorter: enough for every task.
+    let time_limit_minutes = partition.max_minutes.map_or(JOB_TIME_LIMIT_MINUTES, |max| {
+        max.min(JOB_TIME_LIMIT_MINUTES)
+    });
+    if args.max_task_secs > (time_limit_minutes * 60) as f64 {
+        bail!(
+            "--max-task-secs {}: longer than the {time_limit_minutes}-minute time limit \
+             the jobs ask for in partition {}",
+            args.max_task_secs,
+            partition.name
+        );
+    }
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
     let mut workload = Workload::from_trace(trace, args.max_width)
@@ -188,6 +202,9 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
     let shape = SlurmShape {
         user: current_user()?,
+        partition: partition.name,
+        mem_per_cpu_mb: TASK_MEM_MB,
+        time_limit_minutes,
     };
     let history: &[SimJob] = if args.cold_start {
         &[]
@@ -204,18 +221,25 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         live.iter().map(|j| j.runtimes_s.len()).sum::<usize>()
     );
 
+    // The cluster's past ends now, for the simulator and the service
+    // alike: the hour of submission is one of the history's features.
+    let span_us = past_jobs(history, &scale, &shape, 0)
+        .iter()
+        .map(SimJob::end_us)
+        .max()
+        .unwrap_or(0);
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_micros() as u64;
+    let past = past_jobs(history, &scale, &shape, now_us.saturating_sub(span_us));
     let queues = scale.queues();
-    let (simulated_baseline, simulated_jobcast) = simulate(
-        &live,
-        &past_jobs(history, &scale, &shape, 0),
-        &shape,
-        cpus,
-        args.policy,
-        &queues,
-    )?;
+    let (simulated_baseline, simulated_jobcast) =
+        simulate(&live, &past, &shape, cpus, args.policy, &queues)?;
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
-    let (baseline, _) = run_live(args, &live, dir.path(), cpus, None).context("Slurm alone")?;
+    let (baseline, _) =
+        run_live(args, &live, &shape, dir.path(), cpus, None).context("Slurm alone")?;
     let mock =
         MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
     let topics = Topics::default();
@@ -224,8 +248,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         mock.create_topic(topic, 1, 1)?;
     }
     let settings = KafkaSettings::new(mock.bootstrap_servers());
-    publish_past(&settings, &topics, history, &scale, &shape)?;
-    let (jobcast, observed) = run_live(args, &live, dir.path(), cpus, Some(&settings))
+    publish_past(&settings, &topics, &past)?;
+    let (jobcast, observed) = run_live(args, &live, &shape, dir.path(), cpus, Some(&settings))
         .context("Slurm driven by jobcast")?;
     let errors = prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
     let mut eta_errors: Vec<f64> = errors.etas.iter().map(|&(e, _)| e).collect();
@@ -297,10 +321,50 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     percentile(&values, 50.0)
 }
 
-/// The CPUs of the cluster `SLURM_CONF` names (`sinfo`'s total).
-fn cluster_cpus() -> anyhow::Result<u32> {
+/// The memory each task asks for, MB: a `sleep` needs next to none.
+const TASK_MEM_MB: u64 = 100;
+
+/// The time limit each job asks for, minutes, at most: a day, one value
+/// the history shares with every past job.
+const JOB_TIME_LIMIT_MINUTES: u64 = 1440;
+
+/// The partition the bench runs in.
+struct Partition {
+    name: String,
+    /// Its CPUs (`sinfo`'s total).
+    cpus: u32,
+    /// Its longest time limit (`MaxTime`), minutes; none when infinite.
+    max_minutes: Option<u64>,
+}
+
+/// A time limit as `sinfo` prints it (`infinite`, `M:SS`, `H:MM:SS`,
+/// `D-HH:MM:SS`), in whole minutes: `Ok(None)` when infinite.
+fn limit_minutes(text: &str) -> Result<Option<u64>, String> {
+    if text.eq_ignore_ascii_case("infinite") || text.eq_ignore_ascii_case("unlimited") {
+        return Ok(None);
+    }
+    let bad = || format!("{text:?} is not a Slurm time limit");
+    let (days, clock) = match text.split_once('-') {
+        Some((days, clock)) => (days.parse::<u64>().map_err(|_| bad())?, clock),
+        None => (0, text),
+    };
+    let parts = clock
+        .split(':')
+        .map(|p| p.parse::<u64>().map_err(|_| bad()))
+        .collect::<Result<Vec<u64>, String>>()?;
+    let secs = match parts[..] {
+        [m, s] => m * 60 + s,
+        [h, m, s] => (h * 60 + m) * 60 + s,
+        _ => return Err(bad()),
+    };
+    Ok(Some((days * 86_400 + secs) / 60))
+}
+
+/// The default partition of the cluster `SLURM_CONF` names: the bench
+/// runs there.
+fn default_partition() -> anyhow::Result<Partition> {
     let out = Command::new("sinfo")
-        .args(["-h", "-o", "%C"])
+        .args(["-h", "-o", "%P %C %l"])
         .output()
         .context("sinfo (is Slurm installed and SLURM_CONF set? scripts/slurm.sh up)")?;
     if !out.status.success() {
@@ -310,12 +374,30 @@ fn cluster_cpus() -> anyhow::Result<u32> {
         );
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    text.trim()
+    // One line per partition, `NAME A/I/O/T LIMIT`; the default's name
+    // ends in `*`.
+    let printed = || format!("sinfo -o '%P %C %l' printed {text:?}");
+    let (name, rest) = text
+        .lines()
+        .find_map(|line| line.split_once("* "))
+        .with_context(|| format!("{}: no default partition", printed()))?;
+    let (cpus, limit) = rest
+        .trim()
+        .split_once(' ')
+        .with_context(|| format!("{}: not NAME CPUS LIMIT", printed()))?;
+    let cpus = cpus
         .rsplit('/')
         .next()
         .and_then(|total| total.parse().ok())
         .filter(|&cpus: &u32| cpus > 0)
-        .with_context(|| format!("sinfo -o %C printed {text:?}, not A/I/O/T CPUs"))
+        .with_context(|| format!("{}, not A/I/O/T CPUs", printed()))?;
+    let max_minutes =
+        limit_minutes(limit.trim()).map_err(|e| anyhow::anyhow!("{}: {e}", printed()))?;
+    Ok(Partition {
+        name: name.to_owned(),
+        cpus,
+        max_minutes,
+    })
 }
 
 /// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated.
@@ -343,28 +425,12 @@ fn current_user() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// Publish `history` as the cluster's past on the input topic: each job's
-/// events in Slurm's shape, the last job ending now.
-fn publish_past(
-    settings: &KafkaSettings,
-    topics: &Topics,
-    history: &[SimJob],
-    scale: &TaskScale,
-    shape: &SlurmShape,
-) -> anyhow::Result<()> {
-    if history.is_empty() {
+/// Publish the cluster's `past` on the input topic, each job's events in
+/// time order.
+fn publish_past(settings: &KafkaSettings, topics: &Topics, past: &[SimJob]) -> anyhow::Result<()> {
+    if past.is_empty() {
         return Ok(());
     }
-    let span = past_jobs(history, scale, shape, 0)
-        .iter()
-        .map(SimJob::end_us)
-        .max()
-        .unwrap_or(0);
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .context("the clock is before 1970")?
-        .as_micros() as u64;
-    let past = past_jobs(history, scale, shape, now_us.saturating_sub(span));
     let mut events: Vec<_> = past.iter().flat_map(finished_job_events).collect();
     // In time order, each job's own order kept.
     events.sort_by_key(Event::time_us);
@@ -545,6 +611,7 @@ impl Observed {
 fn run_live(
     args: &SlurmArgs,
     live: &[LiveJob],
+    shape: &SlurmShape,
     dir: &Path,
     cpus: u32,
     kafka: Option<&KafkaSettings>,
@@ -575,7 +642,7 @@ fn run_live(
     });
     let result = kafka
         .map_or(Ok(()), wait_for_past)
-        .and_then(|()| submit_and_follow(live, dir, &squeue, &bar, tasks));
+        .and_then(|()| submit_and_follow(live, shape, dir, &squeue, &bar, tasks));
     bar.finish_and_clear();
     // A service that stopped early would make this a run without jobcast.
     let mut stopped = Vec::new();
@@ -614,6 +681,7 @@ fn run_live(
 
 fn submit_and_follow(
     live: &[LiveJob],
+    shape: &SlurmShape,
     dir: &Path,
     squeue: &[String],
     bar: &ProgressBar,
@@ -629,7 +697,7 @@ fn submit_and_follow(
     let mut last_poll = Instant::now() - Duration::from_secs(10);
     loop {
         while next < live.len() && started.elapsed().as_secs_f64() >= live[next].arrival_s {
-            let id = sbatch(dir, next, &live[next])?;
+            let id = sbatch(dir, next, &live[next], shape)?;
             observed.jobs.insert(id, next);
             next += 1;
         }
@@ -658,9 +726,9 @@ fn submit_and_follow(
     }
 }
 
-/// Submit job `index`: an array of one-CPU `sleep`s, each reading its
-/// runtime from the job's file; its Slurm job id.
-fn sbatch(dir: &Path, index: usize, job: &LiveJob) -> anyhow::Result<u64> {
+/// Submit job `index` in `shape`: an array of one-CPU `sleep`s, each
+/// reading its runtime from the job's file; its Slurm job id.
+fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow::Result<u64> {
     let file = dir.join(format!("job-{index}.txt"));
     let script = format!(
         "sleep $(sed -n \"$((${{SLURM_ARRAY_TASK_ID:-0}} + 1))p\" {})",
@@ -669,7 +737,9 @@ fn sbatch(dir: &Path, index: usize, job: &LiveJob) -> anyhow::Result<u64> {
     let name = SlurmShape::name(&job.job);
     let mut command = Command::new("sbatch");
     command
-        .args(["--parsable", "-c", "1", "-o", "/dev/null", "-J"])
+        .args(["--parsable", "-o", "/dev/null"])
+        .args(shape.sbatch_args())
+        .arg("-J")
         .arg(&name)
         .arg("--chdir")
         .arg(dir);
@@ -856,4 +926,21 @@ fn prediction_errors(
         })
         .collect();
     Ok(LiveErrors { estimates, etas })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::limit_minutes;
+
+    #[test]
+    fn sinfo_time_limits_read_as_minutes() {
+        assert_eq!(limit_minutes("infinite"), Ok(None));
+        assert_eq!(limit_minutes("30:00"), Ok(Some(30)));
+        assert_eq!(limit_minutes("2:00:00"), Ok(Some(120)));
+        assert_eq!(limit_minutes("1-00:00:00"), Ok(Some(1440)));
+        assert_eq!(limit_minutes("0:59"), Ok(Some(0)));
+        for bad in ["", "1h", "1-", "1:2:3:4", "x-1:00"] {
+            assert!(limit_minutes(bad).is_err(), "{bad:?}");
+        }
+    }
 }
