@@ -225,15 +225,17 @@ impl Serve {
         }
     }
 
-    /// Input messages committed so far: applied plus dead-lettered.
+    /// Input messages consumed so far: applied plus dead-lettered.
     pub fn committed(&self) -> u64 {
         let (_, body) = self.get("/metrics");
         (metric_sum(&body, "jobcast_events_consumed_total")
             + metric_sum(&body, "jobcast_events_dead_lettered_total")) as u64
     }
 
-    /// Wait until `n` input messages are committed.
-    pub fn wait_committed(&mut self, n: u64, timeout: Duration) {
+    /// Wait until `n` input messages are consumed (applied or
+    /// dead-lettered). Their state may not be stored yet: a test that
+    /// reads the store after waits with [`Serve::wait_stored_offsets`].
+    pub fn wait_consumed(&mut self, n: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {

@@ -91,7 +91,7 @@ fn a_30_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_
         ],
         "info",
     );
-    serve.wait_committed(total / 3, WAIT);
+    serve.wait_consumed(total / 3, WAIT);
     assert_eq!(serve.get("/readyz").0, 200);
     let down_at = serve.log().len();
     cluster.mock.broker_down(1).unwrap();
@@ -180,7 +180,7 @@ fn a_wait_for_the_outputs_broker_longer_than_the_poll_interval_keeps_the_group()
     flags.extend(["-X", &max_poll]);
     let state = dir.path().join("state");
     let mut serve = Serve::start_logging(&cluster.brokers(), &state, &flags, "info");
-    serve.wait_committed(total / 3, WAIT);
+    serve.wait_consumed(total / 3, WAIT);
     assert_eq!(
         serve.get("/healthz").0,
         200,

@@ -368,7 +368,7 @@ fn run(cluster: &Cluster, name: &str, input: &[Input]) -> Outcome {
         ],
     );
     let pid = serve.pid();
-    serve.wait_committed(input.len() as u64, WAIT);
+    serve.wait_consumed(input.len() as u64, WAIT);
     assert_eq!(serve.get("/healthz").0, 200, "{name}: alive");
     let (status, ready) = serve.get("/readyz");
     assert_eq!(status, 200, "{name}: ready: {ready}");
@@ -505,7 +505,7 @@ fn a_dead_letter_over_the_producer_limit_is_cut_to_fit_and_the_stream_goes_on() 
     cluster.produce(&topics.events, &input);
     let data = tempfile::tempdir().unwrap();
     let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
-    serve.wait_committed(input.len() as u64, WAIT);
+    serve.wait_consumed(input.len() as u64, WAIT);
     serve.terminate();
     let dead = cluster.read_all(&topics.dead_letter, 1);
     assert_eq!(dead.len(), 1);
@@ -545,7 +545,7 @@ fn outputs_the_broker_refuses_for_good_are_parked_and_published_again_later() {
         let data = tempfile::tempdir().unwrap();
         let state = data.path().join("state");
         let mut serve = Serve::start(&cluster.brokers(), &state, &[]);
-        serve.wait_committed(input.len() as u64, WAIT);
+        serve.wait_consumed(input.len() as u64, WAIT);
         let parked_metric = serve.metric("jobcast_outputs_parked_total");
         serve.terminate();
         (cluster, data, state, parked_metric)
@@ -654,7 +654,7 @@ fn a_flood_of_maximum_size_messages_stays_within_the_byte_budgets() {
             args.extend(["--set", budget]);
         }
         let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &args);
-        serve.wait_committed(MESSAGES as u64, WAIT);
+        serve.wait_consumed(MESSAGES as u64, WAIT);
         let peak = peak_rss_kib(serve.pid()) / 1024;
         // A batch is counted just after its commit.
         let counted = Instant::now();

@@ -49,7 +49,7 @@ fn secrets_never_reach_logs_metrics_or_dead_letters() {
         &flags,
         "trace",
     );
-    serve.wait_committed(input.len() as u64, Duration::from_secs(120));
+    serve.wait_consumed(input.len() as u64, Duration::from_secs(120));
     let (_, metrics) = serve.get("/metrics");
     let (_, ready) = serve.get("/readyz");
     let log = serve.terminate();
@@ -119,7 +119,8 @@ fn with_a_token_set_every_route_but_the_probes_wants_it() {
     let token = "t0k3n-5f8a0c2e9d";
     let mut serve =
         Serve::start_with_token(&cluster.brokers(), &data.path().join("state"), &[], token);
-    serve.wait_committed(input.len() as u64, Duration::from_secs(120));
+    // The job is read from the store: wait for the state, not the consumer.
+    serve.wait_stored_offsets(input.len() as u64, Duration::from_secs(120));
 
     let job_id = input.iter().find_map(|e| e.job_id()).expect("a job");
     let job = format!("/jobs/{job_id}");

@@ -30,7 +30,7 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
     cluster.produce(&topics.events, &input);
     let data = tempfile::tempdir().unwrap();
     let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
-    serve.wait_committed(input.len() as u64, WAIT);
+    serve.wait_consumed(input.len() as u64, WAIT);
 
     assert_eq!(serve.get("/healthz").0, 200);
     let (status, ready) = serve.get("/readyz");
@@ -158,15 +158,15 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     // Each run commits more; the committed count survives restarts.
     cluster.produce(&topics.events, &parts[0]);
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(total / 4, WAIT);
+    serve.wait_consumed(total / 4, WAIT);
     serve.kill();
     cluster.produce(&topics.events, &parts[1]);
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(1, WAIT);
+    serve.wait_consumed(1, WAIT);
     serve.terminate();
     cluster.produce(&topics.events, &parts[2]);
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
-    serve.wait_committed(1, WAIT);
+    serve.wait_consumed(1, WAIT);
     serve.kill();
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
     serve.wait_stored_offsets(total, WAIT);
@@ -179,7 +179,7 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
         &whole_state,
         &["--decisions-topic", "whole.decisions", "--group", "whole"],
     );
-    serve.wait_committed(total, WAIT);
+    serve.wait_consumed(total, WAIT);
     serve.terminate();
 
     assert_same_state(&state, &whole_state, &topics.events);
@@ -382,7 +382,7 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
     let backups = dir.path().join("backups");
     let backup_dir = format!("storage.backup_dir={}", backups.display());
     let mut serve = Serve::start(&cluster.brokers(), &state, &["--set", &backup_dir]);
-    serve.wait_committed(input.len() as u64, WAIT);
+    serve.wait_consumed(input.len() as u64, WAIT);
 
     let out = jobcast_ok(&["admin", "backup", "--url", &serve.http]);
     let written = out
@@ -451,7 +451,7 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
     cluster.produce(&topics.events, &messages(&[wide]));
     let data = tempfile::tempdir().unwrap();
     let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
-    serve.wait_committed(1, WAIT);
+    serve.wait_consumed(1, WAIT);
     let first = &decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 1)];
     let pilots: Vec<u32> = first["pilots"]
         .as_array()

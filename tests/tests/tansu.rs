@@ -136,10 +136,10 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     let state = interrupted.path().join("state");
     let flags = restartable("killed.decisions", "killed");
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
-    serve.wait_committed(total / 3, WAIT);
+    serve.wait_consumed(total / 3, WAIT);
     serve.kill();
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
-    serve.wait_committed(total / 4, WAIT);
+    serve.wait_consumed(total / 4, WAIT);
     serve.terminate();
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
     serve.wait_stored_offsets(total, WAIT);

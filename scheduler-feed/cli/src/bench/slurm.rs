@@ -37,7 +37,6 @@ use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
-use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
@@ -233,9 +232,14 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         .context("the clock is before 1970")?
         .as_micros() as u64;
     let past = past_jobs(history, &scale, &shape, now_us.saturating_sub(span_us));
+    // Slurm alone is simulated as FIFO (module doc).
     let queues = scale.queues();
+    let simulated = |policy| -> anyhow::Result<f64> {
+        simulated_avg_jct_s(&live, &past, &shape, cpus, policy, &queues)?
+            .context("the simulation finished no job")
+    };
     let (simulated_baseline, simulated_jobcast) =
-        simulate(&live, &past, &shape, cpus, args.policy, &queues)?;
+        (simulated(PolicyKind::Fifo)?, simulated(args.policy)?);
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
     let (baseline, _) =
@@ -398,22 +402,6 @@ fn default_partition() -> anyhow::Result<Partition> {
         cpus,
         max_minutes,
     })
-}
-
-/// Average JCT (s) of Slurm alone (FIFO) and of `policy`, simulated.
-fn simulate(
-    live: &[LiveJob],
-    past: &[SimJob],
-    shape: &SlurmShape,
-    cpus: u32,
-    policy: PolicyKind,
-    queues: &QueueConfig,
-) -> anyhow::Result<(f64, f64)> {
-    let avg = |kind| -> anyhow::Result<f64> {
-        simulated_avg_jct_s(live, past, shape, cpus, kind, queues)?
-            .context("the simulation finished no job")
-    };
-    Ok((avg(PolicyKind::Fifo)?, avg(policy)?))
 }
 
 /// The user this process submits jobs as, as Slurm names it.
