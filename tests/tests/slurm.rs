@@ -664,3 +664,38 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
         "{report}"
     );
 }
+
+/// Bad flags are refused by name: the scale and the load before Slurm is
+/// asked anything, a task longer than the jobs' time limit once the
+/// partition is known.
+#[test]
+fn bench_slurm_refuses_bad_flags_by_name() {
+    let slurm = Slurm::up();
+    let cases = [
+        ("--time-scale", "0", "--time-scale 0: must be positive"),
+        ("--load", "0", "--load 0: must be positive"),
+        (
+            "--max-task-secs",
+            "100000",
+            "--max-task-secs 100000: longer than the 1440-minute time limit",
+        ),
+    ];
+    for (flag, value, expected) in cases {
+        let out = Command::new(jobcast_bin())
+            .args([
+                "bench",
+                "slurm",
+                "--trace",
+                "none.jsonl",
+                "--format",
+                "jsonl",
+            ])
+            .args([flag, value])
+            .env("SLURM_CONF", slurm.conf())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
+    }
+}

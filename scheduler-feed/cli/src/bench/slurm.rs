@@ -2,8 +2,8 @@
 //! (`scripts/slurm.sh up`) twice from the same idle start, Slurm alone and
 //! Slurm driven by jobcast (`serve`, `slurm watch` and `slurm apply` on an
 //! embedded Kafka), and once through jobcast's simulator on as many slots
-//! as the cluster's default partition has CPUs: how much sooner jobs finish, and whether the
-//! simulator predicts it.
+//! as the cluster's default partition has CPUs: how much sooner jobs
+//! finish, and whether the simulator predicts it.
 //!
 //! jobcast starts as a service that has run on the cluster for a while:
 //! before the run it learns the trace's history half, published as the
