@@ -39,6 +39,8 @@ pub struct EvalConfig {
     /// Start from an empty history instead of one trained on the first
     /// half, as a freshly started `jobcast serve` does.
     pub cold_start: bool,
+    /// [`SimConfig::dispatch_gap_us`].
+    pub dispatch_gap_us: u64,
 }
 
 impl Default for EvalConfig {
@@ -50,6 +52,7 @@ impl Default for EvalConfig {
             policy: PolicyConfig::default(),
             policies: PolicyKind::ALL.to_vec(),
             cold_start: false,
+            dispatch_gap_us: 0,
         }
     }
 }
@@ -103,6 +106,7 @@ impl EvalConfig {
             slots,
             queues: self.queues.clone(),
             accuracy_min_width: self.policy.thin_limit,
+            dispatch_gap_us: self.dispatch_gap_us,
         }
     }
 

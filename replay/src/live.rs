@@ -16,7 +16,7 @@ use jobcast_ingest::event::{Event, JobSubmitted};
 use jobcast_predictor::queues::QueueConfig;
 
 use crate::evaluate::{EvalConfig, EvalError, PolicyKind, run_policy};
-use crate::sim::SimEvent;
+use crate::sim::{SimEvent, SimReport};
 use crate::workload::{Exclusions, SimJob, Split, Workload};
 
 /// One job as the cluster runs it.
@@ -217,17 +217,21 @@ pub fn past_jobs(
         .collect()
 }
 
-/// Average JCT (s) of `policy` over the `live` jobs, simulated on `cpus`
-/// slots with `queues` after `past` (none: from an empty history, as a new
-/// service starts), every job in Slurm's shape; none when no job finished.
-pub fn simulated_avg_jct_s(
+/// `policy` over the `live` jobs, simulated on `cpus` slots with `queues`
+/// and the cluster's dispatch gap (µs, [`SimConfig::dispatch_gap_us`])
+/// after `past` (none: from an empty history, as a new service starts),
+/// every job in Slurm's shape. The report's jobs carry their trace ids.
+///
+/// [`SimConfig::dispatch_gap_us`]: crate::sim::SimConfig::dispatch_gap_us
+pub fn simulate_live(
     live: &[LiveJob],
     past: &[SimJob],
     shape: &SlurmShape,
     cpus: u32,
+    dispatch_gap_us: u64,
     policy: PolicyKind,
     queues: &QueueConfig,
-) -> Result<Option<f64>, EvalError> {
+) -> Result<SimReport, EvalError> {
     // The run starts as the last past job ends.
     let start = past.iter().map(SimJob::end_us).max().unwrap_or(0);
     let jobs = live.iter().map(|j| j.as_simulated(shape, start)).collect();
@@ -249,11 +253,10 @@ pub fn simulated_avg_jct_s(
         slots: Some(cpus),
         queues: queues.clone(),
         cold_start: past.is_empty(),
+        dispatch_gap_us,
         ..EvalConfig::default()
     };
-    Ok(run_policy(&workload, policy, &config, cpus)?
-        .summary
-        .avg_jct_s)
+    run_policy(&workload, policy, &config, cpus)
 }
 
 /// The events a scheduler would have published for a finished job: its
@@ -344,8 +347,10 @@ mod tests {
         jobs.extend((2..6).map(|id| job(id, id, &[20])));
         let live = live_workload(&jobs, jobs.len(), &TENTHS, 2, 1.0);
         let avg = |policy, queues: &QueueConfig| {
-            simulated_avg_jct_s(&live, &[], &shape(), 2, policy, queues)
+            simulate_live(&live, &[], &shape(), 2, 0, policy, queues)
                 .unwrap()
+                .summary
+                .avg_jct_s
                 .expect("every job finishes")
         };
         let fifo = avg(PolicyKind::Fifo, &QueueConfig::default());
@@ -355,6 +360,32 @@ mod tests {
             scaled < 0.7 * fifo,
             "Oracle {scaled} s against FIFO {fifo} s"
         );
+    }
+
+    /// Each slot a task leaves is usable again only after the gap: on one
+    /// CPU, three 10-s jobs end at 10, 21 and 32 s with a 1-s gap; the
+    /// last starts at an instant when only a slot came back.
+    #[test]
+    fn a_dispatch_gap_holds_each_freed_slot() {
+        let jobs: Vec<SimJob> = (1..=3).map(|id| job(id, 0, &[100])).collect();
+        let live = live_workload(&jobs, jobs.len(), &TENTHS, 1, 1.0);
+        let avg = |gap_us| {
+            simulate_live(
+                &live,
+                &[],
+                &shape(),
+                1,
+                gap_us,
+                PolicyKind::Fifo,
+                &TENTHS.queues(),
+            )
+            .unwrap()
+            .summary
+            .avg_jct_s
+            .expect("every job finishes")
+        };
+        assert_eq!(avg(0), 20.0);
+        assert_eq!(avg(1_000_000), 21.0);
     }
 
     #[test]

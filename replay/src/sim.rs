@@ -82,6 +82,11 @@ pub struct SimConfig {
     /// sampling policies never estimate thin jobs, and the paper reports
     /// accuracy on wide jobs only (its thin limit, 3).
     pub accuracy_min_width: u32,
+    /// How long a slot a task left stays unusable, µs: a real scheduler's
+    /// dispatch gap (Slurm takes about half a second to hand a freed CPU
+    /// to the next task; `jobcast bench slurm` measures it). 0 for an
+    /// ideal cluster, as trace simulations assume.
+    pub dispatch_gap_us: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -643,6 +648,9 @@ struct Sim<'a> {
     in_use: Vec<u32>,
     /// (end, job id, task, run) of running tasks.
     completions: BinaryHeap<Reverse<(u64, u64, u32, usize)>>,
+    dispatch_gap_us: u64,
+    /// When slots left by finished tasks become usable again.
+    releases: BinaryHeap<Reverse<u64>>,
     /// (time, job id, run, version) at which a LAS job crosses its
     /// queue's upper threshold.
     crossings: BinaryHeap<Reverse<(u64, u64, usize, u64)>>,
@@ -697,6 +705,8 @@ pub fn simulate_with(
         spare: BTreeSet::new(),
         in_use: vec![0; levels],
         completions: BinaryHeap::new(),
+        dispatch_gap_us: config.dispatch_gap_us,
+        releases: BinaryHeap::new(),
         crossings: BinaryHeap::new(),
         started: Vec::new(),
         results: vec![None; order.len()],
@@ -716,11 +726,23 @@ pub fn simulate_with(
             (Some(e), Some(a)) => Some(e.min(a)),
             (e, a) => e.or(a),
         };
+        let next_release = sim.releases.peek().map(|Reverse(t)| *t);
+        let next_change = match (next_event, next_release) {
+            (Some(e), Some(r)) => Some(e.min(r)),
+            (e, r) => e.or(r),
+        };
         // A refresh only reads the state, so it is no instant of its own:
         // the policy and the scheduler see the same instants without it.
         let next_refresh = sim.refreshes.peek().map(|Reverse(r)| r.0);
-        if let Some(at) = next_refresh.filter(|&at| next_event.is_none_or(|e| at < e)) {
+        if let Some(at) = next_refresh.filter(|&at| next_change.is_none_or(|c| at < c)) {
             sim.refresh_etas(at, next);
+            continue;
+        }
+        // Nor is a slot coming back: the policy has nothing to learn, the
+        // scheduler starts what it can.
+        if let Some(at) = next_release.filter(|&at| next_event.is_none_or(|e| at < e)) {
+            sim.release_slots(at);
+            sim.schedule(at);
             continue;
         }
         let Some(now) = next_event else {
@@ -777,6 +799,7 @@ pub fn simulate_with(
             sim.complete(r, now);
         }
         sim.due_crossings(now);
+        sim.release_slots(now);
         sim.schedule(now);
     }
     let unfinished = sim.results.iter().filter(|r| r.is_none()).count();
@@ -1024,6 +1047,14 @@ impl<'a> Sim<'a> {
         self.refresh(r);
     }
 
+    /// Make the slots due back by `now` usable.
+    fn release_slots(&mut self, now: u64) {
+        while self.releases.peek().is_some_and(|&Reverse(at)| at <= now) {
+            self.releases.pop();
+            self.free += 1;
+        }
+    }
+
     /// The task's end, for the predictions; `None` if it was not running.
     fn finish_task(&mut self, r: usize, task: u32, now: u64) -> Option<SimEvent<'a>> {
         let run = &mut self.runs[r];
@@ -1036,7 +1067,11 @@ impl<'a> Sim<'a> {
         run.running_starts_us -= u128::from(start_us);
         run.done_us += u128::from(now - start_us);
         self.in_use[usize::from(run.queue)] -= 1;
-        self.free += 1;
+        if self.dispatch_gap_us == 0 {
+            self.free += 1;
+        } else {
+            self.releases.push(Reverse(now + self.dispatch_gap_us));
+        }
         let stage = run.stage_of[task as usize] as usize;
         run.stage_left[stage] -= 1;
         if run.stage_left[stage] == 0 {

@@ -61,6 +61,7 @@ fn config(slots: u32) -> SimConfig {
         slots,
         queues: queues(),
         accuracy_min_width: 0,
+        dispatch_gap_us: 0,
     }
 }
 
@@ -505,6 +506,7 @@ fn the_same_input_gives_the_same_report() {
             slots,
             queues: QueueConfig::default(),
             accuracy_min_width: 3,
+            dispatch_gap_us: 0,
         };
         simulate(
             &workload.jobs,

@@ -13,7 +13,10 @@
 //!
 //! Slurm keeps a finished job in `squeue` for `MinJobAge` (300 s by
 //! default). A watcher stopped for longer misses the ends of the jobs that
-//! finished meanwhile: they end `lost`.
+//! finished meanwhile: they end `lost`. A watcher started afresh publishes
+//! the finished jobs still listed, as history to learn from, unless told
+//! to follow only jobs submitted from some time on
+//! ([`WatchOptions::since`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -51,6 +54,10 @@ pub struct WatchOptions {
     /// The command that prints the cluster's jobs: `squeue --json`.
     pub squeue: Vec<String>,
     pub interval: Duration,
+    /// Follow only jobs submitted at or after this Slurm time (Unix s):
+    /// the jobs of an earlier run must not teach jobcast the runtimes of
+    /// the same jobs run again (`jobcast bench slurm`).
+    pub since: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +150,10 @@ impl Watcher {
             published: self.settle()?,
             ..Polled::default()
         };
-        let snapshot = self.squeue()?;
+        let mut snapshot = self.squeue()?;
+        if let Some(since) = self.options.since {
+            snapshot.retain(|record| record.submit_time >= since);
+        }
         let observed = self.saved.tracker.observe(&snapshot);
         polled.lost_jobs = observed.lost_jobs;
         polled.skipped = observed.skipped;
@@ -298,6 +308,14 @@ mod tests {
         }
 
         fn watcher<C: rdkafka::ClientContext>(&self, mock: &MockCluster<'_, C>) -> Watcher {
+            self.watcher_since(mock, None)
+        }
+
+        fn watcher_since<C: rdkafka::ClientContext>(
+            &self,
+            mock: &MockCluster<'_, C>,
+            since: Option<u64>,
+        ) -> Watcher {
             let options = WatchOptions {
                 topic: TOPIC.into(),
                 state: self.dir.path().join("state.json"),
@@ -306,6 +324,7 @@ mod tests {
                     self.dir.path().join("current").display().to_string(),
                 ],
                 interval: Duration::from_millis(10),
+                since,
             };
             Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options).unwrap()
         }
@@ -359,6 +378,30 @@ mod tests {
         let events = topic_events(&watcher);
         assert_eq!(events.len(), published);
         assert_eq!(sorted(events), expected(&fixture));
+    }
+
+    /// The finished jobs an earlier run left in `squeue` are not followed
+    /// by a watcher told to start after them, and are by one told to start
+    /// at their submission.
+    #[test]
+    fn jobs_submitted_before_since_are_not_followed() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let fixture = Fixture::new();
+        let last = fixture.snapshots.len() - 1;
+        fixture.show(last);
+        let submitted =
+            crate::slurm::parse_squeue(fixture.snapshots[last].as_bytes()).unwrap()[0].submit_time;
+        let mut after = fixture.watcher_since(&mock, Some(submitted + 1));
+        let polled = after.poll().unwrap();
+        assert_eq!((polled.published, polled.jobs), (0, 0));
+        assert!(topic_events(&after).is_empty());
+        drop(after);
+        std::fs::remove_file(fixture.dir.path().join("state.json")).unwrap();
+        let mut at = fixture.watcher_since(&mock, Some(submitted));
+        let polled = at.poll().unwrap();
+        assert_eq!(polled.jobs, 5);
+        assert!(polled.published > 5, "{polled:?}");
     }
 
     #[test]

@@ -28,9 +28,15 @@
 //!   task's: the margin covers the spread of tasks around their mean, and
 //!   a task beyond it is killed (the bench counts those).
 //!
-//! Jobs without a decision are left as the scheduler has them. The order
-//! is recomputed from what the scheduler reports, so an action that failed
-//! or was lost is simply planned again at the next tick.
+//! - **New work first.** A job without a decision yet (just submitted:
+//!   its decision is a second or two away) stands with Q0, where GS puts
+//!   new work, behind the Q0 jobs before it. Left at the scheduler's own
+//!   priority, below all of jobcast's, it would wait while the spare and
+//!   lower-queue tasks took every CPU freed meanwhile, long tasks that
+//!   then hold them. Its decision moves it, like any other.
+//!
+//! The order is recomputed from what the scheduler reports, so an action
+//! that failed or was lost is simply planned again at the next tick.
 
 use std::collections::BTreeMap;
 
@@ -88,7 +94,7 @@ pub enum Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Action {
     pub job_id: u64,
-    /// The decision it carries out.
+    /// The decision it carries out (0: none yet, new work).
     pub version: u32,
     pub target: Target,
     #[serde(flatten)]
@@ -155,6 +161,13 @@ pub fn plan(
             waiting[queue_of(decision.queue)] |= !job.pending.is_empty();
         }
     }
+    let undecided: Vec<(u64, &JobView)> = view
+        .jobs
+        .iter()
+        .filter(|(id, job)| newest.get(**id).is_none() && !job.pending.is_empty())
+        .map(|(&id, job)| (id, job))
+        .collect();
+    waiting[0] |= !undecided.is_empty();
     let mut ranked: Vec<usize> = (0..levels).filter(|&q| waiting[q]).collect();
     ranked.sort_by(|&a, &b| {
         let share = |q: usize| f64::from(running[q]) / queues.weight(q as u8);
@@ -166,6 +179,17 @@ pub fn plan(
     }
 
     let mut actions = Vec::new();
+    let new_work = Standing::Rank(rank[0]);
+    for (job_id, job) in undecided {
+        if job.pending.iter().any(|g| g.standing != Some(new_work)) {
+            actions.push(Action {
+                job_id,
+                version: 0,
+                target: Target::Job,
+                change: Change::Standing(new_work),
+            });
+        }
+    }
     for decision in newest.iter() {
         let Some(job) = view.jobs.get(&decision.job_id) else {
             continue;
@@ -426,20 +450,32 @@ mod tests {
     }
 
     #[test]
-    fn jobs_without_a_decision_or_already_in_place_are_left_alone() {
+    fn new_work_stands_with_q0_and_work_in_place_is_left_alone() {
         let queues = QueueConfig::default();
         let decisions = newest(&[decision(1, 3, 2, &[])]);
-        let view = View {
-            jobs: [
-                (1, job(0, &[(&[0, 1], Some(Standing::Rank(0)))])),
-                (9, job(0, &[(&[0], None)])),
-            ]
-            .into(),
+        let alone = View {
+            jobs: [(1, job(0, &[(&[0, 1], Some(Standing::Rank(0)))]))].into(),
         };
-        assert_eq!(plan(&decisions, &view, &queues, None), []);
+        assert_eq!(plan(&decisions, &alone, &queues, None), []);
         // A decision for a job the scheduler no longer holds does nothing.
         let gone = newest(&[decision(5, 1, 0, &[])]);
-        assert_eq!(plan(&gone, &view, &queues, None), []);
+        assert_eq!(plan(&gone, &alone, &queues, None), []);
+        // Job 9 was just submitted, its decision not yet made: it stands
+        // with Q0, so job 1 of Q2 moves behind it.
+        let mut view = alone.clone();
+        view.jobs.insert(9, job(0, &[(&[0], None)]));
+        let actions = plan(&decisions, &view, &queues, None);
+        let standing = |job_id, version, rank| Action {
+            job_id,
+            version,
+            target: Target::Job,
+            change: Change::Standing(Standing::Rank(rank)),
+        };
+        assert_eq!(actions, [standing(9, 0, 0), standing(1, 3, 1)]);
+        assert_eq!(plan(&decisions, &after(&view, &actions), &queues, None), []);
+        // Running, with nothing pending, it needs no standing.
+        view.jobs.insert(9, job(1, &[]));
+        assert_eq!(plan(&decisions, &view, &queues, None), []);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! (`scripts/slurm.sh up`) twice from the same idle start, Slurm alone and
 //! Slurm driven by jobcast (`serve`, `slurm watch` and `slurm apply` on an
 //! embedded Kafka), and once through jobcast's simulator on as many slots
-//! as the cluster's default partition has CPUs: how much sooner jobs
-//! finish, and whether the simulator predicts it.
+//! as the cluster's default partition has CPUs, each freed slot held for
+//! the dispatch gap Slurm alone showed: how much sooner jobs finish, and
+//! whether the simulator predicts it.
 //!
 //! jobcast starts as a service that has run on the cluster for a while:
 //! before the run it learns the trace's history half, published as the
@@ -40,9 +41,9 @@ use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKin
 use jobcast_predictor::stats::percentile;
 use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
-    LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs,
-    simulated_avg_jct_s,
+    LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
 };
+use jobcast_replay::sim::SimReport;
 use jobcast_replay::workload::SimJob;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 use rdkafka::Message;
@@ -143,6 +144,10 @@ struct Report {
     jobcast_p50_jct_s: f64,
     /// Slurm alone's average JCT over jobcast's.
     speedup: f64,
+    /// CPU-seconds Slurm alone left idle while tasks were pending, per
+    /// task that waited: how long it takes to hand a freed CPU on. The
+    /// simulations hold each freed slot this long.
+    dispatch_gap_s: f64,
     simulated_baseline_avg_jct_s: f64,
     simulated_jobcast_avg_jct_s: f64,
     simulated_speedup: f64,
@@ -150,8 +155,9 @@ struct Report {
     /// wide ones), against the mean task runtime Slurm measured.
     p50_error_pct: Option<f64>,
     estimated_jobs: usize,
-    /// Median seconds from a job's submission to the first snapshot that
-    /// showed a priority jobcast set.
+    /// Median seconds from a job's submission (Slurm's whole seconds) to
+    /// its first decision on the decisions topic (the broker's time);
+    /// `slurm apply` carries it out at its next tick.
     p50_decision_delay_s: Option<f64>,
     killed_at_limit: usize,
     /// The error (%) of each job's first ETA against the time it then took
@@ -161,6 +167,33 @@ struct Report {
     p90_eta_error_pct: Option<f64>,
     eta_within_interval_pct: Option<f64>,
     eta_jobs: usize,
+    /// Each job, in order of submission (JSON only).
+    #[serde(rename = "per_job")]
+    rows: Vec<JobRow>,
+}
+
+/// One job in the three runs: where each placed it and what it took, to
+/// find the jobs behind a difference between the real and simulated
+/// speedups.
+#[derive(Debug, Serialize)]
+struct JobRow {
+    trace_job_id: u64,
+    name: String,
+    tasks: usize,
+    arrival_s: f64,
+    baseline_jct_s: Option<f64>,
+    jobcast_jct_s: Option<f64>,
+    /// The queue and estimated mean task runtime (s) of jobcast's first
+    /// decision for the job, which placed it on submission, ...
+    first_queue: Option<u8>,
+    first_estimate_s: Option<f64>,
+    /// ... and of its last.
+    last_queue: Option<u8>,
+    last_estimate_s: Option<f64>,
+    simulated_jct_s: Option<f64>,
+    /// The simulated policy's last queue and estimate for the job.
+    simulated_queue: Option<u8>,
+    simulated_estimate_s: Option<f64>,
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
@@ -232,18 +265,25 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         .context("the clock is before 1970")?
         .as_micros() as u64;
     let past = past_jobs(history, &scale, &shape, now_us.saturating_sub(span_us));
-    // Slurm alone is simulated as FIFO (module doc).
-    let queues = scale.queues();
-    let simulated = |policy| -> anyhow::Result<f64> {
-        simulated_avg_jct_s(&live, &past, &shape, cpus, policy, &queues)?
-            .context("the simulation finished no job")
-    };
-    let (simulated_baseline, simulated_jobcast) =
-        (simulated(PolicyKind::Fifo)?, simulated(args.policy)?);
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     write_runtimes(dir.path(), &live)?;
-    let (baseline, _) =
+    let (baseline, alone) =
         run_live(args, &live, &shape, dir.path(), cpus, None).context("Slurm alone")?;
+    // Slurm alone is simulated as FIFO (module doc), both runs with the
+    // dispatch gap Slurm alone showed.
+    let dispatch_gap_s = alone.dispatch_gap_s(cpus);
+    let queues = scale.queues();
+    let simulated = |policy| -> anyhow::Result<(f64, SimReport)> {
+        let gap_us = (dispatch_gap_s * 1e6).round() as u64;
+        let report = simulate_live(&live, &past, &shape, cpus, gap_us, policy, &queues)?;
+        let avg = report
+            .summary
+            .avg_jct_s
+            .context("the simulation finished no job")?;
+        Ok((avg, report))
+    };
+    let ((simulated_baseline, _), (simulated_jobcast, simulated_run)) =
+        (simulated(PolicyKind::Fifo)?, simulated(args.policy)?);
     let mock =
         MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
     let topics = Topics::default();
@@ -255,7 +295,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     publish_past(&settings, &topics, &past)?;
     let (jobcast, observed) = run_live(args, &live, &shape, dir.path(), cpus, Some(&settings))
         .context("Slurm driven by jobcast")?;
-    let errors = prediction_errors(&mock.bootstrap_servers(), &topics, &observed)?;
+    let decisions = read_decisions(&mock.bootstrap_servers(), &topics)?;
+    let errors = prediction_errors(&decisions, &observed);
     let mut eta_errors: Vec<f64> = errors.etas.iter().map(|&(e, _)| e).collect();
     eta_errors.sort_by(f64::total_cmp);
     let eta_within = errors.etas.iter().filter(|&&(_, within)| within).count();
@@ -270,18 +311,20 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         jobcast_avg_jct_s: jobcast.avg_jct_s,
         jobcast_p50_jct_s: jobcast.p50_jct_s,
         speedup: baseline.avg_jct_s / jobcast.avg_jct_s,
+        dispatch_gap_s,
         simulated_baseline_avg_jct_s: simulated_baseline,
         simulated_jobcast_avg_jct_s: simulated_jobcast,
         simulated_speedup: simulated_baseline / simulated_jobcast,
         estimated_jobs: errors.estimates.len(),
         p50_error_pct: median(errors.estimates),
-        p50_decision_delay_s: median(observed.decision_delays_s()),
+        p50_decision_delay_s: median(decision_delays_s(&observed, &decisions)),
         killed_at_limit: baseline.killed_at_limit + jobcast.killed_at_limit,
         p50_eta_error_pct: percentile(&eta_errors, 50.0),
         p90_eta_error_pct: percentile(&eta_errors, 90.0),
         eta_within_interval_pct: (!eta_errors.is_empty())
             .then(|| eta_within as f64 * 100.0 / eta_errors.len() as f64),
         eta_jobs: eta_errors.len(),
+        rows: job_rows(&live, &alone, &observed, &decisions, &simulated_run),
     };
     if args.json {
         return print_json(&report);
@@ -293,6 +336,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          avg JCT, Slurm alone     {:.1} s (P50 {:.1} s)\n\
          avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
          speedup                  {:.2}×\n\
+         dispatch gap             {:.2} s a task\n\
          simulated speedup        {:.2}× ({:.1} s / {:.1} s)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
          P50 decision delay       {} s\n\
@@ -306,6 +350,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         report.jobcast_avg_jct_s,
         report.jobcast_p50_jct_s,
         report.speedup,
+        report.dispatch_gap_s,
         report.simulated_speedup,
         report.simulated_baseline_avg_jct_s,
         report.simulated_jobcast_avg_jct_s,
@@ -500,8 +545,6 @@ struct Observed {
     jobs: BTreeMap<u64, usize>,
     /// Each task's last record, by (job, array index or 0).
     tasks: BTreeMap<(u64, u32), SqueueJob>,
-    /// When a priority jobcast sets was first seen, by job (Unix s).
-    decided_at: BTreeMap<u64, u64>,
 }
 
 /// The consumer group of the bench's `jobcast serve`.
@@ -510,18 +553,12 @@ const SERVE_GROUP: &str = "jobcast-bench-serve";
 /// How long the service may take to learn the cluster's past.
 const PAST_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Priorities at or above this are jobcast's (`slurm apply`'s default base).
-const APPLIED_PRIORITY: u32 = 1_000_000;
-
 impl Observed {
-    fn record(&mut self, snapshot: Vec<SqueueJob>, now: u64) {
+    fn record(&mut self, snapshot: Vec<SqueueJob>) {
         for record in snapshot {
             let job = record.job();
             if !self.jobs.contains_key(&job) {
                 continue;
-            }
-            if record.priority.is_some_and(|p| p >= APPLIED_PRIORITY) {
-                self.decided_at.entry(job).or_insert(now);
             }
             if let Some(index) = record
                 .array_task_id
@@ -545,33 +582,26 @@ impl Observed {
             .count()
     }
 
-    /// Each job's JCT, s: its last task's end less its submission.
+    /// Each job's JCT, s.
     fn jcts(&self) -> Vec<f64> {
-        let mut per_job: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        for ((job, _), task) in &self.tasks {
-            let entry = per_job.entry(*job).or_insert((u64::MAX, 0));
-            entry.0 = entry.0.min(task.submit_time);
-            entry.1 = entry.1.max(task.end_time);
-        }
-        per_job
-            .values()
-            .map(|(s, e)| e.saturating_sub(*s) as f64)
+        self.jobs
+            .keys()
+            .filter_map(|&job| self.jct_s(job))
             .collect()
     }
 
-    fn decision_delays_s(&self) -> Vec<f64> {
-        self.decided_at
-            .iter()
-            .filter_map(|(job, at)| {
-                let submitted = self
-                    .tasks
-                    .iter()
-                    .find(|((j, _), _)| j == job)?
-                    .1
-                    .submit_time;
-                Some(at.saturating_sub(submitted) as f64)
-            })
-            .collect()
+    /// A job's JCT, s: its last task's end less its submission, once
+    /// every task has ended.
+    fn jct_s(&self, job: u64) -> Option<f64> {
+        Some(self.end_s(job)?.saturating_sub(self.submitted_s(job)?) as f64)
+    }
+
+    /// When a job was submitted, Unix s.
+    fn submitted_s(&self, job: u64) -> Option<u64> {
+        self.tasks
+            .range((job, 0)..=(job, u32::MAX))
+            .map(|(_, t)| t.submit_time)
+            .min()
     }
 
     /// When a job's last task ended, Unix s, once every task has.
@@ -581,6 +611,42 @@ impl Observed {
         tasks.try_fold(0, |end, (_, t)| {
             (t.end_time > 0).then(|| end.max(t.end_time))
         })
+    }
+
+    /// The CPU-seconds the cluster's `cpus` were left idle while tasks
+    /// were pending, per task that waited (0 if none did): Slurm's times
+    /// are whole seconds, so each second is counted whole.
+    fn dispatch_gap_s(&self, cpus: u32) -> f64 {
+        let tasks: Vec<(u64, u64, u64)> = self
+            .tasks
+            .values()
+            .filter(|t| t.start_time > 0 && t.end_time >= t.start_time)
+            .map(|t| (t.submit_time, t.start_time, t.end_time))
+            .collect();
+        let waited = tasks.iter().filter(|(s, start, _)| start > s).count();
+        let (Some(first), Some(last)) = (
+            tasks.iter().map(|t| t.0).min(),
+            tasks.iter().map(|t| t.2).max(),
+        ) else {
+            return 0.0;
+        };
+        if waited == 0 {
+            return 0.0;
+        }
+        let idle: u64 = (first..last)
+            .map(|second| {
+                let running = tasks
+                    .iter()
+                    .filter(|&&(_, start, end)| (start..end).contains(&second))
+                    .count() as u64;
+                let pending = tasks
+                    .iter()
+                    .filter(|&&(s, start, _)| (s..start).contains(&second))
+                    .count() as u64;
+                u64::from(cpus).saturating_sub(running).min(pending)
+            })
+            .sum();
+        idle as f64 / waited as f64
     }
 
     /// A job's mean task runtime as Slurm measured it, s.
@@ -614,7 +680,7 @@ fn run_live(
         bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
     }
     let services = match kafka {
-        Some(kafka) => start_services(args, &kafka.brokers, dir, cpus)?,
+        Some(kafka) => start_services(args, &kafka.brokers, dir, cpus, unix_s()?)?,
         None => Vec::new(),
     };
     let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
@@ -691,11 +757,8 @@ fn submit_and_follow(
         }
         if last_poll.elapsed() >= Duration::from_secs(1) {
             last_poll = Instant::now();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
             match run_squeue(squeue) {
-                Ok(snapshot) => observed.record(snapshot, now),
+                Ok(snapshot) => observed.record(snapshot),
                 Err(e) => eprintln!("jobcast bench slurm: {e}; polling again"),
             }
             bar.set_position(observed.ended() as u64);
@@ -749,13 +812,25 @@ fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow
         .with_context(|| format!("sbatch --parsable printed {text:?}"))
 }
 
+/// The time now, Unix s.
+fn unix_s() -> anyhow::Result<u64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_secs())
+}
+
 /// `jobcast serve`, `slurm watch` and `slurm apply` on the embedded Kafka,
-/// each with its state and its log (`NAME.log`) under `dir`.
+/// each with its state and its log (`NAME.log`) under `dir`. The watcher
+/// follows only the jobs submitted from `since` (Unix s) on: Slurm still
+/// lists the finished jobs of the run without jobcast, the same jobs, and
+/// learning their runtimes would hand jobcast the answers.
 fn start_services(
     args: &SlurmArgs,
     brokers: &str,
     dir: &Path,
     cpus: u32,
+    since: u64,
 ) -> anyhow::Result<Vec<(&'static str, Child)>> {
     let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
     let interval = args.interval_secs.to_string();
@@ -767,6 +842,7 @@ fn start_services(
         args.scale().queues().q0_upper_us
     );
     let margin = args.walltime_margin.to_string();
+    let since = since.to_string();
     let data = dir.join("serve");
     let (watch, apply) = (dir.join("watch.json"), dir.join("apply.json"));
     let commands: [Vec<&std::ffi::OsStr>; 3] = [
@@ -796,6 +872,8 @@ fn start_services(
             interval.as_ref(),
             "--state".as_ref(),
             watch.as_os_str(),
+            "--since".as_ref(),
+            since.as_ref(),
         ],
         [
             vec![
@@ -852,21 +930,25 @@ struct LiveErrors {
     etas: Vec<(f64, bool)>,
 }
 
-/// Read the decisions topic and score its estimates and ETAs against what
-/// Slurm measured.
-fn prediction_errors(
-    brokers: &str,
-    topics: &Topics,
-    observed: &Observed,
-) -> anyhow::Result<LiveErrors> {
+/// jobcast's decisions on the run, by job: the oldest (the one that
+/// placed it) with when the broker got it (Unix ms), the oldest with an
+/// ETA, and the newest.
+#[derive(Default)]
+struct Decisions {
+    first: BTreeMap<u64, Decision>,
+    first_at_ms: BTreeMap<u64, i64>,
+    first_eta: BTreeMap<u64, (u32, Completion)>,
+    newest: Newest,
+}
+
+/// Read the decisions topic to its end.
+fn read_decisions(brokers: &str, topics: &Topics) -> anyhow::Result<Decisions> {
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "jobcast-bench-slurm")
         .set("enable.auto.commit", "false")
         .create()?;
-    let mut newest = Newest::default();
-    // Each job's ETA of its oldest decision that had one.
-    let mut first_etas: BTreeMap<u64, (u32, Completion)> = BTreeMap::new();
+    let mut decisions = Decisions::default();
     read_to_end(
         &consumer,
         &topics.decisions,
@@ -877,19 +959,45 @@ fn prediction_errors(
                 serde_json::from_slice::<Decision>(message.payload().unwrap_or_default())
             {
                 if let Some(eta) = decision.eta {
-                    let first = first_etas
+                    let first = decisions
+                        .first_eta
                         .entry(decision.job_id)
                         .or_insert((decision.version, eta));
                     if decision.version < first.0 {
                         *first = (decision.version, eta);
                     }
                 }
-                newest.offer(decision);
+                let first = decisions.first.get(&decision.job_id);
+                if first.is_none_or(|first| decision.version < first.version) {
+                    decisions.first.insert(decision.job_id, decision.clone());
+                    match message.timestamp().to_millis() {
+                        Some(at) => decisions.first_at_ms.insert(decision.job_id, at),
+                        None => decisions.first_at_ms.remove(&decision.job_id),
+                    };
+                }
+                decisions.newest.offer(decision);
             }
         },
     )?;
+    Ok(decisions)
+}
+
+/// Each job's time from its submission to its first decision, s.
+fn decision_delays_s(observed: &Observed, decisions: &Decisions) -> Vec<f64> {
+    observed
+        .jobs
+        .keys()
+        .filter_map(|&job| {
+            let at_ms = decisions.first_at_ms.get(&job)?;
+            Some(*at_ms as f64 / 1e3 - observed.submitted_s(job)? as f64)
+        })
+        .collect()
+}
+
+/// Score jobcast's estimates and ETAs against what Slurm measured.
+fn prediction_errors(decisions: &Decisions, observed: &Observed) -> LiveErrors {
     let mut estimates = Vec::new();
-    for decision in newest.iter() {
+    for decision in decisions.newest.iter() {
         let (Phase::Estimated, Some(estimate)) = (decision.phase, decision.estimate) else {
             continue;
         };
@@ -901,7 +1009,8 @@ fn prediction_errors(
             estimates.push((estimated - truth).abs() / truth * 100.0);
         }
     }
-    let etas = first_etas
+    let etas = decisions
+        .first_eta
         .iter()
         .filter(|(job, _)| observed.jobs.contains_key(job))
         .filter_map(|(&job, &(_, eta))| {
@@ -913,12 +1022,87 @@ fn prediction_errors(
             Some(((predicted - actual).abs() / actual * 100.0, within))
         })
         .collect();
-    Ok(LiveErrors { estimates, etas })
+    LiveErrors { estimates, etas }
+}
+
+/// Each live job as the two runs on Slurm and the simulation saw it.
+fn job_rows(
+    live: &[LiveJob],
+    alone: &Observed,
+    driven: &Observed,
+    decisions: &Decisions,
+    simulated: &SimReport,
+) -> Vec<JobRow> {
+    let slurm_ids = |observed: &Observed| -> BTreeMap<usize, u64> {
+        observed.jobs.iter().map(|(&id, &i)| (i, id)).collect()
+    };
+    let (alone_ids, driven_ids) = (slurm_ids(alone), slurm_ids(driven));
+    let simulated: BTreeMap<u64, _> = simulated.jobs.iter().map(|j| (j.job_id, j)).collect();
+    let placed = |d: Option<&Decision>| {
+        (
+            d.map(|d| d.queue),
+            d.and_then(|d| d.estimate)
+                .map(|e| e.mean_task_runtime_us / 1e6),
+        )
+    };
+    live.iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let id = driven_ids.get(&i).copied();
+            let (first_queue, first_estimate_s) =
+                placed(id.and_then(|id| decisions.first.get(&id)));
+            let (last_queue, last_estimate_s) = placed(id.and_then(|id| decisions.newest.get(id)));
+            let sim = simulated.get(&job.job.job_id());
+            JobRow {
+                trace_job_id: job.job.job_id(),
+                name: SlurmShape::name(&job.job),
+                tasks: job.runtimes_s.len(),
+                arrival_s: job.arrival_s,
+                baseline_jct_s: alone_ids.get(&i).and_then(|&id| alone.jct_s(id)),
+                jobcast_jct_s: id.and_then(|id| driven.jct_s(id)),
+                first_queue,
+                first_estimate_s,
+                last_queue,
+                last_estimate_s,
+                simulated_jct_s: sim.map(|j| j.jct_us as f64 / 1e6),
+                simulated_queue: sim.map(|j| j.queue),
+                simulated_estimate_s: sim
+                    .and_then(|j| j.estimated_mean_task_runtime_us)
+                    .map(|us| us / 1e6),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::limit_minutes;
+    use super::{Observed, SqueueJob, limit_minutes};
+
+    /// Tasks (submit, start, end: s after 100) on 2 CPUs: a CPU is freed
+    /// at 2 s while two tasks wait and taken at 3 s; the second waiting
+    /// task takes the next CPU freed (4 s) at once. One idle CPU-second,
+    /// two tasks that waited: a gap of half a second.
+    #[test]
+    fn the_dispatch_gap_is_idle_cpu_time_while_tasks_wait_per_waiting_task() {
+        let mut observed = Observed::default();
+        let tasks = [(0, 0, 4), (0, 0, 2), (1, 3, 5), (1, 4, 6)];
+        for (job, (submit, start, end)) in (1..).zip(tasks) {
+            let record: SqueueJob = serde_json::from_value(serde_json::json!({
+                "job_id": job,
+                "job_state": "COMPLETED",
+                "submit_time": 100 + submit,
+                "start_time": 100 + start,
+                "end_time": 100 + end,
+            }))
+            .unwrap();
+            observed.tasks.insert((job, 0), record);
+        }
+        assert_eq!(observed.dispatch_gap_s(2), 0.5);
+        // On 8 CPUs the same waits left CPUs idle 5 CPU-seconds (two at 1
+        // and 2 s, one at 3 s).
+        assert_eq!(observed.dispatch_gap_s(8), 2.5);
+        assert_eq!(Observed::default().dispatch_gap_s(2), 0.0);
+    }
 
     #[test]
     fn sinfo_time_limits_read_as_minutes() {

@@ -33,6 +33,11 @@ pub struct WatchArgs {
     /// The command that prints the cluster's jobs as JSON.
     #[arg(long, default_value = "squeue --json")]
     squeue: String,
+    /// Follow only jobs submitted at or after this Unix time (s), e.g.
+    /// `$(date +%s)`: the finished jobs Slurm still lists from before are
+    /// not published. By default every job listed is followed.
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    since: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -52,6 +57,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         state: args.state,
         squeue: words(&args.squeue),
         interval: Duration::from_secs_f64(args.interval_secs),
+        since: args.since,
     };
     let (mut published, mut failed_polls) = (0, 0);
     watch(&settings, options, &stop, |polled| match polled {
