@@ -649,6 +649,27 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
     );
     assert_eq!(report["killed_at_limit"], 0, "{report}");
     assert!(number("p50_decision_delay_s") >= 0.0, "{report}");
+    for key in ["dispatch_gap_s", "jobcast_dispatch_gap_s"] {
+        assert!(number(key) >= 0.0, "{key}: {report}");
+    }
+    // Each job's row: its JCT in the three runs, and the queue jobcast's
+    // first decision put it in; the rows average to the report's figures.
+    let rows = report["per_job"].as_array().expect("per_job rows");
+    assert_eq!(rows.len(), 10, "{report}");
+    for row in rows {
+        for key in ["baseline_jct_s", "jobcast_jct_s", "simulated_jct_s"] {
+            assert!(row[key].as_f64().is_some_and(|v| v >= 1.0), "{key}: {row}");
+        }
+        assert!(row["first_queue"].is_u64(), "{row}");
+    }
+    let mean = |key: &str| rows.iter().map(|r| r[key].as_f64().unwrap()).sum::<f64>() / 10.0;
+    for (row, total) in [
+        ("baseline_jct_s", "baseline_avg_jct_s"),
+        ("jobcast_jct_s", "jobcast_avg_jct_s"),
+        ("simulated_jct_s", "simulated_jobcast_avg_jct_s"),
+    ] {
+        assert!((mean(row) - number(total)).abs() < 1e-6, "{row}: {report}");
+    }
     assert!(number("estimated_jobs") >= 1.0, "{report}");
     assert!(number("p50_error_pct") >= 0.0, "{report}");
     // jobcast started from the trace's history half, as the cluster's past.
