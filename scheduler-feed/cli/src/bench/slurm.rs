@@ -629,28 +629,30 @@ impl Observed {
             .map(|t| (t.submit_time, t.start_time, t.end_time))
             .collect();
         let waited = tasks.iter().filter(|(s, start, _)| start > s).count();
-        let (Some(first), Some(last)) = (
-            tasks.iter().map(|t| t.0).min(),
-            tasks.iter().map(|t| t.2).max(),
-        ) else {
-            return 0.0;
-        };
         if waited == 0 {
             return 0.0;
         }
-        let idle: u64 = (first..last)
-            .map(|second| {
-                let running = tasks
-                    .iter()
-                    .filter(|&&(_, start, end)| (start..end).contains(&second))
-                    .count() as u64;
-                let pending = tasks
-                    .iter()
-                    .filter(|&&(s, start, _)| (s..start).contains(&second))
-                    .count() as u64;
-                u64::from(cpus).saturating_sub(running).min(pending)
-            })
-            .sum();
+        // Running and pending counts change only at these seconds: one
+        // sweep over them, whatever the run's length.
+        let mut changes: BTreeMap<u64, (i64, i64)> = BTreeMap::new();
+        for &(submitted, start, end) in &tasks {
+            if start > submitted {
+                changes.entry(submitted).or_default().1 += 1;
+                changes.entry(start).or_default().1 -= 1;
+            }
+            changes.entry(start).or_default().0 += 1;
+            changes.entry(end).or_default().0 -= 1;
+        }
+        let (mut running, mut pending, mut idle) = (0i64, 0i64, 0u64);
+        let mut seconds = changes.into_iter().peekable();
+        while let Some((second, (run, pend))) = seconds.next() {
+            running += run;
+            pending += pend;
+            if let Some(&(next, _)) = seconds.peek() {
+                let free = (i64::from(cpus) - running).max(0).min(pending).max(0);
+                idle += free as u64 * (next - second);
+            }
+        }
         idle as f64 / waited as f64
     }
 
