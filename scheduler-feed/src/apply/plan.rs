@@ -13,6 +13,14 @@
 //!   a job's pending tasks stand at its queue's rank: Q0 goes first
 //!   until a lower queue holds no slot at all, then that queue's head
 //!   job does. Long jobs never starve.
+//! - **The next slots exactly.** Several slots may free before the next
+//!   tick, and the scheduler gives them all to the queue ranked first,
+//!   where GS re-ranks after each. So the first queue's share is filled up
+//!   to the second's: the tasks GS would start there before the second
+//!   queue's turn (the head of its FIFO) stand *next*, ahead of every
+//!   queue, and the rest of it is ranked by its share after them. A
+//!   starved lower queue thus gets the one slot GS gives it, not every
+//!   slot freed within the tick.
 //! - **FIFO within a queue** is left to the scheduler's own tie-break
 //!   (Slurm: the lower job id, the earlier submission, first).
 //! - **Pilots first.** While a job samples, only its pilot tasks stand in
@@ -40,7 +48,7 @@
 
 use std::collections::BTreeMap;
 
-use jobcast_predictor::decision::{Estimate, Newest, Phase, Quantiles};
+use jobcast_predictor::decision::{Decision, Estimate, Newest, Phase, Quantiles};
 use jobcast_predictor::queues::QueueConfig;
 use serde::Serialize;
 
@@ -48,6 +56,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Standing {
+    /// Before every queue: the head of the queue ranked first, as many
+    /// tasks as GS gives it before its share passes the next queue's.
+    Next,
     /// With the queue ranked `n`-th by weighted share (0 goes first).
     Rank(u8),
     /// Behind every ranked task: only on slots nothing else wants.
@@ -152,120 +163,183 @@ pub fn plan(
     walltime: Option<&Walltime>,
 ) -> Vec<Action> {
     let levels = usize::from(queues.levels.max(1));
-    let queue_of = |q: u8| usize::from(q).min(levels - 1);
-    let mut running = vec![0u32; levels];
-    let mut waiting = vec![false; levels];
-    for decision in newest.iter() {
-        if let Some(job) = view.jobs.get(&decision.job_id) {
-            running[queue_of(decision.queue)] += job.running;
-            waiting[queue_of(decision.queue)] |= !job.pending.is_empty();
-        }
-    }
-    let undecided: Vec<(u64, &JobView)> = view
+    // Every job the scheduler holds, undecided ones (new work, Q0) first.
+    let undecided = view
         .jobs
         .iter()
-        .filter(|(id, job)| newest.get(**id).is_none() && !job.pending.is_empty())
-        .map(|(&id, job)| (id, job))
-        .collect();
-    waiting[0] |= !undecided.is_empty();
-    let mut ranked: Vec<usize> = (0..levels).filter(|&q| waiting[q]).collect();
-    ranked.sort_by(|&a, &b| {
-        let share = |q: usize| f64::from(running[q]) / queues.weight(q as u8);
-        share(a).total_cmp(&share(b)).then(a.cmp(&b))
+        .filter(|(id, _)| newest.get(**id).is_none())
+        .map(|(&id, job)| Placed {
+            job_id: id,
+            job,
+            decision: None,
+            queue: 0,
+        });
+    let decided = newest.iter().filter_map(|decision| {
+        Some(Placed {
+            job_id: decision.job_id,
+            job: view.jobs.get(&decision.job_id)?,
+            decision: Some(decision),
+            queue: usize::from(decision.queue).min(levels - 1),
+        })
     });
+    let jobs: Vec<Placed> = undecided.chain(decided).collect();
+
+    let mut running = vec![0u32; levels];
+    let mut queued = vec![0usize; levels];
+    for job in &jobs {
+        running[job.queue] += job.job.running;
+        queued[job.queue] += job.pending().filter(|&t| job.queued(t)).count();
+    }
+    let share = |q: usize, extra: usize| {
+        let share = (f64::from(running[q]) + extra as f64) / queues.weight(q as u8);
+        (share, q)
+    };
+    let before = |a: (f64, usize), b: (f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    let mut ranked: Vec<usize> = (0..levels).filter(|&q| queued[q] > 0).collect();
+    ranked.sort_by(|&a, &b| before(share(a, 0), share(b, 0)));
+
+    // The queue ranked first keeps the next slots only while its share
+    // stays below the second's: those tasks, the head of its FIFO, go
+    // before everything (Next); the rest of it is ranked by its share
+    // after them.
+    let mut next = BTreeMap::<u64, Vec<u32>>::new();
+    if let [first, second, ..] = ranked[..] {
+        let quota = (0..queued[first])
+            .take_while(|&k| before(share(first, k), share(second, 0)).is_lt())
+            .count();
+        if quota < queued[first] {
+            // FIFO as the scheduler breaks ties: by job id, then task.
+            let mut fifo: Vec<(u64, u32)> = jobs
+                .iter()
+                .filter(|j| j.queue == first)
+                .flat_map(|j| j.pending().filter(|&t| j.queued(t)).map(|t| (j.job_id, t)))
+                .collect();
+            fifo.sort_unstable();
+            for (job_id, task) in fifo.into_iter().take(quota) {
+                next.entry(job_id).or_default().push(task);
+            }
+            ranked.sort_by(|&a, &b| {
+                let after = |q: usize| share(q, if q == first { quota } else { 0 });
+                before(after(a), after(b))
+            });
+        }
+    }
     let mut rank = vec![0u8; levels];
     for (n, &q) in ranked.iter().enumerate() {
         rank[q] = n as u8;
     }
 
     let mut actions = Vec::new();
-    let new_work = Standing::Rank(rank[0]);
-    for (job_id, job) in undecided {
-        if job.pending.iter().any(|g| g.standing != Some(new_work)) {
-            actions.push(Action {
-                job_id,
-                version: 0,
-                target: Target::Job,
-                change: Change::Standing(new_work),
-            });
-        }
-    }
-    for decision in newest.iter() {
-        let Some(job) = view.jobs.get(&decision.job_id) else {
-            continue;
-        };
-        let queued = Standing::Rank(rank[queue_of(decision.queue)]);
-        let sampling = decision.phase == Phase::Sampling;
-        let wanted = |task: u32| {
-            if sampling && !decision.pilots.contains(&task) {
-                Standing::Spare
-            } else {
-                queued
-            }
-        };
-        let action = |target, standing| Action {
-            job_id: decision.job_id,
-            version: decision.version,
-            target,
-            change: Change::Standing(standing),
-        };
+    for job in &jobs {
+        let version = job.decision.map_or(0, |d| d.version);
         if let Some(walltime) = walltime
+            && let Some(decision) = job.decision
             && decision.phase == Phase::Estimated
             && let Some(limit) = decision.estimate.and_then(|e| walltime.limit_s(&e))
-            && job.time_limit_s.is_none_or(|held| limit < held)
+            && job.job.time_limit_s.is_none_or(|held| limit < held)
         {
             actions.push(Action {
-                job_id: decision.job_id,
-                version: decision.version,
+                job_id: job.job_id,
+                version,
                 target: Target::Job,
                 change: Change::TimeLimitS(limit),
             });
         }
-        // The standing most pending tasks want is set job-wide; the others
-        // (pilots, while sampling) task by task after it.
-        let pending = job.pending.iter().flat_map(|g| g.tasks.iter().copied());
-        let spare = pending.clone().filter(|&t| wanted(t) == Standing::Spare);
-        let major = if spare.count() * 2 > pending.clone().count() {
-            Standing::Spare
-        } else {
-            queued
-        };
-        let astray = |g: &&Group| g.tasks.iter().any(|&t| Some(wanted(t)) != g.standing);
-        let minor: Vec<u32> = pending.filter(|&t| wanted(t) != major).collect();
-        let minor_standing = if major == Standing::Spare {
-            queued
-        } else {
-            Standing::Spare
-        };
-        let major_astray = job
-            .pending
-            .iter()
-            .filter(astray)
-            .any(|g| g.tasks.iter().any(|&t| wanted(t) == major));
-        if major_astray {
-            actions.push(action(Target::Job, major));
-            if !minor.is_empty() {
-                actions.push(action(Target::Tasks(minor), minor_standing));
+        let head = next.get(&job.job_id).map_or(&[][..], Vec::as_slice);
+        let wanted = |task: u32| {
+            if head.contains(&task) {
+                Standing::Next
+            } else if job.queued(task) {
+                Standing::Rank(rank[job.queue])
+            } else {
+                Standing::Spare
             }
-        } else {
-            let astray_minor: Vec<u32> = job
-                .pending
-                .iter()
-                .filter(astray)
-                .flat_map(|g| g.tasks.iter().copied())
-                .filter(|&t| wanted(t) != major)
-                .collect();
-            if !astray_minor.is_empty() {
-                actions.push(action(Target::Tasks(astray_minor), minor_standing));
-            }
+        };
+        for (target, standing) in moves(job.job, wanted) {
+            actions.push(Action {
+                job_id: job.job_id,
+                version,
+                target,
+                change: Change::Standing(standing),
+            });
         }
     }
     actions
 }
 
+/// A job the scheduler holds, with the queue it waits in.
+struct Placed<'a> {
+    job_id: u64,
+    job: &'a JobView,
+    /// None: not decided yet, new work.
+    decision: Option<&'a Decision>,
+    queue: usize,
+}
+
+impl Placed<'_> {
+    fn pending(&self) -> impl Iterator<Item = u32> + '_ {
+        self.job
+            .pending
+            .iter()
+            .flat_map(|g| g.tasks.iter().copied())
+    }
+
+    /// Whether `task` waits in the job's queue: all of them, but while the
+    /// job samples only its pilots (the others are spare).
+    fn queued(&self, task: u32) -> bool {
+        self.decision
+            .is_none_or(|d| d.phase != Phase::Sampling || d.pilots.contains(&task))
+    }
+}
+
+/// The changes that give each of `job`'s pending tasks its `wanted`
+/// standing, in as few updates as the scheduler's groups allow: the
+/// standing most tasks want, job-wide, then the others task by task.
+fn moves(job: &JobView, wanted: impl Fn(u32) -> Standing) -> Vec<(Target, Standing)> {
+    let mut counts = BTreeMap::<Standing, usize>::new();
+    for group in &job.pending {
+        for &task in &group.tasks {
+            *counts.entry(wanted(task)).or_default() += 1;
+        }
+    }
+    // On a tie, the standing that goes first.
+    let Some(major) = counts
+        .iter()
+        .max_by_key(|&(standing, n)| (n, std::cmp::Reverse(standing)))
+        .map(|(&standing, _)| standing)
+    else {
+        return Vec::new();
+    };
+    let astray = |g: &&Group| g.tasks.iter().any(|&t| Some(wanted(t)) != g.standing);
+    let whole = job
+        .pending
+        .iter()
+        .filter(astray)
+        .any(|g| g.tasks.iter().any(|&t| wanted(t) == major));
+    let mut moves = Vec::new();
+    if whole {
+        moves.push((Target::Job, major));
+    }
+    for &standing in counts.keys().filter(|&&s| s != major) {
+        // After a job-wide move, every task that wants another standing
+        // moves again; otherwise only those in a group astray.
+        let tasks: Vec<u32> = job
+            .pending
+            .iter()
+            .filter(|g| whole || astray(g))
+            .flat_map(|g| g.tasks.iter().copied())
+            .filter(|&t| wanted(t) == standing)
+            .collect();
+        if !tasks.is_empty() {
+            moves.push((Target::Tasks(tasks), standing));
+        }
+    }
+    moves
+}
+
 #[cfg(test)]
 mod tests {
-    use jobcast_predictor::decision::{Decision, PolicyKind};
+    use jobcast_predictor::decision::PolicyKind;
 
     use super::*;
 
@@ -401,7 +475,8 @@ mod tests {
             let of = |job: u64| actions.iter().find(|a| a.job_id == job).map(|a| a.change);
             (of(1), of(2))
         };
-        // Nothing running: Q0 first.
+        // Nothing running: Q0's first task goes first (next); Q0's share is
+        // then 1 and Q3's still 0, so Q3's job comes before the rest of Q0.
         let idle = View {
             jobs: [
                 (1, job(0, &[(&[0, 1], None)])),
@@ -412,8 +487,8 @@ mod tests {
         assert_eq!(
             standing(&idle),
             (
-                Some(Change::Standing(Standing::Rank(0))),
-                Some(Change::Standing(Standing::Rank(1)))
+                Some(Change::Standing(Standing::Next)),
+                Some(Change::Standing(Standing::Rank(0)))
             )
         );
         // Q0 runs tasks and Q3 none: Q3's share is the smaller, so its job
@@ -446,6 +521,69 @@ mod tests {
                 Some(Change::Standing(Standing::Rank(0))),
                 Some(Change::Standing(Standing::Rank(1)))
             )
+        );
+    }
+
+    #[test]
+    fn the_first_queue_stands_ahead_only_for_the_slots_gs_would_give_it() {
+        let queues = QueueConfig::default();
+        let decisions = newest(&[decision(1, 1, 0, &[]), decision(2, 1, 1, &[])]);
+        // Q0 runs 7 tasks, Q1 none: GS gives Q1 one slot (its share then
+        // 1 × 10 passes Q0's 7), not every slot freed before the next tick.
+        let view = View {
+            jobs: [
+                (1, job(7, &[(&[0, 1, 2, 3, 4], None)])),
+                (2, job(0, &[(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], None)])),
+            ]
+            .into(),
+        };
+        let actions = plan(&decisions, &view, &queues, None);
+        let to = |job_id, target, standing| Action {
+            job_id,
+            version: 1,
+            target,
+            change: Change::Standing(standing),
+        };
+        assert_eq!(
+            actions,
+            [
+                to(1, Target::Job, Standing::Rank(0)),
+                to(2, Target::Job, Standing::Rank(1)),
+                to(2, Target::Tasks(vec![0]), Standing::Next),
+            ]
+        );
+        let view = after(&view, &actions);
+        assert_eq!(plan(&decisions, &view, &queues, None), []);
+        // Q1's task started: Q0 gets slots until its share, 7 + 4, passes
+        // Q1's 10 (the tie at 10 goes to the higher queue), then Q1 again.
+        let mut started = view.clone();
+        let job2 = started.jobs.get_mut(&2).unwrap();
+        job2.running = 1;
+        job2.pending.retain(|g| g.tasks != [0]);
+        let actions = plan(&decisions, &started, &queues, None);
+        assert_eq!(
+            actions,
+            [
+                to(1, Target::Job, Standing::Next),
+                to(1, Target::Tasks(vec![4]), Standing::Rank(1)),
+                to(2, Target::Job, Standing::Rank(0)),
+            ]
+        );
+        // Two of them started: the other two stay next, nothing moves.
+        let mut view = after(&started, &actions);
+        let job1 = view.jobs.get_mut(&1).unwrap();
+        job1.running = 9;
+        for group in &mut job1.pending {
+            group.tasks.retain(|&t| t > 1);
+        }
+        assert_eq!(plan(&decisions, &view, &queues, None), []);
+        // One queue alone needs no head: all of it stands with its rank.
+        let alone = newest(&[decision(1, 1, 0, &[])]);
+        let mut view = view.clone();
+        view.jobs.remove(&2);
+        assert_eq!(
+            plan(&alone, &view, &queues, None),
+            [to(1, Target::Job, Standing::Rank(0))]
         );
     }
 

@@ -4,7 +4,8 @@
 //!
 //! A standing is a priority above every one Slurm's own factors give
 //! (`base`, configurable): `Spare` is `base`, `Rank(n)` is
-//! `base + levels − n`, so Slurm starts ranked work by rank, then spare
+//! `base + levels − n` and `Next` is `base + levels + 1`, so Slurm starts
+//! the next tasks, then ranked work by rank, then spare
 //! work, then jobs jobcast has no decision for; equal priorities go by job
 //! id, the earlier first. A pending array task whose priority differs from
 //! its array's is split off into a record of its own by Slurm; that is how
@@ -33,18 +34,20 @@ pub struct Slurm {
 
 impl Slurm {
     fn priority(&self, standing: Standing) -> u32 {
+        let levels = u32::from(self.levels);
         match standing {
             Standing::Spare => self.base,
-            Standing::Rank(n) => self.base + u32::from(self.levels.saturating_sub(n)),
+            Standing::Rank(n) => self.base + levels.saturating_sub(u32::from(n)),
+            Standing::Next => self.base + levels + 1,
         }
     }
 
     fn standing(&self, priority: u32) -> Option<Standing> {
+        let levels = u32::from(self.levels);
         match priority.checked_sub(self.base)? {
             0 => Some(Standing::Spare),
-            above if above <= u32::from(self.levels) => {
-                Some(Standing::Rank(self.levels - above as u8))
-            }
+            above if above <= levels => Some(Standing::Rank((levels - above) as u8)),
+            above if above == levels + 1 => Some(Standing::Next),
             _ => None,
         }
     }
@@ -193,12 +196,19 @@ mod tests {
     #[test]
     fn standings_and_priorities_map_both_ways_and_others_are_not_ours() {
         let slurm = slurm();
-        for standing in [Standing::Spare, Standing::Rank(0), Standing::Rank(9)] {
+        let standings = [
+            Standing::Spare,
+            Standing::Rank(0),
+            Standing::Rank(9),
+            Standing::Next,
+        ];
+        for standing in standings {
             assert_eq!(slurm.standing(slurm.priority(standing)), Some(standing));
         }
+        assert!(slurm.priority(Standing::Next) > slurm.priority(Standing::Rank(0)));
         assert!(slurm.priority(Standing::Rank(0)) > slurm.priority(Standing::Rank(1)));
         assert!(slurm.priority(Standing::Rank(9)) > slurm.priority(Standing::Spare));
-        for foreign in [1, 999, 1011, u32::MAX] {
+        for foreign in [1, 999, 1012, u32::MAX] {
             assert_eq!(slurm.standing(foreign), None, "{foreign}");
         }
     }

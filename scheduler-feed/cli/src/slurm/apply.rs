@@ -36,7 +36,7 @@ pub struct ApplyArgs {
     #[arg(long)]
     dry_run: bool,
     /// The priority of spare work (non-pilot tasks while their job samples);
-    /// ranked work gets the `levels` priorities just above it. Keep it above
+    /// ranked work gets the `levels + 1` priorities just above it. Keep it above
     /// every priority Slurm's own factors give, so that decided jobs go
     /// first.
     #[arg(long, default_value_t = 1_000_000)]
@@ -90,13 +90,13 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     if args.priority_base == 0
         || args
             .priority_base
-            .checked_add(u32::from(args.levels))
+            .checked_add(u32::from(args.levels) + 1)
             .is_none()
     {
         anyhow::bail!(
-            "--priority-base {}: must be at least 1 (0 is Slurm's hold) and leave room for {} levels above it",
+            "--priority-base {}: must be at least 1 (0 is Slurm's hold) and leave room for {} priorities above it",
             args.priority_base,
-            args.levels
+            u32::from(args.levels) + 1
         );
     }
     let walltime = args
