@@ -16,7 +16,26 @@ use jobcast_tests::{Running, jobcast_bin};
 
 const PARTITIONS: i32 = 2;
 
-fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path, metrics: u16) -> Running {
+/// Now, in unix seconds, after Slurm's clock has passed every submit time
+/// so far (they are whole seconds).
+fn since_now() -> u64 {
+    std::thread::sleep(Duration::from_millis(1100));
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// `jobcast slurm watch`, following the jobs submitted from `since` (unix
+/// seconds) on, or all.
+fn start_watcher(
+    slurm: &Slurm,
+    brokers: &str,
+    state: &std::path::Path,
+    metrics: u16,
+    since: Option<u64>,
+) -> Running {
+    let since = since.map(|s| vec!["--since".to_string(), s.to_string()]);
     Running(
         Command::new(jobcast_bin())
             .args([
@@ -27,6 +46,7 @@ fn start_watcher(slurm: &Slurm, brokers: &str, state: &std::path::Path, metrics:
                 "--interval-secs",
                 "0.5",
             ])
+            .args(since.unwrap_or_default())
             .arg("--state")
             .arg(state)
             .arg("--metrics")
@@ -56,7 +76,8 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
 /// held, with the watcher killed (SIGKILL) mid-run and started again: every
 /// job reaches the topic once, each task with one start (if it ran) and one
 /// end, at the times Slurm gives them; the service applies them all, and
-/// holds each job as Slurm ended it.
+/// holds each job as Slurm ended it. A job submitted before the watcher's
+/// `--since`, though Slurm lists it throughout, never reaches the topic.
 #[test]
 fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let slurm = Slurm::up();
@@ -64,7 +85,9 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let cluster = Cluster::new(&topics, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("watch.json");
-    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, free_port());
+    let before = slurm.sbatch(&["-J", "before", "--hold", "--wrap", "sleep 1"]);
+    let since = since_now();
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, free_port(), Some(since));
 
     let array = slurm.sbatch(&[
         "-J",
@@ -91,7 +114,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     slurm.run("scancel", &[&held.to_string()]);
     std::thread::sleep(Duration::from_secs(1));
     let metrics = free_port();
-    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, metrics);
+    let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, metrics, Some(since));
 
     let jobs = [array, sparse, plain, failing, held];
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -155,6 +178,17 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 
     // Slurm's own record of each task.
     let slurm_tasks = slurm.tasks();
+    assert_eq!(
+        slurm_tasks.get(&(before, 0)).map(|t| t.state.as_str()),
+        Some("PENDING"),
+        "Slurm lists the job submitted before `--since`"
+    );
+    assert!(
+        !by_job.contains_key(&before),
+        "a job submitted before --since is not followed: {:?}",
+        by_job[&before]
+    );
+    slurm.run("scancel", &[&before.to_string()]);
 
     let widths = [
         (array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]),
@@ -297,7 +331,8 @@ const SPARE: u64 = 1_000_000;
 ///   on; a dry run prints the commands and changes nothing;
 /// - the real one gives the array's pilots and the short job their queues'
 ///   priorities and the array's other tasks the spare one, as the newest
-///   decisions say;
+///   decisions say, and a job it has no decision for (submitted before the
+///   watcher's `--since`) Q0's;
 /// - killed (SIGKILL) and started again, it carries out no decision older
 ///   than one it already carried out;
 /// - once the node frees, the pilots start first; the rest of the array
@@ -309,11 +344,16 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
+    // Submitted before the watcher's `--since`, `early` never gets a
+    // decision: it stands with Q0, as new work does.
+    let blocker = slurm.sbatch(&["-J", "blocker", "-c", "8", "--wrap", "sleep 300"]);
+    let early = slurm.sbatch(&["-J", "early", "-c", "1", "--wrap", "sleep 1"]);
     let mut watcher = start_watcher(
         &slurm,
         &cluster.brokers(),
         &dir.path().join("watch.json"),
         free_port(),
+        Some(since_now()),
     );
     let serve = Serve::start(
         &cluster.brokers(),
@@ -324,7 +364,6 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
         ],
     );
 
-    let blocker = slurm.sbatch(&["-J", "blocker", "-c", "8", "--wrap", "sleep 300"]);
     let wide = slurm.sbatch(&["-J", "wide", "-c", "2", "--array=0-11", "--wrap", "sleep 3"]);
     let short = slurm.sbatch(&["-J", "short", "-c", "2", "--wrap", "sleep 1"]);
 
@@ -457,6 +496,7 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
                     task.priority == SPARE
                 }
         }) && tasks[&(short, 0)].priority > SPARE
+            && tasks[&(early, 0)].priority > SPARE
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while !in_place(&slurm.tasks()) {
@@ -483,7 +523,7 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let tasks = loop {
         let tasks = slurm.tasks();
-        if [wide, short].iter().all(|&job| {
+        if [wide, short, early].iter().all(|&job| {
             tasks
                 .iter()
                 .filter(|((j, _), _)| *j == job)
@@ -652,6 +692,7 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
     for key in ["dispatch_gap_s", "jobcast_dispatch_gap_s"] {
         assert!(number(key) >= 0.0, "{key}: {report}");
     }
+    assert!(number("simulated_oracle_speedup") > 0.0, "{report}");
     // Each job's row: its JCT in the three runs, and the queue jobcast's
     // first decision put it in; the rows average to the report's figures.
     let rows = report["per_job"].as_array().expect("per_job rows");

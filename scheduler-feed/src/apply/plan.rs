@@ -232,7 +232,9 @@ pub fn plan(
     let mut actions = Vec::new();
     for job in &jobs {
         let version = job.decision.map_or(0, |d| d.version);
+        let live = job.job.running > 0 || !job.job.pending.is_empty();
         if let Some(walltime) = walltime
+            && live
             && let Some(decision) = job.decision
             && decision.phase == Phase::Estimated
             && let Some(limit) = decision.estimate.and_then(|e| walltime.limit_s(&e))
@@ -697,6 +699,11 @@ mod tests {
             ..walltime
         };
         assert_eq!(odd.limit_s(&estimate), Some(180), "151.5 s → 3 minutes");
+        // Nor once it has finished (Slurm still lists it a while).
+        let mut done = view.clone();
+        let job7 = done.jobs.get_mut(&7).unwrap();
+        (job7.running, job7.pending, job7.time_limit_s) = (0, Vec::new(), None);
+        assert_eq!(limits(&decisions, &done), []);
         // Not while sampling, nor without a walltime setting.
         let sampling = newest(&[decision(7, 1, 1, &[2])]);
         assert_eq!(limits(&sampling, &view), []);

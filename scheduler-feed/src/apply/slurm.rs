@@ -89,7 +89,13 @@ impl Scheduler for Slurm {
         for record in &snapshot {
             let job_id = record.job();
             let job: &mut JobView = view.jobs.entry(job_id).or_default();
-            if let Some(minutes) = record.time_limit {
+            // Only live records take a new limit: a finished one keeps its
+            // own for as long as Slurm lists it (`MinJobAge`).
+            let live = matches!(
+                record.job_state.as_str(),
+                "PENDING" | "RUNNING" | "COMPLETING"
+            );
+            if live && let Some(minutes) = record.time_limit {
                 let secs = u64::from(minutes) * 60;
                 job.time_limit_s = Some(job.time_limit_s.map_or(secs, |held| held.max(secs)));
             }
