@@ -43,7 +43,10 @@
 //! placed by the prior at once, with no sampling delay. Otherwise m is
 //! raised to `min_pilot_fraction` of the width (pilots run side by side,
 //! so more of them cost little delay, and a learnt σ1 can be too
-//! optimistic to trust one pilot) and capped at `max_pilot_fraction`.
+//! optimistic to trust one pilot) and capped at `max_pilot_fraction`, or
+//! for a job too narrow for that fraction to give it what it needs, at
+//! `narrow_pilots` and a quarter of its tasks: under 20 tasks, 5% is a
+//! single pilot, whose error is the task-wise spread itself.
 //!
 //! **Drift guard.** History goes stale when the job's code or machines
 //! change (§2). If the pilots' z lies more than k predictive sds from the
@@ -99,6 +102,9 @@ const DRIFT_CHOICES: [f64; 7] = [0.5, 1.0, 1.5, 2.0, 3.0, 5.0, f64::INFINITY];
 
 /// Finished sampled jobs the learnt drift threshold looks back on.
 const DRIFT_WINDOW: usize = 500;
+
+/// A narrow job's pilots are at most 1/this of its tasks.
+const NARROW_PILOT_SHARE: u32 = 4;
 
 /// Fold `x` into a learnt mean and the count of jobs it rests on.
 fn learn(slot: &mut Option<(f64, u64)>, x: f64) {
@@ -315,7 +321,10 @@ impl Policy for Bayes {
             return by_prior();
         }
         let floor = pilot_cap(self.config.min_pilot_fraction, width);
-        let cap = pilot_cap(self.config.max_pilot_fraction, width).min(self.max_pilots);
+        let narrow = self.config.narrow_pilots.min(width / NARROW_PILOT_SHARE);
+        let cap = pilot_cap(self.config.max_pilot_fraction, width)
+            .max(narrow)
+            .min(self.max_pilots);
         let m = needed.max(floor).min(cap).max(1);
         let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
         let d = decision(
@@ -590,6 +599,19 @@ mod tests {
         assert_eq!(b.on_submit(&job(4, 1000), &ctx).pilots.len(), 30);
         assert_eq!(b.on_submit(&job(2, 100), &ctx).pilots.len(), 5);
         assert_eq!(b.on_submit(&job(3, 3), &ctx).pilots.len(), 1);
+        // Narrow jobs, where 5% is one pilot: up to 3, a quarter of the
+        // tasks at most; none of that with `narrow_pilots` 0.
+        let pilots = |b: &mut Bayes, id, width| b.on_submit(&job(id, width), &ctx).pilots.len();
+        assert_eq!(pilots(&mut b, 5, 8), 2);
+        assert_eq!(pilots(&mut b, 6, 12), 3);
+        assert_eq!(pilots(&mut b, 7, 40), 3);
+        let mut config = PolicyConfig::default();
+        config.bayes.narrow_pilots = 0;
+        let mut one = Bayes::new(&config);
+        assert_eq!(pilots(&mut one, 6, 12), 1);
+        for id in 5..=7 {
+            b.on_job_done(&done(id, 1, 1.0), &ctx);
+        }
         // A failed pilot is replaced, as in SLearn.
         let p3 = b.jobs[&3].pilots.pilots()[0];
         let d = b.on_task_end(&failed(3, p3), &ctx).unwrap();
@@ -698,8 +720,9 @@ mod tests {
         assert!((var - 0.3).abs() < 1e-6 && n == 1, "{var} {n}");
         // Next job: m = ⌈0.3 × 16⌉ = 5.
         assert_eq!(b.on_submit(&job(2, 150), &ctx).pilots.len(), 5);
-        // One pilot (5% of 20): the learnt σ1 is the evidence's spread.
-        let pilots = b.on_submit(&job(3, 20), &ctx).pilots;
+        // One pilot (a quarter of 4): the learnt σ1 is the evidence's
+        // spread.
+        let pilots = b.on_submit(&job(3, 4), &ctx).pilots;
         assert_eq!(pilots.len(), 1);
         let e = b
             .on_task_end(&finished(3, pilots[0], 10), &ctx)

@@ -81,6 +81,11 @@ pub struct BayesConfig {
     /// sampling phase, and SLearn's usual 3% keeps its accuracy where the
     /// learnt task-wise spread would ask for a single pilot.
     pub min_pilot_fraction: f64,
+    /// A job too narrow for `max_pilot_fraction` to give it the pilots its
+    /// prior leaves room for may still have up to this many, at most a
+    /// quarter of its tasks: a single pilot says little about a job whose
+    /// tasks vary (0: no exception).
+    pub narrow_pilots: u32,
     /// Pilots whose mean lies more than this many predictive sds from the
     /// prior's say the history has drifted: the prior is dropped and the
     /// pilots alone estimate the job. With `learn_drift`, only until 20
@@ -97,6 +102,7 @@ impl Default for BayesConfig {
             default_task_log_sd: 1.0,
             max_pilot_fraction: 0.05,
             min_pilot_fraction: 0.03,
+            narrow_pilots: 3,
             drift_sigmas: 1.0,
             learn_drift: true,
         }

@@ -208,7 +208,8 @@ pub fn plan(
             .take_while(|&k| before(share(first, k), share(second, 0)).is_lt())
             .count();
         if quota < queued[first] {
-            // FIFO as the scheduler breaks ties: by job id, then task.
+            // FIFO as the scheduler breaks ties: by job id, then task (so
+            // each job's next tasks are sorted).
             let mut fifo: Vec<(u64, u32)> = jobs
                 .iter()
                 .filter(|j| j.queue == first)
@@ -249,7 +250,7 @@ pub fn plan(
         }
         let head = next.get(&job.job_id).map_or(&[][..], Vec::as_slice);
         let wanted = |task: u32| {
-            if head.contains(&task) {
+            if head.binary_search(&task).is_ok() {
                 Standing::Next
             } else if job.queued(task) {
                 Standing::Rank(rank[job.queue])
