@@ -591,6 +591,32 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_holding_only_spare_tasks_takes_no_rank() {
+        let queues = QueueConfig::default();
+        // Job 7's pilots have run and its decision is not yet placed: its
+        // tasks are all spare, so Q1 (running nothing, the smaller share)
+        // waits for nothing and Q0 ranks first.
+        let decisions = newest(&[decision(1, 1, 0, &[]), decision(7, 1, 1, &[2])]);
+        let view = View {
+            jobs: [
+                (1, job(1, &[(&[0], None)])),
+                (7, job(0, &[(&[0, 1, 3], None)])),
+            ]
+            .into(),
+        };
+        let to = |job_id, standing| Action {
+            job_id,
+            version: 1,
+            target: Target::Job,
+            change: Change::Standing(standing),
+        };
+        assert_eq!(
+            plan(&decisions, &view, &queues, None),
+            [to(1, Standing::Rank(0)), to(7, Standing::Spare)]
+        );
+    }
+
+    #[test]
     fn new_work_stands_with_q0_and_work_in_place_is_left_alone() {
         let queues = QueueConfig::default();
         let decisions = newest(&[decision(1, 3, 2, &[])]);
