@@ -5,8 +5,10 @@
 //! slots (the simulator; a Slurm node's CPUs with a CPU a task) or CPUs
 //! (a cluster's machines, each task taking its job's CPU request). The
 //! model is a fluid one: the work ahead drains at the width its tasks
-//! allow while the job runs on what it leaves free. It knows nothing of
-//! jobs still to come, so it is biased short under load;
+//! allow while the job runs on what it leaves free. GS does not preempt,
+//! so what the running tasks of jobs behind it hold comes free only as
+//! they end: under load that, not the work ahead, is most of a job's wait.
+//! The model knows nothing of jobs still to come, so it is biased short;
 //! [`EtaCalibration`] learns that bias, and the spread around it, from
 //! the jobs that finished (the same conformal method as
 //! [`crate::calibration`], on ln(actual / predicted)).
@@ -31,7 +33,54 @@ pub struct Queued {
     pub remaining_tasks: u32,
     /// The capacity each of its running tasks takes (1 in slots).
     pub cpus_per_task: f64,
+    /// Of its tasks, those running now, and the mean time each still has
+    /// to run, µs: a job behind the target holds their capacity until
+    /// they end, since GS does not preempt.
+    pub running_tasks: u32,
+    pub running_left_us: f64,
 }
+
+/// What the model needs to know of a live job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobProgress {
+    pub job_id: u64,
+    pub queue: u8,
+    pub since_us: u64,
+    /// Its predicted size, task time, µs.
+    pub size_us: f64,
+    /// Its tasks, those not yet finished, and those running now.
+    pub width: u32,
+    pub unfinished: u32,
+    pub running: u32,
+    /// Task time it has run, µs, and the part of it its running tasks
+    /// have run.
+    pub attained_us: f64,
+    pub running_attained_us: f64,
+    pub cpus_per_task: f64,
+}
+
+impl From<JobProgress> for Queued {
+    fn from(p: JobProgress) -> Self {
+        // A running task has its job's mean task time left, less what it
+        // ran; one past that mean still has a share of it left.
+        let mean_task_us = p.size_us / f64::from(p.width.max(1));
+        let ran_us = p.running_attained_us / f64::from(p.running.max(1));
+        Queued {
+            job_id: p.job_id,
+            queue: p.queue,
+            since_us: p.since_us,
+            remaining_work_us: p.size_us - p.attained_us,
+            remaining_tasks: p.unfinished,
+            cpus_per_task: p.cpus_per_task,
+            running_tasks: p.running,
+            running_left_us: (mean_task_us - ran_us).max(mean_task_us * OVERRUN_LEFT),
+        }
+    }
+}
+
+/// The share of its job's mean task time a running task past that mean is
+/// taken to have left.
+const OVERRUN_LEFT: f64 = 0.1;
 
 impl Queued {
     fn order(&self) -> (u8, u64, u64) {
@@ -54,7 +103,8 @@ pub struct Predicted {
 pub enum Kind {
     /// It runs at its full width at once: predicted by its own work.
     AtOnce,
-    /// It waits for work ahead: predicted by the queue's work too.
+    /// It waits, for work ahead or for capacity jobs behind hold:
+    /// predicted by the queue's state too.
     Queued,
     /// It has run past its predicted size: the model knows nothing of
     /// what is left, so its prediction is a unit (1 µs) and the
@@ -65,7 +115,10 @@ pub enum Kind {
 /// When `target` should finish on a cluster of `capacity`. The jobs
 /// ahead of it run at the width their remaining tasks allow (at most the
 /// capacity) until their work is done; meanwhile the job runs on what
-/// they leave free, then at its full width.
+/// they leave free, then at its full width. What the running tasks of
+/// jobs behind it hold is free only as they end, each after an
+/// exponential time of its job's mean time left (their order of ending
+/// is unknown, and the first of many ends early).
 pub fn predict(
     target: &Queued,
     live: impl IntoIterator<Item = Queued>,
@@ -76,10 +129,15 @@ pub fn predict(
     // jobs give the same sums in any order (a restored engine holds them
     // in another).
     let (mut ahead, mut ahead_width) = (0u128, 0u128);
-    for j in live.into_iter().filter(|j| j.order() < target.order()) {
+    let mut held = Held::default();
+    for j in live {
         let cpus = j.cpus_per_task.max(0.0);
-        ahead += (j.remaining_work_us.max(0.0) * cpus).round() as u128;
-        ahead_width += (f64::from(j.remaining_tasks) * cpus * 1e6).round() as u128;
+        if j.order() < target.order() {
+            ahead += (j.remaining_work_us.max(0.0) * cpus).round() as u128;
+            ahead_width += (f64::from(j.remaining_tasks) * cpus * 1e6).round() as u128;
+        } else if j.job_id != target.job_id {
+            held.add(f64::from(j.running_tasks) * cpus, j.running_left_us);
+        }
     }
     let ahead = ahead as f64;
     let busy = (ahead_width as f64 / 1e6).min(capacity);
@@ -88,13 +146,12 @@ pub fn predict(
     // Its tasks that fit side by side in `free` capacity.
     let width = |free: f64| {
         if cpus > 0.0 {
-            tasks.min(free / cpus)
+            tasks.min(free.max(0.0) / cpus)
         } else {
             tasks
         }
     };
     let full = width(capacity).max(1.0);
-    let now = width(capacity - busy).max(0.0);
     let own = target.remaining_work_us.max(0.0);
     let predicted = |us: f64, kind: Kind| Predicted {
         us,
@@ -104,15 +161,113 @@ pub fn predict(
     if own <= 0.0 {
         return predicted(1.0, Kind::Overrun);
     }
-    if ahead <= 0.0 || busy <= 0.0 || now >= full {
+    let ahead_busy = if ahead > 0.0 { busy } else { 0.0 };
+    if width(capacity - ahead_busy - held.at(0.0)) >= full {
         return predicted(own / full, Kind::AtOnce);
+    }
+    // Step through the time the held capacity takes to come free, in
+    // steps growing from a small share of the shortest time scale; then
+    // the rest in closed form.
+    let (mut t, mut ahead_left, mut own_left) = (0.0, ahead, own);
+    let mut dt = [held.shortest_us(), own / full, ahead / capacity]
+        .into_iter()
+        .filter(|x| *x > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        / FIRST_STEPS;
+    while held.at(t) > HELD_NONE * capacity {
+        let free = capacity - held.at(t + dt / 2.0);
+        let b = if ahead_left > 0.0 {
+            busy.min(free.max(0.0))
+        } else {
+            0.0
+        };
+        let mut step = dt;
+        if b > 0.0 && ahead_left / b < step {
+            step = ahead_left / b;
+        }
+        let rate = width(free - b);
+        if rate > 0.0 && own_left / rate <= step {
+            return predicted(t + own_left / rate, Kind::Queued);
+        }
+        own_left -= rate * step;
+        ahead_left = if step < dt {
+            0.0
+        } else {
+            ahead_left - b * step
+        };
+        t += step;
+        dt *= STEP_GROWTH;
+    }
+    let now = width(capacity - busy);
+    predicted(
+        t + drain(ahead_left, busy, own_left, now, full),
+        Kind::Queued,
+    )
+}
+
+/// The time `own` work takes while `ahead` drains at `busy` (running on
+/// `now` of its tasks meanwhile, then on `full`).
+fn drain(ahead: f64, busy: f64, own: f64, now: f64, full: f64) -> f64 {
+    if ahead <= 0.0 || busy <= 0.0 || now >= full {
+        return own / full;
     }
     let drain_us = ahead / busy;
     if now * drain_us >= own {
-        return predicted(own / now, Kind::Queued);
+        return own / now;
     }
-    predicted(drain_us + (own - now * drain_us) / full, Kind::Queued)
+    drain_us + (own - now * drain_us) / full
 }
+
+/// The capacity the running tasks of jobs behind hold, by the mean time
+/// their tasks have left (in powers of two: the sum over buckets costs
+/// the same whatever the number of jobs). Summed in millionths of
+/// capacity and whole capacity·µs, like the work ahead, so that any order
+/// of the jobs gives the same sums.
+#[derive(Default)]
+struct Held {
+    /// Per bucket: capacity held, and capacity × mean time left.
+    buckets: BTreeMap<i32, (u128, u128)>,
+}
+
+impl Held {
+    fn add(&mut self, capacity: f64, left_us: f64) {
+        if capacity > 0.0 && left_us >= 1.0 && left_us.is_finite() {
+            let b = self
+                .buckets
+                .entry(left_us.log2().floor() as i32)
+                .or_default();
+            b.0 += (capacity * 1e6).round() as u128;
+            b.1 += (capacity * left_us).round() as u128;
+        }
+    }
+
+    /// Per bucket: capacity held, and its mean time left, µs.
+    fn each(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.buckets
+            .values()
+            .filter(|&&(c, _)| c > 0)
+            .map(|&(c, cl)| {
+                let c = c as f64 / 1e6;
+                (c, cl as f64 / c)
+            })
+    }
+
+    /// The capacity still held `t_us` from now.
+    fn at(&self, t_us: f64) -> f64 {
+        self.each().map(|(c, left)| c * (-t_us / left).exp()).sum()
+    }
+
+    fn shortest_us(&self) -> f64 {
+        self.each().next().map_or(0.0, |(_, left)| left)
+    }
+}
+
+/// The first step is this fraction of the shortest time scale.
+const FIRST_STEPS: f64 = 16.0;
+/// Each step this much longer than the one before.
+const STEP_GROWTH: f64 = 1.2;
+/// Capacity held below this share of the cluster is none.
+const HELD_NONE: f64 = 1e-3;
 
 /// The bias and spread of the model's predictions, learnt from finished
 /// jobs apart by the queue they were in and their [`Kind`]: the lower the
@@ -185,6 +340,8 @@ mod tests {
             remaining_work_us: work,
             remaining_tasks: tasks,
             cpus_per_task: 1.0,
+            running_tasks: 0,
+            running_left_us: 0.0,
         }
     }
 
@@ -223,6 +380,35 @@ mod tests {
         assert_eq!(of(&target, [overrun], 4.0), (20.0, Kind::AtOnce));
         // A job itself overrun is a unit, whatever is ahead.
         assert_eq!(of(&overrun, [target], 4.0), (1.0, Kind::Overrun));
+    }
+
+    #[test]
+    fn the_capacity_jobs_behind_hold_comes_free_as_their_tasks_end() {
+        let target = queued(5, 0, 100, 10.0, 1);
+        // A job behind runs 4 tasks with 100 µs left each, on all 4 slots.
+        let mut behind = queued(6, 1, 0, 400.0, 4);
+        behind.running_tasks = 4;
+        behind.running_left_us = 100.0;
+        // Ending after exponential times of mean 100 µs, they leave
+        // 4(1 − e^(−t/100)) slots free, of which the job takes one:
+        // ∫ 4(1 − e^(−t/100)) dt = 10 at t ≈ 23.4 µs.
+        let (us, kind) = of(&target, [behind, target], 4.0);
+        assert_eq!(kind, Kind::Queued);
+        assert!((us - 23.4).abs() < 0.5, "{us}");
+        // Holding 2 of the 4, it leaves the job room at once.
+        behind.running_tasks = 2;
+        assert_eq!(of(&target, [behind, target], 4.0), (10.0, Kind::AtOnce));
+        // The running tasks of a job ahead are its width, not held twice:
+        // as without them, the job waits for its 10 µs of work.
+        let mut ahead = behind;
+        ahead.queue = 0;
+        ahead.since_us = 0;
+        ahead.remaining_work_us = 40.0;
+        ahead.running_tasks = 4;
+        assert_eq!(
+            of(&target, [ahead, target], 4.0),
+            (10.0 + 10.0, Kind::Queued)
+        );
     }
 
     #[test]

@@ -62,7 +62,7 @@ use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
-use jobcast_predictor::eta::{self, Eta, EtaCalibration, Kind, Predicted, Queued};
+use jobcast_predictor::eta::{self, Eta, EtaCalibration, JobProgress, Kind, Predicted, Queued};
 use jobcast_predictor::features::JobFeatures;
 use jobcast_predictor::history::{Estimator, History};
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
@@ -582,7 +582,12 @@ impl<'a> Run<'a> {
     }
 
     fn attained_us(&self, now: u64) -> u128 {
-        self.done_us + u128::from(self.running) * u128::from(now) - self.running_starts_us
+        self.done_us + self.running_attained_us(now)
+    }
+
+    /// The part of it its running tasks have run.
+    fn running_attained_us(&self, now: u64) -> u128 {
+        u128::from(self.running) * u128::from(now) - self.running_starts_us
     }
 
     /// Stage `first` became ready: its tasks become runnable; stages
@@ -818,15 +823,19 @@ pub fn simulate_with(
 impl<'a> Sim<'a> {
     /// A run as the ETA model sees it at `now`, if its size is predicted.
     fn queued(r: &Run<'_>, now: u64) -> Option<Queued> {
-        let size = r.estimate.map(|e| e.size_us).or(r.size_hint_us)?;
-        Some(Queued {
+        let size_us = r.estimate.map(|e| e.size_us).or(r.size_hint_us)?;
+        Some(Queued::from(JobProgress {
             job_id: r.spec.job_id(),
             queue: r.queue,
             since_us: r.enter_us,
-            remaining_work_us: size - r.attained_us(now) as f64,
-            remaining_tasks: r.unfinished,
+            size_us,
+            width: r.spec.width(),
+            unfinished: r.unfinished,
+            running: r.running,
+            attained_us: r.attained_us(now) as f64,
+            running_attained_us: r.running_attained_us(now) as f64,
             cpus_per_task: 1.0,
-        })
+        }))
     }
 
     /// The unfinished jobs of the `next` runs that have arrived, as jobcast

@@ -1,6 +1,7 @@
 //! When each live job should finish ([`crate::eta`]), as the engine knows
 //! it: the queue state the driving policy's decisions build (each job's
-//! queue, since when, its predicted size less the task time already run),
+//! queue, since when, its predicted size less the task time already run,
+//! its tasks running and how long they have run),
 //! the cluster's capacity (configured task slots, or the CPUs of the
 //! machines up), and the ETA each published decision carries. A job that
 //! finishes teaches the calibration how far off every ETA it was given
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
 use crate::decision::{Completion, Decision, PolicyKind};
-use crate::eta::{self, Eta, Predicted, Queued};
+use crate::eta::{self, Eta, JobProgress, Predicted, Queued};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
 
@@ -98,11 +99,10 @@ impl Progress {
         self.finished_us += finished_us.unwrap_or(0);
     }
 
-    /// Task time run by `now_us`, µs.
-    fn run_us(&self, now_us: u64) -> f64 {
-        let running = (u128::from(self.running) * u128::from(now_us))
-            .saturating_sub(self.running_since_sum_us);
-        self.finished_us as f64 + running as f64
+    /// Task time its running attempts have run by `now_us`, µs.
+    fn running_us(&self, now_us: u64) -> f64 {
+        (u128::from(self.running) * u128::from(now_us)).saturating_sub(self.running_since_sum_us)
+            as f64
     }
 }
 
@@ -120,18 +120,23 @@ impl LiveJob {
             .map(|e| e.size_us)
             .or(self.progress.size_hint_us)
             .filter(|s| s.is_finite())?;
-        Some(Queued {
+        let running_us = self.progress.running_us(now_us);
+        Some(Queued::from(JobProgress {
             job_id: self.submitted.job_id,
             queue,
             since_us,
-            remaining_work_us: size_us - self.progress.run_us(now_us),
-            remaining_tasks: self.record.width.saturating_sub(self.record.tasks_finished),
+            size_us,
+            width: self.record.width,
+            unfinished: self.record.width.saturating_sub(self.record.tasks_finished),
+            running: self.progress.running,
+            attained_us: self.progress.finished_us as f64 + running_us,
+            running_attained_us: running_us,
             cpus_per_task: if per_cpu {
                 self.submitted.cpu_request
             } else {
                 1.0
             },
-        })
+        }))
     }
 }
 
