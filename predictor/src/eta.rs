@@ -412,6 +412,32 @@ mod tests {
     }
 
     #[test]
+    fn a_running_task_has_its_jobs_mean_task_time_left_less_what_it_ran() {
+        let progress = JobProgress {
+            job_id: 1,
+            queue: 2,
+            since_us: 5,
+            size_us: 400.0,
+            width: 4,
+            unfinished: 3,
+            running: 2,
+            attained_us: 160.0,
+            running_attained_us: 60.0,
+            cpus_per_task: 1.0,
+        };
+        let q = Queued::from(progress);
+        assert_eq!((q.remaining_work_us, q.remaining_tasks), (240.0, 3));
+        // Tasks of 100 µs on average; the two running ran 30 µs each.
+        assert_eq!((q.running_tasks, q.running_left_us), (2, 70.0));
+        // Past the mean, a tenth of it.
+        let late = Queued::from(JobProgress {
+            running_attained_us: 300.0,
+            ..progress
+        });
+        assert_eq!(late.running_left_us, 10.0);
+    }
+
+    #[test]
     fn in_cpus_work_and_width_weigh_by_each_tasks_request() {
         let mut target = queued(5, 1, 100, 40.0, 8);
         target.cpus_per_task = 0.5;
