@@ -809,6 +809,40 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
 }
 
 #[test]
+fn a_decisions_eta_waits_for_the_slots_a_job_behind_holds() {
+    let mut engine = Engine::new(&eta_config(Some(2))).unwrap();
+    let mut effects = Effects::default();
+    // A wide job, in a low queue by its size, runs two tasks on both slots.
+    engine.apply(&submit(1, 1_000, 100), &mut effects).unwrap();
+    let (_, size1) = eta_of(&effects, 1_000);
+    let queue1 = decisions(&effects)[0].queue;
+    for i in 0..2 {
+        engine
+            .apply(&task(1, i, 2_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    effects.clear();
+    // A one-task job arrives a second later in a higher queue: ahead of
+    // the wide job, but GS does not preempt, so it waits for one of the
+    // two tasks to end, each after an exponential time of mean R (its
+    // job's mean task time less the second it ran). Free slots
+    // 2(1 − e^(−t/R)) reach one at R ln 2, having run 2(R ln 2 − R/2) of
+    // its work; the rest runs on one slot.
+    engine
+        .apply(&submit(2, 1_002_000, 1), &mut effects)
+        .unwrap();
+    assert!(decisions(&effects)[0].queue < queue1);
+    let (eta2, size2) = eta_of(&effects, 1_002_000);
+    let r = size1 / 100.0 - 1_000_000.0;
+    let t1 = r * std::f64::consts::LN_2;
+    let expected = t1 + size2 - 2.0 * (t1 - r / 2.0);
+    assert!(
+        (eta2 - expected).abs() <= expected * 5e-3,
+        "{eta2} against {expected}"
+    );
+}
+
+#[test]
 fn no_eta_slots_is_refused_by_name() {
     let err = Engine::new(&eta_config(Some(0))).err().expect("refused");
     assert!(err.to_string().contains("eta.slots"), "{err}");
