@@ -264,7 +264,7 @@ fn describe() {
     describe_counter!(
         TAKEOVER_OUTPUTS_LOST,
         Unit::Count,
-        "Input offsets whose outputs a takeover could not publish (dropped from the takeover buffer, or from before this instance's snapshot)"
+        "Input offsets whose outputs a takeover could not publish (dropped from the takeover buffer for its budget)"
     );
     describe_counter!(
         EVENTS_CONSUMED,

@@ -97,7 +97,8 @@ const COLUMN_FAMILIES: [&str; 12] = [
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 12: a job carries its ETA, a machine its
+/// The store's layout version. 13: a snapshot holds the outputs kept for
+/// other owners' partitions; 12: a job carries its ETA, a machine its
 /// CPUs; 11: a job's estimates carry their quantiles; 10: jobs carry their partition and requested time limit; 9: a snapshot holds the engine's after the
 /// pipeline's parts, its history values as bytes; 8: a snapshot may hold only the history
 /// changed since the one before it; 7: snapshots hold when each machine last
@@ -109,7 +110,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"12";
+pub const STORE_FORMAT: &[u8] = b"13";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).
@@ -834,6 +835,12 @@ impl StateBatch<'_> {
     /// Store one of a job's decisions; `version` orders them.
     pub fn put_decision<T: Serialize>(&mut self, job_id: u64, version: u32, decision: &T) {
         self.put_json(DECISIONS, &task_key(job_id, version), decision);
+    }
+
+    /// Store a decision already in its JSON form ([`Self::put_decision`]'s).
+    pub fn put_decision_json(&mut self, job_id: u64, version: u32, json: &[u8]) {
+        self.batch
+            .put_cf(self.store.cf(DECISIONS), task_key(job_id, version), json);
     }
 
     /// Store a task's record, in its binary form (`TaskRecord::to_bytes`).

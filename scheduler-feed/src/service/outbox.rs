@@ -10,11 +10,16 @@
 //! ([`Outbox::trim`]); a byte budget bounds the rest, and what it drops is
 //! remembered, so that a takeover that needs it says which outputs are lost
 //! instead of pretending.
+//!
+//! Each snapshot carries the outbox ([`Outbox::saved`]): an instance that
+//! restores one cannot compute the outputs before it again, yet may be the
+//! next owner of a partition whose owner died before storing them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
-use jobcast_predictor::decision::Decision;
-use jobcast_predictor::engine::JobRecord;
+use jobcast_predictor::engine::{JobRecord, SnapshotError};
+use serde::{Deserialize, Serialize};
 
 use super::sink::Outgoing;
 
@@ -25,8 +30,16 @@ use super::sink::Outgoing;
 #[derive(Default)]
 pub(super) struct Held {
     pub messages: Vec<Outgoing>,
-    pub decisions: Vec<Decision>,
+    pub decisions: Vec<HeldDecision>,
     pub ended: Vec<EndedJob>,
+}
+
+/// A decision as the store keeps it: its JSON, under its job and version.
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct HeldDecision {
+    pub job_id: u64,
+    pub version: u32,
+    pub json: Vec<u8>,
 }
 
 /// An ended job's final records: the job's, and its tasks' in their stored
@@ -60,13 +73,13 @@ impl Held {
                         .sum::<usize>()
             })
             .sum();
-        let pilots: usize = self.decisions.iter().map(|d| 4 * d.pilots.len()).sum();
+        let decisions: usize = self.decisions.iter().map(|d| d.json.len()).sum();
         let records: usize = self
             .ended
             .iter()
             .map(|e| JOB_RECORD_BYTES + e.tasks.iter().map(|(_, t)| t.len()).sum::<usize>())
             .sum();
-        messages + pilots + records
+        messages + decisions + records
     }
 
     fn extend(&mut self, other: Held) {
@@ -121,9 +134,9 @@ impl Outbox {
         self.partitions.keys().copied()
     }
 
-    /// Outputs of `partition` before `offset` are not here (this instance
-    /// restored a snapshot taken there).
-    pub(super) fn missing_before(&mut self, partition: i32, offset: i64) {
+    /// Outputs of `partition` before `offset` are not here (dropped for
+    /// the budget).
+    fn missing_before(&mut self, partition: i32, offset: i64) {
         let below = self.missing_below.entry(partition).or_insert(offset);
         *below = (*below).max(offset);
     }
@@ -201,6 +214,140 @@ impl Outbox {
     }
 }
 
+/// The outbox as a snapshot stores it: borrowed when saved, owned when
+/// restored.
+#[derive(Default, Serialize, Deserialize)]
+pub(super) struct SavedOutbox<'a> {
+    entries: Vec<SavedEntry<'a>>,
+    missing_below: Vec<(i32, i64)>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedEntry<'a> {
+    partition: i32,
+    offset: i64,
+    messages: Vec<SavedMessage<'a>>,
+    decisions: Cow<'a, [HeldDecision]>,
+    ended: Vec<SavedEnded<'a>>,
+}
+
+/// An ended job's record (`JobRecord::to_bytes`) and its tasks'.
+#[derive(Serialize, Deserialize)]
+struct SavedEnded<'a> {
+    job_id: u64,
+    record: Vec<u8>,
+    tasks: Cow<'a, [(u32, Vec<u8>)]>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedMessage<'a> {
+    topic: Cow<'a, str>,
+    key: Cow<'a, [u8]>,
+    payload: Cow<'a, [u8]>,
+    headers: Vec<(Cow<'a, str>, Cow<'a, [u8]>)>,
+}
+
+impl Outbox {
+    /// What a snapshot keeps of the outbox: every entry, and where the
+    /// budget dropped some.
+    pub(super) fn saved(&self) -> SavedOutbox<'_> {
+        let entries = self
+            .partitions
+            .iter()
+            .flat_map(|(&partition, queue)| queue.iter().map(move |e| (partition, e)))
+            .map(|(partition, entry)| SavedEntry {
+                partition,
+                offset: entry.offset,
+                messages: entry
+                    .held
+                    .messages
+                    .iter()
+                    .map(|m| SavedMessage {
+                        topic: Cow::Borrowed(&m.topic),
+                        key: Cow::Borrowed(&m.key),
+                        payload: Cow::Borrowed(&m.payload),
+                        headers: m
+                            .headers
+                            .iter()
+                            .map(|(k, v)| (Cow::Borrowed(k.as_ref()), Cow::Borrowed(&v[..])))
+                            .collect(),
+                    })
+                    .collect(),
+                decisions: Cow::Borrowed(&entry.held.decisions),
+                ended: entry
+                    .held
+                    .ended
+                    .iter()
+                    .map(|e| SavedEnded {
+                        job_id: e.record.job_id,
+                        record: e.record.to_bytes(),
+                        tasks: Cow::Borrowed(&e.tasks[..]),
+                    })
+                    .collect(),
+            })
+            .collect();
+        SavedOutbox {
+            entries,
+            missing_below: self.missing_below.iter().map(|(&p, &o)| (p, o)).collect(),
+        }
+    }
+
+    /// The outbox a snapshot saved, under the budget `max_bytes`.
+    pub(super) fn restored(
+        max_bytes: usize,
+        saved: SavedOutbox<'_>,
+    ) -> Result<Self, SnapshotError> {
+        let mut outbox = Outbox::new(max_bytes);
+        outbox.missing_below = saved.missing_below.into_iter().collect();
+        for entry in saved.entries {
+            let messages = entry
+                .messages
+                .into_iter()
+                .map(|m| Outgoing {
+                    topic: m.topic.into_owned(),
+                    key: m.key.into_owned(),
+                    payload: m.payload.into_owned(),
+                    headers: m
+                        .headers
+                        .into_iter()
+                        .map(|(k, v)| (Cow::Owned(k.into_owned()), v.into_owned()))
+                        .collect(),
+                    caused_at: None,
+                })
+                .collect();
+            let ended = entry
+                .ended
+                .into_iter()
+                .map(
+                    |SavedEnded {
+                         job_id,
+                         record,
+                         tasks,
+                     }| {
+                        let record = JobRecord::from_bytes(&record).map_err(|reason| {
+                            SnapshotError::Record {
+                                job_id,
+                                reason: format!("held for another owner: {reason}"),
+                            }
+                        })?;
+                        Ok(EndedJob {
+                            record,
+                            tasks: tasks.into_owned(),
+                        })
+                    },
+                )
+                .collect::<Result<_, SnapshotError>>()?;
+            let held = Held {
+                messages,
+                decisions: entry.decisions.into_owned(),
+                ended,
+            };
+            outbox.push(entry.partition, entry.offset, held);
+        }
+        Ok(outbox)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,19 +412,77 @@ mod tests {
     }
 
     #[test]
-    fn outputs_from_before_a_restore_are_lost_only_if_needed() {
-        let mut outbox = Outbox::new(1 << 20);
-        outbox.missing_before(5, 100);
+    fn a_restored_outbox_holds_what_was_saved_and_where_the_budget_dropped() {
+        use jobcast_predictor::engine::JobState;
+
+        let record = JobRecord {
+            job_id: 9,
+            submit_us: 1,
+            user: "u".into(),
+            job_name: "n".into(),
+            logical_name: String::new(),
+            width: 1,
+            state: JobState::Finished,
+            end_us: Some(5),
+            tasks_finished: 1,
+            estimates: Default::default(),
+            actual_mean_task_runtime_us: Some(4.0),
+            errors: Default::default(),
+            eta: None,
+        };
+        let ended = Held {
+            messages: vec![Outgoing {
+                topic: "out".into(),
+                key: b"9".to_vec(),
+                payload: b"{}".to_vec(),
+                headers: vec![("h".into(), b"v".to_vec())],
+                caused_at: None,
+            }],
+            decisions: vec![HeldDecision {
+                job_id: 9,
+                version: 2,
+                json: b"{}".to_vec(),
+            }],
+            ended: vec![EndedJob {
+                record: record.clone(),
+                tasks: vec![(0, vec![1, 2, 3])],
+            }],
+        };
+        // Three messages of 10 bytes, then 210 (the record's 200, its task's
+        // 3, the decision's 2, the message's 5): the first is dropped.
+        let mut outbox = Outbox::new(235);
+        for offset in 0..3 {
+            outbox.push(1, offset, message(10));
+        }
+        outbox.push(2, 7, ended);
+        assert_eq!(outbox.bytes(), 230);
+
+        let bytes = postcard::to_allocvec(&outbox.saved()).unwrap();
+        let saved: SavedOutbox<'_> = postcard::from_bytes(&bytes).unwrap();
+        let mut restored = Outbox::restored(235, saved).unwrap();
+        assert_eq!(restored.bytes(), 230);
         let mut out = Held::default();
-        assert_eq!(outbox.take(5, 100, &mut out), None);
-        outbox.missing_before(5, 100);
         assert_eq!(
-            outbox.take(5, 40, &mut out),
+            restored.take(1, 0, &mut out),
             Some(Lost {
-                partition: 5,
-                from: 40,
-                until: 100
+                partition: 1,
+                from: 0,
+                until: 1
             })
         );
+        assert_eq!(keys(&out), [10, 10]);
+        let mut out = Held::default();
+        assert_eq!(restored.take(2, 7, &mut out), None);
+        let message = &out.messages[0];
+        assert_eq!(
+            (&message.topic[..], &message.key[..], &message.payload[..]),
+            ("out", &b"9"[..], &b"{}"[..])
+        );
+        assert_eq!(message.headers, [("h".into(), b"v".to_vec())]);
+        let decision = &out.decisions[0];
+        assert_eq!((decision.job_id, decision.version), (9, 2));
+        assert_eq!(out.ended[0].record, record);
+        assert_eq!(out.ended[0].tasks, [(0, vec![1, 2, 3])]);
+        assert_eq!(restored.bytes(), 0);
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! Every `storage.snapshot_every_events` messages, the batch that crosses
 //! the mark also writes a snapshot (the engine's state, which partition
-//! each live job and machine came from, and how far each input partition
-//! was applied), and the same atomic write deletes the log behind it. The
+//! each live job and machine came from, how far each input partition was
+//! applied, and what is held for other owners), and the same atomic write
+//! deletes the log behind it. The
 //! engine's history, nearly all of its bytes, is in it whole only now and
 //! then ([`CHANGES_PER_WHOLE`]); the snapshots between hold the values
 //! changed since the one before. On start, the chain from the latest whole
@@ -22,7 +23,6 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use jobcast_predictor::decision::Decision;
 use jobcast_predictor::engine::{Effects, Engine, JobState, Output, RestoreError, SnapshotError};
 use jobcast_predictor::history::HistoryKey;
 use jobcast_storage::state::{JOBCAST_VERSION, StateBatch};
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::group::MemberContext;
-use super::outbox::{EndedJob, Held, Lost};
+use super::outbox::{EndedJob, Held, HeldDecision, Lost, Outbox, SavedOutbox};
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, encode};
 use crate::error::ServiceError;
@@ -96,7 +96,7 @@ impl SnapshotChain {
 /// after it (`Engine::snapshot_to`), in one buffer: neither is copied into
 /// the other.
 #[derive(Serialize, Deserialize)]
-struct PipelineSnapshot {
+struct PipelineSnapshot<'a> {
     job_partitions: Vec<(u64, i32)>,
     machine_partitions: Vec<(u64, i32)>,
     /// The next offset of each input partition after the messages the
@@ -107,6 +107,9 @@ struct PipelineSnapshot {
     /// The expiry bound reached: the store holds no ended job below it,
     /// so the restore's expiry scan starts there.
     expired_before: u64,
+    /// The outputs and final records held for other owners' partitions:
+    /// those before the snapshot cannot be computed again.
+    outbox: SavedOutbox<'a>,
 }
 
 impl Pipeline<'_> {
@@ -158,6 +161,7 @@ impl Pipeline<'_> {
             applied: self.applied.clone(),
             watermark_us: self.watermark_us,
             expired_before: self.expired_before,
+            outbox: self.outbox.saved(),
         };
         // Sized for a whole one like the last (pages not written to cost
         // nothing): growing to tens of MB would copy it again and again.
@@ -244,14 +248,17 @@ impl Pipeline<'_> {
             }
         }
         let mut write = store.batch();
-        for &partition in &taken {
+        // On start, what the snapshot held for each owned partition too: an
+        // earlier start may have been killed after it marked a partition
+        // stored and before it stored what it held for it.
+        for &partition in if starting { &owned } else { &taken } {
             let from = self.owned[&partition];
             let mut held = Held::default();
             if let Some(lost) = self.outbox.take(partition, from, &mut held) {
                 report_lost(lost);
             }
             for d in &held.decisions {
-                write.put_decision(d.job_id, d.version, d);
+                write.put_decision_json(d.job_id, d.version, &d.json);
             }
             for ended in &held.ended {
                 for (index, task) in &ended.tasks {
@@ -461,10 +468,8 @@ impl Pipeline<'_> {
         let (snapshot, _) = snapshots.pop().expect("restored from a snapshot");
         self.job_partitions = snapshot.job_partitions.into_iter().collect();
         self.machine_partitions = snapshot.machine_partitions.into_iter().collect();
-        // Outputs from before the snapshot cannot be computed again.
-        for (&partition, &next) in &snapshot.applied {
-            self.outbox.missing_before(partition, next);
-        }
+        self.outbox = Outbox::restored(self.config.consumer.takeover_buffer_bytes, snapshot.outbox)
+            .map_err(RestoreError::from)?;
         self.applied = snapshot.applied;
         self.watermark_us = snapshot.watermark_us;
         self.expired_before = snapshot.expired_before;
@@ -530,11 +535,15 @@ impl Pipeline<'_> {
 }
 
 /// The decisions among `outputs`, for the store of whoever publishes them.
-pub(super) fn decisions(outputs: &[Output]) -> Vec<Decision> {
+pub(super) fn decisions(outputs: &[Output]) -> Vec<HeldDecision> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            Output::Decision(d) => Some(d.clone()),
+            Output::Decision(d) => Some(HeldDecision {
+                job_id: d.job_id,
+                version: d.version,
+                json: serde_json::to_vec(d).expect("decisions serialise"),
+            }),
             _ => None,
         })
         .collect()
