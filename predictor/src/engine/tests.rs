@@ -782,16 +782,7 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
     // Its two tasks run for 1 s each; then a like job of one task arrives
     // behind it: the first's remaining work drains on the two slots, then
     // the second runs.
-    for i in 0..2 {
-        engine
-            .apply(&task(1, i, 2_000, "schedule"), &mut effects)
-            .unwrap();
-    }
-    effects.clear();
-    engine
-        .apply(&submit(2, 1_002_000, 1), &mut effects)
-        .unwrap();
-    let (eta2, size2) = eta_of(&effects, 1_002_000);
+    let (eta2, size2) = two_start_then_one_arrives(&mut engine, &mut effects);
     assert_eq!(size2 * 2.0, size1, "the same mean task runtime");
     let expected = (size1 - 2.0 * 1_000_000.0) / 2.0 + size2;
     assert!((eta2 - expected).abs() <= 1.0, "{eta2} against {expected}");
@@ -808,6 +799,19 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
     );
 }
 
+/// Job 1's first two tasks start at 2 ms, then a one-task job 2 arrives a
+/// second later: its ETA and predicted size (its decision in `effects`).
+fn two_start_then_one_arrives(engine: &mut Engine, effects: &mut Effects) -> (f64, f64) {
+    for i in 0..2 {
+        engine
+            .apply(&task(1, i, 2_000, "schedule"), effects)
+            .unwrap();
+    }
+    effects.clear();
+    engine.apply(&submit(2, 1_002_000, 1), effects).unwrap();
+    eta_of(effects, 1_002_000)
+}
+
 #[test]
 fn a_decisions_eta_waits_for_the_slots_a_job_behind_holds() {
     let mut engine = Engine::new(&eta_config(Some(2))).unwrap();
@@ -816,23 +820,14 @@ fn a_decisions_eta_waits_for_the_slots_a_job_behind_holds() {
     engine.apply(&submit(1, 1_000, 100), &mut effects).unwrap();
     let (_, size1) = eta_of(&effects, 1_000);
     let queue1 = decisions(&effects)[0].queue;
-    for i in 0..2 {
-        engine
-            .apply(&task(1, i, 2_000, "schedule"), &mut effects)
-            .unwrap();
-    }
-    effects.clear();
     // A one-task job arrives a second later in a higher queue: ahead of
     // the wide job, but GS does not preempt, so it waits for one of the
     // two tasks to end, each after an exponential time of mean R (its
     // job's mean task time less the second it ran). Free slots
     // 2(1 − e^(−t/R)) reach one at R ln 2, having run 2(R ln 2 − R/2) of
     // its work; the rest runs on one slot.
-    engine
-        .apply(&submit(2, 1_002_000, 1), &mut effects)
-        .unwrap();
+    let (eta2, size2) = two_start_then_one_arrives(&mut engine, &mut effects);
     assert!(decisions(&effects)[0].queue < queue1);
-    let (eta2, size2) = eta_of(&effects, 1_002_000);
     let r = size1 / 100.0 - 1_000_000.0;
     let t1 = r * std::f64::consts::LN_2;
     let expected = t1 + size2 - 2.0 * (t1 - r / 2.0);
