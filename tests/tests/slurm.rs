@@ -688,6 +688,7 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
         "{report}"
     );
     assert_eq!(report["killed_at_limit"], 0, "{report}");
+    assert_eq!(report["killed_jobs"], 0, "{report}");
     assert!(number("p50_decision_delay_s") >= 0.0, "{report}");
     for key in ["dispatch_gap_s", "jobcast_dispatch_gap_s"] {
         assert!(number(key) >= 0.0, "{key}: {report}");

@@ -24,7 +24,7 @@
 //! is simulated as FIFO: with every priority equal Slurm starts jobs in
 //! submission order, and one-CPU tasks leave backfill nothing to reorder.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -97,8 +97,9 @@ pub struct SlurmArgs {
     /// Let `slurm apply` set time limits from this quantile (p50, p90,
     /// p95, p99; `slurm apply --walltime-quantile`), with a margin of
     /// `--walltime-margin` and a floor of a minute; the report counts the
-    /// tasks killed at their limit. Slurm's limits are whole minutes, so
-    /// set `--time-scale` for tasks of minutes to see any.
+    /// tasks killed at their limit, and leaves their jobs out of both
+    /// runs' JCTs. Slurm's limits are whole minutes, so set `--time-scale`
+    /// for tasks of minutes to see any.
     #[arg(long, value_name = "QUANTILE", value_parser = crate::slurm::apply::parse_quantile)]
     walltime_quantile: Option<usize>,
     #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
@@ -123,12 +124,47 @@ impl SlurmArgs {
 }
 
 /// What one run on the cluster measured.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 struct LiveRun {
-    avg_jct_s: f64,
-    p50_jct_s: f64,
+    /// Each job's JCT, s, by its index in the workload.
+    jcts: BTreeMap<usize, f64>,
+    /// The jobs of which Slurm ended a task at its time limit: their JCT
+    /// is a kill's, not a completion's.
+    killed: BTreeSet<usize>,
     /// Tasks Slurm ended at their time limit.
     killed_at_limit: usize,
+}
+
+impl LiveRun {
+    fn of(observed: &Observed) -> LiveRun {
+        let timed_out = || {
+            observed
+                .tasks
+                .iter()
+                .filter(|(_, t)| t.job_state == "TIMEOUT")
+        };
+        LiveRun {
+            jcts: observed.jcts(),
+            killed: timed_out()
+                .filter_map(|((job, _), _)| observed.jobs.get(job).copied())
+                .collect(),
+            killed_at_limit: timed_out().count(),
+        }
+    }
+
+    /// Average and P50 JCT, s, over the jobs `killed` leaves out.
+    fn jct_s(&self, killed: &BTreeSet<usize>) -> (f64, f64) {
+        let jcts: Vec<f64> = self
+            .jcts
+            .iter()
+            .filter(|(job, _)| !killed.contains(job))
+            .map(|(_, &jct)| jct)
+            .collect();
+        (
+            jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
+            median(jcts).unwrap_or(0.0),
+        )
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -138,6 +174,8 @@ struct Report {
     policy: PolicyKind,
     /// Past jobs jobcast learnt before the run (0 with `--cold-start`).
     history_jobs: usize,
+    /// Jobs a time limit killed in either run, left out of both runs' JCTs.
+    killed_jobs: usize,
     baseline_avg_jct_s: f64,
     baseline_p50_jct_s: f64,
     jobcast_avg_jct_s: f64,
@@ -279,18 +317,15 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     // dispatch gap Slurm alone showed.
     let dispatch_gap_s = alone.dispatch_gap_s(cpus);
     let queues = scale.queues();
-    let simulated = |policy| -> anyhow::Result<(f64, SimReport)> {
+    let simulated = |policy| {
         let gap_us = (dispatch_gap_s * 1e6).round() as u64;
-        let report = simulate_live(&live, &past, &shape, cpus, gap_us, policy, &queues)?;
-        let avg = report
-            .summary
-            .avg_jct_s
-            .context("the simulation finished no job")?;
-        Ok((avg, report))
+        simulate_live(&live, &past, &shape, cpus, gap_us, policy, &queues)
     };
-    let ((simulated_baseline, _), (simulated_jobcast, simulated_run)) =
-        (simulated(PolicyKind::Fifo)?, simulated(args.policy)?);
-    let (simulated_oracle, _) = simulated(PolicyKind::Oracle)?;
+    let (fifo_run, simulated_run, oracle_run) = (
+        simulated(PolicyKind::Fifo)?,
+        simulated(args.policy)?,
+        simulated(PolicyKind::Oracle)?,
+    );
     let mock =
         MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
     let topics = Topics::default();
@@ -308,16 +343,40 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     eta_errors.sort_by(f64::total_cmp);
     let eta_within = errors.etas.iter().filter(|&&(_, within)| within).count();
 
+    // Both runs' averages leave out every job a limit killed in either:
+    // a killed job did not finish, and would be run again.
+    let killed: BTreeSet<usize> = baseline.killed.union(&jobcast.killed).copied().collect();
+    let (baseline_avg_jct_s, baseline_p50_jct_s) = baseline.jct_s(&killed);
+    let (jobcast_avg_jct_s, jobcast_p50_jct_s) = jobcast.jct_s(&killed);
+    let killed_ids: BTreeSet<u64> = killed.iter().map(|&i| live[i].job.job_id()).collect();
+    let simulated_avg_jct_s = |report: &SimReport| {
+        let jcts: Vec<f64> = report
+            .jobs
+            .iter()
+            .filter(|j| !killed_ids.contains(&j.job_id))
+            .map(|j| j.jct_us as f64 / 1e6)
+            .collect();
+        if jcts.is_empty() {
+            bail!("the simulation finished no job");
+        }
+        Ok(jcts.iter().sum::<f64>() / jcts.len() as f64)
+    };
+    let (simulated_baseline, simulated_jobcast, simulated_oracle) = (
+        simulated_avg_jct_s(&fifo_run)?,
+        simulated_avg_jct_s(&simulated_run)?,
+        simulated_avg_jct_s(&oracle_run)?,
+    );
     let report = Report {
         jobs: live.len(),
         cpus,
         policy: args.policy,
         history_jobs: history.len(),
-        baseline_avg_jct_s: baseline.avg_jct_s,
-        baseline_p50_jct_s: baseline.p50_jct_s,
-        jobcast_avg_jct_s: jobcast.avg_jct_s,
-        jobcast_p50_jct_s: jobcast.p50_jct_s,
-        speedup: baseline.avg_jct_s / jobcast.avg_jct_s,
+        killed_jobs: killed.len(),
+        baseline_avg_jct_s,
+        baseline_p50_jct_s,
+        jobcast_avg_jct_s,
+        jobcast_p50_jct_s,
+        speedup: baseline_avg_jct_s / jobcast_avg_jct_s,
         dispatch_gap_s,
         jobcast_dispatch_gap_s: observed.dispatch_gap_s(cpus),
         simulated_baseline_avg_jct_s: simulated_baseline,
@@ -349,7 +408,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          simulated speedup        {:.2}× ({:.1} s / {:.1} s; the Oracle {:.2}×)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
          P50 decision delay       {} s\n\
-         killed at a time limit   {}\n\
+         killed at a time limit   {} tasks of {} jobs (their JCTs left out of both runs')\n\
          ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
         report.jobs,
         report.cpus,
@@ -369,6 +428,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         report.estimated_jobs,
         opt(report.p50_decision_delay_s),
         report.killed_at_limit,
+        report.killed_jobs,
         opt(report.p50_eta_error_pct),
         opt(report.p90_eta_error_pct),
         report.eta_jobs,
@@ -593,11 +653,11 @@ impl Observed {
             .count()
     }
 
-    /// Each job's JCT, s.
-    fn jcts(&self) -> Vec<f64> {
+    /// Each job's JCT, s, by its index in the workload.
+    fn jcts(&self) -> BTreeMap<usize, f64> {
         self.jobs
-            .keys()
-            .filter_map(|&job| self.jct_s(job))
+            .iter()
+            .filter_map(|(&job, &index)| Some((index, self.jct_s(job)?)))
             .collect()
     }
 
@@ -733,17 +793,7 @@ fn run_live(
     if !stopped.is_empty() {
         bail!("{}", stopped.join("; "));
     }
-    let jcts = observed.jcts();
-    let run = LiveRun {
-        avg_jct_s: jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
-        p50_jct_s: median(jcts.clone()).unwrap_or(0.0),
-        killed_at_limit: observed
-            .tasks
-            .values()
-            .filter(|t| t.job_state == "TIMEOUT")
-            .count(),
-    };
-    Ok((run, observed))
+    Ok((LiveRun::of(&observed), observed))
 }
 
 fn submit_and_follow(
@@ -1089,7 +1139,51 @@ fn job_rows(
 
 #[cfg(test)]
 mod tests {
-    use super::{Observed, SqueueJob, limit_minutes};
+    use std::collections::BTreeSet;
+
+    use super::{LiveRun, Observed, SqueueJob, limit_minutes};
+
+    /// A job with one task per (state, submit, end).
+    fn observe(observed: &mut Observed, job: u64, tasks: &[(&str, u64, u64)]) {
+        observed.jobs.insert(job, job as usize);
+        for (index, &(state, submit, end)) in (0..).zip(tasks) {
+            let record: SqueueJob = serde_json::from_value(serde_json::json!({
+                "job_id": job,
+                "job_state": state,
+                "submit_time": submit,
+                "start_time": submit,
+                "end_time": end,
+            }))
+            .unwrap();
+            observed.tasks.insert((job, index), record);
+        }
+    }
+
+    #[test]
+    fn a_job_killed_at_its_limit_in_either_run_is_left_out_of_both_runs_jcts() {
+        let (mut alone, mut driven) = (Observed::default(), Observed::default());
+        for observed in [&mut alone, &mut driven] {
+            observe(observed, 0, &[("COMPLETED", 0, 10)]);
+            observe(observed, 2, &[("COMPLETED", 0, 20)]);
+        }
+        observe(
+            &mut alone,
+            1,
+            &[("COMPLETED", 0, 100), ("COMPLETED", 0, 90)],
+        );
+        // Its limit ended one task of job 1 at 60 s.
+        observe(&mut driven, 1, &[("COMPLETED", 0, 30), ("TIMEOUT", 0, 60)]);
+        let (alone, driven) = (LiveRun::of(&alone), LiveRun::of(&driven));
+        assert_eq!((alone.killed_at_limit, driven.killed_at_limit), (0, 1));
+        assert_eq!(driven.killed, BTreeSet::from([1]));
+        assert_eq!(driven.jcts[&1], 60.0);
+        let killed: BTreeSet<usize> = alone.killed.union(&driven.killed).copied().collect();
+        assert_eq!(alone.jct_s(&killed), (15.0, 15.0));
+        assert_eq!(driven.jct_s(&killed), (15.0, 15.0));
+        // Counted, job 1 would make the driven run look faster.
+        assert_eq!(alone.jct_s(&BTreeSet::new()).0, 130.0 / 3.0);
+        assert_eq!(driven.jct_s(&BTreeSet::new()).0, 90.0 / 3.0);
+    }
 
     /// Tasks (submit, start, end: s after 100) on 2 CPUs: a CPU is freed
     /// at 2 s while two tasks wait and taken at 3 s; the second waiting
