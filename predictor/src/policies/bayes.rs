@@ -40,7 +40,11 @@
 //! **How many pilots.** The smallest m with posterior sd ≤ τ (the target),
 //! i.e. m = ⌈σ1² (1/τ² − 1/σo²)⌉ (σ1 as known before the job: learnt or
 //! default). m = 0 when the prior is already tight (σo ≤ τ): the job is
-//! placed by the prior at once, with no sampling delay. Otherwise m is
+//! placed by the prior at once, with no sampling delay, unless the few
+//! pilots it would get anyway (`min_pilot_fraction` of its tasks) would
+//! cut the sd by a quarter or more: where tasks vary less than even a
+//! good history does, pilots running side by side cost little delay and
+//! beat the prior (`PILOT_GAIN`). Otherwise m is
 //! raised to `min_pilot_fraction` of the width (pilots run side by side,
 //! so more of them cost little delay, and a learnt σ1 can be too
 //! optimistic to trust one pilot) and capped at `max_pilot_fraction`, or
@@ -105,6 +109,10 @@ const DRIFT_WINDOW: usize = 500;
 
 /// A narrow job's pilots are at most 1/this of its tasks.
 const NARROW_PILOT_SHARE: u32 = 4;
+
+/// A tight prior is still sampled when its pilots would bring the sd to
+/// this share of the prior's or below.
+const PILOT_GAIN: f64 = 0.75;
 
 /// Fold `x` into a learnt mean and the count of jobs it rests on.
 fn learn(slot: &mut Option<(f64, u64)>, x: f64) {
@@ -179,6 +187,13 @@ fn pilots_needed(prior: Belief, task_log_sd: f64, target: f64) -> u32 {
     let needed = task_log_sd * task_log_sd * (1.0 / (target * target) - prior.precision);
     // The slack keeps 16.000…01 from asking for a 17th pilot.
     (needed - 1e-9).ceil().clamp(0.0, f64::from(u32::MAX)) as u32
+}
+
+/// Whether `m` pilots of tasks with log sd `task_log_sd` would bring
+/// `prior`'s sd to [`PILOT_GAIN`] of itself or below.
+fn pilots_pay(prior: Belief, task_log_sd: f64, m: u32) -> bool {
+    let posterior = prior.precision + f64::from(m) / (task_log_sd * task_log_sd);
+    posterior > 0.0 && (prior.precision / posterior).sqrt() <= PILOT_GAIN
 }
 
 /// ⌈fraction × width⌉, at most `width`.
@@ -316,11 +331,12 @@ impl Policy for Bayes {
                 thin_bypass(PolicyKind::Bayes, job.job_id)
             };
         }
-        let needed = pilots_needed(prior, self.task_log_sd(), self.config.target_log_sd);
-        if needed == 0 {
+        let task_log_sd = self.task_log_sd();
+        let needed = pilots_needed(prior, task_log_sd, self.config.target_log_sd);
+        let floor = pilot_cap(self.config.min_pilot_fraction, width);
+        if needed == 0 && !pilots_pay(prior, task_log_sd, floor.max(1)) {
             return by_prior();
         }
-        let floor = pilot_cap(self.config.min_pilot_fraction, width);
         let narrow = self.config.narrow_pilots.min(width / NARROW_PILOT_SHARE);
         let cap = pilot_cap(self.config.max_pilot_fraction, width)
             .max(narrow)
@@ -653,6 +669,24 @@ mod tests {
     }
 
     #[test]
+    fn a_tight_prior_is_sampled_where_a_few_pilots_would_be_far_tighter() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let f = JobFeatures::of(&job(0, 100));
+        for i in 0..50u64 {
+            let r = if i % 2 == 0 { 20.0 } else { 22.0 };
+            history.observe(&f, i, r * S);
+        }
+        let ctx = kit.ctx(&history);
+        let mut b = Bayes::new(&PolicyConfig::default());
+        // Earlier pilots found tasks within about 10 % of each other: the
+        // 3 pilots of 3 % would leave the prior's σo ≈ 0.15 at a third.
+        b.task_log_var = Some((0.01, 100));
+        let d = b.on_submit(&job(1, 100), &ctx);
+        assert_eq!((d.phase, d.pilots.len()), (Phase::Sampling, 3));
+    }
+
+    #[test]
     fn the_posterior_matches_the_closed_form() {
         let kit = Kit::new();
         let mut history = kit.history();
@@ -756,6 +790,11 @@ mod tests {
             precision: 16.0,
         };
         assert_eq!(pilots_needed(tight, 1.0, 0.25), 0);
+        // Three pilots of σ1 = 1 leave it at √(16/19) ≈ 0.92 of its sd; of
+        // σ1 = 0.25, at √(16/64) = 0.5: worth running.
+        assert!(!pilots_pay(tight, 1.0, 3));
+        assert!(pilots_pay(tight, 0.25, 3));
+        assert!(!pilots_pay(flat, 1.0, 0), "no pilots, no gain");
         assert_eq!(pilot_cap(0.05, 100), 5);
         assert_eq!(pilot_cap(0.05, 101), 6);
         assert_eq!(pilot_cap(0.05, 1), 1);
