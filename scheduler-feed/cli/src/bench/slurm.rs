@@ -186,8 +186,9 @@ struct Report {
     /// task that waited: how long it takes to hand a freed CPU on. The
     /// simulations hold each freed slot this long.
     dispatch_gap_s: f64,
-    /// The same, with jobcast driving Slurm: its `scontrol` updates and
-    /// `squeue` polls load the controller too.
+    /// The same, with jobcast driving Slurm: each `scontrol update` also
+    /// runs Slurm's scheduler, which matters on a cluster whose job ends
+    /// do not (no epilog; `scripts/slurm.sh` sets one).
     jobcast_dispatch_gap_s: f64,
     simulated_baseline_avg_jct_s: f64,
     simulated_jobcast_avg_jct_s: f64,
