@@ -152,18 +152,17 @@ impl LiveRun {
         }
     }
 
-    /// Average and P50 JCT, s, over the jobs `killed` leaves out.
-    fn jct_s(&self, killed: &BTreeSet<usize>) -> (f64, f64) {
+    /// Average and P50 JCT, s, over the jobs `killed` leaves out; none if
+    /// it leaves out every job.
+    fn jct_s(&self, killed: &BTreeSet<usize>) -> Option<(f64, f64)> {
         let jcts: Vec<f64> = self
             .jcts
             .iter()
             .filter(|(job, _)| !killed.contains(job))
             .map(|(_, &jct)| jct)
             .collect();
-        (
-            jcts.iter().sum::<f64>() / jcts.len().max(1) as f64,
-            median(jcts).unwrap_or(0.0),
-        )
+        let avg = jcts.iter().sum::<f64>() / jcts.len() as f64;
+        Some((avg, median(jcts)?))
     }
 }
 
@@ -347,8 +346,14 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     // Both runs' averages leave out every job a limit killed in either:
     // a killed job did not finish, and would be run again.
     let killed: BTreeSet<usize> = baseline.killed.union(&jobcast.killed).copied().collect();
-    let (baseline_avg_jct_s, baseline_p50_jct_s) = baseline.jct_s(&killed);
-    let (jobcast_avg_jct_s, jobcast_p50_jct_s) = jobcast.jct_s(&killed);
+    let no_jct = || {
+        format!(
+            "no job finished in both runs ({} killed at a time limit): nothing to compare",
+            killed.len()
+        )
+    };
+    let (baseline_avg_jct_s, baseline_p50_jct_s) = baseline.jct_s(&killed).with_context(no_jct)?;
+    let (jobcast_avg_jct_s, jobcast_p50_jct_s) = jobcast.jct_s(&killed).with_context(no_jct)?;
     let killed_ids: BTreeSet<u64> = killed.iter().map(|&i| live[i].job.job_id()).collect();
     let simulated_avg_jct_s = |report: &SimReport| {
         let jcts: Vec<f64> = report
@@ -1179,11 +1184,13 @@ mod tests {
         assert_eq!(driven.killed, BTreeSet::from([1]));
         assert_eq!(driven.jcts[&1], 60.0);
         let killed: BTreeSet<usize> = alone.killed.union(&driven.killed).copied().collect();
-        assert_eq!(alone.jct_s(&killed), (15.0, 15.0));
-        assert_eq!(driven.jct_s(&killed), (15.0, 15.0));
+        assert_eq!(alone.jct_s(&killed), Some((15.0, 15.0)));
+        assert_eq!(driven.jct_s(&killed), Some((15.0, 15.0)));
         // Counted, job 1 would make the driven run look faster.
-        assert_eq!(alone.jct_s(&BTreeSet::new()).0, 130.0 / 3.0);
-        assert_eq!(driven.jct_s(&BTreeSet::new()).0, 90.0 / 3.0);
+        assert_eq!(alone.jct_s(&BTreeSet::new()).unwrap().0, 130.0 / 3.0);
+        assert_eq!(driven.jct_s(&BTreeSet::new()).unwrap().0, 90.0 / 3.0);
+        // Every job killed: no JCT to compare.
+        assert_eq!(driven.jct_s(&BTreeSet::from([0, 1, 2])), None);
     }
 
     /// Tasks (submit, start, end: s after 100) on 2 CPUs: a CPU is freed
