@@ -18,6 +18,25 @@ use jobcast_scheduler_feed::config::TOKEN_VARIABLE;
 
 use crate::jobcast_bin;
 
+/// What `jobcast serve` logs when the group gives it partitions
+/// (`partitions=[...]`), and at the end of every change of what it owns
+/// (its records stored, its outputs published).
+pub const ASSIGNED: &str = "partitions assigned to this instance";
+pub const OWNS: &str = "this instance owns these partitions";
+
+/// The partitions a log line lists as `partitions=[...]`.
+pub fn logged_partitions(line: &str) -> Vec<i64> {
+    let list = line
+        .split_once("partitions=[")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .unwrap_or_else(|| panic!("no partitions in {line:?}"))
+        .0;
+    list.split(", ")
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("no partition: {p:?}")))
+        .collect()
+}
+
 pub struct Serve {
     child: Child,
     pub http: String,
@@ -459,7 +478,19 @@ pub fn assert_shared_state_after(single: &Path, shared: &[&Path], stored: Stored
         let expected = dump(single, family);
         assert!(!expected.is_empty(), "no {family} stored");
         for path in shared {
-            assert!(dump(path, family) == expected, "{family} differs");
+            let records = dump(path, family);
+            assert!(
+                records == expected,
+                "{}: {family} differs ({} records against {}; first different key {:?})",
+                path.display(),
+                records.len(),
+                expected.len(),
+                records
+                    .iter()
+                    .zip(&expected)
+                    .find(|(r, e)| r != e)
+                    .map(|(r, _)| &r.0)
+            );
         }
     }
     for path in shared {

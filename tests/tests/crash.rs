@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
-use jobcast_tests::serve::{Serve, Stored, assert_shared_state_after, restartable, wait_balanced};
+use jobcast_tests::serve::{
+    ASSIGNED, OWNS, Serve, Stored, assert_shared_state_after, restartable, wait_balanced,
+};
 use jobcast_tests::{jobcast_ok, repo};
 
 const PARTITIONS: i32 = 48;
@@ -49,12 +51,6 @@ const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
 const TAKEOVER_BATCH: &str = "consumer.batch_max_events=5";
 /// Snapshots often enough that most runs between kills take some.
 const SNAPSHOT_EVERY: &str = "storage.snapshot_every_events=20000";
-
-/// What the service logs when the group gives it partitions, and at the
-/// end of every change of what it owns (its records stored, its outputs
-/// published).
-const ASSIGNED: &str = "partitions assigned to this instance";
-const OWNS: &str = "this instance owns these partitions";
 
 /// Where a kill landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -3,16 +3,17 @@
 //! HTTP API and metrics, SIGTERM and SIGKILL.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind};
-use jobcast_ingest::kafka::Topics;
+use jobcast_ingest::kafka::{Topics, event_key};
 use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
-use jobcast_storage::state::StateStore;
+use jobcast_storage::state::{StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
-    SHORT_SESSION, Serve, assert_same_state, assert_shared_state, free_port, restartable,
-    stored_state, wait_balanced,
+    ASSIGNED, OWNS, SHORT_SESSION, Serve, assert_same_state, assert_shared_state, free_port,
+    logged_partitions, restartable, stored_state, wait_balanced,
 };
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
@@ -642,4 +643,141 @@ fn sigterm_during_the_restore_stops_it_without_a_snapshot_and_the_next_start_res
     serve.terminate();
     assert_eq!(snapshots(), 1, "the stop snapshot");
     assert_eq!(stored_state(&state), whole);
+}
+
+/// An instance restarted owning, from its first assignment, a partition
+/// its partner stored before they were both killed restores from a
+/// snapshot taken before jobs of that partition ended: its log ends them,
+/// and it must store their tasks whole, though their events came before
+/// the snapshot, while the partner stored the partition. (The partner,
+/// restarted, gives the partition up and deletes its copy of those jobs,
+/// live in its store, which never saw their end.)
+///
+/// The second part of the input is written while the instance runs, so
+/// the order it applies it in is not a whole run's (`source/merge.rs`),
+/// nor are the estimates it learns; the tasks' records are facts of their
+/// own job's events, which one partition orders, and must be a whole
+/// run's.
+#[test]
+fn a_restart_owning_a_partition_its_partner_held_stores_the_tasks_of_the_jobs_its_log_ended() {
+    let topics = Topics {
+        decisions: "whole.decisions".into(),
+        ..Topics::default()
+    };
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    cluster.mock.create_topic("pair.decisions", 1, 1).unwrap();
+    // Cut where event time moves on, so that the first part is applied
+    // whole before anything of the second.
+    let events = excerpt_events();
+    let cut_after = |from: usize| {
+        (from..events.len())
+            .find(|&i| events[i].time_us() > events[i - 1].time_us())
+            .expect("the excerpt spans more than one instant")
+    };
+    let cut = cut_after(events.len() / 3);
+    let end = cut_after(cut + events.len() / 6);
+    let (first, second) = (&events[..cut], &events[cut..end]);
+    let total = end as u64;
+    cluster.produce(&topics.events, &messages(first));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (a_state, b_state) = (dir.path().join("a"), dir.path().join("b"));
+    // Each takes a snapshot once the first part is applied, and none
+    // after it.
+    let snapshot = format!("storage.snapshot_every_events={cut}");
+    let mut flags = restartable("pair.decisions", "pair").to_vec();
+    flags.extend(["--set", &snapshot]);
+    let brokers = cluster.brokers();
+    let mut b = Serve::start(&brokers, &b_state, &flags);
+    let mut a = Serve::start_logging(&brokers, &a_state, &flags, "info");
+    for serve in [&mut a, &mut b] {
+        serve.wait_stored_offsets(cut as u64, WAIT);
+    }
+    wait_balanced(&[&a, &b], PARTITIONS, WAIT);
+    a.wait_logged("snapshot taken", 0, WAIT);
+    let b_owned = b.owned_partitions();
+
+    // The partner dies having applied none of the second part; the other
+    // applies all of it and dies before the group (after the partner's
+    // 6-second session, then a hold of the rebalance) gives it the
+    // partner's partitions.
+    b.kill();
+    let killed_at = a.log().len();
+    cluster.produce(&topics.events, &messages(second));
+    a.wait_stored_offsets(total, WAIT);
+    let log = a.kill();
+    assert!(
+        !log[killed_at..].iter().any(|l| l.contains(OWNS)),
+        "the instance took its partner's partitions over before it was killed: \
+         it applied the second part too slowly for this test"
+    );
+    // The jobs this is about: those of the partner's partitions with task
+    // events in the first part and their end in the second.
+    let partition_of: std::collections::BTreeMap<Vec<u8>, i32> = cluster
+        .read_all(&topics.events, PARTITIONS)
+        .into_iter()
+        .map(|r| (r.key, r.partition))
+        .collect();
+    let in_partner =
+        |e: &Event| b_owned.contains(&i64::from(partition_of[event_key(e).as_bytes()]));
+    let with_tasks: BTreeSet<u64> = first
+        .iter()
+        .filter(|e| matches!(e, Event::Task(_)))
+        .filter_map(Event::job_id)
+        .collect();
+    let ended: BTreeSet<u64> = second
+        .iter()
+        .filter(|e| matches!(e, Event::JobEnded(_)) && in_partner(e))
+        .filter_map(Event::job_id)
+        .filter(|job| with_tasks.contains(job))
+        .collect();
+    assert!(
+        !ended.is_empty(),
+        "no job of {b_owned:?} has tasks before the cut and its end after"
+    );
+
+    // Both sessions over, the restarted instance is given every partition
+    // at once: it restores owning the partner's.
+    std::thread::sleep(Duration::from_secs(8));
+    let mut a = Serve::start_logging(&brokers, &a_state, &flags, "info");
+    a.wait_stored_offsets(total, WAIT);
+    let (_, assigned) = a.wait_logged(ASSIGNED, 0, WAIT);
+    let assigned = logged_partitions(&assigned);
+    assert!(
+        b_owned.iter().all(|p| assigned.contains(p)),
+        "the restarted instance was given {assigned:?} at first, not all of {b_owned:?}"
+    );
+    a.kill();
+
+    let whole_state = dir.path().join("whole");
+    let mut whole = Serve::start(
+        &brokers,
+        &whole_state,
+        &["--decisions-topic", "whole.decisions", "--group", "whole"],
+    );
+    whole.wait_stored_offsets(total, WAIT);
+    whole.terminate();
+    let tasks_of = |path: &Path| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let job = |key: &[u8]| u64::from_be_bytes(key[..8].try_into().unwrap());
+        StateStore::open_read_only(path)
+            .unwrap()
+            .dump(TASKS)
+            .unwrap()
+            .into_iter()
+            .filter(|(key, _)| ended.contains(&job(key)))
+            .collect()
+    };
+    let expected = tasks_of(&whole_state);
+    assert!(
+        !expected.is_empty(),
+        "those jobs' tasks are not stored at all"
+    );
+    let stored = tasks_of(&a_state);
+    assert!(
+        stored == expected,
+        "the restarted instance holds {} of the {} task records of the {} jobs its log ended",
+        stored.len(),
+        expected.len(),
+        ended.len()
+    );
 }

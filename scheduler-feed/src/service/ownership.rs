@@ -6,13 +6,26 @@
 use std::collections::BTreeSet;
 
 use jobcast_ingest::event::Event;
-use jobcast_predictor::engine::{Effects, JobState, Output};
+use jobcast_predictor::engine::{Effects, JobState, Output, TaskRecord};
 use jobcast_storage::state::StateBatch;
 use tracing::warn;
 
 use super::Pipeline;
 use crate::error::DeadLetter;
 use crate::source::Consumed;
+
+/// Which tasks of a job that ended [`Pipeline::write_records`] stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EndedTasks {
+    /// Those its last messages changed: the store holds the rest, written
+    /// as they changed (or whole, when its partition was taken over).
+    Changed,
+    /// All of them. A restore's log may end a job whose tasks' events came
+    /// before the snapshot, while another instance stored its partition:
+    /// that one deletes its copy when it gives the partition up, so the
+    /// restoring owner must store them (`recovery.rs`).
+    All,
+}
 
 impl Pipeline<'_> {
     pub(super) fn job_partition(&self, job_id: u64) -> Option<i32> {
@@ -56,13 +69,24 @@ impl Pipeline<'_> {
         Ok(())
     }
 
-    /// Write the records `effects` changed that belong to `partitions`.
-    /// Jobs go last: an ended job that is already past retention is then
-    /// deleted with everything written for it before (`retention.rs`).
+    /// The tasks of a job the engine holds, by index.
+    pub(super) fn tasks_of(
+        &self,
+        job_id: u64,
+        width: u32,
+    ) -> impl Iterator<Item = (u32, &TaskRecord)> + '_ {
+        (0..width).filter_map(move |index| Some((index, self.engine.task(job_id, index)?)))
+    }
+
+    /// Write the records `effects` changed that belong to `partitions`, and
+    /// `ended` tasks of the jobs that ended. Jobs go last: an ended job that
+    /// is already past retention is then deleted with everything written
+    /// for it before (`retention.rs`).
     pub(super) fn write_records(
         &self,
         effects: &Effects,
         partitions: &BTreeSet<i32>,
+        ended: EndedTasks,
         write: &mut StateBatch<'_>,
     ) {
         if partitions.is_empty() {
@@ -103,7 +127,14 @@ impl Pipeline<'_> {
                 Some(record) if record.state == JobState::Running => {
                     write.put_job(job_id, &record.to_bytes());
                 }
-                Some(record) => self.put_ended(record, write),
+                Some(record) => {
+                    if ended == EndedTasks::All {
+                        for (index, task) in self.tasks_of(job_id, record.width) {
+                            write.put_task(job_id, index, &task.to_bytes());
+                        }
+                    }
+                    self.put_ended(record, write);
+                }
                 None => {}
             }
         }

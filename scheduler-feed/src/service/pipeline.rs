@@ -15,6 +15,7 @@ use tracing::debug;
 use super::accounting::{self, BatchTally, StageTimes};
 use super::group::{MemberContext, RECOMMIT_EVERY};
 use super::outbox::Held;
+use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, encode, recovery};
 use crate::error::ServiceError;
@@ -226,7 +227,7 @@ impl Pipeline<'_> {
         effects.settle();
         accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
-        self.write_records(&effects, &self.stored, &mut write);
+        self.write_records(&effects, &self.stored, EndedTasks::Changed, &mut write);
         self.index_awaited(&effects, &mut write);
         self.write_learnt(&effects, &mut write);
         self.snapshots.note(&effects);

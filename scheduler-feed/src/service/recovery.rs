@@ -32,6 +32,7 @@ use tracing::{info, warn};
 
 use super::group::MemberContext;
 use super::outbox::{EndedJob, Held, HeldDecision, Lost, Outbox, SavedOutbox};
+use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, encode};
 use crate::error::ServiceError;
@@ -304,7 +305,8 @@ impl Pipeline<'_> {
     /// of `taken` partitions from their publish offset on go to
     /// `outgoing`, those of partitions others own to the outbox, and the
     /// records the log changes in `owned` partitions are stored (again,
-    /// for those stored already: the same records).
+    /// for those stored already: the same records), with every task of
+    /// each job it ends.
     fn restore(
         &mut self,
         taken: &BTreeSet<i32>,
@@ -368,7 +370,9 @@ impl Pipeline<'_> {
                 }
             }
             effects.settle();
-            self.write_records(&effects, owned, &mut write);
+            // Its tasks may have run before the snapshot, when the store
+            // did not hold their partition.
+            self.write_records(&effects, owned, EndedTasks::All, &mut write);
             self.index_awaited(&effects, &mut write);
             self.snapshots.note(&effects);
             self.hold_ended(&effects);
@@ -433,8 +437,9 @@ impl Pipeline<'_> {
             if record.state == JobState::Running {
                 continue;
             }
-            let tasks = (0..record.width)
-                .filter_map(|i| Some((i, self.engine.task(job_id, i)?.to_bytes())))
+            let tasks = self
+                .tasks_of(job_id, record.width)
+                .map(|(index, task)| (index, task.to_bytes()))
                 .collect();
             let ended = EndedJob {
                 record: record.clone(),
@@ -488,10 +493,8 @@ impl Pipeline<'_> {
             }
             if let Some(record) = self.engine.job(job_id) {
                 write.put_job(job_id, &record.to_bytes());
-                for index in 0..record.width {
-                    if let Some(task) = self.engine.task(job_id, index) {
-                        write.put_task(job_id, index, &task.to_bytes());
-                    }
+                for (index, task) in self.tasks_of(job_id, record.width) {
+                    write.put_task(job_id, index, &task.to_bytes());
                 }
             }
         }
