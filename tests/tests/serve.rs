@@ -129,6 +129,15 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
     serve.terminate();
 }
 
+/// The first index from `from` on where event time moves on: a cut there
+/// puts every event before it ahead of every event after it in the merged
+/// order.
+fn next_instant(events: &[Event], from: usize) -> usize {
+    (from.max(1)..events.len())
+        .find(|&i| events[i].time_us() > events[i - 1].time_us())
+        .expect("the events span more than one instant")
+}
+
 #[test]
 fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     let topics = Topics {
@@ -144,12 +153,10 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     // order, as when the whole input is there from the start.
     let events = excerpt_events();
     assert!(events.windows(2).all(|w| w[0].time_us() <= w[1].time_us()));
-    let cut = |from: usize| {
-        (from..events.len())
-            .find(|&i| events[i].time_us() > events[i - 1].time_us())
-            .expect("the excerpt spans more than one instant")
-    };
-    let (a, b) = (cut(events.len() * 2 / 5), cut(events.len() * 7 / 10));
+    let (a, b) = (
+        next_instant(&events, events.len() * 2 / 5),
+        next_instant(&events, events.len() * 7 / 10),
+    );
     let parts = [&events[..a], &events[a..b], &events[b..]].map(messages);
     let total = events.len() as u64;
 
@@ -669,13 +676,8 @@ fn a_restart_owning_a_partition_its_partner_held_stores_the_tasks_of_the_jobs_it
     // Cut where event time moves on, so that the first part is applied
     // whole before anything of the second.
     let events = excerpt_events();
-    let cut_after = |from: usize| {
-        (from..events.len())
-            .find(|&i| events[i].time_us() > events[i - 1].time_us())
-            .expect("the excerpt spans more than one instant")
-    };
-    let cut = cut_after(events.len() / 3);
-    let end = cut_after(cut + events.len() / 6);
+    let cut = next_instant(&events, events.len() / 3);
+    let end = next_instant(&events, cut + events.len() / 6);
     let (first, second) = (&events[..cut], &events[cut..end]);
     let total = end as u64;
     cluster.produce(&topics.events, &messages(first));
