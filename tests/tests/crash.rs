@@ -33,7 +33,8 @@ use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
 use jobcast_tests::serve::{
-    ASSIGNED, OWNS, Serve, Stored, assert_shared_state_after, restartable, wait_balanced,
+    ASSIGNED, OWNS, Serve, Stored, assert_shared_state_after, logged_partitions, restartable,
+    wait_balanced,
 };
 use jobcast_tests::{jobcast_ok, repo};
 
@@ -266,7 +267,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
                 let log = serve.log();
                 if log[restored..]
                     .iter()
-                    .any(|l| l.contains(ASSIGNED) && !l.contains("partitions=[]"))
+                    .any(|l| l.contains(ASSIGNED) && !logged_partitions(l).is_empty())
                 {
                     break;
                 }
@@ -294,7 +295,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             .snapshot_seq;
         let assigned = log
             .iter()
-            .rposition(|l| l.contains(ASSIGNED) && !l.contains("partitions=[]"));
+            .rposition(|l| l.contains(ASSIGNED) && !logged_partitions(l).is_empty());
         let taken_over = log.iter().rposition(|l| l.contains(OWNS));
         let landed = match snapshot_seq {
             _ if restoring => Landed::Restore,

@@ -657,8 +657,9 @@ fn sigterm_during_the_restore_stops_it_without_a_snapshot_and_the_next_start_res
 /// snapshot taken before jobs of that partition ended: its log ends them,
 /// and it must store their tasks whole, though their events came before
 /// the snapshot, while the partner stored the partition. (The partner,
-/// restarted, gives the partition up and deletes its copy of those jobs,
-/// live in its store, which never saw their end.)
+/// once restarted, gives the partition up and deletes its copy of those
+/// jobs, live in its store, which never saw their end: no other store
+/// keeps them.)
 ///
 /// The second part of the input is written while the instance runs, so
 /// the order it applies it in is not a whole run's (`source/merge.rs`),
