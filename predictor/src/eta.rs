@@ -18,6 +18,18 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::calibration::Residuals;
+use crate::features::JobFeatures;
+use crate::history::{Estimator, History};
+use jobcast_ingest::event::JobSubmitted;
+
+/// The history's guess at a job's size (task time, µs) at `now_us`, for
+/// its ETA while its decision carries no estimate (thin, sampling, FIFO,
+/// LAS): its width times 3Sigma's estimate of its mean task time (the
+/// median does no better, `docs/reproduction.md`).
+pub fn size_hint_us(history: &History, job: &JobSubmitted, now_us: u64) -> Option<f64> {
+    let h = history.estimate(&JobFeatures::of(job), now_us, Estimator::Utility);
+    Some(h.mean_task_runtime_us * f64::from(job.num_tasks)).filter(|s| s.is_finite())
+}
 
 /// A live job as the ETA sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -63,8 +63,7 @@ use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::eta::{self, Eta, EtaCalibration, JobProgress, Kind, Predicted, Queued};
-use jobcast_predictor::features::JobFeatures;
-use jobcast_predictor::history::{Estimator, History};
+use jobcast_predictor::history::History;
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
@@ -268,12 +267,9 @@ impl Predictions for InProcess<'_> {
         Ok(decisions)
     }
 
-    /// The history's (3Sigma's) estimate of the job's size.
+    /// The history's estimate of the job's size.
     fn size_hint(&self, job: &SimJob, now_us: u64) -> Option<f64> {
-        let h = self
-            .history
-            .estimate(&JobFeatures::of(job.job()), now_us, Estimator::Utility);
-        Some(h.mean_task_runtime_us * f64::from(job.width()))
+        eta::size_hint_us(&self.history, job.job(), now_us)
     }
 }
 

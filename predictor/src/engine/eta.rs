@@ -18,8 +18,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigError;
 use crate::decision::{Completion, Decision, PolicyKind};
 use crate::eta::{self, Eta, JobProgress, Predicted, Queued};
-use crate::features::JobFeatures;
-use crate::history::Estimator;
 
 use super::effects::{Effects, Output};
 use super::records::MachineRecord;
@@ -144,10 +142,7 @@ impl Engine {
     /// The history's guess at a job's size when submitted, for its ETA
     /// until the driving policy estimates it.
     pub(super) fn size_hint_us(&self, job: &jobcast_ingest::event::JobSubmitted) -> Option<f64> {
-        let h = self
-            .history
-            .estimate(&JobFeatures::of(job), job.time_us, Estimator::Utility);
-        Some(h.mean_task_runtime_us * f64::from(job.num_tasks)).filter(|s| s.is_finite())
+        eta::size_hint_us(&self.history, job, job.time_us)
     }
 
     /// Publish the driving policy's `decision` for a live job at `now_us`:
