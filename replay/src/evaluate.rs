@@ -41,6 +41,12 @@ pub struct EvalConfig {
     pub cold_start: bool,
     /// [`SimConfig::dispatch_gap_us`].
     pub dispatch_gap_us: u64,
+    /// Start the policy as a service that was fed the history half as the
+    /// cluster's past starts (`jobcast bench slurm`): every past job run
+    /// through it, each task starting at its submission, as the past's
+    /// events report. Otherwise the policy starts fresh but for its
+    /// quantiles' calibration, as the paper evaluates.
+    pub warm_policy: bool,
 }
 
 impl Default for EvalConfig {
@@ -53,6 +59,7 @@ impl Default for EvalConfig {
             policies: PolicyKind::ALL.to_vec(),
             cold_start: false,
             dispatch_gap_us: 0,
+            warm_policy: false,
         }
     }
 }
@@ -144,8 +151,9 @@ pub fn run_policy(
 /// cold, the calibration of its quantiles is first learnt by running it
 /// over the history half (from an empty history that learns as it goes),
 /// so that they are calibrated from the first evaluated job, as a running
-/// service's are; the policy is otherwise fresh and the history is the one
-/// trained on the whole first half, as the paper's.
+/// service's are; the policy is otherwise fresh (unless
+/// [`EvalConfig::warm_policy`]) and the history is the one trained on the
+/// whole first half, as the paper's.
 fn run_trained(
     workload: &Workload,
     kind: PolicyKind,
@@ -169,8 +177,19 @@ fn run_trained(
     if !config.cold_start && !workload.training.is_empty() {
         let mut warm = build()?;
         let fresh = History::new(config.history.clone());
-        simulate(&workload.training, fresh, warm.as_mut(), &sim)?;
-        policy = policies::with_calibration_of(policy.as_ref(), warm.as_ref());
+        if config.warm_policy {
+            // A slot for every past task: each starts at its submission.
+            let tasks = workload.training.iter().map(|j| j.width()).sum::<u32>();
+            let past = SimConfig {
+                slots: tasks.max(1),
+                ..sim.clone()
+            };
+            simulate(&workload.training, fresh, warm.as_mut(), &past)?;
+            policy = warm;
+        } else {
+            simulate(&workload.training, fresh, warm.as_mut(), &sim)?;
+            policy = policies::with_calibration_of(policy.as_ref(), warm.as_ref());
+        }
     }
     Ok(simulate(&workload.jobs, history, policy.as_mut(), &sim)?)
 }

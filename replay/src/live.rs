@@ -220,7 +220,8 @@ pub fn past_jobs(
 /// `policy` over the `live` jobs, simulated on `cpus` slots with `queues`
 /// and the cluster's dispatch gap (µs, [`SimConfig::dispatch_gap_us`])
 /// after `past` (none: from an empty history, as a new service starts),
-/// every job in Slurm's shape. The report's jobs carry their trace ids.
+/// every job in Slurm's shape, the policy as warm as the service that was
+/// fed `past`. The report's jobs carry their trace ids.
 ///
 /// [`SimConfig::dispatch_gap_us`]: crate::sim::SimConfig::dispatch_gap_us
 pub fn simulate_live(
@@ -254,6 +255,7 @@ pub fn simulate_live(
         queues: queues.clone(),
         cold_start: past.is_empty(),
         dispatch_gap_us,
+        warm_policy: true,
         ..EvalConfig::default()
     };
     run_policy(&workload, policy, &config, cpus)
@@ -476,6 +478,71 @@ mod tests {
         let trace_job = job(7, 0, &[10, 10, 10]);
         let shaped = shape().submitted(&trace_job, 42, 1_700_000_000_000_000);
         assert_eq!(read, &shaped);
+    }
+
+    /// The simulator's policy starts as the bench's service does, having
+    /// decided and learnt from every past job. Bayes learns from the past
+    /// how far its priors miss and widens them: here 30 names ran 1 s
+    /// three times and then 50 s, so a fourth run of a name seen at 1 s
+    /// three times is placed by a wide prior, whose expected size is past
+    /// Q0's 10 s, by the service and the simulator alike. A policy fresh
+    /// but for its calibration would place it in Q0.
+    #[test]
+    fn the_simulator_places_a_job_as_the_service_fed_the_same_past_does() {
+        use jobcast_predictor::engine::{Effects, Engine, EngineConfig, Output};
+        let named = |id: u64, name: &str, secs: u64| {
+            let job = job(id, id, &[secs * 10]);
+            let mut submitted = job.job().clone();
+            submitted.job_name = name.into();
+            SimJob::new(submitted, job.runtimes_us().to_vec(), id * 1_000_000).unwrap()
+        };
+        let mut history = Vec::new();
+        for _ in 0..3 {
+            for n in 0..30 {
+                history.push(named(history.len() as u64 + 1, &format!("n{n}"), 1));
+            }
+            history.push(named(history.len() as u64 + 1, "k", 1));
+        }
+        for n in 0..30 {
+            history.push(named(history.len() as u64 + 1, &format!("n{n}"), 50));
+        }
+        let past = past_jobs(&history, &TENTHS, &shape(), 0);
+        let live = live_workload(&[named(500, "k", 1)], 1, &TENTHS, 2, 1.0);
+        let queues = QueueConfig {
+            q0_upper_us: 1e7,
+            ..QueueConfig::default()
+        };
+        let simulated = simulate_live(&live, &past, &shape(), 2, 0, PolicyKind::Bayes, &queues)
+            .unwrap()
+            .jobs[0]
+            .queue;
+
+        let mut engine = Engine::new(&EngineConfig {
+            policy: PolicyKind::Bayes,
+            queues,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let mut events: Vec<Event> = past.iter().flat_map(finished_job_events).collect();
+        events.sort_by_key(Event::time_us);
+        let start = past.iter().map(SimJob::end_us).max().unwrap();
+        let job = live[0].as_simulated(&shape(), start);
+        events.push(SimEvent::Submitted(&job).to_event());
+        let mut effects = Effects::default();
+        for event in &events {
+            engine.apply(event, &mut effects).unwrap();
+        }
+        let served = effects
+            .outputs
+            .iter()
+            .rev()
+            .find_map(|o| match o {
+                Output::Decision(d) if d.job_id == job.job_id() => Some(d.queue),
+                _ => None,
+            })
+            .expect("the service decides the job");
+        assert_eq!(simulated, served);
+        assert!(served > 0, "placed by the prior's width, not its median");
     }
 
     #[test]
