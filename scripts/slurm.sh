@@ -4,7 +4,7 @@
 # systemd: the daemons run under nohup, tracked by PID files.
 #
 #   scripts/slurm.sh install          # the packages; starts no service
-#   eval "$(scripts/slurm.sh up)"     # start; prints `export SLURM_CONF=...`
+#   eval "$(scripts/slurm.sh up)"     # install if need be, start; prints `export SLURM_CONF=...`
 #   scripts/slurm.sh status | down    # [DIR] after each command, too
 #
 # DIR (default $JOBCAST_SLURM_DIR, else ~/.cache/jobcast/slurm) holds the
@@ -43,9 +43,10 @@ install_packages() {
     fi
     # needrestart (if installed) would ask, and warns without a terminal.
     export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
-    compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || apt-get update -qq
+    # stdout is `up`'s answer (what `eval` runs): apt's goes to stderr.
+    compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || apt-get update -qq >&2
     apt-get install -y -qq "${missing[@]}" >/dev/null ||
-        { apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+        { apt-get update -qq >&2 && apt-get install -y -qq "${missing[@]}" >/dev/null; }
 }
 
 # munged as the munge user, unless one already answers. It refuses a key or
@@ -102,6 +103,7 @@ EOF
 
 up() {
     need_root
+    install_packages
     if ! alive slurmctld || ! alive slurmd; then
         mkdir -p "$dir"
         start_munge

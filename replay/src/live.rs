@@ -467,6 +467,7 @@ mod tests {
             end_time: 0,
             cpus: Some(1),
             memory_per_cpu: Some(100),
+            memory_per_node: None,
             restart_cnt: 0,
             priority: Some(1),
             time_limit: Some(1440),

@@ -39,7 +39,7 @@ pub mod watch;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub use squeue::{SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
+pub use squeue::{Snapshot, SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
 pub use tracker::{Observed, SlurmTracker};
 
 /// Call `tick` every `interval` (measured from each call's start) until

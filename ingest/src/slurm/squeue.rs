@@ -39,8 +39,11 @@ pub struct SqueueJob {
     /// CPUs per task; absent on a job cancelled before it ran.
     #[serde(default)]
     pub cpus: Option<u32>,
+    /// MB a CPU (`--mem-per-cpu`), or a node (`--mem`): one of the two.
     #[serde(default)]
     pub memory_per_cpu: Option<u64>,
+    #[serde(default)]
+    pub memory_per_node: Option<u64>,
     /// Times the job was requeued; a requeue also makes `submit_time` the
     /// time of the requeue.
     #[serde(default)]
@@ -74,7 +77,17 @@ impl SqueueJob {
 struct Squeue {
     #[serde(default)]
     errors: Vec<serde_json::Value>,
-    jobs: Vec<SqueueJob>,
+    /// Read one by one, so that a record that cannot be read costs only
+    /// itself.
+    jobs: Vec<serde_json::Value>,
+}
+
+/// One `squeue --json` output: the records read, and each one that could
+/// not be, with where and why.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub jobs: Vec<SqueueJob>,
+    pub skipped: Vec<String>,
 }
 
 /// Why a snapshot could not be read.
@@ -90,8 +103,11 @@ pub enum SqueueError {
     Reported(String),
 }
 
-/// The job records of one `squeue --json` output.
-pub fn parse_squeue(json: &[u8]) -> Result<Vec<SqueueJob>, SqueueError> {
+/// The job records of one `squeue --json` output. Output that is not
+/// JSON, or errors `squeue` reports, fail the whole snapshot; a record
+/// that is not a job as jobcast reads it is skipped, named by its place
+/// (and its `job_id` where it has one), and the rest are read.
+pub fn parse_squeue(json: &[u8]) -> Result<Snapshot, SqueueError> {
     let squeue: Squeue = serde_json::from_slice(json).map_err(|e| SqueueError::Json {
         line: e.line(),
         column: e.column(),
@@ -101,12 +117,23 @@ pub fn parse_squeue(json: &[u8]) -> Result<Vec<SqueueJob>, SqueueError> {
         let errors: Vec<String> = squeue.errors.iter().map(|e| e.to_string()).collect();
         return Err(SqueueError::Reported(errors.join("; ")));
     }
-    Ok(squeue.jobs)
+    let mut snapshot = Snapshot::default();
+    for (at, record) in squeue.jobs.into_iter().enumerate() {
+        let place = match record.get("job_id") {
+            Some(id) => format!("squeue --json record {at} (job_id {id})"),
+            None => format!("squeue --json record {at}"),
+        };
+        match serde_json::from_value::<SqueueJob>(record) {
+            Ok(job) => snapshot.jobs.push(job),
+            Err(e) => snapshot.skipped.push(format!("{place}: {e}")),
+        }
+    }
+    Ok(snapshot)
 }
 
 /// Run `command` (`squeue --json`, split into words) and read its output;
 /// the error names the command and why.
-pub fn run_squeue(command: &[String]) -> Result<Vec<SqueueJob>, String> {
+pub fn run_squeue(command: &[String]) -> Result<Snapshot, String> {
     let failed = |reason: String| format!("`{}`: {reason}", command.join(" "));
     let (program, args) = command
         .split_first()

@@ -196,7 +196,13 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
         ));
     }
     let cpus = records.iter().find_map(|r| r.cpus).unwrap_or(1);
-    let mem_per_cpu = records.iter().find_map(|r| r.memory_per_cpu).unwrap_or(0);
+    // `--mem-per-cpu`, or else `--mem` (a node's: a task runs on one).
+    let mem_mb = records
+        .iter()
+        .find_map(|r| r.memory_per_cpu)
+        .map(|per_cpu| per_cpu * u64::from(cpus))
+        .or_else(|| records.iter().find_map(|r| r.memory_per_node))
+        .unwrap_or(0);
     let submitted = JobSubmitted {
         time_us: records
             .iter()
@@ -211,7 +217,7 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
         scheduling_class: 0,
         priority: 0,
         cpu_request: f64::from(cpus),
-        mem_request: (mem_per_cpu * u64::from(cpus)) as f64,
+        mem_request: mem_mb as f64,
         partition: first.partition.clone(),
         time_limit_us: first.time_limit.map(|minutes| u64::from(minutes) * 60 * US),
         num_tasks: num_tasks as u32,
@@ -355,7 +361,7 @@ mod tests {
     fn snapshots() -> Vec<Vec<SqueueJob>> {
         include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
             .lines()
-            .map(|line| parse_squeue(line.as_bytes()).unwrap())
+            .map(|line| parse_squeue(line.as_bytes()).unwrap().jobs)
             .collect()
     }
 
@@ -523,6 +529,7 @@ mod tests {
             end_time: end,
             cpus: Some(1),
             memory_per_cpu: Some(1000),
+            memory_per_node: None,
             restart_cnt: restarts,
             priority: None,
             time_limit: None,
@@ -557,10 +564,79 @@ mod tests {
         ));
     }
 
+    /// A job past its time limit is killed, a preempted one evicted; a
+    /// job given `--mem` (a node's memory) asks for it all.
     #[test]
-    fn a_record_that_is_not_json_or_an_error_squeue_reports_says_where_and_why() {
-        let bad = parse_squeue(b"{\"jobs\": [\n{\"job_id\": \"x\"}]}").unwrap_err();
+    fn a_timeout_is_a_kill_a_preemption_an_eviction_and_a_nodes_memory_the_jobs() {
+        let job = |id: u64, state: &str| SqueueJob {
+            job_id: id,
+            array_job_id: 0,
+            array_task_id: None,
+            array_task_string: String::new(),
+            name: "t".into(),
+            user_name: "root".into(),
+            partition: "debug".into(),
+            job_state: state.into(),
+            submit_time: 100,
+            start_time: 101,
+            end_time: 161,
+            cpus: Some(2),
+            memory_per_cpu: None,
+            memory_per_node: Some(3000),
+            restart_cnt: 0,
+            priority: None,
+            time_limit: Some(1),
+        };
+        let events = observe_all(
+            &mut SlurmTracker::default(),
+            &[
+                vec![job(1, "RUNNING"), job(2, "RUNNING")],
+                vec![job(1, "TIMEOUT"), job(2, "PREEMPTED")],
+            ],
+        );
+        assert_eq!(
+            task_events(&events, 1),
+            [(0, TaskKind::Schedule, 101), (0, TaskKind::Kill, 161)]
+        );
+        assert_eq!(
+            task_events(&events, 2),
+            [(0, TaskKind::Schedule, 101), (0, TaskKind::Evict, 161)]
+        );
+        let memory: Vec<f64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobSubmitted(j) => Some(j.mem_request),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(memory, [3000.0, 3000.0]);
+    }
+
+    #[test]
+    fn output_that_is_not_json_or_an_error_squeue_reports_says_where_and_why() {
+        let bad = parse_squeue(b"{\"jobs\": [\n{\"job_id\": 1,]}").unwrap_err();
         assert!(matches!(bad, SqueueError::Json { line: 2, .. }), "{bad}");
+        // A record that is not a job costs only itself.
+        let good = include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
+            .lines()
+            .next()
+            .unwrap();
+        let mut json: serde_json::Value = serde_json::from_str(good).unwrap();
+        let records = json["jobs"].as_array().unwrap().len();
+        json["jobs"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"job_id": "x"}));
+        let read = parse_squeue(json.to_string().as_bytes()).unwrap();
+        assert_eq!(read.jobs.len(), records);
+        assert_eq!(read.skipped.len(), 1);
+        assert!(
+            read.skipped[0].starts_with(&format!(
+                "squeue --json record {records} (job_id \"x\"): invalid type"
+            )),
+            "{}",
+            read.skipped[0]
+        );
         let reported = parse_squeue(
             br#"{"errors": [{"error": "Unable to contact slurm controller"}], "jobs": []}"#,
         )

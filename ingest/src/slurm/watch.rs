@@ -150,13 +150,17 @@ impl Watcher {
             published: self.settle()?,
             ..Polled::default()
         };
-        let mut snapshot = self.squeue()?;
+        let super::Snapshot {
+            jobs: mut snapshot,
+            skipped,
+        } = self.squeue()?;
         if let Some(since) = self.options.since {
             snapshot.retain(|record| record.submit_time >= since);
         }
         let observed = self.saved.tracker.observe(&snapshot);
         polled.lost_jobs = observed.lost_jobs;
-        polled.skipped = observed.skipped;
+        polled.skipped = skipped;
+        polled.skipped.extend(observed.skipped);
         polled.jobs = self.saved.tracker.jobs();
         let mut messages = Vec::with_capacity(observed.events.len());
         for event in &observed.events {
@@ -252,7 +256,7 @@ impl Watcher {
     }
 
     /// The cluster's jobs now.
-    fn squeue(&self) -> Result<Vec<super::SqueueJob>, WatchError> {
+    fn squeue(&self) -> Result<super::Snapshot, WatchError> {
         run_squeue(&self.options.squeue).map_err(WatchError::Squeue)
     }
 }
@@ -355,7 +359,7 @@ mod tests {
                 .iter()
                 .flat_map(|s| {
                     tracker
-                        .observe(&crate::slurm::parse_squeue(s.as_bytes()).unwrap())
+                        .observe(&crate::slurm::parse_squeue(s.as_bytes()).unwrap().jobs)
                         .events
                 })
                 .collect(),
@@ -380,6 +384,35 @@ mod tests {
         assert_eq!(sorted(events), expected(&fixture));
     }
 
+    /// A record that is not a job as jobcast reads it is reported with its
+    /// place and skipped; the snapshot's other jobs are published.
+    #[test]
+    fn an_unreadable_record_is_reported_and_the_others_published() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let mut fixture = Fixture::new();
+        let last = fixture.snapshots.len() - 1;
+        let clean = fixture.snapshots[last].clone();
+        let mut json: serde_json::Value = serde_json::from_str(&clean).unwrap();
+        let jobs = json["jobs"].as_array_mut().unwrap();
+        jobs.insert(0, serde_json::json!({"job_id": 77, "job_state": 5}));
+        fixture.snapshots[last] = json.to_string();
+        fixture.show(last);
+        let mut watcher = fixture.watcher(&mock);
+        let polled = watcher.poll().unwrap();
+        assert_eq!(polled.skipped.len(), 1, "{:?}", polled.skipped);
+        assert!(
+            polled.skipped[0].starts_with("squeue --json record 0 (job_id 77): invalid type"),
+            "{}",
+            polled.skipped[0]
+        );
+        let alone = SlurmTracker::default()
+            .observe(&crate::slurm::parse_squeue(clean.as_bytes()).unwrap().jobs)
+            .events;
+        assert!(!alone.is_empty());
+        assert_eq!(sorted(topic_events(&watcher)), sorted(alone));
+    }
+
     /// The finished jobs an earlier run left in `squeue` are not followed
     /// by a watcher told to start after them, and are by one told to start
     /// at their submission.
@@ -390,8 +423,10 @@ mod tests {
         let fixture = Fixture::new();
         let last = fixture.snapshots.len() - 1;
         fixture.show(last);
-        let submitted =
-            crate::slurm::parse_squeue(fixture.snapshots[last].as_bytes()).unwrap()[0].submit_time;
+        let submitted = crate::slurm::parse_squeue(fixture.snapshots[last].as_bytes())
+            .unwrap()
+            .jobs[0]
+            .submit_time;
         let mut after = fixture.watcher_since(&mock, Some(submitted + 1));
         let polled = after.poll().unwrap();
         assert_eq!((polled.published, polled.jobs), (0, 0));
@@ -415,7 +450,7 @@ mod tests {
         // The second snapshot's events are pending; half of them reached
         // the topic when the watcher stopped.
         fixture.show(1);
-        let snapshot = watcher.squeue().unwrap();
+        let snapshot = watcher.squeue().unwrap().jobs;
         let observed = watcher.saved.tracker.observe(&snapshot);
         let messages: Vec<(String, String)> = observed
             .events

@@ -247,3 +247,80 @@ pub fn apply<S: Scheduler>(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use jobcast_predictor::decision::{Phase, PolicyKind};
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    use super::*;
+    use crate::apply::slurm::Slurm;
+
+    /// A message of the decisions topic that is not a decision is named
+    /// and skipped; the decision after it is carried out, and the next
+    /// tick reads neither again.
+    #[test]
+    fn a_message_that_is_not_a_decision_is_named_and_the_rest_applied() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("decisions", 1, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let producer: BaseProducer = kafka.producer_config().create().unwrap();
+        let decision = Decision {
+            job_id: 5,
+            version: 1,
+            queue: 0,
+            phase: Phase::Estimated,
+            estimate: None,
+            policy: PolicyKind::SLearn,
+            pilots: Vec::new(),
+            eta: None,
+        };
+        for payload in [b"not json".to_vec(), serde_json::to_vec(&decision).unwrap()] {
+            producer
+                .send(BaseRecord::<(), Vec<u8>>::to("decisions").payload(&payload))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Slurm holds job 5 pending at a priority of its own.
+        let snapshot =
+            r#"{"jobs": [{"job_id": 5, "job_state": "PENDING", "submit_time": 1, "priority": 1}]}"#;
+        let slurm = Slurm {
+            squeue: vec!["echo".into(), snapshot.into()],
+            scontrol: vec!["true".into()],
+            base: 1000,
+            levels: 10,
+        };
+        let options = ApplyOptions {
+            topic: "decisions".into(),
+            state: dir.path().join("state.json"),
+            interval: Duration::from_millis(10),
+            queues: QueueConfig::default(),
+            dry_run: false,
+            attempts: 1,
+            walltime: None,
+        };
+        let mut applier = Applier::open(&kafka, options, slurm).unwrap();
+        let ticked = applier.tick().unwrap();
+        assert_eq!(ticked.unreadable.len(), 1, "{:?}", ticked.unreadable);
+        assert!(
+            ticked.unreadable[0].starts_with("decisions partition 0 offset 0: not a decision"),
+            "{}",
+            ticked.unreadable[0]
+        );
+        assert_eq!((ticked.newer, ticked.jobs), (1, 1));
+        assert!(
+            ticked
+                .outcomes
+                .iter()
+                .any(|o| o.action.job_id == 5 && o.done),
+            "{:?}",
+            ticked.outcomes
+        );
+        let again = applier.tick().unwrap();
+        assert!(again.unreadable.is_empty());
+        assert_eq!(again.newer, 0);
+    }
+}

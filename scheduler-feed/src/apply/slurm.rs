@@ -82,7 +82,9 @@ impl Scheduler for Slurm {
     type Memory = SlurmTracker;
 
     fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<View, String> {
-        let snapshot = run_squeue(&self.squeue)?;
+        // A record that cannot be read is left out: the watcher, reading
+        // the same cluster, reports it.
+        let snapshot = run_squeue(&self.squeue)?.jobs;
         // Only the numbering is wanted here: the watcher publishes events.
         tracker.observe(&snapshot);
         let mut view = View::default();
@@ -241,6 +243,71 @@ mod tests {
             slurm.arguments(&tracker, &action).unwrap()[2],
             "TimeLimit=2"
         );
+    }
+
+    /// `scontrol` as a script that writes `stderr` and exits `code`.
+    fn answering(stderr: &str, code: u8) -> Slurm {
+        Slurm {
+            scontrol: vec![
+                "sh".into(),
+                "-c".into(),
+                format!("printf '{stderr}' >&2; exit {code}"),
+                "scontrol".into(),
+            ],
+            ..slurm()
+        }
+    }
+
+    /// An array's update that finds some tasks already finished is done;
+    /// any other refusal, or no `scontrol` at all, is an error naming it.
+    #[test]
+    fn tasks_finished_since_the_snapshot_fail_an_update_harmlessly() {
+        let tracker = SlurmTracker::default();
+        let action = Action {
+            job_id: 42,
+            version: 3,
+            target: Target::Job,
+            change: Change::Standing(Standing::Rank(0)),
+        };
+        let benign = "42_1: Job has already finished\n42_2: No error\n";
+        assert_eq!(answering(benign, 1).act(&tracker, &action), Ok(()));
+        assert_eq!(answering("", 0).act(&tracker, &action), Ok(()));
+        let refused = answering("42_1: Access/permission denied\n42_2: No error\n", 1)
+            .act(&tracker, &action)
+            .unwrap_err();
+        assert!(
+            refused.contains("JobId=42 Priority=1010") && refused.contains("permission denied"),
+            "{refused}"
+        );
+        assert!(answering("", 1).act(&tracker, &action).is_err());
+        let mut gone = slurm();
+        gone.scontrol = vec!["/nonexistent/scontrol".into()];
+        let missing = gone.act(&tracker, &action).unwrap_err();
+        assert!(missing.starts_with("/nonexistent/scontrol: "), "{missing}");
+    }
+
+    /// A failing `squeue` fails the tick; a record it cannot read is left
+    /// out of the view and the others are in it.
+    #[test]
+    fn what_squeue_cannot_say_is_an_error_or_left_out() {
+        let mut tracker = SlurmTracker::default();
+        let mut failing = slurm();
+        failing.squeue = vec!["false".into()];
+        assert!(
+            failing
+                .observe(&mut tracker)
+                .unwrap_err()
+                .starts_with("`false`: ")
+        );
+        let mut one_bad = slurm();
+        one_bad.squeue = vec![
+            "echo".into(),
+            r#"{"jobs": [{"job_id": "x"}, {"job_id": 5, "job_state": "PENDING", "submit_time": 1, "priority": 1010}]}"#
+                .into(),
+        ];
+        let view = one_bad.observe(&mut tracker).unwrap();
+        assert_eq!(view.jobs.keys().copied().collect::<Vec<_>>(), [5]);
+        assert_eq!(view.jobs[&5].pending[0].standing, Some(Standing::Rank(0)));
     }
 
     #[test]

@@ -752,6 +752,7 @@ fn run_live(
     let squeue = vec!["squeue".to_owned(), "--json".to_owned()];
     let busy = run_squeue(&squeue)
         .map_err(anyhow::Error::msg)?
+        .jobs
         .iter()
         .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
         .count();
@@ -827,7 +828,7 @@ fn submit_and_follow(
         if last_poll.elapsed() >= Duration::from_secs(1) {
             last_poll = Instant::now();
             match run_squeue(squeue) {
-                Ok(snapshot) => observed.record(snapshot),
+                Ok(snapshot) => observed.record(snapshot.jobs),
                 Err(e) => eprintln!("jobcast bench slurm: {e}; polling again"),
             }
             bar.set_position(observed.ended() as u64);
