@@ -4,7 +4,8 @@
 # systemd: the daemons run under nohup, tracked by PID files.
 #
 #   scripts/slurm.sh install          # the packages; starts no service
-#   eval "$(scripts/slurm.sh up)"     # install if need be, start; prints `export SLURM_CONF=...`
+#   eval "$(scripts/slurm.sh up)"     # install if need be, start, wait for an idle node;
+#                                     # prints `export SLURM_CONF=...`
 #   scripts/slurm.sh status | down    # [DIR] after each command, too
 #
 # DIR (default $JOBCAST_SLURM_DIR, else ~/.cache/jobcast/slurm) holds the
@@ -115,13 +116,17 @@ up() {
             nohup "$name" -D -f "$SLURM_CONF" >>"$dir/$name.out" 2>&1 </dev/null &
             echo $! >"$dir/$name.pid"
         done
-        local i ok=
+        local i ok= state
         for ((i = 1; i <= 60; i++)); do
             sleep 1   # first, so that nohup has exec'd the daemons
             # A daemon that died (a port taken, a bad config) will not come
             # back; and another cluster's controller could answer sinfo.
             { alive slurmctld && alive slurmd; } || break
-            [[ $(sinfo -h -n "$node" -o %t 2>/dev/null) =~ ^(idle|mix|alloc)$ ]] && { ok=1; break; }
+            # Idle; or busy with jobs the saved state kept running (a
+            # controller restarted under them).
+            state=$(sinfo -h -n "$node" -o %t 2>/dev/null) || continue
+            [[ $state == idle || ($state =~ ^(mix|alloc)$ &&
+                -n $(squeue -h -t running,completing -o %i 2>/dev/null)) ]] && { ok=1; break; }
         done
         if [[ -z $ok ]]; then
             log "node $node not up after ${i} s; the logs in $dir end with:"

@@ -114,10 +114,15 @@ pub enum TaskKind {
     Evict,
     Lost,
     Update,
+    /// Killed by the scheduler at the wall-clock limit the job was given
+    /// (Slurm's TIMEOUT): a run that was cut short, not one that failed.
+    Timeout,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 8] = [
+    /// Every kind, in the order their stored indices follow: a new kind
+    /// goes at the end.
+    pub const ALL: [TaskKind; 9] = [
         TaskKind::Submit,
         TaskKind::Schedule,
         TaskKind::Finish,
@@ -126,6 +131,7 @@ impl TaskKind {
         TaskKind::Evict,
         TaskKind::Lost,
         TaskKind::Update,
+        TaskKind::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -138,6 +144,7 @@ impl TaskKind {
             TaskKind::Evict => "evict",
             TaskKind::Lost => "lost",
             TaskKind::Update => "update",
+            TaskKind::Timeout => "timeout",
         }
     }
 
@@ -145,7 +152,12 @@ impl TaskKind {
     pub fn ends_attempt(self) -> bool {
         matches!(
             self,
-            TaskKind::Finish | TaskKind::Fail | TaskKind::Kill | TaskKind::Evict | TaskKind::Lost
+            TaskKind::Finish
+                | TaskKind::Fail
+                | TaskKind::Kill
+                | TaskKind::Evict
+                | TaskKind::Lost
+                | TaskKind::Timeout
         )
     }
 }

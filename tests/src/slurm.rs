@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::repo;
 
@@ -31,6 +32,34 @@ impl Slurm {
             String::from_utf8_lossy(&out.stderr)
         );
         slurm
+    }
+
+    /// Stop the controller (SIGTERM: it saves its state and exits) and
+    /// wait until it has gone; slurmd and the jobs it runs go on.
+    pub fn stop_controller(&self) {
+        let pid_file = self.dir.path().join("slurmctld.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+        let proc = PathBuf::from(format!("/proc/{}", pid.trim()));
+        let stopped = Command::new("kill").arg(pid.trim()).status().unwrap();
+        assert!(stopped.success(), "kill {pid}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while proc.exists() {
+            assert!(Instant::now() < deadline, "slurmctld {pid} ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Start the controller again from its saved state (`scripts/slurm.sh
+    /// up` starts only the daemons that are not running), once the node
+    /// answers.
+    pub fn start_controller(&self) {
+        let out = self.script("up");
+        assert!(
+            out.status.success(),
+            "scripts/slurm.sh up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn script(&self, command: &str) -> Output {

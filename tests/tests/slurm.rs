@@ -59,6 +59,15 @@ fn start_watcher(
     )
 }
 
+/// A process's Prometheus metrics, as text; empty while it does not answer.
+fn scrape(port: u16) -> String {
+    ureq::get(format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default()
+}
+
 /// Every event in the topic, by job.
 fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
     let mut by_job: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
@@ -70,6 +79,87 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
             .push(event);
     }
     by_job
+}
+
+/// `events` (one job's, from the topic) say what Slurm's own record of the
+/// job says: one `job_submitted` with its width, partition `debug` and the
+/// one-minute limit every test job asks for; for each task (by array
+/// index), a start if it ran and one end, at Slurm's times; one
+/// `job_ended`, with `outcome`.
+fn assert_as_slurm_ended(
+    events: &[Event],
+    slurm_tasks: &BTreeMap<(u64, u32), SlurmTask>,
+    job: u64,
+    indices: &[u32],
+    outcome: JobOutcome,
+) {
+    let submitted: Vec<(u32, &str, Option<u64>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobSubmitted(j) => Some((j.num_tasks, j.partition.as_str(), j.time_limit_us)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        submitted,
+        [(indices.len() as u32, "debug", Some(60_000_000))],
+        "job {job}: {events:?}"
+    );
+    for (task, array_index) in indices.iter().enumerate() {
+        let SlurmTask {
+            start, end, state, ..
+        } = &slurm_tasks[&(job, *array_index)];
+        let of_task: Vec<(TaskKind, u64)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Task(t) if t.task_index == task as u32 => {
+                    Some((t.kind, t.time_us / 1_000_000))
+                }
+                _ => None,
+            })
+            .collect();
+        let expected = match state.as_str() {
+            "COMPLETED" => vec![(TaskKind::Schedule, *start), (TaskKind::Finish, *end)],
+            "FAILED" => vec![(TaskKind::Schedule, *start), (TaskKind::Fail, *end)],
+            "CANCELLED" => vec![(TaskKind::Kill, *end)],
+            other => panic!("job {job} task {task}: state {other}"),
+        };
+        assert_eq!(of_task, expected, "job {job} task {task} ({state})");
+    }
+    let outcomes: Vec<JobOutcome> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobEnded(j) => Some(j.outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outcomes, [outcome], "job {job}");
+}
+
+/// Waits (up to two minutes) until every one of `jobs` has ended in the
+/// topic; then every event in it, by job.
+fn wait_ended(cluster: &Cluster, topic: &str, jobs: &[u64]) -> BTreeMap<u64, Vec<Event>> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let by_job = events_by_job(cluster, topic);
+        let ended = jobs
+            .iter()
+            .filter(|job| {
+                by_job
+                    .get(job)
+                    .is_some_and(|events| events.iter().any(|e| matches!(e, Event::JobEnded(_))))
+            })
+            .count();
+        if ended == jobs.len() {
+            return by_job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ended} of {} jobs ended: {by_job:?}",
+            jobs.len()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Arrays (one sparse), a plain job, a failing one and one cancelled while
@@ -116,35 +206,14 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let metrics = free_port();
     let mut watcher = start_watcher(&slurm, &cluster.brokers(), &state, metrics, Some(since));
 
-    let jobs = [array, sparse, plain, failing, held];
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let by_job = loop {
-        let by_job = events_by_job(&cluster, &topics.events);
-        let ended = jobs
-            .iter()
-            .filter(|job| {
-                by_job
-                    .get(job)
-                    .is_some_and(|events| events.iter().any(|e| matches!(e, Event::JobEnded(_))))
-            })
-            .count();
-        if ended == jobs.len() {
-            break by_job;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{ended} of 5 jobs ended: {by_job:?}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let by_job = wait_ended(
+        &cluster,
+        &topics.events,
+        &[array, sparse, plain, failing, held],
+    );
     // Its metrics, every one the alerts and docs name: every job
     // followed, no poll failed.
-    let text = ureq::get(format!("http://127.0.0.1:{metrics}/metrics"))
-        .call()
-        .expect("the watcher serves its metrics")
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let text = scrape(metrics);
     for name in SLURM_WATCH_METRICS {
         assert!(
             text.contains(&format!("\n{name}")),
@@ -190,66 +259,14 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     );
     slurm.run("scancel", &[&before.to_string()]);
 
-    let widths = [
-        (array, 8, vec![0, 1, 2, 3, 4, 5, 6, 7]),
-        (sparse, 3, vec![1, 3, 5]),
-        (plain, 1, vec![0]),
-        (failing, 1, vec![0]),
-        (held, 1, vec![0]),
-    ];
-    for (job, width, indices) in widths {
-        let events = &by_job[&job];
-        // Each job was asked for `--time=1`, in partition `debug`.
-        let submitted: Vec<(u32, &str, Option<u64>)> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::JobSubmitted(j) => {
-                    Some((j.num_tasks, j.partition.as_str(), j.time_limit_us))
-                }
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            submitted,
-            [(width, "debug", Some(60_000_000))],
-            "job {job}: {events:?}"
-        );
-        for (task, array_index) in indices.iter().enumerate() {
-            let SlurmTask {
-                start, end, state, ..
-            } = &slurm_tasks[&(job, *array_index)];
-            let of_task: Vec<(TaskKind, u64)> = events
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Task(t) if t.task_index == task as u32 => {
-                        Some((t.kind, t.time_us / 1_000_000))
-                    }
-                    _ => None,
-                })
-                .collect();
-            let expected = match state.as_str() {
-                "COMPLETED" => vec![(TaskKind::Schedule, *start), (TaskKind::Finish, *end)],
-                "FAILED" => vec![(TaskKind::Schedule, *start), (TaskKind::Fail, *end)],
-                "CANCELLED" => vec![(TaskKind::Kill, *end)],
-                other => panic!("job {job} task {task}: state {other}"),
-            };
-            assert_eq!(of_task, expected, "job {job} task {task} ({state})");
-        }
-        let outcomes: Vec<JobOutcome> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::JobEnded(j) => Some(j.outcome),
-                _ => None,
-            })
-            .collect();
-        let expected = if job == failing {
-            JobOutcome::Fail
-        } else if job == held {
-            JobOutcome::Kill
-        } else {
-            JobOutcome::Finish
-        };
-        assert_eq!(outcomes, [expected], "job {job}");
+    for (job, indices, outcome) in [
+        (array, &[0, 1, 2, 3, 4, 5, 6, 7][..], JobOutcome::Finish),
+        (sparse, &[1, 3, 5], JobOutcome::Finish),
+        (plain, &[0], JobOutcome::Finish),
+        (failing, &[0], JobOutcome::Fail),
+        (held, &[0], JobOutcome::Kill),
+    ] {
+        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, indices, outcome);
     }
 
     // The service applies every event (none dead-lettered) and holds each
@@ -280,6 +297,102 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     }
     assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
     serve.terminate();
+}
+
+/// slurmctld stopped mid-run and started again from its saved state (a
+/// restart, an upgrade): while it is down the watcher's polls fail, are
+/// counted, and publish nothing; the tasks that ended meanwhile, and a job
+/// submitted after, reach the topic once, at Slurm's times, and no job is
+/// lost.
+#[test]
+fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
+    let slurm = Slurm::up();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let state = dir.path().join("watch.json");
+    let mut watcher = start_watcher(
+        &slurm,
+        &cluster.brokers(),
+        &state,
+        metrics,
+        Some(since_now()),
+    );
+    let array = slurm.sbatch(&[
+        "-J",
+        "array",
+        "--time=1",
+        "--array=0-5%3",
+        "--wrap",
+        "sleep 2",
+    ]);
+    let plain = slurm.sbatch(&["-J", "plain", "--time=1", "--wrap", "sleep 3"]);
+
+    // Seen running before the controller stops.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !events_by_job(&cluster, &topics.events)
+        .get(&plain)
+        .is_some_and(|events| {
+            events
+                .iter()
+                .any(|e| matches!(e, Event::Task(t) if t.kind == TaskKind::Schedule))
+        })
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the plain job was not seen running"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    slurm.stop_controller();
+    let failed = |text: &str| metric_sum(text, "jobcast_slurm_polls_failed_total");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while failed(&scrape(metrics)) < 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "no poll failed with slurmctld down: {}",
+            scrape(metrics)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Long enough for the running tasks to end while it is down.
+    std::thread::sleep(Duration::from_secs(3));
+    slurm.start_controller();
+    let after = slurm.sbatch(&["-J", "after", "--time=1", "--wrap", "sleep 1"]);
+
+    let by_job = wait_ended(&cluster, &topics.events, &[array, plain, after]);
+    let text = scrape(metrics);
+    for (name, expected) in [
+        ("jobcast_slurm_jobs_lost_total", 0.0),
+        ("jobcast_slurm_records_skipped_total", 0.0),
+        ("jobcast_slurm_jobs_followed", 3.0),
+    ] {
+        assert_eq!(metric_sum(&text, name), expected, "{name}: {text}");
+    }
+    assert!(failed(&text) >= 2.0, "{text}");
+    let stopped = Command::new("kill")
+        .args(["-TERM", &watcher.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+
+    let slurm_tasks = slurm.tasks();
+    for (job, indices) in [
+        (array, &[0, 1, 2, 3, 4, 5][..]),
+        (plain, &[0]),
+        (after, &[0]),
+    ] {
+        assert_as_slurm_ended(
+            &by_job[&job],
+            &slurm_tasks,
+            job,
+            indices,
+            JobOutcome::Finish,
+        );
+    }
+    assert_eq!(by_job.len(), 3, "{by_job:?}");
 }
 
 /// `jobcast slurm apply` as a test starts it: its stdout (one JSON line per
@@ -335,9 +448,11 @@ const SPARE: u64 = 1_000_000;
 ///   watcher's `--since`) Q0's;
 /// - killed (SIGKILL) and started again, it carries out no decision older
 ///   than one it already carried out;
-/// - once the node frees, the pilots start first; the rest of the array
-///   runs once SLearn has placed it, and (the second applier sets
-///   walltimes) gets a time limit from its estimate.
+/// - once the node frees, the pilots start first; the array's other tasks
+///   take the CPUs that would idle while the pilots run (work
+///   conservation), and once SLearn has placed the array, the rest run at
+///   its queue's priority with (the second applier sets walltimes) a time
+///   limit from its estimate.
 #[test]
 fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     let slurm = Slurm::up();
@@ -364,7 +479,7 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
         ],
     );
 
-    let wide = slurm.sbatch(&["-J", "wide", "-c", "2", "--array=0-11", "--wrap", "sleep 3"]);
+    let wide = slurm.sbatch(&["-J", "wide", "-c", "2", "--array=0-11", "--wrap", "sleep 5"]);
     let short = slurm.sbatch(&["-J", "short", "-c", "2", "--wrap", "sleep 1"]);
 
     // The decisions for the array (sampling, 3 pilots) and the short job.
@@ -411,13 +526,6 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
             &format!("127.0.0.1:{metrics}"),
         ],
     );
-    let scrape = |port: u16| {
-        ureq::get(format!("http://127.0.0.1:{port}/metrics"))
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    };
     let deadline = Instant::now() + Duration::from_secs(30);
     while actions(&failing_out).len() < 3 {
         assert!(Instant::now() < deadline, "the failing applier did nothing");
@@ -519,31 +627,54 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     std::thread::sleep(Duration::from_secs(2));
 
     // The node frees: pilots first, then the rest once SLearn placed it.
+    // Slurm's start times are whole seconds; the order tasks started in
+    // is told by the polls that first saw each running.
     slurm.run("scancel", &[&blocker.to_string()]);
     let deadline = Instant::now() + Duration::from_secs(120);
-    let tasks = loop {
-        let tasks = slurm.tasks();
-        if [wide, short, early].iter().all(|&job| {
-            tasks
-                .iter()
-                .filter(|((j, _), _)| *j == job)
-                .all(|(_, t)| t.state == "COMPLETED")
-        }) {
-            break tasks;
-        }
-        assert!(Instant::now() < deadline, "jobs did not finish: {tasks:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let start = |i: u32| tasks[&(wide, i)].start;
-    let last_pilot = pilots.iter().map(|&p| start(p)).max().unwrap();
+    let mut seen_running: BTreeMap<u32, usize> = BTreeMap::new();
+    let tasks = (0..)
+        .find_map(|poll| {
+            let tasks = slurm.tasks();
+            for i in 0..12 {
+                if tasks[&(wide, i)].state != "PENDING" {
+                    seen_running.entry(i).or_insert(poll);
+                }
+            }
+            let done = [wide, short, early].iter().all(|&job| {
+                tasks
+                    .iter()
+                    .filter(|((j, _), _)| *j == job)
+                    .all(|(_, t)| t.state == "COMPLETED")
+            });
+            assert!(Instant::now() < deadline, "jobs did not finish: {tasks:?}");
+            std::thread::sleep(Duration::from_millis(100));
+            done.then_some(tasks)
+        })
+        .unwrap();
+    let last_pilot = pilots.iter().map(|p| seen_running[p]).max().unwrap();
     let first_other = (0..12)
         .filter(|i| !pilots.contains(i))
-        .map(start)
+        .map(|i| seen_running[&i])
+        .min()
+        .unwrap();
+    // No other task ran while a pilot waited (one may start in the same
+    // pass as the last pilot, on CPUs the pilot left).
+    assert!(
+        last_pilot <= first_other,
+        "pilots {pilots:?} seen running by poll {last_pilot}, another task at poll {first_other}: {seen_running:?}"
+    );
+    // Work conservation: the CPUs the pilots and the short jobs left went
+    // to the array's other tasks while the pilots still ran, before SLearn
+    // had placed the array.
+    let pilots_ended = pilots.iter().map(|&p| tasks[&(wide, p)].end).max().unwrap();
+    let other_started = (0..12)
+        .filter(|i| !pilots.contains(i))
+        .map(|i| tasks[&(wide, i)].start)
         .min()
         .unwrap();
     assert!(
-        last_pilot <= first_other,
-        "pilots {pilots:?} started by {last_pilot}, another task at {first_other}: {tasks:?}"
+        other_started < pilots_ended,
+        "no other task took an idle CPU before the pilots ended at {pilots_ended}: {tasks:?}"
     );
 
     let first = actions(&first_out);
@@ -608,53 +739,29 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     serve.terminate();
 }
 
-/// `jobcast bench slurm` on ten jobs of a generated workload (a few
-/// families of short tasks, arrays up to 12 wide) at load 1.5: both runs
-/// finish every job, jobcast's decisions reach Slurm while jobs wait, and
-/// the report has every figure the docs name, consistent with each other.
+/// `jobcast bench slurm` on ten jobs it generates itself (no `--trace`:
+/// `jobcast generate`'s default workload, its tasks scaled to 1–4 s, arrays
+/// up to 12 wide) at load 1.5: both runs finish every job, jobcast's
+/// decisions reach Slurm while jobs wait, and the report has every figure
+/// the docs name, consistent with each other.
 #[test]
-fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
+fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
     let slurm = Slurm::up();
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("w.jsonl");
-    jobcast_tests::jobcast_ok(&[
-        "generate",
-        "--seed",
-        "3",
-        "--jobs",
-        "40",
-        "--slots",
-        "8",
-        "--families",
-        "4",
-        "--family-median-secs",
-        "3",
-        "--thin-fraction",
-        "0.3",
-        "--dag-fraction",
-        "0",
-        "--min-width",
-        "4",
-        "--max-width",
-        "12",
-        "--output",
-        trace.to_str().unwrap(),
-    ]);
     let out = Command::new(jobcast_bin())
         .args([
-            "bench", "slurm", "--format", "jsonl", "--jobs", "10", "--load", "1.5",
+            "bench", "slurm", "--seed", "3", "--jobs", "10", "--load", "1.5",
         ])
         .args([
             "--time-scale",
-            "1",
+            "0.02",
             "--max-task-secs",
             "4",
+            "--max-width",
+            "12",
             "--interval-secs",
             "0.3",
         ])
         .arg("--json")
-        .arg("--trace")
-        .arg(&trace)
         .env("SLURM_CONF", slurm.conf())
         .output()
         .expect("jobcast bench slurm runs");
@@ -730,7 +837,7 @@ fn bench_slurm_runs_a_trace_alone_and_with_jobcast_beside_the_simulator() {
 
 /// Bad flags are refused by name: the scale and the load before Slurm is
 /// asked anything, a task longer than the jobs' time limit once the
-/// partition is known.
+/// partition is known, a trace that is not there when it is opened.
 #[test]
 fn bench_slurm_refuses_bad_flags_by_name() {
     let slurm = Slurm::up();
@@ -742,6 +849,7 @@ fn bench_slurm_refuses_bad_flags_by_name() {
             "100000",
             "--max-task-secs 100000: longer than the 1440-minute time limit",
         ),
+        ("--seed", "1", "none.jsonl: No such file"),
     ];
     for (flag, value, expected) in cases {
         let out = Command::new(jobcast_bin())

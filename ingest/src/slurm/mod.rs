@@ -18,13 +18,13 @@
 //!   and memory (MB) per task.
 //! - `schedule` at a task's `start_time` once it has run; its end at its
 //!   `end_time`: COMPLETED is `finish`; FAILED, OUT_OF_MEMORY, NODE_FAIL,
-//!   BOOT_FAIL and DEADLINE are `fail`; CANCELLED and TIMEOUT are `kill`;
-//!   PREEMPTED is `evict`. A task cancelled before it ran (Slurm then gives
+//!   BOOT_FAIL and DEADLINE are `fail`; CANCELLED is `kill`; TIMEOUT is
+//!   `timeout`; PREEMPTED is `evict`. A task cancelled before it ran (Slurm then gives
 //!   it a start equal to its end) ends with no `schedule`. A requeued job
 //!   (`restart_cnt` up, `submit_time` the requeue's) has its running
 //!   attempt `evict`ed at the requeue; it is scheduled again when it runs.
 //! - `job_ended` once every task has ended, at the last end: `finish` if all
-//!   finished, else `fail` if any failed, else `kill`.
+//!   finished, else `fail` if any failed, else `kill` (a cancel or a limit).
 //! - A job that leaves `squeue` before it ended (Slurm forgot it) ends
 //!   `lost` at the latest Slurm time seen, and is counted.
 //!

@@ -16,7 +16,8 @@ fn task_end(state: &str) -> Option<TaskKind> {
     Some(match state {
         "COMPLETED" => TaskKind::Finish,
         "FAILED" | "OUT_OF_MEMORY" | "NODE_FAIL" | "BOOT_FAIL" | "DEADLINE" => TaskKind::Fail,
-        "CANCELLED" | "TIMEOUT" => TaskKind::Kill,
+        "CANCELLED" => TaskKind::Kill,
+        "TIMEOUT" => TaskKind::Timeout,
         "PREEMPTED" => TaskKind::Evict,
         _ => return None,
     })
@@ -564,10 +565,11 @@ mod tests {
         ));
     }
 
-    /// A job past its time limit is killed, a preempted one evicted; a
-    /// job given `--mem` (a node's memory) asks for it all.
+    /// A task past its time limit times out (its job ends killed), a
+    /// preempted one is evicted; a job given `--mem` (a node's memory) asks
+    /// for it all.
     #[test]
-    fn a_timeout_is_a_kill_a_preemption_an_eviction_and_a_nodes_memory_the_jobs() {
+    fn a_timeout_is_its_own_end_a_preemption_an_eviction_and_a_nodes_memory_the_jobs() {
         let job = |id: u64, state: &str| SqueueJob {
             job_id: id,
             array_job_id: 0,
@@ -596,8 +598,15 @@ mod tests {
         );
         assert_eq!(
             task_events(&events, 1),
-            [(0, TaskKind::Schedule, 101), (0, TaskKind::Kill, 161)]
+            [(0, TaskKind::Schedule, 101), (0, TaskKind::Timeout, 161)]
         );
+        let ended = |job: u64| {
+            events.iter().find_map(|e| match e {
+                Event::JobEnded(j) if j.job_id == job => Some(j.outcome),
+                _ => None,
+            })
+        };
+        assert_eq!(ended(1), Some(JobOutcome::Kill));
         assert_eq!(
             task_events(&events, 2),
             [(0, TaskKind::Schedule, 101), (0, TaskKind::Evict, 161)]

@@ -39,6 +39,7 @@ use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
 use jobcast_predictor::stats::percentile;
+use jobcast_replay::WorkloadConfig;
 use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
     LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
@@ -58,12 +59,14 @@ use crate::output::{print_json, print_out};
 #[derive(clap::Args)]
 pub struct SlurmArgs {
     /// The trace: a directory (google2011, google2019, alibaba2018) or a
-    /// file (jsonl, e.g. from `jobcast generate`).
-    #[arg(long)]
-    trace: PathBuf,
+    /// file (jsonl, e.g. from `jobcast generate`). Without one, the jobs
+    /// are generated: `jobcast generate`'s default workload (seed `--seed`,
+    /// no DAG jobs) of 20 times `--jobs` jobs, half of them the past.
+    #[arg(long, requires = "format")]
+    trace: Option<PathBuf>,
     /// Its format: google2011, google2019, alibaba2018 or jsonl.
-    #[arg(long)]
-    format: Format,
+    #[arg(long, requires = "trace")]
+    format: Option<Format>,
     /// Jobs to run, drawn uniformly from the trace's evaluated half (DAG
     /// jobs left out), as SLearn §4.3 extracts its execution traces.
     #[arg(long, default_value_t = 200)]
@@ -265,15 +268,21 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
             partition.name
         );
     }
-    let trace = jobcast_ingest::open(args.format, &args.trace)
-        .with_context(|| format!("opening {} trace", args.format.name()))?;
-    let mut workload = Workload::from_trace(trace, args.max_width)
-        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let (trace, source) = match (&args.trace, args.format) {
+        (Some(path), Some(format)) => (
+            jobcast_ingest::open(format, path)
+                .with_context(|| format!("opening {} trace", format.name()))?,
+            path.display().to_string(),
+        ),
+        _ => generated(args, cpus)?,
+    };
+    let mut workload =
+        Workload::from_trace(trace, args.max_width).with_context(|| format!("reading {source}"))?;
     // An array has no stages: DAG jobs are left out.
     workload.jobs.retain(|j| j.job().stages.is_none());
     workload
         .sample(args.jobs, args.seed, cpus)
-        .with_context(|| format!("drawing jobs from {}", args.trace.display()))?;
+        .with_context(|| format!("drawing jobs from {source}"))?;
     let scale = args.scale();
     let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
     let shape = SlurmShape {
@@ -288,7 +297,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         &workload.training
     };
     if live.is_empty() {
-        bail!("{}: no job to run", args.trace.display());
+        bail!("{source}: no job to run");
     }
     let span = live.last().map_or(0.0, |j| j.arrival_s);
     eprintln!(
@@ -439,6 +448,28 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         opt(report.p90_eta_error_pct),
         report.eta_jobs,
         opt(report.eta_within_interval_pct),
+    ))
+}
+
+/// Jobs generated per job run: the past half, and a draw from the other.
+const GENERATED_PER_JOB: u64 = 20;
+
+/// The workload `jobcast generate` writes by default, seeded by `--seed`,
+/// for `cpus` slots, without DAG jobs (an array has no stages), and its
+/// name for messages.
+fn generated(args: &SlurmArgs, cpus: u32) -> anyhow::Result<(jobcast_ingest::Trace, String)> {
+    let config = WorkloadConfig {
+        seed: args.seed,
+        jobs: Some(GENERATED_PER_JOB * args.jobs as u64),
+        slots: cpus,
+        dag_fraction: 0.0,
+        ..WorkloadConfig::default()
+    };
+    let events = jobcast_replay::generate(&config)?.map(Ok);
+    let trace = jobcast_ingest::Trace::new(events, Default::default(), 0);
+    Ok((
+        trace,
+        format!("the generated workload (seed {})", args.seed),
     ))
 }
 
