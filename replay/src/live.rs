@@ -472,7 +472,7 @@ mod tests {
             priority: Some(1),
             time_limit: Some(1440),
         };
-        let events = SlurmTracker::default().observe(&[record]).events;
+        let events = SlurmTracker::default().observe(&vec![record].into()).events;
         let Some(Event::JobSubmitted(read)) = events.first() else {
             panic!("no submission: {events:?}");
         };

@@ -113,6 +113,9 @@ impl Slurm {
 pub struct SlurmTask {
     pub state: String,
     pub priority: u64,
+    /// Epoch seconds: its (last) submission, which a requeue moves to the
+    /// requeue's time.
+    pub submit: u64,
     /// Epoch seconds (a pending task's are forecasts).
     pub start: u64,
     pub end: u64,
@@ -147,6 +150,7 @@ impl Slurm {
             let task = SlurmTask {
                 state: record["job_state"].as_str().unwrap_or_default().to_owned(),
                 priority: number("priority"),
+                submit: number("submit_time"),
                 start: number("start_time"),
                 end: number("end_time"),
             };

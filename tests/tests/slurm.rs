@@ -395,6 +395,132 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     assert_eq!(by_job.len(), 3, "{by_job:?}");
 }
 
+/// What an operator does to running work reaches the topic as Slurm did
+/// it: a job requeued while it ran is evicted at the requeue and runs
+/// again; an array task cancelled while it ran is killed, its job ended
+/// `kill` once the other task finished.
+#[test]
+fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ran_them() {
+    let slurm = Slurm::up();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let mut watcher = start_watcher(
+        &slurm,
+        &cluster.brokers(),
+        &dir.path().join("watch.json"),
+        free_port(),
+        Some(since_now()),
+    );
+    let requeued = slurm.sbatch(&["-J", "requeued", "--time=1", "--wrap", "sleep 3"]);
+    let array = slurm.sbatch(&[
+        "-J",
+        "array",
+        "--time=1",
+        "--array=0-1",
+        "--wrap",
+        "sleep 4",
+    ]);
+    let running = |job: u64, index: u32| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while slurm.tasks().get(&(job, index)).map(|t| t.state.as_str()) != Some("RUNNING") {
+            assert!(
+                Instant::now() < deadline,
+                "{job}_{index} never ran: {:?}",
+                slurm.tasks()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    running(requeued, 0);
+    running(array, 0);
+    // Seen running by the watcher (it polls every 0.5 s) before either.
+    std::thread::sleep(Duration::from_secs(1));
+    slurm.run("scontrol", &["requeue", &requeued.to_string()]);
+    slurm.run("scancel", &[&format!("{array}_0")]);
+    // Slurm holds a requeued job back for two minutes (its begin time);
+    // an operator may let it go at once.
+    std::thread::sleep(Duration::from_secs(1));
+    slurm.run(
+        "scontrol",
+        &["update", &format!("JobId={requeued}"), "StartTime=now"],
+    );
+
+    let by_job = wait_ended(&cluster, &topics.events, &[requeued, array]);
+    let stopped = Command::new("kill")
+        .args(["-TERM", &watcher.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+    let tasks = slurm.tasks();
+    let of_task = |job: u64, task: u32| -> Vec<(TaskKind, u64)> {
+        by_job[&job]
+            .iter()
+            .filter_map(|e| match e {
+                Event::Task(t) if t.task_index == task => Some((t.kind, t.time_us / 1_000_000)),
+                _ => None,
+            })
+            .collect()
+    };
+    let ended = |job: u64| -> Vec<JobOutcome> {
+        by_job[&job]
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobEnded(j) => Some(j.outcome),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // Requeued: its first run is evicted at the requeue (Slurm makes that
+    // the job's submit time), its second runs to the end.
+    let again = &tasks[&(requeued, 0)];
+    assert_eq!(again.state, "COMPLETED", "{tasks:?}");
+    let kinds = of_task(requeued, 0);
+    assert_eq!(
+        kinds.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        [
+            TaskKind::Schedule,
+            TaskKind::Evict,
+            TaskKind::Schedule,
+            TaskKind::Finish
+        ],
+        "{kinds:?}"
+    );
+    assert!(kinds[0].1 <= again.submit, "{kinds:?} against {again:?}");
+    assert_eq!(kinds[1].1, again.submit, "{again:?}");
+    assert_eq!(
+        &kinds[2..],
+        [
+            (TaskKind::Schedule, again.start),
+            (TaskKind::Finish, again.end)
+        ]
+    );
+    assert_eq!(ended(requeued), [JobOutcome::Finish]);
+
+    // Cancelled while it ran: started, then killed at Slurm's end time.
+    let cancelled = &tasks[&(array, 0)];
+    assert_eq!(cancelled.state, "CANCELLED", "{tasks:?}");
+    assert!(cancelled.start < cancelled.end, "it ran: {cancelled:?}");
+    assert_eq!(
+        of_task(array, 0),
+        [
+            (TaskKind::Schedule, cancelled.start),
+            (TaskKind::Kill, cancelled.end)
+        ]
+    );
+    let finished = &tasks[&(array, 1)];
+    assert_eq!(
+        of_task(array, 1),
+        [
+            (TaskKind::Schedule, finished.start),
+            (TaskKind::Finish, finished.end)
+        ]
+    );
+    assert_eq!(ended(array), [JobOutcome::Kill]);
+}
+
 /// `jobcast slurm apply` as a test starts it: its stdout (one JSON line per
 /// action) goes to `out`.
 fn start_applier(
@@ -797,6 +923,9 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
     assert_eq!(report["killed_at_limit"], 0, "{report}");
     assert_eq!(report["killed_jobs"], 0, "{report}");
     assert!(number("p50_decision_delay_s") >= 0.0, "{report}");
+    // Some jobs waited for CPUs at load 1.5: the applier acted on them.
+    assert!(number("applied_jobs") >= 1.0, "{report}");
+    assert!(number("p50_apply_delay_s") >= 0.0, "{report}");
     for key in ["dispatch_gap_s", "jobcast_dispatch_gap_s"] {
         assert!(number(key) >= 0.0, "{key}: {report}");
     }

@@ -88,6 +88,19 @@ struct Squeue {
 pub struct Snapshot {
     pub jobs: Vec<SqueueJob>,
     pub skipped: Vec<String>,
+    /// The jobs (an array's id, else the job's) that skipped records
+    /// belong to, where they say: Slurm still lists them, so they are not
+    /// gone, though this snapshot cannot say how they stand.
+    pub unreadable: BTreeSet<u64>,
+}
+
+impl From<Vec<SqueueJob>> for Snapshot {
+    fn from(jobs: Vec<SqueueJob>) -> Self {
+        Snapshot {
+            jobs,
+            ..Snapshot::default()
+        }
+    }
 }
 
 /// Why a snapshot could not be read.
@@ -123,9 +136,19 @@ pub fn parse_squeue(json: &[u8]) -> Result<Snapshot, SqueueError> {
             Some(id) => format!("squeue --json record {at} (job_id {id})"),
             None => format!("squeue --json record {at}"),
         };
+        let id = |key: &str| {
+            record
+                .get(key)
+                .and_then(|v| v.as_u64())
+                .filter(|&id| id != 0)
+        };
+        let job = id("array_job_id").or_else(|| id("job_id"));
         match serde_json::from_value::<SqueueJob>(record) {
             Ok(job) => snapshot.jobs.push(job),
-            Err(e) => snapshot.skipped.push(format!("{place}: {e}")),
+            Err(e) => {
+                snapshot.skipped.push(format!("{place}: {e}"));
+                snapshot.unreadable.extend(job);
+            }
         }
     }
     Ok(snapshot)

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::squeue::{SqueueJob, array_indices};
+use super::squeue::{Snapshot, SqueueJob, array_indices};
 use crate::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind,
 };
@@ -98,10 +98,10 @@ impl SlurmTracker {
 
     /// The events `snapshot` (every record `squeue --json` listed) adds to
     /// what was said before.
-    pub fn observe(&mut self, snapshot: &[SqueueJob]) -> Observed {
+    pub fn observe(&mut self, snapshot: &Snapshot) -> Observed {
         let mut observed = Observed::default();
         let mut by_job: BTreeMap<u64, Vec<&SqueueJob>> = BTreeMap::new();
-        for record in snapshot {
+        for record in &snapshot.jobs {
             by_job.entry(record.job()).or_default().push(record);
             for t in [record.submit_time, record.start_time, record.end_time] {
                 self.latest_us = self.latest_us.max(t.saturating_mul(US));
@@ -129,12 +129,13 @@ impl SlurmTracker {
             }
             end_if_done(job_id, said, &mut events);
         }
-        // Gone from squeue: ended jobs are forgotten; others are lost.
+        // Gone from squeue: ended jobs are forgotten; others are lost. A
+        // job whose records could not be read is still listed.
         let gone: Vec<u64> = self
             .jobs
             .keys()
             .copied()
-            .filter(|id| !by_job.contains_key(id))
+            .filter(|id| !by_job.contains_key(id) && !snapshot.unreadable.contains(id))
             .collect();
         for job_id in gone {
             let said = self.jobs.remove(&job_id).expect("listed");
@@ -369,7 +370,7 @@ mod tests {
     fn observe_all(tracker: &mut SlurmTracker, snapshots: &[Vec<SqueueJob>]) -> Vec<Event> {
         snapshots
             .iter()
-            .flat_map(|snapshot| tracker.observe(snapshot).events)
+            .flat_map(|snapshot| tracker.observe(&snapshot.clone().into()).events)
             .collect()
     }
 
@@ -468,14 +469,24 @@ mod tests {
         let whole = observe_all(&mut SlurmTracker::default(), &snapshots);
         let mut tracker = SlurmTracker::default();
         let mut events = observe_all(&mut tracker, &snapshots[..2]);
-        assert!(tracker.observe(&snapshots[1]).events.is_empty());
+        assert!(
+            tracker
+                .observe(&snapshots[1].clone().into())
+                .events
+                .is_empty()
+        );
         let kept = serde_json::to_vec(&tracker).unwrap();
         let mut restarted: SlurmTracker = serde_json::from_slice(&kept).unwrap();
         events.extend(observe_all(&mut restarted, &snapshots[2..]));
         assert_eq!(events, whole);
         // Every job ended and is still listed: none is lost, all followed.
         assert_eq!(restarted.jobs(), 5);
-        assert!(restarted.observe(&snapshots[3]).events.is_empty());
+        assert!(
+            restarted
+                .observe(&snapshots[3].clone().into())
+                .events
+                .is_empty()
+        );
     }
 
     #[test]
@@ -498,7 +509,7 @@ mod tests {
         let mut tracker = SlurmTracker::default();
         observe_all(&mut tracker, &snapshots[..2]);
         // None had ended by the second snapshot (3 s in).
-        let observed = tracker.observe(&[]);
+        let observed = tracker.observe(&Snapshot::default());
         assert_eq!(observed.lost_jobs, 5);
         assert_eq!(tracker.jobs(), 0);
         let lost: Vec<u64> = observed
@@ -510,6 +521,44 @@ mod tests {
             })
             .collect();
         assert_eq!(lost, [1, 2, 3, 4, 5]);
+    }
+
+    /// A followed job whose record cannot be read once is still listed:
+    /// nothing is said of it until a snapshot can say how it stands.
+    #[test]
+    fn a_followed_job_whose_record_is_unreadable_is_not_lost() {
+        let snapshots = snapshots();
+        let mut tracker = SlurmTracker::default();
+        observe_all(&mut tracker, &snapshots[..2]);
+        // The third snapshot with job 2's records (the sparse array)
+        // broken: `array_task_id` a string, as a Slurm bug might print it.
+        let mut json: serde_json::Value = serde_json::from_str(
+            include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
+                .lines()
+                .nth(2)
+                .unwrap(),
+        )
+        .unwrap();
+        for record in json["jobs"].as_array_mut().unwrap() {
+            if record["array_job_id"] == 2 {
+                record["array_task_id"] = "five".into();
+            }
+        }
+        let broken = parse_squeue(json.to_string().as_bytes()).unwrap();
+        assert_eq!(broken.unreadable.iter().copied().collect::<Vec<_>>(), [2]);
+        let observed = tracker.observe(&broken);
+        assert_eq!(observed.lost_jobs, 0);
+        assert!(task_events(&observed.events, 2).is_empty());
+        assert_eq!(tracker.jobs(), 5);
+        // Read again, job 2 says what it missed, once: the same events
+        // as a tracker that never met the broken snapshot.
+        let mut events = observed.events;
+        events.extend(observe_all(&mut tracker, &snapshots[2..]));
+        let mut clean = SlurmTracker::default();
+        observe_all(&mut clean, &snapshots[..2]);
+        let expected = observe_all(&mut clean, &snapshots[2..]);
+        assert!(!task_events(&expected, 2).is_empty());
+        assert_eq!(task_events(&events, 2), task_events(&expected, 2));
     }
 
     #[test]
@@ -661,7 +710,7 @@ mod tests {
             array_task_string: "x".into(),
             ..snapshots()[0][0].clone()
         };
-        let observed = tracker.observe(&[weird]);
+        let observed = tracker.observe(&vec![weird].into());
         assert!(observed.events.is_empty());
         assert!(
             observed.skipped[0].contains("job 9"),

@@ -150,16 +150,13 @@ impl Watcher {
             published: self.settle()?,
             ..Polled::default()
         };
-        let super::Snapshot {
-            jobs: mut snapshot,
-            skipped,
-        } = self.squeue()?;
+        let mut snapshot = self.squeue()?;
         if let Some(since) = self.options.since {
-            snapshot.retain(|record| record.submit_time >= since);
+            snapshot.jobs.retain(|record| record.submit_time >= since);
         }
         let observed = self.saved.tracker.observe(&snapshot);
         polled.lost_jobs = observed.lost_jobs;
-        polled.skipped = skipped;
+        polled.skipped = snapshot.skipped;
         polled.skipped.extend(observed.skipped);
         polled.jobs = self.saved.tracker.jobs();
         let mut messages = Vec::with_capacity(observed.events.len());
@@ -359,7 +356,7 @@ mod tests {
                 .iter()
                 .flat_map(|s| {
                     tracker
-                        .observe(&crate::slurm::parse_squeue(s.as_bytes()).unwrap().jobs)
+                        .observe(&crate::slurm::parse_squeue(s.as_bytes()).unwrap())
                         .events
                 })
                 .collect(),
@@ -407,7 +404,7 @@ mod tests {
             polled.skipped[0]
         );
         let alone = SlurmTracker::default()
-            .observe(&crate::slurm::parse_squeue(clean.as_bytes()).unwrap().jobs)
+            .observe(&crate::slurm::parse_squeue(clean.as_bytes()).unwrap())
             .events;
         assert!(!alone.is_empty());
         assert_eq!(sorted(topic_events(&watcher)), sorted(alone));
@@ -450,7 +447,7 @@ mod tests {
         // The second snapshot's events are pending; half of them reached
         // the topic when the watcher stopped.
         fixture.show(1);
-        let snapshot = watcher.squeue().unwrap().jobs;
+        let snapshot = watcher.squeue().unwrap();
         let observed = watcher.saved.tracker.observe(&snapshot);
         let messages: Vec<(String, String)> = observed
             .events

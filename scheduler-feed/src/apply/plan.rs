@@ -46,7 +46,7 @@
 //! The order is recomputed from what the scheduler reports, so an action
 //! that failed or was lost is simply planned again at the next tick.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jobcast_predictor::decision::{Decision, Estimate, Newest, Phase, Quantiles};
 use jobcast_predictor::queues::QueueConfig;
@@ -69,6 +69,9 @@ pub enum Standing {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct View {
     pub jobs: BTreeMap<u64, JobView>,
+    /// Jobs the scheduler lists but could not say how they stand: nothing
+    /// is done to them, and their decisions are kept.
+    pub unreadable: BTreeSet<u64>,
 }
 
 /// One job as the scheduler holds it.
@@ -431,6 +434,7 @@ mod tests {
         let decisions = newest(&[decision(7, 1, 1, &[2, 5])]);
         let view = View {
             jobs: [(7, job(0, &[(&[0, 1, 2, 3, 4, 5], None)]))].into(),
+            ..View::default()
         };
         let actions = plan(&decisions, &view, &queues, None);
         assert_eq!(
@@ -486,6 +490,7 @@ mod tests {
                 (2, job(0, &[(&[0], None)])),
             ]
             .into(),
+            ..View::default()
         };
         assert_eq!(
             standing(&idle),
@@ -502,6 +507,7 @@ mod tests {
                 (2, job(0, &[(&[0], None)])),
             ]
             .into(),
+            ..View::default()
         };
         assert_eq!(
             standing(&busy),
@@ -517,6 +523,7 @@ mod tests {
                 (2, job(1, &[(&[1], None)])),
             ]
             .into(),
+            ..View::default()
         };
         assert_eq!(
             standing(&both),
@@ -539,6 +546,7 @@ mod tests {
                 (2, job(0, &[(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], None)])),
             ]
             .into(),
+            ..View::default()
         };
         let actions = plan(&decisions, &view, &queues, None);
         let to = |job_id, target, standing| Action {
@@ -603,6 +611,7 @@ mod tests {
                 (7, job(0, &[(&[0, 1, 3], None)])),
             ]
             .into(),
+            ..View::default()
         };
         let to = |job_id, standing| Action {
             job_id,
@@ -622,6 +631,7 @@ mod tests {
         let decisions = newest(&[decision(1, 3, 2, &[])]);
         let alone = View {
             jobs: [(1, job(0, &[(&[0, 1], Some(Standing::Rank(0)))]))].into(),
+            ..View::default()
         };
         assert_eq!(plan(&decisions, &alone, &queues, None), []);
         // A decision for a job the scheduler no longer holds does nothing.
@@ -661,6 +671,7 @@ mod tests {
                 ),
             )]
             .into(),
+            ..View::default()
         };
         assert_eq!(
             plan(&decisions, &view, &queues, None),
@@ -692,6 +703,7 @@ mod tests {
         };
         let view = View {
             jobs: [(7, job(1, &[(&[1, 2, 3], Some(Standing::Rank(0)))]))].into(),
+            ..View::default()
         };
         let limits = |decisions: &Newest, view: &View| -> Vec<Change> {
             plan(decisions, view, &queues, Some(&walltime))

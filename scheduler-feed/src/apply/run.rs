@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jobcast_ingest::kafka::{KafkaSettings, ReadError, partitions, read_to_end};
 use jobcast_ingest::slurm::{every, state_file};
@@ -75,6 +75,10 @@ pub struct Outcome {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub attempts: u32,
+    /// When its last attempt returned (or, in a dry run, when it was
+    /// shown), Unix ms: a job's first `done` is when its decision took
+    /// effect.
+    pub at_ms: u64,
 }
 
 /// What one tick did.
@@ -167,7 +171,9 @@ impl<S: Scheduler> Applier<S> {
             .scheduler
             .observe(&mut self.saved.scheduler)
             .map_err(ApplyError::Observe)?;
-        self.saved.newest.retain(|job| view.jobs.contains_key(&job));
+        self.saved
+            .newest
+            .retain(|job| view.jobs.contains_key(&job) || view.unreadable.contains(&job));
         ticked.jobs = self.saved.newest.len();
         let actions = plan(
             &self.saved.newest,
@@ -205,6 +211,7 @@ impl<S: Scheduler> Applier<S> {
             done: false,
             error: None,
             attempts: 0,
+            at_ms: unix_ms(),
         };
         if self.options.dry_run {
             return outcome;
@@ -225,8 +232,15 @@ impl<S: Scheduler> Applier<S> {
                 backoff *= 2;
             }
         }
+        outcome.at_ms = unix_ms();
         outcome
     }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Tick every `options.interval` until `stop` is set, each tick's outcome
@@ -250,12 +264,66 @@ pub fn apply<S: Scheduler>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use jobcast_predictor::decision::{Phase, PolicyKind};
     use rdkafka::mocking::MockCluster;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     use super::*;
     use crate::apply::slurm::Slurm;
+
+    fn decision(job_id: u64, version: u32, queue: u8) -> Vec<u8> {
+        serde_json::to_vec(&Decision {
+            job_id,
+            version,
+            queue,
+            phase: Phase::Estimated,
+            estimate: None,
+            policy: PolicyKind::SLearn,
+            pilots: Vec::new(),
+            eta: None,
+        })
+        .unwrap()
+    }
+
+    fn publish(kafka: &KafkaSettings, payloads: &[Vec<u8>]) {
+        let producer: BaseProducer = kafka.producer_config().create().unwrap();
+        for payload in payloads {
+            producer
+                .send(BaseRecord::<(), Vec<u8>>::to("decisions").payload(payload))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+
+    /// The real `Slurm` scheduler, with `squeue` printing `snapshot` and
+    /// an `scontrol` that always succeeds.
+    fn slurm(snapshot: &str) -> Slurm {
+        Slurm {
+            squeue: vec!["echo".into(), snapshot.into()],
+            scontrol: vec!["true".into()],
+            base: 1000,
+            levels: 10,
+        }
+    }
+
+    fn options(state: &Path) -> ApplyOptions {
+        ApplyOptions {
+            topic: "decisions".into(),
+            state: state.to_owned(),
+            interval: Duration::from_millis(10),
+            queues: QueueConfig::default(),
+            dry_run: false,
+            attempts: 1,
+            walltime: None,
+        }
+    }
+
+    /// Slurm holds job 5 pending at a priority of its own.
+    const JOB_5_PENDING: &str =
+        r#"{"jobs": [{"job_id": 5, "job_state": "PENDING", "submit_time": 1, "priority": 1}]}"#;
 
     /// A message of the decisions topic that is not a decision is named
     /// and skipped; the decision after it is carried out, and the next
@@ -265,44 +333,10 @@ mod tests {
         let mock = MockCluster::new(1).unwrap();
         mock.create_topic("decisions", 1, 1).unwrap();
         let kafka = KafkaSettings::new(mock.bootstrap_servers());
-        let producer: BaseProducer = kafka.producer_config().create().unwrap();
-        let decision = Decision {
-            job_id: 5,
-            version: 1,
-            queue: 0,
-            phase: Phase::Estimated,
-            estimate: None,
-            policy: PolicyKind::SLearn,
-            pilots: Vec::new(),
-            eta: None,
-        };
-        for payload in [b"not json".to_vec(), serde_json::to_vec(&decision).unwrap()] {
-            producer
-                .send(BaseRecord::<(), Vec<u8>>::to("decisions").payload(&payload))
-                .map_err(|(e, _)| e)
-                .unwrap();
-        }
-        producer.flush(Duration::from_secs(10)).unwrap();
+        publish(&kafka, &[b"not json".to_vec(), decision(5, 1, 0)]);
         let dir = tempfile::tempdir().unwrap();
-        // Slurm holds job 5 pending at a priority of its own.
-        let snapshot =
-            r#"{"jobs": [{"job_id": 5, "job_state": "PENDING", "submit_time": 1, "priority": 1}]}"#;
-        let slurm = Slurm {
-            squeue: vec!["echo".into(), snapshot.into()],
-            scontrol: vec!["true".into()],
-            base: 1000,
-            levels: 10,
-        };
-        let options = ApplyOptions {
-            topic: "decisions".into(),
-            state: dir.path().join("state.json"),
-            interval: Duration::from_millis(10),
-            queues: QueueConfig::default(),
-            dry_run: false,
-            attempts: 1,
-            walltime: None,
-        };
-        let mut applier = Applier::open(&kafka, options, slurm).unwrap();
+        let options = options(&dir.path().join("state.json"));
+        let mut applier = Applier::open(&kafka, options, slurm(JOB_5_PENDING)).unwrap();
         let ticked = applier.tick().unwrap();
         assert_eq!(ticked.unreadable.len(), 1, "{:?}", ticked.unreadable);
         assert!(
@@ -322,5 +356,49 @@ mod tests {
         let again = applier.tick().unwrap();
         assert!(again.unreadable.is_empty());
         assert_eq!(again.newer, 0);
+    }
+
+    /// Restarted from its state, the applier drops an older decision
+    /// delivered again (as a producer's retry or a rewound topic would) and
+    /// carries out only the newer one it had; while Slurm's record of the
+    /// job cannot be read, it keeps the decision and does nothing to the
+    /// job.
+    #[test]
+    fn a_restarted_applier_carries_out_nothing_older_and_keeps_an_unreadable_jobs_decision() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("decisions", 1, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.json");
+        publish(&kafka, &[decision(5, 2, 0)]);
+        let mut applier = Applier::open(&kafka, options(&state), slurm(JOB_5_PENDING)).unwrap();
+        let ticked = applier.tick().unwrap();
+        let done: Vec<(u64, u32)> = ticked
+            .outcomes
+            .iter()
+            .filter(|o| o.done)
+            .map(|o| (o.action.job_id, o.action.version))
+            .collect();
+        assert_eq!(done, [(5, 2)], "{:?}", ticked.outcomes);
+        drop(applier);
+
+        publish(&kafka, &[decision(5, 1, 3)]);
+        // Slurm still shows job 5 where it was (`echo` prints the same):
+        // the restarted applier sets it again, by version 2.
+        let mut applier = Applier::open(&kafka, options(&state), slurm(JOB_5_PENDING)).unwrap();
+        let ticked = applier.tick().unwrap();
+        assert_eq!((ticked.newer, ticked.stale, ticked.jobs), (0, 1, 1));
+        assert!(
+            ticked.outcomes.iter().all(|o| o.action.version == 2),
+            "{:?}",
+            ticked.outcomes
+        );
+
+        applier.scheduler = slurm(r#"{"jobs": [{"job_id": 5, "job_state": 7}]}"#);
+        let ticked = applier.tick().unwrap();
+        assert_eq!(ticked.jobs, 1, "the decision is kept");
+        assert!(ticked.outcomes.is_empty(), "{:?}", ticked.outcomes);
+        applier.scheduler = slurm(r#"{"jobs": []}"#);
+        assert_eq!(applier.tick().unwrap().jobs, 0, "a job gone is forgotten");
     }
 }

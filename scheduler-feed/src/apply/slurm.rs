@@ -82,13 +82,16 @@ impl Scheduler for Slurm {
     type Memory = SlurmTracker;
 
     fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<View, String> {
-        // A record that cannot be read is left out: the watcher, reading
-        // the same cluster, reports it.
-        let snapshot = run_squeue(&self.squeue)?.jobs;
+        // A record that cannot be read is left out (the watcher, reading
+        // the same cluster, reports it), and its job's decision is kept.
+        let snapshot = run_squeue(&self.squeue)?;
         // Only the numbering is wanted here: the watcher publishes events.
         tracker.observe(&snapshot);
-        let mut view = View::default();
-        for record in &snapshot {
+        let mut view = View {
+            unreadable: snapshot.unreadable,
+            ..View::default()
+        };
+        for record in &snapshot.jobs {
             let job_id = record.job();
             let job: &mut JobView = view.jobs.entry(job_id).or_default();
             // Only live records take a new limit: a finished one keeps its
@@ -308,6 +311,18 @@ mod tests {
         let view = one_bad.observe(&mut tracker).unwrap();
         assert_eq!(view.jobs.keys().copied().collect::<Vec<_>>(), [5]);
         assert_eq!(view.jobs[&5].pending[0].standing, Some(Standing::Rank(0)));
+        assert!(
+            view.unreadable.is_empty(),
+            "a job_id that is no id names no job"
+        );
+        let mut other_bad = slurm();
+        other_bad.squeue = vec![
+            "echo".into(),
+            r#"{"jobs": [{"job_id": 6, "job_state": 7}]}"#.into(),
+        ];
+        let view = other_bad.observe(&mut tracker).unwrap();
+        assert!(view.jobs.is_empty());
+        assert_eq!(view.unreadable.iter().copied().collect::<Vec<_>>(), [6]);
     }
 
     #[test]

@@ -206,6 +206,11 @@ struct Report {
     /// its first decision on the decisions topic (the broker's time);
     /// `slurm apply` carries it out at its next tick.
     p50_decision_delay_s: Option<f64>,
+    /// Median seconds from a job's submission to the first `scontrol
+    /// update` `slurm apply` carried out on it (when its decision took
+    /// effect), over the jobs it acted on before they started.
+    p50_apply_delay_s: Option<f64>,
+    applied_jobs: usize,
     killed_at_limit: usize,
     /// The error (%) of each job's first ETA against the time it then took
     /// to finish on Slurm: median and P90; the share (%) that finished
@@ -347,6 +352,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     let (jobcast, observed) = run_live(args, &live, &shape, dir.path(), cpus, Some(&settings))
         .context("Slurm driven by jobcast")?;
     let decisions = read_decisions(&mock.bootstrap_servers(), &topics)?;
+    let apply_delays = apply_delays_s(&observed, dir.path())?;
     let errors = prediction_errors(&decisions, &observed);
     let mut eta_errors: Vec<f64> = errors.etas.iter().map(|&(e, _)| e).collect();
     eta_errors.sort_by(f64::total_cmp);
@@ -401,6 +407,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         estimated_jobs: errors.estimates.len(),
         p50_error_pct: median(errors.estimates),
         p50_decision_delay_s: median(decision_delays_s(&observed, &decisions)),
+        applied_jobs: apply_delays.len(),
+        p50_apply_delay_s: median(apply_delays),
         killed_at_limit: baseline.killed_at_limit + jobcast.killed_at_limit,
         p50_eta_error_pct: percentile(&eta_errors, 50.0),
         p90_eta_error_pct: percentile(&eta_errors, 90.0),
@@ -422,7 +430,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          dispatch gap             {:.2} s a task ({:.2} s with jobcast)\n\
          simulated speedup        {:.2}× ({:.1} s / {:.1} s; the Oracle {:.2}×)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
-         P50 decision delay       {} s\n\
+         P50 decision delay       {} s on the topic, {} s applied ({} jobs)\n\
          killed at a time limit   {} tasks of {} jobs (their JCTs left out of both runs')\n\
          ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
         report.jobs,
@@ -442,6 +450,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         opt(report.p50_error_pct),
         report.estimated_jobs,
         opt(report.p50_decision_delay_s),
+        opt(report.p50_apply_delay_s),
+        report.applied_jobs,
         report.killed_at_limit,
         report.killed_jobs,
         opt(report.p50_eta_error_pct),
@@ -1004,6 +1014,11 @@ fn start_services(
     let mut children = Vec::new();
     for (name, command) in ["serve", "watch", "apply"].into_iter().zip(commands) {
         let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        // The applier's actions (JSON lines) say when each took effect.
+        let stdout = match name {
+            "apply" => Stdio::from(std::fs::File::create(dir.join(ACTIONS))?),
+            _ => Stdio::null(),
+        };
         let child = Command::new(&jobcast)
             .args(command)
             // The embedded (mock) broker holds an empty fetch for its whole
@@ -1011,7 +1026,7 @@ fn start_services(
             // default 500 ms every hop of a decision would wait that long.
             .args(["-X", "fetch.wait.max.ms=10"])
             .env("JOBCAST_LOG", "info")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting jobcast {name}"))?;
@@ -1093,6 +1108,38 @@ fn decision_delays_s(observed: &Observed, decisions: &Decisions) -> Vec<f64> {
             Some(*at_ms as f64 / 1e3 - observed.submitted_s(job)? as f64)
         })
         .collect()
+}
+
+/// The file, in the run's directory, of `slurm apply`'s actions.
+const ACTIONS: &str = "apply.jsonl";
+
+/// Each job's time from its submission to the first action `slurm apply`
+/// carried out on it, s: when a decision first took effect in Slurm. A
+/// job that started before the applier's next tick has none.
+fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
+    let path = dir.join(ACTIONS);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut first_ms: BTreeMap<u64, u64> = BTreeMap::new();
+    for (line, action) in text.lines().enumerate() {
+        let action: serde_json::Value = serde_json::from_str(action)
+            .with_context(|| format!("{}, line {}", path.display(), line + 1))?;
+        if let (Some(true), Some(job), Some(at_ms)) = (
+            action["done"].as_bool(),
+            action["job_id"].as_u64(),
+            action["at_ms"].as_u64(),
+        ) {
+            let first = first_ms.entry(job).or_insert(at_ms);
+            *first = (*first).min(at_ms);
+        }
+    }
+    Ok(observed
+        .jobs
+        .keys()
+        .filter_map(|&job| {
+            Some(*first_ms.get(&job)? as f64 / 1e3 - observed.submitted_s(job)? as f64)
+        })
+        .collect())
 }
 
 /// Score jobcast's estimates and ETAs against what Slurm measured.
