@@ -25,6 +25,7 @@ pub mod ids;
 pub mod jsonl;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod live;
 pub mod merge;
 pub mod slurm;
 pub mod source;

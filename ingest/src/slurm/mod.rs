@@ -2,9 +2,9 @@
 //! `squeue --json` (Slurm 22.05, OpenAPI v0.0.38; `docs/schedulers.md` says
 //! why snapshots of `squeue`). One step per file: `squeue` reads a
 //! snapshot, [`SlurmTracker`] (pure) remembers what it has already said so
-//! that each snapshot yields only what is new, and [`watch`] (with the
-//! `kafka` feature) polls `squeue` and publishes, losing and doubling
-//! nothing across restarts.
+//! that each snapshot yields only what is new, and [`SlurmSource`] is the
+//! two as a [`crate::live::LiveSource`], which the watcher polls and
+//! publishes, losing and doubling nothing across restarts.
 //!
 //! The mapping:
 //!
@@ -31,25 +31,39 @@
 //! Times are Slurm's own (seconds, as µs), never the watcher's clock.
 
 mod squeue;
-pub mod state_file;
 mod tracker;
-#[cfg(feature = "kafka")]
-pub mod watch;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use serde::{Deserialize, Serialize};
 
 pub use squeue::{Snapshot, SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
-pub use tracker::{Observed, SlurmTracker};
+pub use tracker::SlurmTracker;
 
-/// Call `tick` every `interval` (measured from each call's start) until
-/// `stop` is set; a stop is seen within 50 ms.
-pub fn every(interval: Duration, stop: &AtomicBool, mut tick: impl FnMut()) {
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        tick();
-        while started.elapsed() < interval && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50).min(interval));
+use crate::live::{LiveSource, Observed};
+
+/// A Slurm cluster as a [`LiveSource`]: `squeue --json` read every call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlurmSource {
+    /// The command that prints the cluster's jobs: `squeue --json`, as
+    /// words.
+    pub squeue: Vec<String>,
+    /// Follow only jobs submitted at or after this Slurm time (Unix s):
+    /// the jobs of an earlier run must not teach jobcast the runtimes of
+    /// the same jobs run again (`jobcast bench slurm`).
+    pub since: Option<u64>,
+}
+
+impl LiveSource for SlurmSource {
+    type State = SlurmTracker;
+
+    fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<Observed, String> {
+        let mut snapshot = run_squeue(&self.squeue)?;
+        if let Some(since) = self.since {
+            snapshot.jobs.retain(|record| record.submit_time >= since);
         }
+        let mut observed = tracker.observe(&snapshot);
+        let mut skipped = snapshot.skipped;
+        skipped.append(&mut observed.skipped);
+        observed.skipped = skipped;
+        Ok(observed)
     }
 }

@@ -10,6 +10,7 @@ use super::squeue::{Snapshot, SqueueJob, array_indices};
 use crate::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind,
 };
+use crate::live::Observed;
 
 /// How a task's run ended, by its Slurm state; `None` while it has not.
 fn task_end(state: &str) -> Option<TaskKind> {
@@ -52,17 +53,6 @@ impl JobSaid {
             None => None,
         }
     }
-}
-
-/// What one snapshot said that the ones before had not.
-#[derive(Debug, Default, PartialEq)]
-pub struct Observed {
-    /// In time order (a job's submission, then its tasks', then its end).
-    pub events: Vec<Event>,
-    /// Jobs that left `squeue` before they ended, ended `lost`.
-    pub lost_jobs: u64,
-    /// Records that could not be read as a job or task, each with why.
-    pub skipped: Vec<String>,
 }
 
 /// What has been said of each Slurm job still in `squeue`, so that the next
@@ -162,6 +152,7 @@ impl SlurmTracker {
         }
         events.sort_by_key(|(time, rank, _)| (*time, *rank));
         observed.events = events.into_iter().map(|(_, _, e)| e).collect();
+        observed.followed = self.jobs.len();
         observed
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jobcast_ingest::kafka::{KafkaSettings, ReadError, partitions, read_to_end};
-use jobcast_ingest::slurm::{every, state_file};
+use jobcast_ingest::live::{every, state_file};
 use jobcast_predictor::decision::{Decision, Newest};
 use jobcast_predictor::queues::QueueConfig;
 use rdkafka::Message;

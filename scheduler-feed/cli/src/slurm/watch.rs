@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use jobcast_ingest::kafka::Topics;
-use jobcast_ingest::slurm::watch::{WatchOptions, watch};
+use jobcast_ingest::live::watch::{WatchOptions, watch};
+use jobcast_ingest::slurm::SlurmSource;
 use jobcast_scheduler_feed::telemetry::{
     SLURM_EVENTS_PUBLISHED, SLURM_JOBS_FOLLOWED, SLURM_JOBS_LOST, SLURM_LAST_POLL,
     SLURM_POLLS_FAILED, SLURM_RECORDS_SKIPPED,
@@ -55,12 +56,14 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let options = WatchOptions {
         topic: args.topic,
         state: args.state,
-        squeue: words(&args.squeue),
         interval: Duration::from_secs_f64(args.interval_secs),
+    };
+    let source = SlurmSource {
+        squeue: words(&args.squeue),
         since: args.since,
     };
     let (mut published, mut failed_polls) = (0, 0);
-    watch(&settings, options, &stop, |polled| match polled {
+    watch(&settings, options, source, &stop, |polled| match polled {
         Ok(polled) => {
             published += polled.published;
             metrics::counter!(SLURM_EVENTS_PUBLISHED).increment(polled.published as u64);

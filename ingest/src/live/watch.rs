@@ -1,9 +1,9 @@
-//! Following a live Slurm cluster (`jobcast slurm watch`): a snapshot of
-//! `squeue --json` every interval, and the events it adds published to the
-//! input topic, keyed as every producer keys them.
+//! Following a live cluster (`jobcast slurm watch`): a look at the
+//! cluster through its [`LiveSource`] every interval, and the events it
+//! says published to the input topic, keyed as every producer keys them.
 //!
 //! Nothing is lost or published twice when the watcher stops at any point.
-//! The state file holds the tracker (what has been said). A snapshot's
+//! The state file holds the source's state (what it has said). A look's
 //! events are first written to it as *pending*, with the topic's end
 //! offsets before them, and only then produced; once every one is
 //! acknowledged the state is written again without them. A watcher that
@@ -11,12 +11,10 @@
 //! those offsets on before anything else, and produces only the pending
 //! events it does not find there.
 //!
-//! Slurm keeps a finished job in `squeue` for `MinJobAge` (300 s by
-//! default). A watcher stopped for longer misses the ends of the jobs that
-//! finished meanwhile: they end `lost`. A watcher started afresh publishes
-//! the finished jobs still listed, as history to learn from, unless told
-//! to follow only jobs submitted from some time on
-//! ([`WatchOptions::since`]).
+//! What a stop costs beyond that is the scheduler's: Slurm keeps a
+//! finished job in `squeue` for `MinJobAge` (300 s by default), and a
+//! watcher stopped for longer misses the ends of the jobs that finished
+//! meanwhile: they end `lost` (`crate::slurm`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -29,8 +27,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::{Deserialize, Serialize};
 
-use super::state_file;
-use super::{SlurmTracker, run_squeue};
+use super::{LiveSource, state_file};
 use crate::deliveries::{Deliveries, send_when_room};
 use crate::kafka::{KafkaSettings, ReadError, event_key, partitions, read_to_end};
 
@@ -44,26 +41,21 @@ const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 /// How long to wait for a batch's acknowledgements.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What to watch, and where to publish and keep state.
+/// Where to publish and keep state, and how often to look.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     /// The input topic.
     pub topic: String,
     /// The state file (created if absent).
     pub state: PathBuf,
-    /// The command that prints the cluster's jobs: `squeue --json`.
-    pub squeue: Vec<String>,
     pub interval: Duration,
-    /// Follow only jobs submitted at or after this Slurm time (Unix s):
-    /// the jobs of an earlier run must not teach jobcast the runtimes of
-    /// the same jobs run again (`jobcast bench slurm`).
-    pub since: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// The scheduler did not answer (Slurm: `squeue` failed).
     #[error("{0}")]
-    Squeue(String),
+    Source(String),
     #[error("{0}")]
     State(String),
     #[error("Kafka: {0}")]
@@ -88,8 +80,11 @@ struct Pending {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Saved {
-    tracker: SlurmTracker,
+#[serde(bound = "M: Serialize + serde::de::DeserializeOwned + Default")]
+struct Saved<M> {
+    /// The source's state (named `tracker` while Slurm was the only one).
+    #[serde(alias = "tracker")]
+    source: M,
     pending: Option<Pending>,
 }
 
@@ -98,7 +93,7 @@ struct Saved {
 pub struct Polled {
     /// Events published (those of an earlier poll left pending included).
     pub published: usize,
-    /// Jobs that left `squeue` before they ended.
+    /// Jobs that left the scheduler's view before they ended.
     pub lost_jobs: u64,
     /// Records skipped, each with why.
     pub skipped: Vec<String>,
@@ -107,29 +102,35 @@ pub struct Polled {
 }
 
 /// A watcher with its state loaded and its clients connected.
-pub struct Watcher {
+pub struct Watcher<S: LiveSource> {
     options: WatchOptions,
-    saved: Saved,
+    source: S,
+    saved: Saved<S::State>,
     producer: BaseProducer<Deliveries>,
     consumer: BaseConsumer,
 }
 
-impl Watcher {
+impl<S: LiveSource> Watcher<S> {
     /// Load the state (if any) and connect; the topic must exist.
-    pub fn open(kafka: &KafkaSettings, options: WatchOptions) -> Result<Self, WatchError> {
-        let saved: Saved = state_file::load(&options.state).map_err(WatchError::State)?;
+    pub fn open(
+        kafka: &KafkaSettings,
+        options: WatchOptions,
+        source: S,
+    ) -> Result<Self, WatchError> {
+        let saved: Saved<S::State> = state_file::load(&options.state).map_err(WatchError::State)?;
         let producer: BaseProducer<Deliveries> = kafka
             .producer_config()
             .create_with_context(Deliveries::new())
             .map_err(|e| kafka.redact(e))?;
         let mut config = kafka.client_config();
         config
-            .set("group.id", "jobcast-slurm-watch")
+            .set("group.id", "jobcast-watch")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         let consumer: BaseConsumer = config.create().map_err(|e| kafka.redact(e))?;
         let watcher = Watcher {
             options,
+            source,
             saved,
             producer,
             consumer,
@@ -138,27 +139,20 @@ impl Watcher {
         Ok(watcher)
     }
 
-    /// Jobs followed now.
-    pub fn jobs(&self) -> usize {
-        self.saved.tracker.jobs()
-    }
-
-    /// Publish what an earlier poll left pending, then take a snapshot of
-    /// the cluster and publish what it adds.
+    /// Publish what an earlier poll left pending, then look at the
+    /// cluster and publish what it says.
     pub fn poll(&mut self) -> Result<Polled, WatchError> {
         let mut polled = Polled {
             published: self.settle()?,
             ..Polled::default()
         };
-        let mut snapshot = self.squeue()?;
-        if let Some(since) = self.options.since {
-            snapshot.jobs.retain(|record| record.submit_time >= since);
-        }
-        let observed = self.saved.tracker.observe(&snapshot);
+        let observed = self
+            .source
+            .observe(&mut self.saved.source)
+            .map_err(WatchError::Source)?;
         polled.lost_jobs = observed.lost_jobs;
-        polled.skipped = snapshot.skipped;
-        polled.skipped.extend(observed.skipped);
-        polled.jobs = self.saved.tracker.jobs();
+        polled.skipped = observed.skipped;
+        polled.jobs = observed.followed;
         let mut messages = Vec::with_capacity(observed.events.len());
         for event in &observed.events {
             messages.push((event_key(event), event.to_json()));
@@ -251,24 +245,20 @@ impl Watcher {
     fn save(&self) -> Result<(), WatchError> {
         state_file::save(&self.options.state, &self.saved).map_err(WatchError::State)
     }
-
-    /// The cluster's jobs now.
-    fn squeue(&self) -> Result<super::Snapshot, WatchError> {
-        run_squeue(&self.options.squeue).map_err(WatchError::Squeue)
-    }
 }
 
 /// Poll every `options.interval` until `stop` is set, each poll's outcome
 /// handed to `report`. Only opening (the state file, the brokers, the
 /// topic) fails; a poll that fails is reported and the next one goes on.
-pub fn watch(
+pub fn watch<S: LiveSource>(
     kafka: &KafkaSettings,
     options: WatchOptions,
+    source: S,
     stop: &AtomicBool,
     mut report: impl FnMut(Result<&Polled, &WatchError>),
 ) -> Result<(), WatchError> {
     let interval = options.interval;
-    let mut watcher = Watcher::open(kafka, options)?;
+    let mut watcher = Watcher::open(kafka, options, source)?;
     super::every(interval, stop, || match watcher.poll() {
         Ok(polled) => report(Ok(&polled)),
         Err(e) => report(Err(&e)),
@@ -282,10 +272,12 @@ mod tests {
 
     use super::*;
     use crate::event::decode;
+    use crate::slurm::{SlurmSource, SlurmTracker};
 
     const TOPIC: &str = "slurm.events";
 
-    /// The recorded snapshots (`tracker.rs`), one per file, and a watcher
+    /// The recorded snapshots (`slurm/tracker.rs`), one per file, and a
+    /// watcher of Slurm, the scheduler jobcast follows today,
     /// whose `squeue` prints the file `current`.
     struct Fixture {
         dir: tempfile::TempDir,
@@ -308,7 +300,10 @@ mod tests {
             std::fs::write(self.dir.path().join("current"), &self.snapshots[snapshot]).unwrap();
         }
 
-        fn watcher<C: rdkafka::ClientContext>(&self, mock: &MockCluster<'_, C>) -> Watcher {
+        fn watcher<C: rdkafka::ClientContext>(
+            &self,
+            mock: &MockCluster<'_, C>,
+        ) -> Watcher<SlurmSource> {
             self.watcher_since(mock, None)
         }
 
@@ -316,23 +311,26 @@ mod tests {
             &self,
             mock: &MockCluster<'_, C>,
             since: Option<u64>,
-        ) -> Watcher {
+        ) -> Watcher<SlurmSource> {
             let options = WatchOptions {
                 topic: TOPIC.into(),
                 state: self.dir.path().join("state.json"),
+                interval: Duration::from_millis(10),
+            };
+            let source = SlurmSource {
                 squeue: vec![
                     "cat".into(),
                     self.dir.path().join("current").display().to_string(),
                 ],
-                interval: Duration::from_millis(10),
                 since,
             };
-            Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options).unwrap()
+            let kafka = KafkaSettings::new(mock.bootstrap_servers());
+            Watcher::open(&kafka, options, source).unwrap()
         }
     }
 
     /// Every message of the topic, decoded.
-    fn topic_events(watcher: &Watcher) -> Vec<crate::Event> {
+    fn topic_events(watcher: &Watcher<SlurmSource>) -> Vec<crate::Event> {
         watcher
             .read_back(&BTreeMap::new())
             .unwrap()
@@ -447,8 +445,7 @@ mod tests {
         // The second snapshot's events are pending; half of them reached
         // the topic when the watcher stopped.
         fixture.show(1);
-        let snapshot = watcher.squeue().unwrap();
-        let observed = watcher.saved.tracker.observe(&snapshot);
+        let observed = watcher.source.observe(&mut watcher.saved.source).unwrap();
         let messages: Vec<(String, String)> = observed
             .events
             .iter()
@@ -490,8 +487,12 @@ mod tests {
         assert_eq!(watcher.poll().unwrap().jobs, 5);
         // A state file that is not one stops a watcher from starting.
         std::fs::write(fixture.dir.path().join("state.json"), "[").unwrap();
-        let options = watcher.options.clone();
-        let refused = Watcher::open(&KafkaSettings::new(mock.bootstrap_servers()), options);
+        let (options, source) = (watcher.options.clone(), watcher.source.clone());
+        let refused = Watcher::open(
+            &KafkaSettings::new(mock.bootstrap_servers()),
+            options,
+            source,
+        );
         assert!(matches!(refused, Err(WatchError::State(_))));
     }
 }
