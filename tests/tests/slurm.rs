@@ -136,10 +136,15 @@ fn assert_as_slurm_ended(
     assert_eq!(outcomes, [outcome], "job {job}");
 }
 
-/// Waits (up to two minutes) until every one of `jobs` has ended in the
+/// Waits (up to `within`) until every one of `jobs` has ended in the
 /// topic; then every event in it, by job.
-fn wait_ended(cluster: &Cluster, topic: &str, jobs: &[u64]) -> BTreeMap<u64, Vec<Event>> {
-    let deadline = Instant::now() + Duration::from_secs(120);
+fn wait_ended(
+    cluster: &Cluster,
+    topic: &str,
+    jobs: &[u64],
+    within: Duration,
+) -> BTreeMap<u64, Vec<Event>> {
+    let deadline = Instant::now() + within;
     loop {
         let by_job = events_by_job(cluster, topic);
         let ended = jobs
@@ -210,6 +215,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         &cluster,
         &topics.events,
         &[array, sparse, plain, failing, held],
+        Duration::from_secs(120),
     );
     // Its metrics, every one the alerts and docs name: every job
     // followed, no poll failed.
@@ -361,7 +367,12 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     slurm.start_controller();
     let after = slurm.sbatch(&["-J", "after", "--time=1", "--wrap", "sleep 1"]);
 
-    let by_job = wait_ended(&cluster, &topics.events, &[array, plain, after]);
+    let by_job = wait_ended(
+        &cluster,
+        &topics.events,
+        &[array, plain, after],
+        Duration::from_secs(120),
+    );
     let text = scrape(metrics);
     for (name, expected) in [
         ("jobcast_slurm_jobs_lost_total", 0.0),
@@ -395,12 +406,14 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     assert_eq!(by_job.len(), 3, "{by_job:?}");
 }
 
-/// What an operator does to running work reaches the topic as Slurm did
-/// it: a job requeued while it ran is evicted at the requeue and runs
-/// again; an array task cancelled while it ran is killed, its job ended
-/// `kill` once the other task finished.
+/// What ends running work reaches the topic as Slurm did it: a job
+/// requeued while it ran is evicted at the requeue and runs again; an
+/// array task cancelled while it ran is killed, its job ended `kill` once
+/// the other task finished; a job past its one-minute limit times out
+/// (Slurm checks limits every 30 s or so: this test takes a minute or
+/// two).
 #[test]
-fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ran_them() {
+fn a_requeue_a_cancel_and_a_time_limit_reach_the_topic_as_slurm_ended_them() {
     let slurm = Slurm::up();
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
@@ -412,6 +425,7 @@ fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ra
         free_port(),
         Some(since_now()),
     );
+    let limited = slurm.sbatch(&["-J", "limited", "--time=1", "--wrap", "sleep 600"]);
     let requeued = slurm.sbatch(&["-J", "requeued", "--time=1", "--wrap", "sleep 3"]);
     let array = slurm.sbatch(&[
         "-J",
@@ -446,7 +460,12 @@ fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ra
         &["update", &format!("JobId={requeued}"), "StartTime=now"],
     );
 
-    let by_job = wait_ended(&cluster, &topics.events, &[requeued, array]);
+    let by_job = wait_ended(
+        &cluster,
+        &topics.events,
+        &[requeued, array, limited],
+        Duration::from_secs(240),
+    );
     let stopped = Command::new("kill")
         .args(["-TERM", &watcher.id().to_string()])
         .status()
@@ -519,6 +538,18 @@ fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ra
         ]
     );
     assert_eq!(ended(array), [JobOutcome::Kill]);
+
+    // Past its limit: a timeout at Slurm's end time, its job killed.
+    let timed_out = &tasks[&(limited, 0)];
+    assert_eq!(timed_out.state, "TIMEOUT", "{tasks:?}");
+    assert_eq!(
+        of_task(limited, 0),
+        [
+            (TaskKind::Schedule, timed_out.start),
+            (TaskKind::Timeout, timed_out.end)
+        ]
+    );
+    assert_eq!(ended(limited), [JobOutcome::Kill]);
 }
 
 /// `jobcast slurm apply` as a test starts it: its stdout (one JSON line per
