@@ -778,6 +778,42 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     // tasks' P99 (times a margin of 3).
     applier.kill().unwrap();
     applier.wait().unwrap();
+
+    // Its priorities outlive it; `--hand-back` gives every job it moved
+    // back to Slurm's own order (held and released: neither held nor at
+    // a priority of jobcast's now), and touches no other.
+    let out = Command::new(jobcast_bin())
+        .args(["slurm", "apply", "--hand-back"])
+        .env("SLURM_CONF", slurm.conf())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let handed: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let mut jobs: Vec<u64> = handed
+        .iter()
+        .map(|a| a["job_id"].as_u64().unwrap())
+        .collect();
+    jobs.sort();
+    assert_eq!(jobs, [early, wide, short], "{handed:?}");
+    assert!(handed.iter().all(|a| a["done"] == true), "{handed:?}");
+    let tasks = slurm.tasks();
+    for job in [early, wide, short] {
+        for ((_, index), task) in tasks.range((job, 0)..=(job, u32::MAX)) {
+            assert!(
+                task.state == "PENDING" && (1..SPARE).contains(&task.priority),
+                "{job}_{index}: {task:?}"
+            );
+        }
+    }
+    assert_eq!(tasks[&(blocker, 0)].state, "RUNNING");
+
     let second_out = dir.path().join("apply-2.jsonl");
     let walltime = ["--walltime-quantile", "p99", "--walltime-min-minutes", "2"];
     let mut applier = start_applier(&slurm, &cluster.brokers(), &state, &second_out, &walltime);

@@ -28,7 +28,7 @@ pub mod slurm;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-pub use run::{Applier, ApplyError, ApplyOptions, Outcome, Ticked, apply};
+pub use run::{Applier, ApplyError, ApplyOptions, Outcome, Ticked, apply, hand_back};
 
 /// A scheduler that carries out jobcast's decisions: it says what it holds
 /// and makes one change at a time.

@@ -63,6 +63,10 @@ pub enum Standing {
     Rank(u8),
     /// Behind every ranked task: only on slots nothing else wants.
     Spare,
+    /// The scheduler's own order, behind all of jobcast's: where
+    /// [`hand_back`] returns every job once jobcast stops for good. No
+    /// plan puts a job there, and the scheduler reports no task there.
+    Own,
 }
 
 /// What the scheduler holds now, by jobcast job id.
@@ -271,6 +275,23 @@ pub fn plan(
         }
     }
     actions
+}
+
+/// Every job with pending tasks jobcast set a standing on, back to the
+/// scheduler's own order (`slurm apply --hand-back`): the standings an
+/// applier set outlive it, and would keep its jobs ahead of (or, spare,
+/// behind) new work that has no decision to move it.
+pub fn hand_back(view: &View) -> Vec<Action> {
+    view.jobs
+        .iter()
+        .filter(|(_, job)| job.pending.iter().any(|g| g.standing.is_some()))
+        .map(|(&job_id, _)| Action {
+            job_id,
+            version: 0,
+            target: Target::Job,
+            change: Change::Standing(Standing::Own),
+        })
+        .collect()
 }
 
 /// A job the scheduler holds, with the queue it waits in.

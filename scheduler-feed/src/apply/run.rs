@@ -199,42 +199,75 @@ impl<S: Scheduler> Applier<S> {
         Ok(ticked)
     }
 
-    /// Carry out `action` (show it, in a dry run), retrying a failure.
     fn carry_out(&mut self, action: Action) -> Outcome {
-        let memory = &self.saved.scheduler;
-        let mut outcome = Outcome {
-            command: self
-                .scheduler
-                .describe(memory, &action)
-                .unwrap_or_else(|e| format!("({e})")),
+        let (attempts, dry_run) = (self.options.attempts, self.options.dry_run);
+        carry_out(
+            &mut self.scheduler,
+            &self.saved.scheduler,
             action,
-            done: false,
-            error: None,
-            attempts: 0,
-            at_ms: unix_ms(),
-        };
-        if self.options.dry_run {
-            return outcome;
-        }
-        let mut backoff = Duration::from_millis(100);
-        while outcome.attempts < self.options.attempts.max(1) {
-            outcome.attempts += 1;
-            match self.scheduler.act(memory, &outcome.action) {
-                Ok(()) => {
-                    outcome.done = true;
-                    outcome.error = None;
-                    break;
-                }
-                Err(e) => outcome.error = Some(e),
-            }
-            if outcome.attempts < self.options.attempts {
-                std::thread::sleep(backoff);
-                backoff *= 2;
-            }
-        }
-        outcome.at_ms = unix_ms();
-        outcome
+            attempts,
+            dry_run,
+        )
     }
+}
+
+/// Hand every job jobcast set a standing on back to the scheduler's own
+/// order, once ([`super::plan::hand_back`]), for when `slurm apply` stops
+/// for good: each action's outcome, or why the scheduler could not say
+/// what it holds.
+pub fn hand_back<S: Scheduler>(
+    scheduler: &mut S,
+    attempts: u32,
+    dry_run: bool,
+) -> Result<Vec<Outcome>, String> {
+    let mut memory = S::Memory::default();
+    let view = scheduler.observe(&mut memory)?;
+    Ok(super::plan::hand_back(&view)
+        .into_iter()
+        .map(|action| carry_out(scheduler, &memory, action, attempts, dry_run))
+        .collect())
+}
+
+/// Carry out `action` (show it, in a dry run), retrying a failure up to
+/// `attempts` times in all.
+fn carry_out<S: Scheduler>(
+    scheduler: &mut S,
+    memory: &S::Memory,
+    action: Action,
+    attempts: u32,
+    dry_run: bool,
+) -> Outcome {
+    let mut outcome = Outcome {
+        command: scheduler
+            .describe(memory, &action)
+            .unwrap_or_else(|e| format!("({e})")),
+        action,
+        done: false,
+        error: None,
+        attempts: 0,
+        at_ms: unix_ms(),
+    };
+    if dry_run {
+        return outcome;
+    }
+    let mut backoff = Duration::from_millis(100);
+    while outcome.attempts < attempts.max(1) {
+        outcome.attempts += 1;
+        match scheduler.act(memory, &outcome.action) {
+            Ok(()) => {
+                outcome.done = true;
+                outcome.error = None;
+                break;
+            }
+            Err(e) => outcome.error = Some(e),
+        }
+        if outcome.attempts < attempts {
+            std::thread::sleep(backoff);
+            backoff *= 2;
+        }
+    }
+    outcome.at_ms = unix_ms();
+    outcome
 }
 
 fn unix_ms() -> u64 {

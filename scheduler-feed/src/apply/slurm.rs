@@ -33,12 +33,14 @@ pub struct Slurm {
 }
 
 impl Slurm {
-    fn priority(&self, standing: Standing) -> u32 {
+    /// The priority jobcast gives `standing`; none for Slurm's own.
+    fn priority(&self, standing: Standing) -> Option<u32> {
         let levels = u32::from(self.levels);
         match standing {
-            Standing::Spare => self.base,
-            Standing::Rank(n) => self.base + levels.saturating_sub(u32::from(n)),
-            Standing::Next => self.base + levels + 1,
+            Standing::Spare => Some(self.base),
+            Standing::Rank(n) => Some(self.base + levels.saturating_sub(u32::from(n))),
+            Standing::Next => Some(self.base + levels + 1),
+            Standing::Own => None,
         }
     }
 
@@ -52,8 +54,13 @@ impl Slurm {
         }
     }
 
-    /// The `scontrol` arguments that carry out `action`.
-    fn arguments(&self, tracker: &SlurmTracker, action: &Action) -> Result<Vec<String>, String> {
+    /// The `scontrol` commands (their arguments, in order) that carry out
+    /// `action`.
+    fn commands(
+        &self,
+        tracker: &SlurmTracker,
+        action: &Action,
+    ) -> Result<Vec<Vec<String>>, String> {
         let job = match &action.target {
             Target::Job => action.job_id.to_string(),
             Target::Tasks(tasks) => {
@@ -69,10 +76,52 @@ impl Slurm {
             }
         };
         let change = match action.change {
-            Change::Standing(standing) => format!("Priority={}", self.priority(standing)),
+            Change::Standing(standing) => match self.priority(standing) {
+                Some(priority) => format!("Priority={priority}"),
+                // A priority set by hand leaves priority/multifactor; a
+                // hold and a release give the job back to it (scontrol(1),
+                // `Priority`).
+                None => {
+                    return Ok(vec![
+                        vec!["hold".into(), job.clone()],
+                        vec!["release".into(), job],
+                    ]);
+                }
+            },
             Change::TimeLimitS(secs) => format!("TimeLimit={}", secs.div_ceil(60)),
         };
-        Ok(vec!["update".into(), format!("JobId={job}"), change])
+        Ok(vec![vec!["update".into(), format!("JobId={job}"), change]])
+    }
+
+    /// Run `scontrol ARGUMENTS`: an error unless it succeeded, or every
+    /// record it reports is one that changes nothing.
+    fn scontrol(&self, arguments: &[String]) -> Result<(), String> {
+        let (program, first) = self.scontrol.split_first().ok_or("no scontrol command")?;
+        let output = Command::new(program)
+            .args(first)
+            .args(arguments)
+            .output()
+            .map_err(|e| format!("{program}: {e}"))?;
+        // An array's update reports each record: tasks that finished since
+        // the snapshot fail it, harmlessly.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let mut said = stderr.lines().filter(|l| !l.trim().is_empty()).peekable();
+        let benign = said.peek().is_some()
+            && said.all(|line| {
+                line.split_once(": ").is_some_and(|(_, said)| {
+                    matches!(said.trim(), "No error" | "Job has already finished")
+                })
+            });
+        if output.status.success() || benign {
+            Ok(())
+        } else {
+            Err(format!(
+                "{program} {}: {}: {}",
+                arguments.join(" "),
+                output.status,
+                stderr.trim()
+            ))
+        }
     }
 }
 
@@ -133,39 +182,19 @@ impl Scheduler for Slurm {
     }
 
     fn describe(&self, tracker: &SlurmTracker, action: &Action) -> Result<String, String> {
-        let mut words = self.scontrol.clone();
-        words.extend(self.arguments(tracker, action)?);
-        Ok(words.join(" "))
+        let commands: Vec<String> = self
+            .commands(tracker, action)?
+            .into_iter()
+            .map(|arguments| [&self.scontrol[..], &arguments].concat().join(" "))
+            .collect();
+        Ok(commands.join("; "))
     }
 
     fn act(&mut self, tracker: &SlurmTracker, action: &Action) -> Result<(), String> {
-        let arguments = self.arguments(tracker, action)?;
-        let (program, first) = self.scontrol.split_first().ok_or("no scontrol command")?;
-        let output = Command::new(program)
-            .args(first)
-            .args(&arguments)
-            .output()
-            .map_err(|e| format!("{program}: {e}"))?;
-        // An array's update reports each record: tasks that finished since
-        // the snapshot fail it, harmlessly.
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        let mut said = stderr.lines().filter(|l| !l.trim().is_empty()).peekable();
-        let benign = said.peek().is_some()
-            && said.all(|line| {
-                line.split_once(": ").is_some_and(|(_, said)| {
-                    matches!(said.trim(), "No error" | "Job has already finished")
-                })
-            });
-        if output.status.success() || benign {
-            Ok(())
-        } else {
-            Err(format!(
-                "{program} {}: {}: {}",
-                arguments.join(" "),
-                output.status,
-                stderr.trim()
-            ))
+        for arguments in self.commands(tracker, action)? {
+            self.scontrol(&arguments)?;
         }
+        Ok(())
     }
 }
 
@@ -214,7 +243,10 @@ mod tests {
             Standing::Next,
         ];
         for standing in standings {
-            assert_eq!(slurm.standing(slurm.priority(standing)), Some(standing));
+            assert_eq!(
+                slurm.standing(slurm.priority(standing).unwrap()),
+                Some(standing)
+            );
         }
         assert!(slurm.priority(Standing::Next) > slurm.priority(Standing::Rank(0)));
         assert!(slurm.priority(Standing::Rank(0)) > slurm.priority(Standing::Rank(1)));
@@ -243,9 +275,77 @@ mod tests {
             ..action
         };
         assert_eq!(
-            slurm.arguments(&tracker, &action).unwrap()[2],
-            "TimeLimit=2"
+            slurm.describe(&tracker, &action).unwrap(),
+            "scontrol update JobId=42 TimeLimit=2"
         );
+    }
+
+    /// Handed back, a job is held and released, which gives it back to
+    /// priority/multifactor; `hand_back` plans that for every job with a
+    /// task where jobcast put it, and for no other.
+    #[test]
+    fn a_job_handed_back_is_held_and_released() {
+        let slurm = slurm();
+        let tracker = SlurmTracker::default();
+        let action = Action {
+            job_id: 42,
+            version: 0,
+            target: Target::Job,
+            change: Change::Standing(Standing::Own),
+        };
+        assert_eq!(
+            slurm.describe(&tracker, &action).unwrap(),
+            "scontrol hold 42; scontrol release 42"
+        );
+        let group = |standing| Group {
+            tasks: vec![0],
+            standing,
+        };
+        let view = View {
+            jobs: [
+                (
+                    1,
+                    JobView {
+                        pending: vec![group(Some(Standing::Spare))],
+                        ..JobView::default()
+                    },
+                ),
+                (
+                    2,
+                    JobView {
+                        pending: vec![group(None)],
+                        ..JobView::default()
+                    },
+                ),
+                (
+                    3,
+                    JobView {
+                        pending: vec![group(None), group(Some(Standing::Rank(2)))],
+                        ..JobView::default()
+                    },
+                ),
+                (
+                    4,
+                    JobView {
+                        running: 1,
+                        ..JobView::default()
+                    },
+                ),
+            ]
+            .into(),
+            ..View::default()
+        };
+        let back: Vec<u64> = crate::apply::plan::hand_back(&view)
+            .into_iter()
+            .map(|a| {
+                assert_eq!(
+                    (a.target, a.change),
+                    (Target::Job, Change::Standing(Standing::Own))
+                );
+                a.job_id
+            })
+            .collect();
+        assert_eq!(back, [1, 3]);
     }
 
     /// `scontrol` as a script that writes `stderr` and exits `code`.

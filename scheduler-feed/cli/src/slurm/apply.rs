@@ -11,7 +11,7 @@ use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_scheduler_feed::apply::plan::Walltime;
 use jobcast_scheduler_feed::apply::slurm::Slurm;
-use jobcast_scheduler_feed::apply::{ApplyOptions, apply};
+use jobcast_scheduler_feed::apply::{ApplyOptions, apply, hand_back};
 use jobcast_scheduler_feed::telemetry::{
     SLURM_ACTIONS, SLURM_DECISIONS_READ, SLURM_JOBS_DECIDED, SLURM_LAST_TICK, SLURM_TICKS_FAILED,
 };
@@ -70,6 +70,13 @@ pub struct ApplyArgs {
     /// No limit is set below this.
     #[arg(long, default_value_t = 5, requires = "walltime_quantile")]
     walltime_min_minutes: u64,
+    /// Hand every job jobcast set a priority on back to Slurm's own order
+    /// (`scontrol hold`, then `release`: how Slurm gives a job back to its
+    /// priority plugin), print each action, and exit. The priorities an
+    /// applier set outlive it: run this when it stops for good. Reads no
+    /// decisions and no state; `--dry-run` prints what it would do.
+    #[arg(long)]
+    hand_back: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -78,7 +85,6 @@ pub struct ApplyArgs {
 }
 
 pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
-    let settings = args.kafka.settings()?;
     let queues = QueueConfig {
         levels: args.levels,
         weight_ratio: args.weight_ratio,
@@ -103,17 +109,38 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         .walltime_quantile
         .map(|quantile| walltime(quantile, args.walltime_margin, args.walltime_min_minutes))
         .transpose()?;
-    let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
-    for result in ["done", "failed"] {
-        metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
-    }
-    metrics::counter!(SLURM_DECISIONS_READ, "kind" => "unreadable").increment(0);
-    let slurm = Slurm {
+    let mut slurm = Slurm {
         squeue: words(&args.squeue),
         scontrol: words(&args.scontrol),
         base: args.priority_base,
         levels: args.levels,
     };
+    if args.hand_back {
+        let outcomes = hand_back(&mut slurm, args.attempts, args.dry_run)
+            .map_err(anyhow::Error::msg)
+            .context("reading Slurm's jobs")?;
+        for outcome in &outcomes {
+            println!(
+                "{}",
+                serde_json::to_string(outcome).expect("outcomes serialise")
+            );
+        }
+        let failed = outcomes.iter().filter(|o| o.error.is_some()).count();
+        eprintln!(
+            "jobcast slurm apply --hand-back: {} jobs, {failed} failed",
+            outcomes.len()
+        );
+        if failed > 0 {
+            anyhow::bail!("{failed} jobs were not handed back (their errors are above)");
+        }
+        return Ok(());
+    }
+    let settings = args.kafka.settings()?;
+    let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
+    for result in ["done", "failed"] {
+        metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
+    }
+    metrics::counter!(SLURM_DECISIONS_READ, "kind" => "unreadable").increment(0);
     let options = ApplyOptions {
         topic: args.topic,
         state: args.state,
