@@ -193,7 +193,9 @@ struct Report {
     /// do not (no epilog; `scripts/slurm.sh` sets one).
     jobcast_dispatch_gap_s: f64,
     simulated_baseline_avg_jct_s: f64,
+    simulated_baseline_p50_jct_s: f64,
     simulated_jobcast_avg_jct_s: f64,
+    simulated_jobcast_p50_jct_s: f64,
     simulated_speedup: f64,
     /// The simulated FIFO over GS driven by the Oracle (every job's true
     /// runtime): what the draw leaves any estimate to gain.
@@ -207,11 +209,14 @@ struct Report {
     /// `slurm apply` carries it out at its next tick.
     p50_decision_delay_s: Option<f64>,
     /// Median seconds from a job's submission to the first `scontrol
-    /// update` `slurm apply` carried out on it (when its decision took
-    /// effect), over the jobs it acted on before they started.
+    /// update` `slurm apply` carried out for one of its decisions (when a
+    /// decision took effect), over the jobs whose decisions needed one.
     p50_apply_delay_s: Option<f64>,
     applied_jobs: usize,
+    /// Tasks Slurm ended at their time limit, in both runs, and in each.
     killed_at_limit: usize,
+    baseline_killed_at_limit: usize,
+    jobcast_killed_at_limit: usize,
     /// The error (%) of each job's first ETA against the time it then took
     /// to finish on Slurm: median and P90; the share (%) that finished
     /// within the ETA's interval; the jobs given one.
@@ -370,22 +375,27 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     let (baseline_avg_jct_s, baseline_p50_jct_s) = baseline.jct_s(&killed).with_context(no_jct)?;
     let (jobcast_avg_jct_s, jobcast_p50_jct_s) = jobcast.jct_s(&killed).with_context(no_jct)?;
     let killed_ids: BTreeSet<u64> = killed.iter().map(|&i| live[i].job.job_id()).collect();
-    let simulated_avg_jct_s = |report: &SimReport| {
+    // Average and P50, as of the runs on Slurm.
+    let simulated_jct_s = |report: &SimReport| {
         let jcts: Vec<f64> = report
             .jobs
             .iter()
             .filter(|j| !killed_ids.contains(&j.job_id))
             .map(|j| j.jct_us as f64 / 1e6)
             .collect();
-        if jcts.is_empty() {
-            bail!("the simulation finished no job");
-        }
-        Ok(jcts.iter().sum::<f64>() / jcts.len() as f64)
+        let avg = jcts.iter().sum::<f64>() / jcts.len() as f64;
+        median(jcts)
+            .map(|p50| (avg, p50))
+            .context("the simulation finished no job")
     };
-    let (simulated_baseline, simulated_jobcast, simulated_oracle) = (
-        simulated_avg_jct_s(&fifo_run)?,
-        simulated_avg_jct_s(&simulated_run)?,
-        simulated_avg_jct_s(&oracle_run)?,
+    let (
+        (simulated_baseline, simulated_baseline_p50_jct_s),
+        (simulated_jobcast, simulated_jobcast_p50_jct_s),
+        (simulated_oracle, _),
+    ) = (
+        simulated_jct_s(&fifo_run)?,
+        simulated_jct_s(&simulated_run)?,
+        simulated_jct_s(&oracle_run)?,
     );
     let report = Report {
         jobs: live.len(),
@@ -401,7 +411,9 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         dispatch_gap_s,
         jobcast_dispatch_gap_s: observed.dispatch_gap_s(cpus),
         simulated_baseline_avg_jct_s: simulated_baseline,
+        simulated_baseline_p50_jct_s,
         simulated_jobcast_avg_jct_s: simulated_jobcast,
+        simulated_jobcast_p50_jct_s,
         simulated_speedup: simulated_baseline / simulated_jobcast,
         simulated_oracle_speedup: simulated_baseline / simulated_oracle,
         estimated_jobs: errors.estimates.len(),
@@ -410,6 +422,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         applied_jobs: apply_delays.len(),
         p50_apply_delay_s: median(apply_delays),
         killed_at_limit: baseline.killed_at_limit + jobcast.killed_at_limit,
+        baseline_killed_at_limit: baseline.killed_at_limit,
+        jobcast_killed_at_limit: jobcast.killed_at_limit,
         p50_eta_error_pct: percentile(&eta_errors, 50.0),
         p90_eta_error_pct: percentile(&eta_errors, 90.0),
         eta_within_interval_pct: (!eta_errors.is_empty())
@@ -428,10 +442,10 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
          speedup                  {:.2}×\n\
          dispatch gap             {:.2} s a task ({:.2} s with jobcast)\n\
-         simulated speedup        {:.2}× ({:.1} s / {:.1} s; the Oracle {:.2}×)\n\
+         simulated speedup        {:.2}× ({:.1} s / {:.1} s, P50 {:.1} s / {:.1} s; the Oracle {:.2}×)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
          P50 decision delay       {} s on the topic, {} s applied ({} jobs)\n\
-         killed at a time limit   {} tasks of {} jobs (their JCTs left out of both runs')\n\
+         killed at a time limit   {} tasks ({} alone, {} with jobcast) of {} jobs (their JCTs left out of both runs')\n\
          ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
         report.jobs,
         report.cpus,
@@ -446,6 +460,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         report.simulated_speedup,
         report.simulated_baseline_avg_jct_s,
         report.simulated_jobcast_avg_jct_s,
+        report.simulated_baseline_p50_jct_s,
+        report.simulated_jobcast_p50_jct_s,
         report.simulated_oracle_speedup,
         opt(report.p50_error_pct),
         report.estimated_jobs,
@@ -453,6 +469,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         opt(report.p50_apply_delay_s),
         report.applied_jobs,
         report.killed_at_limit,
+        report.baseline_killed_at_limit,
+        report.jobcast_killed_at_limit,
         report.killed_jobs,
         opt(report.p50_eta_error_pct),
         opt(report.p90_eta_error_pct),
@@ -1114,8 +1132,10 @@ fn decision_delays_s(observed: &Observed, decisions: &Decisions) -> Vec<f64> {
 const ACTIONS: &str = "apply.jsonl";
 
 /// Each job's time from its submission to the first action `slurm apply`
-/// carried out on it, s: when a decision first took effect in Slurm. A
-/// job that started before the applier's next tick has none.
+/// carried out for one of its decisions (version 1 on; version 0 places
+/// new work before any decision), s: when a decision first took effect in
+/// Slurm. A job whose decisions needed no change (new work stands with Q0
+/// already), or that started before the applier's next tick, has none.
 fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
     let path = dir.join(ACTIONS);
     let text =
@@ -1124,9 +1144,10 @@ fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
     for (line, action) in text.lines().enumerate() {
         let action: serde_json::Value = serde_json::from_str(action)
             .with_context(|| format!("{}, line {}", path.display(), line + 1))?;
-        if let (Some(true), Some(job), Some(at_ms)) = (
+        if let (Some(true), Some(job), Some(1..), Some(at_ms)) = (
             action["done"].as_bool(),
             action["job_id"].as_u64(),
+            action["version"].as_u64(),
             action["at_ms"].as_u64(),
         ) {
             let first = first_ms.entry(job).or_insert(at_ms);
