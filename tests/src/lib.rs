@@ -126,6 +126,19 @@ impl std::ops::DerefMut for Running {
     }
 }
 
+impl Running {
+    /// SIGTERM, and a clean exit (status 0) to it.
+    pub fn terminate(&mut self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let status = self.0.wait().expect("reaped");
+        assert!(status.success(), "exited with {status} after SIGTERM");
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {

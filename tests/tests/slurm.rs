@@ -245,12 +245,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         metric_sum(&text, "jobcast_slurm_last_poll_timestamp_seconds") > 1.7e9,
         "{text}"
     );
-    let stopped = Command::new("kill")
-        .args(["-TERM", &watcher.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+    watcher.terminate();
 
     // Slurm's own record of each task.
     let slurm_tasks = slurm.tasks();
@@ -386,12 +381,7 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
         assert_eq!(metric_sum(&text, name), expected, "{name}: {text}");
     }
     assert!(failed(&text) >= 2.0, "{text}");
-    let stopped = Command::new("kill")
-        .args(["-TERM", &watcher.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+    watcher.terminate();
 
     let slurm_tasks = slurm.tasks();
     assert_eq!(slurm_tasks[&(limited, 0)].state, "TIMEOUT");
@@ -463,12 +453,7 @@ fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ra
         &[requeued, array],
         Duration::from_secs(120),
     );
-    let stopped = Command::new("kill")
-        .args(["-TERM", &watcher.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    assert!(watcher.wait().unwrap().success(), "a clean stop on SIGTERM");
+    watcher.terminate();
     let tasks = slurm.tasks();
     let of_task = |job: u64, task: u32| -> Vec<(TaskKind, u64)> {
         by_job[&job]
@@ -905,14 +890,8 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
             .ends_with("TimeLimit=2")
     );
 
-    for child in [&mut applier, &mut watcher] {
-        let stopped = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(stopped.success());
-        assert!(child.wait().unwrap().success(), "a clean stop on SIGTERM");
-    }
+    applier.terminate();
+    watcher.terminate();
     assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
     serve.terminate();
 }
