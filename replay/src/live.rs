@@ -24,6 +24,11 @@ use crate::workload::{Exclusions, SimJob, Split, Workload};
 pub struct LiveJob {
     /// The trace's job.
     pub job: SimJob,
+    /// The id it runs under: the trace's, or the one a cluster gave it.
+    /// Policies that draw pilots draw them by job id, so a simulation of
+    /// a run on the cluster picks the service's pilots only under the
+    /// cluster's ids.
+    pub id: u64,
     /// Seconds from the start of the run to its submission.
     pub arrival_s: f64,
     /// Each task's runtime, seconds.
@@ -32,12 +37,12 @@ pub struct LiveJob {
 
 impl LiveJob {
     /// The same job in Slurm's shape at live times, µs from `start_us`, for
-    /// the simulator: its submission at its live arrival, its tasks'
-    /// runtimes as they run live.
+    /// the simulator: under its id, its submission at its live arrival,
+    /// its tasks' runtimes as they run live.
     pub fn as_simulated(&self, shape: &SlurmShape, start_us: u64) -> SimJob {
         shape.job(
             &self.job,
-            self.job.job_id(),
+            self.id,
             start_us + (self.arrival_s * 1e6).round() as u64,
             &self.runtimes_s,
         )
@@ -163,6 +168,7 @@ pub fn live_workload(
         .iter()
         .map(|job| LiveJob {
             job: job.clone(),
+            id: job.job_id(),
             arrival_s: 0.0,
             runtimes_s: job
                 .runtimes_us()
@@ -221,7 +227,7 @@ pub fn past_jobs(
 /// and the cluster's dispatch gap (µs, [`SimConfig::dispatch_gap_us`])
 /// after `past` (none: from an empty history, as a new service starts),
 /// every job in Slurm's shape, the policy as warm as the service that was
-/// fed `past`. The report's jobs carry their trace ids.
+/// fed `past`. The report's jobs carry the live jobs' ids.
 ///
 /// [`SimConfig::dispatch_gap_us`]: crate::sim::SimConfig::dispatch_gap_us
 pub fn simulate_live(

@@ -382,10 +382,26 @@ pub const SHORT_SESSION: [&str; 4] = [
     "heartbeat.interval.ms=500",
 ];
 
+/// [`SHORT_SESSION`] for librdkafka's mock cluster, which takes any
+/// session: 3 s makes each restart after a kill wait about 6 s less (the
+/// dead member's session, then the hold of the rebalance), and heartbeats
+/// every 500 ms still leave six a session.
+pub const MOCK_SESSION: [&str; 4] = [
+    "-X",
+    "session.timeout.ms=3000",
+    "-X",
+    "heartbeat.interval.ms=500",
+];
+
 /// Flags of a `jobcast serve` that a test kills and restarts: its decisions
-/// topic and group, and [`SHORT_SESSION`].
-pub fn restartable<'a>(decisions_topic: &'a str, group: &'a str) -> [&'a str; 8] {
-    let [x1, session, x2, heartbeat] = SHORT_SESSION;
+/// topic and group, and `session` ([`SHORT_SESSION`], or [`MOCK_SESSION`]
+/// on the mock cluster).
+pub fn restartable<'a>(
+    decisions_topic: &'a str,
+    group: &'a str,
+    session: [&'a str; 4],
+) -> [&'a str; 8] {
+    let [x1, session, x2, heartbeat] = session;
     [
         "--decisions-topic",
         decisions_topic,

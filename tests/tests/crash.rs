@@ -33,8 +33,8 @@ use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
 use jobcast_tests::serve::{
-    ASSIGNED, OWNS, Serve, Stored, assert_shared_state_after, logged_partitions, restartable,
-    wait_balanced,
+    ASSIGNED, MOCK_SESSION, OWNS, Serve, Stored, assert_shared_state_after, logged_partitions,
+    restartable, wait_balanced,
 };
 use jobcast_tests::{jobcast_ok, repo};
 
@@ -49,7 +49,7 @@ const MORE_KILLS: usize = 10;
 const WAIT: Duration = Duration::from_secs(1200);
 /// How long a kill aimed at a takeover waits for the group to give the
 /// restarted instance partitions after its restore: the dead incarnation's
-/// 6 s session, then the mock's 5 s hold of the rebalance, with room.
+/// 3 s session, then the mock's 2 s hold of the rebalance, with room.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
 /// Batches of the run whose kill aims at a takeover.
 const TAKEOVER_BATCH: &str = "consumer.batch_max_events=5";
@@ -241,7 +241,7 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
     let killed = killed_dir.path().join("state");
     let partner_dir = tempfile::tempdir().unwrap();
     let partner_state = partner_dir.path().join("state");
-    let mut flags = restartable("killed.decisions", "killed").to_vec();
+    let mut flags = restartable("killed.decisions", "killed", MOCK_SESSION).to_vec();
     flags.extend(["--set", SNAPSHOT_EVERY]);
     let started = Instant::now();
     let mut partner = Serve::start(&brokers, &partner_state, &flags);

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::{dead_letters, decisions};
-use jobcast_tests::serve::{Serve, Stored, assert_shared_state_after, restartable, wait_balanced};
+use jobcast_tests::serve::{
+    SHORT_SESSION, Serve, Stored, assert_shared_state_after, restartable, wait_balanced,
+};
 use jobcast_tests::tansu::Tansu;
 
 const PARTITIONS: i32 = 6;
@@ -56,7 +58,7 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
     // (batching does not change what is applied, or in which order).
     let config = dir.path().join("slow.toml");
     std::fs::write(&config, "[consumer]\nbatch_max_events = 50\n").unwrap();
-    let mut flags = restartable("trio.decisions", "trio").to_vec();
+    let mut flags = restartable("trio.decisions", "trio", SHORT_SESSION).to_vec();
     flags.extend([
         "--dead-letter-topic",
         "trio.dead-letter",

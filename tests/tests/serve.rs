@@ -12,8 +12,8 @@ use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
 use jobcast_storage::state::{StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
-    ASSIGNED, OWNS, SHORT_SESSION, Serve, assert_same_state, assert_shared_state, free_port,
-    logged_partitions, restartable, stored_state, wait_balanced,
+    ASSIGNED, MOCK_SESSION, OWNS, SHORT_SESSION, Serve, assert_same_state, assert_shared_state,
+    free_port, logged_partitions, restartable, stored_state, wait_balanced,
 };
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
@@ -162,7 +162,7 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
 
     let interrupted = tempfile::tempdir().unwrap();
     let state = interrupted.path().join("state");
-    let flags = restartable("killed.decisions", "killed");
+    let flags = restartable("killed.decisions", "killed", MOCK_SESSION);
     // Each run commits more; the committed count survives restarts.
     cluster.produce(&topics.events, &parts[0]);
     let mut serve = Serve::start(&cluster.brokers(), &state, &flags);
@@ -688,7 +688,7 @@ fn a_restart_owning_a_partition_its_partner_held_stores_the_tasks_of_the_jobs_it
     // Each takes a snapshot once the first part is applied, and none
     // after it.
     let snapshot = format!("storage.snapshot_every_events={cut}");
-    let mut flags = restartable("pair.decisions", "pair").to_vec();
+    let mut flags = restartable("pair.decisions", "pair", SHORT_SESSION).to_vec();
     flags.extend(["--set", &snapshot]);
     let brokers = cluster.brokers();
     let mut b = Serve::start(&brokers, &b_state, &flags);

@@ -19,7 +19,7 @@ use jobcast_scheduler_feed::service::{self, RunSummary, Service};
 use jobcast_scheduler_feed::shared::Shared;
 use jobcast_storage::state::{DECISIONS, HISTORY, JOBS, LOG, Records, StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, decisions, messages};
-use jobcast_tests::serve::{SHORT_SESSION, stored_state};
+use jobcast_tests::serve::{MOCK_SESSION, stored_state};
 use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
 
 const PARTITIONS: i32 = 4;
@@ -56,7 +56,7 @@ fn config(brokers: &str, topics: &Topics, data: &Path) -> ServeConfig {
     // Every test restarts the service in its group: the mock's coordinator
     // holds each rebalance after the first for the session timeout less a
     // second (44 s at librdkafka's default), so a short session.
-    for setting in SHORT_SESSION.iter().skip(1).step_by(2) {
+    for setting in MOCK_SESSION.iter().skip(1).step_by(2) {
         let (key, value) = setting.split_once('=').expect("key=value");
         config.kafka.client.insert(key.into(), value.into());
     }

@@ -943,8 +943,19 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
         "simulated_jobcast_avg_jct_s",
         "simulated_baseline_p50_jct_s",
         "simulated_jobcast_p50_jct_s",
+        "replayed_baseline_avg_jct_s",
+        "replayed_jobcast_avg_jct_s",
     ] {
         assert!(number(key) >= 1.0, "{key}: {report}");
+    }
+    let replayed = number("replayed_baseline_avg_jct_s") / number("replayed_jobcast_avg_jct_s");
+    assert!(
+        (number("replayed_speedup") - replayed).abs() < 1e-9,
+        "{report}"
+    );
+    // Slurm measures no task shorter than the sleep it ran.
+    for key in ["baseline_task_excess_s", "jobcast_task_excess_s"] {
+        assert!(number(key) >= 0.0, "{key}: {report}");
     }
     let ratio = number("baseline_avg_jct_s") / number("jobcast_avg_jct_s");
     assert!((number("speedup") - ratio).abs() < 1e-9, "{report}");
@@ -974,7 +985,12 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
     let rows = report["per_job"].as_array().expect("per_job rows");
     assert_eq!(rows.len(), 10, "{report}");
     for row in rows {
-        for key in ["baseline_jct_s", "jobcast_jct_s", "simulated_jct_s"] {
+        for key in [
+            "baseline_jct_s",
+            "jobcast_jct_s",
+            "simulated_jct_s",
+            "replayed_jct_s",
+        ] {
             assert!(row[key].as_f64().is_some_and(|v| v >= 1.0), "{key}: {row}");
         }
         assert!(row["first_queue"].is_u64(), "{row}");
@@ -984,6 +1000,7 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
         ("baseline_jct_s", "baseline_avg_jct_s"),
         ("jobcast_jct_s", "jobcast_avg_jct_s"),
         ("simulated_jct_s", "simulated_jobcast_avg_jct_s"),
+        ("replayed_jct_s", "replayed_jobcast_avg_jct_s"),
     ] {
         assert!((mean(row) - number(total)).abs() < 1e-6, "{row}: {report}");
     }

@@ -13,7 +13,7 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{decisions, read_all};
-use jobcast_tests::serve::{Serve, assert_same_state, restartable};
+use jobcast_tests::serve::{SHORT_SESSION, Serve, assert_same_state, restartable};
 use jobcast_tests::tansu::Tansu;
 
 const PARTITIONS: i32 = 3;
@@ -134,7 +134,7 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
 
     let interrupted = tempfile::tempdir().unwrap();
     let state = interrupted.path().join("state");
-    let flags = restartable("killed.decisions", "killed");
+    let flags = restartable("killed.decisions", "killed", SHORT_SESSION);
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
     serve.wait_consumed(total / 3, WAIT);
     serve.kill();

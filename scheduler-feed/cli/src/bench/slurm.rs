@@ -4,7 +4,10 @@
 //! embedded Kafka), and once through jobcast's simulator on as many slots
 //! as the cluster's default partition has CPUs, each freed slot held for
 //! the dispatch gap Slurm alone showed: how much sooner jobs finish, and
-//! whether the simulator predicts it.
+//! whether the simulator predicts it. The simulator then replays each run
+//! on the task runtimes Slurm measured in it, which are what the service
+//! learnt: the part of any difference the workload's runtimes do not
+//! explain is the scheduling model's.
 //!
 //! jobcast starts as a service that has run on the cluster for a while:
 //! before the run it learns the trace's history half, published as the
@@ -44,7 +47,7 @@ use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
     LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
 };
-use jobcast_replay::sim::SimReport;
+use jobcast_replay::sim::{JobResult, SimReport};
 use jobcast_replay::workload::SimJob;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 use rdkafka::Message;
@@ -200,6 +203,19 @@ struct Report {
     /// The simulated FIFO over GS driven by the Oracle (every job's true
     /// runtime): what the draw leaves any estimate to gain.
     simulated_oracle_speedup: f64,
+    /// Slurm's measure of a task (its end less its start: whole seconds,
+    /// launch and completion included) less the `sleep` it ran, mean over
+    /// the tasks: alone, and with jobcast. The service learns the former.
+    baseline_task_excess_s: f64,
+    jobcast_task_excess_s: f64,
+    /// The simulator replaying each run: each task as long as Slurm
+    /// measured it there, each job under its Slurm id (so a policy draws
+    /// the service's pilots), Slurm alone as FIFO, the run with jobcast
+    /// under the policy, both with Slurm alone's dispatch gap. What is
+    /// left between `speedup` and this is the scheduling model's.
+    replayed_baseline_avg_jct_s: f64,
+    replayed_jobcast_avg_jct_s: f64,
+    replayed_speedup: f64,
     /// Median error of the estimates that placed jobs (SLearn: only the
     /// wide ones), against the mean task runtime Slurm measured.
     p50_error_pct: Option<f64>,
@@ -251,6 +267,10 @@ struct JobRow {
     /// The simulated policy's last queue and estimate for the job.
     simulated_queue: Option<u8>,
     simulated_estimate_s: Option<f64>,
+    /// The same in the replay of the run with jobcast.
+    replayed_jct_s: Option<f64>,
+    replayed_queue: Option<u8>,
+    replayed_estimate_s: Option<f64>,
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
@@ -336,10 +356,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     // dispatch gap Slurm alone showed.
     let dispatch_gap_s = alone.dispatch_gap_s(cpus);
     let queues = scale.queues();
-    let simulated = |policy| {
-        let gap_us = (dispatch_gap_s * 1e6).round() as u64;
-        simulate_live(&live, &past, &shape, cpus, gap_us, policy, &queues)
-    };
+    let gap_us = (dispatch_gap_s * 1e6).round() as u64;
+    let simulated = |policy| simulate_live(&live, &past, &shape, cpus, gap_us, policy, &queues);
     let (fifo_run, simulated_run, oracle_run) = (
         simulated(PolicyKind::Fifo)?,
         simulated(args.policy)?,
@@ -374,9 +392,31 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     };
     let (baseline_avg_jct_s, baseline_p50_jct_s) = baseline.jct_s(&killed).with_context(no_jct)?;
     let (jobcast_avg_jct_s, jobcast_p50_jct_s) = jobcast.jct_s(&killed).with_context(no_jct)?;
-    let killed_ids: BTreeSet<u64> = killed.iter().map(|&i| live[i].job.job_id()).collect();
-    // Average and P50, as of the runs on Slurm.
-    let simulated_jct_s = |report: &SimReport| {
+    // The simulator replaying each run, on the task runtimes Slurm
+    // measured in it, with the ids its jobs had.
+    let (alone_measured, driven_measured) = (alone.measured(&live), observed.measured(&live));
+    let replayed_fifo = simulate_live(
+        &alone_measured,
+        &past,
+        &shape,
+        cpus,
+        gap_us,
+        PolicyKind::Fifo,
+        &queues,
+    )?;
+    let replayed_run = simulate_live(
+        &driven_measured,
+        &past,
+        &shape,
+        cpus,
+        gap_us,
+        args.policy,
+        &queues,
+    )?;
+    // Average and P50, as of the runs on Slurm: over the jobs of `jobs`
+    // (their ids in the simulation) that no limit killed.
+    let simulated_jct_s = |report: &SimReport, jobs: &[LiveJob]| {
+        let killed_ids: BTreeSet<u64> = killed.iter().map(|&i| jobs[i].id).collect();
         let jcts: Vec<f64> = report
             .jobs
             .iter()
@@ -392,10 +432,14 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         (simulated_baseline, simulated_baseline_p50_jct_s),
         (simulated_jobcast, simulated_jobcast_p50_jct_s),
         (simulated_oracle, _),
+        (replayed_baseline, _),
+        (replayed_jobcast, _),
     ) = (
-        simulated_jct_s(&fifo_run)?,
-        simulated_jct_s(&simulated_run)?,
-        simulated_jct_s(&oracle_run)?,
+        simulated_jct_s(&fifo_run, &live)?,
+        simulated_jct_s(&simulated_run, &live)?,
+        simulated_jct_s(&oracle_run, &live)?,
+        simulated_jct_s(&replayed_fifo, &alone_measured)?,
+        simulated_jct_s(&replayed_run, &driven_measured)?,
     );
     let report = Report {
         jobs: live.len(),
@@ -416,6 +460,11 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         simulated_jobcast_p50_jct_s,
         simulated_speedup: simulated_baseline / simulated_jobcast,
         simulated_oracle_speedup: simulated_baseline / simulated_oracle,
+        baseline_task_excess_s: task_excess_s(&live, &alone_measured),
+        jobcast_task_excess_s: task_excess_s(&live, &driven_measured),
+        replayed_baseline_avg_jct_s: replayed_baseline,
+        replayed_jobcast_avg_jct_s: replayed_jobcast,
+        replayed_speedup: replayed_baseline / replayed_jobcast,
         estimated_jobs: errors.estimates.len(),
         p50_error_pct: median(errors.estimates),
         p50_decision_delay_s: median(decision_delays_s(&observed, &decisions)),
@@ -429,7 +478,14 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         eta_within_interval_pct: (!eta_errors.is_empty())
             .then(|| eta_within as f64 * 100.0 / eta_errors.len() as f64),
         eta_jobs: eta_errors.len(),
-        rows: job_rows(&live, &alone, &observed, &decisions, &simulated_run),
+        rows: job_rows(
+            &live,
+            &alone,
+            &observed,
+            &decisions,
+            &simulated_run,
+            (&driven_measured, &replayed_run),
+        ),
     };
     if args.json {
         return print_json(&report);
@@ -443,6 +499,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
          speedup                  {:.2}×\n\
          dispatch gap             {:.2} s a task ({:.2} s with jobcast)\n\
          simulated speedup        {:.2}× ({:.1} s / {:.1} s, P50 {:.1} s / {:.1} s; the Oracle {:.2}×)\n\
+         replayed speedup         {:.2}× ({:.1} s / {:.1} s; tasks measured {:+.2} s / {:+.2} s from their sleeps)\n\
          P50 prediction error     {} % over {} estimated jobs\n\
          P50 decision delay       {} s on the topic, {} s applied ({} jobs)\n\
          killed at a time limit   {} tasks ({} alone, {} with jobcast) of {} jobs (their JCTs left out of both runs')\n\
@@ -463,6 +520,11 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
         report.simulated_baseline_p50_jct_s,
         report.simulated_jobcast_p50_jct_s,
         report.simulated_oracle_speedup,
+        report.replayed_speedup,
+        report.replayed_baseline_avg_jct_s,
+        report.replayed_jobcast_avg_jct_s,
+        report.baseline_task_excess_s,
+        report.jobcast_task_excess_s,
         opt(report.p50_error_pct),
         report.estimated_jobs,
         opt(report.p50_decision_delay_s),
@@ -785,6 +847,38 @@ impl Observed {
             }
         }
         idle as f64 / waited as f64
+    }
+
+    /// `live` as this run measured it, for a replay in the simulator: each
+    /// job under the Slurm id it ran as (pilots are drawn by job id), each
+    /// task's runtime as Slurm measured it (its end less its start, whole
+    /// seconds, launch and completion included), its `sleep` where Slurm
+    /// measured none. The service learns these runtimes, not the sleeps.
+    fn measured(&self, live: &[LiveJob]) -> Vec<LiveJob> {
+        let ids: BTreeMap<usize, u64> = self.jobs.iter().map(|(&id, &i)| (i, id)).collect();
+        live.iter()
+            .enumerate()
+            .map(|(i, job)| {
+                let Some(&id) = ids.get(&i) else {
+                    return job.clone();
+                };
+                // A plain job's one task is index 0 (`record`).
+                let runtimes_s = (0..)
+                    .zip(&job.runtimes_s)
+                    .map(|(task, &sleep)| {
+                        self.tasks
+                            .get(&(id, task))
+                            .filter(|t| t.start_time > 0 && t.end_time >= t.start_time)
+                            .map_or(sleep, |t| (t.end_time - t.start_time) as f64)
+                    })
+                    .collect();
+                LiveJob {
+                    id,
+                    runtimes_s,
+                    ..job.clone()
+                }
+            })
+            .collect()
     }
 
     /// A job's mean task runtime as Slurm measured it, s.
@@ -1163,6 +1257,17 @@ fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
         .collect())
 }
 
+/// The mean, over every task, of its runtime in `measured` less its
+/// runtime in `live`, s.
+fn task_excess_s(live: &[LiveJob], measured: &[LiveJob]) -> f64 {
+    let excess: Vec<f64> = live
+        .iter()
+        .zip(measured)
+        .flat_map(|(l, m)| l.runtimes_s.iter().zip(&m.runtimes_s).map(|(l, m)| m - l))
+        .collect();
+    excess.iter().sum::<f64>() / excess.len().max(1) as f64
+}
+
 /// Score jobcast's estimates and ETAs against what Slurm measured.
 fn prediction_errors(decisions: &Decisions, observed: &Observed) -> LiveErrors {
     let mut estimates = Vec::new();
@@ -1201,12 +1306,16 @@ fn job_rows(
     driven: &Observed,
     decisions: &Decisions,
     simulated: &SimReport,
+    (replayed_jobs, replayed): (&[LiveJob], &SimReport),
 ) -> Vec<JobRow> {
     let slurm_ids = |observed: &Observed| -> BTreeMap<usize, u64> {
         observed.jobs.iter().map(|(&id, &i)| (i, id)).collect()
     };
     let (alone_ids, driven_ids) = (slurm_ids(alone), slurm_ids(driven));
-    let simulated: BTreeMap<u64, _> = simulated.jobs.iter().map(|j| (j.job_id, j)).collect();
+    fn by_id(report: &SimReport) -> BTreeMap<u64, &JobResult> {
+        report.jobs.iter().map(|j| (j.job_id, j)).collect()
+    }
+    let (simulated, replayed) = (by_id(simulated), by_id(replayed));
     let placed = |d: Option<&Decision>| {
         (
             d.map(|d| d.queue),
@@ -1221,7 +1330,8 @@ fn job_rows(
             let (first_queue, first_estimate_s) =
                 placed(id.and_then(|id| decisions.first.get(&id)));
             let (last_queue, last_estimate_s) = placed(id.and_then(|id| decisions.newest.get(id)));
-            let sim = simulated.get(&job.job.job_id());
+            let sim = simulated.get(&job.id);
+            let replay = replayed.get(&replayed_jobs[i].id);
             JobRow {
                 trace_job_id: job.job.job_id(),
                 name: SlurmShape::name(&job.job),
@@ -1236,6 +1346,11 @@ fn job_rows(
                 simulated_jct_s: sim.map(|j| j.jct_us as f64 / 1e6),
                 simulated_queue: sim.map(|j| j.queue),
                 simulated_estimate_s: sim
+                    .and_then(|j| j.estimated_mean_task_runtime_us)
+                    .map(|us| us / 1e6),
+                replayed_jct_s: replay.map(|j| j.jct_us as f64 / 1e6),
+                replayed_queue: replay.map(|j| j.queue),
+                replayed_estimate_s: replay
                     .and_then(|j| j.estimated_mean_task_runtime_us)
                     .map(|us| us / 1e6),
             }
@@ -1317,6 +1432,67 @@ mod tests {
         // and 2 s, one at 3 s).
         assert_eq!(observed.dispatch_gap_s(8), 2.5);
         assert_eq!(Observed::default().dispatch_gap_s(2), 0.0);
+    }
+
+    /// A replay runs each job under its Slurm id, each task as long as
+    /// Slurm measured it; a task Slurm has no measure of keeps its sleep.
+    #[test]
+    fn a_run_is_replayed_on_the_runtimes_slurm_measured_under_its_ids() {
+        use jobcast_replay::live::{TaskScale, live_workload};
+        use jobcast_replay::workload::SimJob;
+
+        let trace = |id: u64, tasks: u32| {
+            let submitted = jobcast_ingest::event::JobSubmitted {
+                time_us: id,
+                job_id: id,
+                user: "u".into(),
+                job_name: "n".into(),
+                logical_name: String::new(),
+                scheduling_class: 0,
+                priority: 0,
+                cpu_request: 1.0,
+                mem_request: 0.0,
+                num_tasks: tasks,
+                partition: String::new(),
+                time_limit_us: None,
+                stages: None,
+            };
+            SimJob::new(submitted, vec![1_000_000; tasks as usize], 0).unwrap()
+        };
+        let scale = TaskScale {
+            per_us: 1e-6,
+            min_s: 1.0,
+            max_s: 60.0,
+        };
+        let live = live_workload(&[trace(7, 1), trace(8, 3)], 2, &scale, 8, 1.0);
+        let mut observed = Observed::default();
+        observed.jobs.extend([(41, 0), (42, 1)]);
+        let record = |job: u64, task: Option<u32>, start: u64, end: u64| {
+            serde_json::from_value::<SqueueJob>(serde_json::json!({
+                "job_id": job + task.unwrap_or(0) as u64,
+                "array_job_id": task.map_or(0, |_| job),
+                "array_task_id": task,
+                "job_state": "COMPLETED",
+                "submit_time": 100,
+                "start_time": start,
+                "end_time": end,
+            }))
+            .unwrap()
+        };
+        // Task 2 of the array was never seen.
+        observed.record(vec![
+            record(41, None, 100, 102),
+            record(42, Some(0), 100, 101),
+            record(42, Some(1), 101, 103),
+        ]);
+        let measured = observed.measured(&live);
+        let ids: Vec<u64> = measured.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [41, 42]);
+        assert_eq!(measured[0].runtimes_s, [2.0]);
+        assert_eq!(measured[1].runtimes_s, [1.0, 2.0, 1.0]);
+        assert_eq!(measured[1].arrival_s, live[1].arrival_s);
+        // Two seconds more over four tasks.
+        assert_eq!(super::task_excess_s(&live, &measured), 0.5);
     }
 
     #[test]
