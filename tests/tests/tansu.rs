@@ -122,15 +122,14 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     }
     let total = tansu.replay_excerpt(&topics.events);
 
+    // The uninterrupted run, in its own group, beside the interrupted one.
     let whole = tempfile::tempdir().unwrap();
     let whole_state = whole.path().join("state");
-    let mut serve = Serve::start(
+    let mut uninterrupted = Serve::start(
         &tansu.brokers,
         &whole_state,
         &["--decisions-topic", "whole.decisions", "--group", "whole"],
     );
-    serve.wait_stored_offsets(total, WAIT);
-    serve.terminate();
 
     let interrupted = tempfile::tempdir().unwrap();
     let state = interrupted.path().join("state");
@@ -144,6 +143,8 @@ fn sigkill_and_sigterm_on_a_real_broker_end_in_the_same_state_as_one_run() {
     let mut serve = Serve::start(&tansu.brokers, &state, &flags);
     serve.wait_stored_offsets(total, WAIT);
     serve.terminate();
+    uninterrupted.wait_stored_offsets(total, WAIT);
+    uninterrupted.terminate();
 
     assert_same_state(&state, &whole_state, &topics.events);
     assert_eq!(
