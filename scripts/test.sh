@@ -10,7 +10,23 @@ JOBCAST_SETUP_TESTS=1 source scripts/setup.sh
 # so that the tests reuse these artifacts (the binary included).
 cargo build --release --locked --workspace --all-targets
 source scripts/tansu.sh
-cargo test --release --locked --workspace
+# The tests on the real Slurm cluster (ignored by default) mostly wait on
+# Slurm: they run beside the suite, their output after it. Either failing
+# fails the script, once both have ended (the Slurm tests stop the cluster
+# they started).
+slurm_log=$(mktemp)
+cargo test --release --locked --workspace --test slurm -- --ignored >"$slurm_log" 2>&1 &
+slurm_pid=$!
+suite=0
+cargo test --release --locked --workspace || suite=$?
+slurm=0
+wait "$slurm_pid" || slurm=$?
+cat "$slurm_log"
+rm -f "$slurm_log"
+if ((suite || slurm)); then
+    echo "test.sh: the suite exited with $suite, the Slurm tests with $slurm" >&2
+    exit 1
+fi
 # The tests over the shared public traces (../shared/data), ignored by
 # default since they need data beside the repository.
 if [ -d ../shared/data ]; then
