@@ -87,15 +87,15 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
 }
 
 /// `events` (one job's, from the topic) say what Slurm's own record of the
-/// job says: one `job_submitted` with its width, partition `debug` and the
-/// one-minute limit every test job asks for; for each task (by array
+/// job says: one `job_submitted` with its width, partition `debug` and its
+/// time limit (`limit_min`, as the job asked); for each task (by array
 /// index), a start if it ran and one end, at Slurm's times; one
 /// `job_ended`, with `outcome`.
 fn assert_as_slurm_ended(
     events: &[Event],
     slurm_tasks: &BTreeMap<(u64, u32), SlurmTask>,
     job: u64,
-    indices: &[u32],
+    (indices, limit_min): (&[u32], u64),
     outcome: JobOutcome,
 ) {
     let submitted: Vec<(u32, &str, Option<u64>)> = events
@@ -107,7 +107,7 @@ fn assert_as_slurm_ended(
         .collect();
     assert_eq!(
         submitted,
-        [(indices.len() as u32, "debug", Some(60_000_000))],
+        [(indices.len() as u32, "debug", Some(limit_min * 60_000_000))],
         "job {job}: {events:?}"
     );
     for (task, array_index) in indices.iter().enumerate() {
@@ -139,7 +139,11 @@ fn assert_as_slurm_ended(
             _ => None,
         })
         .collect();
-    assert_eq!(outcomes, [outcome], "job {job}");
+    let states: Vec<&str> = indices
+        .iter()
+        .map(|i| slurm_tasks[&(job, *i)].state.as_str())
+        .collect();
+    assert_eq!(outcomes, [outcome], "job {job}, Slurm's task states {states:?}");
 }
 
 /// Waits (up to `within`) until every one of `jobs` has ended in the
@@ -274,7 +278,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         (failing, &[0], JobOutcome::Fail),
         (held, &[0], JobOutcome::Kill),
     ] {
-        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, indices, outcome);
+        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, (indices, 1), outcome);
     }
 
     // The service applies every event (none dead-lettered) and holds each
@@ -313,7 +317,9 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 /// submitted after, reach the topic once, at Slurm's times, and no job is
 /// lost. A job run past its one-minute limit across the restart times out
 /// (Slurm checks limits about every 30 s: this test takes a minute or
-/// two).
+/// two). The jobs meant to finish have ten minutes: a task whose end
+/// reaches a controller down (under load) for longer than its limit is
+/// timed out by Slurm itself.
 #[test]
 #[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
@@ -334,12 +340,12 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     let array = slurm.sbatch(&[
         "-J",
         "array",
-        "--time=1",
+        "--time=10",
         "--array=0-5%3",
         "--wrap",
         "sleep 2",
     ]);
-    let plain = slurm.sbatch(&["-J", "plain", "--time=1", "--wrap", "sleep 3"]);
+    let plain = slurm.sbatch(&["-J", "plain", "--time=10", "--wrap", "sleep 3"]);
 
     // Seen running before the controller stops.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -371,7 +377,7 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     // Long enough for the running tasks to end while it is down.
     std::thread::sleep(Duration::from_secs(3));
     slurm.start_controller();
-    let after = slurm.sbatch(&["-J", "after", "--time=1", "--wrap", "sleep 1"]);
+    let after = slurm.sbatch(&["-J", "after", "--time=10", "--wrap", "sleep 1"]);
 
     let by_job = wait_ended(
         &cluster,
@@ -392,13 +398,13 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
 
     let slurm_tasks = slurm.tasks();
     assert_eq!(slurm_tasks[&(limited, 0)].state, "TIMEOUT");
-    for (job, indices, outcome) in [
-        (array, &[0, 1, 2, 3, 4, 5][..], JobOutcome::Finish),
-        (plain, &[0], JobOutcome::Finish),
-        (after, &[0], JobOutcome::Finish),
-        (limited, &[0], JobOutcome::Kill),
+    for (job, tasks, outcome) in [
+        (array, (&[0, 1, 2, 3, 4, 5][..], 10), JobOutcome::Finish),
+        (plain, (&[0][..], 10), JobOutcome::Finish),
+        (after, (&[0][..], 10), JobOutcome::Finish),
+        (limited, (&[0][..], 1), JobOutcome::Kill),
     ] {
-        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, indices, outcome);
+        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, tasks, outcome);
     }
     assert_eq!(by_job.len(), 4, "{by_job:?}");
 }
