@@ -1,6 +1,6 @@
 //! Broker faults, on librdkafka's mock cluster (whose brokers these tests
 //! take down and bring up):
-//! - the broker goes away for 30 s in the middle of the stream, longer
+//! - the broker goes away for 15 s in the middle of the stream, longer
 //!   than the producer's `message.timeout.ms` and the consumers' session
 //!   and `max.poll.interval.ms`, and comes back: `jobcast serve` reports
 //!   not-ready while the broker is unreachable, loses its partitions and
@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::excerpt_events;
 use jobcast_tests::kafka::{Cluster, decisions, messages};
-use jobcast_tests::serve::{SHORT_SESSION, Serve, stored_state};
+use jobcast_tests::serve::{MOCK_SESSION, SHORT_SESSION, Serve, stored_state};
 use rdkafka::mocking::MockCoordinator;
 
 const PARTITIONS: i32 = 4;
-const OUTAGE: Duration = Duration::from_secs(30);
+const OUTAGE: Duration = Duration::from_secs(15);
 const WAIT: Duration = Duration::from_secs(240);
 
 /// Poll `/readyz` until its status is `status`.
@@ -45,7 +45,7 @@ fn wait_ready(serve: &Serve, status: u16, within: Duration) -> Duration {
 /// `max.poll.interval.ms` (the member loses its partitions, joins the
 /// group again and takes them back).
 #[test]
-fn a_30_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_nothing() {
+fn a_15_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_nothing() {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
     for topic in ["calm.decisions", "outage.decisions"] {
@@ -81,13 +81,13 @@ fn a_30_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_
             "--group",
             "outage",
             "-X",
-            "message.timeout.ms=10000",
+            "message.timeout.ms=5000",
             "-X",
-            "max.poll.interval.ms=10000",
-            SHORT_SESSION[0],
-            SHORT_SESSION[1],
-            SHORT_SESSION[2],
-            SHORT_SESSION[3],
+            "max.poll.interval.ms=5000",
+            MOCK_SESSION[0],
+            MOCK_SESSION[1],
+            MOCK_SESSION[2],
+            MOCK_SESSION[3],
         ],
         "info",
     );
@@ -111,7 +111,7 @@ fn a_30_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_
     cluster.mock.broker_up(1).unwrap();
     let back = wait_ready(&serve, 200, Duration::from_secs(60));
     eprintln!("ready again {:.1} s after the broker", back.as_secs_f64());
-    // The member lost its partitions (its session is 6 s) and gave up
+    // The member lost its partitions (its session is 3 s) and gave up
     // their records; once it has joined again and taken them back, it has
     // stored them anew (the live ones from memory, those of jobs that
     // ended meanwhile from what it held for their next owner).
