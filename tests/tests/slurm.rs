@@ -143,7 +143,11 @@ fn assert_as_slurm_ended(
         .iter()
         .map(|i| slurm_tasks[&(job, *i)].state.as_str())
         .collect();
-    assert_eq!(outcomes, [outcome], "job {job}, Slurm's task states {states:?}");
+    assert_eq!(
+        outcomes,
+        [outcome],
+        "job {job}, Slurm's task states {states:?}"
+    );
 }
 
 /// Waits (up to `within`) until every one of `jobs` has ended in the
