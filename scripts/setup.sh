@@ -28,6 +28,13 @@ fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found (install Rust 1.95+)" >&2; exit 1; }
 
+# cargo-nextest, the test runner of scripts/test.sh (machines of this kind
+# have it; elsewhere it is built once, a few minutes).
+if [[ $testing == 1 ]] && ! cargo nextest --version >/dev/null 2>&1; then
+    echo "setup: installing cargo-nextest" >&2
+    cargo install cargo-nextest --locked --version 0.9.143 --quiet
+fi
+
 # Slurm and munge for the real-scheduler tests (tests/tests/slurm.rs), which
 # start a throwaway cluster of their own; installing starts no service.
 if [[ $testing == 1 ]]; then

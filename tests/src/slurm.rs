@@ -1,28 +1,29 @@
 //! A throwaway single-node Slurm cluster for a test (`scripts/slurm.sh`):
 //! started in its own directory, stopped (only the processes it started)
-//! when dropped. Slurm's ports are fixed: tests that use it hold
-//! [`Slurm::lock`], so one cluster runs at a time.
+//! when dropped. Slurm's ports are fixed: each cluster holds an exclusive
+//! lock on one file, so one runs at a time, whether the tests share a
+//! process (`cargo test`) or not (`cargo nextest`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::repo;
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 pub struct Slurm {
     dir: tempfile::TempDir,
-    _one: MutexGuard<'static, ()>,
+    /// Locked while the cluster runs; unlocked when closed.
+    _one: std::fs::File,
 }
 
 impl Slurm {
     /// Start a cluster (`scripts/slurm.sh up`), failing the test with the
     /// script's output if it cannot: `scripts/test.sh` installs Slurm.
     pub fn up() -> Slurm {
-        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let one = std::fs::File::create(std::env::temp_dir().join("jobcast-slurm-tests.lock"))
+            .expect("the Slurm tests' lock file");
+        one.lock().expect("the Slurm tests' lock");
         let dir = tempfile::tempdir().expect("temporary directory");
         let slurm = Slurm { dir, _one: one };
         let out = slurm.script("up");

@@ -22,8 +22,9 @@
 //! about 5 MB per partition, so the topics have enough partitions to hold
 //! everything, which the test checks before it starts.
 //!
-//! Long (minutes), so `#[ignore]`d; `scripts/test.sh` runs it with
-//! `--ignored`. Figures: docs/reliability.md.
+//! Long (minutes), so `#[ignore]`d; `scripts/test.sh` runs it beside the
+//! rest (`cargo nextest run --run-ignored all`). Figures:
+//! docs/reliability.md.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -165,7 +166,7 @@ fn next_aim(kill: usize, landings: &BTreeMap<Landed, usize>, random: &mut Seeded
 }
 
 #[test]
-#[ignore = "long: run by scripts/test.sh with --ignored"]
+#[ignore = "long (minutes): scripts/test.sh runs it, with --run-ignored all"]
 fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
     // Real Google events: the shared trace when it is there, else the
     // bundled excerpt of it (87,679 events), so the test never skips.

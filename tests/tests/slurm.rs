@@ -2,10 +2,9 @@
 //! loop: `jobcast slurm watch` publishes its jobs as canonical events, and
 //! `jobcast serve` holds every one of them.
 //!
-//! The tests spend most of their minutes waiting on Slurm (its jobs are
-//! `sleep`s, its time limits whole minutes), so they are `#[ignore]`d and
-//! `scripts/test.sh` runs them with `--ignored` beside the rest of the
-//! suite rather than after it.
+//! The tests take one cluster at a time: a process-wide lock under
+//! `cargo test`, the `slurm` test group under `cargo nextest`
+//! (`.config/nextest.toml`).
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -188,7 +187,6 @@ fn wait_ended(
 /// holds each job as Slurm ended it. A job submitted before the watcher's
 /// `--since`, though Slurm lists it throughout, never reaches the topic.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     let slurm = Slurm::up();
     let topics = Topics::default();
@@ -325,7 +323,6 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 /// reaches a controller down (under load) for longer than its limit is
 /// timed out by Slurm itself.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     let slurm = Slurm::up();
     let topics = Topics::default();
@@ -418,7 +415,6 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
 /// again; an array task cancelled while it ran is killed, its job ended
 /// `kill` once the other task finished.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ran_them() {
     let slurm = Slurm::up();
     let topics = Topics::default();
@@ -599,7 +595,6 @@ const SPARE: u64 = 1_000_000;
 ///   its queue's priority with (the second applier sets walltimes) a time
 ///   limit from its estimate.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     let slurm = Slurm::up();
     let topics = Topics::default();
@@ -921,7 +916,6 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
 /// decisions reach Slurm while jobs wait, and the report has every figure
 /// the docs name, consistent with each other.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
     let slurm = Slurm::up();
     let out = Command::new(jobcast_bin())
@@ -1044,7 +1038,6 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
 /// asked anything, a task longer than the jobs' time limit once the
 /// partition is known, a trace that is not there when it is opened.
 #[test]
-#[ignore = "a real Slurm cluster: run by scripts/test.sh with --ignored, beside the suite"]
 fn bench_slurm_refuses_bad_flags_by_name() {
     let slurm = Slurm::up();
     let cases = [
