@@ -15,7 +15,6 @@ the name's median on the one-task jobs both size.
 
 Standard library only; seconds on the shared window.
 """
-import bisect
 import csv
 import gzip
 import json
@@ -99,8 +98,15 @@ def error(predicted, truth):
 
 
 def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: name-sizes.py GOOGLE2011_TRACE_DIR [SIMULATE_JSON]")
     trace = sys.argv[1]
+    for table in ("job_events", "task_events"):
+        if not any(Path(trace, table).glob("*.csv.gz")):
+            sys.exit(f"name-sizes.py: {Path(trace, table)}: no *.csv.gz parts (a Google 2011 trace directory?)")
     finished = load(trace)
+    if len(finished) < 2:
+        sys.exit(f"name-sizes.py: {trace}: no job whose every task finished")
     order = sorted(finished, key=lambda j: finished[j]["submit"])
     second = order[len(order) // 2 :]
     times = [finished[j]["submit"] for j in second]

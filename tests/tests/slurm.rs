@@ -2,8 +2,9 @@
 //! loop: `jobcast slurm watch` publishes its jobs as canonical events, and
 //! `jobcast serve` holds every one of them.
 //!
-//! The tests take one cluster at a time: a process-wide lock under
-//! `cargo test`, the `slurm` test group under `cargo nextest`
+//! The tests take one cluster at a time: each holds a lock on one file
+//! while its cluster runs (`tests/src/slurm.rs`), and under `cargo
+//! nextest` the `slurm` test group runs them one by one
 //! (`.config/nextest.toml`).
 
 use std::collections::BTreeMap;
@@ -319,9 +320,8 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 /// submitted after, reach the topic once, at Slurm's times, and no job is
 /// lost. A job run past its one-minute limit across the restart times out
 /// (Slurm checks limits about every 30 s: this test takes a minute or
-/// two). The jobs meant to finish have ten minutes: a task whose end
-/// reaches a controller down (under load) for longer than its limit is
-/// timed out by Slurm itself.
+/// two). The jobs meant to finish have ten minutes, so that a controller
+/// slow to come back under load cannot time them out.
 #[test]
 fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
     let slurm = Slurm::up();
