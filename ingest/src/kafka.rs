@@ -389,14 +389,17 @@ pub fn partitions(
 /// Read every message of `topic` from `next` (each partition's next offset;
 /// a partition not named starts at its beginning) up to the partition's end
 /// as it is when the call begins, handing each to `each` in partition order;
-/// `next` advances past what was read. `consumer` is assigned for the read
-/// and unassigned after. A partition whose next offset is gone (deleted by
-/// retention) is read from its first offset still there.
+/// `next` advances past each message as it is handed over, so a read cut
+/// short leaves it just past the last one `each` saw. `consumer` is
+/// assigned for the read and unassigned after. A partition whose next
+/// offset is gone (deleted by retention) is read from its first offset
+/// still there. Each request to the brokers may take `timeout`, and the
+/// reading itself `read_for`.
 pub fn read_to_end(
     consumer: &BaseConsumer,
     topic: &str,
     next: &mut BTreeMap<i32, i64>,
-    timeout: Duration,
+    (timeout, read_for): (Duration, Duration),
     mut each: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<(), ReadError> {
     let mut assignment = TopicPartitionList::new();
@@ -414,13 +417,13 @@ pub fn read_to_end(
         return Ok(());
     }
     consumer.assign(&assignment)?;
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + read_for;
     while !ends.is_empty() {
         if Instant::now() > deadline {
             consumer.unassign()?;
             return Err(ReadError::Timeout {
                 topic: topic.to_owned(),
-                timeout,
+                timeout: read_for,
             });
         }
         let message = match consumer.poll(Duration::from_millis(100)) {

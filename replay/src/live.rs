@@ -496,7 +496,7 @@ mod tests {
     /// but for its calibration would place it in Q0.
     #[test]
     fn the_simulator_places_a_job_as_the_service_fed_the_same_past_does() {
-        use jobcast_predictor::engine::{Effects, Engine, EngineConfig, Output};
+        use jobcast_predictor::engine::{Effects, Engine, EngineConfig, Origin, Output};
         let named = |id: u64, name: &str, secs: u64| {
             let job = job(id, id, &[secs * 10]);
             let mut submitted = job.job().clone();
@@ -536,8 +536,10 @@ mod tests {
         let job = live[0].as_simulated(&shape(), start);
         events.push(SimEvent::Submitted(&job).to_event());
         let mut effects = Effects::default();
-        for event in &events {
-            engine.apply(event, &mut effects).unwrap();
+        for (offset, event) in events.iter().enumerate() {
+            engine
+                .apply(Origin::new(0, offset as i64), event, &mut effects)
+                .unwrap();
         }
         let served = effects
             .outputs

@@ -111,6 +111,26 @@ pub struct StorageConfig {
     /// Where `POST /admin/backup` writes online backups (one directory
     /// each); unset, the endpoint is off.
     pub backup_dir: Option<PathBuf>,
+    /// Online backups kept: once a new one is written, the oldest beyond
+    /// this many are deleted.
+    pub backup_keep: usize,
+}
+
+/// Where online backups go, and how many are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backups {
+    pub dir: PathBuf,
+    pub keep: usize,
+}
+
+impl StorageConfig {
+    /// The online backups' settings, if they are on.
+    pub fn backups(&self) -> Option<Backups> {
+        self.backup_dir.clone().map(|dir| Backups {
+            dir,
+            keep: self.backup_keep,
+        })
+    }
 }
 
 impl Default for StorageConfig {
@@ -122,6 +142,7 @@ impl Default for StorageConfig {
             snapshot_on_stop: true,
             retention_hours: 168,
             backup_dir: None,
+            backup_keep: 3,
         }
     }
 }
@@ -154,6 +175,10 @@ pub struct HttpConfig {
     /// holds is redirected there (`http::elsewhere`); unset, it is answered
     /// 404 by whichever instance gets it.
     pub advertised_url: Option<String>,
+    /// Serve on an address other than loopback without `token`: refused
+    /// unless this says it is meant (a proxy in front authenticates, or a
+    /// network nobody else reaches).
+    pub allow_without_token: bool,
 }
 
 /// A certificate chain and its private key, PEM.
@@ -179,6 +204,7 @@ impl Default for HttpConfig {
             request_timeout_secs: 10,
             tls: None,
             advertised_url: None,
+            allow_without_token: false,
         }
     }
 }
@@ -236,6 +262,11 @@ impl HttpToken {
     /// Whether `presented` is this token, in time independent of where
     /// they differ (the length aside), so that timing tells an attacker
     /// nothing of its bytes.
+    /// The token's bytes, as a key (`service::peers`).
+    pub(crate) fn secret(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
     pub fn matches(&self, presented: &[u8]) -> bool {
         let token = self.0.as_bytes();
         token.len() == presented.len()
@@ -344,12 +375,33 @@ impl ServeConfig {
                 "is empty (unset it to serve without a token)",
             ));
         }
+        if self.http.token.is_none()
+            && !self.http.address.ip().is_loopback()
+            && !self.http.allow_without_token
+        {
+            return Err(ConfigError::new(
+                "http.token",
+                format!(
+                    "is unset, and the API is served on {}, beyond loopback: anyone who reaches \
+                     it could read every decision; set a token (JOBCAST_HTTP_TOKEN), or \
+                     http.allow_without_token = true if a proxy in front authenticates",
+                    self.http.address
+                ),
+            ));
+        }
         if self.kafka.brokers.trim().is_empty() {
             return Err(ConfigError::new("kafka.brokers", "is empty"));
         }
         if let Some(url) = &self.http.advertised_url {
             check_advertised_url(url)
                 .map_err(|reason| ConfigError::new("http.advertised_url", reason))?;
+            if self.http.token.is_none() && self.http.tls.is_none() {
+                return Err(ConfigError::new(
+                    "http.advertised_url",
+                    "needs http.token (which signs it, so that no other client of the group can \
+                     pass for an instance) or http.tls (whose certificates verify the instances)",
+                ));
+            }
         }
         let counts = [
             (
@@ -379,6 +431,7 @@ impl ServeConfig {
                 self.http.max_concurrent_reads as u64,
             ),
             ("http.request_timeout_secs", self.http.request_timeout_secs),
+            ("storage.backup_keep", self.storage.backup_keep as u64),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::new(*key, "must be positive"));
@@ -650,6 +703,7 @@ tau3 = 1.0
     fn an_advertised_url_is_an_http_url_that_fits_a_commits_metadata() {
         let with = |url: &str| {
             let mut config = ServeConfig::default();
+            config.http.token = Some(HttpToken::new("signs-the-url"));
             config.http.advertised_url = Some(url.into());
             config
                 .validate()
@@ -696,6 +750,31 @@ tau3 = 1.0
         assert!(number.contains("must be a string"), "{number}");
         assert!(!number.contains("123456789"), "{number}");
         assert_eq!(ServeConfig::default().http.token, None);
+    }
+
+    /// Beyond loopback, the API is served only with a token, or when the
+    /// configuration says, explicitly, that it is meant without one.
+    #[test]
+    fn a_non_loopback_address_without_a_token_is_refused_unless_meant() {
+        let mut config = ServeConfig::default();
+        config.validate().unwrap();
+        config.http.address = "0.0.0.0:8080".parse().unwrap();
+        let err = config.validate().unwrap_err();
+        assert_eq!(err.key, "http.token");
+        assert!(err.message.contains("0.0.0.0:8080"), "{err}");
+        config.http.token = Some(HttpToken::new("s3cret-token"));
+        config.validate().unwrap();
+        config.http.token = None;
+        config.http.allow_without_token = true;
+        config.validate().unwrap();
+        // Advertised to the group, the URL must be signed or TLS-verified.
+        config.http.advertised_url = Some("http://10.0.0.7:8080".into());
+        assert_eq!(config.validate().unwrap_err().key, "http.advertised_url");
+        config.http.token = Some(HttpToken::new("s3cret-token"));
+        config.validate().unwrap();
+        config.http.address = "[::1]:8080".parse().unwrap();
+        config.http.allow_without_token = false;
+        config.validate().unwrap();
     }
 
     #[test]

@@ -190,6 +190,10 @@ pub struct Counters {
     pub expired_live_jobs: AtomicU64,
     pub expired_machines: AtomicU64,
     pub live_jobs: AtomicU64,
+    /// Events held far ahead of the engine's event clock, waiting for
+    /// their partition or most partitions to vouch for them (counted among
+    /// `applied`).
+    pub held_events: AtomicU64,
     /// Input partitions paused to bound the event-time merge's memory.
     pub input_pauses: AtomicU64,
     /// Batches committed, and the nanoseconds the pipeline thread's steps

@@ -14,6 +14,10 @@ use tracing::{debug, error, warn};
 
 pub const EVENTS_CONSUMED: &str = "jobcast_events_consumed_total";
 pub const EVENTS_DEAD_LETTERED: &str = "jobcast_events_dead_lettered_total";
+pub const EVENTS_HELD: &str = "jobcast_events_held_total";
+pub const HTTP_PEERS_REFUSED: &str = "jobcast_http_peers_refused_total";
+pub const EVENTS_HELD_NOW: &str = "jobcast_events_held";
+pub const EVENT_CLOCK: &str = "jobcast_event_clock_seconds";
 pub const CONSUMER_LAG: &str = "jobcast_consumer_lag_events";
 pub const COMMITTED_OFFSET: &str = "jobcast_input_committed_offset";
 pub const DECISION_LATENCY: &str = "jobcast_event_to_decision_seconds";
@@ -26,6 +30,8 @@ pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
 pub const STORE_BYTES: &str = "jobcast_store_bytes";
+pub const FILESYSTEM_FREE: &str = "jobcast_store_filesystem_free_bytes";
+pub const FILESYSTEM_SIZE: &str = "jobcast_store_filesystem_size_bytes";
 pub const BATCH_EVENTS: &str = "jobcast_batch_events";
 pub const BATCH_STAGE_SECONDS: &str = "jobcast_batch_stage_seconds";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
@@ -350,6 +356,36 @@ fn describe() {
         EVENTS_DEAD_LETTERED,
         Unit::Count,
         "Input messages of the partitions this instance owns sent to the dead-letter topic, by reason"
+    );
+    describe_gauge!(
+        FILESYSTEM_FREE,
+        Unit::Bytes,
+        "Bytes still free (to an unprivileged writer) on the filesystem holding the store: the write-ahead log and backups included"
+    );
+    describe_gauge!(
+        FILESYSTEM_SIZE,
+        Unit::Bytes,
+        "Size of the filesystem holding the store"
+    );
+    describe_counter!(
+        HTTP_PEERS_REFUSED,
+        Unit::Count,
+        "Owner URLs in the group's commits not signed with this deployment's http.token, not believed"
+    );
+    describe_counter!(
+        EVENTS_HELD,
+        Unit::Count,
+        "Input events held for being more than engine.max_future_skew_secs ahead of the event clock, until their partition confirms the jump (applied) or refutes it (dead-lettered, future_time)"
+    );
+    describe_gauge!(
+        EVENTS_HELD_NOW,
+        Unit::Count,
+        "Input events held far ahead of the event clock now"
+    );
+    describe_gauge!(
+        EVENT_CLOCK,
+        Unit::Seconds,
+        "The engine's event clock (Unix seconds): the latest event time the active input partitions agree on; expiry and retention follow it"
     );
     describe_gauge!(
         CONSUMER_LAG,

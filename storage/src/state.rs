@@ -110,7 +110,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"13";
+pub const STORE_FORMAT: &[u8] = b"14";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).
@@ -227,6 +227,11 @@ impl StateStore {
         let next = self.first_free_parked_id()?;
         *self.parked_next.get_mut() = next;
         Ok(self)
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        Path::new(&self.path)
     }
 
     /// Keys (RocksDB's estimate) and bytes on disk (SST files) of every

@@ -171,6 +171,18 @@ impl Serve {
         (status, body)
     }
 
+    /// `POST path`, empty, with this `Authorization` header, or none:
+    /// (status, body).
+    pub fn post_authorized(&self, path: &str, authorization: Option<&str>) -> (u16, String) {
+        let mut request = self.agent.post(format!("{}{path}", self.http));
+        if let Some(authorization) = authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let mut response = request.send_empty().expect("HTTP request");
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_to_string().expect("body"))
+    }
+
     /// `GET path` with its token and these headers: (status, the headers
     /// asked for, body). Redirects are not followed.
     pub fn get_headers(

@@ -1,6 +1,8 @@
 //! `jobcast demo`, the README's run command: the service on the embedded
 //! Kafka with the bundled excerpt replayed into it, start to summary.
 
+use std::fmt::Write;
+
 use jobcast_tests::{excerpt_events, jobcast_ok};
 
 fn figure(summary: &str, label: &str) -> u64 {
@@ -65,4 +67,62 @@ fn the_demo_replays_the_bundled_excerpt_through_the_service() {
         "{eta}"
     );
     assert_eq!(eighty, 80.0, "{eta}");
+}
+
+/// Five jobs, a silence of a day and an hour (longer than
+/// `engine.max_future_skew_secs`), five more: every event applied, none
+/// dead-lettered or left held, and every job decided, on the demo's four
+/// partitions.
+#[test]
+fn after_a_silence_of_a_day_and_an_hour_every_job_is_decided() {
+    const H: u64 = 3_600_000_000;
+    let mut trace = String::new();
+    let mut events = 0;
+    for (round, start) in [(0u64, H), (1, 26 * H)] {
+        for j in 0..5u64 {
+            let job = 1 + round * 5 + j;
+            let t = start + j * 10_000_000;
+            let mut line = |json: String| {
+                writeln!(trace, "{json}").unwrap();
+                events += 1;
+            };
+            line(format!(
+                r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":2}}"#
+            ));
+            for (kind, at) in [("schedule", t + 1), ("finish", t + 60_000_000)] {
+                for i in 0..2 {
+                    line(format!(
+                        r#"{{"v":1,"type":"task","time_us":{at},"job_id":{job},"task_index":{i},"kind":"{kind}","machine_id":1}}"#
+                    ));
+                }
+            }
+            line(format!(
+                r#"{{"v":1,"type":"job_ended","time_us":{},"job_id":{job},"outcome":"finish"}}"#,
+                t + 60_000_001
+            ));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("quiet-day.jsonl");
+    std::fs::write(&path, trace).unwrap();
+    let summary = jobcast_ok(&[
+        "demo",
+        "--http",
+        "127.0.0.1:0",
+        "--trace",
+        path.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(figure(&summary, "events replayed"), events, "{summary}");
+    assert_eq!(figure(&summary, "events applied"), events, "{summary}");
+    assert_eq!(figure(&summary, "events held"), 0, "{summary}");
+    assert_eq!(figure(&summary, "dead-lettered"), 0, "{summary}");
+    // SLearn's pilot scores count only finished jobs: all ten.
+    let row = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("slearn "))
+        .unwrap_or_else(|| panic!("no slearn row:\n{summary}"));
+    let scored: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(scored, 10, "{summary}");
 }

@@ -14,7 +14,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::config::{HttpToken, ServeConfig};
 use jobcast_scheduler_feed::telemetry;
 use jobcast_tests::{jobcast_bin, repo};
 use serde_json::Value;
@@ -105,12 +105,14 @@ fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
 }
 
 /// A jobcast configuration file as `jobcast serve --config` reads it,
-/// validated as `serve` validates it.
-fn serve_config(toml: &str) -> ServeConfig {
+/// with the HTTP token its deployment gives by `JOBCAST_HTTP_TOKEN`, if
+/// any, validated as `serve` validates it.
+fn serve_config(toml: &str, token: Option<&str>) -> ServeConfig {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("jobcast.toml");
     std::fs::write(&path, toml).expect("writes");
-    let config = ServeConfig::from_file(&path).expect("the configuration loads");
+    let mut config = ServeConfig::from_file(&path).expect("the configuration loads");
+    config.http.token = token.map(HttpToken::new);
     config.validate().expect("the configuration is valid");
     config
 }
@@ -509,7 +511,19 @@ fn kubernetes_manifests_fit_together() {
     // container port beyond loopback, and keeps its state on the pod's
     // own volume.
     let config_map = k8s("configmap").remove(0);
-    let config = serve_config(str_at(&config_map, "/data/jobcast.toml"));
+    // Beyond loopback, with a token: from a Secret the pod needs (it does
+    // not start without), which the ServiceMonitor scrapes with.
+    let env = container["env"].as_array().expect("env");
+    let token = env
+        .iter()
+        .find(|v| v["name"] == "JOBCAST_HTTP_TOKEN")
+        .expect("JOBCAST_HTTP_TOKEN is set");
+    let secret = &token["valueFrom"]["secretKeyRef"];
+    assert_ne!(secret["optional"], true, "the token's Secret is required");
+    let config = serve_config(
+        str_at(&config_map, "/data/jobcast.toml"),
+        Some("from-the-secret"),
+    );
     assert!(!config.http.address.ip().is_loopback());
     assert_eq!(
         u64::from(config.http.address.port()),
@@ -590,6 +604,12 @@ fn kubernetes_manifests_fit_together() {
     assert_eq!(monitored.len(), 1, "the ServiceMonitor selects one Service");
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(endpoint["path"], "/metrics");
+    let credentials = &endpoint["authorization"]["credentials"];
+    assert_eq!(
+        credentials["name"], secret["name"],
+        "scraped with the token"
+    );
+    assert_eq!(credentials["key"], secret["key"]);
     assert_eq!(monitored[0]["spec"]["ports"][0]["name"], endpoint["port"]);
 }
 
@@ -632,7 +652,9 @@ fn compose_stack_is_valid_and_wired() {
             })
             .unwrap_or_default()
     };
-    assert_eq!(ports("jobcast"), ["8080:8080"]);
+    // The API is published on the host's loopback only: the compose
+    // stack serves it without a token, and says so.
+    assert_eq!(ports("jobcast"), ["127.0.0.1:8080:8080"]);
     assert_eq!(ports("prometheus"), ["9090:9090"]);
     assert_eq!(ports("grafana"), ["3000:3000"]);
 
@@ -682,8 +704,11 @@ fn compose_stack_is_valid_and_wired() {
         .position(|&a| a == "--config")
         .expect("--config")
         + 1];
-    let config =
-        serve_config(&std::fs::read_to_string(bind("jobcast", config_path)).expect("reads"));
+    let config = serve_config(
+        &std::fs::read_to_string(bind("jobcast", config_path)).expect("reads"),
+        None,
+    );
+    assert!(config.http.allow_without_token);
     assert_eq!(config.kafka.brokers, "kafka:9092");
     assert_eq!(config.http.address.to_string(), "0.0.0.0:8080");
     assert!(config.storage.path.starts_with("/var/lib/jobcast"));

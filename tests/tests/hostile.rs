@@ -271,26 +271,45 @@ fn hostile_input(events: &[Event]) -> Vec<Input> {
             out.push(bad);
         }
     }
-    // Submissions a century past the excerpt, last in their partitions:
-    // the event-time merge holds one back until every other partition is
-    // read to its end (it could hold back nothing later in its own).
+    // Submissions a century past the excerpt, near the end of their
+    // partitions: the event-time merge holds one back until every other
+    // partition is read to its end (it could hold back nothing later in its
+    // own). The engine holds it too, far ahead of its clock, until the next
+    // event of its partition: a task of an unknown job (same key, so same
+    // partition; another job, so it speaks for its partition) back near
+    // the clock shows that the submission stood alone. Both are refused.
+    // A held event's dead letter carries it in canonical form, which these
+    // payloads are.
     for r in 0..REPEATS {
         let job_id = 9_000_000_000 + r as u64;
-        let submitted = format!(
-            r#"{{"v":1,"type":"job_submitted","time_us":{},"job_id":{job_id},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1}}"#,
-            100 * 365 * 86_400_000_000u64
-        );
+        let submitted: Event = jobcast_ingest::decode(
+            format!(
+                r#"{{"v":1,"type":"job_submitted","time_us":{},"job_id":{job_id},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1}}"#,
+                100 * 365 * 86_400_000_000u64
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         out.push(Input::bad(
             job_id.to_string(),
-            submitted.into_bytes(),
+            submitted.to_json().into_bytes(),
             "future_time",
+        ));
+        out.push(Input::bad(
+            job_id.to_string(),
+            format!(
+                r#"{{"v":1,"type":"task","time_us":0,"job_id":{},"task_index":0,"kind":"finish"}}"#,
+                job_id + 1_000
+            )
+            .into_bytes(),
+            "unknown_job",
         ));
     }
     out
 }
 
-/// The class of bad message appended after all the others.
-const LAST_CLASSES: usize = 1;
+/// The classes of bad message appended after all the others.
+const LAST_CLASSES: usize = 2;
 
 /// Produce with a client limit above the big messages, and with real null
 /// payloads (the shared helper sends bytes only).
@@ -408,10 +427,10 @@ fn bad_messages_are_dead_lettered_and_change_nothing_else() {
             .entry(m.bad.unwrap().to_owned())
             .or_default() += 1;
     }
-    // 23 classes of bad message with 13 reasons between them, each class
+    // 24 classes of bad message with 13 reasons between them, each class
     // REPEATS times.
     let classes = context_free(0).len() + CONTEXT_CLASSES + LAST_CLASSES;
-    assert_eq!(classes, 23);
+    assert_eq!(classes, 24);
     assert_eq!(bad.len(), classes * REPEATS);
     assert_eq!(expected_by_reason.len(), 13, "{expected_by_reason:?}");
 
@@ -489,6 +508,49 @@ fn bad_messages_are_dead_lettered_and_change_nothing_else() {
     assert_eq!(mixed.decisions, alone.decisions);
     assert!(!alone.state.values().all(Vec::is_empty));
     assert_eq!(mixed.state, alone.state);
+}
+
+/// 300 submissions of 2^20 tasks each, about 250 bytes apiece: a live
+/// job holds nothing per declared task, so they cost the service what
+/// small jobs cost, on every replica; a restart restores all 300.
+#[test]
+fn three_hundred_submissions_of_a_million_tasks_each_stay_small_and_restore() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 4);
+    let input: Vec<(String, Vec<u8>)> = (0..300u64)
+        .map(|j| {
+            let id = 50_000_000 + j;
+            let json = format!(
+                r#"{{"v":1,"type":"job_submitted","time_us":{},"job_id":{id},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1048576}}"#,
+                1_000_000 + j
+            );
+            (id.to_string(), json.into_bytes())
+        })
+        .collect();
+    cluster.produce(&topics.events, &input);
+    let data = tempfile::tempdir().unwrap();
+    let state = data.path().join("state");
+    let mut serve = Serve::start(&cluster.brokers(), &state, &[]);
+    serve.wait_consumed(input.len() as u64, WAIT);
+    let peak_kib = serve.peak_rss_kib();
+    assert_eq!(serve.metric("jobcast_live_jobs"), 300.0);
+    serve.terminate();
+    eprintln!(
+        "peak RSS with 300 submissions of 2^20 tasks: {} MiB",
+        peak_kib / 1024
+    );
+    assert!(peak_kib < MAX_PEAK_RSS_KIB, "peak RSS {peak_kib} KiB");
+
+    let again = Serve::start(&cluster.brokers(), &state, &[]);
+    let deadline = Instant::now() + WAIT;
+    while again.get("/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "never ready after the restart");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, job) = again.get("/jobs/50000299");
+    assert_eq!(status, 200, "{job}");
+    assert!(again.peak_rss_kib() < MAX_PEAK_RSS_KIB);
+    again.terminate();
 }
 
 /// An unusable message just under the producer's default
@@ -698,5 +760,14 @@ fn a_flood_of_maximum_size_messages_stays_within_the_byte_budgets() {
     assert!(
         bounded_mib < unbounded_mib,
         "{bounded_mib} MiB with the byte budgets against {unbounded_mib} MiB without"
+    );
+    // At the shipped defaults (a batch of 64 MiB, a merge of 256 MiB) the
+    // whole flood fits, and the service stays within the bound every
+    // input of this file is held to.
+    let (default_mib, _) = run(&[]);
+    eprintln!("peak RSS over the flood at the default budgets: {default_mib} MiB");
+    assert!(
+        default_mib * 1024 < MAX_PEAK_RSS_KIB,
+        "{default_mib} MiB at the default budgets"
     );
 }

@@ -140,6 +140,17 @@ fn with_a_token_set_every_route_but_the_probes_wants_it() {
         let (status, body) = serve.get_authorized(path, Some(&bearer));
         assert_ne!(status, 401, "{path} with the token: {body}");
     }
+    // The POST routes too: a backup is asked for only with the token
+    // (this instance has no backup directory: 404 once past the token).
+    for authorization in refused {
+        let (status, body) = serve.post_authorized("/admin/backup", authorization);
+        assert_eq!(
+            status, 401,
+            "POST /admin/backup with {authorization:?}: {body}"
+        );
+    }
+    let (status, body) = serve.post_authorized("/admin/backup", Some(&bearer));
+    assert_eq!(status, 404, "POST /admin/backup with the token: {body}");
     let (status, body) = serve.get_authorized(&job, Some(&bearer));
     assert_eq!(status, 200, "{body}");
     let lower = format!("bearer {token}");
@@ -151,7 +162,7 @@ fn with_a_token_set_every_route_but_the_probes_wants_it() {
     }
     assert_eq!(
         serve.metric("jobcast_http_unauthorized_total"),
-        4.0 * refused.len() as f64
+        5.0 * refused.len() as f64
     );
     let log = serve.terminate();
     assert!(!log.iter().any(|line| line.contains(token)));
@@ -442,4 +453,121 @@ fn over_tls_a_request_for_another_instances_job_is_redirected_to_it() {
     for serve in pair {
         serve.terminate();
     }
+}
+
+/// A rogue member of the group: it joins, takes partitions, and commits
+/// offsets whose metadata names its own URL (a listener that answers 200
+/// to anything and records what it is sent). The instance does not
+/// believe an owner URL its deployment's token did not sign: asked for a
+/// job it does not hold, it answers 503 (the rogue's partitions have no
+/// owner that answers) instead of sending the client to the rogue, and
+/// the rogue never hears from it, let alone a credential.
+#[test]
+fn a_rogue_group_member_neither_receives_a_token_nor_redirects_clients() {
+    use rdkafka::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 4);
+    cluster.produce(&topics.events, &messages(&excerpt_events()[..2_000]));
+
+    let rogue_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rogue_url = format!("http://{}", rogue_listener.local_addr().unwrap());
+    let heard = Arc::new(Mutex::new(Vec::<String>::new()));
+    let recorded = heard.clone();
+    std::thread::spawn(move || {
+        for stream in rogue_listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            recorded
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&request[..n]).into_owned());
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let address = format!("http.address={}", url.trim_start_matches("http://"));
+    let advertised = format!("http.advertised_url={url}");
+    let mut flags = vec![
+        "--group",
+        "rogue-test",
+        "--set",
+        &address,
+        "--set",
+        &advertised,
+    ];
+    flags.extend(SHORT_SESSION);
+    let token = "deployment-token-42";
+    let mut serve = Serve::start_with_token(
+        &cluster.brokers(),
+        &data.path().join("state"),
+        &flags,
+        token,
+    );
+    serve.wait_stored_offsets(2_000, Duration::from_secs(120));
+
+    let rogue: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.brokers())
+        .set("group.id", "rogue-test")
+        .set("enable.auto.commit", "false")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .create()
+        .unwrap();
+    rogue.subscribe(&[&topics.events]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let taken: Vec<i32> = loop {
+        rogue.poll(Duration::from_millis(100));
+        let assigned = rogue.assignment().unwrap();
+        let taken: Vec<i32> = assigned.elements().iter().map(|e| e.partition()).collect();
+        if !taken.is_empty() {
+            break taken;
+        }
+        assert!(Instant::now() < deadline, "the rogue never got a partition");
+    };
+    let mut commits = TopicPartitionList::new();
+    for &partition in &taken {
+        commits
+            .add_partition_offset(&topics.events, partition, Offset::Offset(0))
+            .unwrap();
+        commits
+            .find_partition(&topics.events, partition)
+            .unwrap()
+            .set_metadata(rogue_url.as_str());
+    }
+    rogue.commit(&commits, CommitMode::Sync).unwrap();
+
+    // The instance reads the group's commits every 2 s; it gave the
+    // rogue's partitions up. Ask it, with the token, for a job nobody
+    // holds, until it has read the rogue's commits (its answer is then
+    // settled), keeping the rogue in the group meanwhile.
+    let answer = loop {
+        rogue.poll(Duration::from_millis(100));
+        let (status, headers, body) =
+            serve.get_headers("/jobs/18446744073709551615", &[], &["location"]);
+        let owned = serve.owned_partitions();
+        let settled = taken.iter().all(|p| !owned.contains(&i64::from(*p)))
+            && serve.metric("jobcast_http_peers_refused_total") > 0.0;
+        if settled || Instant::now() > deadline {
+            break (status, headers, body);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(answer.0, 503, "{answer:?}");
+    assert!(answer.2.contains("no owner that answers"), "{answer:?}");
+    assert_eq!(answer.1[0], None, "no redirect: {answer:?}");
+    assert!(
+        heard.lock().unwrap().is_empty(),
+        "the rogue heard: {:?}",
+        heard.lock().unwrap()
+    );
+    drop(rogue);
+    serve.terminate();
 }

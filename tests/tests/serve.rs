@@ -379,6 +379,48 @@ fn a_request_for_a_job_another_instance_holds_is_redirected_to_it() {
     pair.pop().unwrap().terminate();
 }
 
+/// SIGTERM, the signal itself, to one of two instances: it finishes and
+/// commits the batch in hand, leaves the group (its log says so before it
+/// exits 0), and the other instance then owns every partition.
+#[test]
+fn sigterm_stops_an_instance_that_leaves_the_group_to_the_other() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let input = messages(&excerpt_events()[..2_000]);
+    cluster.produce(&topics.events, &input);
+    let dir = tempfile::tempdir().unwrap();
+    let a = Serve::start_logging(
+        &cluster.brokers(),
+        &dir.path().join("a"),
+        &MOCK_SESSION,
+        "info",
+    );
+    let b = Serve::start(&cluster.brokers(), &dir.path().join("b"), &MOCK_SESSION);
+    let deadline = Instant::now() + WAIT;
+    while a.owned_partitions().is_empty() || b.owned_partitions().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the two never shared the partitions"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = a.terminate();
+    assert!(log.iter().any(|l| l.contains("left the group")), "{log:#?}");
+    assert!(
+        !log.iter().any(|l| l.contains("still assigned")),
+        "{log:#?}"
+    );
+    assert!(log.iter().any(|l| l.contains("stopped")), "{log:#?}");
+    while b.owned_partitions().len() != PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "the other never took every partition"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.terminate();
+}
+
 #[test]
 fn a_running_instance_writes_a_consistent_backup_on_request() {
     let topics = Topics::default();
@@ -389,17 +431,34 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
     let state = dir.path().join("state");
     let backups = dir.path().join("backups");
     let backup_dir = format!("storage.backup_dir={}", backups.display());
-    let mut serve = Serve::start(&cluster.brokers(), &state, &["--set", &backup_dir]);
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &state,
+        &["--set", &backup_dir, "--set", "storage.backup_keep=1"],
+    );
     serve.wait_consumed(input.len() as u64, WAIT);
 
-    let out = jobcast_ok(&["admin", "backup", "--url", &serve.http]);
-    let written = out
-        .trim()
-        .strip_prefix("backup written to ")
-        .unwrap_or_else(|| panic!("{out}"));
-    assert!(written.starts_with(backups.to_str().unwrap()), "{out}");
-    assert_eq!(serve.metric("jobcast_backups_total"), 1.0);
+    let backup = || {
+        let out = jobcast_ok(&["admin", "backup", "--url", &serve.http]);
+        let written = out
+            .trim()
+            .strip_prefix("backup written to ")
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_owned();
+        assert!(written.starts_with(backups.to_str().unwrap()), "{out}");
+        written
+    };
+    let first = backup();
+    // Backups are named by the second: the next one in another.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let written = backup();
+    assert_ne!(first, written);
+    let kept: Vec<_> = std::fs::read_dir(&backups).unwrap().collect();
+    assert_eq!(kept.len(), 1, "storage.backup_keep=1 keeps the newest only");
+    assert!(!Path::new(&first).exists());
+    assert_eq!(serve.metric("jobcast_backups_total"), 2.0);
     serve.terminate();
+    let written = written.as_str();
     // Nothing came after the backup: restored, it is the store as it was.
     let restored = dir.path().join("restored");
     jobcast_ok(&[
@@ -423,6 +482,58 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
         "{stderr}"
     );
     serve.terminate();
+
+    // An instance with a token: asked without it, 401; with it, written.
+    let guarded = dir.path().join("guarded");
+    let token = "backup-test-token-0123";
+    let serve = Serve::start_with_token(
+        &cluster.brokers(),
+        &guarded,
+        &["--group", "guarded", "--set", &backup_dir],
+        token,
+    );
+    let refused = jobcast(&["admin", "backup", "--url", &serve.http]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("401"),
+        "{stderr}"
+    );
+    let out = jobcast_ok(&["admin", "backup", "--url", &serve.http, "--token", token]);
+    assert!(out.starts_with("backup written to "), "{out}");
+    serve.terminate();
+
+    // Backups on a filesystem with less room than the store needs (a
+    // 1 MiB tmpfs): refused before anything is written.
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .expect("mount runs");
+    assert!(
+        mounted.success(),
+        "mounting a tmpfs needs root (tests run as root)"
+    );
+    let small_dir = format!("storage.backup_dir={}", small.display());
+    let serve = Serve::start(
+        &cluster.brokers(),
+        &dir.path().join("cramped"),
+        &["--group", "cramped", "--set", &small_dir],
+    );
+    let refused = jobcast(&["admin", "backup", "--url", &serve.http]);
+    serve.terminate();
+    let listed = std::fs::read_dir(&small).unwrap().count();
+    std::process::Command::new("umount")
+        .arg(&small)
+        .status()
+        .expect("umount runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("507") && stderr.contains("MiB free"),
+        "{stderr}"
+    );
+    assert_eq!(listed, 0, "nothing written");
 }
 
 /// Fifty clients at once ask for the record of a 2^20-task job whose
@@ -547,16 +658,12 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
     let slowest = answers.iter().map(|&(_, took)| took).max().unwrap();
     let answered = answers.iter().filter(|&&(status, _)| status == 200).count();
     eprintln!(
-        "{CLIENTS} clients: {answered} answered 200, the rest 503; slowest {slowest:?}; peak RSS grew {warm_up_mib} MiB in the first burst, {growth_mib} MiB in the second"
+        "{CLIENTS} clients: {answered} answered 200; slowest {slowest:?}; peak RSS grew {warm_up_mib} MiB in the first burst, {growth_mib} MiB in the second"
     );
-    assert!(
-        answers
-            .iter()
-            .all(|&(status, _)| status == 200 || status == 503),
-        "{answers:?}"
-    );
-    // The default request timeout (10 s) and a margin for the client.
-    assert!(slowest < Duration::from_secs(15), "{answers:?}");
+    // Every client is answered, none turned away: the slots queue them
+    // within the request timeout (how fast is a benchmark's figure, not
+    // this test's).
+    assert_eq!(answered, CLIENTS, "{answers:?}");
     // Which burst starts the read threads depends on how the two cores
     // schedule them (a loaded machine may start only some in the first):
     // the bound is on both together.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, decode};
 use jobcast_ingest::kafka::{KafkaSettings, Topics, headers};
-use jobcast_predictor::engine::{Effects, Engine, JobRecord};
+use jobcast_predictor::engine::{Effects, Engine, JobRecord, Origin};
 use jobcast_predictor::history::{HistoryKey, HistoryRecord};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::{self, RunSummary, Service};
@@ -133,9 +133,9 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     let mut effects = Effects::default();
     let mut refused: BTreeMap<&str, u64> = BTreeMap::new();
     let mut jobs = BTreeSet::new();
-    for (_, _, _, event) in &ordered {
-        match engine.apply(event, &mut effects) {
-            Ok(()) => {
+    for (_, partition, offset, event) in &ordered {
+        match engine.apply(Origin::new(*partition, *offset), event, &mut effects) {
+            Ok(_) => {
                 if let Event::JobSubmitted(j) = event {
                     jobs.insert(j.job_id);
                 }
@@ -512,6 +512,34 @@ fn a_store_built_with_another_engine_configuration_is_refused() {
     let rebuilt = run_until(&config_b, committed as u64);
     assert_eq!(rebuilt.recovered_events, 0);
     assert!(rebuilt.committed >= committed as u64);
+}
+
+/// The skew only decides how long an event far ahead waits for its
+/// partition: an operator changes it on a store without a rebuild.
+#[test]
+fn a_store_is_recovered_with_another_skew() {
+    let (_cluster, _dir, config_a) = store_of_a_short_run();
+    let mut config_b = config_a.clone();
+    config_b.engine.max_future_skew_secs = 3_600;
+    let service = Service::start(config_b).expect("the service starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !service.shared().ready() {
+        if service.is_finished() {
+            panic!("the service ended: {:?}", service.join());
+        }
+        assert!(Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let restarted = service.stop().expect("recovered with the new skew");
+    assert_eq!(restarted.committed, 0, "nothing new to read");
+    let mut config_c = config_a.clone();
+    config_c.engine.policies.thin_limit = 5;
+    let store = Arc::new(StateStore::open(&config_a.storage.path, false).unwrap());
+    let err = service::run(&config_c, Shared::new(store)).unwrap_err();
+    assert!(
+        err.to_string().contains("another engine configuration"),
+        "any other setting still needs one: {err}"
+    );
 }
 
 #[test]

@@ -52,6 +52,7 @@ fn start_watcher(
                 "0.5",
             ])
             .args(since.unwrap_or_default())
+            .args((!state.exists()).then_some("--fresh"))
             .arg("--state")
             .arg(state)
             .arg("--metrics")

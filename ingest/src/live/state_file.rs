@@ -7,6 +7,32 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// An exclusive lock on the state in `path` (on `PATH.lock`, created if
+/// absent), held until the file returned is dropped (or the process
+/// ends); an error, naming the path, if another process holds it.
+pub fn lock(path: &Path) -> Result<std::fs::File, String> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("state file lock {}: {e}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "state file {} is in use by another process (it holds {}): one process per state",
+            path.display(),
+            lock_path.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(format!("state file lock {}: {e}", lock_path.display()))
+        }
+    }
+}
+
 /// The state in `path`; the default state if there is no file yet.
 pub fn load<T: DeserializeOwned + Default>(path: &Path) -> Result<T, String> {
     let failed = |reason: String| format!("state file {}: {reason}", path.display());

@@ -11,6 +11,17 @@
 //! those offsets on before anything else, and produces only the pending
 //! events it does not find there.
 //!
+//! One watcher owns a state file: it holds an exclusive lock on it (a
+//! file beside it, `STATE.lock`) for as long as it runs, and a second
+//! watcher on the same state refuses to start. A missing state file is a
+//! fresh start, which publishes every job the scheduler lists, only when
+//! asked for (`WatchOptions::fresh`): a state file lost or pointed at the
+//! wrong path would otherwise publish every listed job again. A batch is
+//! waited for until every message has its delivery report, which
+//! librdkafka gives within `message.timeout.ms`: a batch given up on
+//! sooner would be produced again while its first copy was still on its
+//! way.
+//!
 //! What a stop costs beyond that is the scheduler's: Slurm keeps a
 //! finished job in `squeue` for `MinJobAge` (300 s by default), and a
 //! watcher stopped for longer misses the ends of the jobs that finished
@@ -38,17 +49,23 @@ const READ_BACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long to serve delivery reports before retrying a send that found
 /// the producer's queue full.
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
-/// How long to wait for a batch's acknowledgements.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+/// librdkafka's default `message.timeout.ms`: a message has its delivery
+/// report (delivered, or failed) within it.
+const DEFAULT_MESSAGE_TIMEOUT_MS: u64 = 300_000;
+/// Beyond `message.timeout.ms`, how long to wait for the last reports.
+const FLUSH_MARGIN: Duration = Duration::from_secs(10);
 
 /// Where to publish and keep state, and how often to look.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     /// The input topic.
     pub topic: String,
-    /// The state file (created if absent).
+    /// The state file.
     pub state: PathBuf,
     pub interval: Duration,
+    /// Start from no state: the state file must not exist, and is created.
+    /// Without it, it must exist.
+    pub fresh: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,18 +125,52 @@ pub struct Watcher<S: LiveSource> {
     saved: Saved<S::State>,
     producer: BaseProducer<Deliveries>,
     consumer: BaseConsumer,
+    /// How long a batch may take to be acknowledged: past
+    /// `message.timeout.ms`, so that every message has its report.
+    flush_timeout: Duration,
+    /// The exclusive lock on the state, held while the watcher lives.
+    _lock: std::fs::File,
 }
 
 impl<S: LiveSource> Watcher<S> {
-    /// Load the state (if any) and connect; the topic must exist.
+    /// Lock and load the state (a fresh one only if asked for) and
+    /// connect; the topic must exist.
     pub fn open(
         kafka: &KafkaSettings,
         options: WatchOptions,
         source: S,
     ) -> Result<Self, WatchError> {
+        let lock = state_file::lock(&options.state).map_err(WatchError::State)?;
+        let exists = options.state.try_exists().map_err(|e| {
+            WatchError::State(format!("state file {}: {e}", options.state.display()))
+        })?;
+        match (exists, options.fresh) {
+            (false, false) => {
+                return Err(WatchError::State(format!(
+                    "state file {} does not exist: start with --fresh to follow the cluster from \
+                     scratch (every job it lists is published), or name the existing state file",
+                    options.state.display()
+                )));
+            }
+            (true, true) => {
+                return Err(WatchError::State(format!(
+                    "state file {} exists: a fresh start would publish again what it records; \
+                     start without --fresh to go on from it",
+                    options.state.display()
+                )));
+            }
+            _ => {}
+        }
         let saved: Saved<S::State> = state_file::load(&options.state).map_err(WatchError::State)?;
-        let producer: BaseProducer<Deliveries> = kafka
-            .producer_config()
+        if options.fresh {
+            state_file::save(&options.state, &saved).map_err(WatchError::State)?;
+        }
+        let producer_config = kafka.producer_config();
+        let message_timeout_ms = ["message.timeout.ms", "delivery.timeout.ms"]
+            .into_iter()
+            .find_map(|key| producer_config.get(key)?.parse::<u64>().ok())
+            .unwrap_or(DEFAULT_MESSAGE_TIMEOUT_MS);
+        let producer: BaseProducer<Deliveries> = producer_config
             .create_with_context(Deliveries::new())
             .map_err(|e| kafka.redact(e))?;
         let mut config = kafka.client_config();
@@ -134,6 +185,8 @@ impl<S: LiveSource> Watcher<S> {
             saved,
             producer,
             consumer,
+            flush_timeout: Duration::from_millis(message_timeout_ms) + FLUSH_MARGIN,
+            _lock: lock,
         };
         partitions(&watcher.consumer, &watcher.options.topic, BROKER_TIMEOUT)?;
         Ok(watcher)
@@ -209,7 +262,7 @@ impl<S: LiveSource> Watcher<S> {
             &self.consumer,
             &self.options.topic,
             &mut from.clone(),
-            READ_BACK_TIMEOUT,
+            (BROKER_TIMEOUT, READ_BACK_TIMEOUT),
             |message| there.push((text(message.key()), text(message.payload()))),
         )?;
         Ok(there)
@@ -227,7 +280,7 @@ impl<S: LiveSource> Watcher<S> {
                 .payload(value.as_str());
             send_when_room(&self.producer, record, QUEUE_FULL_WAIT, || {})?;
         }
-        let flushed = self.producer.flush(FLUSH_TIMEOUT);
+        let flushed = self.producer.flush(self.flush_timeout);
         let delivered = (deliveries.delivered() - delivered_before) as usize;
         let failure = deliveries.first_failure().map(|f| f.error.to_string());
         if delivered < messages.len() || deliveries.failed() > failed_before {
@@ -316,6 +369,7 @@ mod tests {
                 topic: TOPIC.into(),
                 state: self.dir.path().join("state.json"),
                 interval: Duration::from_millis(10),
+                fresh: !self.dir.path().join("state.json").exists(),
             };
             let source = SlurmSource {
                 squeue: vec![
@@ -469,6 +523,100 @@ mod tests {
             restarted.poll().unwrap();
         }
         assert_eq!(sorted(topic_events(&restarted)), expected(&fixture));
+    }
+
+    /// A second watcher on the state of a running one refuses to start;
+    /// once the first is gone, it starts.
+    #[test]
+    fn a_second_watcher_on_the_same_state_refuses_to_start() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let fixture = Fixture::new();
+        fixture.show(0);
+        let mut first = fixture.watcher(&mock);
+        first.poll().unwrap();
+        let options = WatchOptions {
+            topic: TOPIC.into(),
+            state: fixture.dir.path().join("state.json"),
+            interval: Duration::from_millis(10),
+            fresh: false,
+        };
+        let source = || SlurmSource {
+            squeue: vec!["true".into()],
+            since: None,
+        };
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let Err(err) = Watcher::open(&kafka, options.clone(), source()) else {
+            panic!("a second watcher started on the same state");
+        };
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
+        drop(first);
+        Watcher::open(&kafka, options, source()).unwrap();
+    }
+
+    /// A missing state file is a fresh start only when asked for, and a
+    /// fresh start refuses a state file that exists.
+    #[test]
+    fn a_missing_state_file_is_refused_unless_the_start_is_fresh() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let open = |fresh: bool| {
+            let options = WatchOptions {
+                topic: TOPIC.into(),
+                state: dir.path().join("state.json"),
+                interval: Duration::from_millis(10),
+                fresh,
+            };
+            let source = SlurmSource {
+                squeue: vec!["true".into()],
+                since: None,
+            };
+            Watcher::open(&kafka, options, source).map(drop)
+        };
+        let err = open(false).unwrap_err().to_string();
+        assert!(
+            err.contains("does not exist") && err.contains("--fresh"),
+            "{err}"
+        );
+        open(true).unwrap();
+        assert!(dir.path().join("state.json").exists());
+        let err = open(true).unwrap_err().to_string();
+        assert!(err.contains("exists"), "{err}");
+        open(false).unwrap();
+    }
+
+    /// The broker refuses every produce request for over a minute (the
+    /// watcher's former wait, well under librdkafka's own 300 s
+    /// `message.timeout.ms`): the batch is waited for until it is
+    /// acknowledged, and each event reaches the topic once.
+    #[test]
+    fn a_broker_refusing_produce_requests_for_over_a_minute_gets_each_event_once() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let fixture = Fixture::new();
+        let mut watcher = fixture.watcher(&mock);
+        // About a second's back-off each after the first few.
+        mock.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 90],
+        );
+        let started = std::time::Instant::now();
+        for snapshot in 0..fixture.snapshots.len() {
+            fixture.show(snapshot);
+            watcher.poll().unwrap();
+        }
+        eprintln!(
+            "published in {:.0} s with the broker refusing",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(started.elapsed() > Duration::from_secs(60));
+        assert_eq!(sorted(topic_events(&watcher)), expected(&fixture));
     }
 
     #[test]

@@ -42,17 +42,42 @@ pub struct EngineConfig {
     pub risk: RiskSettings,
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
-    /// How far (seconds) an event's time may be ahead of the latest event
-    /// time applied; an event further ahead is rejected (`future_time`).
-    /// One event far in the future would otherwise move every window
-    /// (the history's, expiry's) past the events that follow it. A day by
-    /// default: a quiet source (a small cluster at night, a sparse stream
-    /// of VM lifetimes) goes hours without an event, and the first event
-    /// after such a gap is no fault. 0: no bound.
+    /// How far (seconds) an event's time may be ahead of the event clock
+    /// (`clock.rs`) before it counts as a jump: held until an event of
+    /// another job or machine on its partition confirms it (then applied)
+    /// or shows it stood alone (then refused, `future_time`). Also how far
+    /// behind the time most partitions have reached a partition is idle.
+    /// A day by default: events of one partition hours apart (a small
+    /// cluster at night) are no jump. Changing it needs no rebuild of the
+    /// store. 0: no bound (every event applied at once).
     pub max_future_skew_secs: u64,
+    /// The most jobs held live at once: a submission beyond it is refused
+    /// (`over_budget`), so memory follows this setting, not the input.
+    pub max_live_jobs: u64,
+    /// The most tasks with a record (a task has one from its first event
+    /// until its job ends) at once: a task event that would add one beyond
+    /// it is refused (`over_budget`). A job's declared width costs nothing
+    /// until its tasks report.
+    pub max_live_tasks: u64,
 }
 
 impl EngineConfig {
+    /// What a store built with this configuration is stamped with, and
+    /// must match to be recovered by it: every setting that shapes the
+    /// state derived from the input, which is every setting but
+    /// `max_future_skew_secs`. The skew decides only how long an event far
+    /// ahead waits for its partition to vouch for it, so an operator may
+    /// change it on a running store: the events after the restart are
+    /// held by the new bound (those the log holds since the last snapshot
+    /// too; a stop with `storage.snapshot_on_stop` leaves none).
+    pub fn stamp(&self) -> Vec<u8> {
+        let mut value = serde_json::to_value(self).expect("the configuration serialises");
+        if let Some(settings) = value.as_object_mut() {
+            settings.remove("max_future_skew_secs");
+        }
+        serde_json::to_vec(&value).expect("the configuration serialises")
+    }
+
     /// [`EngineConfig::max_future_skew_secs`] in µs, if bounded.
     pub(super) fn max_future_skew_us(&self) -> Result<Option<u64>, ConfigError> {
         match self.max_future_skew_secs {
@@ -79,6 +104,8 @@ impl Default for EngineConfig {
             expiry: ExpirySettings::default(),
             eta: EtaSettings::default(),
             max_future_skew_secs: 86_400,
+            max_live_jobs: 500_000,
+            max_live_tasks: 5_000_000,
         }
     }
 }

@@ -4,6 +4,7 @@
 use crate::decision::{Decision, PolicyKind};
 use crate::history::HistoryKey;
 
+use super::clock::Refused;
 use super::records::{MachineRisk, PredictionError};
 
 /// Why an event was refused.
@@ -113,6 +114,10 @@ pub struct Effects {
     /// (`expiry.rs`); both are among `jobs` and `machines` too.
     pub expired_jobs: Vec<u64>,
     pub expired_machines: Vec<u64>,
+    /// Events held far ahead of the clock that turned out to stand alone
+    /// (or that a release found no sense in): to dead-letter, as an event
+    /// refused on arrival is.
+    pub refused: Vec<Refused>,
 }
 
 impl Effects {
@@ -134,5 +139,6 @@ impl Effects {
         self.policies.clear();
         self.expired_jobs.clear();
         self.expired_machines.clear();
+        self.refused.clear();
     }
 }

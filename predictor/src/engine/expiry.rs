@@ -10,8 +10,8 @@
 //! counted ([`Effects::expired_jobs`], [`Effects::expired_machines`]), never
 //! silent.
 //!
-//! Sweeps run when the event-time watermark (the latest event time
-//! applied) crosses a step of a hundredth of the shorter window: one pass
+//! Sweeps run when the event clock (the time the input partitions agree
+//! on, `clock.rs`; no single event or partition moves it) crosses a step of a hundredth of the shorter window: one pass
 //! over the live jobs and machines per step, in id order, so the outcome is
 //! a function of the input alone, as everything the engine does.
 
@@ -92,17 +92,16 @@ impl Engine {
         *seen = (*seen).max(time_us);
     }
 
-    /// Move the watermark to `now_us`, and when it crosses a step, give up
-    /// on the jobs and machines silent for longer than their window.
-    pub(super) fn expire_silent(&mut self, now_us: u64, effects: &mut Effects) {
-        self.watermark_us = self.watermark_us.max(now_us);
+    /// When the clock crosses a step, give up on the jobs and machines
+    /// silent for longer than their window.
+    pub(super) fn expire_silent(&mut self, effects: &mut Effects) {
         let Some(step) = self.expiry.step_us() else {
             return;
         };
-        if self.watermark_us < self.next_sweep_us {
+        let watermark = self.clock.now_us();
+        if watermark < self.next_sweep_us {
             return;
         }
-        let watermark = self.watermark_us;
         self.next_sweep_us = watermark - watermark % step + step;
         if let Some(idle) = ExpirySettings::window_us(self.expiry.live_job_idle_hours) {
             let bound = watermark.saturating_sub(idle);

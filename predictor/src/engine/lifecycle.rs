@@ -28,6 +28,16 @@ impl Engine {
                 format!("job {} was already submitted", job.job_id),
             ));
         }
+        if self.jobs.len() as u64 >= self.max_live_jobs {
+            return Err(reject(
+                "over_budget",
+                format!(
+                    "job {}: {} jobs are live, engine.max_live_jobs",
+                    job.job_id,
+                    self.jobs.len()
+                ),
+            ));
+        }
         let mut record = JobRecord {
             job_id: job.job_id,
             submit_us: job.time_us,
@@ -59,7 +69,7 @@ impl Engine {
             LiveJob {
                 submitted: job.clone(),
                 record,
-                runtimes: vec![None; job.num_tasks as usize],
+                runtimes: BTreeMap::new(),
                 last_event_us: job.time_us,
                 progress,
             },
@@ -107,6 +117,17 @@ impl Engine {
         }
         let key = (event.job_id, event.task_index);
         let previous = self.tasks.get(&key);
+        if previous.is_none() && self.tasks.len() as u64 >= self.max_live_tasks {
+            return Err(reject(
+                "over_budget",
+                format!(
+                    "job {} task {}: {} tasks have records, engine.max_live_tasks",
+                    event.job_id,
+                    event.task_index,
+                    self.tasks.len()
+                ),
+            ));
+        }
         let started = previous.and_then(|t| t.running_since_us);
         let runtime_us = match event.kind {
             TaskKind::Finish => Some(
@@ -174,12 +195,10 @@ impl Engine {
         }
         let mut first_finish = None;
         if let Some(runtime) = runtime_us {
-            let slot = &mut job.runtimes[event.task_index as usize];
-            if slot.is_none() {
+            if job.runtimes.insert(event.task_index, runtime).is_none() {
                 job.record.tasks_finished += 1;
                 first_finish = Some(runtime);
             }
-            *slot = Some(runtime);
         }
         if let Some(since) = started {
             job.progress.attempt_ended(since, first_finish);
@@ -221,7 +240,8 @@ impl Engine {
         if end.outcome == JobOutcome::Finish {
             self.learn_etas(&job, end.time_us, effects);
         }
-        let runtimes: Option<Vec<u64>> = job.runtimes.iter().copied().collect();
+        let every_task = job.runtimes.len() as u64 == u64::from(job.submitted.num_tasks);
+        let runtimes = every_task.then(|| job.runtimes.values().copied().collect::<Vec<u64>>());
         // Only a finished job whose every task runtime is known has a true
         // size to learn from and to score estimates against.
         let truth = match (end.outcome, runtimes) {
@@ -254,8 +274,10 @@ impl Engine {
                         });
                     }
                 }
+                // The history's window moves with what it learns: never
+                // further than the skew ahead of the partitions' clock.
                 truth.learn(
-                    end.time_us,
+                    self.clock.cap_us(end.time_us),
                     &mut self.history,
                     &self.queues,
                     self.policies

@@ -13,9 +13,13 @@
 //! Events that are well-formed JSON but make no sense for the state they
 //! arrive in (a task of an unknown job, a finish before any schedule, time
 //! going backwards within a job, a second submission) are rejected with a
-//! reason and change nothing; the service dead-letters them.
+//! reason and change nothing; the service dead-letters them. Event time is
+//! the input partitions' together ([`clock`](self::clock)): an event that
+//! stands alone far ahead is held until its partition's next events say
+//! whether it was real, and refused if it was not.
 //!
-//! One file per concern: `config` (what the engine runs), `records` (what
+//! One file per concern: `config` (what the engine runs), `clock` (event
+//! time, from the input partitions together), `records` (what
 //! it knows, as stored and served) and [`layout`] (their binary form),
 //! `effects` (what applying events produces), `lifecycle` (a job from
 //! submission to its end), `eta` (when each live job should finish, carried
@@ -25,6 +29,7 @@
 //! which a restarted service restores instead of applying all its input
 //! again).
 
+mod clock;
 mod config;
 mod effects;
 mod eta;
@@ -51,6 +56,7 @@ use crate::policy::Policy;
 use crate::preemption::online::OnlineFitter;
 use crate::queues::QueueConfig;
 
+pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use eta::EtaSettings;
@@ -64,8 +70,10 @@ pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
 struct LiveJob {
     submitted: JobSubmitted,
     record: JobRecord,
-    /// Runtime of each task's finished attempt.
-    runtimes: Vec<Option<u64>>,
+    /// Runtime of each task's finished attempt, by task index: only tasks
+    /// that finished have an entry, so a job declaring a million tasks
+    /// costs what its events cost, not what it declares.
+    runtimes: BTreeMap<u32, u64>,
     last_event_us: u64,
     progress: eta::Progress,
 }
@@ -90,17 +98,18 @@ pub struct Engine {
     expiry: ExpirySettings,
     /// The latest event time at which each known machine reported.
     machines_seen: HashMap<u64, u64>,
-    /// The latest event time applied, and the next at which to look for
-    /// what stopped reporting.
-    watermark_us: u64,
+    /// Event time, from the input partitions together.
+    clock: clock::EventClock,
+    /// The clock's time at which to look next for what stopped reporting.
     next_sweep_us: u64,
-    /// How far ahead of `watermark_us` an event may be (µs), if bounded.
-    max_future_skew_us: Option<u64>,
     eta_settings: EtaSettings,
     /// How far off the ETAs given to finished jobs were.
     etas: EtaCalibration,
     /// The CPUs of the machines up, for ETAs without configured slots.
     capacity_cpus: f64,
+    /// `engine.max_live_jobs` and `engine.max_live_tasks`.
+    max_live_jobs: u64,
+    max_live_tasks: u64,
 }
 
 impl Engine {
@@ -118,6 +127,14 @@ impl Engine {
         config.queues.validate().map_err(|e| e.within("queues"))?;
         config.eta.validate().map_err(|e| e.within("eta"))?;
         let max_future_skew_us = config.max_future_skew_us()?;
+        for (key, max) in [
+            ("max_live_jobs", config.max_live_jobs),
+            ("max_live_tasks", config.max_live_tasks),
+        ] {
+            if max == 0 {
+                return Err(ConfigError::new(key, "must be positive"));
+            }
+        }
         let online = config.risk.online().map_err(|e| e.within("risk"))?;
         let mut kinds = vec![config.policy];
         for &kind in &config.shadow {
@@ -156,12 +173,13 @@ impl Engine {
             events: 0,
             expiry: config.expiry,
             machines_seen: HashMap::new(),
-            watermark_us: 0,
+            clock: clock::EventClock::new(max_future_skew_us),
             next_sweep_us: 0,
-            max_future_skew_us,
             eta_settings: config.eta,
             etas: EtaCalibration::default(),
             capacity_cpus: 0.0,
+            max_live_jobs: config.max_live_jobs,
+            max_live_tasks: config.max_live_tasks,
         })
     }
 
@@ -210,40 +228,101 @@ impl Engine {
         }
     }
 
-    /// Apply one event. On rejection nothing changes.
-    pub fn apply(&mut self, event: &Event, effects: &mut Effects) -> Result<(), Rejection> {
-        self.check_not_ahead(event.time_us())?;
+    /// The engine's now: event time as the input partitions agree on it
+    /// (`clock.rs`), which drives expiry and the store's retention.
+    pub fn now_us(&self) -> u64 {
+        self.clock.now_us()
+    }
+
+    /// Events held far ahead of the clock, waiting for their partitions to
+    /// confirm or refute the jump.
+    pub fn held_events(&self) -> usize {
+        self.clock.held_events()
+    }
+
+    /// Apply one event from `origin` (its input partition and offset).
+    ///
+    /// An event far ahead of the clock is held (`Ok(Applied::Held)`), and
+    /// applied or refused when a later event settles it (this one, or
+    /// another's): what the released events produce joins `effects`, and
+    /// those refused are listed in [`Effects::refused`]. On rejection the event itself
+    /// changes nothing (a held run it settled is settled all the same).
+    pub fn apply(
+        &mut self,
+        origin: Origin,
+        event: &Event,
+        effects: &mut Effects,
+    ) -> Result<Applied, Rejection> {
+        let admission = self.clock.admit(origin, event);
+        for held in admission.refuse {
+            let rejection = self.clock.rejection(held.origin, &held.event, false);
+            effects.refused.push(Refused {
+                origin: held.origin,
+                event: held.event,
+                rejection,
+            });
+        }
+        for held in admission.release {
+            self.release(held, effects);
+        }
+        let outcome = match admission.this {
+            clock::Verdict::Apply => self
+                .apply_now(origin, event, effects)
+                .map(|()| Applied::Now),
+            clock::Verdict::Hold => Ok(Applied::Held),
+            clock::Verdict::Refuse => Err(self.clock.rejection(origin, event, true)),
+        };
+        // What this event settled elsewhere: runs the clock has caught up
+        // with, or that the partitions now agree on.
+        loop {
+            let settled = self.clock.settle();
+            if settled.is_empty() {
+                break;
+            }
+            for held in settled {
+                self.release(held, effects);
+            }
+        }
+        outcome
+    }
+
+    /// Apply an event that was held; if it makes no sense now, it is
+    /// refused as it would have been on arrival.
+    fn release(&mut self, held: Held, effects: &mut Effects) {
+        if let Err(rejection) = self.apply_now(held.origin, &held.event, effects) {
+            effects.refused.push(Refused {
+                origin: held.origin,
+                event: held.event,
+                rejection,
+            });
+        }
+    }
+
+    fn apply_now(
+        &mut self,
+        origin: Origin,
+        event: &Event,
+        effects: &mut Effects,
+    ) -> Result<(), Rejection> {
         match event {
             Event::JobSubmitted(job) => self.submit(job, effects)?,
             Event::Task(task) => self.task_event(task, effects)?,
             Event::JobEnded(end) => self.end(end, effects)?,
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
-        self.refresh_risks(event.time_us(), effects);
-        self.expire_silent(event.time_us(), effects);
+        self.clock.applied(origin.partition, event.time_us());
+        self.refresh_risks(self.clock.cap_us(event.time_us()), effects);
+        self.expire_silent(effects);
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;
         Ok(())
     }
+}
 
-    /// Reject an event further ahead of the latest event time applied than
-    /// the configured skew. The first event has nothing to be ahead of.
-    fn check_not_ahead(&self, time_us: u64) -> Result<(), Rejection> {
-        let Some(skew_us) = self.max_future_skew_us else {
-            return Ok(());
-        };
-        if self.events == 0 || time_us <= self.watermark_us.saturating_add(skew_us) {
-            return Ok(());
-        }
-        Err(effects::reject(
-            "future_time",
-            format!(
-                "event time {time_us} µs is {:.0} s ahead of the latest applied ({} µs), more \
-                 than engine.max_future_skew_secs ({} s)",
-                (time_us - self.watermark_us) as f64 / 1e6,
-                self.watermark_us,
-                skew_us / 1_000_000
-            ),
-        ))
-    }
+/// What [`Engine::apply`] did with an event it did not refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Now,
+    /// Held, far ahead of the clock (`clock.rs`).
+    Held,
 }

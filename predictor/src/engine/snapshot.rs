@@ -7,7 +7,8 @@
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
 //! the ETAs' calibration and the capacity they divide by, pending risk
 //! refreshes, the policies' error statistics, the event count
-//! and the watermark that drives expiry. An engine restored from it applies
+//! and the event clock (each partition's time, and the events held far
+//! ahead of it). An engine restored from it applies
 //! the next events exactly as the engine that wrote it would have (the
 //! tests check the outputs and records of both over more input). The
 //! form is postcard's compact binary serde encoding, which keeps floats bit
@@ -20,6 +21,7 @@ use foldhash::HashMap;
 use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
+use super::clock::ClockState;
 use super::eta::Progress;
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
@@ -29,7 +31,7 @@ use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 8;
+pub const SNAPSHOT_FORMAT: u32 = 9;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +67,7 @@ struct State<'a> {
     policy_errors: BTreeMap<PolicyKind, PolicyErrors>,
     events: u64,
     machines_seen: Cow<'a, HashMap<u64, u64>>,
-    watermark_us: u64,
+    clock: ClockState,
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
     capacity_cpus: f64,
@@ -89,7 +91,7 @@ struct LiveJobState {
     submitted: SubmittedState,
     #[serde(with = "serde_bytes")]
     record: Vec<u8>,
-    runtimes: Vec<Option<u64>>,
+    runtimes: BTreeMap<u32, u64>,
     last_event_us: u64,
     progress: Progress,
 }
@@ -236,7 +238,7 @@ impl Engine {
                 .collect(),
             events: self.events,
             machines_seen: Cow::Borrowed(&self.machines_seen),
-            watermark_us: self.watermark_us,
+            clock: self.clock.state(),
             next_sweep_us: self.next_sweep_us,
             etas: Cow::Borrowed(&self.etas),
             capacity_cpus: self.capacity_cpus,
@@ -320,7 +322,10 @@ impl Engine {
             .collect();
         engine.events = state.events;
         engine.machines_seen = state.machines_seen.into_owned();
-        engine.watermark_us = state.watermark_us;
+        engine
+            .clock
+            .restore(state.clock)
+            .map_err(|reason| SnapshotError::Chain { reason })?;
         engine.next_sweep_us = state.next_sweep_us;
         engine.etas = state.etas.into_owned();
         engine.capacity_cpus = state.capacity_cpus;

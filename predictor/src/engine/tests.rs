@@ -1,6 +1,14 @@
+use std::collections::BTreeSet;
+
 use jobcast_ingest::decode;
 
 use super::*;
+
+/// Every event of these tests comes from one partition.
+const AT: Origin = Origin {
+    partition: 0,
+    offset: 0,
+};
 use crate::decision::{Decision, Phase};
 use crate::preemption::Bathtub;
 use crate::preemption::online::OnlineConfig;
@@ -56,19 +64,19 @@ fn decisions(effects: &Effects) -> Vec<&Decision> {
 
 /// A job of `width` tasks that all run 10 s, start to end.
 fn run_job(engine: &mut Engine, job: u64, t0: u64, width: u32, effects: &mut Effects) {
-    engine.apply(&submit(job, t0, width), effects).unwrap();
+    engine.apply(AT, &submit(job, t0, width), effects).unwrap();
     for i in 0..width {
         engine
-            .apply(&task(job, i, t0 + 1, "schedule"), effects)
+            .apply(AT, &task(job, i, t0 + 1, "schedule"), effects)
             .unwrap();
     }
     for i in 0..width {
         engine
-            .apply(&task(job, i, t0 + 10_000_001, "finish"), effects)
+            .apply(AT, &task(job, i, t0 + 10_000_001, "finish"), effects)
             .unwrap();
     }
     engine
-        .apply(&end(job, t0 + 10_000_002, "finish"), effects)
+        .apply(AT, &end(job, t0 + 10_000_002, "finish"), effects)
         .unwrap();
 }
 
@@ -76,7 +84,9 @@ fn run_job(engine: &mut Engine, job: u64, t0: u64, width: u32, effects: &mut Eff
 fn a_wide_job_samples_then_is_placed_and_every_policy_is_scored() {
     let mut engine = Engine::new(&EngineConfig::default()).unwrap();
     let mut effects = Effects::default();
-    engine.apply(&submit(1, 1_000, 100), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(1, 1_000, 100), &mut effects)
+        .unwrap();
     let first = decisions(&effects);
     assert_eq!(first.len(), 1, "only the driving policy publishes");
     assert_eq!((first[0].version, first[0].phase), (1, Phase::Sampling));
@@ -86,12 +96,12 @@ fn a_wide_job_samples_then_is_placed_and_every_policy_is_scored() {
 
     for &p in &pilots {
         engine
-            .apply(&task(1, p, 2_000, "schedule"), &mut effects)
+            .apply(AT, &task(1, p, 2_000, "schedule"), &mut effects)
             .unwrap();
     }
     for &p in &pilots {
         engine
-            .apply(&task(1, p, 5_002_000, "finish"), &mut effects)
+            .apply(AT, &task(1, p, 5_002_000, "finish"), &mut effects)
             .unwrap();
     }
     let placed = decisions(&effects);
@@ -104,16 +114,16 @@ fn a_wide_job_samples_then_is_placed_and_every_policy_is_scored() {
     let others: Vec<u32> = (0..100).filter(|i| !pilots.contains(i)).collect();
     for &i in &others {
         engine
-            .apply(&task(1, i, 6_000_000, "schedule"), &mut effects)
+            .apply(AT, &task(1, i, 6_000_000, "schedule"), &mut effects)
             .unwrap();
     }
     for &i in &others {
         engine
-            .apply(&task(1, i, 11_000_000, "finish"), &mut effects)
+            .apply(AT, &task(1, i, 11_000_000, "finish"), &mut effects)
             .unwrap();
     }
     engine
-        .apply(&end(1, 12_000_000, "finish"), &mut effects)
+        .apply(AT, &end(1, 12_000_000, "finish"), &mut effects)
         .unwrap();
     let record = engine.job(1).unwrap().clone();
     assert_eq!(record.state, JobState::Finished);
@@ -145,9 +155,11 @@ fn a_wide_job_samples_then_is_placed_and_every_policy_is_scored() {
 fn impossible_events_are_rejected_and_change_nothing() {
     let mut engine = Engine::new(&EngineConfig::default()).unwrap();
     let mut effects = Effects::default();
-    engine.apply(&submit(1, 1_000, 2), &mut effects).unwrap();
     engine
-        .apply(&task(1, 0, 2_000, "schedule"), &mut effects)
+        .apply(AT, &submit(1, 1_000, 2), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(1, 0, 2_000, "schedule"), &mut effects)
         .unwrap();
     let before = engine.job(1).unwrap().clone();
     let task_before = engine.task(1, 0).cloned();
@@ -161,7 +173,7 @@ fn impossible_events_are_rejected_and_change_nothing() {
     ];
     for (event, reason) in cases {
         effects.clear();
-        let err = engine.apply(&event, &mut effects).unwrap_err();
+        let err = engine.apply(AT, &event, &mut effects).unwrap_err();
         assert_eq!(err.reason, reason, "{err}");
         assert!(effects.outputs.is_empty());
     }
@@ -172,11 +184,12 @@ fn impossible_events_are_rejected_and_change_nothing() {
 
 /// A task that "finishes" a year ahead would teach the history a
 /// year-long runtime, and its job's end would make that year the
-/// history's now: rejected, the event changes nothing, and the jobs after
-/// it are estimated as if it had never come. Without a bound (0) it is
-/// applied, and does that damage.
+/// history's now. Both are held (one job's events confirm nothing), and
+/// refused when the next event, of another job, is back near the clock:
+/// the jobs after them are estimated as if they had never come. Without a
+/// bound (0) they are applied, and do that damage.
 #[test]
-fn an_event_further_ahead_than_the_skew_is_rejected_and_changes_nothing() {
+fn a_job_far_ahead_alone_is_held_then_refused_and_changes_nothing() {
     const YEAR_US: u64 = 365 * 24 * 3_600_000_000;
     let run = |skew_secs: u64, far_future: bool| {
         let config = EngineConfig {
@@ -186,57 +199,279 @@ fn an_event_further_ahead_than_the_skew_is_rejected_and_changes_nothing() {
         let mut engine = Engine::new(&config).unwrap();
         let mut effects = Effects::default();
         run_job(&mut engine, 1, 1_000, 1, &mut effects);
-        let mut rejected = None;
+        let mut held = Vec::new();
         if far_future {
             engine
-                .apply(&submit(2, 20_000_000, 1), &mut effects)
+                .apply(AT, &submit(2, 20_000_000, 1), &mut effects)
                 .unwrap();
             engine
-                .apply(&task(2, 0, 20_000_001, "schedule"), &mut effects)
+                .apply(AT, &task(2, 0, 20_000_001, "schedule"), &mut effects)
                 .unwrap();
             effects.clear();
-            rejected = engine
-                .apply(&task(2, 0, 20_000_002 + YEAR_US, "finish"), &mut effects)
-                .err();
-            assert!(rejected.is_none() || effects.outputs.is_empty());
-            // Its job's end, as far ahead: rejected too, when bounded.
-            let ended = engine.apply(&end(2, 20_000_003 + YEAR_US, "finish"), &mut effects);
-            assert_eq!(ended.is_err(), rejected.is_some());
+            held.push(
+                engine
+                    .apply(
+                        AT,
+                        &task(2, 0, 20_000_002 + YEAR_US, "finish"),
+                        &mut effects,
+                    )
+                    .unwrap(),
+            );
+            held.push(
+                engine
+                    .apply(AT, &end(2, 20_000_003 + YEAR_US, "finish"), &mut effects)
+                    .unwrap(),
+            );
+            if skew_secs > 0 {
+                assert!(
+                    effects.outputs.is_empty(),
+                    "held: nothing comes of them yet"
+                );
+            }
+            assert_eq!(engine.held_events(), usize::from(skew_secs > 0) * 2);
         }
         // Within the skew: ten hours ahead is no fault.
-        engine
-            .apply(&submit(3, 20_000_004 + 36_000_000_000, 1), &mut effects)
+        effects.clear();
+        let applied = engine
+            .apply(AT, &submit(3, 20_000_004 + 36_000_000_000, 1), &mut effects)
             .unwrap();
+        assert_eq!(applied, Applied::Now);
         let estimate = engine.job(3).unwrap().estimates[&PolicyKind::ThreeSigma];
-        (rejected, estimate.mean_task_runtime_us)
+        (held, effects.refused, estimate.mean_task_runtime_us)
     };
-    let (none, learnt) = run(86_400, false);
-    assert!(none.is_none());
+    let (_, refused, learnt) = run(86_400, false);
+    assert!(refused.is_empty());
     assert_eq!(learnt, 10_000_000.0, "job 3 is estimated from job 1");
 
-    let (rejected, estimate) = run(86_400, true);
-    let rejected = rejected.expect("a year ahead is rejected");
-    assert_eq!(rejected.reason, "future_time", "{rejected}");
-    assert!(
-        rejected.message.contains("engine.max_future_skew_secs"),
-        "{rejected}"
-    );
-    assert_eq!(estimate, learnt, "the rejected event changed nothing");
+    let (held, refused, estimate) = run(86_400, true);
+    assert_eq!(held, [Applied::Held, Applied::Held]);
+    assert_eq!(refused.len(), 2, "both of job 2's events stood alone");
+    for r in &refused {
+        assert_eq!(r.rejection.reason, "future_time", "{}", r.rejection);
+        assert!(
+            r.rejection.message.contains("engine.max_future_skew_secs")
+                && r.rejection.message.contains("partition 0"),
+            "{}",
+            r.rejection
+        );
+    }
+    assert_eq!(estimate, learnt, "the refused events changed nothing");
 
-    let (applied, damaged) = run(0, true);
-    assert!(applied.is_none(), "no bound: applied");
-    assert_ne!(damaged, learnt, "applied, it emptied the window");
+    let (held, refused, damaged) = run(0, true);
+    assert_eq!(held, [Applied::Now, Applied::Now], "no bound: applied");
+    assert!(refused.is_empty());
+    assert_ne!(damaged, learnt, "applied, they emptied the window");
+}
+
+/// A quiet day longer than the skew (a long weekend, a maintenance
+/// window), then normal input: every event is applied and every job
+/// decided, on one partition and on three.
+#[test]
+fn after_a_silence_longer_than_the_skew_every_event_is_applied_and_decided() {
+    const H: u64 = 3_600_000_000;
+    for partitions in [1, 3] {
+        let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+        let mut effects = Effects::default();
+        let mut decided = BTreeSet::new();
+        let mut refused = 0;
+        for (round, t0) in [(0u64, H), (1, 26 * H)] {
+            for j in 0..6u64 {
+                let job = round * 100 + j;
+                let origin = Origin::new((j % partitions) as i32, 0);
+                for e in [
+                    submit(job, t0 + j * 1_000, 1),
+                    task(job, 0, t0 + j * 1_000 + 1, "schedule"),
+                    task(job, 0, t0 + j * 1_000 + 10_000_000, "finish"),
+                    end(job, t0 + j * 1_000 + 10_000_001, "finish"),
+                ] {
+                    effects.clear();
+                    engine.apply(origin, &e, &mut effects).unwrap();
+                    decided.extend(decisions(&effects).iter().map(|d| d.job_id));
+                    refused += effects.refused.len();
+                    engine.release_ended();
+                }
+            }
+        }
+        assert_eq!(refused, 0, "{partitions} partitions");
+        assert_eq!(engine.held_events(), 0, "{partitions} partitions");
+        assert_eq!(decided.len(), 12, "{partitions} partitions: {decided:?}");
+        assert_eq!(engine.events(), 48);
+        assert!(
+            engine.now_us() > 26 * H,
+            "the jump the partitions agree on moved the clock"
+        );
+    }
+}
+
+/// Machine events each just under the skew ahead of the last (23.5 h), on
+/// one partition of three: 31 of them cover the 30-day expiry window. The
+/// other partitions stay where they were, so the clock does not move and
+/// no live job expires. On a single partition the same walk is the whole
+/// input, moves the clock and expires them (no other partition could
+/// outvote it).
+#[test]
+fn one_partition_walking_ahead_expires_nothing_while_the_others_stay() {
+    const H: u64 = 3_600_000_000;
+    let machine = |id: u64, t: u64| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
+        ))
+    };
+    for (walker, partitions) in [(0, 3), (0, 1)] {
+        let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+        let mut effects = Effects::default();
+        for job in 0..partitions as u64 {
+            let origin = Origin::new(job as i32, 0);
+            engine
+                .apply(origin, &submit(job, H, 2), &mut effects)
+                .unwrap();
+        }
+        let mut expired = Vec::new();
+        for step in 1..=31u64 {
+            effects.clear();
+            engine
+                .apply(
+                    Origin::new(walker, step as i64),
+                    &machine(100 + step, H + step * 47 * H / 2),
+                    &mut effects,
+                )
+                .unwrap();
+            expired.extend(effects.expired_jobs.iter().copied());
+            assert!(effects.refused.is_empty());
+        }
+        if partitions == 3 {
+            assert!(expired.is_empty(), "{expired:?}");
+            assert_eq!(engine.live_jobs(), 3);
+            assert_eq!(engine.now_us(), H);
+        } else {
+            assert_eq!(expired, [0], "one partition is the whole input");
+        }
+    }
+}
+
+/// A held event is in the snapshot: the restored engine settles it as the
+/// original does.
+#[test]
+fn a_held_event_survives_a_snapshot() {
+    const H: u64 = 3_600_000_000;
+    let config = EngineConfig::default();
+    let mut original = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    run_job(&mut original, 1, 1_000, 1, &mut effects);
+    original.release_ended();
+    let far = submit(2, 30 * H, 1);
+    assert_eq!(
+        original
+            .apply(Origin::new(0, 7), &far, &mut effects)
+            .unwrap(),
+        Applied::Held
+    );
+    let snapshot = original.snapshot().unwrap();
+    let mut copy = Engine::restore(&config, &snapshot).unwrap();
+    assert_eq!(copy.held_events(), 1);
+    for engine in [&mut original, &mut copy] {
+        let mut effects = Effects::default();
+        engine
+            .apply(Origin::new(0, 8), &submit(3, 30 * H + 5, 1), &mut effects)
+            .unwrap();
+        assert_eq!(
+            decisions(&effects)
+                .iter()
+                .map(|d| d.job_id)
+                .collect::<Vec<_>>(),
+            [2, 3],
+            "the held job is released, then the one that confirmed it"
+        );
+        assert_eq!(engine.held_events(), 0);
+    }
+}
+
+/// Live jobs and task records are bounded by configuration: beyond, a
+/// submission or a task's first event is refused (`over_budget`) and
+/// changes nothing; a job that ends frees its share.
+#[test]
+fn live_jobs_and_task_records_beyond_their_budget_are_refused() {
+    let config = EngineConfig {
+        max_live_jobs: 2,
+        max_live_tasks: 3,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    engine.apply(AT, &submit(1, 10, 4), &mut effects).unwrap();
+    engine.apply(AT, &submit(2, 10, 1), &mut effects).unwrap();
+    let refused = engine
+        .apply(AT, &submit(3, 11, 1), &mut effects)
+        .unwrap_err();
+    assert_eq!(refused.reason, "over_budget", "{refused}");
+    assert!(
+        refused.message.contains("engine.max_live_jobs"),
+        "{refused}"
+    );
+    assert!(engine.job(3).is_none());
+    for i in 0..3 {
+        engine
+            .apply(AT, &task(1, i, 12, "schedule"), &mut effects)
+            .unwrap();
+    }
+    let refused = engine
+        .apply(AT, &task(1, 3, 12, "schedule"), &mut effects)
+        .unwrap_err();
+    assert_eq!(refused.reason, "over_budget", "{refused}");
+    assert!(
+        refused.message.contains("engine.max_live_tasks"),
+        "{refused}"
+    );
+    // A task that has a record may report again.
+    engine
+        .apply(AT, &task(1, 0, 13, "finish"), &mut effects)
+        .unwrap();
+    // Job 2 ends: a job's slot is free again.
+    engine.apply(AT, &end(2, 14, "kill"), &mut effects).unwrap();
+    engine.release_ended();
+    engine.apply(AT, &submit(3, 15, 1), &mut effects).unwrap();
+    let zero = EngineConfig {
+        max_live_tasks: 0,
+        ..EngineConfig::default()
+    };
+    let err = Engine::new(&zero).err().unwrap();
+    assert!(err.to_string().contains("max_live_tasks"), "{err}");
+}
+
+/// A job declaring 2^20 tasks costs what its events cost: its state (in
+/// the snapshot, as in memory) holds nothing per declared task.
+#[test]
+fn a_job_declaring_a_million_tasks_holds_no_state_per_declared_task() {
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    let small = engine.snapshot().unwrap().len();
+    engine
+        .apply(AT, &submit(1, 10, 1 << 20), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(1, 7, 11, "schedule"), &mut effects)
+        .unwrap();
+    let wide = engine.snapshot().unwrap().len();
+    assert!(
+        wide - small < 64 * 1024,
+        "{} bytes for one wide job",
+        wide - small
+    );
 }
 
 #[test]
 fn a_killed_job_teaches_nothing_and_a_finished_one_teaches_the_history() {
     let mut engine = Engine::new(&EngineConfig::default()).unwrap();
     let mut effects = Effects::default();
-    engine.apply(&submit(1, 1_000, 1), &mut effects).unwrap();
     engine
-        .apply(&task(1, 0, 2_000, "schedule"), &mut effects)
+        .apply(AT, &submit(1, 1_000, 1), &mut effects)
         .unwrap();
-    engine.apply(&end(1, 3_000, "kill"), &mut effects).unwrap();
+    engine
+        .apply(AT, &task(1, 0, 2_000, "schedule"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(1, 3_000, "kill"), &mut effects)
+        .unwrap();
     assert_eq!(engine.job(1).unwrap().state, JobState::Killed);
     assert!(engine.job(1).unwrap().errors.is_empty());
     assert_eq!(engine.history().observed(), 0);
@@ -246,7 +481,7 @@ fn a_killed_job_teaches_nothing_and_a_finished_one_teaches_the_history() {
     // The next similar job is estimated from it.
     effects.clear();
     engine
-        .apply(&submit(3, 20_000_000, 1), &mut effects)
+        .apply(AT, &submit(3, 20_000_000, 1), &mut effects)
         .unwrap();
     let estimate = engine.job(3).unwrap().estimates[&PolicyKind::ThreeSigma];
     assert_eq!(estimate.mean_task_runtime_us, 10_000_000.0);
@@ -293,20 +528,21 @@ fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) 
     let mut engine = Engine::new(config).unwrap();
     let mut effects = Effects::default();
     // History: a similar job ran 10 h.
-    engine.apply(&submit(10, 0, 1), &mut effects).unwrap();
+    engine.apply(AT, &submit(10, 0, 1), &mut effects).unwrap();
     engine
-        .apply(&task(10, 0, 0, "schedule"), &mut effects)
+        .apply(AT, &task(10, 0, 0, "schedule"), &mut effects)
         .unwrap();
     engine
-        .apply(&task(10, 0, 10 * hour, "finish"), &mut effects)
+        .apply(AT, &task(10, 0, 10 * hour, "finish"), &mut effects)
         .unwrap();
     engine
-        .apply(&end(10, 10 * hour, "finish"), &mut effects)
+        .apply(AT, &end(10, 10 * hour, "finish"), &mut effects)
         .unwrap();
     // A preemptible VM launched at 9 h; a plain machine.
     let t = 9 * hour;
     engine
         .apply(
+            AT,
             &event(&format!(
                 r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{t}}}"#
             )),
@@ -315,6 +551,7 @@ fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) 
         .unwrap();
     engine
         .apply(
+            AT,
             &event(&format!(
                 r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":2,"kind":"add"}}"#
             )),
@@ -324,11 +561,11 @@ fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) 
 
     // Placed at VM age 1 h with about 10 h of work.
     engine
-        .apply(&submit(1, 10 * hour, 1), &mut effects)
+        .apply(AT, &submit(1, 10 * hour, 1), &mut effects)
         .unwrap();
     effects.clear();
     engine
-        .apply(&task(1, 0, 10 * hour, "schedule"), &mut effects)
+        .apply(AT, &task(1, 0, 10 * hour, "schedule"), &mut effects)
         .unwrap();
     let placed = risks(&effects);
     (engine, effects, placed)
@@ -346,18 +583,18 @@ fn a_task_placed_on_a_transient_vm_is_scored_and_rescored_as_the_vm_ages() {
 
     // The plain machine gets no score.
     engine
-        .apply(&submit(2, 10 * hour, 1), &mut effects)
+        .apply(AT, &submit(2, 10 * hour, 1), &mut effects)
         .unwrap();
     effects.clear();
     let on_plain = r#"{"v":1,"type":"task","time_us":36000000000,"job_id":2,"task_index":0,"kind":"schedule","machine_id":2}"#;
-    engine.apply(&event(on_plain), &mut effects).unwrap();
+    engine.apply(AT, &event(on_plain), &mut effects).unwrap();
     assert!(risks(&effects).is_empty());
 
     // The next event after the VM turns 3 h old rescores it for the
     // 8 h of work left, at the crossing time.
     effects.clear();
     engine
-        .apply(&submit(3, 12 * hour + hour / 2, 1), &mut effects)
+        .apply(AT, &submit(3, 12 * hour + hour / 2, 1), &mut effects)
         .unwrap();
     let refreshed = risks(&effects);
     assert_eq!(refreshed.len(), 1);
@@ -520,8 +757,8 @@ fn apply_all(engine: &mut Engine, events: &[Event]) -> (Vec<String>, Effects) {
     let mut outputs = Vec::new();
     let mut changed = Effects::default();
     for e in events {
-        match engine.apply(e, &mut effects) {
-            Ok(()) => outputs.extend(effects.outputs.iter().map(|o| format!("{o:?}"))),
+        match engine.apply(AT, e, &mut effects) {
+            Ok(_) => outputs.extend(effects.outputs.iter().map(|o| format!("{o:?}"))),
             Err(r) => outputs.push(format!("rejected: {r}")),
         }
         changed.jobs.extend(effects.jobs.iter().copied());
@@ -654,8 +891,10 @@ fn a_snapshot_of_another_layout_or_configuration_is_refused() {
     );
 
     // Ended jobs' records must reach the store before a snapshot.
-    engine.apply(&submit(2, 100, 1), &mut effects).unwrap();
-    engine.apply(&end(2, 200, "kill"), &mut effects).unwrap();
+    engine.apply(AT, &submit(2, 100, 1), &mut effects).unwrap();
+    engine
+        .apply(AT, &end(2, 200, "kill"), &mut effects)
+        .unwrap();
     assert!(matches!(engine.snapshot(), Err(SnapshotError::Unreleased)));
 }
 
@@ -680,7 +919,7 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
     let mut effects = Effects::default();
     let mut apply = |engine: &mut Engine, event: Event| {
         effects.clear();
-        engine.apply(&event, &mut effects).unwrap();
+        engine.apply(AT, &event, &mut effects).unwrap();
         engine.release_ended();
         (
             effects.expired_jobs.clone(),
@@ -702,7 +941,7 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
     // 12.5 h: job 1 has been silent for more than 10 h.
     let mut effects = Effects::default();
     engine
-        .apply(&submit(4, 12 * H + H / 2, 1), &mut effects)
+        .apply(AT, &submit(4, 12 * H + H / 2, 1), &mut effects)
         .unwrap();
     assert_eq!(effects.expired_jobs, [1]);
     assert!(
@@ -713,7 +952,7 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
     assert_eq!(record.state, JobState::Expired);
     assert_eq!(record.end_us, Some(12 * H + H / 2));
     engine.release_ended();
-    let late = engine.apply(&task(1, 1, 13 * H, "schedule"), &mut effects);
+    let late = engine.apply(AT, &task(1, 1, 13 * H, "schedule"), &mut effects);
     assert_eq!(late.unwrap_err().reason, "unknown_job");
 
     // 21 h: machine 2 silent since 0 h, job 2 since 9 h; machine 1 reported
@@ -774,7 +1013,9 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
     let mut engine = Engine::new(&eta_config(Some(2))).unwrap();
     let mut effects = Effects::default();
     // One job alone: its two tasks side by side.
-    engine.apply(&submit(1, 1_000, 2), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(1, 1_000, 2), &mut effects)
+        .unwrap();
     let (eta1, size1) = eta_of(&effects, 1_000);
     assert!((eta1 - size1 / 2.0).abs() <= 1.0, "{eta1} against {size1}");
     assert_eq!(engine.job(1).unwrap().eta, decisions(&effects)[0].eta);
@@ -789,7 +1030,7 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
     effects.clear();
     // Ended without finishing: nothing to learn, nothing scored.
     engine
-        .apply(&end(2, 1_003_000, "kill"), &mut effects)
+        .apply(AT, &end(2, 1_003_000, "kill"), &mut effects)
         .unwrap();
     assert!(
         !effects
@@ -804,11 +1045,11 @@ fn a_decisions_eta_counts_the_work_queued_ahead_on_the_configured_slots() {
 fn two_start_then_one_arrives(engine: &mut Engine, effects: &mut Effects) -> (f64, f64) {
     for i in 0..2 {
         engine
-            .apply(&task(1, i, 2_000, "schedule"), effects)
+            .apply(AT, &task(1, i, 2_000, "schedule"), effects)
             .unwrap();
     }
     effects.clear();
-    engine.apply(&submit(2, 1_002_000, 1), effects).unwrap();
+    engine.apply(AT, &submit(2, 1_002_000, 1), effects).unwrap();
     eta_of(effects, 1_002_000)
 }
 
@@ -817,7 +1058,9 @@ fn a_decisions_eta_waits_for_the_slots_a_job_behind_holds() {
     let mut engine = Engine::new(&eta_config(Some(2))).unwrap();
     let mut effects = Effects::default();
     // A wide job, in a low queue by its size, runs two tasks on both slots.
-    engine.apply(&submit(1, 1_000, 100), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(1, 1_000, 100), &mut effects)
+        .unwrap();
     let (_, size1) = eta_of(&effects, 1_000);
     let queue1 = decisions(&effects)[0].queue;
     // A one-task job arrives a second later in a higher queue: ahead of
@@ -847,14 +1090,18 @@ fn no_eta_slots_is_refused_by_name() {
 fn capacity_comes_from_the_cpus_of_the_machines_up() {
     let mut engine = Engine::new(&eta_config(None)).unwrap();
     let mut effects = Effects::default();
-    engine.apply(&submit(1, 1_000, 10), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(1, 1_000, 10), &mut effects)
+        .unwrap();
     assert_eq!(decisions(&effects)[0].eta, None, "no capacity known");
     effects.clear();
     // 0.5 CPUs run five of these 0.1-CPU tasks at once.
     engine
-        .apply(&machine(7, 2_000, "add", 0.5), &mut effects)
+        .apply(AT, &machine(7, 2_000, "add", 0.5), &mut effects)
         .unwrap();
-    engine.apply(&submit(2, 3_000, 10), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(2, 3_000, 10), &mut effects)
+        .unwrap();
     let (eta, size) = eta_of(&effects, 3_000);
     // Job 1's work (the same size) is ahead, in CPU·µs at 0.1 a task.
     let expected = size * 0.1 / 0.5 + size / 5.0;
@@ -863,17 +1110,21 @@ fn capacity_comes_from_the_cpus_of_the_machines_up() {
     effects.clear();
     // Resized to 1 CPU: twice as fast.
     engine
-        .apply(&machine(7, 4_000, "update", 1.0), &mut effects)
+        .apply(AT, &machine(7, 4_000, "update", 1.0), &mut effects)
         .unwrap();
-    engine.apply(&submit(3, 5_000, 10), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(3, 5_000, 10), &mut effects)
+        .unwrap();
     let (eta, _) = eta_of(&effects, 5_000);
     let expected = 2.0 * size * 0.1 / 1.0 + size / 10.0;
     assert!((eta - expected).abs() <= 1.0, "{eta} against {expected}");
     effects.clear();
     engine
-        .apply(&machine(7, 6_000, "remove", 1.0), &mut effects)
+        .apply(AT, &machine(7, 6_000, "remove", 1.0), &mut effects)
         .unwrap();
-    engine.apply(&submit(4, 7_000, 10), &mut effects).unwrap();
+    engine
+        .apply(AT, &submit(4, 7_000, 10), &mut effects)
+        .unwrap();
     assert_eq!(decisions(&effects)[0].eta, None, "no machine up");
 }
 
@@ -888,20 +1139,22 @@ fn finished_jobs_calibrate_later_etas_and_score_their_first() {
     let mut t = 1_000;
     let mut last = None;
     for job in 1..=80 {
-        engine.apply(&submit(job, t, 4), &mut effects).unwrap();
+        engine.apply(AT, &submit(job, t, 4), &mut effects).unwrap();
         let (eta, size) = eta_of(&effects, t);
         last = Some((eta, size));
         let task_us = (size / 4.0).round() as u64;
         for i in 0..4 {
             engine
-                .apply(&task(job, i, t, "schedule"), &mut effects)
+                .apply(AT, &task(job, i, t, "schedule"), &mut effects)
                 .unwrap();
             t += task_us;
             engine
-                .apply(&task(job, i, t, "finish"), &mut effects)
+                .apply(AT, &task(job, i, t, "finish"), &mut effects)
                 .unwrap();
         }
-        engine.apply(&end(job, t, "finish"), &mut effects).unwrap();
+        engine
+            .apply(AT, &end(job, t, "finish"), &mut effects)
+            .unwrap();
         scored.extend(effects.outputs.iter().filter_map(|o| match o {
             Output::EtaScored { error_pct, .. } => Some(*error_pct),
             _ => None,
@@ -921,7 +1174,7 @@ fn finished_jobs_calibrate_later_etas_and_score_their_first() {
     let mut copy = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
     let mut a = Effects::default();
     let mut b = Effects::default();
-    engine.apply(&submit(99, t, 4), &mut a).unwrap();
-    copy.apply(&submit(99, t, 4), &mut b).unwrap();
+    engine.apply(AT, &submit(99, t, 4), &mut a).unwrap();
+    copy.apply(AT, &submit(99, t, 4), &mut b).unwrap();
     assert_eq!(decisions(&a), decisions(&b));
 }

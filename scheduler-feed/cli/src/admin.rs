@@ -81,6 +81,15 @@ struct BackupArgs {
     /// it writes the backup under its `storage.backup_dir`.
     #[arg(long)]
     url: Option<String>,
+    /// The instance's HTTP token, if it has one (`http.token`); best given
+    /// by the variable.
+    #[arg(
+        long,
+        env = "JOBCAST_HTTP_TOKEN",
+        hide_env_values = true,
+        requires = "url"
+    )]
+    token: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -231,7 +240,7 @@ fn info(args: InfoArgs) -> anyhow::Result<()> {
 
 fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let path = match (args.url, args.data_dir, args.to) {
-        (Some(url), _, _) => backup_online(&url)?,
+        (Some(url), _, _) => backup_online(&url, args.token.as_deref())?,
         (None, Some(data_dir), Some(to)) => {
             let store = open_stopped(&data_dir)?;
             store.checkpoint(&to)?;
@@ -242,16 +251,20 @@ fn backup(args: BackupArgs) -> anyhow::Result<()> {
     print_out(&format!("backup written to {path}\n"))
 }
 
-/// Ask the running instance at `url` for a backup; where it wrote it.
-fn backup_online(url: &str) -> anyhow::Result<String> {
+/// Ask the running instance at `url` for a backup (with its bearer
+/// `token`, if given); where it wrote it.
+fn backup_online(url: &str, token: Option<&str>) -> anyhow::Result<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(600)))
         .build()
         .into();
     let endpoint = format!("{}/admin/backup", url.trim_end_matches('/'));
-    let mut response = agent
-        .post(&endpoint)
+    let mut request = agent.post(&endpoint);
+    if let Some(token) = token {
+        request = request.header("Authorization", &format!("Bearer {token}"));
+    }
+    let mut response = request
         .send_empty()
         .with_context(|| format!("POST {endpoint}"))?;
     let status = response.status();

@@ -332,7 +332,8 @@ fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration)
     let mut out = String::new();
     out.push_str("\njobcast demo: summary\n");
     out.push_str(&format!(
-        "  events replayed     {replayed}\n  events applied      {applied}\n  dead-lettered       {}\n  decisions           {}\n  elapsed             {:.1} s\n",
+        "  events replayed     {replayed}\n  events applied      {applied}\n  events held         {}\n  dead-lettered       {}\n  decisions           {}\n  elapsed             {:.1} s\n",
+        c.held_events.load(Ordering::Relaxed),
         c.dead_lettered.load(Ordering::Relaxed),
         c.decisions.load(Ordering::Relaxed),
         elapsed.as_secs_f64(),
@@ -372,7 +373,9 @@ fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration)
     out.push_str(
         "\nWhat the numbers mean:\n\
          \x20 applied events changed the state; dead-lettered ones (malformed, or impossible\n\
-         \x20 in the state they arrived in) went to jobcast.dead-letter with the reason.\n\
+         \x20 in the state they arrived in) went to jobcast.dead-letter with the reason;\n\
+         \x20 held ones (among the applied) are more than a day ahead of every partition,\n\
+         \x20 waiting for their partition or most partitions to vouch for them.\n\
          \x20 A decision tells the scheduler a job's queue (Q0 runs first); a job gets one on\n\
          \x20 arrival and a new one when its estimate changes (SLearn, once its pilot tasks end).\n\
          \x20 Each policy's error is |estimate - truth| / truth of a finished job's mean task\n\

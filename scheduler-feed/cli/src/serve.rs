@@ -150,7 +150,7 @@ pub async fn serve(
     eprintln!("jobcast serve: HTTP on {scheme}://{address}");
     started(shared.clone(), address);
 
-    let backup_dir = config.storage.backup_dir.clone();
+    let backups = config.storage.backups();
     let http_config = config.http.clone();
     let service = Service::start_with(config, shared.clone())?;
     let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -159,15 +159,7 @@ pub async fn serve(
         let stopped = async move {
             let _ = http_stopped.await;
         };
-        http::serve(
-            listener,
-            shared_http,
-            &http_config,
-            tls,
-            backup_dir,
-            stopped,
-        )
-        .await
+        http::serve(listener, shared_http, &http_config, tls, backups, stopped).await
     });
     // The pipeline ends by itself only on an error; otherwise on `stop`.
     let mut pipeline = tokio::task::spawn_blocking(move || service.join());

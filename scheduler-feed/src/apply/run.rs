@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use super::Scheduler;
 use super::plan::{Action, Walltime, plan};
 
-/// How long the brokers may take to answer, and reading the decisions
-/// published since the last tick may take.
+/// How long the brokers may take to answer, and (by default) reading the
+/// decisions published since the last tick may take.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
@@ -38,6 +38,14 @@ pub struct ApplyOptions {
     pub attempts: u32,
     /// Time limits from the estimates, if wanted.
     pub walltime: Option<Walltime>,
+    /// How long reading the decisions published since the last tick may
+    /// take; a tick whose read takes longer keeps what it read and acts on
+    /// nothing.
+    pub read_timeout: Duration,
+}
+
+impl ApplyOptions {
+    pub const DEFAULT_READ_TIMEOUT: Duration = BROKER_TIMEOUT;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -138,20 +146,31 @@ impl<S: Scheduler> Applier<S> {
     /// Read the decisions published since the last tick, observe the
     /// scheduler, carry out the plan and save the state. A tick that fails
     /// to read every decision up to the topic's end, or to observe the
-    /// scheduler, does nothing.
+    /// scheduler, acts on nothing and saves nothing.
+    ///
+    /// Each decision is offered to the newest held as it is read, so the
+    /// offsets never run ahead of what was offered: a read cut short keeps
+    /// what it read, and the next tick reads on from there. Memory holds
+    /// one decision per job, whatever the backlog.
     pub fn tick(&mut self) -> Result<Ticked, ApplyError> {
         let mut ticked = Ticked::default();
         let topic = self.options.topic.clone();
-        let mut decisions = Vec::new();
+        let newest = &mut self.saved.newest;
         read_to_end(
             &self.consumer,
             &topic,
             &mut self.saved.next,
-            BROKER_TIMEOUT,
+            (BROKER_TIMEOUT, self.options.read_timeout),
             |message| {
                 let payload = message.payload().unwrap_or_default();
                 match serde_json::from_slice::<Decision>(payload) {
-                    Ok(decision) => decisions.push(decision),
+                    Ok(decision) => {
+                        if newest.offer(decision) {
+                            ticked.newer += 1;
+                        } else {
+                            ticked.stale += 1;
+                        }
+                    }
                     Err(e) => ticked.unreadable.push(format!(
                         "{topic} partition {} offset {}: not a decision: {e}",
                         message.partition(),
@@ -160,13 +179,6 @@ impl<S: Scheduler> Applier<S> {
                 }
             },
         )?;
-        for decision in decisions {
-            if self.saved.newest.offer(decision) {
-                ticked.newer += 1;
-            } else {
-                ticked.stale += 1;
-            }
-        }
         let view = self
             .scheduler
             .observe(&mut self.saved.scheduler)
@@ -351,6 +363,7 @@ mod tests {
             dry_run: false,
             attempts: 1,
             walltime: None,
+            read_timeout: Duration::from_secs(10),
         }
     }
 
@@ -389,6 +402,59 @@ mod tests {
         let again = applier.tick().unwrap();
         assert!(again.unreadable.is_empty());
         assert_eq!(again.newer, 0);
+    }
+
+    /// Reads cut short by their timeout (1 ms: a part of 2,000 decisions
+    /// each) lose nothing: what each read is offered before the offsets
+    /// pass it, and a full read then finds every job decided.
+    #[test]
+    fn reads_cut_short_lose_no_decision() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("decisions", 2, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let jobs: Vec<u64> = (1..=2_000).collect();
+        publish(
+            &kafka,
+            &jobs.iter().map(|&j| decision(j, 1, 0)).collect::<Vec<_>>(),
+        );
+        let pending: Vec<String> = jobs
+            .iter()
+            .map(|j| {
+                format!(
+                    r#"{{"job_id": {j}, "job_state": "PENDING", "submit_time": 1, "priority": 1}}"#
+                )
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let snapshot = dir.path().join("squeue.json");
+        std::fs::write(
+            &snapshot,
+            format!(r#"{{"jobs": [{}]}}"#, pending.join(", ")),
+        )
+        .unwrap();
+        let mut short = options(&dir.path().join("state.json"));
+        short.read_timeout = Duration::from_millis(1);
+        // Shown, not carried out: 2,000 `scontrol`s a tick would only slow
+        // the test.
+        short.dry_run = true;
+        let squeue = Slurm {
+            squeue: vec!["cat".into(), snapshot.display().to_string()],
+            ..slurm("")
+        };
+        let mut applier = Applier::open(&kafka, short, squeue).unwrap();
+        let mut cut_short = 0;
+        for _ in 0..20 {
+            match applier.tick() {
+                Err(ApplyError::Read(ReadError::Timeout { .. })) => cut_short += 1,
+                Err(e) => panic!("{e}"),
+                Ok(_) => {}
+            }
+        }
+        assert!(cut_short > 0, "no read was cut short");
+        applier.options.read_timeout = Duration::from_secs(10);
+        let ticked = applier.tick().unwrap();
+        eprintln!("{cut_short} reads of 20 cut short");
+        assert_eq!(ticked.jobs, jobs.len(), "every job's decision is held");
     }
 
     /// Restarted from its state, the applier drops an older decision

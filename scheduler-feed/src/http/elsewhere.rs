@@ -45,6 +45,10 @@ pub(super) struct Elsewhere {
     /// This instance's URL, not to be asked.
     advertised: String,
     agent: ureq::Agent,
+    /// `Authorization` for the peers: this instance's own token (they
+    /// share it), never a client's credential, which a peer has no need
+    /// of and a false one would keep.
+    authorization: Option<String>,
 }
 
 impl Elsewhere {
@@ -70,18 +74,16 @@ impl Elsewhere {
         Ok(Some(Elsewhere {
             advertised,
             agent: config.build().into(),
+            authorization: http
+                .token
+                .as_ref()
+                .map(|t| format!("Bearer {}", String::from_utf8_lossy(t.secret()))),
         }))
     }
 
     /// The answer for job `id`, not in this instance's store, asked for at
-    /// `path_and_query` with `authorization` (peers share the token).
-    pub(super) fn find(
-        &self,
-        shared: &Shared,
-        id: u64,
-        path_and_query: &str,
-        authorization: Option<&HeaderValue>,
-    ) -> Response {
+    /// `path_and_query`.
+    pub(super) fn find(&self, shared: &Shared, id: u64, path_and_query: &str) -> Response {
         let owned: BTreeSet<i32> = shared
             .owned
             .lock()
@@ -115,8 +117,8 @@ impl Elsewhere {
                 .agent
                 .head(format!("{base}/jobs/{id}?decisions_limit=1"))
                 .header(LOCAL_HEADER, "1");
-            if let Some(authorization) = authorization {
-                probe = probe.header(header::AUTHORIZATION, authorization.as_bytes());
+            if let Some(authorization) = &self.authorization {
+                probe = probe.header(header::AUTHORIZATION, authorization);
             }
             match probe.call() {
                 Ok(answer) if answer.status() == StatusCode::OK => {

@@ -11,13 +11,12 @@
 //! served a page at a time. A job another instance holds is redirected
 //! there ([`elsewhere`]).
 
+mod backup;
 mod elsewhere;
 mod reads;
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::AtomicBool;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
@@ -29,9 +28,9 @@ use axum_server::tls_rustls::RustlsConfig;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use jobcast_storage::state::{POLICIES, StoreError, unix_seconds};
+use jobcast_storage::state::{POLICIES, StoreError};
 
-use crate::config::{HttpConfig, HttpToken};
+use crate::config::{Backups, HttpConfig, HttpToken};
 use crate::shared::Shared;
 use crate::telemetry;
 use elsewhere::Elsewhere;
@@ -56,20 +55,20 @@ struct Api {
     elsewhere: Option<(Arc<Elsewhere>, Reads)>,
 }
 
-/// The API over `shared` as `http` configures it; online backups go under
-/// `backup_dir`, if set. With a token, every route but the probes asks
+/// The API over `shared` as `http` configures it; online backups as
+/// `backups` says, if set. With a token, every route but the probes asks
 /// for it. Fails on a peers' CA file (`http.tls.ca`) it cannot read.
 pub fn router(
     shared: Arc<Shared>,
     http: &HttpConfig,
-    backup_dir: Option<PathBuf>,
+    backups: Option<Backups>,
 ) -> std::io::Result<Router> {
     let busy = Arc::new(AtomicBool::new(false));
     let mut guarded = Router::new()
         .route(
             "/admin/backup",
             post(move |State(api): State<Api>| {
-                backup(api.shared, backup_dir.clone(), busy.clone())
+                backup::write(api.shared, backups.clone(), busy.clone())
             }),
         )
         .route("/jobs/{id}", get(job))
@@ -125,10 +124,10 @@ pub async fn serve(
     shared: Arc<Shared>,
     http: &HttpConfig,
     tls: Option<RustlsConfig>,
-    backup_dir: Option<PathBuf>,
+    backups: Option<Backups>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(shared, http, backup_dir)?;
+    let app = router(shared, http, backups)?;
     let Some(tls) = tls else {
         return axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
@@ -270,12 +269,11 @@ async fn job(
         return response;
     };
     let shared = api.shared;
-    let authorization = headers.get(header::AUTHORIZATION).cloned();
     let path_and_query = uri
         .path_and_query()
         .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
     slots
-        .run(move || elsewhere.find(&shared, id, &path_and_query, authorization.as_ref()))
+        .run(move || elsewhere.find(&shared, id, &path_and_query))
         .await
 }
 
@@ -370,64 +368,6 @@ fn policy_errors(shared: &Shared) -> Response {
     Json(out).into_response()
 }
 
-/// `POST /admin/backup`: a consistent copy of the store (a RocksDB
-/// checkpoint), written while the service runs, to a new directory under
-/// `storage.backup_dir`; one at a time. `jobcast admin restore` brings it
-/// back.
-async fn backup(
-    shared: Arc<Shared>,
-    backup_dir: Option<PathBuf>,
-    busy: Arc<AtomicBool>,
-) -> Response {
-    let outcome = |label: &'static str| metrics::counter!(telemetry::BACKUPS, "outcome" => label);
-    let Some(backup_dir) = backup_dir else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "online backups are off: set storage.backup_dir".into(),
-        );
-    };
-    if busy.swap(true, Ordering::AcqRel) {
-        outcome("refused").increment(1);
-        return error(
-            StatusCode::CONFLICT,
-            "a backup is being written; try again when it is done".into(),
-        );
-    }
-    let dir = backup_dir.join(format!("backup-{}", unix_seconds()));
-    let started = Instant::now();
-    let target = dir.clone();
-    let written = tokio::task::spawn_blocking(move || {
-        std::fs::create_dir_all(&backup_dir).map_err(|source| StoreError::Io {
-            path: backup_dir.display().to_string(),
-            source,
-        })?;
-        shared.store.checkpoint(&target)
-    })
-    .await;
-    busy.store(false, Ordering::Release);
-    match written {
-        Ok(Ok(())) => {
-            let seconds = started.elapsed().as_secs_f64();
-            outcome("written").increment(1);
-            metrics::gauge!(telemetry::BACKUP_SECONDS).set(seconds);
-            tracing::info!(path = %dir.display(), seconds, "online backup written");
-            Json(json!({ "path": dir, "seconds": seconds })).into_response()
-        }
-        Ok(Err(StoreError::Refused(reason))) => {
-            outcome("refused").increment(1);
-            error(StatusCode::CONFLICT, reason)
-        }
-        Ok(Err(e)) => {
-            outcome("failed").increment(1);
-            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }
-        Err(e) => {
-            outcome("failed").increment(1);
-            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }
-    }
-}
-
 /// Alive: the process answers and its pipeline is not stuck
 /// ([`crate::shared::Liveness`]).
 async fn healthz(State(api): State<Api>) -> Response {
@@ -481,6 +421,12 @@ fn render_metrics(shared: &Shared) -> Response {
     }
     if let Some(stalled) = shared.liveness.stalled_for() {
         metrics::gauge!(telemetry::PIPELINE_STALLED).set(stalled.as_secs_f64());
+    }
+    // The store's filesystem: the write-ahead log, the backups beside it
+    // and other tenants take room that jobcast_store_bytes does not show.
+    if let Ok(space) = jobcast_storage::disk::space(shared.store.path()) {
+        metrics::gauge!(telemetry::FILESYSTEM_FREE).set(space.free_bytes as f64);
+        metrics::gauge!(telemetry::FILESYSTEM_SIZE).set(space.size_bytes as f64);
     }
     let (stopped, delayed_rate) = shared.store.write_stall();
     metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));

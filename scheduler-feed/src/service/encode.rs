@@ -6,9 +6,10 @@
 
 use std::time::Instant;
 
-use jobcast_ingest::kafka::{KafkaSettings, Topics, headers};
+use jobcast_ingest::event;
+use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key, headers};
 use jobcast_predictor::decision::Decision;
-use jobcast_predictor::engine::{MachineRisk, Output};
+use jobcast_predictor::engine::{MachineRisk, Output, Refused};
 
 use super::sink::Outgoing;
 use crate::error::DeadLetter;
@@ -30,6 +31,36 @@ pub(super) fn outputs(
             Output::Scored { .. } | Output::EtaScored { .. } => {}
         }
     }
+}
+
+/// What one input message gave rise to, as messages appended to `out`: the
+/// outputs of the events it applied (its own, and those held before it on
+/// its partition that it released), a dead letter for each held event it
+/// showed to stand alone, and its own if it was not applied. Returns the
+/// dead letters' reasons.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn of_message(
+    to: &DeadLetters<'_>,
+    consumed: &Consumed,
+    partition: i32,
+    offset: i64,
+    outcome: &Result<(), DeadLetter>,
+    applied: (&[Output], &[Refused]),
+    polled_at: Option<Instant>,
+    out: &mut Vec<Outgoing>,
+) -> Vec<&'static str> {
+    let (produced, refused) = applied;
+    outputs(to.topics, produced, out, polled_at);
+    let mut reasons = Vec::new();
+    for r in refused {
+        out.push(refused_letter(to, r));
+        reasons.push(r.rejection.reason);
+    }
+    if let Err(dead) = outcome {
+        out.push(dead_letter(to, consumed, partition, offset, dead));
+        reasons.push(dead.reason());
+    }
+    reasons
 }
 
 /// A decision, keyed by its job so that a job's decisions stay in order
@@ -100,11 +131,46 @@ pub(super) fn dead_letter(
     offset: i64,
     why: &DeadLetter,
 ) -> Outgoing {
+    letter(
+        to,
+        consumed.key.clone().unwrap_or_default(),
+        consumed.payload.clone().unwrap_or_default(),
+        partition,
+        offset,
+        why,
+    )
+}
+
+/// An event the engine held far ahead of its clock and then refused
+/// (`engine/clock.rs`): the input it came from is no longer at hand, so
+/// the letter carries the event in its canonical wire form, keyed as the
+/// input is, with the partition and offset it came from.
+pub(super) fn refused_letter(to: &DeadLetters<'_>, refused: &Refused) -> Outgoing {
+    let mut payload = Vec::new();
+    event::encode(&refused.event, &mut payload);
+    letter(
+        to,
+        event_key(&refused.event).into_bytes(),
+        payload,
+        refused.origin.partition,
+        refused.origin.offset,
+        &DeadLetter::Rejected(refused.rejection.clone()),
+    )
+}
+
+fn letter(
+    to: &DeadLetters<'_>,
+    key: Vec<u8>,
+    payload: Vec<u8>,
+    partition: i32,
+    offset: i64,
+    why: &DeadLetter,
+) -> Outgoing {
     let topics = to.topics;
     let mut message = Outgoing {
         topic: topics.dead_letter.clone(),
-        key: consumed.key.clone().unwrap_or_default(),
-        payload: consumed.payload.clone().unwrap_or_default(),
+        key,
+        payload,
         headers: vec![
             (headers::REASON.into(), why.reason().as_bytes().to_vec()),
             (headers::ERROR.into(), why.to_string().into_bytes()),

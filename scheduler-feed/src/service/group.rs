@@ -20,6 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::Pipeline;
+use super::peers::PeerSeal;
 use crate::config::ServeConfig;
 use crate::error::ServiceError;
 use crate::shared::Shared;
@@ -287,17 +288,19 @@ fn join(
     Ok(member)
 }
 
-/// The URL a commit's metadata advertises, if any. rdkafka panics on
-/// metadata that is not UTF-8, which only a foreign client committing to
-/// this group could write: that names no owner.
+/// The URL a commit's metadata advertises, if any, and if `peers`
+/// believes it (`peers.rs`). rdkafka panics on metadata that is not UTF-8,
+/// which only a foreign client committing to this group could write: that
+/// names no owner.
 fn advertised(
     element: &rdkafka::topic_partition_list::TopicPartitionListElem<'_>,
+    peers: &PeerSeal,
 ) -> Option<String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         element.metadata().to_owned()
     }))
     .ok()
-    .filter(|url| !url.is_empty())
+    .and_then(|metadata| peers.open(&metadata))
 }
 
 /// A consumer's settings: `group`, no automatic commits, `extra`, then
@@ -431,7 +434,7 @@ impl Pipeline<'_> {
                     Offset::Offset(next) => next,
                     _ => 0,
                 };
-                (e.partition(), (next, advertised(e)))
+                (e.partition(), (next, advertised(e, &self.peers)))
             })
             .collect())
     }
@@ -523,7 +526,13 @@ impl Pipeline<'_> {
     /// partition owns it); the coordinator's answer reaches
     /// `MemberContext::commit_callback`.
     fn commit_async(&self, member: &BaseConsumer<MemberContext>, offsets: Vec<(i32, i64)>) {
-        let advertised = self.config.http.advertised_url.as_deref().unwrap_or("");
+        let advertised = self
+            .config
+            .http
+            .advertised_url
+            .as_deref()
+            .map(|url| self.peers.seal(url))
+            .unwrap_or_default();
         let mut tpl = TopicPartitionList::new();
         for (partition, next) in offsets {
             if tpl
@@ -533,7 +542,7 @@ impl Pipeline<'_> {
                 return;
             }
             if let Some(mut element) = tpl.find_partition(&self.topics.events, partition) {
-                element.set_metadata(advertised);
+                element.set_metadata(&advertised);
             }
         }
         if tpl.count() > 0
@@ -560,6 +569,10 @@ impl Pipeline<'_> {
         while leaving.elapsed() < LEAVE_WAIT {
             let _ = member.poll(Duration::from_millis(10));
             if member.assignment().is_ok_and(|owned| owned.count() == 0) {
+                info!(
+                    milliseconds = leaving.elapsed().as_millis() as u64,
+                    "left the group"
+                );
                 return;
             }
         }

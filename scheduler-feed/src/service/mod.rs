@@ -59,6 +59,7 @@ mod encode;
 mod group;
 mod outbox;
 mod ownership;
+mod peers;
 mod pipeline;
 mod recovery;
 mod retention;
@@ -200,8 +201,9 @@ struct Pipeline<'a> {
     config: &'a ServeConfig,
     topics: &'a Topics,
     dead_letters: encode::DeadLetters<'a>,
-    /// The engine's configuration, serialised: stamped on a new store and
-    /// checked against an existing one.
+    /// The engine's configuration as it shapes the state
+    /// ([`EngineConfig::stamp`]): stamped on a new store and checked
+    /// against an existing one.
     engine_config: Vec<u8>,
     shared: Arc<Shared>,
     store: Arc<StateStore>,
@@ -218,8 +220,6 @@ struct Pipeline<'a> {
     outbox: outbox::Outbox,
     /// Offsets waiting for the writer before they go to the group.
     group_commits: group::GroupCommits,
-    /// The latest event time applied, µs.
-    watermark_us: u64,
     /// Ended jobs that ended before this are deleted (`retention.rs`).
     expired_before: u64,
     /// Input ranges of the events topic the operator skipped: dead-lettered,
@@ -241,6 +241,8 @@ struct Pipeline<'a> {
     /// machine's: records belong to the owner of that partition.
     job_partitions: foldhash::HashMap<u64, i32>,
     machine_partitions: foldhash::HashMap<u64, i32>,
+    /// Signs the URL this instance commits with, and checks the others'.
+    peers: peers::PeerSeal,
 }
 
 impl<'a> Pipeline<'a> {
@@ -250,7 +252,7 @@ impl<'a> Pipeline<'a> {
             config,
             topics: &config.topics,
             dead_letters: encode::DeadLetters::new(&config.topics, &config.kafka),
-            engine_config: serde_json::to_vec(&config.engine).expect("config serialises"),
+            engine_config: config.engine.stamp(),
             store: shared.store.clone(),
             writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,
             shared,
@@ -260,7 +262,6 @@ impl<'a> Pipeline<'a> {
             applied: BTreeMap::new(),
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
             group_commits: group::GroupCommits::default(),
-            watermark_us: 0,
             expired_before: 0,
             skips: Vec::new(),
             summary: RunSummary::default(),
@@ -270,6 +271,7 @@ impl<'a> Pipeline<'a> {
             awaiting_end: foldhash::HashSet::default(),
             job_partitions: foldhash::HashMap::default(),
             machine_partitions: foldhash::HashMap::default(),
+            peers: peers::PeerSeal::new(config.http.token.as_ref()),
         })
     }
 }

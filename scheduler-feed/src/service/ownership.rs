@@ -6,13 +6,14 @@
 use std::collections::BTreeSet;
 
 use jobcast_ingest::event::Event;
-use jobcast_predictor::engine::{Effects, JobState, Output, TaskRecord};
+use jobcast_predictor::engine::{Applied, Effects, JobState, Origin, Output, TaskRecord};
 use jobcast_storage::state::StateBatch;
 use tracing::warn;
 
 use super::Pipeline;
 use crate::error::DeadLetter;
 use crate::source::Consumed;
+use crate::telemetry;
 
 /// Which tasks of a job that ended [`Pipeline::write_records`] stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,9 @@ impl Pipeline<'_> {
 
     /// Apply the input message at `partition`/`offset`; what it produced
     /// is appended to `effects`. One in a range the operator skipped is
-    /// not applied, whatever it holds.
+    /// not applied, whatever it holds. One far ahead of the engine's clock
+    /// may be held, and events held before it on its partition released
+    /// or refused ([`Effects::refused`]), whatever becomes of this one.
     pub(super) fn apply_message(
         &mut self,
         partition: i32,
@@ -51,10 +54,15 @@ impl Pipeline<'_> {
             return Err(DeadLetter::Skipped(Box::new(skip.clone())));
         }
         let event = consumed.event.as_ref().map_err(Clone::clone)?;
-        self.engine
-            .apply(event, effects)
+        let applied = self
+            .engine
+            .apply(Origin::new(partition, offset), event, effects)
             .map_err(DeadLetter::Rejected)?;
-        self.watermark_us = self.watermark_us.max(event.time_us());
+        if applied == Applied::Held {
+            metrics::counter!(telemetry::EVENTS_HELD).increment(1);
+        }
+        // Who stores a job's records is known from its submission, held
+        // or not: every event of a job comes from one partition.
         match event {
             Event::JobSubmitted(job) => {
                 self.job_partitions.insert(job.job_id, partition);

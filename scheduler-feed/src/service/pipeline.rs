@@ -149,54 +149,54 @@ impl Pipeline<'_> {
             let mut held = Vec::new();
             let mut held_decisions = Vec::new();
             let before = effects.outputs.len();
-            match self.apply_message(partition, offset, &consumed, &mut effects) {
-                Ok(()) => {
-                    tally.applied += 1;
-                    if owned {
-                        if let Ok(event) = &consumed.event {
-                            tally.consumed(event.type_name());
-                        }
-                        encode::outputs(
-                            self.topics,
-                            &effects.outputs[before..],
-                            &mut outgoing,
-                            Some(consumed.polled_at),
-                        );
-                        ours.push(before..effects.outputs.len());
-                    } else if from.is_none() {
-                        let outputs = &effects.outputs[before..];
-                        encode::outputs(self.topics, outputs, &mut held, None);
-                        held_decisions = recovery::decisions(outputs);
-                    }
+            let refused_before = effects.refused.len();
+            let outcome = self.apply_message(partition, offset, &consumed, &mut effects);
+            if let Err(dead) = &outcome {
+                debug!(
+                    partition,
+                    offset,
+                    reason = dead.reason(),
+                    "dead letter: {dead}"
+                );
+            } else {
+                tally.applied += 1;
+            }
+            let applied = (
+                &effects.outputs[before..],
+                &effects.refused[refused_before..],
+            );
+            if owned {
+                if let (Ok(()), Ok(event)) = (&outcome, &consumed.event) {
+                    tally.consumed(event.type_name());
                 }
-                Err(dead) => {
-                    if owned {
-                        metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => dead.reason())
-                            .increment(1);
-                        debug!(
-                            partition,
-                            offset,
-                            reason = dead.reason(),
-                            "dead letter: {dead}"
-                        );
-                        outgoing.push(encode::dead_letter(
-                            &self.dead_letters,
-                            &consumed,
-                            partition,
-                            offset,
-                            &dead,
-                        ));
-                        tally.dead += 1;
-                    } else if from.is_none() {
-                        held.push(encode::dead_letter(
-                            &self.dead_letters,
-                            &consumed,
-                            partition,
-                            offset,
-                            &dead,
-                        ));
-                    }
+                let reasons = encode::of_message(
+                    &self.dead_letters,
+                    &consumed,
+                    partition,
+                    offset,
+                    &outcome,
+                    applied,
+                    Some(consumed.polled_at),
+                    &mut outgoing,
+                );
+                for reason in reasons {
+                    metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => reason)
+                        .increment(1);
+                    tally.dead += 1;
                 }
+                ours.push(before..effects.outputs.len());
+            } else if from.is_none() {
+                encode::of_message(
+                    &self.dead_letters,
+                    &consumed,
+                    partition,
+                    offset,
+                    &outcome,
+                    applied,
+                    None,
+                    &mut held,
+                );
+                held_decisions = recovery::decisions(applied.0);
             }
             let held = Held {
                 messages: held,
@@ -264,6 +264,13 @@ impl Pipeline<'_> {
         let outputs = ours.into_iter().flat_map(|range| &effects.outputs[range]);
         self.summary.decisions +=
             tally.finish(&self.shared, outputs, stages, self.engine.live_jobs());
+        let held = self.engine.held_events();
+        metrics::gauge!(telemetry::EVENTS_HELD_NOW).set(held as f64);
+        self.shared
+            .counters
+            .held_events
+            .store(held as u64, Ordering::Relaxed);
+        metrics::gauge!(telemetry::EVENT_CLOCK).set(self.engine.now_us() as f64 / 1e6);
         Ok(())
     }
 }

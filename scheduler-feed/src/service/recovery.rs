@@ -103,8 +103,6 @@ struct PipelineSnapshot<'a> {
     /// The next offset of each input partition after the messages the
     /// snapshot includes.
     applied: BTreeMap<i32, i64>,
-    /// The latest event time applied.
-    watermark_us: u64,
     /// The expiry bound reached: the store holds no ended job below it,
     /// so the restore's expiry scan starts there.
     expired_before: u64,
@@ -160,7 +158,6 @@ impl Pipeline<'_> {
                 .map(|(&m, &p)| (m, p))
                 .collect(),
             applied: self.applied.clone(),
-            watermark_us: self.watermark_us,
             expired_before: self.expired_before,
             outbox: self.outbox.saved(),
         };
@@ -343,18 +340,16 @@ impl Pipeline<'_> {
             let outcome = self.apply_message(partition, offset, &consumed, &mut effects);
             self.applied.insert(partition, offset + 1);
             let mut messages = Vec::new();
-            match &outcome {
-                Ok(()) => {
-                    encode::outputs(self.topics, &effects.outputs, &mut messages, None);
-                }
-                Err(dead) => messages.push(encode::dead_letter(
-                    &self.dead_letters,
-                    &consumed,
-                    partition,
-                    offset,
-                    dead,
-                )),
-            }
+            encode::of_message(
+                &self.dead_letters,
+                &consumed,
+                partition,
+                offset,
+                &outcome,
+                (&effects.outputs, &effects.refused),
+                None,
+                &mut messages,
+            );
             match self.owned.get(&partition) {
                 Some(&from) if taken.contains(&partition) && offset >= from => {
                     outgoing.extend(messages);
@@ -476,7 +471,6 @@ impl Pipeline<'_> {
         self.outbox = Outbox::restored(self.config.consumer.takeover_buffer_bytes, snapshot.outbox)
             .map_err(RestoreError::from)?;
         self.applied = snapshot.applied;
-        self.watermark_us = snapshot.watermark_us;
         self.expired_before = snapshot.expired_before;
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Retention: an ended job's records (the job, its decisions, its tasks)
-//! are deleted once the event-time watermark (the latest event time
-//! applied) is `storage.retention_hours` past the job's end, so the store
+//! are deleted once the engine's event clock (the time the input
+//! partitions agree on; no single event moves it) is
+//! `storage.retention_hours` past the job's end, so the store
 //! stops growing once a retention window of jobs is held.
 //!
 //! The bound moves in steps of a hundredth of the window, and each step
@@ -39,12 +40,12 @@ impl Pipeline<'_> {
             .saturating_mul(3_600_000_000)
     }
 
-    /// Ended jobs that ended before this are deleted: the watermark minus
-    /// the window, rounded down to a step.
+    /// Ended jobs that ended before this are deleted: the event clock
+    /// minus the window, rounded down to a step.
     fn expiry_bound(&self) -> u64 {
         let retention = self.retention_us();
         let step = (retention / STEPS).max(1);
-        let bound = self.watermark_us.saturating_sub(retention);
+        let bound = self.engine.now_us().saturating_sub(retention);
         bound - bound % step
     }
 

@@ -130,8 +130,9 @@ pub fn is_store(path: &Path) -> bool {
 
 /// Restore the backup at `backup` (a [`StateStore::checkpoint`]) to
 /// `path`, which must hold no store: its files are copied beside `path`
-/// first, and renamed into place once complete, so an interrupted restore
-/// leaves no half store behind.
+/// first, each synced, with their directory, then renamed into place
+/// once complete (and the parent synced), so an interrupted restore or a
+/// power cut leaves no half store behind.
 pub fn restore_backup(backup: &Path, path: &Path) -> Result<(), StoreError> {
     let io = |what: &Path, e: std::io::Error| StoreError::Io {
         path: what.display().to_string(),
@@ -166,14 +167,28 @@ pub fn restore_backup(backup: &Path, path: &Path) -> Result<(), StoreError> {
         if !entry.file_type().map_err(|e| io(&from, e))?.is_file() {
             continue;
         }
-        std::fs::copy(&from, staging.join(entry.file_name())).map_err(|e| io(&from, e))?;
+        let to = staging.join(entry.file_name());
+        std::fs::copy(&from, &to).map_err(|e| io(&from, e))?;
+        std::fs::File::open(&to)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(&to, e))?;
     }
+    sync_dir(&staging).map_err(|e| io(&staging, e))?;
     // What was copied must open as a store before it takes the place.
     StateStore::open_read_only(&staging)?;
     if path.exists() {
         std::fs::remove_dir(path).map_err(|e| io(path, e))?;
     }
-    std::fs::rename(&staging, path).map_err(|e| io(path, e))
+    std::fs::rename(&staging, path).map_err(|e| io(path, e))?;
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sync_dir(parent).map_err(|e| io(parent, e)),
+        None => Ok(()),
+    }
+}
+
+/// Make a directory's entries (files created or renamed in it) durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Move the store at `path` aside, to a sibling named after it and the

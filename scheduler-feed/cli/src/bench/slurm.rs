@@ -1095,6 +1095,8 @@ fn start_services(
             interval.as_ref(),
             "--state".as_ref(),
             watch.as_os_str(),
+            // Each run's directory is new: its watcher starts from no state.
+            "--fresh".as_ref(),
             "--since".as_ref(),
             since.as_ref(),
         ],
@@ -1181,7 +1183,7 @@ fn read_decisions(brokers: &str, topics: &Topics) -> anyhow::Result<Decisions> {
         &consumer,
         &topics.decisions,
         &mut BTreeMap::new(),
-        Duration::from_secs(30),
+        (Duration::from_secs(30), Duration::from_secs(30)),
         |message| {
             if let Ok(decision) =
                 serde_json::from_slice::<Decision>(message.payload().unwrap_or_default())

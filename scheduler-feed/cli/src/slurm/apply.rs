@@ -149,6 +149,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         attempts: args.attempts,
         walltime,
+        read_timeout: ApplyOptions::DEFAULT_READ_TIMEOUT,
     };
     let (mut done, mut failed, mut failed_ticks) = (0u64, 0u64, 0u64);
     apply(&settings, options, slurm, &stop, |ticked| match ticked {

@@ -24,9 +24,13 @@ pub struct WatchArgs {
     #[arg(long, env = "JOBCAST_EVENTS_TOPIC", default_value_t = Topics::default().events)]
     topic: String,
     /// What has been published, kept across restarts so that nothing is
-    /// published twice or lost.
+    /// published twice or lost. It must exist, unless --fresh.
     #[arg(long, default_value = "jobcast-slurm-watch.json")]
     state: PathBuf,
+    /// Start from no state (the first start): the state file must not
+    /// exist yet; every job the cluster lists (since --since) is published.
+    #[arg(long)]
+    fresh: bool,
     /// Seconds between snapshots of `squeue`; keep it well under Slurm's
     /// `MinJobAge` (300 s by default), for which finished jobs stay listed.
     #[arg(long, default_value_t = 2.0, value_parser = parse_interval)]
@@ -57,6 +61,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         topic: args.topic,
         state: args.state,
         interval: Duration::from_secs_f64(args.interval_secs),
+        fresh: args.fresh,
     };
     let source = SlurmSource {
         squeue: words(&args.squeue),
