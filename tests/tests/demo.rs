@@ -118,11 +118,12 @@ fn after_a_silence_of_a_day_and_an_hour_every_job_is_decided() {
     assert_eq!(figure(&summary, "events applied"), events, "{summary}");
     assert_eq!(figure(&summary, "events held"), 0, "{summary}");
     assert_eq!(figure(&summary, "dead-lettered"), 0, "{summary}");
-    // SLearn's pilot scores count only finished jobs: all ten.
+    // 3Sigma estimates every job at its submission, and is scored on each
+    // that finished: all ten.
     let row = summary
         .lines()
-        .find(|l| l.trim_start().starts_with("slearn "))
-        .unwrap_or_else(|| panic!("no slearn row:\n{summary}"));
+        .find(|l| l.trim_start().starts_with("3sigma "))
+        .unwrap_or_else(|| panic!("no 3sigma row:\n{summary}"));
     let scored: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert_eq!(scored, 10, "{summary}");
 }

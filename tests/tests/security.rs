@@ -516,6 +516,8 @@ fn a_rogue_group_member_neither_receives_a_token_nor_redirects_clients() {
     let rogue: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", cluster.brokers())
         .set("group.id", "rogue-test")
+        // The group's protocol, as any member must speak it.
+        .set("partition.assignment.strategy", "cooperative-sticky")
         .set("enable.auto.commit", "false")
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "500")
