@@ -522,13 +522,8 @@ fn a_store_is_recovered_with_another_skew() {
     let mut config_b = config_a.clone();
     config_b.engine.max_future_skew_secs = 3_600;
     let service = Service::start(config_b).expect("the service starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !service.shared().ready() {
-        if service.is_finished() {
-            panic!("the service ended: {:?}", service.join());
-        }
-        assert!(Instant::now() < deadline, "never ready");
-        std::thread::sleep(Duration::from_millis(20));
+    if !service.wait_ready(Duration::from_secs(60)) {
+        panic!("never ready: {:?}", service.stop());
     }
     let restarted = service.stop().expect("recovered with the new skew");
     assert_eq!(restarted.committed, 0, "nothing new to read");

@@ -365,12 +365,8 @@ mod tests {
             mock: &MockCluster<'_, C>,
             since: Option<u64>,
         ) -> Watcher<SlurmSource> {
-            let options = WatchOptions {
-                topic: TOPIC.into(),
-                state: self.dir.path().join("state.json"),
-                interval: Duration::from_millis(10),
-                fresh: !self.dir.path().join("state.json").exists(),
-            };
+            let state = self.dir.path().join("state.json");
+            let options = options(&state, !state.exists());
             let source = SlurmSource {
                 squeue: vec![
                     "cat".into(),
@@ -380,6 +376,16 @@ mod tests {
             };
             let kafka = KafkaSettings::new(mock.bootstrap_servers());
             Watcher::open(&kafka, options, source).unwrap()
+        }
+    }
+
+    /// A watcher's options in the tests: their topic, this state.
+    fn options(state: &std::path::Path, fresh: bool) -> WatchOptions {
+        WatchOptions {
+            topic: TOPIC.into(),
+            state: state.to_owned(),
+            interval: Duration::from_millis(10),
+            fresh,
         }
     }
 
@@ -535,12 +541,7 @@ mod tests {
         fixture.show(0);
         let mut first = fixture.watcher(&mock);
         first.poll().unwrap();
-        let options = WatchOptions {
-            topic: TOPIC.into(),
-            state: fixture.dir.path().join("state.json"),
-            interval: Duration::from_millis(10),
-            fresh: false,
-        };
+        let options = options(&fixture.dir.path().join("state.json"), false);
         let source = || SlurmSource {
             squeue: vec!["true".into()],
             since: None,
@@ -566,12 +567,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let kafka = KafkaSettings::new(mock.bootstrap_servers());
         let open = |fresh: bool| {
-            let options = WatchOptions {
-                topic: TOPIC.into(),
-                state: dir.path().join("state.json"),
-                interval: Duration::from_millis(10),
-                fresh,
-            };
+            let options = options(&dir.path().join("state.json"), fresh);
             let source = SlurmSource {
                 squeue: vec!["true".into()],
                 since: None,

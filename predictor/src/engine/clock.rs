@@ -152,8 +152,12 @@ pub(super) struct EventClock {
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct ClockState {
     now_us: u64,
-    partitions: Vec<(i32, Option<u64>, Vec<(Origin, Vec<u8>)>)>,
+    partitions: Vec<PartitionState>,
 }
+
+/// A partition's id, latest time applied, and held events (each with its
+/// origin, in wire form).
+type PartitionState = (i32, Option<u64>, Vec<(Origin, Vec<u8>)>);
 
 impl EventClock {
     pub(super) fn new(skew_us: Option<u64>) -> Self {

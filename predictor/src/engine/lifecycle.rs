@@ -194,11 +194,11 @@ impl Engine {
             return Ok(());
         }
         let mut first_finish = None;
-        if let Some(runtime) = runtime_us {
-            if job.runtimes.insert(event.task_index, runtime).is_none() {
-                job.record.tasks_finished += 1;
-                first_finish = Some(runtime);
-            }
+        if let Some(runtime) = runtime_us
+            && job.runtimes.insert(event.task_index, runtime).is_none()
+        {
+            job.record.tasks_finished += 1;
+            first_finish = Some(runtime);
         }
         if let Some(since) = started {
             job.progress.attempt_ended(since, first_finish);

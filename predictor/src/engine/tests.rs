@@ -45,6 +45,13 @@ fn task(job: u64, index: u32, t: u64, kind: &str) -> Event {
     ))
 }
 
+/// A machine joining the cluster, its size unsaid.
+fn plain_machine(id: u64, t: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
+    ))
+}
+
 fn end(job: u64, t: u64, outcome: &str) -> Event {
     event(&format!(
         r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":{job},"outcome":"{outcome}"}}"#
@@ -312,11 +319,6 @@ fn after_a_silence_longer_than_the_skew_every_event_is_applied_and_decided() {
 #[test]
 fn one_partition_walking_ahead_expires_nothing_while_the_others_stay() {
     const H: u64 = 3_600_000_000;
-    let machine = |id: u64, t: u64| {
-        event(&format!(
-            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
-        ))
-    };
     for (walker, partitions) in [(0, 3), (0, 1)] {
         let mut engine = Engine::new(&EngineConfig::default()).unwrap();
         let mut effects = Effects::default();
@@ -332,7 +334,7 @@ fn one_partition_walking_ahead_expires_nothing_while_the_others_stay() {
             engine
                 .apply(
                     Origin::new(walker, step as i64),
-                    &machine(100 + step, H + step * 47 * H / 2),
+                    &plain_machine(100 + step, H + step * 47 * H / 2),
                     &mut effects,
                 )
                 .unwrap();
@@ -901,11 +903,6 @@ fn a_snapshot_of_another_layout_or_configuration_is_refused() {
 #[test]
 fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
     const H: u64 = 3_600_000_000;
-    let machine = |id: u64, t: u64| {
-        event(&format!(
-            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add"}}"#
-        ))
-    };
     let mut config = EngineConfig {
         expiry: ExpirySettings {
             live_job_idle_hours: 10,
@@ -926,8 +923,8 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
             effects.expired_machines.clone(),
         )
     };
-    apply(&mut engine, machine(1, 0));
-    apply(&mut engine, machine(2, 0));
+    apply(&mut engine, plain_machine(1, 0));
+    apply(&mut engine, plain_machine(2, 0));
     apply(&mut engine, submit(1, H, 2));
     apply(&mut engine, submit(2, H, 2));
     // Job 1 last reports at 2 h; job 2 at 9 h, on machine 1.
@@ -974,7 +971,7 @@ fn jobs_and_machines_silent_past_their_window_are_given_up_on_and_counted() {
         machine_silent_hours: 0,
     };
     let mut keeping = Engine::new(&config).unwrap();
-    apply(&mut keeping, machine(1, 0));
+    apply(&mut keeping, plain_machine(1, 0));
     apply(&mut keeping, submit(1, 0, 1));
     assert_eq!(
         apply(&mut keeping, submit(2, 1000 * H, 1)),

@@ -129,6 +129,20 @@ impl Service {
         self.thread.is_finished()
     }
 
+    /// Wait up to `timeout` until the service is ready (its state
+    /// recovered, the group joined): whether it is. False if it ended
+    /// first ([`Self::join`] says why) or the time ran out.
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.shared.ready() {
+            if self.is_finished() || Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// Finish the batch in hand, commit it, leave the group, and return the
     /// run's totals.
     pub fn stop(self) -> Result<RunSummary, ServiceError> {
@@ -278,7 +292,6 @@ impl<'a> Pipeline<'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
 
     use jobcast_ingest::kafka::KafkaSettings;
     use rdkafka::mocking::MockCluster;
@@ -307,13 +320,8 @@ mod tests {
         let mock = MockCluster::new(1).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let service = Service::start(config(&mock, &dir)).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !service.shared().ready() {
-            if service.is_finished() {
-                panic!("the service ended: {:?}", service.join());
-            }
-            assert!(Instant::now() < deadline, "never ready");
-            std::thread::sleep(Duration::from_millis(20));
+        if !service.wait_ready(Duration::from_secs(60)) {
+            panic!("never ready: {:?}", service.stop());
         }
         assert_eq!(*service.shared().owned.lock().unwrap(), [0, 1]);
         let summary = service.stop().unwrap();

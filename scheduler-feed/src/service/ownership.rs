@@ -4,6 +4,8 @@
 //! partition) and who publishes its outputs.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
+use std::time::Instant;
 
 use jobcast_ingest::event::Event;
 use jobcast_predictor::engine::{Applied, Effects, JobState, Origin, Output, TaskRecord};
@@ -11,9 +13,24 @@ use jobcast_storage::state::StateBatch;
 use tracing::warn;
 
 use super::Pipeline;
+use super::encode;
+use super::sink::Outgoing;
 use crate::error::DeadLetter;
 use crate::source::Consumed;
 use crate::telemetry;
+
+/// What one input message gave rise to.
+pub(super) struct MessageOutcome {
+    /// Applied (or held), or why not.
+    pub(super) result: Result<(), DeadLetter>,
+    /// Its messages to publish: the outputs of the events it applied, and
+    /// the dead letters (its own, and of held events it refuted).
+    pub(super) messages: Vec<Outgoing>,
+    /// The dead letters' reasons.
+    pub(super) dead: Vec<&'static str>,
+    /// Its outputs among the effects.
+    pub(super) outputs: Range<usize>,
+}
 
 /// Which tasks of a job that ended [`Pipeline::write_records`] stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +92,43 @@ impl Pipeline<'_> {
             Event::Task(_) | Event::JobEnded(_) => {}
         }
         Ok(())
+    }
+
+    /// Apply the input message at `partition`/`offset` ([`Self::apply_message`])
+    /// and encode what it gave rise to as messages to publish
+    /// ([`encode::of_message`]); `polled_at`, for the latency metric, when
+    /// this instance publishes them.
+    pub(super) fn apply_and_encode(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        consumed: &Consumed,
+        effects: &mut Effects,
+        polled_at: Option<Instant>,
+    ) -> MessageOutcome {
+        let before = effects.outputs.len();
+        let refused_before = effects.refused.len();
+        let result = self.apply_message(partition, offset, consumed, effects);
+        let mut messages = Vec::new();
+        let dead = encode::of_message(
+            &self.dead_letters,
+            consumed,
+            partition,
+            offset,
+            &result,
+            (
+                &effects.outputs[before..],
+                &effects.refused[refused_before..],
+            ),
+            polled_at,
+            &mut messages,
+        );
+        MessageOutcome {
+            result,
+            messages,
+            dead,
+            outputs: before..effects.outputs.len(),
+        }
     }
 
     /// The tasks of a job the engine holds, by index.

@@ -17,7 +17,7 @@ use super::group::{MemberContext, RECOMMIT_EVERY};
 use super::outbox::Held;
 use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
-use super::{Pipeline, encode, recovery};
+use super::{Pipeline, recovery};
 use crate::error::ServiceError;
 use crate::source::{Batch, FETCH_QUEUE_BACKOFF_MS, InputContext, Polled, Source};
 use crate::telemetry;
@@ -148,55 +148,36 @@ impl Pipeline<'_> {
             // decisions among them, for the store) for a takeover.
             let mut held = Vec::new();
             let mut held_decisions = Vec::new();
-            let before = effects.outputs.len();
-            let refused_before = effects.refused.len();
-            let outcome = self.apply_message(partition, offset, &consumed, &mut effects);
-            if let Err(dead) = &outcome {
-                debug!(
+            let outcome = self.apply_and_encode(
+                partition,
+                offset,
+                &consumed,
+                &mut effects,
+                owned.then_some(consumed.polled_at),
+            );
+            match &outcome.result {
+                Err(dead) => debug!(
                     partition,
                     offset,
                     reason = dead.reason(),
                     "dead letter: {dead}"
-                );
-            } else {
-                tally.applied += 1;
+                ),
+                Ok(()) => tally.applied += 1,
             }
-            let applied = (
-                &effects.outputs[before..],
-                &effects.refused[refused_before..],
-            );
             if owned {
-                if let (Ok(()), Ok(event)) = (&outcome, &consumed.event) {
+                if let (Ok(()), Ok(event)) = (&outcome.result, &consumed.event) {
                     tally.consumed(event.type_name());
                 }
-                let reasons = encode::of_message(
-                    &self.dead_letters,
-                    &consumed,
-                    partition,
-                    offset,
-                    &outcome,
-                    applied,
-                    Some(consumed.polled_at),
-                    &mut outgoing,
-                );
-                for reason in reasons {
+                for reason in outcome.dead {
                     metrics::counter!(telemetry::EVENTS_DEAD_LETTERED, "reason" => reason)
                         .increment(1);
                     tally.dead += 1;
                 }
-                ours.push(before..effects.outputs.len());
+                outgoing.extend(outcome.messages);
+                ours.push(outcome.outputs);
             } else if from.is_none() {
-                encode::of_message(
-                    &self.dead_letters,
-                    &consumed,
-                    partition,
-                    offset,
-                    &outcome,
-                    applied,
-                    None,
-                    &mut held,
-                );
-                held_decisions = recovery::decisions(applied.0);
+                held_decisions = recovery::decisions(&effects.outputs[outcome.outputs]);
+                held = outcome.messages;
             }
             let held = Held {
                 messages: held,

@@ -30,11 +30,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
+use super::Pipeline;
 use super::group::MemberContext;
 use super::outbox::{EndedJob, Held, HeldDecision, Lost, Outbox, SavedOutbox};
 use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
-use super::{Pipeline, encode};
 use crate::error::ServiceError;
 use crate::source::Consumed;
 use crate::telemetry;
@@ -337,19 +337,10 @@ impl Pipeline<'_> {
             let logged = logged?;
             let (partition, offset) = (logged.partition, logged.offset);
             let consumed = Consumed::new(logged.key, logged.payload);
-            let outcome = self.apply_message(partition, offset, &consumed, &mut effects);
+            let messages = self
+                .apply_and_encode(partition, offset, &consumed, &mut effects, None)
+                .messages;
             self.applied.insert(partition, offset + 1);
-            let mut messages = Vec::new();
-            encode::of_message(
-                &self.dead_letters,
-                &consumed,
-                partition,
-                offset,
-                &outcome,
-                (&effects.outputs, &effects.refused),
-                None,
-                &mut messages,
-            );
             match self.owned.get(&partition) {
                 Some(&from) if taken.contains(&partition) && offset >= from => {
                     outgoing.extend(messages);
