@@ -127,3 +127,49 @@ fn after_a_silence_of_a_day_and_an_hour_every_job_is_decided() {
     let scored: u64 = row.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert_eq!(scored, 10, "{summary}");
 }
+
+/// The bundled Google 2011 excerpt replayed as it is, and with every event
+/// from its middle on four days later (a downtime in a replayed log, four
+/// times the skew): every event is applied or refused as without the gap,
+/// and none is left held.
+#[test]
+fn a_real_trace_with_a_gap_of_four_days_is_applied_as_without_it() {
+    const GAP_US: u64 = 4 * 24 * 3_600_000_000;
+    let events = excerpt_events();
+    let middle = events[events.len() / 2].time_us();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |gap_us: u64| {
+        let mut trace = String::new();
+        for event in &events {
+            let mut json: serde_json::Value = serde_json::from_str(&event.to_json()).unwrap();
+            if event.time_us() >= middle {
+                json["time_us"] = (event.time_us() + gap_us).into();
+            }
+            writeln!(trace, "{json}").unwrap();
+        }
+        let path = dir.path().join(format!("gap-{gap_us}.jsonl"));
+        std::fs::write(&path, trace).unwrap();
+        jobcast_ok(&[
+            "demo",
+            "--http",
+            "127.0.0.1:0",
+            "--trace",
+            path.to_str().unwrap(),
+            "--format",
+            "jsonl",
+        ])
+    };
+    let (plain, gapped) = (run(0), run(GAP_US));
+    for label in ["events replayed", "events applied", "dead-lettered"] {
+        assert_eq!(
+            figure(&gapped, label),
+            figure(&plain, label),
+            "{label}:\n{plain}\n{gapped}"
+        );
+    }
+    assert_eq!(figure(&gapped, "events held"), 0, "{gapped}");
+    assert_eq!(
+        figure(&gapped, "events applied") + figure(&gapped, "dead-lettered"),
+        events.len() as u64
+    );
+}

@@ -486,10 +486,14 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
     // An instance with a token: asked without it, 401; with it, written.
     let guarded = dir.path().join("guarded");
     let token = "backup-test-token-0123";
+    let guarded_backups = format!(
+        "storage.backup_dir={}",
+        dir.path().join("guarded-backups").display()
+    );
     let serve = Serve::start_with_token(
         &cluster.brokers(),
         &guarded,
-        &["--group", "guarded", "--set", &backup_dir],
+        &["--group", "guarded", "--set", &guarded_backups],
         token,
     );
     let refused = jobcast(&["admin", "backup", "--url", &serve.http]);
