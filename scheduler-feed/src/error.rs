@@ -35,6 +35,18 @@ pub enum ServiceError {
         low: i64,
     },
     #[error(
+        "input partition {partition} of {topic}: the state has applied it up to offset {stored}, \
+         but the broker's partition ends at {high} (the topic was deleted and created again, or \
+         the broker lost records). Rebuild the state from what the topic holds (stop, `jobcast \
+         admin rebuild --data-dir <storage.path>`, start)"
+    )]
+    InputAhead {
+        topic: String,
+        partition: i32,
+        stored: i64,
+        high: i64,
+    },
+    #[error(
         "the broker no longer holds input messages the state needs ({0}); restart to see which \
          partition and offsets"
     )]

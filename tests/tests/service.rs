@@ -574,10 +574,14 @@ fn a_stored_offset_the_broker_does_not_hold_stops_the_service_instead_of_skippin
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let err = service.join().unwrap_err();
+    let err = service.join().unwrap_err().to_string();
+    // Named at the start: the partition, where the state is, where the
+    // broker's partition ends, and the way out.
     assert!(
-        err.to_string()
-            .contains("the broker no longer holds input messages the state needs"),
+        err.contains("input partition 0 of")
+            && err.contains("up to offset 1000000")
+            && err.contains("ends at ")
+            && err.contains("jobcast admin rebuild"),
         "{err}"
     );
     assert_eq!(shared.counters.committed.load(Ordering::Relaxed), 0);

@@ -529,7 +529,7 @@ impl Reader {
         for &partition in &new {
             let next = stored.get(&partition).copied();
             if let Some(next) = next.filter(|_| self.refuse_gaps) {
-                let (low, _) =
+                let (low, high) =
                     self.consumer
                         .fetch_watermarks(topic, partition, BROKER_PROBE_TIMEOUT)?;
                 if next < low {
@@ -538,6 +538,14 @@ impl Reader {
                         partition,
                         stored: next,
                         low,
+                    });
+                }
+                if next > high {
+                    return Err(ServiceError::InputAhead {
+                        topic: topic.clone(),
+                        partition,
+                        stored: next,
+                        high,
                     });
                 }
             }
