@@ -140,7 +140,10 @@ fn a_15_second_broker_outage_longer_than_every_client_timeout_loses_and_repeats_
          ({} duplicates of {distinct})",
         outage_count - distinct
     );
-    assert_eq!(calm_count, distinct, "the calm run publishes each decision once");
+    assert_eq!(
+        calm_count, distinct,
+        "the calm run publishes each decision once"
+    );
     assert!(
         outage_count - distinct <= distinct / 10,
         "{} duplicates of {distinct} decisions",

@@ -666,6 +666,46 @@ mod tests {
         }
     }
 
+    /// The other classes of refusal for good: a topic the broker refuses
+    /// to know of, and one the producer may not write to. Each is parked
+    /// under its own reason, nothing is retried for ever.
+    #[test]
+    fn outputs_refused_as_an_unknown_topic_or_unauthorized_are_parked_by_reason() {
+        for (error, reason) in [
+            (
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+                "not_authorized",
+            ),
+            (
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION,
+                "unknown_topic",
+            ),
+        ] {
+            let Fixture {
+                mock,
+                shared,
+                mut sink,
+                _dir,
+                ..
+            } = warmed_fixture();
+            mock.request_errors(RDKafkaApiKey::Produce, &[error]);
+            let mut write = shared.store.batch();
+            let started = Instant::now();
+            sink.publish(&outgoing(3), false, &mut write, &mut || {})
+                .unwrap();
+            assert!(
+                started.elapsed() < DELIVERY_TIMEOUT,
+                "{reason}: not retried"
+            );
+            shared.store.commit(write).unwrap();
+            let parked = shared.store.parked().unwrap();
+            assert!(!parked.is_empty(), "{reason}: parked");
+            for (_, output) in &parked {
+                assert_eq!(output.reason, reason);
+            }
+        }
+    }
+
     #[test]
     fn a_producer_failed_for_good_is_replaced_and_its_outputs_produced_again() {
         let Fixture {
