@@ -32,7 +32,8 @@
 //!   a time limit for its tasks: a high quantile of its mean task runtime
 //!   times a margin, never below a floor, rounded up to the scheduler's
 //!   step. A limit is only ever lowered, so it never exceeds the user's
-//!   own. The quantiles bound the job's *mean* task runtime, not each
+//!   own, and only on pending tasks: a running task keeps the limit it
+//!   started with. The quantiles bound the job's *mean* task runtime, not each
 //!   task's: the margin covers the spread of tasks around their mean, and
 //!   a task beyond it is killed (the bench counts those).
 //!
@@ -87,7 +88,8 @@ pub struct JobView {
     /// job record each), each group with where it stands now (`None`: not
     /// where jobcast puts anything).
     pub pending: Vec<Group>,
-    /// The time limit of its tasks, s (none: unlimited).
+    /// The time limit of its pending tasks, s (none: unlimited, or none
+    /// pending).
     pub time_limit_s: Option<u64>,
 }
 
@@ -240,18 +242,23 @@ pub fn plan(
     let mut actions = Vec::new();
     for job in &jobs {
         let version = job.decision.map_or(0, |d| d.version);
-        let live = job.job.running > 0 || !job.job.pending.is_empty();
         if let Some(walltime) = walltime
-            && live
+            && !job.job.pending.is_empty()
             && let Some(decision) = job.decision
             && decision.phase == Phase::Estimated
             && let Some(limit) = decision.estimate.and_then(|e| walltime.limit_s(&e))
             && job.job.time_limit_s.is_none_or(|held| limit < held)
         {
+            // Its pending tasks only: the whole job while none runs.
+            let target = if job.job.running == 0 {
+                Target::Job
+            } else {
+                Target::Tasks(job.pending().collect())
+            };
             actions.push(Action {
                 job_id: job.job_id,
                 version,
-                target: Target::Job,
+                target,
                 change: Change::TimeLimitS(limit),
             });
         }
@@ -737,7 +744,11 @@ mod tests {
         let decisions = newest(std::slice::from_ref(&placed));
         assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(300)]);
         let actions = plan(&decisions, &view, &queues, Some(&walltime));
-        assert_eq!(actions[0].target, Target::Job);
+        assert_eq!(
+            actions[0].target,
+            Target::Tasks(vec![1, 2, 3]),
+            "one task runs"
+        );
         // Carried out, nothing is left to do; a user's shorter limit stays.
         assert_eq!(limits(&decisions, &after(&view, &actions)), []);
         let mut short = view.clone();
@@ -759,11 +770,25 @@ mod tests {
             ..walltime
         };
         assert_eq!(odd.limit_s(&estimate), Some(180), "151.5 s → 3 minutes");
-        // Nor once it has finished (Slurm still lists it a while).
+        // Nor once it has finished (Slurm still lists it a while), nor
+        // while every task runs: a running task keeps its limit.
         let mut done = view.clone();
         let job7 = done.jobs.get_mut(&7).unwrap();
         (job7.running, job7.pending, job7.time_limit_s) = (0, Vec::new(), None);
         assert_eq!(limits(&decisions, &done), []);
+        done.jobs.get_mut(&7).unwrap().running = 3;
+        assert_eq!(limits(&decisions, &done), []);
+        // Some running, some pending: the pending ones only.
+        let mixed = View {
+            jobs: [(7, job(2, &[(&[3, 4], Some(Standing::Rank(0)))]))].into(),
+            ..View::default()
+        };
+        let actions = plan(&decisions, &mixed, &queues, Some(&walltime));
+        let limit = actions
+            .iter()
+            .find(|a| matches!(a.change, Change::TimeLimitS(_)))
+            .unwrap();
+        assert_eq!(limit.target, Target::Tasks(vec![3, 4]));
         // Not while sampling, nor without a walltime setting.
         let sampling = newest(&[decision(7, 1, 1, &[2])]);
         assert_eq!(limits(&sampling, &view), []);

@@ -143,13 +143,13 @@ impl Scheduler for Slurm {
         for record in &snapshot.jobs {
             let job_id = record.job();
             let job: &mut JobView = view.jobs.entry(job_id).or_default();
-            // Only live records take a new limit: a finished one keeps its
-            // own for as long as Slurm lists it (`MinJobAge`).
-            let live = matches!(
-                record.job_state.as_str(),
-                "PENDING" | "RUNNING" | "COMPLETING"
-            );
-            if live && let Some(minutes) = record.time_limit {
+            // The limit of the pending records, the only ones that take a
+            // new one: a running task keeps the limit it started with, a
+            // finished one its own for as long as Slurm lists it
+            // (`MinJobAge`).
+            if record.job_state == "PENDING"
+                && let Some(minutes) = record.time_limit
+            {
                 let secs = u64::from(minutes) * 60;
                 job.time_limit_s = Some(job.time_limit_s.map_or(secs, |held| held.max(secs)));
             }
