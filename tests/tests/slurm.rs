@@ -766,9 +766,11 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
 
     // Its priorities outlive it; `--hand-back` gives every job it moved
     // back to Slurm's own order (held and released: neither held nor at
-    // a priority of jobcast's now), and touches no other.
+    // a priority of jobcast's now), and touches no other. It keeps, in
+    // the applier's state, the jobs it is handing back.
     let out = Command::new(jobcast_bin())
-        .args(["slurm", "apply", "--hand-back"])
+        .args(["slurm", "apply", "--hand-back", "--state"])
+        .arg(&state)
         .env("SLURM_CONF", slurm.conf())
         .output()
         .unwrap();

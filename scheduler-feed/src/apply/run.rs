@@ -1,8 +1,8 @@
 //! The applier's loop: decisions read, the scheduler observed, the plan
 //! carried out, the state saved.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,7 +16,7 @@ use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 
 use super::Scheduler;
-use super::plan::{Action, Walltime, plan};
+use super::plan::{Action, Change, Standing, Target, Walltime, plan};
 
 /// How long the brokers may take to answer, and (by default) reading the
 /// decisions published since the last tick may take.
@@ -69,6 +69,10 @@ struct Saved<M> {
     /// The newest decision of each job the scheduler still holds.
     newest: Newest,
     scheduler: M,
+    /// Jobs a hand-back has begun on and not finished (Slurm: held, maybe
+    /// not released): handed back again by the next hand-back or start.
+    #[serde(default)]
+    handing_back: BTreeSet<u64>,
 }
 
 /// One action of a tick, and how it went.
@@ -116,6 +120,8 @@ pub struct Applier<S: Scheduler> {
     /// The state as last written: a tick that changed nothing writes
     /// nothing.
     written: Vec<u8>,
+    /// The exclusive lock on the state, held while the applier lives.
+    _lock: std::fs::File,
 }
 
 impl<S: Scheduler> Applier<S> {
@@ -123,9 +129,24 @@ impl<S: Scheduler> Applier<S> {
     pub fn open(
         kafka: &KafkaSettings,
         options: ApplyOptions,
-        scheduler: S,
+        mut scheduler: S,
     ) -> Result<Self, ApplyError> {
-        let saved = state_file::load(&options.state).map_err(ApplyError::State)?;
+        let lock = state_file::lock(&options.state).map_err(ApplyError::State)?;
+        let mut saved: Saved<S::Memory> =
+            state_file::load(&options.state).map_err(ApplyError::State)?;
+        // A hand-back begun and not finished: finished first, or its jobs
+        // could stay held (a failure leaves them recorded for the next).
+        if !saved.handing_back.is_empty() && !options.dry_run {
+            finish_hand_back(
+                &mut scheduler,
+                &mut saved,
+                &options.state,
+                options.attempts,
+                false,
+                false,
+            )
+            .map_err(ApplyError::State)?;
+        }
         let mut config = kafka.client_config();
         config
             .set("group.id", "jobcast-slurm-apply")
@@ -140,6 +161,7 @@ impl<S: Scheduler> Applier<S> {
             consumer,
             shown: Vec::new(),
             written: Vec::new(),
+            _lock: lock,
         })
     }
 
@@ -224,20 +246,91 @@ impl<S: Scheduler> Applier<S> {
 }
 
 /// Hand every job jobcast set a standing on back to the scheduler's own
-/// order, once ([`super::plan::hand_back`]), for when `slurm apply` stops
-/// for good: each action's outcome, or why the scheduler could not say
-/// what it holds.
+/// order ([`super::plan::hand_back`]), for when `slurm apply` stops for
+/// good: each action's outcome, or why the scheduler could not say what it
+/// holds or the state file could not be kept.
+///
+/// Handing a job back may take more than one step (Slurm: a hold, then a
+/// release), and a job caught between them would stay held, where no plan
+/// finds it. So the jobs are recorded in the applier's state file
+/// (`state`) before the first step, each forgotten once handed back: a
+/// hand-back killed midway, or whose step failed, is finished by the next
+/// hand-back, or by the applier's next start.
 pub fn hand_back<S: Scheduler>(
     scheduler: &mut S,
+    state: &Path,
     attempts: u32,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, String> {
-    let mut memory = S::Memory::default();
-    let view = scheduler.observe(&mut memory)?;
-    Ok(super::plan::hand_back(&view)
-        .into_iter()
-        .map(|action| carry_out(scheduler, &memory, action, attempts, dry_run))
-        .collect())
+    let _lock = state_file::lock(state)?;
+    let mut saved: Saved<S::Memory> = state_file::load(state)?;
+    let outcomes = finish_hand_back(scheduler, &mut saved, state, attempts, dry_run, true)?;
+    Ok(outcomes)
+}
+
+/// Hand back the jobs recorded in `saved` as begun, and (with `all`) every
+/// job jobcast set a standing on; the record kept in `state` (not in a dry
+/// run) before and after each.
+fn finish_hand_back<S: Scheduler>(
+    scheduler: &mut S,
+    saved: &mut Saved<S::Memory>,
+    state: &Path,
+    attempts: u32,
+    dry_run: bool,
+    all: bool,
+) -> Result<Vec<Outcome>, String> {
+    let view = scheduler.observe(&mut saved.scheduler)?;
+    let mut jobs: BTreeSet<u64> = saved
+        .handing_back
+        .iter()
+        .copied()
+        .filter(|job| view.jobs.contains_key(job))
+        .collect();
+    if all {
+        jobs.extend(super::plan::hand_back(&view).iter().map(|a| a.job_id));
+    }
+    if dry_run {
+        return Ok(jobs
+            .into_iter()
+            .map(|job| {
+                carry_out(
+                    scheduler,
+                    &saved.scheduler,
+                    handing_back(job),
+                    attempts,
+                    true,
+                )
+            })
+            .collect());
+    }
+    saved.handing_back = jobs.clone();
+    state_file::save(state, saved)?;
+    let mut outcomes = Vec::new();
+    for job in jobs {
+        let outcome = carry_out(
+            scheduler,
+            &saved.scheduler,
+            handing_back(job),
+            attempts,
+            false,
+        );
+        if outcome.done {
+            saved.handing_back.remove(&job);
+            state_file::save(state, saved)?;
+        }
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// The action that gives `job` back to the scheduler's own order.
+fn handing_back(job_id: u64) -> Action {
+    Action {
+        job_id,
+        version: 0,
+        target: Target::Job,
+        change: Change::Standing(Standing::Own),
+    }
 }
 
 /// Carry out `action` (show it, in a dry run), retrying a failure up to
@@ -455,6 +548,59 @@ mod tests {
         let ticked = applier.tick().unwrap();
         eprintln!("{cut_short} reads of 20 cut short");
         assert_eq!(ticked.jobs, jobs.len(), "every job's decision is held");
+    }
+
+    /// A hand-back whose release fails (as one killed between Slurm's hold
+    /// and release would leave it) keeps the job recorded: the next
+    /// hand-back releases it, though Slurm now lists it held, where no
+    /// plan finds it; then nothing is left to do.
+    #[test]
+    fn a_hand_back_cut_short_is_finished_by_the_next() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("scontrol.log");
+        let script = dir.path().join("scontrol");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$@\" >> {log}\nif [ \"$1\" = release ] && [ ! -e {flag} ]; then touch {flag}; exit 1; fi\n",
+                log = log.display(),
+                flag = dir.path().join("failed-once").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let snapshot = dir.path().join("squeue.json");
+        let listed = |priority: u32| {
+            std::fs::write(
+                &snapshot,
+                format!(
+                    r#"{{"jobs": [{{"job_id": 5, "job_state": "PENDING", "submit_time": 1, "priority": {priority}}}]}}"#
+                ),
+            )
+            .unwrap();
+        };
+        let mut slurm = Slurm {
+            squeue: vec!["cat".into(), snapshot.display().to_string()],
+            scontrol: vec![script.display().to_string()],
+            base: 1000,
+            levels: 10,
+        };
+        let state = dir.path().join("state.json");
+        // Job 5 stands where jobcast put it (the first queue's rank).
+        listed(1010);
+        let first = hand_back(&mut slurm, &state, 1, false).unwrap();
+        assert_eq!(first.len(), 1);
+        assert!(!first[0].done, "{first:?}");
+        // Slurm holds it now: priority 0, no standing of jobcast's.
+        listed(0);
+        let second = hand_back(&mut slurm, &state, 1, false).unwrap();
+        assert_eq!(second.len(), 1, "the recorded job is handed back again");
+        assert!(second[0].done, "{second:?}");
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(calls, "hold 5\nrelease 5\nhold 5\nrelease 5\n");
+        listed(1);
+        assert!(hand_back(&mut slurm, &state, 1, false).unwrap().is_empty());
     }
 
     /// Restarted from its state, the applier drops an older decision

@@ -116,9 +116,9 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         levels: args.levels,
     };
     if args.hand_back {
-        let outcomes = hand_back(&mut slurm, args.attempts, args.dry_run)
+        let outcomes = hand_back(&mut slurm, &args.state, args.attempts, args.dry_run)
             .map_err(anyhow::Error::msg)
-            .context("reading Slurm's jobs")?;
+            .context("handing the jobs back")?;
         for outcome in &outcomes {
             println!(
                 "{}",
