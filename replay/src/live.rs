@@ -467,6 +467,7 @@ mod tests {
             name: "j7".into(),
             user_name: "root".into(),
             partition: "debug".into(),
+            account: String::new(),
             job_state: "PENDING".into(),
             submit_time: 1_700_000_000,
             start_time: 0,

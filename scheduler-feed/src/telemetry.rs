@@ -185,7 +185,7 @@ fn describe() {
     describe_counter!(
         SLURM_DECISIONS_READ,
         Unit::Count,
-        "Messages jobcast slurm apply read from the decisions topic, by kind: newer (kept), stale (a redelivery or overtaken, dropped), unreadable (not a decision, skipped)"
+        "Messages jobcast slurm apply read from the decisions topic, by kind: newer (kept), stale (a redelivery or overtaken, dropped), too_old (older than --max-decision-age-secs, dropped), unreadable (not a decision, skipped)"
     );
     describe_counter!(
         SLURM_ACTIONS,

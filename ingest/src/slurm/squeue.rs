@@ -30,6 +30,8 @@ pub struct SqueueJob {
     pub user_name: String,
     #[serde(default)]
     pub partition: String,
+    #[serde(default)]
+    pub account: String,
     pub job_state: String,
     pub submit_time: u64,
     #[serde(default)]

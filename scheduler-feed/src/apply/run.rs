@@ -42,6 +42,9 @@ pub struct ApplyOptions {
     /// take; a tick whose read takes longer keeps what it read and acts on
     /// nothing.
     pub read_timeout: Duration,
+    /// Decisions published longer ago than this (their Kafka timestamp)
+    /// are not acted on, if set.
+    pub max_decision_age: Option<Duration>,
 }
 
 impl ApplyOptions {
@@ -100,6 +103,8 @@ pub struct Ticked {
     pub newer: u64,
     /// Decisions no newer (redeliveries, overtaken ones), dropped.
     pub stale: u64,
+    /// Decisions older than `max_decision_age`, dropped.
+    pub too_old: u64,
     /// Messages of the decisions topic that are not decisions, each with
     /// where and why.
     pub unreadable: Vec<String>,
@@ -178,6 +183,9 @@ impl<S: Scheduler> Applier<S> {
         let mut ticked = Ticked::default();
         let topic = self.options.topic.clone();
         let newest = &mut self.saved.newest;
+        let oldest_ms = self.options.max_decision_age.map(|age| {
+            unix_ms().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+        });
         read_to_end(
             &self.consumer,
             &topic,
@@ -185,7 +193,15 @@ impl<S: Scheduler> Applier<S> {
             (BROKER_TIMEOUT, self.options.read_timeout),
             |message| {
                 let payload = message.payload().unwrap_or_default();
+                let published_ms = message.timestamp().to_millis();
                 match serde_json::from_slice::<Decision>(payload) {
+                    Ok(_)
+                        if oldest_ms.is_some_and(|oldest| {
+                            published_ms.is_some_and(|at| (at as u64) < oldest)
+                        }) =>
+                    {
+                        ticked.too_old += 1;
+                    }
                     Ok(decision) => {
                         if newest.offer(decision) {
                             ticked.newer += 1;
@@ -409,7 +425,7 @@ mod tests {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     use super::*;
-    use crate::apply::slurm::Slurm;
+    use crate::apply::slurm::{Scope, Slurm};
 
     fn decision(job_id: u64, version: u32, queue: u8) -> Vec<u8> {
         serde_json::to_vec(&Decision {
@@ -444,6 +460,7 @@ mod tests {
             scontrol: vec!["true".into()],
             base: 1000,
             levels: 10,
+            scope: Scope::default(),
         }
     }
 
@@ -457,6 +474,7 @@ mod tests {
             attempts: 1,
             walltime: None,
             read_timeout: Duration::from_secs(10),
+            max_decision_age: None,
         }
     }
 
@@ -585,6 +603,7 @@ mod tests {
             scontrol: vec![script.display().to_string()],
             base: 1000,
             levels: 10,
+            scope: Scope::default(),
         };
         let state = dir.path().join("state.json");
         // Job 5 stands where jobcast put it (the first queue's rank).
@@ -601,6 +620,59 @@ mod tests {
         assert_eq!(calls, "hold 5\nrelease 5\nhold 5\nrelease 5\n");
         listed(1);
         assert!(hand_back(&mut slurm, &state, 1, false).unwrap().is_empty());
+    }
+
+    /// Decisions published longer ago than the age set are not acted on;
+    /// the fresh one is. Jobs beyond the scope (another partition) are
+    /// neither moved nor kept.
+    #[test]
+    fn decisions_too_old_and_jobs_beyond_the_scope_are_left_alone() {
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("decisions", 1, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        let producer: BaseProducer = kafka.producer_config().create().unwrap();
+        let hour_ago = unix_ms() as i64 - 3_600_000;
+        for (job, at) in [(5u64, Some(hour_ago)), (6, None), (7, None)] {
+            let payload = decision(job, 1, 0);
+            let mut record = BaseRecord::<(), Vec<u8>>::to("decisions").payload(&payload);
+            if let Some(at) = at {
+                record = record.timestamp(at);
+            }
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(Duration::from_secs(10)).unwrap();
+        let pending = |job: u64, partition: &str| {
+            format!(
+                r#"{{"job_id": {job}, "job_state": "PENDING", "submit_time": 1, "priority": 1, "partition": "{partition}"}}"#
+            )
+        };
+        let snapshot = format!(
+            r#"{{"jobs": [{}, {}, {}]}}"#,
+            pending(5, "batch"),
+            pending(6, "batch"),
+            pending(7, "debug")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = options(&dir.path().join("state.json"));
+        options.max_decision_age = Some(Duration::from_secs(600));
+        let scoped = Slurm {
+            scope: Scope {
+                partitions: ["batch".to_owned()].into(),
+                accounts: BTreeSet::new(),
+            },
+            ..slurm(&snapshot)
+        };
+        let mut applier = Applier::open(&kafka, options, scoped).unwrap();
+        let ticked = applier.tick().unwrap();
+        assert_eq!((ticked.too_old, ticked.newer), (1, 2), "{ticked:?}");
+        let moved: BTreeSet<u64> = ticked
+            .outcomes
+            .iter()
+            .filter(|o| o.action.version > 0)
+            .map(|o| o.action.job_id)
+            .collect();
+        assert_eq!(moved, [6].into(), "{:?}", ticked.outcomes);
+        assert_eq!(ticked.jobs, 1, "job 7 is beyond the scope");
     }
 
     /// Restarted from its state, the applier drops an older decision

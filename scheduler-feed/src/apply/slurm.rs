@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use jobcast_ingest::slurm::{SlurmTracker, array_indices, run_squeue};
+use jobcast_ingest::slurm::{SlurmTracker, SqueueJob, array_indices, run_squeue};
 
 use super::Scheduler;
 use super::plan::{Action, Change, Group, JobView, Standing, Target, View};
@@ -30,6 +30,23 @@ pub struct Slurm {
     pub base: u32,
     /// The service's number of queues.
     pub levels: u8,
+    /// The jobs it acts on.
+    pub scope: Scope,
+}
+
+/// Which of the cluster's jobs an applier acts on: those of these
+/// partitions and these accounts (an empty list: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub partitions: BTreeSet<String>,
+    pub accounts: BTreeSet<String>,
+}
+
+impl Scope {
+    fn covers(&self, record: &SqueueJob) -> bool {
+        (self.partitions.is_empty() || self.partitions.contains(&record.partition))
+            && (self.accounts.is_empty() || self.accounts.contains(&record.account))
+    }
 }
 
 impl Slurm {
@@ -140,7 +157,9 @@ impl Scheduler for Slurm {
             unreadable: snapshot.unreadable,
             ..View::default()
         };
-        for record in &snapshot.jobs {
+        // A job beyond the scope is not in the view: nothing is done to it,
+        // and its decisions are dropped like a finished job's.
+        for record in snapshot.jobs.iter().filter(|r| self.scope.covers(r)) {
             let job_id = record.job();
             let job: &mut JobView = view.jobs.entry(job_id).or_default();
             // The limit of the pending records, the only ones that take a
@@ -230,6 +249,7 @@ mod tests {
             scontrol: vec!["scontrol".into()],
             base: 1000,
             levels: 10,
+            scope: Scope::default(),
         }
     }
 

@@ -10,7 +10,7 @@ use jobcast_ingest::kafka::Topics;
 use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_scheduler_feed::apply::plan::Walltime;
-use jobcast_scheduler_feed::apply::slurm::Slurm;
+use jobcast_scheduler_feed::apply::slurm::{Scope, Slurm};
 use jobcast_scheduler_feed::apply::{ApplyOptions, apply, hand_back};
 use jobcast_scheduler_feed::telemetry::{
     SLURM_ACTIONS, SLURM_DECISIONS_READ, SLURM_JOBS_DECIDED, SLURM_LAST_TICK, SLURM_TICKS_FAILED,
@@ -74,9 +74,23 @@ pub struct ApplyArgs {
     /// (`scontrol hold`, then `release`: how Slurm gives a job back to its
     /// priority plugin), print each action, and exit. The priorities an
     /// applier set outlive it: run this when it stops for good. Reads no
-    /// decisions and no state; `--dry-run` prints what it would do.
+    /// decisions; keeps the jobs it is handing back in `--state`, so that
+    /// one cut short is finished by the next; `--dry-run` prints what it
+    /// would do.
     #[arg(long)]
     hand_back: bool,
+    /// Act only on the jobs of these Slurm partitions (comma-separated);
+    /// by default on every job.
+    #[arg(long, value_delimiter = ',', value_name = "PARTITION")]
+    partitions: Vec<String>,
+    /// Act only on the jobs of these Slurm accounts (comma-separated); by
+    /// default on every job.
+    #[arg(long, value_delimiter = ',', value_name = "ACCOUNT")]
+    accounts: Vec<String>,
+    /// Act on no decision published longer ago than this (its Kafka
+    /// timestamp): the service stalled, or the topic replayed. 0: any age.
+    #[arg(long, default_value_t = 0)]
+    max_decision_age_secs: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -114,6 +128,10 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         scontrol: words(&args.scontrol),
         base: args.priority_base,
         levels: args.levels,
+        scope: Scope {
+            partitions: args.partitions.into_iter().collect(),
+            accounts: args.accounts.into_iter().collect(),
+        },
     };
     if args.hand_back {
         let outcomes = hand_back(&mut slurm, &args.state, args.attempts, args.dry_run)
@@ -150,6 +168,8 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         attempts: args.attempts,
         walltime,
         read_timeout: ApplyOptions::DEFAULT_READ_TIMEOUT,
+        max_decision_age: (args.max_decision_age_secs > 0)
+            .then(|| Duration::from_secs(args.max_decision_age_secs)),
     };
     let (mut done, mut failed, mut failed_ticks) = (0u64, 0u64, 0u64);
     apply(&settings, options, slurm, &stop, |ticked| match ticked {
@@ -159,6 +179,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
             };
             read("newer", ticked.newer);
             read("stale", ticked.stale);
+            read("too_old", ticked.too_old);
             read("unreadable", ticked.unreadable.len() as u64);
             for why in &ticked.unreadable {
                 warn!("decision skipped: {why}");
