@@ -5,6 +5,20 @@ use std::fmt::Write;
 
 use jobcast_tests::{excerpt_events, jobcast_ok};
 
+/// `jobcast demo` on `trace` (JSON lines), written to `path`: its summary.
+fn demo_on(path: &std::path::Path, trace: &str) -> String {
+    std::fs::write(path, trace).unwrap();
+    jobcast_ok(&[
+        "demo",
+        "--http",
+        "127.0.0.1:0",
+        "--trace",
+        path.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ])
+}
+
 fn figure(summary: &str, label: &str) -> u64 {
     summary
         .lines()
@@ -103,17 +117,7 @@ fn after_a_silence_of_a_day_and_an_hour_every_job_is_decided() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("quiet-day.jsonl");
-    std::fs::write(&path, trace).unwrap();
-    let summary = jobcast_ok(&[
-        "demo",
-        "--http",
-        "127.0.0.1:0",
-        "--trace",
-        path.to_str().unwrap(),
-        "--format",
-        "jsonl",
-    ]);
+    let summary = demo_on(&dir.path().join("quiet-day.jsonl"), &trace);
     assert_eq!(figure(&summary, "events replayed"), events, "{summary}");
     assert_eq!(figure(&summary, "events applied"), events, "{summary}");
     assert_eq!(figure(&summary, "events held"), 0, "{summary}");
@@ -147,17 +151,7 @@ fn a_real_trace_with_a_gap_of_four_days_is_applied_as_without_it() {
             }
             writeln!(trace, "{json}").unwrap();
         }
-        let path = dir.path().join(format!("gap-{gap_us}.jsonl"));
-        std::fs::write(&path, trace).unwrap();
-        jobcast_ok(&[
-            "demo",
-            "--http",
-            "127.0.0.1:0",
-            "--trace",
-            path.to_str().unwrap(),
-            "--format",
-            "jsonl",
-        ])
+        demo_on(&dir.path().join(format!("gap-{gap_us}.jsonl")), &trace)
     };
     let (plain, gapped) = (run(0), run(GAP_US));
     for label in ["events replayed", "events applied", "dead-lettered"] {
