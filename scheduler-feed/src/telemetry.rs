@@ -375,12 +375,12 @@ fn describe() {
     describe_counter!(
         EVENTS_HELD,
         Unit::Count,
-        "Input events held for being more than engine.max_future_skew_secs ahead of the event clock, until their partition confirms the jump (applied) or refutes it (dead-lettered, future_time)"
+        "Input events held for being more than engine.max_future_skew_secs ahead of the latest event time applied from any partition, until their partition confirms the jump (applied) or refutes it (dead-lettered, future_time)"
     );
     describe_gauge!(
         EVENTS_HELD_NOW,
         Unit::Count,
-        "Input events held far ahead of the event clock now"
+        "Input events held far ahead of every partition's latest event time now"
     );
     describe_gauge!(
         EVENT_CLOCK,

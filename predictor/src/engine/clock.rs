@@ -199,7 +199,10 @@ impl EventClock {
         let Some(skew) = self.skew_us else {
             return out;
         };
-        let first = self.partitions.values().all(|p| p.latest_us.is_none());
+        // Nothing applied yet: the first event has nothing to be ahead of
+        // (checked in full only while the frontier is at 0).
+        let first =
+            self.frontier_us == 0 && self.partitions.values().all(|p| p.latest_us.is_none());
         let mut reference = self.frontier_us;
         let p = self.partitions.entry(origin.partition).or_default();
         let ahead = |time: u64, reference: u64| !first && time > reference.saturating_add(skew);

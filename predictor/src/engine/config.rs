@@ -42,8 +42,9 @@ pub struct EngineConfig {
     pub risk: RiskSettings,
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
-    /// How far (seconds) an event's time may be ahead of the event clock
-    /// (`clock.rs`) before it counts as a jump: held until an event of
+    /// How far (seconds) an event's time may be ahead of the latest event
+    /// time applied from any partition (`clock.rs`) before it counts as a
+    /// jump: held until an event of
     /// another job or machine on its partition confirms it (then applied)
     /// or shows it stood alone (then refused, `future_time`). Also how far
     /// behind the time most partitions have reached a partition is idle.

@@ -242,7 +242,8 @@ impl Engine {
 
     /// Apply one event from `origin` (its input partition and offset).
     ///
-    /// An event far ahead of the clock is held (`Ok(Applied::Held)`), and
+    /// An event far ahead of every partition's latest event time is held
+    /// (`Ok(Applied::Held)`), and
     /// applied or refused when a later event settles it (this one, or
     /// another's): what the released events produce joins `effects`, and
     /// those refused are listed in [`Effects::refused`]. On rejection the event itself
