@@ -212,6 +212,17 @@ pub enum Phase {
     AttainedService,
 }
 
+impl Phase {
+    /// Every phase, in declaration order.
+    pub const ALL: [Phase; 5] = [
+        Phase::ThinBypass,
+        Phase::Sampling,
+        Phase::Estimated,
+        Phase::Arrival,
+        Phase::AttainedService,
+    ];
+}
+
 /// A scheduling decision for one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {

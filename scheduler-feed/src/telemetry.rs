@@ -27,6 +27,8 @@ pub const PREDICTION_COVERED: &str = "jobcast_prediction_quantile_covered_total"
 pub const ETA_ERROR: &str = "jobcast_eta_error_percent";
 pub const ETA_WITHIN_INTERVAL: &str = "jobcast_eta_within_interval_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
+pub const DECISIONS_OVERTAKEN: &str = "jobcast_decisions_overtaken_total";
+pub const DECISIONS_WAITING: &str = "jobcast_decisions_waiting";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
 pub const STORE_BYTES: &str = "jobcast_store_bytes";
@@ -381,6 +383,16 @@ fn describe() {
         EVENTS_HELD_NOW,
         Unit::Count,
         "Input events held far ahead of every partition's latest event time now"
+    );
+    describe_counter!(
+        DECISIONS_OVERTAKEN,
+        Unit::Count,
+        "Decisions that waited for engine.min_republish_ms and were overtaken by a newer one of their job (or its end): never published"
+    );
+    describe_gauge!(
+        DECISIONS_WAITING,
+        Unit::Count,
+        "Decisions waiting for engine.min_republish_ms to pass since their job's last published one"
     );
     describe_gauge!(
         EVENT_CLOCK,

@@ -541,8 +541,10 @@ fn a_running_instance_writes_a_consistent_backup_on_request() {
 }
 
 /// Fifty clients at once ask for the record of a 2^20-task job whose
-/// pilots all failed and were replaced (1,001 decisions of 1,000 pilots
-/// each, 8 MB): each gets a page (at most 256 KiB of decisions) or a 503
+/// pilots all failed and were replaced, each more than
+/// `engine.min_republish_ms` after the one before, so that each
+/// replacement went out (1,001 decisions of 1,000 pilots each, 8 MB):
+/// each gets a page (at most 256 KiB of decisions) or a 503
 /// within the request timeout, reads run a few at a time off the runtime,
 /// and the service's peak memory grows by what its read threads need, not
 /// by the history's size times the clients.
@@ -583,10 +585,11 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
         .map(|p| p.as_u64().unwrap() as u32)
         .collect();
     assert_eq!(pilots.len(), 1000, "pilots are capped at max_pilots");
-    // Each pilot starts and fails: each failure republishes the list.
+    // Each pilot starts and fails, a second after the one before: each
+    // failure republishes the list.
     let mut failures = Vec::new();
     for (i, &task_index) in pilots.iter().enumerate() {
-        let at = 2_000_000 + 2 * i as u64;
+        let at = 2_000_000 + 1_000_000 * i as u64;
         for (time_us, kind) in [(at, TaskKind::Schedule), (at + 1, TaskKind::Fail)] {
             failures.push(Event::Task(TaskEvent {
                 time_us,

@@ -60,6 +60,13 @@ pub struct EngineConfig {
     /// it is refused (`over_budget`). A job's declared width costs nothing
     /// until its tasks report.
     pub max_live_tasks: u64,
+    /// The least event time (ms) between two published decisions of a job
+    /// that differ only in their estimate or pilots (same phase, same
+    /// queue): a newer one waits for it, and only the newest goes out
+    /// (`pacing.rs`). One that changes the phase or queue, or that gives
+    /// pilots when the scheduler has none of the published ones left to
+    /// run, goes out at once. 0: every decision goes out.
+    pub min_republish_ms: u64,
 }
 
 impl EngineConfig {
@@ -107,6 +114,7 @@ impl Default for EngineConfig {
             max_future_skew_secs: 86_400,
             max_live_jobs: 500_000,
             max_live_tasks: 5_000_000,
+            min_republish_ms: 1_000,
         }
     }
 }

@@ -118,6 +118,9 @@ pub struct Effects {
     /// (or that a release found no sense in): to dead-letter, as an event
     /// refused on arrival is.
     pub refused: Vec<Refused>,
+    /// Decisions that waited for `engine.min_republish_ms` and were
+    /// overtaken (by a newer one, or the job's end): never published.
+    pub overtaken: u64,
 }
 
 impl Effects {
@@ -140,5 +143,6 @@ impl Effects {
         self.expired_jobs.clear();
         self.expired_machines.clear();
         self.refused.clear();
+        self.overtaken = 0;
     }
 }

@@ -113,6 +113,7 @@ impl Engine {
                 .collect();
             silent.sort_unstable();
             for job_id in silent {
+                self.forget_pacing(job_id, effects);
                 let mut job = self.jobs.remove(&job_id).expect("listed above");
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);

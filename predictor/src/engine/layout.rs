@@ -7,7 +7,8 @@ use jobcast_ingest::event::TaskKind;
 
 use crate::codec::{Reader, Writer};
 use crate::decision::{
-    Completion, Estimate, EstimateSource, PolicyKind, Quantiles, RuntimeQuantiles,
+    Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind, Quantiles,
+    RuntimeQuantiles,
 };
 use crate::features::FeatureKind;
 
@@ -17,6 +18,8 @@ use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 const JOB_LAYOUT: u8 = 3;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
+/// First byte of [`Decision::to_bytes`], changed with the layout.
+const DECISION_LAYOUT: u8 = 1;
 
 const JOB_STATES: [JobState; 6] = [
     JobState::Running,
@@ -63,15 +66,7 @@ impl JobRecord {
             out.put_f64(error.log_ratio);
             out.put_f64(error.abs_pct);
         }
-        match &self.eta {
-            None => out.put_u8(0),
-            Some(eta) => {
-                out.put_u8(1);
-                for v in [eta.at_us, eta.p10_us, eta.p50_us, eta.p90_us] {
-                    out.put_u64(v);
-                }
-            }
-        }
+        put_completion(&mut out, self.eta.as_ref());
         out
     }
 
@@ -108,19 +103,99 @@ impl JobRecord {
             };
             record.errors.insert(policy, error);
         }
-        let at = r.at();
-        record.eta = match r.u8()? {
-            0 => None,
-            1 => Some(Completion {
-                at_us: r.u64()?,
-                p10_us: r.u64()?,
-                p50_us: r.u64()?,
-                p90_us: r.u64()?,
-            }),
-            tag => return Err(format!("byte {at}: no ETA with tag {tag}")),
-        };
+        record.eta = read_completion(&mut r)?;
         r.finish()?;
         Ok(record)
+    }
+}
+
+impl Decision {
+    /// A binary form, in field order: layout (1), `job_id` (u64),
+    /// `version` (u32), `queue` (u8), `phase` (its index in
+    /// [`Phase::ALL`]), `estimate` (0, or 1 and the estimate as in a job
+    /// record), `policy` (its index in [`PolicyKind::ALL`]), `pilots` (u32
+    /// count, then each u32), `eta` (as in a job record). The engine's
+    /// snapshot keeps decisions waiting to be published in it.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(160 + 4 * self.pilots.len());
+        out.put_u8(DECISION_LAYOUT);
+        out.put_u64(self.job_id);
+        out.put_u32(self.version);
+        out.put_u8(self.queue);
+        out.put_u8(index(&Phase::ALL, self.phase));
+        match &self.estimate {
+            None => out.put_u8(0),
+            Some(estimate) => {
+                out.put_u8(1);
+                put_estimate(&mut out, estimate);
+            }
+        }
+        out.put_u8(index(&PolicyKind::ALL, self.policy));
+        out.put_u32(self.pilots.len() as u32);
+        for &pilot in &self.pilots {
+            out.put_u32(pilot);
+        }
+        put_completion(&mut out, self.eta.as_ref());
+        out
+    }
+
+    /// Read back [`Self::to_bytes`]; what is wrong, and at which byte,
+    /// otherwise.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Decision, String> {
+        let mut r = Reader::new(bytes);
+        r.layout("decision", DECISION_LAYOUT)?;
+        let job_id = r.u64()?;
+        let version = r.u32()?;
+        let queue = r.u8()?;
+        let phase = r.index_of(&Phase::ALL, "phase")?;
+        let at = r.at();
+        let estimate = match r.u8()? {
+            0 => None,
+            1 => Some(read_estimate(&mut r)?),
+            tag => return Err(format!("byte {at}: no estimate with tag {tag}")),
+        };
+        let policy = r.index_of(&PolicyKind::ALL, "policy")?;
+        let pilots = (0..r.u32()?)
+            .map(|_| r.u32())
+            .collect::<Result<Vec<u32>, String>>()?;
+        let eta = read_completion(&mut r)?;
+        r.finish()?;
+        Ok(Decision {
+            job_id,
+            version,
+            queue,
+            phase,
+            estimate,
+            policy,
+            pilots,
+            eta,
+        })
+    }
+}
+
+fn put_completion(out: &mut Vec<u8>, eta: Option<&Completion>) {
+    match eta {
+        None => out.put_u8(0),
+        Some(eta) => {
+            out.put_u8(1);
+            for v in [eta.at_us, eta.p10_us, eta.p50_us, eta.p90_us] {
+                out.put_u64(v);
+            }
+        }
+    }
+}
+
+fn read_completion(r: &mut Reader<'_>) -> Result<Option<Completion>, String> {
+    let at = r.at();
+    match r.u8()? {
+        0 => Ok(None),
+        1 => Ok(Some(Completion {
+            at_us: r.u64()?,
+            p10_us: r.u64()?,
+            p50_us: r.u64()?,
+            p90_us: r.u64()?,
+        })),
+        tag => Err(format!("byte {at}: no ETA with tag {tag}")),
     }
 }
 
@@ -349,6 +424,33 @@ mod tests {
         }
     }
 
+    prop_compose! {
+        fn decision()(
+            ids in any::<(u64, u32, u8)>(),
+            phase in proptest::sample::select(Phase::ALL.to_vec()),
+            estimate in proptest::option::of(estimate()),
+            policy in policy(),
+            pilots in proptest::collection::vec(any::<u32>(), 0..50),
+            eta in any::<Option<(u64, u64, u64, u64)>>(),
+        ) -> Decision {
+            Decision {
+                job_id: ids.0,
+                version: ids.1,
+                queue: ids.2,
+                phase,
+                estimate,
+                policy,
+                pilots,
+                eta: eta.map(|(at_us, p10_us, p50_us, p90_us)| Completion {
+                    at_us,
+                    p10_us,
+                    p50_us,
+                    p90_us,
+                }),
+            }
+        }
+    }
+
     proptest! {
         /// Every record reads back as written (compared as bytes, so that
         /// NaN estimates compare too), and every shorter prefix is refused.
@@ -368,6 +470,16 @@ mod tests {
             prop_assert_eq!(TaskRecord::from_bytes(&bytes), Ok(record));
             for cut in 0..bytes.len() {
                 prop_assert!(TaskRecord::from_bytes(&bytes[..cut]).is_err());
+            }
+        }
+
+        #[test]
+        fn decisions_read_back_as_written(decision in decision()) {
+            let bytes = decision.to_bytes();
+            let back = Decision::from_bytes(&bytes).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(back.to_bytes(), bytes.clone());
+            for cut in 0..bytes.len() {
+                prop_assert!(Decision::from_bytes(&bytes[..cut]).is_err());
             }
         }
     }

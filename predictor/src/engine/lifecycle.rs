@@ -19,6 +19,7 @@ use super::{Engine, LiveJob};
 impl Engine {
     pub(super) fn submit(
         &mut self,
+        partition: i32,
         job: &JobSubmitted,
         effects: &mut Effects,
     ) -> Result<(), Rejection> {
@@ -72,10 +73,12 @@ impl Engine {
                 runtimes: BTreeMap::new(),
                 last_event_us: job.time_us,
                 progress,
+                partition,
+                pacing: Default::default(),
             },
         );
         for decision in published {
-            self.publish(decision, job.time_us, effects);
+            self.offer(decision, job.time_us, effects);
         }
         effects.jobs.mark(job.job_id);
         Ok(())
@@ -221,7 +224,7 @@ impl Engine {
             }
         }
         for decision in published {
-            self.publish(decision, event.time_us, effects);
+            self.offer(decision, event.time_us, effects);
         }
         effects.jobs.mark(event.job_id);
         Ok(())
@@ -229,6 +232,7 @@ impl Engine {
 
     pub(super) fn end(&mut self, end: &JobEnded, effects: &mut Effects) -> Result<(), Rejection> {
         self.live_job(end.job_id, end.time_us)?;
+        self.forget_pacing(end.job_id, effects);
         let mut job = self.jobs.remove(&end.job_id).expect("checked above");
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {

@@ -36,6 +36,7 @@ mod eta;
 mod expiry;
 pub mod layout;
 mod lifecycle;
+mod pacing;
 mod records;
 mod risk;
 mod snapshot;
@@ -76,6 +77,10 @@ struct LiveJob {
     runtimes: BTreeMap<u32, u64>,
     last_event_us: u64,
     progress: eta::Progress,
+    /// The input partition of its submission, whose events publish its
+    /// waiting decision (`pacing.rs`).
+    partition: i32,
+    pacing: pacing::Pacing,
 }
 
 pub struct Engine {
@@ -110,6 +115,9 @@ pub struct Engine {
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
+    /// `engine.min_republish_ms` in µs, and the decisions waiting for it.
+    min_republish_us: u64,
+    due: pacing::DueQueue,
 }
 
 impl Engine {
@@ -180,6 +188,8 @@ impl Engine {
             capacity_cpus: 0.0,
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
+            min_republish_us: config.min_republish_ms.saturating_mul(1000),
+            due: pacing::DueQueue::default(),
         })
     }
 
@@ -238,6 +248,11 @@ impl Engine {
     /// confirm or refute the jump.
     pub fn held_events(&self) -> usize {
         self.clock.held_events()
+    }
+
+    /// Decisions waiting for `engine.min_republish_ms` (`pacing.rs`).
+    pub fn waiting_decisions(&self) -> usize {
+        self.due.len()
     }
 
     /// Apply one event from `origin` (its input partition and offset).
@@ -305,14 +320,20 @@ impl Engine {
         event: &Event,
         effects: &mut Effects,
     ) -> Result<(), Rejection> {
+        let mut of_job = None;
         match event {
-            Event::JobSubmitted(job) => self.submit(job, effects)?,
-            Event::Task(task) => self.task_event(task, effects)?,
+            Event::JobSubmitted(job) => self.submit(origin.partition, job, effects)?,
+            Event::Task(task) => {
+                self.task_event(task, effects)?;
+                of_job = Some(task.job_id);
+            }
             Event::JobEnded(end) => self.end(end, effects)?,
             Event::Machine(machine) => self.machine_event(machine, effects),
         }
         self.clock.applied(origin.partition, event.time_us());
-        self.refresh_risks(self.clock.cap_us(event.time_us()), effects);
+        let now_us = self.clock.cap_us(event.time_us());
+        self.publish_due(origin.partition, now_us, of_job, effects);
+        self.refresh_risks(now_us, effects);
         self.expire_silent(effects);
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;

@@ -133,6 +133,14 @@ pub struct TaskRecord {
     pub machine_id: Option<u64>,
 }
 
+impl TaskRecord {
+    /// Whether its last attempt ended and none runs now: a scheduler has
+    /// nothing of it left to run, unless it starts it again.
+    pub fn ended(&self) -> bool {
+        self.running_since_us.is_none() && self.last.ends_attempt()
+    }
+}
+
 /// A machine or cloud VM: the `machines` column family.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineRecord {

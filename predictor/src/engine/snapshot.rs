@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::clock::ClockState;
 use super::eta::Progress;
+use super::pacing::Pacing;
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
@@ -31,7 +32,7 @@ use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 9;
+pub const SNAPSHOT_FORMAT: u32 = 10;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +95,8 @@ struct LiveJobState {
     runtimes: BTreeMap<u32, u64>,
     last_event_us: u64,
     progress: Progress,
+    partition: i32,
+    pacing: Pacing,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -215,6 +218,8 @@ impl Engine {
                         runtimes: job.runtimes.clone(),
                         last_event_us: job.last_event_us,
                         progress: job.progress.clone(),
+                        partition: job.partition,
+                        pacing: job.pacing.clone(),
                     },
                 )
             })
@@ -307,6 +312,8 @@ impl Engine {
                     runtimes: job.runtimes,
                     last_event_us: job.last_event_us,
                     progress: job.progress,
+                    partition: job.partition,
+                    pacing: job.pacing,
                 };
                 Ok((id, live))
             })
@@ -329,6 +336,7 @@ impl Engine {
         engine.next_sweep_us = state.next_sweep_us;
         engine.etas = state.etas.into_owned();
         engine.capacity_cpus = state.capacity_cpus;
+        engine.rebuild_due();
         Ok(engine)
     }
 }

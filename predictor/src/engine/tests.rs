@@ -1175,3 +1175,133 @@ fn finished_jobs_calibrate_later_etas_and_score_their_first() {
     copy.apply(AT, &submit(99, t, 4), &mut b).unwrap();
     assert_eq!(decisions(&a), decisions(&b));
 }
+
+/// Another partition than [`AT`]'s.
+const ELSEWHERE: Origin = Origin {
+    partition: 1,
+    offset: 0,
+};
+
+/// A job of 2,000 tasks submitted at 1 ms, all its pilots started at 2 ms:
+/// the engine and the pilots.
+fn sampling_job(config: &EngineConfig) -> (Engine, Vec<u32>) {
+    let mut engine = Engine::new(config).unwrap();
+    let mut effects = Effects::default();
+    engine
+        .apply(AT, &submit(1, 1_000, 2_000), &mut effects)
+        .unwrap();
+    let pilots = decisions(&effects)[0].pilots.clone();
+    assert!(pilots.len() > 10, "{} pilots", pilots.len());
+    for &p in &pilots {
+        engine
+            .apply(AT, &task(1, p, 2_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    (engine, pilots)
+}
+
+/// Fail `pilots` one after the other, from 3 ms on, 1 µs apart.
+fn fail(engine: &mut Engine, pilots: &[u32], effects: &mut Effects) {
+    for (i, &p) in pilots.iter().enumerate() {
+        engine
+            .apply(AT, &task(1, p, 3_000 + i as u64, "fail"), effects)
+            .unwrap();
+    }
+}
+
+#[test]
+fn pilot_replacements_wait_for_the_interval_and_only_the_newest_goes_out() {
+    let config = EngineConfig::default();
+    let (mut engine, pilots) = sampling_job(&config);
+    let half = &pilots[..pilots.len() / 2];
+    let mut effects = Effects::default();
+    fail(&mut engine, half, &mut effects);
+    assert!(decisions(&effects).is_empty(), "each replacement waits");
+    assert_eq!(effects.overtaken, half.len() as u64 - 1);
+    assert_eq!(engine.waiting_decisions(), 1);
+
+    // Another partition's events do not publish it, even past its due time.
+    engine
+        .apply(ELSEWHERE, &plain_machine(7, 1_001_000), &mut effects)
+        .unwrap();
+    assert!(decisions(&effects).is_empty());
+    // Its own partition's first event at its due time (1 s after the
+    // decision published at 1 ms) does, as of that time.
+    engine
+        .apply(AT, &plain_machine(8, 1_000_999), &mut effects)
+        .unwrap();
+    assert!(decisions(&effects).is_empty(), "before its due time");
+    engine
+        .apply(AT, &plain_machine(9, 1_001_000), &mut effects)
+        .unwrap();
+    let out = decisions(&effects);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].version, 1 + half.len() as u32, "the newest");
+    assert_eq!(out[0].phase, Phase::Sampling);
+    let replaced: BTreeSet<u32> = out[0].pilots.iter().copied().collect();
+    assert!(half.iter().all(|p| !replaced.contains(p)));
+    assert!(pilots[half.len()..].iter().all(|p| replaced.contains(p)));
+    assert_eq!(engine.waiting_decisions(), 0);
+}
+
+#[test]
+fn a_replacement_goes_out_at_once_when_no_published_pilot_is_left_to_run() {
+    let config = EngineConfig::default();
+    let (mut engine, pilots) = sampling_job(&config);
+    let mut effects = Effects::default();
+    fail(&mut engine, &pilots, &mut effects);
+    // Every published pilot failed: the scheduler would have nothing of
+    // the job to run until the interval passed.
+    let out = decisions(&effects);
+    assert_eq!(out.len(), 1, "only the last, at once");
+    assert_eq!(out[0].version, 1 + pilots.len() as u32);
+    assert!(out[0].pilots.iter().all(|p| !pilots.contains(p)));
+    assert_eq!(effects.overtaken, pilots.len() as u64 - 1);
+    assert_eq!(engine.waiting_decisions(), 0);
+}
+
+#[test]
+fn without_an_interval_every_replacement_goes_out() {
+    let config = EngineConfig {
+        min_republish_ms: 0,
+        ..EngineConfig::default()
+    };
+    let (mut engine, pilots) = sampling_job(&config);
+    let mut effects = Effects::default();
+    fail(&mut engine, &pilots, &mut effects);
+    let versions: Vec<u32> = decisions(&effects).iter().map(|d| d.version).collect();
+    assert_eq!(versions, (2..=1 + pilots.len() as u32).collect::<Vec<_>>());
+    assert_eq!(effects.overtaken, 0);
+}
+
+#[test]
+fn a_waiting_decision_survives_a_snapshot_and_dies_with_its_job() {
+    let config = EngineConfig::default();
+    let (mut engine, pilots) = sampling_job(&config);
+    let mut effects = Effects::default();
+    fail(&mut engine, &pilots[..3], &mut effects);
+    let mut copy = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(copy.waiting_decisions(), 1);
+    let mut published = Vec::new();
+    for engine in [&mut engine, &mut copy] {
+        let mut effects = Effects::default();
+        engine
+            .apply(AT, &plain_machine(9, 1_001_000), &mut effects)
+            .unwrap();
+        published.push(decisions(&effects).into_iter().cloned().collect::<Vec<_>>());
+    }
+    assert_eq!(published[0].len(), 1);
+    assert_eq!(published[0], published[1]);
+
+    // A job that ends drops what waits for it.
+    let (mut engine, pilots) = sampling_job(&config);
+    let mut effects = Effects::default();
+    fail(&mut engine, &pilots[..3], &mut effects);
+    engine.apply(AT, &end(1, 4_000, "kill"), &mut effects).unwrap();
+    assert_eq!(engine.waiting_decisions(), 0);
+    assert_eq!(effects.overtaken, 3);
+    engine
+        .apply(AT, &plain_machine(9, 1_001_000), &mut effects)
+        .unwrap();
+    assert!(decisions(&effects).is_empty());
+}

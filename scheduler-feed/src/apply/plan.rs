@@ -93,6 +93,24 @@ pub struct JobView {
     pub time_limit_s: Option<u64>,
 }
 
+impl JobView {
+    /// Its pending tasks, as a target: the whole job while none runs
+    /// (one update), else task by task (a running task keeps the limit it
+    /// started with).
+    pub fn pending_target(&self) -> Target {
+        if self.running == 0 {
+            Target::Job
+        } else {
+            Target::Tasks(
+                self.pending
+                    .iter()
+                    .flat_map(|g| g.tasks.iter().copied())
+                    .collect(),
+            )
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     /// Task indices, as jobcast numbers them.
@@ -127,8 +145,8 @@ pub struct Action {
 pub enum Change {
     /// Where the pending tasks stand.
     Standing(Standing),
-    /// The time limit of each of the job's tasks, s.
-    TimeLimitS(u64),
+    /// The time limit of each of the targeted tasks, s (none: unlimited).
+    TimeLimitS(Option<u64>),
 }
 
 /// Time limits from the estimates (module doc).
@@ -249,17 +267,11 @@ pub fn plan(
             && let Some(limit) = decision.estimate.and_then(|e| walltime.limit_s(&e))
             && job.job.time_limit_s.is_none_or(|held| limit < held)
         {
-            // Its pending tasks only: the whole job while none runs.
-            let target = if job.job.running == 0 {
-                Target::Job
-            } else {
-                Target::Tasks(job.pending().collect())
-            };
             actions.push(Action {
                 job_id: job.job_id,
                 version,
-                target,
-                change: Change::TimeLimitS(limit),
+                target: job.job.pending_target(),
+                change: Change::TimeLimitS(Some(limit)),
             });
         }
         let head = next.get(&job.job_id).map_or(&[][..], Vec::as_slice);
@@ -297,6 +309,23 @@ pub fn hand_back(view: &View) -> Vec<Action> {
             version: 0,
             target: Target::Job,
             change: Change::Standing(Standing::Own),
+        })
+        .collect()
+}
+
+/// The time limits an applier lowered put back as they were (`original`,
+/// by job: `slurm apply --hand-back`), on the jobs with pending tasks.
+pub fn restore_limits(view: &View, original: &BTreeMap<u64, Option<u64>>) -> Vec<Action> {
+    original
+        .iter()
+        .filter_map(|(&job_id, &limit)| {
+            let job = view.jobs.get(&job_id).filter(|j| !j.pending.is_empty())?;
+            Some(Action {
+                job_id,
+                version: 0,
+                target: job.pending_target(),
+                change: Change::TimeLimitS(limit),
+            })
         })
         .collect()
 }
@@ -424,7 +453,7 @@ mod tests {
             let standing = match action.change {
                 Change::Standing(standing) => standing,
                 Change::TimeLimitS(limit) => {
-                    job.time_limit_s = Some(limit);
+                    job.time_limit_s = limit;
                     continue;
                 }
             };
@@ -742,7 +771,7 @@ mod tests {
         };
         // 2 × 150 s = 300 s, five minutes: set where unlimited.
         let decisions = newest(std::slice::from_ref(&placed));
-        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(300)]);
+        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(Some(300))]);
         let actions = plan(&decisions, &view, &queues, Some(&walltime));
         assert_eq!(
             actions[0].target,
@@ -757,14 +786,14 @@ mod tests {
         // A longer one is lowered; rounded up to the step, never below the
         // floor.
         short.jobs.get_mut(&7).unwrap().time_limit_s = Some(3600);
-        assert_eq!(limits(&decisions, &short), [Change::TimeLimitS(300)]);
+        assert_eq!(limits(&decisions, &short), [Change::TimeLimitS(Some(300))]);
         let mut tiny = estimate;
         tiny.set_quantiles(Quantiles::from_array([0.001; 4]));
         let decisions = newest(&[Decision {
             estimate: Some(tiny),
             ..placed.clone()
         }]);
-        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(60)]);
+        assert_eq!(limits(&decisions, &view), [Change::TimeLimitS(Some(60))]);
         let odd = Walltime {
             margin: 1.01,
             ..walltime

@@ -76,6 +76,11 @@ struct Saved<M> {
     /// not released): handed back again by the next hand-back or start.
     #[serde(default)]
     handing_back: BTreeSet<u64>,
+    /// The time limit (s; none: unlimited) each job's pending tasks had
+    /// before the applier first lowered it, recorded before it does, put
+    /// back by a hand-back; forgotten with the job.
+    #[serde(default)]
+    limits: BTreeMap<u64, Option<u64>>,
 }
 
 /// One action of a tick, and how it went.
@@ -221,9 +226,9 @@ impl<S: Scheduler> Applier<S> {
             .scheduler
             .observe(&mut self.saved.scheduler)
             .map_err(ApplyError::Observe)?;
-        self.saved
-            .newest
-            .retain(|job| view.jobs.contains_key(&job) || view.unreadable.contains(&job));
+        let held = |job: u64| view.jobs.contains_key(&job) || view.unreadable.contains(&job);
+        self.saved.newest.retain(held);
+        self.saved.limits.retain(|&job, _| held(job));
         ticked.jobs = self.saved.newest.len();
         let actions = plan(
             &self.saved.newest,
@@ -238,15 +243,34 @@ impl<S: Scheduler> Applier<S> {
             }
             return Ok(ticked);
         }
+        // A job's limit before the applier first lowers it, kept before
+        // any is lowered: a hand-back puts it back, even after a kill.
+        for action in &actions {
+            if let Change::TimeLimitS(_) = action.change
+                && let Some(job) = view.jobs.get(&action.job_id)
+            {
+                self.saved
+                    .limits
+                    .entry(action.job_id)
+                    .or_insert(job.time_limit_s);
+            }
+        }
+        self.save()?;
         for action in actions {
             ticked.outcomes.push(self.carry_out(action));
         }
+        self.save()?;
+        Ok(ticked)
+    }
+
+    /// Write the state, unless it is as last written.
+    fn save(&mut self) -> Result<(), ApplyError> {
         let now = serde_json::to_vec(&self.saved).expect("the state serialises");
         if now != self.written {
             state_file::save(&self.options.state, &self.saved).map_err(ApplyError::State)?;
             self.written = now;
         }
-        Ok(ticked)
+        Ok(())
     }
 
     fn carry_out(&mut self, action: Action) -> Outcome {
@@ -296,6 +320,23 @@ fn finish_hand_back<S: Scheduler>(
     all: bool,
 ) -> Result<Vec<Outcome>, String> {
     let view = scheduler.observe(&mut saved.scheduler)?;
+    // Limits first: a job handed back (Slurm: held, then released) may
+    // start at once, with the limit it has then.
+    let restores = if all {
+        super::plan::restore_limits(&view, &saved.limits)
+    } else {
+        Vec::new()
+    };
+    let mut outcomes = Vec::new();
+    for action in restores {
+        let job = action.job_id;
+        let outcome = carry_out(scheduler, &saved.scheduler, action, attempts, dry_run);
+        if outcome.done {
+            saved.limits.remove(&job);
+            state_file::save(state, saved)?;
+        }
+        outcomes.push(outcome);
+    }
     let mut jobs: BTreeSet<u64> = saved
         .handing_back
         .iter()
@@ -306,22 +347,19 @@ fn finish_hand_back<S: Scheduler>(
         jobs.extend(super::plan::hand_back(&view).iter().map(|a| a.job_id));
     }
     if dry_run {
-        return Ok(jobs
-            .into_iter()
-            .map(|job| {
-                carry_out(
-                    scheduler,
-                    &saved.scheduler,
-                    handing_back(job),
-                    attempts,
-                    true,
-                )
-            })
-            .collect());
+        outcomes.extend(jobs.into_iter().map(|job| {
+            carry_out(
+                scheduler,
+                &saved.scheduler,
+                handing_back(job),
+                attempts,
+                true,
+            )
+        }));
+        return Ok(outcomes);
     }
     saved.handing_back = jobs.clone();
     state_file::save(state, saved)?;
-    let mut outcomes = Vec::new();
     for job in jobs {
         let outcome = carry_out(
             scheduler,
@@ -620,6 +658,103 @@ mod tests {
         assert_eq!(calls, "hold 5\nrelease 5\nhold 5\nrelease 5\n");
         listed(1);
         assert!(hand_back(&mut slurm, &state, 1, false).unwrap().is_empty());
+    }
+
+    /// A walltime lowers a pending job's limit (30 min) after the applier
+    /// has recorded it in its state; a hand-back puts it back, before it
+    /// hands the job back, and forgets it once done. Unlimited jobs get
+    /// `UNLIMITED` back.
+    #[test]
+    fn a_hand_back_puts_back_the_limits_the_applier_lowered() {
+        use std::os::unix::fs::PermissionsExt;
+
+        use jobcast_predictor::decision::{Estimate, EstimateSource, Quantiles};
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("decisions", 1, 1).unwrap();
+        let kafka = KafkaSettings::new(mock.bootstrap_servers());
+        // Mean task runtime 60 s, its P99 90 s: a limit of 2 minutes.
+        let mut estimate = Estimate::new(60e6, 60e6, 0.0, EstimateSource::Pilots { pilots: 2 });
+        estimate.set_quantiles(Quantiles::from_array([1.0, 1.2, 1.3, 1.5]));
+        let placed = |job_id: u64| {
+            serde_json::to_vec(&Decision {
+                job_id,
+                version: 2,
+                queue: 1,
+                phase: Phase::Estimated,
+                estimate: Some(estimate),
+                policy: PolicyKind::SLearn,
+                pilots: Vec::new(),
+                eta: None,
+            })
+            .unwrap()
+        };
+        publish(&kafka, &[placed(5), placed(6)]);
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("scontrol.log");
+        let script = dir.path().join("scontrol");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let snapshot = dir.path().join("squeue.json");
+        let listed = |limits: (&str, &str), priority: u32| {
+            let job = |id: u64, limit: &str| {
+                format!(
+                    r#"{{"job_id": {id}, "job_state": "PENDING", "submit_time": 1, "priority": {priority}{limit}}}"#
+                )
+            };
+            std::fs::write(
+                &snapshot,
+                format!(r#"{{"jobs": [{}, {}]}}"#, job(5, limits.0), job(6, limits.1)),
+            )
+            .unwrap();
+        };
+        let slurm = || Slurm {
+            squeue: vec!["cat".into(), snapshot.display().to_string()],
+            scontrol: vec![script.display().to_string()],
+            base: 1000,
+            levels: 10,
+            scope: Scope::default(),
+        };
+        // Job 5 has 30 minutes, job 6 no limit.
+        listed((r#", "time_limit": 30"#, ""), 1);
+        let state = dir.path().join("state.json");
+        let mut options = options(&state);
+        options.walltime = Some(Walltime {
+            quantile: 3,
+            margin: 1.0,
+            min_s: 60,
+            step_s: 60,
+        });
+        let mut applier = Applier::open(&kafka, options, slurm()).unwrap();
+        applier.tick().unwrap();
+        drop(applier);
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            calls.contains("update JobId=5 TimeLimit=2\n")
+                && calls.contains("update JobId=6 TimeLimit=2\n"),
+            "{calls}"
+        );
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        assert_eq!(saved["limits"], serde_json::json!({"5": 1800, "6": null}));
+
+        // Slurm now shows the lowered limits, and the standings set.
+        listed((r#", "time_limit": 2"#, r#", "time_limit": 2"#), 1009);
+        std::fs::remove_file(&log).unwrap();
+        let handed = hand_back(&mut slurm(), &state, 1, false).unwrap();
+        assert!(handed.iter().all(|o| o.done), "{handed:?}");
+        let calls = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            calls,
+            "update JobId=5 TimeLimit=30\nupdate JobId=6 TimeLimit=UNLIMITED\n\
+             hold 5\nrelease 5\nhold 6\nrelease 6\n"
+        );
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        assert_eq!(saved["limits"], serde_json::json!({}));
     }
 
     /// Decisions published longer ago than the age set are not acted on;

@@ -105,7 +105,8 @@ impl Slurm {
                     ]);
                 }
             },
-            Change::TimeLimitS(secs) => format!("TimeLimit={}", secs.div_ceil(60)),
+            Change::TimeLimitS(Some(secs)) => format!("TimeLimit={}", secs.div_ceil(60)),
+            Change::TimeLimitS(None) => "TimeLimit=UNLIMITED".into(),
         };
         Ok(vec![vec!["update".into(), format!("JobId={job}"), change]])
     }
@@ -283,7 +284,7 @@ mod tests {
             job_id: 42,
             version: 3,
             target: Target::Job,
-            change: Change::TimeLimitS(300),
+            change: Change::TimeLimitS(Some(300)),
         };
         let tracker = SlurmTracker::default();
         assert_eq!(
@@ -291,12 +292,20 @@ mod tests {
             "scontrol update JobId=42 TimeLimit=5"
         );
         let action = Action {
-            change: Change::TimeLimitS(61),
+            change: Change::TimeLimitS(Some(61)),
             ..action
         };
         assert_eq!(
             slurm.describe(&tracker, &action).unwrap(),
             "scontrol update JobId=42 TimeLimit=2"
+        );
+        let action = Action {
+            change: Change::TimeLimitS(None),
+            ..action
+        };
+        assert_eq!(
+            slurm.describe(&tracker, &action).unwrap(),
+            "scontrol update JobId=42 TimeLimit=UNLIMITED"
         );
     }
 

@@ -245,6 +245,8 @@ impl Pipeline<'_> {
         let outputs = ours.into_iter().flat_map(|range| &effects.outputs[range]);
         self.summary.decisions +=
             tally.finish(&self.shared, outputs, stages, self.engine.live_jobs());
+        metrics::counter!(telemetry::DECISIONS_OVERTAKEN).increment(effects.overtaken);
+        metrics::gauge!(telemetry::DECISIONS_WAITING).set(self.engine.waiting_decisions() as f64);
         let held = self.engine.held_events();
         metrics::gauge!(telemetry::EVENTS_HELD_NOW).set(held as f64);
         self.shared
