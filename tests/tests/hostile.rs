@@ -553,6 +553,82 @@ fn three_hundred_submissions_of_a_million_tasks_each_stay_small_and_restore() {
     again.terminate();
 }
 
+/// A 2^20-task job whose thousand pilots start and fail 2 µs apart (2,000
+/// events): each failure replaces a pilot, yet the job's decisions go out
+/// paced (`engine.min_republish_ms`): the first replacement (a second
+/// after the submission) at once; the newest of the others waits while the
+/// scheduler has a published pilot left to run (the first replacement),
+/// and goes out with the partition's first event a second later. Three
+/// decisions of about 8 kB, not a thousand, and the last names no failed
+/// pilot.
+#[test]
+fn a_wide_jobs_pilot_failures_publish_a_few_decisions_not_one_each() {
+    const JOB: u64 = 1;
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 1);
+    let submit = format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":1000000,"job_id":{JOB},"user":"u","job_name":"wide","logical_name":"wide","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1048576}}"#
+    );
+    cluster.produce(&topics.events, &[(JOB.to_string(), submit.into_bytes())]);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
+    serve.wait_consumed(1, WAIT);
+    let pilots: Vec<u64> = decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 1)]["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert_eq!(pilots.len(), 1000);
+    let mut failures = Vec::new();
+    for (i, task) in pilots.iter().enumerate() {
+        let at = 2_000_000 + 2 * i as u64;
+        for (time_us, kind) in [(at, "schedule"), (at + 1, "fail")] {
+            let json = format!(
+                r#"{{"v":1,"type":"task","time_us":{time_us},"job_id":{JOB},"task_index":{task},"kind":"{kind}"}}"#
+            );
+            failures.push((JOB.to_string(), json.into_bytes()));
+        }
+    }
+    cluster.produce(&topics.events, &failures);
+    serve.wait_consumed(1 + failures.len() as u64, WAIT);
+    let versions = || -> Vec<u64> {
+        decisions(&cluster.brokers(), &topics.decisions)
+            .keys()
+            .map(|&(_, v)| v)
+            .collect()
+    };
+    assert_eq!(versions(), [1, 2], "the newest waits");
+    assert_eq!(serve.metric("jobcast_decisions_waiting"), 1.0);
+    // The first replacement starts a second after it went out.
+    let first_replacement = decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 2)]
+        ["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .find(|p| !pilots.contains(p))
+        .unwrap();
+    let start = format!(
+        r#"{{"v":1,"type":"task","time_us":3000001,"job_id":{JOB},"task_index":{first_replacement},"kind":"schedule"}}"#
+    );
+    cluster.produce(&topics.events, &[(JOB.to_string(), start.into_bytes())]);
+    serve.wait_consumed(2 + failures.len() as u64, WAIT);
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    assert_eq!(versions(), [1, 2, 1001], "paced");
+    let last: Vec<u64> = published[&(JOB, 1001)]["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert_eq!(last.len(), 1000);
+    assert!(last.iter().all(|p| !pilots.contains(p)), "no failed pilot");
+    assert_eq!(serve.metric("jobcast_decisions_overtaken_total"), 998.0);
+    assert_eq!(serve.metric("jobcast_decisions_waiting"), 0.0);
+    serve.terminate();
+}
+
 /// An unusable message just under the producer's default
 /// `message.max.bytes` (1,000,000): its dead letter, headers added, would
 /// not fit and could never be produced, and its partition would stop
