@@ -57,7 +57,10 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
             .iter()
             .map(|d| d["version"].as_u64().unwrap())
             .collect();
-        assert_eq!(versions, (1..=versions.len() as u64).collect::<Vec<_>>());
+        // From 1 on, rising; a refinement overtaken while it waited for
+        // `engine.min_republish_ms` leaves a gap.
+        assert_eq!(versions.first(), Some(&1), "job {job_id}");
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
         for d in job["decisions"].as_array().unwrap() {
             let key = (job_id, d["version"].as_u64().unwrap());
             assert_eq!(published.get(&key), Some(d), "job {job_id}");

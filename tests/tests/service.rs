@@ -173,7 +173,9 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     }
 
     // Stored job records equal the reference engine's; every submitted job
-    // has decisions, versions 1, 2, … in order, all on the decisions topic.
+    // has decisions, from version 1 on, rising (a refinement overtaken
+    // while it waited for `engine.min_republish_ms` leaves a gap), all on
+    // the decisions topic.
     let store = StateStore::open(&path, false).unwrap();
     let published = decisions(&cluster.brokers(), &topics.decisions);
     assert!(!jobs.is_empty());
@@ -194,9 +196,14 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
         );
         let stored = store.decisions::<serde_json::Value>(job_id).unwrap();
         assert!(!stored.is_empty(), "job {job_id} has no decision");
+        let mut previous = 0;
         for (i, d) in stored.iter().enumerate() {
             let version = d["version"].as_u64().unwrap();
-            assert_eq!(version as usize, i + 1, "job {job_id}");
+            assert!(
+                version > previous && (i > 0 || version == 1),
+                "job {job_id}: v{version} after v{previous}"
+            );
+            previous = version;
             assert_eq!(published.get(&(job_id, version)), Some(d), "job {job_id}");
             // An estimate carries rising quantiles of the mean and the size.
             if !d["estimate"].is_null() {

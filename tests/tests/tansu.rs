@@ -73,10 +73,12 @@ fn replay_serve_and_query_on_a_real_broker() {
             .iter()
             .map(|d| d["version"].as_u64().unwrap())
             .collect();
-        assert_eq!(
-            versions,
-            (1..=versions.len() as u64).collect::<Vec<_>>(),
-            "job {job_id}"
+        // From 1 on, rising: a refinement overtaken while it waited for
+        // `engine.min_republish_ms` leaves a gap.
+        assert_eq!(versions.first(), Some(&1), "job {job_id}");
+        assert!(
+            versions.windows(2).all(|w| w[0] < w[1]),
+            "job {job_id}: {versions:?}"
         );
         let (status, body) = serve.get(&format!("/jobs/{job_id}"));
         assert_eq!(status, 200);
