@@ -114,6 +114,11 @@ pub struct StorageConfig {
     /// Online backups kept: once a new one is written, the oldest beyond
     /// this many are deleted.
     pub backup_keep: usize,
+    /// Bytes kept free on the store's filesystem: a write that finds less
+    /// is refused whole and the service stops, saying so; a start that
+    /// finds less waits, not ready, until there is room. The room serves
+    /// RocksDB's flushes and compactions. 0: no reserve.
+    pub min_free_bytes: u64,
 }
 
 /// Where online backups go, and how many are kept.
@@ -143,6 +148,7 @@ impl Default for StorageConfig {
             retention_hours: 168,
             backup_dir: None,
             backup_keep: 3,
+            min_free_bytes: 256 << 20,
         }
     }
 }

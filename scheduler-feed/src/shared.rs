@@ -24,6 +24,9 @@ pub struct Shared {
     pub assigned: AtomicBool,
     /// The brokers answered recently.
     pub broker_up: AtomicBool,
+    /// A start waits for room on the store's filesystem
+    /// (`storage.min_free_bytes`).
+    pub waiting_for_room: AtomicBool,
     /// The input partitions this instance owns.
     pub owned: Mutex<Vec<i32>>,
     /// Who owns each input partition, as the group's committed offsets tell
@@ -222,6 +225,7 @@ impl Shared {
             recovered: AtomicBool::new(false),
             assigned: AtomicBool::new(false),
             broker_up: AtomicBool::new(false),
+            waiting_for_room: AtomicBool::new(false),
             owned: Mutex::new(Vec::new()),
             owners: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),

@@ -34,6 +34,7 @@ pub const STATE_RECORDS: &str = "jobcast_state_records";
 pub const STORE_BYTES: &str = "jobcast_store_bytes";
 pub const FILESYSTEM_FREE: &str = "jobcast_store_filesystem_free_bytes";
 pub const FILESYSTEM_SIZE: &str = "jobcast_store_filesystem_size_bytes";
+pub const WAITING_FOR_ROOM: &str = "jobcast_store_waiting_for_room";
 pub const BATCH_EVENTS: &str = "jobcast_batch_events";
 pub const BATCH_STAGE_SECONDS: &str = "jobcast_batch_stage_seconds";
 pub const PRODUCE_RETRIES: &str = "jobcast_produce_retries_total";
@@ -368,6 +369,10 @@ fn describe() {
         FILESYSTEM_SIZE,
         Unit::Bytes,
         "Size of the filesystem holding the store"
+    );
+    describe_gauge!(
+        WAITING_FOR_ROOM,
+        "1 while a start waits, not ready, for the store's filesystem to have storage.min_free_bytes free"
     );
     describe_counter!(
         HTTP_PEERS_REFUSED,

@@ -64,7 +64,7 @@ mod parked;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, ColumnFamily, ColumnFamilyDescriptor,
@@ -155,6 +155,19 @@ pub enum StoreError {
     /// An operator's request that would damage the store.
     #[error("{0}")]
     Refused(String),
+    /// A write refused for the room left on the store's filesystem
+    /// ([`StateStore::reserve`]): nothing of it was written.
+    #[error(
+        "the filesystem of the store at {path} has {free_mib} MiB free, under the {reserve_mib} MiB \
+         it needs (storage.min_free_bytes; twice that to start): nothing of the write was written; \
+         free some room (older backups, storage.backup_keep): the service goes on from its last \
+         write"
+    )]
+    DiskFull {
+        path: String,
+        free_mib: u64,
+        reserve_mib: u64,
+    },
 }
 
 /// Keys and values of a column family, in key order.
@@ -166,6 +179,9 @@ pub struct StateStore {
     write: WriteOptions,
     /// The id the next parked output gets.
     parked_next: AtomicU64,
+    /// Bytes a write must leave free on the store's filesystem
+    /// ([`Self::reserve`]); 0: no check.
+    reserve_bytes: AtomicU64,
 }
 
 impl StateStore {
@@ -198,6 +214,7 @@ impl StateStore {
             path: shown,
             write,
             parked_next: AtomicU64::new(0),
+            reserve_bytes: AtomicU64::new(0),
         }
         .with_parked_ids()
     }
@@ -219,6 +236,7 @@ impl StateStore {
             path: shown,
             write: WriteOptions::default(),
             parked_next: AtomicU64::new(0),
+            reserve_bytes: AtomicU64::new(0),
         }
         .with_parked_ids()
     }
@@ -361,9 +379,44 @@ impl StateStore {
     /// Write a batch taken out of a [`StateBatch`] of this store
     /// ([`crate::writer`]).
     pub(crate) fn commit_write_batch(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        if self.reserve_bytes.load(Ordering::Relaxed) > 0 {
+            self.check_room(1)?;
+        }
         self.db
             .write_opt(batch, &self.write)
             .map_err(|e| self.rocks(e))
+    }
+
+    /// Keep `bytes` free on the store's filesystem: a commit that finds
+    /// less is refused whole ([`StoreError::DiskFull`]) before RocksDB
+    /// writes anything, so the room left serves RocksDB's own flushes and
+    /// compactions, and a start that opens the store (RocksDB writes a
+    /// new manifest and log). RocksDB's `SstFileManager` would bound its
+    /// files only, not the write-ahead log nor the backups beside it.
+    /// 0: no check.
+    pub fn reserve(&self, bytes: u64) {
+        self.reserve_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The room on the store's filesystem, against `times` the reserve:
+    /// an error if it is below.
+    pub fn check_room(&self, times: u64) -> Result<crate::disk::Space, StoreError> {
+        let space = crate::disk::space(Path::new(&self.path)).map_err(|source| StoreError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        let reserve = self
+            .reserve_bytes
+            .load(Ordering::Relaxed)
+            .saturating_mul(times);
+        if space.free_bytes < reserve {
+            return Err(StoreError::DiskFull {
+                path: self.path.clone(),
+                free_mib: space.free_bytes >> 20,
+                reserve_mib: reserve.div_ceil(1 << 20),
+            });
+        }
+        Ok(space)
     }
 
     fn get_raw(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {

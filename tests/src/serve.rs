@@ -340,6 +340,21 @@ impl Serve {
         }
     }
 
+    /// Wait until it exits by itself: how, and every line it logged.
+    pub fn wait_exit(mut self, timeout: Duration) -> (std::process::ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                if let Some(reader) = self.reader.take() {
+                    reader.join().expect("the log reader does not panic");
+                }
+                return (status, self.log());
+            }
+            assert!(Instant::now() < deadline, "jobcast serve is still running");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL: no chance to finish anything. Every line it logged.
     pub fn kill(mut self) -> Vec<String> {
         self.child.kill().expect("SIGKILL");

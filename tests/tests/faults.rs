@@ -10,7 +10,11 @@
 //!   `max.poll.interval.ms`: the instance waits for its outputs all that
 //!   time and stays in its consumer group, owning what it owned, while
 //!   `/healthz` says that its pipeline is stuck once the stall timeout has
-//!   passed, and alive again when it goes on.
+//!   passed, and alive again when it goes on;
+//! - the store's disk fills mid-stream (a size-limited tmpfs): the service
+//!   stops, saying why, with no batch half written; started again on the
+//!   full disk it waits, alive and not ready; given room, it ends in the
+//!   state of a run that saw no fault.
 
 use std::time::{Duration, Instant};
 
@@ -317,4 +321,141 @@ fn a_partition_whose_leader_is_gone_is_left_behind_after_the_idle_timeout_and_ap
             );
         }
     }
+}
+
+/// A disk that fills under the store: `storage.min_free_bytes` (16 MiB
+/// here) refuses the next batch whole, and the service exits saying so.
+/// Started again with the disk still full, it waits, alive, not ready,
+/// and says why in `/readyz` and `jobcast_store_waiting_for_room`; once
+/// room is made, it goes on from its last batch and ends in the state of
+/// a run that saw no fault.
+#[test]
+fn a_full_disk_stops_the_service_whole_and_a_restart_waits_for_room() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    for topic in ["roomy.decisions", "tight.decisions"] {
+        cluster.mock.create_topic(topic, 1, 1).unwrap();
+    }
+    // The tight run's input comes in two halves (by event time), the disk
+    // filling between them.
+    cluster.mock.create_topic("tight.events", PARTITIONS, 1).unwrap();
+    let input = messages(&excerpt_events());
+    cluster.produce(&topics.events, &input);
+    let total = input.len() as u64;
+
+    let roomy_dir = tempfile::tempdir().unwrap();
+    let roomy = roomy_dir.path().join("state");
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &roomy,
+        &["--decisions-topic", "roomy.decisions", "--group", "roomy"],
+    );
+    serve.wait_stored_offsets(total, WAIT);
+    serve.terminate();
+
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .expect("mount runs");
+    assert!(
+        mounted.success(),
+        "mounting a tmpfs needs root (tests run as root)"
+    );
+    // Unmounted however the test ends.
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(&disk);
+    let tight = disk.join("state");
+    let config = dir.path().join("jobcast.toml");
+    std::fs::write(
+        &config,
+        "[consumer]\nbatch_max_events = 200\n[storage]\nmin_free_bytes = 16777216\n",
+    )
+    .unwrap();
+    let flags = [
+        "--config",
+        config.to_str().unwrap(),
+        "--events-topic",
+        "tight.events",
+        "--decisions-topic",
+        "tight.decisions",
+        "--group",
+        "tight",
+        MOCK_SESSION[0],
+        MOCK_SESSION[1],
+        MOCK_SESSION[2],
+        MOCK_SESSION[3],
+    ];
+    let (first, second) = input.split_at(input.len() / 2);
+    cluster.produce("tight.events", first);
+    let mut serve = Serve::start(&cluster.brokers(), &tight, &flags);
+    serve.wait_stored_offsets(first.len() as u64, WAIT);
+    // Fill the disk to 8 MiB short of the reserve's 16.
+    let free = jobcast_storage::disk::space(&disk).unwrap().free_bytes;
+    let filler = disk.join("filler");
+    let fill = |bytes: u64| {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&filler)
+            .unwrap();
+        std::io::Write::write_all(&mut &file, &vec![1u8; bytes as usize]).unwrap();
+        file.sync_all().unwrap();
+    };
+    fill(free - (8 << 20));
+    cluster.produce("tight.events", second);
+    let (status, log) = serve.wait_exit(WAIT);
+    assert!(!status.success(), "exited with {status}");
+    let said = log.join("\n");
+    assert!(
+        said.contains("storage.min_free_bytes") && said.contains("nothing of the write"),
+        "{said}"
+    );
+    let stopped_at: u64 = jobcast_storage::state::StateStore::open_read_only(&tight)
+        .unwrap()
+        .offsets("tight.events")
+        .unwrap()
+        .values()
+        .map(|&o| o as u64)
+        .sum();
+    eprintln!("stopped for want of room with {stopped_at} of {total} offsets stored");
+    assert_eq!(stopped_at, first.len() as u64, "the second half's first batch is refused");
+
+    // RocksDB gave back what it had set aside as it stopped: 20 MiB free
+    // now, above the reserve, under the twice it that a start needs.
+    let free = jobcast_storage::disk::space(&disk).unwrap().free_bytes;
+    fill(free - (20 << 20));
+    // Started again on the nearly full disk: alive, not ready, and saying
+    // why.
+    let mut serve = Serve::start(&cluster.brokers(), &tight, &flags);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while serve.metric("jobcast_store_waiting_for_room") != 1.0 {
+        assert!(Instant::now() < deadline, "never said it waits for room");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(serve.get("/healthz").0, 200);
+    let (status, body) = serve.get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    let readyz: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(readyz["waiting_for_room"], true, "{body}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(serve.get("/healthz").0, 200, "still alive");
+
+    std::fs::remove_file(&filler).unwrap();
+    wait_ready(&serve, 200, Duration::from_secs(60));
+    assert_eq!(serve.metric("jobcast_store_waiting_for_room"), 0.0);
+    serve.wait_stored_offsets(total, WAIT);
+    serve.terminate();
+    assert_eq!(stored_state(&tight), stored_state(&roomy));
 }

@@ -398,6 +398,7 @@ async fn readyz(State(api): State<Api>) -> Response {
         "owned_partitions": *shared.owned.lock().expect("not poisoned"),
         "partition_owners": *shared.owners.lock().expect("not poisoned"),
         "broker_up": shared.broker_up.load(Relaxed),
+        "waiting_for_room": shared.waiting_for_room.load(Relaxed),
     });
     let status = if shared.ready() {
         StatusCode::OK

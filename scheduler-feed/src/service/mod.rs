@@ -161,6 +161,7 @@ impl Service {
 pub fn open_store(config: &ServeConfig) -> Result<Arc<StateStore>, ServiceError> {
     let opening = Instant::now();
     let store = StateStore::open(&config.storage.path, config.storage.sync)?;
+    store.reserve(config.storage.min_free_bytes);
     // Long after a crash: RocksDB replays its write-ahead log.
     info!(seconds = opening.elapsed().as_secs_f64(), "store opened");
     Ok(Arc::new(store))
@@ -171,6 +172,9 @@ pub fn open_store(config: &ServeConfig) -> Result<Arc<StateStore>, ServiceError>
 pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, ServiceError> {
     config.validate()?;
     crate::telemetry::handle();
+    if !wait_for_room(&shared)? {
+        return Ok(RunSummary::default());
+    }
     let mut pipeline = Pipeline::new(config, shared)?;
     pipeline.check_store()?;
     let member = pipeline.join_group()?;
@@ -207,6 +211,53 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     info!(seconds = flushing.elapsed().as_secs_f64(), "store flushed");
     info!(?pipeline.summary, "stopped");
     Ok(pipeline.summary)
+}
+
+/// How often a start short of room on the store's filesystem looks again.
+const ROOM_EVERY: Duration = Duration::from_secs(1);
+
+/// Wait, alive and not ready, until the store's filesystem has twice the
+/// room `storage.min_free_bytes` keeps: a restart after a full disk stopped
+/// the service waits for the operator instead of failing again and again
+/// (twice: RocksDB gives back room it had set aside as it closes, and a
+/// start on that room alone would stop again at once). False if stopped
+/// while waiting.
+fn wait_for_room(shared: &Shared) -> Result<bool, ServiceError> {
+    let mut said = false;
+    loop {
+        match shared.store.check_room(2) {
+            Ok(_) => break,
+            Err(jobcast_storage::state::StoreError::DiskFull {
+                path,
+                free_mib,
+                reserve_mib,
+            }) => {
+                if !said {
+                    tracing::error!(
+                        "not ready, waiting for room: the filesystem of the store at {path} has \
+                         {free_mib} MiB free, and a start needs {reserve_mib} MiB (twice \
+                         storage.min_free_bytes); free some room (older backups, \
+                         storage.backup_keep)"
+                    );
+                    said = true;
+                }
+            }
+            Err(other) => return Err(other.into()),
+        }
+        shared.waiting_for_room.store(true, Ordering::Relaxed);
+        metrics::gauge!(crate::telemetry::WAITING_FOR_ROOM).set(1.0);
+        shared.liveness.beat();
+        if shared.shutdown.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        std::thread::sleep(ROOM_EVERY);
+    }
+    if said {
+        info!("the store's filesystem has room again: starting");
+    }
+    shared.waiting_for_room.store(false, Ordering::Relaxed);
+    metrics::gauge!(crate::telemetry::WAITING_FOR_ROOM).set(0.0);
+    Ok(true)
 }
 
 /// The pipeline thread's state; its steps are implemented in this module's
