@@ -66,8 +66,8 @@ pub const SNAPSHOT_BYTES: &str = "jobcast_snapshot_bytes";
 pub const SNAPSHOT_SECONDS: &str = "jobcast_snapshot_seconds";
 pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
 pub const TAKEOVER_BUFFER_BYTES: &str = "jobcast_takeover_buffer_bytes";
-pub const TAKEOVER_OUTPUTS_DROPPED: &str = "jobcast_takeover_outputs_dropped_total";
-pub const TAKEOVER_OUTPUTS_LOST: &str = "jobcast_takeover_outputs_lost_total";
+pub const TAKEOVER_BUFFER_FULL: &str = "jobcast_takeover_buffer_full";
+pub const TAKEOVER_BUFFER_WAITS: &str = "jobcast_takeover_buffer_waits_total";
 // `jobcast slurm watch`.
 pub const SLURM_EVENTS_PUBLISHED: &str = "jobcast_slurm_events_published_total";
 pub const SLURM_POLLS_FAILED: &str = "jobcast_slurm_polls_failed_total";
@@ -143,7 +143,6 @@ pub fn handle() -> PrometheusHandle {
                 JOBS_EXPIRED,
                 LIVE_JOBS_EXPIRED,
                 MACHINES_EXPIRED,
-                TAKEOVER_OUTPUTS_LOST,
                 PRODUCERS_RECREATED,
                 ETA_WITHIN_INTERVAL,
             ] {
@@ -265,15 +264,14 @@ fn describe() {
         Unit::Bytes,
         "Outputs of other instances' partitions held for a takeover (consumer.takeover_buffer_bytes bounds it)"
     );
-    describe_counter!(
-        TAKEOVER_OUTPUTS_DROPPED,
-        Unit::Count,
-        "Outputs of other instances' partitions dropped from the takeover buffer for its byte budget"
+    describe_gauge!(
+        TAKEOVER_BUFFER_FULL,
+        "1 while the takeover buffer is past consumer.takeover_buffer_bytes: no input is read until the other partitions' owners have published what it holds"
     );
     describe_counter!(
-        TAKEOVER_OUTPUTS_LOST,
+        TAKEOVER_BUFFER_WAITS,
         Unit::Count,
-        "Input offsets whose outputs a takeover could not publish (dropped from the takeover buffer for its budget)"
+        "Times the takeover buffer filled and input reading paused until the other partitions' owners published"
     );
     describe_counter!(
         EVENTS_CONSUMED,

@@ -127,10 +127,6 @@ fn three_instances_with_one_killed_end_where_one_instance_ends() {
             .filter(|line| line.contains("predictor state restored"))
             .count();
         assert_eq!(restores, 1, "a survivor restored its state again");
-        assert!(
-            !log.iter().any(|line| line.contains("are not published")),
-            "a takeover lost outputs"
-        );
     }
 
     assert_eq!(

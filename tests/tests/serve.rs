@@ -200,6 +200,90 @@ fn sigkill_and_sigterm_mid_stream_end_in_the_same_state_as_one_run() {
     );
 }
 
+/// A member stopped (SIGSTOP: alive to the OS, silent to the group) while
+/// the other holds its partitions' outputs for a takeover: past the
+/// small budget (`consumer.takeover_buffer_bytes`, 64 KiB) the other
+/// reads no more input, saying so, instead of dropping them; once the
+/// group gives up on the stopped member (its 3 s session), the other
+/// takes its partitions over and publishes all it held: every decision
+/// of one instance alone.
+#[test]
+fn a_full_takeover_buffer_waits_for_the_owners_and_the_takeover_loses_nothing() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    for (topic, partitions) in [("held.events", PARTITIONS), ("held.decisions", 1)] {
+        cluster
+            .mock
+            .create_topic(topic, partitions, 1)
+            .expect("topic created");
+    }
+    let input = messages(&excerpt_events());
+    cluster.produce(&topics.events, &input);
+    let dir = tempfile::tempdir().unwrap();
+    let mut single = Serve::start(&cluster.brokers(), &dir.path().join("single"), &[]);
+    single.wait_stored_offsets(input.len() as u64, WAIT);
+    single.terminate();
+
+    // The pair's input comes in two halves (by event time): the second
+    // once one of them is stopped.
+    let (first, second) = input.split_at(input.len() / 2);
+    cluster.produce("held.events", first);
+    let config = dir.path().join("jobcast.toml");
+    std::fs::write(&config, "[consumer]\ntakeover_buffer_bytes = 65536\n").unwrap();
+    let mut flags = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "--group",
+        "held",
+        "--events-topic",
+        "held.events",
+        "--decisions-topic",
+        "held.decisions",
+    ];
+    flags.extend(MOCK_SESSION);
+    let states = [dir.path().join("held-0"), dir.path().join("held-1")];
+    let mut pair: Vec<Serve> = states
+        .iter()
+        .map(|state| Serve::start(&cluster.brokers(), state, &flags))
+        .collect();
+    for serve in &mut pair {
+        serve.wait_stored_offsets(first.len() as u64, WAIT);
+    }
+    wait_balanced(&pair.iter().collect::<Vec<_>>(), PARTITIONS, WAIT);
+    let stopped = pair.pop().unwrap();
+    let mut running = pair.pop().unwrap();
+    let signal = |name: &str| {
+        let sent = std::process::Command::new("kill")
+            .args([name, &stopped.pid().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+    };
+    signal("-STOP");
+    cluster.produce("held.events", second);
+    let deadline = Instant::now() + WAIT;
+    while running.metric("jobcast_takeover_buffer_waits_total") < 1.0 {
+        assert!(Instant::now() < deadline, "the takeover buffer never filled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    running.wait_stored_offsets(input.len() as u64, WAIT);
+    assert_eq!(running.owned_partitions().len(), PARTITIONS as usize);
+    assert_eq!(running.metric("jobcast_takeover_buffer_full"), 0.0);
+    let log = running.terminate();
+    assert!(
+        log.iter().any(|l| l.contains("the takeover buffer is full")),
+        "the wait is logged"
+    );
+    signal("-CONT");
+    stopped.kill();
+    // Every (job, version) of the instance alone: nothing lost. Their
+    // ETAs may differ, with the queue the second half found on arrival.
+    let published = |topic: &str| -> Vec<(u64, u64)> {
+        decisions(&cluster.brokers(), topic).into_keys().collect()
+    };
+    assert_eq!(published("held.decisions"), published(&topics.decisions));
+}
+
 #[test]
 fn two_instances_in_one_group_publish_and_store_what_one_does() {
     let topics = Topics::default();

@@ -7,9 +7,11 @@
 //! offset that owner committed to the group on) are already here, and the
 //! instance publishes them without replaying anything. Entries below a
 //! partition's committed offset are trimmed as the owner's commits come in
-//! ([`Outbox::trim`]); a byte budget bounds the rest, and what it drops is
-//! remembered, so that a takeover that needs it says which outputs are lost
-//! instead of pretending.
+//! ([`Outbox::trim`]). Nothing is ever dropped: past its byte budget the
+//! outbox is [`full`](Outbox::full), and the pipeline reads no more input
+//! until the owners' commits have trimmed it (`pipeline.rs`), so memory is
+//! bounded by the budget plus one batch, and an instance runs no further
+//! ahead of the slowest owner than the budget allows.
 //!
 //! Each snapshot carries the outbox ([`Outbox::saved`]): an instance that
 //! restores one cannot compute the outputs before it again, yet may be the
@@ -101,18 +103,6 @@ pub(super) struct Outbox {
     partitions: BTreeMap<i32, VecDeque<Entry>>,
     bytes: usize,
     max_bytes: usize,
-    /// Per partition, the offset below which outputs are not here (dropped
-    /// for the budget, or from before this instance's restore).
-    missing_below: BTreeMap<i32, i64>,
-}
-
-/// Outputs a takeover cannot publish: those of `partition` from `from` up
-/// to (not including) `until`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Lost {
-    pub partition: i32,
-    pub from: i64,
-    pub until: i64,
 }
 
 impl Outbox {
@@ -121,7 +111,6 @@ impl Outbox {
             partitions: BTreeMap::new(),
             bytes: 0,
             max_bytes,
-            missing_below: BTreeMap::new(),
         }
     }
 
@@ -130,19 +119,17 @@ impl Outbox {
         self.bytes
     }
 
+    /// Past the budget: no more input until the owners' commits trim it.
+    pub(super) fn full(&self) -> bool {
+        self.bytes > self.max_bytes
+    }
+
     pub(super) fn partitions(&self) -> impl Iterator<Item = i32> + '_ {
         self.partitions.keys().copied()
     }
 
-    /// Outputs of `partition` before `offset` are not here (dropped for
-    /// the budget).
-    fn missing_before(&mut self, partition: i32, offset: i64) {
-        let below = self.missing_below.entry(partition).or_insert(offset);
-        *below = (*below).max(offset);
-    }
-
-    /// Keep the outputs of the message at `partition`/`offset`. Beyond the
-    /// budget the oldest entries (of any partition) go, and are counted.
+    /// Keep the outputs of the message at `partition`/`offset`, whatever
+    /// the budget (the pipeline waits while it is [`Self::full`]).
     pub(super) fn push(&mut self, partition: i32, offset: i64, held: Held) {
         if held.is_empty() {
             return;
@@ -157,25 +144,6 @@ impl Outbox {
                 held,
                 bytes,
             });
-        while self.bytes > self.max_bytes {
-            let Some((&oldest, _)) = self
-                .partitions
-                .iter()
-                .filter_map(|(p, q)| Some((p, q.front()?.offset)))
-                .min_by_key(|&(_, offset)| offset)
-            else {
-                break;
-            };
-            let queue = self.partitions.get_mut(&oldest).expect("present");
-            let dropped = queue.pop_front().expect("not empty");
-            if queue.is_empty() {
-                self.partitions.remove(&oldest);
-            }
-            self.bytes -= dropped.bytes;
-            metrics::counter!(crate::telemetry::TAKEOVER_OUTPUTS_DROPPED)
-                .increment(dropped.held.messages.len() as u64);
-            self.missing_before(oldest, dropped.offset + 1);
-        }
     }
 
     /// Forget what the owners have published: entries below each
@@ -194,9 +162,8 @@ impl Outbox {
     }
 
     /// Hand over what `partition`'s outputs and records from offset `from`
-    /// on to its new owner, this instance, into `out`. What it needed and
-    /// does not have is `Lost`.
-    pub(super) fn take(&mut self, partition: i32, from: i64, out: &mut Held) -> Option<Lost> {
+    /// on to its new owner, this instance, into `out`.
+    pub(super) fn take(&mut self, partition: i32, from: i64, out: &mut Held) {
         if let Some(queue) = self.partitions.remove(&partition) {
             for entry in queue {
                 self.bytes -= entry.bytes;
@@ -205,12 +172,6 @@ impl Outbox {
                 }
             }
         }
-        let until = self.missing_below.remove(&partition)?;
-        (until > from).then_some(Lost {
-            partition,
-            from,
-            until,
-        })
     }
 }
 
@@ -219,7 +180,6 @@ impl Outbox {
 #[derive(Default, Serialize, Deserialize)]
 pub(super) struct SavedOutbox<'a> {
     entries: Vec<SavedEntry<'a>>,
-    missing_below: Vec<(i32, i64)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -248,8 +208,7 @@ struct SavedMessage<'a> {
 }
 
 impl Outbox {
-    /// What a snapshot keeps of the outbox: every entry, and where the
-    /// budget dropped some.
+    /// What a snapshot keeps of the outbox: every entry.
     pub(super) fn saved(&self) -> SavedOutbox<'_> {
         let entries = self
             .partitions
@@ -286,10 +245,7 @@ impl Outbox {
                     .collect(),
             })
             .collect();
-        SavedOutbox {
-            entries,
-            missing_below: self.missing_below.iter().map(|(&p, &o)| (p, o)).collect(),
-        }
+        SavedOutbox { entries }
     }
 
     /// The outbox a snapshot saved, under the budget `max_bytes`.
@@ -298,7 +254,6 @@ impl Outbox {
         saved: SavedOutbox<'_>,
     ) -> Result<Self, SnapshotError> {
         let mut outbox = Outbox::new(max_bytes);
-        outbox.missing_below = saved.missing_below.into_iter().collect();
         for entry in saved.entries {
             let messages = entry
                 .messages
@@ -379,40 +334,37 @@ mod tests {
         outbox.trim(&BTreeMap::from([(3, 4)]));
         assert_eq!(outbox.bytes(), (5..=10).sum::<usize>() + 100);
         let mut out = Held::default();
-        assert_eq!(outbox.take(3, 6, &mut out), None);
+        outbox.take(3, 6, &mut out);
         assert_eq!(keys(&out), [7, 8, 9, 10]);
         assert_eq!(outbox.bytes(), 100);
         assert_eq!(outbox.partitions().collect::<Vec<_>>(), [4]);
     }
 
+    /// Past its budget the outbox keeps everything and says it is full;
+    /// the owners' commits empty it, and a takeover still gets every
+    /// output.
     #[test]
-    fn what_the_budget_dropped_is_reported_lost_when_needed() {
+    fn past_its_budget_the_outbox_drops_nothing_and_is_full_until_trimmed() {
         let mut outbox = Outbox::new(25);
         for offset in 0..5 {
             outbox.push(1, offset, message(10));
-        }
-        // Budget 25: only the last two messages stay.
-        assert_eq!(outbox.bytes(), 20);
-        let mut out = Held::default();
-        let lost = outbox.take(1, 1, &mut out);
-        assert_eq!(
-            lost,
-            Some(Lost {
-                partition: 1,
-                from: 1,
-                until: 3
-            })
-        );
-        assert_eq!(out.messages.len(), 2);
-        // A takeover from past what was dropped loses nothing.
-        for offset in 0..5 {
             outbox.push(2, offset, message(10));
         }
-        assert_eq!(outbox.take(2, 3, &mut out), None);
+        assert_eq!(outbox.bytes(), 100);
+        assert!(outbox.full());
+        outbox.trim(&BTreeMap::from([(1, 4)]));
+        assert!(outbox.full(), "60 bytes held");
+        outbox.trim(&BTreeMap::from([(2, 4)]));
+        assert!(!outbox.full(), "20 bytes held");
+        let mut out = Held::default();
+        outbox.take(1, 4, &mut out);
+        outbox.take(2, 4, &mut out);
+        assert_eq!(keys(&out), [10, 10]);
+        assert_eq!(outbox.bytes(), 0);
     }
 
     #[test]
-    fn a_restored_outbox_holds_what_was_saved_and_where_the_budget_dropped() {
+    fn a_restored_outbox_holds_what_was_saved() {
         use jobcast_predictor::engine::JobState;
 
         let record = JobRecord {
@@ -449,30 +401,25 @@ mod tests {
             }],
         };
         // Three messages of 10 bytes, then 210 (the record's 200, its task's
-        // 3, the decision's 2, the message's 5): the first is dropped.
+        // 3, the decision's 2, the message's 5): past the budget of 235,
+        // all kept.
         let mut outbox = Outbox::new(235);
         for offset in 0..3 {
             outbox.push(1, offset, message(10));
         }
         outbox.push(2, 7, ended);
-        assert_eq!(outbox.bytes(), 230);
+        assert_eq!(outbox.bytes(), 240);
 
         let bytes = postcard::to_allocvec(&outbox.saved()).unwrap();
         let saved: SavedOutbox<'_> = postcard::from_bytes(&bytes).unwrap();
         let mut restored = Outbox::restored(235, saved).unwrap();
-        assert_eq!(restored.bytes(), 230);
+        assert_eq!(restored.bytes(), 240);
+        assert!(restored.full());
         let mut out = Held::default();
-        assert_eq!(
-            restored.take(1, 0, &mut out),
-            Some(Lost {
-                partition: 1,
-                from: 0,
-                until: 1
-            })
-        );
-        assert_eq!(keys(&out), [10, 10]);
+        restored.take(1, 0, &mut out);
+        assert_eq!(keys(&out), [10, 10, 10]);
         let mut out = Held::default();
-        assert_eq!(restored.take(2, 7, &mut out), None);
+        restored.take(2, 7, &mut out);
         let message = &out.messages[0];
         assert_eq!(
             (&message.topic[..], &message.key[..], &message.payload[..]),

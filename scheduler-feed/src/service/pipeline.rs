@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use jobcast_predictor::engine::Effects;
 use rdkafka::consumer::BaseConsumer;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use super::accounting::{self, BatchTally, StageTimes};
 use super::group::{MemberContext, RECOMMIT_EVERY};
@@ -33,6 +33,9 @@ const WRITE_WAIT: Duration = Duration::from_millis(1);
 /// owners are trimmed to what they have not yet published, and the HTTP
 /// API learns who owns each partition now.
 const READ_GROUP_EVERY: Duration = Duration::from_secs(2);
+
+/// How often they are read while the takeover buffer is full.
+const READ_GROUP_WHILE_FULL: Duration = Duration::from_millis(250);
 
 impl Pipeline<'_> {
     /// Consume until stopped. Every instance reads every partition (the
@@ -81,6 +84,8 @@ impl Pipeline<'_> {
             .checked_sub(READ_GROUP_EVERY)
             .unwrap_or_else(Instant::now);
         let mut committed_at = Instant::now();
+        // Since when the takeover buffer has been full, if it is.
+        let mut full_since: Option<Instant> = None;
         loop {
             self.shared.liveness.beat();
             let _ = member.poll(Duration::ZERO);
@@ -96,6 +101,37 @@ impl Pipeline<'_> {
             if group_read_at.elapsed() >= READ_GROUP_EVERY {
                 self.read_group(member);
                 group_read_at = Instant::now();
+            }
+            // Past the takeover buffer's budget: no input until the owners'
+            // commits trim it (`outbox.rs`); nothing is dropped.
+            if self.outbox.full() {
+                if full_since.is_none() {
+                    warn!(
+                        bytes = self.outbox.bytes(),
+                        partitions = ?self.outbox.partitions().collect::<Vec<_>>(),
+                        "the takeover buffer is full (consumer.takeover_buffer_bytes): \
+                         reading no input until these partitions' owners publish what it holds"
+                    );
+                    full_since = Some(Instant::now());
+                    metrics::gauge!(telemetry::TAKEOVER_BUFFER_FULL).set(1.0);
+                    metrics::counter!(telemetry::TAKEOVER_BUFFER_WAITS).increment(1);
+                }
+                if self.shared.shutdown.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                if group_read_at.elapsed() >= READ_GROUP_WHILE_FULL {
+                    self.read_group(member);
+                    group_read_at = Instant::now();
+                }
+                std::thread::sleep(POLL_WAIT);
+                continue;
+            }
+            if let Some(since) = full_since.take() {
+                metrics::gauge!(telemetry::TAKEOVER_BUFFER_FULL).set(0.0);
+                info!(
+                    seconds = since.elapsed().as_secs_f64(),
+                    "the takeover buffer has room again: reading on"
+                );
             }
             // A batch on its way to RocksDB is committed to the group as
             // soon as it is written: who waits on the group's offset (the

@@ -28,11 +28,11 @@ use jobcast_predictor::history::HistoryKey;
 use jobcast_storage::state::{JOBCAST_VERSION, StateBatch};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::{Deserialize, Serialize};
-use tracing::{info, warn};
+use tracing::info;
 
 use super::Pipeline;
 use super::group::MemberContext;
-use super::outbox::{EndedJob, Held, HeldDecision, Lost, Outbox, SavedOutbox};
+use super::outbox::{EndedJob, Held, HeldDecision, Outbox, SavedOutbox};
 use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
 use crate::error::ServiceError;
@@ -252,9 +252,7 @@ impl Pipeline<'_> {
         for &partition in if starting { &owned } else { &taken } {
             let from = self.owned[&partition];
             let mut held = Held::default();
-            if let Some(lost) = self.outbox.take(partition, from, &mut held) {
-                report_lost(lost);
-            }
+            self.outbox.take(partition, from, &mut held);
             for d in &held.decisions {
                 write.put_decision_json(d.job_id, d.version, &d.json);
             }
@@ -535,16 +533,4 @@ pub(super) fn decisions(outputs: &[Output]) -> Vec<HeldDecision> {
             _ => None,
         })
         .collect()
-}
-
-fn report_lost(lost: Lost) {
-    let offsets = (lost.until - lost.from).max(0) as u64;
-    metrics::counter!(telemetry::TAKEOVER_OUTPUTS_LOST).increment(offsets);
-    warn!(
-        partition = lost.partition,
-        from = lost.from,
-        until = lost.until,
-        "taking this partition over, the outputs of these offsets are not published: \
-         their owner had not published them, and this instance no longer holds them"
-    );
 }
