@@ -594,6 +594,54 @@ fn a_stored_offset_the_broker_does_not_hold_stops_the_service_instead_of_skippin
     assert_eq!(shared.counters.committed.load(Ordering::Relaxed), 0);
 }
 
+/// Retention deleted input the state still needs: the mock cluster keeps
+/// about 5 MB per partition and drops the oldest records beyond it, and
+/// 8 MB arrive after the state was stored. The service stops at its
+/// start, naming the partition, the offset the state is at and the first
+/// one the broker still holds, instead of skipping what was deleted.
+#[test]
+fn input_deleted_by_retention_under_the_state_stops_the_service_naming_both_offsets() {
+    let (cluster, _dir, config) = store_of_a_short_run();
+    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
+    let stored = store.offsets(&config.topics.events).unwrap();
+    // 8 MB to every partition (the messages' keys spread them): 2 KB
+    // payloads, never read.
+    let filler: Vec<(String, Vec<u8>)> = (0..4_000 * PARTITIONS)
+        .map(|i| (format!("filler-{i}"), vec![b'x'; 2_048]))
+        .collect();
+    cluster.produce(&config.topics.events, &filler);
+    let low = cluster.low_watermarks(&config.topics.events, PARTITIONS);
+    let gone: Vec<i32> = (0..PARTITIONS)
+        .filter(|&p| low[p as usize] > stored.get(&p).copied().unwrap_or(0))
+        .collect();
+    assert!(
+        !gone.is_empty(),
+        "the mock cluster dropped nothing the state needs: {low:?} against {stored:?}"
+    );
+    let shared = Shared::new(store);
+    let service = Service::start_with(config, shared.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !service.is_finished() {
+        if Instant::now() > deadline {
+            let outcome = service.stop();
+            panic!("the service went on past the deleted offsets: {outcome:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = service.join().unwrap_err().to_string();
+    eprintln!("{err}");
+    let named = gone.iter().any(|&p| {
+        err.contains(&format!("input partition {p} of"))
+            && err.contains(&format!(
+                "from offset {} on",
+                stored.get(&p).copied().unwrap_or(0)
+            ))
+            && err.contains(&format!("only from {} on", low[p as usize]))
+    });
+    assert!(named && err.contains("jobcast admin"), "{err}");
+    assert_eq!(shared.counters.committed.load(Ordering::Relaxed), 0);
+}
+
 #[test]
 fn a_backup_wiped_and_restored_goes_on_to_the_same_state_and_decisions() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
