@@ -338,7 +338,10 @@ fn a_full_disk_stops_the_service_whole_and_a_restart_waits_for_room() {
     }
     // The tight run's input comes in two halves (by event time), the disk
     // filling between them.
-    cluster.mock.create_topic("tight.events", PARTITIONS, 1).unwrap();
+    cluster
+        .mock
+        .create_topic("tight.events", PARTITIONS, 1)
+        .unwrap();
     let input = messages(&excerpt_events());
     cluster.produce(&topics.events, &input);
     let total = input.len() as u64;
@@ -430,7 +433,11 @@ fn a_full_disk_stops_the_service_whole_and_a_restart_waits_for_room() {
         .map(|&o| o as u64)
         .sum();
     eprintln!("stopped for want of room with {stopped_at} of {total} offsets stored");
-    assert_eq!(stopped_at, first.len() as u64, "the second half's first batch is refused");
+    assert_eq!(
+        stopped_at,
+        first.len() as u64,
+        "the second half's first batch is refused"
+    );
 
     // RocksDB gave back what it had set aside as it stopped: 20 MiB free
     // now, above the reserve, under the twice it that a start needs.

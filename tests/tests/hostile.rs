@@ -601,8 +601,7 @@ fn a_wide_jobs_pilot_failures_publish_a_few_decisions_not_one_each() {
     assert_eq!(versions(), [1, 2], "the newest waits");
     assert_eq!(serve.metric("jobcast_decisions_waiting"), 1.0);
     // The first replacement starts a second after it went out.
-    let first_replacement = decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 2)]
-        ["pilots"]
+    let first_replacement = decisions(&cluster.brokers(), &topics.decisions)[&(JOB, 2)]["pilots"]
         .as_array()
         .unwrap()
         .iter()

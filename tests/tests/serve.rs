@@ -263,7 +263,10 @@ fn a_full_takeover_buffer_waits_for_the_owners_and_the_takeover_loses_nothing() 
     cluster.produce("held.events", second);
     let deadline = Instant::now() + WAIT;
     while running.metric("jobcast_takeover_buffer_waits_total") < 1.0 {
-        assert!(Instant::now() < deadline, "the takeover buffer never filled");
+        assert!(
+            Instant::now() < deadline,
+            "the takeover buffer never filled"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     running.wait_stored_offsets(input.len() as u64, WAIT);
@@ -271,7 +274,8 @@ fn a_full_takeover_buffer_waits_for_the_owners_and_the_takeover_loses_nothing() 
     assert_eq!(running.metric("jobcast_takeover_buffer_full"), 0.0);
     let log = running.terminate();
     assert!(
-        log.iter().any(|l| l.contains("the takeover buffer is full")),
+        log.iter()
+            .any(|l| l.contains("the takeover buffer is full")),
         "the wait is logged"
     );
     signal("-CONT");

@@ -7,8 +7,7 @@ use jobcast_ingest::event::TaskKind;
 
 use crate::codec::{Reader, Writer};
 use crate::decision::{
-    Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind, Quantiles,
-    RuntimeQuantiles,
+    Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind, Quantiles, RuntimeQuantiles,
 };
 use crate::features::FeatureKind;
 

@@ -102,7 +102,9 @@ impl Engine {
                 && now_us < last.at_us.saturating_add(self.min_republish_us)
         });
         let wait_until = match refines {
-            Some(last) if !self.starved(job_id, &last.pilots) => Some(last.at_us + self.min_republish_us),
+            Some(last) if !self.starved(job_id, &last.pilots) => {
+                Some(last.at_us + self.min_republish_us)
+            }
             _ => None,
         };
         self.forget_waiting(job_id, effects);

@@ -1297,7 +1297,9 @@ fn a_waiting_decision_survives_a_snapshot_and_dies_with_its_job() {
     let (mut engine, pilots) = sampling_job(&config);
     let mut effects = Effects::default();
     fail(&mut engine, &pilots[..3], &mut effects);
-    engine.apply(AT, &end(1, 4_000, "kill"), &mut effects).unwrap();
+    engine
+        .apply(AT, &end(1, 4_000, "kill"), &mut effects)
+        .unwrap();
     assert_eq!(engine.waiting_decisions(), 0);
     assert_eq!(effects.overtaken, 3);
     engine

@@ -707,7 +707,11 @@ mod tests {
             };
             std::fs::write(
                 &snapshot,
-                format!(r#"{{"jobs": [{}, {}]}}"#, job(5, limits.0), job(6, limits.1)),
+                format!(
+                    r#"{{"jobs": [{}, {}]}}"#,
+                    job(5, limits.0),
+                    job(6, limits.1)
+                ),
             )
             .unwrap();
         };
