@@ -342,7 +342,10 @@ impl ServeConfig {
             if name == TOKEN_VARIABLE {
                 // A string whatever it looks like (`setting` would read
                 // digits as a number).
-                figment = figment.merge(Serialized::default("http.token", value));
+                figment = figment.merge(Named {
+                    inner: Serialized::default("http.token", value),
+                    name: format!("environment variable {TOKEN_VARIABLE}"),
+                });
                 continue;
             }
             let Some(key) = name.strip_prefix(ENV_PREFIX).filter(|k| k.contains("__")) else {
@@ -351,6 +354,7 @@ impl ServeConfig {
             figment = figment.merge(setting(
                 &key.to_ascii_lowercase().replace("__", "."),
                 &value,
+                format!("environment variable {name}"),
             ));
         }
         Self::overridden(figment, &[])
@@ -361,7 +365,7 @@ impl ServeConfig {
         overrides: &[(String, String)],
     ) -> Result<Self, ConfigFileError> {
         for (key, value) in overrides {
-            figment = figment.merge(setting(key, value));
+            figment = figment.merge(setting(key, value, format!("flag --set {key}={value}")));
         }
         figment
             .extract()
@@ -498,13 +502,92 @@ fn check_advertised_url(url: &str) -> Result<(), String> {
 /// One setting at its dotted `key`. The value is read as a number, a
 /// boolean, an array (`[3.0, 18.0]`), a table (`{"security.protocol"="ssl"}`)
 /// or else a string.
-fn setting(key: &str, value: &str) -> Serialized<Value> {
-    Serialized::default(
-        key,
-        value
-            .parse::<Value>()
-            .unwrap_or_else(|never| match never {}),
-    )
+/// `key` set to `value` (read as TOML reads a value: a number, a bool, a
+/// list, else a string) by the layer `origin` names.
+fn setting(key: &str, value: &str, origin: String) -> Named<Serialized<Value>> {
+    Named {
+        inner: Serialized::default(
+            key,
+            value
+                .parse::<Value>()
+                .unwrap_or_else(|never| match never {}),
+        ),
+        name: origin,
+    }
+}
+
+/// A layer named by where its values came from (`environment variable
+/// JOBCAST_ENGINE__POLICY`, `flag --set engine.policy=x`), so that an
+/// error names it rather than the code that merged it.
+struct Named<P> {
+    inner: P,
+    name: String,
+}
+
+impl<P: figment::Provider> figment::Provider for Named<P> {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(self.name.clone())
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        self.inner.data()
+    }
+}
+
+/// What is wrong with a configuration, each fault on a line: the key, the
+/// layer its value came from (the file, the variable, the flag), and for
+/// an unknown key the nearest one there is.
+fn explain(error: &figment::Error) -> String {
+    error
+        .clone()
+        .into_iter()
+        .map(|e| explain_one(&e))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn explain_one(e: &figment::Error) -> String {
+    use figment::error::Kind;
+    let from = match &e.metadata {
+        Some(m) => match &m.source {
+            Some(figment::Source::File(path)) => format!("the file {}", path.display()),
+            _ => m.name.to_string(),
+        },
+        None => "the configuration".into(),
+    };
+    let key = e.path.join(".");
+    match &e.kind {
+        Kind::UnknownField(field, expected) => {
+            let full = if key.is_empty() || key.ends_with(field.as_str()) {
+                key.clone()
+            } else {
+                format!("{key}.{field}")
+            };
+            let section = full
+                .rsplit_once('.')
+                .map_or(String::new(), |(section, _)| format!("{section}."));
+            let nearest = expected
+                .iter()
+                .map(|candidate| (strsim::levenshtein(candidate, field), candidate))
+                .filter(|&(distance, candidate)| distance <= candidate.len().max(4) / 2)
+                .min();
+            let hint = match nearest {
+                Some((_, candidate)) => format!("; did you mean `{section}{candidate}`?"),
+                None => format!(
+                    "; known here: {}",
+                    expected
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            format!("unknown key `{full}` in {from}{hint}")
+        }
+        kind => format!("`{key}` in {from}: {kind}"),
+    }
 }
 
 /// The prefix of the environment variables that set any key.
@@ -522,8 +605,8 @@ pub enum ConfigFileError {
         source: std::io::Error,
     },
     /// Not TOML, or a key that is unknown or whose value has the wrong
-    /// type: figment names the key and the layer its value came from.
-    #[error("{0}")]
+    /// type: named with the layer its value came from ([`explain`]).
+    #[error("{}", explain(.0))]
     Invalid(Box<figment::Error>),
 }
 
@@ -692,12 +775,41 @@ tau3 = 1.0
         let unknown = ServeConfig::layered(None, vars(&[("JOBCAST_ENGINE__WINDOW", "1")]))
             .unwrap_err()
             .to_string();
-        assert!(unknown.contains("window"), "{unknown}");
+        assert!(
+            unknown.contains("unknown key `engine.window`")
+                && unknown.contains("environment variable JOBCAST_ENGINE__WINDOW")
+                && !unknown.contains("config.rs"),
+            "{unknown}"
+        );
+        // A misspelt key: the nearest there is.
+        let misspelt = ServeConfig::layered(None, vars(&[("JOBCAST_ENGINE__POLCY", "fifo")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            misspelt.contains("did you mean `engine.policy`?"),
+            "{misspelt}"
+        );
         let mistyped = ServeConfig::default()
             .with_overrides(&[("consumer.batch_max_events".to_owned(), "many".to_owned())])
             .unwrap_err()
             .to_string();
-        assert!(mistyped.contains("batch_max_events"), "{mistyped}");
+        assert!(
+            mistyped.contains(
+                "`consumer.batch_max_events` in flag --set consumer.batch_max_events=many"
+            ) && !mistyped.contains("config.rs"),
+            "{mistyped}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("jobcast.toml");
+        std::fs::write(&file, "[storage]\nbackup_kept = 2\n").unwrap();
+        let in_file = ServeConfig::layered(Some(&file), std::iter::empty())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            in_file.contains(&format!("in the file {}", file.display()))
+                && in_file.contains("did you mean `storage.backup_keep`?"),
+            "{in_file}"
+        );
         let missing =
             ServeConfig::layered(Some(Path::new("/no/such/jobcast.toml")), std::iter::empty())
                 .unwrap_err()

@@ -145,8 +145,14 @@ pub fn handle() -> PrometheusHandle {
                 MACHINES_EXPIRED,
                 PRODUCERS_RECREATED,
                 ETA_WITHIN_INTERVAL,
+                DECISIONS_OVERTAKEN,
+                TAKEOVER_BUFFER_WAITS,
             ] {
                 metrics::counter!(name).increment(0);
+            }
+            // States that alerts watch: 0 until they hold.
+            for name in [TAKEOVER_BUFFER_FULL, WAITING_FOR_ROOM] {
+                metrics::gauge!(name).set(0.0);
             }
             handle
         })

@@ -147,22 +147,38 @@ fn t(us: u64) -> i64 {
 }
 
 /// One Parquet file being written: rows are buffered as Arrow batches.
+/// It is written under a temporary name beside its place, which it takes
+/// only once every table is complete ([`TraceTablesWriter::finish`]): a
+/// conversion that fails leaves the tables it would have replaced as they
+/// were, and no part of its own (the temporary file goes with it).
 struct TableFile<R> {
     name: &'static str,
     path: PathBuf,
     fields: Vec<FieldRef>,
     writer: ArrowWriter<File>,
+    temp: tempfile::TempPath,
     buffer: Vec<R>,
     rows: u64,
+}
+
+/// A table written whole under its temporary name.
+struct ClosedTable {
+    summary: TableSummary,
+    temp: tempfile::TempPath,
 }
 
 impl<R: Serialize> TableFile<R> {
     fn create(dir: &Path, name: &'static str, fields: Vec<FieldRef>) -> Result<Self, TableError> {
         let path = dir.join(format!("{name}.parquet"));
-        let file = File::create(&path).map_err(|source| TableError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let (file, temp) = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".parquet.partial")
+            .tempfile_in(dir)
+            .map_err(|source| TableError::Io {
+                path: path.clone(),
+                source,
+            })?
+            .into_parts();
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             .set_max_row_group_row_count(Some(BATCH_ROWS))
@@ -179,6 +195,7 @@ impl<R: Serialize> TableFile<R> {
             path,
             fields,
             writer,
+            temp,
             buffer: Vec::with_capacity(BATCH_ROWS),
             rows: 0,
         })
@@ -212,19 +229,44 @@ impl<R: Serialize> TableFile<R> {
             })
     }
 
-    fn close(mut self) -> Result<TableSummary, TableError> {
+    /// Write the footer and sync the file, still under its temporary name.
+    fn close(mut self) -> Result<ClosedTable, TableError> {
         self.flush()?;
-        self.writer.close().map_err(|source| TableError::Parquet {
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|source| TableError::Parquet {
+                path: self.path.clone(),
+                source,
+            })?;
+        let io = |source| TableError::Io {
             path: self.path.clone(),
             source,
-        })?;
-        let bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
-        Ok(TableSummary {
-            name: self.name,
-            path: self.path,
-            rows: self.rows,
-            bytes,
+        };
+        file.sync_all().map_err(io)?;
+        let bytes = file.metadata().map_err(io)?.len();
+        Ok(ClosedTable {
+            summary: TableSummary {
+                name: self.name,
+                path: self.path,
+                rows: self.rows,
+                bytes,
+            },
+            temp: self.temp,
         })
+    }
+}
+
+impl ClosedTable {
+    /// Take the table's place.
+    fn persist(self) -> Result<TableSummary, TableError> {
+        self.temp
+            .persist(&self.summary.path)
+            .map_err(|e| TableError::Io {
+                path: self.summary.path.clone(),
+                source: e.error,
+            })?;
+        Ok(self.summary)
     }
 }
 
@@ -425,13 +467,16 @@ impl TraceTablesWriter {
         self.machines.push(machine_row(machine))
     }
 
-    /// Flush and close every table; what was written, in [`TABLES`] order.
+    /// Flush and close every table, then put each in its place (the
+    /// previous tables stay until all four are whole); what was written,
+    /// in [`TABLES`] order.
     pub fn finish(self) -> Result<Vec<TableSummary>, TableError> {
-        Ok(vec![
+        let closed = [
             self.events.close()?,
             self.jobs.close()?,
             self.tasks.close()?,
             self.machines.close()?,
-        ])
+        ];
+        closed.into_iter().map(ClosedTable::persist).collect()
     }
 }

@@ -297,3 +297,163 @@ fn timing_goes_to_stderr_once_per_statement() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A conversion that fails (a gzip part cut short) leaves the tables of
+/// the conversion before it as they were, byte for byte, with nothing of
+/// its own beside them, and names what failed; empty input converts with
+/// a warning.
+#[test]
+fn a_failed_conversion_leaves_the_previous_tables_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tables");
+    convert_excerpt(&out);
+    let listing = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = listing(&out);
+    assert_eq!(before.len(), 4, "four tables");
+
+    // A copy of the excerpt with one task_events part cut in half.
+    let excerpt = repo().join("tests/data/google2011-excerpt");
+    let copy = dir.path().join("excerpt");
+    for sub in ["job_events", "task_events"] {
+        std::fs::create_dir_all(copy.join(sub)).unwrap();
+        for entry in std::fs::read_dir(excerpt.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), copy.join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    let cut = std::fs::read_dir(copy.join("task_events"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let bytes = std::fs::read(&cut).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let failed = jobcast(&[
+        "convert",
+        "--format",
+        "google2011",
+        "--input",
+        copy.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(!failed.status.success(), "{stderr}");
+    let name = cut.file_name().unwrap().to_string_lossy();
+    assert!(stderr.contains(&*name), "the error names {name}: {stderr}");
+    assert!(listing(&out) == before, "the previous tables changed");
+
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let converted = jobcast(&[
+        "convert",
+        "--format",
+        "jsonl",
+        "--input",
+        empty.to_str().unwrap(),
+        "--output",
+        dir.path().join("none").to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&converted.stderr);
+    assert!(converted.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("no jsonl events"),
+        "{stderr}"
+    );
+}
+
+/// The shell runs SQL as DuckDB's does: several statements on the command
+/// line, in a file or piped in run in order, each result printed; the
+/// failing one is named by its line, its error printed once, the others
+/// still run and the exit is non-zero; `SHOW TABLES` and `.tables` list
+/// the tables; JSON keeps nulls; a table ends its line.
+#[test]
+fn the_sql_shell_runs_statements_as_duckdbs_does() {
+    let dir = tempfile::tempdir().unwrap();
+    convert_excerpt(dir.path());
+    let data = dir.path().to_str().unwrap();
+    let csv = |query: &str| jobcast_ok(&["sql", "--data", data, "--format", "csv", query]);
+
+    assert_eq!(csv("SELECT 1 AS a; SELECT 2 AS b"), "a\n1\nb\n2\n");
+    let tables = csv("SHOW TABLES");
+    assert!(tables.lines().any(|l| l.contains(",jobs,")), "{tables}");
+    assert_eq!(
+        jobcast_ok(&["sql", "--data", data, ".tables"]),
+        "events\njobs\ntasks\nmachines\n"
+    );
+    let json = jobcast_ok(&[
+        "sql",
+        "--data",
+        data,
+        "--format",
+        "json",
+        "SELECT CAST(NULL AS BIGINT) AS x, 1 AS y",
+    ]);
+    assert_eq!(json, "[{\"x\":null,\"y\":1}]\n");
+    assert!(jobcast_ok(&["sql", "--data", data, "SELECT 1 AS one"]).ends_with("+\n"));
+
+    let script = dir.path().join("three.sql");
+    std::fs::write(
+        &script,
+        "SELECT 1 AS a;\n-- the second fails\nSELECT nope FROM jobs;\nSELECT 3 AS c;\n",
+    )
+    .unwrap();
+    let out = jobcast(&[
+        "sql",
+        "--data",
+        data,
+        "--format",
+        "csv",
+        "--file",
+        script.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("a\n1\n") && stdout.contains("c\n3\n"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("three.sql:3: ") && stderr.contains("nope"),
+        "{stderr}"
+    );
+
+    let mut piped = std::process::Command::new(jobcast_tests::jobcast_bin())
+        .args(["sql", "--data", data, "--format", "csv"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    piped
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT nope;\nSELECT 2 AS b;\n")
+        .unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b\n2\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stdin:1: "));
+}

@@ -167,3 +167,172 @@ fn a_real_trace_with_a_gap_of_four_days_is_applied_as_without_it() {
         events.len() as u64
     );
 }
+
+/// A small trace of two jobs, as JSON lines.
+fn two_jobs() -> String {
+    let mut trace = String::new();
+    for job in 1..=2u64 {
+        let t = job * 1_000_000;
+        writeln!(
+            trace,
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":0.1,"num_tasks":1}}"#
+        )
+        .unwrap();
+    }
+    trace
+}
+
+/// On a terminal (here `script`'s pseudo-terminal) the demo keeps the
+/// service and its API up once the trace is done, for the curls its
+/// header offers, and says so; Ctrl-C (SIGINT) ends it with its summary.
+#[test]
+fn on_a_terminal_the_demo_stays_up_after_the_replay_until_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("two.jsonl");
+    std::fs::write(&trace, two_jobs()).unwrap();
+    let port = jobcast_tests::serve::free_port();
+    let demo = format!(
+        "{} demo --http 127.0.0.1:{port} --trace {} --format jsonl",
+        jobcast_tests::jobcast_bin().display(),
+        trace.display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &demo, "/dev/null"])
+        .env("JOBCAST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script runs");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let out = script.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("[demo] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("replay done; API still up") && l.contains("Ctrl-C"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        seen.push(
+            rx.recv_timeout(left)
+                .expect("the demo said the replay is done"),
+        );
+    }
+    // Still up a few seconds later, answering.
+    std::thread::sleep(Duration::from_secs(3));
+    let health = ureq::get(&format!("http://127.0.0.1:{port}/healthz"))
+        .call()
+        .expect("the API answers after the replay");
+    assert_eq!(health.status(), 200);
+    let pid = String::from_utf8(
+        Command::new("pgrep")
+            .args(["-f", &format!("demo --http 127.0.0.1:{port}")])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let pid = pid
+        .lines()
+        .map(str::trim)
+        .find(|p| !p.is_empty() && *p != script.id().to_string())
+        .expect("the demo's process");
+    assert!(
+        Command::new("kill")
+            .args(["-INT", pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = script.wait().unwrap();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        seen.push(line);
+    }
+    assert!(status.success(), "{status}: {seen:?}");
+    assert!(
+        seen.iter().any(|l| l.contains("jobcast demo: summary")),
+        "{seen:?}"
+    );
+}
+
+/// Bad flags and a taken port are named: `--format` needs `--trace`; a
+/// host name is resolved; an address in use is named with the OS error.
+#[test]
+fn the_demo_names_what_is_wrong_with_its_flags_and_its_address() {
+    let refused = jobcast_tests::jobcast(&["demo", "--format", "jsonl"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--trace"),
+        "{stderr}"
+    );
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("two.jsonl");
+    std::fs::write(&trace, two_jobs()).unwrap();
+    let trace = trace.to_str().unwrap();
+    let flags = |http: &str| {
+        jobcast_tests::jobcast(&[
+            "demo", "--http", http, "--trace", trace, "--format", "jsonl",
+        ])
+    };
+    let out = flags(&address);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains(&address)
+            && stderr.contains("in use")
+            && !stderr.contains("channel is empty"),
+        "{stderr}"
+    );
+
+    let out = flags("localhost:0");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("jobcast demo: summary"));
+}
+
+/// A trace line that is no event is reported as `convert` reports it (the
+/// file, the line, the class and the reason) and counted in the summary;
+/// the rest is replayed.
+#[test]
+fn the_demo_reports_the_trace_lines_it_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("bad.jsonl");
+    let mut lines: Vec<String> = two_jobs().lines().map(str::to_owned).collect();
+    lines.insert(
+        1,
+        r#"{"v":1,"type":"job_submitted","time_us":"soon"}"#.into(),
+    );
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let out = jobcast_tests::jobcast(&[
+        "demo",
+        "--http",
+        "127.0.0.1:0",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(figure(&stdout, "input rows skipped"), 1, "{stdout}");
+    assert_eq!(figure(&stdout, "events replayed"), 2, "{stdout}");
+    assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+}

@@ -989,3 +989,42 @@ fn a_restart_owning_a_partition_its_partner_held_stores_the_tasks_of_the_jobs_it
         ended.len()
     );
 }
+
+/// `GET /` lists the routes; any other path answers a JSON 404 that names
+/// it, and the route meant when it has a trailing slash too many.
+#[test]
+fn the_index_lists_the_routes_and_unknown_paths_get_json_errors() {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 1);
+    let data = tempfile::tempdir().unwrap();
+    let serve = Serve::start(&cluster.brokers(), &data.path().join("state"), &[]);
+    let json = |path: &str| -> (u16, serde_json::Value) {
+        let (status, body) = serve.get(path);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body:?}")),
+        )
+    };
+    let (status, index) = json("/");
+    assert_eq!(status, 200);
+    assert!(index["routes"]["GET /jobs/{id}"].is_string(), "{index}");
+    let (status, slash) = json("/policies/");
+    assert_eq!(status, 404);
+    assert!(
+        slash["error"]
+            .as_str()
+            .unwrap()
+            .contains("without the trailing slash: GET /policies"),
+        "{slash}"
+    );
+    let (status, unknown) = json("/no/such/thing");
+    assert_eq!(status, 404);
+    assert!(
+        unknown["error"]
+            .as_str()
+            .unwrap()
+            .contains("GET /no/such/thing"),
+        "{unknown}"
+    );
+    serve.terminate();
+}

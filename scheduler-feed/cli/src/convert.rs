@@ -44,6 +44,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )
     })?;
     bar.finish_and_clear();
+    if summary.events == 0 {
+        eprintln!(
+            "warning: {} held no {} events: the tables written are empty",
+            args.input.display(),
+            args.format.name()
+        );
+    }
 
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(

@@ -7,6 +7,7 @@
 //! is paced against the service: it never runs more than a window of
 //! events ahead of what the service has committed.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -30,17 +31,19 @@ use super::serve::{serve, shutdown_signal};
 pub struct Args {
     /// Run this many seconds, stopping the replay if it is not done and
     /// otherwise keeping the service and its HTTP API up until then
-    /// (default: stop when the trace is done).
+    /// (default: on a terminal, until Ctrl-C; otherwise until the trace is
+    /// done).
     #[arg(long)]
     duration: Option<f64>,
-    /// HTTP API and /metrics address while the demo runs.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    /// HTTP API and /metrics address while the demo runs (a host name is
+    /// resolved: localhost:8080).
+    #[arg(long, default_value = "127.0.0.1:8080", value_parser = resolve_address)]
     http: SocketAddr,
     /// The trace to replay (default: the bundled Google 2011 excerpt).
     #[arg(long, requires = "format")]
     trace: Option<PathBuf>,
     /// Its format: google2011, google2019, alibaba2018, gce-lifetimes or jsonl.
-    #[arg(long)]
+    #[arg(long, requires = "trace")]
     format: Option<Format>,
     /// `max`, or an event-time speed-up factor.
     #[arg(long, default_value = "max")]
@@ -138,6 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let trace = jobcast_ingest::open(format, &trace_path)
         .with_context(|| format!("opening {}", trace_path.display()))?;
+    // Rows of the trace that are no event, each class with its first
+    // places (file:line), as `convert` reports them.
+    let diagnostics = trace.diagnostics().clone();
 
     let (shared_tx, shared_rx) = std::sync::mpsc::channel::<(Arc<Shared>, SocketAddr)>();
     let serve_stop = stop.clone();
@@ -153,9 +159,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let _ = shared_tx.send((shared, address));
         },
     ));
-    let (shared, address) = shared_rx
-        .recv_timeout(Duration::from_secs(30))
-        .context("the service did not start")?;
+    let (shared, address) = match shared_rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(started) => started,
+        // It stopped before it listened (the address taken, the store
+        // locked): its own error says where and why.
+        Err(_) if service.is_finished() => {
+            return Err(match runtime.block_on(service)? {
+                Err(e) => e.context("the service did not start"),
+                Ok(_) => anyhow::anyhow!("the service stopped before it started"),
+            });
+        }
+        Err(_) => anyhow::bail!("the service did not start within 30 s"),
+    };
     eprint!("{}", header.show(address));
 
     // Set once the whole trace is delivered: how many events it held.
@@ -186,20 +201,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let deadline = args.duration.map(Duration::from_secs_f64);
+    // On a terminal the service stays up for the curls the header offers,
+    // until Ctrl-C; a script (stdout not a terminal) gets its summary as
+    // soon as the trace is done.
+    let stay = deadline.is_none() && std::io::stdout().is_terminal();
     let mut last = (Instant::now(), 0u64);
+    let mut said_done = false;
     loop {
         std::thread::sleep(Duration::from_millis(100));
         let committed = shared.counters.committed.load(Ordering::Relaxed);
-        if last.0.elapsed() >= Duration::from_secs(1) {
+        let caught_up = replayed_all.get().is_some_and(|&n| committed >= n);
+        if last.0.elapsed() >= Duration::from_secs(1) && !(said_done && committed == last.1) {
             let rate = (committed - last.1) as f64 / last.0.elapsed().as_secs_f64();
             eprintln!("{}", status_line(&shared, rate));
             last = (Instant::now(), committed);
         }
-        // With a duration, the service stays up (and answers HTTP) after the
-        // trace is done, until the duration is over.
-        let caught_up = deadline.is_none() && replayed_all.get().is_some_and(|&n| committed >= n);
+        if caught_up && !said_done && (stay || deadline.is_some()) {
+            let until = match deadline {
+                Some(d) => format!(" until {:.0} s have passed", d.as_secs_f64()),
+                None => "; Ctrl-C to stop".into(),
+            };
+            eprintln!("replay done; API still up at http://{address}{until}");
+            said_done = true;
+        }
+        // With a duration, or on a terminal, the service stays up (and
+        // answers HTTP) after the trace is done.
+        let done = caught_up && deadline.is_none() && !stay;
         let out_of_time = deadline.is_some_and(|d| started.elapsed() >= d);
-        if caught_up || out_of_time || stop.load(Ordering::Relaxed) || service.is_finished() {
+        if done || out_of_time || stop.load(Ordering::Relaxed) || service.is_finished() {
             break;
         }
     }
@@ -209,15 +238,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("the replay thread panicked"))?;
     let summary = runtime.block_on(service)??;
     let replayed = replayed.context("replaying the trace")?;
-    print!(
-        "{}",
-        final_report(
-            &shared,
-            replayed.delivered,
-            summary.applied,
-            started.elapsed()
-        )
-    );
+    let skipped = diagnostics.skipped_total();
+    if skipped > 0 {
+        eprint!("\ninput: {}", diagnostics.summary());
+    }
+    crate::output::print_out(&final_report(
+        &shared,
+        (replayed.delivered, skipped),
+        summary.applied,
+        started.elapsed(),
+    ))?;
     eprintln!(
         "\nThe state of this run {}. `jobcast serve` runs the same service on a real \
          Kafka (README, docs/operations.md).",
@@ -228,6 +258,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     drop(temp);
     Ok(())
+}
+
+/// A `--http` address: `host:port`, the host's first address if it is a
+/// name (`localhost:8080`).
+fn resolve_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("{text}: {e} (want host:port, as 127.0.0.1:8080)"))?
+        .next()
+        .ok_or_else(|| format!("{text}: resolves to no address"))
 }
 
 async fn wait_for(flag: Arc<AtomicBool>) {
@@ -326,13 +366,16 @@ fn error_columns(recent: &Recent, q: f64) -> String {
         .join(", ")
 }
 
-fn final_report(shared: &Shared, replayed: u64, applied: u64, elapsed: Duration) -> String {
+/// The summary; `input` is the events replayed and the trace's rows that
+/// were no event (skipped).
+fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Duration) -> String {
+    let (replayed, skipped) = input;
     let c = &shared.counters;
     let recent = shared.recent.lock().expect("not poisoned");
     let mut out = String::new();
     out.push_str("\njobcast demo: summary\n");
     out.push_str(&format!(
-        "  events replayed     {replayed}\n  events applied      {applied}\n  events held         {}\n  dead-lettered       {}\n  decisions           {}\n  elapsed             {:.1} s\n",
+        "  input rows skipped  {skipped}\n  events replayed     {replayed}\n  events applied      {applied}\n  events held         {}\n  dead-lettered       {}\n  decisions           {}\n  elapsed             {:.1} s\n",
         c.held_events.load(Ordering::Relaxed),
         c.dead_lettered.load(Ordering::Relaxed),
         c.decisions.load(Ordering::Relaxed),

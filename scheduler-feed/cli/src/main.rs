@@ -100,9 +100,77 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader went away (`jobcast … | head`): a quiet end, as
+        // ripgrep's.
+        Err(err) if broken_pipe(&err) => std::process::ExitCode::SUCCESS,
+        Err(err) if err.is::<output::Reported>() => std::process::ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", chain(&err));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes, `: `-separated, each once: a cause whose text
+/// its effect already shows (`#[error("{path}: {source}")]`) is not
+/// repeated.
+fn chain(err: &anyhow::Error) -> String {
+    let mut shown = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !shown.contains(&text) {
+            shown.push_str(": ");
+            shown.push_str(&text);
+        }
+    }
+    shown
+}
+
+fn broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that shows its cause, as `#[error("…: {source}")]` does.
+    #[derive(Debug)]
+    struct Reading {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Reading {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reading {}: {}", self.path, self.source)
+        }
+    }
+
+    impl std::error::Error for Reading {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_shown_once() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let err = anyhow::Error::new(Reading {
+            path: "a.csv",
+            source: io,
+        })
+        .context("converting");
+        let shown = chain(&err);
+        assert_eq!(shown.matches("os error 2").count(), 1, "{shown}");
+        assert!(shown.starts_with("converting: reading a.csv: "), "{shown}");
+        let piped = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("writing the table");
+        assert!(broken_pipe(&piped));
+        assert!(!broken_pipe(&err));
     }
 }

@@ -22,3 +22,17 @@ pub fn print_out(text: &str) -> anyhow::Result<()> {
 pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     print_out(&format!("{}\n", serde_json::to_string_pretty(value)?))
 }
+
+/// A failure already reported on stderr, each cause where it arose (a SQL
+/// script's failing statements): the command exits non-zero without
+/// printing it again.
+#[derive(Debug)]
+pub struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("failures reported above")
+    }
+}
+
+impl std::error::Error for Reported {}

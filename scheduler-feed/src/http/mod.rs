@@ -65,6 +65,7 @@ pub fn router(
 ) -> std::io::Result<Router> {
     let busy = Arc::new(AtomicBool::new(false));
     let mut guarded = Router::new()
+        .route("/", get(index))
         .route(
             "/admin/backup",
             post(move |State(api): State<Api>| {
@@ -93,7 +94,68 @@ pub fn router(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(guarded)
+        .fallback(no_route)
         .with_state(api))
+}
+
+/// Every route, with what it answers: `GET /`.
+const ROUTES: [(&str, &str); 8] = [
+    (
+        "GET /healthz",
+        "alive: the pipeline is not stuck (no token needed)",
+    ),
+    (
+        "GET /readyz",
+        "ready: state recovered, partitions assigned, brokers up; else why not (no token needed)",
+    ),
+    (
+        "GET /jobs/{id}",
+        "a job: its state, each policy's estimate, its decisions (decisions_from, decisions_limit page them)",
+    ),
+    (
+        "GET /machines/{id}",
+        "a machine or VM: its state and lifetime",
+    ),
+    (
+        "GET /machines/{id}/risk",
+        "a transient VM's preemption risk now",
+    ),
+    ("GET /policies", "each policy's prediction errors so far"),
+    ("GET /metrics", "Prometheus metrics"),
+    (
+        "POST /admin/backup",
+        "write an online backup (storage.backup_dir)",
+    ),
+];
+
+async fn index() -> Response {
+    let routes: serde_json::Map<String, serde_json::Value> = ROUTES
+        .iter()
+        .map(|&(route, what)| (route.to_owned(), what.into()))
+        .collect();
+    Json(json!({
+        "service": "jobcast",
+        "version": env!("CARGO_PKG_VERSION"),
+        "routes": routes,
+        "docs": "docs/operations.md (HTTP API)",
+    }))
+    .into_response()
+}
+
+/// Any other path: a JSON 404 that names it, and the route meant if it
+/// only has a trailing slash too many.
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    let trimmed = path.trim_end_matches('/');
+    let hint = if trimmed != path && !trimmed.is_empty() {
+        format!("; without the trailing slash: {method} {trimmed}")
+    } else {
+        "; GET / lists the routes".into()
+    };
+    error(
+        StatusCode::NOT_FOUND,
+        format!("no route for {method} {path}{hint}"),
+    )
 }
 
 /// The TLS configuration `http.tls` names, read now so that a bad file

@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use datafusion::common::TableReference;
@@ -29,7 +28,6 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::{LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
-use datafusion::sql::parser::DFParser;
 
 use crate::tables::TABLES;
 
@@ -47,7 +45,10 @@ pub mod labelled_union;
 /// datafusion.execution.target_partitions` overrides it.
 pub fn new_session() -> SessionContext {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let config = SessionConfig::new().with_target_partitions(2 * cores);
+    // `SHOW TABLES` and `information_schema` as in other SQL shells.
+    let config = SessionConfig::new()
+        .with_target_partitions(2 * cores)
+        .with_information_schema(true);
     let state = SessionContext::new_with_config(config).state();
     // The band join replaces hash joins before DataFusion's late filter
     // pushdown, which would hand the replaced join's dynamic filter to its
@@ -149,36 +150,95 @@ pub async fn run_query(
     execute(ctx, plan, options).await
 }
 
-/// One statement of a script, run.
-#[derive(Debug)]
-pub struct StatementRun {
-    /// The statement, as DataFusion's parser prints it.
-    pub statement: String,
-    pub batches: Vec<RecordBatch>,
-    /// Planning, running and collecting the result (not printing it).
-    pub elapsed: Duration,
+/// One statement of a script: where it starts and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptStatement {
+    /// The line it starts on, from 1.
+    pub line: usize,
+    /// Its text, without comments and the `;` that ends it.
+    pub text: String,
 }
 
-/// Run every statement of a script (statements separated by `;`, comments
-/// allowed) in order. Stops at the first error.
-pub async fn run_script(
-    ctx: &SessionContext,
-    script: &str,
-    options: QueryOptions,
-) -> Result<Vec<StatementRun>, DataFusionError> {
-    let mut runs = Vec::new();
-    for statement in DFParser::parse_sql(script)? {
-        let text = statement.to_string();
-        let start = Instant::now();
-        let plan = ctx.state().statement_to_plan(statement).await?;
-        let batches = execute(ctx, plan, options).await?;
-        runs.push(StatementRun {
-            statement: text,
-            batches,
-            elapsed: start.elapsed(),
-        });
+/// The statements of `script`, in order, as the DuckDB and SQLite shells
+/// read them: a SQL statement ends at a `;` outside quotes and comments
+/// (or at the end of the script); a line that starts with `.` where a
+/// statement would start is a shell command (`.tables`), ended by its
+/// line. Comments (`--`, `/* */`) are left out.
+pub fn split_script(script: &str) -> Vec<ScriptStatement> {
+    let mut statements = Vec::new();
+    let mut text = String::new();
+    let mut line = 1;
+    let mut start = None;
+    let mut chars = script.chars().peekable();
+    let mut end = |text: &mut String, start: &mut Option<usize>| {
+        let taken = std::mem::take(text);
+        if let Some(line) = start.take() {
+            statements.push(ScriptStatement {
+                line,
+                text: taken.trim().to_owned(),
+            });
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => {
+                line += 1;
+                text.push(c);
+            }
+            '.' if start.is_none() => {
+                start = Some(line);
+                text.push(c);
+                while let Some(&next) = chars.peek() {
+                    if next == '\n' {
+                        break;
+                    }
+                    text.push(next);
+                    chars.next();
+                }
+                end(&mut text, &mut start);
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                while chars.peek().is_some_and(|&next| next != '\n') {
+                    chars.next();
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                for next in chars.by_ref() {
+                    if next == '\n' {
+                        line += 1;
+                        text.push(next);
+                    }
+                    if last == '*' && next == '/' {
+                        break;
+                    }
+                    last = next;
+                }
+            }
+            ';' => end(&mut text, &mut start),
+            c if c.is_whitespace() => text.push(c),
+            '\'' | '"' => {
+                start.get_or_insert(line);
+                text.push(c);
+                for next in chars.by_ref() {
+                    if next == '\n' {
+                        line += 1;
+                    }
+                    text.push(next);
+                    if next == c {
+                        break;
+                    }
+                }
+            }
+            c => {
+                start.get_or_insert(line);
+                text.push(c);
+            }
+        }
     }
-    Ok(runs)
+    end(&mut text, &mut start);
+    statements
 }
 
 async fn execute(
@@ -322,7 +382,10 @@ fn first_repeated_subquery(plan: &LogicalPlan) -> Result<Option<LogicalPlan>, Da
 /// Render record batches in the given format.
 pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String, DataFusionError> {
     match format {
-        OutputFormat::Table => Ok(arrow::util::pretty::pretty_format_batches(batches)?.to_string()),
+        OutputFormat::Table => Ok(format!(
+            "{}\n",
+            arrow::util::pretty::pretty_format_batches(batches)?
+        )),
         OutputFormat::Csv => {
             let mut out = Vec::new();
             {
@@ -338,7 +401,11 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String, D
         OutputFormat::Json => {
             let mut out = Vec::new();
             {
-                let mut writer = arrow::json::ArrayWriter::new(&mut out);
+                // Nulls written as `null`, not left out: every row has
+                // every column.
+                let mut writer = arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, arrow::json::writer::JsonArray>(&mut out);
                 for batch in batches {
                     writer.write(batch)?;
                 }
@@ -378,6 +445,26 @@ pub(crate) fn register_t(ctx: &SessionContext, keys: &[Option<&str>], values: &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_script_splits_at_semicolons_outside_quotes_and_comments() {
+        let script = "-- counts\nSELECT 1;\n\n  SELECT ';' AS \"a;b\" -- a ; in a comment\n  FROM t;\n.tables\n/* a\n ; */ SELECT 3";
+        let statements = split_script(script);
+        let split: Vec<(usize, &str)> = statements
+            .iter()
+            .map(|s| (s.line, s.text.as_str()))
+            .collect();
+        assert_eq!(
+            split,
+            [
+                (2, "SELECT 1"),
+                (4, "SELECT ';' AS \"a;b\" \n  FROM t"),
+                (6, ".tables"),
+                (8, "SELECT 3"),
+            ]
+        );
+        assert!(split_script("-- nothing\n;\n").is_empty());
+    }
 
     /// A session with `t(k, v)`: 6 rows over 3 keys, in memory.
     fn session() -> SessionContext {
