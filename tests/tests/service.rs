@@ -571,17 +571,7 @@ fn a_stored_offset_the_broker_does_not_hold_stops_the_service_instead_of_skippin
     let mut batch = store.batch();
     batch.set_offset(&config.topics.events, 0, 1_000_000);
     store.commit(batch).unwrap();
-    let shared = Shared::new(store);
-    let service = Service::start_with(config, shared.clone()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !service.is_finished() {
-        if Instant::now() > deadline {
-            let outcome = service.stop();
-            panic!("the service went on past the missing offsets: {outcome:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let err = service.join().unwrap_err().to_string();
+    let (err, shared) = stopped_at_start(config, store);
     // Named at the start: the partition, where the state is, where the
     // broker's partition ends, and the way out.
     assert!(
@@ -618,17 +608,7 @@ fn input_deleted_by_retention_under_the_state_stops_the_service_naming_both_offs
         !gone.is_empty(),
         "the mock cluster dropped nothing the state needs: {low:?} against {stored:?}"
     );
-    let shared = Shared::new(store);
-    let service = Service::start_with(config, shared.clone()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !service.is_finished() {
-        if Instant::now() > deadline {
-            let outcome = service.stop();
-            panic!("the service went on past the deleted offsets: {outcome:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let err = service.join().unwrap_err().to_string();
+    let (err, shared) = stopped_at_start(config, store);
     eprintln!("{err}");
     let named = gone.iter().any(|&p| {
         err.contains(&format!("input partition {p} of"))
@@ -847,6 +827,22 @@ fn an_admin_command_that_changes_a_store_refuses_one_in_use() {
 
 /// The store of a run over the excerpt's first 200 events, the cluster it
 /// read them from, and the run's configuration.
+/// Start the service on `store` and wait for it to stop by itself, as it
+/// must: its error, and the state it shared.
+fn stopped_at_start(config: ServeConfig, store: Arc<StateStore>) -> (String, Arc<Shared>) {
+    let shared = Shared::new(store);
+    let service = Service::start_with(config, shared.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !service.is_finished() {
+        if Instant::now() > deadline {
+            let outcome = service.stop();
+            panic!("the service went on past input the broker does not hold: {outcome:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (service.join().unwrap_err().to_string(), shared)
+}
+
 fn store_of_a_short_run() -> (Cluster, tempfile::TempDir, ServeConfig) {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
