@@ -12,6 +12,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use tracing::{debug, error, warn};
 
+pub const BUILD_INFO: &str = "jobcast_build_info";
 pub const EVENTS_CONSUMED: &str = "jobcast_events_consumed_total";
 pub const EVENTS_DEAD_LETTERED: &str = "jobcast_events_dead_lettered_total";
 pub const EVENTS_HELD: &str = "jobcast_events_held_total";
@@ -154,12 +155,31 @@ pub fn handle() -> PrometheusHandle {
             for name in [TAKEOVER_BUFFER_FULL, WAITING_FOR_ROOM] {
                 metrics::gauge!(name).set(0.0);
             }
+            metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+            process_collector().describe();
             handle
         })
         .clone()
 }
 
+/// The process's own figures (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, `process_open_fds`, …, as every
+/// Prometheus client library exports them), read from `/proc`.
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// Read the process's figures now (at each scrape).
+pub fn collect_process() {
+    process_collector().collect();
+}
+
 fn describe() {
+    describe_gauge!(
+        BUILD_INFO,
+        "1, labelled with the version of jobcast this process runs"
+    );
     describe_counter!(
         SLURM_EVENTS_PUBLISHED,
         Unit::Count,

@@ -336,3 +336,19 @@ fn the_demo_reports_the_trace_lines_it_skipped() {
     assert_eq!(figure(&stdout, "events replayed"), 2, "{stdout}");
     assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
 }
+
+/// The first screen of `jobcast --help` says what to run first; `admin
+/// --help` lists every store operation.
+#[test]
+fn the_help_opens_with_what_to_run_first() {
+    let help = jobcast_ok(&["--help"]);
+    let first: Vec<&str> = help.lines().take(4).collect();
+    assert!(
+        first[0].starts_with("Start here")
+            && first.iter().any(|l| l.contains("jobcast demo"))
+            && first.iter().any(|l| l.contains("jobcast serve")),
+        "{help}"
+    );
+    let admin = jobcast_ok(&["admin", "--help"]);
+    assert!(admin.contains("parked"), "{admin}");
+}

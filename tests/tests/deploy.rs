@@ -830,3 +830,39 @@ fn dockerfile_builds_in_stages_and_runs_serve_unprivileged() {
         "the build context excludes target/"
     );
 }
+
+/// `jobcast serve --print-config` shows the effective configuration, each
+/// value with the layer that set it: the default, a variable, a named
+/// flag, `--set`; the token is shown as set, never by value.
+#[test]
+fn print_config_names_the_layer_of_every_value() {
+    let out = std::process::Command::new(jobcast_tests::jobcast_bin())
+        .args([
+            "serve",
+            "--print-config",
+            "--group",
+            "g1",
+            "--set",
+            "engine.policy=bayes",
+        ])
+        .env("JOBCAST_ENGINE__MIN_REPUBLISH_MS", "5")
+        .env("JOBCAST_HTTP_TOKEN", "s3cret-token-value")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "engine.policy = \"bayes\"  # flag --set",
+        "consumer.group = \"g1\"  # a flag of serve",
+        "engine.min_republish_ms = 5  # an environment variable",
+        "storage.sync = true  # default",
+        "http.token = \"<set, not shown>\"  # an environment variable",
+    ] {
+        assert!(shown.contains(line), "no {line:?} in\n{shown}");
+    }
+    assert!(!shown.contains("s3cret"));
+}

@@ -456,6 +456,13 @@ fn a_full_disk_stops_the_service_whole_and_a_restart_waits_for_room() {
     assert_eq!(status, 503, "{body}");
     let readyz: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(readyz["waiting_for_room"], true, "{body}");
+    assert!(
+        readyz["reason"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for room"),
+        "{body}"
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(serve.get("/healthz").0, 200, "still alive");
 

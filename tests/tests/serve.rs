@@ -991,9 +991,10 @@ fn a_restart_owning_a_partition_its_partner_held_stores_the_tasks_of_the_jobs_it
 }
 
 /// `GET /` lists the routes; any other path answers a JSON 404 that names
-/// it, and the route meant when it has a trailing slash too many.
+/// it, and the route meant when it has a trailing slash too many;
+/// `/metrics` has `jobcast_build_info` and the process's own figures.
 #[test]
-fn the_index_lists_the_routes_and_unknown_paths_get_json_errors() {
+fn the_index_lists_the_routes_unknown_paths_get_json_errors_and_metrics_follow_prometheus() {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, 1);
     let data = tempfile::tempdir().unwrap();
@@ -1025,6 +1026,14 @@ fn the_index_lists_the_routes_and_unknown_paths_get_json_errors() {
             .unwrap()
             .contains("GET /no/such/thing"),
         "{unknown}"
+    );
+    // The build and the process, as every Prometheus client exports them.
+    let (_, metrics) = serve.get("/metrics");
+    assert!(
+        metrics.contains("jobcast_build_info{version=\"")
+            && metrics.contains("process_resident_memory_bytes ")
+            && metrics.contains("process_cpu_seconds_total "),
+        "{metrics}"
     );
     serve.terminate();
 }

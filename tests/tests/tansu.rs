@@ -190,6 +190,13 @@ fn credentials_a_sasl_broker_refuses_leave_the_service_not_ready_saying_why() {
     assert_eq!(status, 503, "{ready}");
     let ready: serde_json::Value = serde_json::from_str(&ready).unwrap();
     assert_eq!(ready["broker_up"], false, "{ready}");
+    assert!(
+        ready["reason"]
+            .as_str()
+            .unwrap()
+            .contains("brokers do not answer"),
+        "{ready}"
+    );
     let log = serve.terminate();
     assert!(
         !log.iter().any(|l| l.contains(PASSWORD)),

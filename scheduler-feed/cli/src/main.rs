@@ -10,6 +10,7 @@ mod evaluate;
 mod generate;
 mod kafka_args;
 mod output;
+mod provenance;
 mod replay;
 mod risk;
 mod serve;
@@ -30,7 +31,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "jobcast",
     version,
-    about = "Streaming job-runtime and preemption-risk predictions for cluster schedulers"
+    about = "Streaming job-runtime and preemption-risk predictions for cluster schedulers",
+    before_help = "Start here:\n  \
+        jobcast demo                                      the service on an embedded Kafka, a trace replayed into it\n  \
+        jobcast convert --format google2011 --input DIR --output tables && jobcast sql --data tables\n  \
+        jobcast serve --brokers HOST:9092 --data-dir state    the service on a real Kafka"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -59,7 +64,7 @@ enum Command {
     Risk(risk::Args),
     /// Measure throughput: `bench pipeline` is events/s end to end.
     Bench(bench::Args),
-    /// Operate on a store: info, backup, restore, skip, rebuild.
+    /// Operate on a store: info, backup, restore, skip, rebuild, parked.
     Admin(admin::Args),
     /// A real Slurm cluster in the loop: `slurm watch` publishes its jobs.
     Slurm(slurm::Args),

@@ -59,13 +59,45 @@ pub struct Args {
     /// partitions.
     #[arg(long, value_name = "PARTITIONS")]
     create_topics: Option<i32>,
+    /// Print the effective configuration, each value with the layer that
+    /// set it (default, file, environment, flag), and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 impl Args {
     fn config(&self) -> anyhow::Result<ServeConfig> {
-        // Defaults, file, `JOBCAST_<SECTION>__<KEY>` variables; then the
-        // named flags (each with its own variable), then `--set`.
-        let mut config = ServeConfig::load(self.config.as_deref())?;
+        Ok(self.layers()?.pop().expect("at least the defaults").1)
+    }
+
+    /// The configuration after each layer, named: the defaults, the file,
+    /// the environment, the named flags, `--set`.
+    fn layers(&self) -> anyhow::Result<Vec<(String, ServeConfig)>> {
+        let mut layers = vec![("default".to_owned(), ServeConfig::default())];
+        if let Some(path) = &self.config {
+            layers.push((
+                format!("the file {}", path.display()),
+                ServeConfig::from_file(path)?,
+            ));
+        }
+        layers.push((
+            "an environment variable (JOBCAST_<SECTION>__<KEY>)".to_owned(),
+            ServeConfig::load(self.config.as_deref())?,
+        ));
+        layers.push((
+            "a flag of serve, or its variable (JOBCAST_BROKERS, JOBCAST_GROUP, …)".to_owned(),
+            self.named_flags(layers.last().expect("pushed").1.clone()),
+        ));
+        if !self.set.is_empty() {
+            let set = layers.last().expect("pushed").1.clone();
+            layers.push(("flag --set".to_owned(), set.with_overrides(&self.set)?));
+        }
+        layers.last().expect("pushed").1.validate()?;
+        Ok(layers)
+    }
+
+    /// `config` with the named flags (each with its own variable) applied.
+    fn named_flags(&self, mut config: ServeConfig) -> ServeConfig {
         config.kafka = self.kafka.apply(config.kafka);
         if let Some(group) = &self.group {
             config.consumer.group = group.clone();
@@ -90,15 +122,19 @@ impl Args {
                 *topic = name.clone();
             }
         }
-        if !self.set.is_empty() {
-            config = config.with_overrides(&self.set)?;
-        }
-        config.validate()?;
-        Ok(config)
+        config
     }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.print_config {
+        let layers: Vec<_> = args
+            .layers()?
+            .into_iter()
+            .map(|(name, config)| (name, crate::provenance::leaves(&config)))
+            .collect();
+        return crate::output::print_out(&crate::provenance::annotated(&layers));
+    }
     let config = args.config()?;
     info!(kafka = ?config.kafka, topics = ?config.topics, "starting");
     let runtime = tokio::runtime::Runtime::new()?;

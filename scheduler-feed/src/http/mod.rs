@@ -453,8 +453,21 @@ async fn healthz(State(api): State<Api>) -> Response {
 async fn readyz(State(api): State<Api>) -> Response {
     use std::sync::atomic::Ordering::Relaxed;
     let shared = &api.shared;
+    // The first thing it waits for, in the order a start meets them.
+    let reason = if shared.waiting_for_room.load(Relaxed) {
+        "waiting for room on the store's filesystem (storage.min_free_bytes)"
+    } else if !shared.broker_up.load(Relaxed) {
+        "the Kafka brokers do not answer (the log has librdkafka's error)"
+    } else if !shared.assigned.load(Relaxed) {
+        "waiting for the consumer group to assign this instance its partitions"
+    } else if !shared.recovered.load(Relaxed) {
+        "recovering the state from the store"
+    } else {
+        "ready"
+    };
     let body = json!({
         "ready": shared.ready(),
+        "reason": reason,
         "recovered": shared.recovered.load(Relaxed),
         "assigned": shared.assigned.load(Relaxed),
         "owned_partitions": *shared.owned.lock().expect("not poisoned"),
@@ -494,6 +507,7 @@ fn render_metrics(shared: &Shared) -> Response {
     let (stopped, delayed_rate) = shared.store.write_stall();
     metrics::gauge!(telemetry::ROCKSDB_WRITE_STOPPED).set(f64::from(u8::from(stopped)));
     metrics::gauge!(telemetry::ROCKSDB_DELAYED_WRITE_RATE).set(delayed_rate as f64);
+    telemetry::collect_process();
     prometheus_text()
 }
 
