@@ -12,7 +12,8 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::source::{Diagnostics, TraceError};
 use jobcast_predictor::preemption::Bathtub;
 use jobcast_predictor::preemption::fit::{
-    Dimension, FitConfig, FitError, FitSet, GroupFit, Grouping, LifetimeRecord, fit_groups,
+    Dimension, FitConfig, FitError, FitSet, GroupFit, GroupKey, Grouping, LifetimeRecord,
+    fit_groups,
 };
 use jobcast_predictor::preemption::kaplan_meier::KaplanMeier;
 use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
@@ -68,12 +69,15 @@ impl Lifetimes {
 /// `path` (censoring, shrinkage and deadline as `risk fit` has them): the
 /// most specific fitted group among type+zone, type, zone and pooled
 /// ([`FitSet::bathtub_for`]). Only the bathtub is fitted, on those groups.
+/// The bathtub fitted to the lifetimes at `path` for VMs of `vm_type` in
+/// `zone`, and the group whose fit it is (`type=… zone=…`, or the pooled
+/// one when neither the type nor the zone has a fit of its own).
 pub fn fitted_bathtub(
     path: &Path,
     vm_type: &str,
     zone: &str,
     max_lifetime_h: f64,
-) -> Result<Bathtub, RiskFitError> {
+) -> Result<(Bathtub, GroupKey), RiskFitError> {
     let lifetimes = Lifetimes::read(path)?;
     let config = FitConfig {
         max_lifetime_h,
@@ -89,8 +93,13 @@ pub fn fitted_bathtub(
         ..FitConfig::default()
     };
     let fits = fit_groups(&lifetimes.records, &config)?;
-    fits.bathtub_for(vm_type, zone, None)
-        .ok_or(RiskFitError::NotFitted)
+    let group = fits
+        .lookup_group(ModelKind::Bathtub, vm_type, zone, None)
+        .ok_or(RiskFitError::NotFitted)?;
+    match group.fit(ModelKind::Bathtub).map(|f| f.model) {
+        Some(LifetimeModel::Bathtub(b)) => Ok((b, group.key.clone())),
+        _ => Err(RiskFitError::NotFitted),
+    }
 }
 
 /// A model's free parameters by name.

@@ -73,6 +73,22 @@ fn score_keeps_a_stable_vm_and_gives_up_an_old_one() {
         text.contains("recommendation: on_demand (failure_threshold)"),
         "{text}"
     );
+
+    // At or past the deadline (24 h) the VM is gone: refused, naming the
+    // flag and the range.
+    for age in ["24", "30", "-1"] {
+        let flag = format!("--age-hours={age}");
+        let mut args = base.to_vec();
+        args.extend([flag.as_str(), "--runtime-hours", "3"]);
+        let out = jobcast(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && stderr.contains(&format!("--age-hours {age}"))
+                && stderr.contains("[0, 24)"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]
@@ -124,6 +140,7 @@ fn score_uses_the_bathtub_fitted_for_the_vm_type_and_zone() {
         ("n9-unknown", "mars-1a", "all"),
     ] {
         let v = json(&score_args(vm_type, zone));
+        assert_eq!(v["fit_group"], group, "the group whose fit scored it");
         let want = bathtub(group);
         for key in ["a", "tau1", "tau2", "b"] {
             assert!(

@@ -66,7 +66,6 @@ use jobcast_ingest::event::{EndReason, MachineEvent, MachineKind};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::bathtub::Bathtub;
 use super::kaplan_meier::{InvalidLifetime, KaplanMeier, Observation};
 use super::models::{LifetimeModel, ModelKind};
 use serde::{Deserialize, Serialize};
@@ -587,29 +586,23 @@ impl FitSet {
         zone: &str,
         period: Option<Period>,
     ) -> Option<&ModelFit> {
-        Grouping::combinations()
-            .iter()
-            .filter_map(|g| g.key_of(vm_type, zone, || period))
-            .find_map(|k| self.group(&k).and_then(|g| g.fit(kind)))
-            .or_else(|| self.pooled().fit(kind))
+        self.lookup_group(kind, vm_type, zone, period)?.fit(kind)
     }
 
-    /// The bathtub model for VMs of this type in this zone launched in
-    /// `period` (see [`FitSet::lookup`]); `None` if the bathtub was not
-    /// fitted.
-    pub fn bathtub_for(
+    /// The group whose fit of `kind` [`FitSet::lookup`] uses: the most
+    /// specific fitted one, else the pooled one.
+    pub fn lookup_group(
         &self,
+        kind: ModelKind,
         vm_type: &str,
         zone: &str,
         period: Option<Period>,
-    ) -> Option<Bathtub> {
-        match self
-            .lookup(ModelKind::Bathtub, vm_type, zone, period)?
-            .model
-        {
-            LifetimeModel::Bathtub(b) => Some(b),
-            _ => None,
-        }
+    ) -> Option<&GroupFit> {
+        Grouping::combinations()
+            .iter()
+            .filter_map(|g| g.key_of(vm_type, zone, || period))
+            .find_map(|k| self.group(&k).filter(|g| g.fit(kind).is_some()))
+            .or_else(|| Some(self.pooled()).filter(|g| g.fit(kind).is_some()))
     }
 }
 
@@ -1031,6 +1024,7 @@ pub fn ks_distance(model: &LifetimeModel, km: &KaplanMeier) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::preemption::bathtub::Bathtub;
     use crate::preemption::models::{Exponential, Weibull};
 
     fn record(lifetime_h: f64, preempted: bool, vm_type: &str, zone: &str) -> LifetimeRecord {
@@ -1267,15 +1261,20 @@ mod tests {
         assert!((a(&large.model) - odd.a()).abs() < 0.03, "{large:?}");
         // The small group stays nearer the pooled fit than to its own.
         assert!((a(&small.model) - a(&pooled)).abs() < (a(&small.model) - a(&small.raw)).abs());
-        // Lookups fall back from type to pooled.
+        // Lookups fall back from type to pooled, and say which they used.
+        let used = |vm_type: &str| {
+            let group = fits
+                .lookup_group(ModelKind::Bathtub, vm_type, "nowhere", None)
+                .unwrap();
+            (
+                group.key.to_string(),
+                a(&group.fit(ModelKind::Bathtub).unwrap().model),
+            )
+        };
+        assert_eq!(used("large"), ("type=large".to_owned(), a(&large.model)));
         assert_eq!(
-            fits.bathtub_for("large", "us-central1-c", None)
-                .map(|b| b.a()),
-            Some(a(&large.model))
-        );
-        assert_eq!(
-            fits.bathtub_for("unknown", "nowhere", None).map(|b| b.a()),
-            Some(a(&pooled))
+            used("unknown"),
+            (GroupKey::pooled().to_string(), a(&pooled))
         );
     }
 

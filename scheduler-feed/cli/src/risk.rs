@@ -151,15 +151,28 @@ struct ScoreArgs {
 }
 
 fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
-    let model = match &args.lifetimes {
-        Some(path) => risk_fit::fitted_bathtub(
-            path,
-            &args.vm_type,
-            &args.zone,
-            args.model.max_lifetime_hours,
-        )?,
-        None => args.model.model()?,
+    // With measured lifetimes, the group whose fit scores this VM.
+    let (model, fit_group) = match &args.lifetimes {
+        Some(path) => {
+            let (model, group) = risk_fit::fitted_bathtub(
+                path,
+                &args.vm_type,
+                &args.zone,
+                args.model.max_lifetime_hours,
+            )?;
+            (model, Some(group))
+        }
+        None => (args.model.model()?, None),
     };
+    // A VM at or past its deadline is gone: nothing to score.
+    let deadline = model.max_lifetime_h();
+    if !(args.age_hours >= 0.0 && args.age_hours < deadline) {
+        anyhow::bail!(
+            "--age-hours {}: must be in [0, {deadline}) h; a preemptible VM is gone at its \
+             deadline of {deadline} h (--max-lifetime-hours)",
+            args.age_hours
+        );
+    }
     let config = RiskConfig {
         failure_threshold: args.failure_threshold,
         price_ratio: args.price_ratio,
@@ -189,6 +202,9 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         value["vm_type"] = json!(args.vm_type);
         value["zone"] = json!(args.zone);
         value["params"] = params_json(&model);
+        if let Some(group) = &fit_group {
+            value["fit_group"] = json!(group.to_string());
+        }
         return print_json(&value);
     }
     let mut out = std::io::stdout().lock();
@@ -197,6 +213,17 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         "{} in {}, age {} h; task {} h (cv {})",
         args.vm_type, args.zone, args.age_hours, args.runtime_hours, args.runtime_cv
     )?;
+    if let Some(group) = &fit_group {
+        if group.is_pooled() {
+            writeln!(
+                out,
+                "fit: all VMs (neither {} nor {} has a fit of its own)",
+                args.vm_type, args.zone
+            )?;
+        } else {
+            writeln!(out, "fit: {group}")?;
+        }
+    }
     writeln!(
         out,
         "{:<10} {:>8} {:>14} {:>16}",
