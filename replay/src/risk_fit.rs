@@ -142,6 +142,7 @@ pub fn fits_json(fits: &FitSet) -> serde_json::Value {
                     "raw_params": params_json(&f.raw),
                     "r2": f.r2,
                     "ks": f.ks,
+                    "at_bounds": f.at_bounds(),
                 })
             })
         })
@@ -210,7 +211,12 @@ pub fn table(fits: &FitSet, config: &FitConfig) -> String {
                 },
                 f.model.kind().name().to_owned(),
                 format!("{:.2}", f.weight),
-                format!("{:.4}", f.r2),
+                // Undefined on a flat Kaplan–Meier curve (no variance).
+                if f.r2.is_finite() {
+                    format!("{:.4}", f.r2)
+                } else {
+                    "–".to_owned()
+                },
                 format!("{:.4}", f.ks),
                 format!("{:.2}", f.model.mean()),
                 params.join(" "),
@@ -219,6 +225,20 @@ pub fn table(fits: &FitSet, config: &FitConfig) -> String {
     }
     // Group, model and parameters left, numbers right.
     out += &align(&rows, |c, cols| c == 0 || c == 4 || c + 1 == cols);
+    for g in fits.groups() {
+        for f in &g.fits {
+            let edge = f.at_bounds();
+            if !edge.is_empty() {
+                out += &format!(
+                    "warning: {} {}: {} at the edge of the search (the data do not pin {} down)\n",
+                    g.key,
+                    f.model.kind().name(),
+                    edge.join(", "),
+                    if edge.len() == 1 { "it" } else { "them" }
+                );
+            }
+        }
+    }
     if !fits.skipped().is_empty() {
         let skipped: Vec<String> = fits
             .skipped()
@@ -507,8 +527,12 @@ mod tests {
         for zone in ["zone=us-central1-c", "zone=us-east1-b"] {
             assert!(text.contains(zone), "{text}");
         }
+        let rows: String = text
+            .lines()
+            .filter(|l| !l.starts_with("warning:"))
+            .collect();
         for model in &config.models {
-            assert_eq!(text.matches(model.name()).count(), 3, "{text}");
+            assert_eq!(rows.matches(model.name()).count(), 3, "{text}");
         }
     }
 

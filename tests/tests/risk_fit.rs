@@ -150,6 +150,24 @@ fn combined_groupings_and_the_table() {
         table.contains("gompertz-makeham") && table.contains("period=night"),
         "{table}"
     );
+    // No R² shown as NaN; fits that sit at a bound of the search say so.
+    assert!(!table.contains("NaN"), "{table}");
+    let (_, all) = fit_json(&["risk", "fit", "--lifetimes", data, "--json"]);
+    let at_edge: Vec<String> = all
+        .iter()
+        .filter(|f| !f["at_bounds"].as_array().unwrap().is_empty())
+        .map(|f| format!("{} {}", f["group"], f["model"]))
+        .collect();
+    eprintln!("{} fits at a bound: {at_edge:?}", at_edge.len());
+    for fit in &at_edge {
+        let (group, model) = fit.split_once(' ').unwrap();
+        let line = format!(
+            "warning: {} {}:",
+            group.trim_matches('"'),
+            model.trim_matches('"')
+        );
+        assert!(table.contains(&line), "no {line:?} in\n{table}");
+    }
     let bad = jobcast(&["risk", "fit", "--lifetimes", data, "--by", "colour"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("colour"));

@@ -525,6 +525,22 @@ pub struct ModelFit {
     pub ks: f64,
 }
 
+impl ModelFit {
+    /// The parameters of the group's own fit that sit at an edge of the
+    /// search (within 0.1 % of a bound): the data do not pin them down,
+    /// and the fit is only as good as the bound (the bathtub's τ2 at the
+    /// deadline, say).
+    pub fn at_bounds(&self) -> Vec<&'static str> {
+        let near = |v: f64, edge: f64| (v - edge).abs() <= 1e-3 * edge.abs().max(1e-9);
+        bounds(self.raw.kind(), self.raw.max_lifetime_h())
+            .iter()
+            .zip(self.raw.named_params())
+            .filter(|(b, (_, v))| near(*v, b.lo) || near(*v, b.hi))
+            .map(|(_, (name, _))| name)
+            .collect()
+    }
+}
+
 /// Every model fitted to one group.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupFit {
