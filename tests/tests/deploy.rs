@@ -866,3 +866,34 @@ fn print_config_names_the_layer_of_every_value() {
     }
     assert!(!shown.contains("s3cret"));
 }
+
+/// `jobcast serve --help` shows each named flag's default, the value the
+/// configuration's defaults hold (so the two cannot drift apart).
+#[test]
+fn serve_help_shows_the_configurations_defaults() {
+    let out = Command::new(jobcast_bin())
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    // clap folds long lines: compare with the whitespace squeezed.
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let defaults = ServeConfig::default();
+    for value in [
+        defaults.consumer.group.clone(),
+        defaults.storage.path.display().to_string(),
+        defaults.http.address.to_string(),
+        defaults.engine.policy.name().to_owned(),
+        defaults.topics.events.clone(),
+        defaults.topics.decisions.clone(),
+        defaults.topics.risk.clone(),
+        defaults.topics.dead_letter.clone(),
+    ] {
+        assert!(
+            help.contains(&format!("[default: {value}]")),
+            "no [default: {value}] in\n{help}"
+        );
+    }
+}

@@ -25,29 +25,32 @@ pub struct Args {
     config: Option<PathBuf>,
     #[command(flatten)]
     kafka: KafkaArgs,
-    /// Kafka consumer group shared by cooperating instances.
+    /// Kafka consumer group shared by cooperating instances [default:
+    /// jobcast].
     #[arg(long, env = "JOBCAST_GROUP")]
     group: Option<String>,
-    /// RocksDB state directory.
+    /// RocksDB state directory [default: jobcast-data].
     #[arg(long, env = "JOBCAST_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// HTTP API and /metrics address (port 0 picks a free port).
+    /// HTTP API and /metrics address (port 0 picks a free port) [default:
+    /// 127.0.0.1:8080].
     #[arg(long, env = "JOBCAST_HTTP")]
     http: Option<SocketAddr>,
     /// The policy whose decisions are published: slearn, 3sigma,
-    /// 3sigma-tl, point, slearn-dag, 3sigma-dag or bayes.
+    /// 3sigma-tl, point, slearn-dag, 3sigma-dag or bayes [default: slearn].
     #[arg(long, env = "JOBCAST_POLICY")]
     policy: Option<PolicyKind>,
-    /// Input topic of canonical events.
+    /// Input topic of canonical events [default: jobcast.events].
     #[arg(long, env = "JOBCAST_EVENTS_TOPIC")]
     events_topic: Option<String>,
-    /// Output topic of decisions.
+    /// Output topic of decisions [default: jobcast.decisions].
     #[arg(long, env = "JOBCAST_DECISIONS_TOPIC")]
     decisions_topic: Option<String>,
-    /// Output topic of preemption-risk scores.
+    /// Output topic of preemption-risk scores [default: jobcast.risk].
     #[arg(long, env = "JOBCAST_RISK_TOPIC")]
     risk_topic: Option<String>,
-    /// Output topic of unusable input messages.
+    /// Output topic of unusable input messages [default:
+    /// jobcast.dead-letter].
     #[arg(long, env = "JOBCAST_DEAD_LETTER_TOPIC")]
     dead_letter_topic: Option<String>,
     /// Any setting, by its key in the configuration file (e.g.
