@@ -11,8 +11,9 @@ packages=(libclang-dev libssl-dev clang g++ make pkg-config zlib1g-dev)
 testing=${JOBCAST_SETUP_TESTS:-0}
 # Validators of deploy/ (tests/tests/deploy.rs): promtool, docker-compose
 # (`config` needs no engine), systemd-analyze, and a Python venv; openssl
-# and curl for the HTTPS test (tests/tests/security.rs).
-[[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv openssl curl)
+# and curl for the HTTPS test (tests/tests/security.rs); procps (kill,
+# pgrep) for the tests that signal the processes they started.
+[[ $testing == 1 ]] && packages+=(prometheus docker-compose systemd python3-venv openssl curl procps)
 
 sudo_cmd=()
 [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
