@@ -161,15 +161,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
     let (shared, address) = match shared_rx.recv_timeout(Duration::from_secs(30)) {
         Ok(started) => started,
-        // It stopped before it listened (the address taken, the store
-        // locked): its own error says where and why.
-        Err(_) if service.is_finished() => {
+        // It ended before it listened (the address taken, the store
+        // locked), dropping the sender: its own error says where and why.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             return Err(match runtime.block_on(service)? {
                 Err(e) => e.context("the service did not start"),
                 Ok(_) => anyhow::anyhow!("the service stopped before it started"),
             });
         }
-        Err(_) => anyhow::bail!("the service did not start within 30 s"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            anyhow::bail!("the service did not start within 30 s")
+        }
     };
     eprint!("{}", header.show(address));
 
