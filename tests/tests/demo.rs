@@ -233,27 +233,51 @@ fn on_a_terminal_the_demo_stays_up_after_the_replay_until_ctrl_c() {
         .call()
         .expect("the API answers after the replay");
     assert_eq!(health.status(), 200);
+    // `script` runs the command through `$SHELL -c`; dash (the `/bin/sh`
+    // used when SHELL is unset, as under CI) stays as the demo's parent,
+    // and a SIGINT sent to it never reaches the demo. Only the process
+    // whose command line starts with the binary itself is the demo.
+    let pattern = format!(
+        "^{} demo --http 127.0.0.1:{port} ",
+        jobcast_tests::jobcast_bin().display()
+    );
     let pid = String::from_utf8(
         Command::new("pgrep")
-            .args(["-f", &format!("demo --http 127.0.0.1:{port}")])
+            .args(["-f", &pattern])
             .output()
             .unwrap()
             .stdout,
     )
     .unwrap();
-    let pid = pid
+    let pids: Vec<&str> = pid
         .lines()
         .map(str::trim)
-        .find(|p| !p.is_empty() && *p != script.id().to_string())
-        .expect("the demo's process");
+        .filter(|p| !p.is_empty())
+        .collect();
+    assert_eq!(
+        pids.len(),
+        1,
+        "one demo process matches {pattern}: {pids:?}"
+    );
     assert!(
         Command::new("kill")
-            .args(["-INT", pid])
+            .args(["-INT", pids[0]])
             .status()
             .unwrap()
             .success()
     );
-    let status = script.wait().unwrap();
+    let stop_by = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = script.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > stop_by {
+            let _ = Command::new("kill").args(["-KILL", pids[0]]).status();
+            let _ = script.kill();
+            panic!("the demo did not stop within 60 s of SIGINT: {seen:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
         seen.push(line);
     }
