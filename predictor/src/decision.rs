@@ -100,13 +100,91 @@ pub enum EstimateSource {
     Truth,
 }
 
+/// Durations are computed as `f64` µs (means, products, quantiles) but
+/// written to JSON as whole µs: a fraction of a µs means nothing, and
+/// integers are what every other time in a decision or a record is.
+/// Binary encodings keep the `f64`; a reader takes either form.
+pub mod whole_us {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Quantiles;
+
+    /// `us` as a JSON integer where it is one (finite, from 0 to 2^64);
+    /// as is otherwise, and in binary encodings.
+    pub fn serialize<S: Serializer>(us: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+        // 2^64 as an f64: the first value past u64::MAX.
+        const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
+        let whole = us.round();
+        if serializer.is_human_readable() && (0.0..PAST_U64).contains(&whole) {
+            serializer.serialize_u64(whole as u64)
+        } else {
+            serializer.serialize_f64(*us)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        f64::deserialize(deserializer)
+    }
+
+    /// An optional duration, the same way.
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(
+            us: &Option<f64>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            match us {
+                Some(us) => super::serialize(us, serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<f64>, D::Error> {
+            Option::<f64>::deserialize(deserializer)
+        }
+    }
+
+    /// Quantiles of a duration, each the same way.
+    pub mod quantiles {
+        use super::*;
+
+        #[derive(Serialize)]
+        struct Whole {
+            #[serde(serialize_with = "super::serialize")]
+            p50: f64,
+            #[serde(serialize_with = "super::serialize")]
+            p90: f64,
+            #[serde(serialize_with = "super::serialize")]
+            p95: f64,
+            #[serde(serialize_with = "super::serialize")]
+            p99: f64,
+        }
+
+        pub fn serialize<S: Serializer>(q: &Quantiles, serializer: S) -> Result<S::Ok, S::Error> {
+            let [p50, p90, p95, p99] = q.to_array();
+            Whole { p50, p90, p95, p99 }.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Quantiles, D::Error> {
+            Quantiles::deserialize(deserializer)
+        }
+    }
+}
+
 /// A runtime estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
     /// Estimated mean task runtime, µs.
+    #[serde(with = "whole_us")]
     pub mean_task_runtime_us: f64,
     /// Estimated total job size (mean task runtime × tasks, or the sum over
     /// DAG stages), µs of task time: what GS orders jobs by.
+    #[serde(with = "whole_us")]
     pub size_us: f64,
     /// Spread of the estimate: the standard deviation of ln(mean task
     /// runtime) it implies (0 when exact).
@@ -154,7 +232,9 @@ impl Estimate {
 /// Quantiles of a job's true mean task runtime and of its true size.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeQuantiles {
+    #[serde(with = "whole_us::quantiles")]
     pub mean_task_runtime_us: Quantiles,
+    #[serde(with = "whole_us::quantiles")]
     pub size_us: Quantiles,
 }
 
@@ -327,5 +407,31 @@ mod tests {
         newest.retain(|job| job != 1);
         assert_eq!(newest.len(), 1);
         assert!(newest.get(1).is_none());
+    }
+
+    #[test]
+    fn durations_are_written_to_json_as_whole_microseconds() {
+        let estimate = Estimate::new(
+            412_000_000.4,
+            4.12e10 / 3.0,
+            0.31,
+            EstimateSource::Pilots { pilots: 3 },
+        );
+        let json = serde_json::to_value(estimate).unwrap();
+        assert_eq!(json["mean_task_runtime_us"], 412_000_000u64);
+        assert_eq!(json["size_us"], 13_733_333_333u64);
+        let p99 = &json["quantiles"]["mean_task_runtime_us"]["p99"];
+        assert!(p99.is_u64(), "{p99}");
+        assert_eq!(json["log_sd"], 0.31, "not a duration: kept as is");
+        // Read back, they are the same durations to the µs.
+        let back: Estimate = serde_json::from_value(json).unwrap();
+        assert_eq!(back.mean_task_runtime_us, 412_000_000.0);
+        // A reader takes floats too, and a value past u64 stays a float.
+        let old: Estimate = serde_json::from_str(
+            r#"{"mean_task_runtime_us":1.5,"size_us":1e30,"log_sd":0.0,"source":{"kind":"truth"}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.mean_task_runtime_us, 1.5);
+        assert_eq!(serde_json::to_value(old).unwrap()["size_us"], 1e30);
     }
 }

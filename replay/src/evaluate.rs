@@ -311,6 +311,7 @@ impl Evaluation {
                     "eta_p50_error_pct": s.eta_p50_error_pct,
                     "eta_p90_error_pct": s.eta_p90_error_pct,
                     "eta_interval_pct": s.eta_interval_pct,
+                    "eta_jobs": s.eta_jobs,
                     "eta_half_p50_error_pct": s.eta_half_p50_error_pct,
                     "eta_half_p90_error_pct": s.eta_half_p90_error_pct,
                     "eta_half_interval_pct": s.eta_half_interval_pct,
@@ -339,22 +340,28 @@ impl Evaluation {
         })
     }
 
-    /// One aligned row per policy.
+    /// One aligned row per policy; each group of statistics is preceded by
+    /// the number of jobs it is over (`JCT N`, `err N`, `cover N`, `ETA N`,
+    /// `half-way N`).
     pub fn table(&self) -> String {
         let speedups = self.speedups_of(PolicyKind::SLearn);
         let header = [
             "policy",
-            "jobs",
+            "JCT N",
             "avg JCT s",
             "P50 JCT s",
+            "err N",
             "P50 err %",
             "P90 err %",
             "right queue %",
             "too high %",
             "too low %",
             "thin",
+            "cover N",
             "P50/90/95/99 cover %",
+            "ETA N",
             "ETA P50/P90 err %",
+            "half-way N",
             "half-way",
             "SLearn speedup",
         ];
@@ -370,12 +377,14 @@ impl Evaluation {
                 s.jobs.to_string(),
                 fmt_opt(s.avg_jct_s, 1),
                 fmt_opt(s.p50_jct_s, 1),
+                s.estimated_jobs.to_string(),
                 fmt_opt(s.p50_error_pct, 1),
                 fmt_opt(s.p90_error_pct, 1),
                 fmt_opt(s.correct_queue_pct, 1),
                 fmt_opt(s.too_high_queue_pct, 1),
                 fmt_opt(s.too_low_queue_pct, 1),
                 s.thin_jobs.to_string(),
+                s.quantile_jobs.to_string(),
                 s.coverage_pct.map_or_else(
                     || "-".into(),
                     |c| {
@@ -383,7 +392,9 @@ impl Evaluation {
                         format!("{a:.0}/{b:.0}/{c:.0}/{d:.0}")
                     },
                 ),
+                s.eta_jobs.to_string(),
                 fmt_pair(s.eta_p50_error_pct, s.eta_p90_error_pct),
+                s.eta_half_jobs.to_string(),
                 fmt_pair(s.eta_half_p50_error_pct, s.eta_half_p90_error_pct),
                 speedup.map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
             ]);
@@ -422,12 +433,14 @@ impl Evaluation {
         );
         let _ = writeln!(
             out,
-            "errors and queue placements are over jobs of at least {} tasks placed by an estimate \
-             (too high: a higher-priority queue than the true size's, i.e. underestimated); \
-             coverage is the share of every job placed by an estimate whose true mean task \
-             runtime is at or below its P50, P90, P95, P99; ETA errors are |ETA − actual| / actual \
-             at submission, and half-way to the completion predicted then (against the time \
-             still to go)",
+            "each N is the number of jobs the figures after it are over: JCTs and speedups are \
+             over every evaluated job; errors and queue placements over the jobs of at least {} \
+             tasks placed by an estimate (too high: a higher-priority queue than the true size's, \
+             i.e. underestimated); coverage is the share of every job placed by an estimate whose \
+             true mean task runtime is at or below its P50, P90, P95, P99; ETA errors are \
+             |ETA − actual| / actual at submission, over the jobs given an ETA then, and half-way \
+             to the completion predicted then (against the time still to go), over the jobs still \
+             running then",
             self.accuracy_min_width
         );
         out
@@ -437,7 +450,8 @@ impl Evaluation {
     /// error), `coverage.svg` (the reliability diagram of the estimating
     /// policies' quantiles) and, when SLearn ran, `speedup_cdf.svg` (Fig. 6:
     /// CDF of the per-job JCT speedup of SLearn over each other policy)
-    /// into `dir`.
+    /// into `dir`. In the CDFs, policies with the same values share one
+    /// line, and every line's name gives its number of jobs.
     pub fn write_plots(&self, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
         std::fs::create_dir_all(dir).map_err(|e| EvalError::Plot {
             path: dir.to_owned(),
@@ -473,11 +487,9 @@ impl Evaluation {
             .iter()
             .filter_map(|r| Some((r.policy.name().to_owned(), r.summary.coverage_pct?)))
             .collect();
-        if !coverage.is_empty() {
-            let path = dir.join("coverage.svg");
-            reliability_plot(&path, &coverage)?;
-            written.push(path);
-        }
+        let path = dir.join("coverage.svg");
+        reliability_plot(&path, &coverage)?;
+        written.push(path);
         if let Some(slearn) = self.report(PolicyKind::SLearn) {
             let speedups: Vec<(String, Vec<f64>)> = self
                 .reports
@@ -599,8 +611,29 @@ fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
     points
 }
 
-/// Empirical CDFs of several series on a log x axis. Values below `floor`
-/// (e.g. the Oracle's zero errors) are drawn at `floor`.
+/// `series` with those of the same values (in any order) merged into one
+/// named `a = b`, each name followed by its number of values (`slearn =
+/// slearn-dag (N=57)`), and the values ascending: the lines of a CDF plot,
+/// where identical series would hide one another.
+fn legend_series(series: &[(String, Vec<f64>)]) -> Vec<(String, Vec<f64>)> {
+    let mut merged: Vec<(Vec<&str>, Vec<f64>)> = Vec::new();
+    for (name, values) in series {
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        match merged.iter_mut().find(|(_, v)| *v == sorted) {
+            Some((names, _)) => names.push(name.as_str()),
+            None => merged.push((vec![name.as_str()], sorted)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(names, v)| (format!("{} (N={})", names.join(" = "), v.len()), v))
+        .collect()
+}
+
+/// Empirical CDFs of several series on a log x axis, one line per
+/// distinct series ([`legend_series`]). Values below `floor` (e.g. the
+/// Oracle's zero errors) are drawn at `floor`.
 fn cdf_plot(
     path: &Path,
     title: &str,
@@ -612,6 +645,7 @@ fn cdf_plot(
         path: path.to_owned(),
         message: e.to_string(),
     };
+    let series = legend_series(series);
     let finite = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
@@ -645,17 +679,11 @@ fn cdf_plot(
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (name, values)) in series.iter().enumerate() {
-        let mut v: Vec<f64> = values.iter().map(|x| x.clamp(lo, hi)).collect();
-        v.sort_by(f64::total_cmp);
+        // Still ascending: clamping keeps the order.
+        let v: Vec<f64> = values.iter().map(|x| x.clamp(lo, hi)).collect();
         let color = PALETTE[i % PALETTE.len()].to_rgba();
-        // Earlier series are drawn wider, so that a later one with the same
-        // values (e.g. slearn-dag on a trace without DAGs) leaves it visible.
-        let width = 2 + 2 * (series.len() - 1 - i) / series.len().max(1);
         chart
-            .draw_series(LineSeries::new(
-                cdf_points(&v),
-                color.stroke_width(width as u32),
-            ))
+            .draw_series(LineSeries::new(cdf_points(&v), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(name.as_str())
             .legend(move |(x, y)| {
@@ -668,6 +696,8 @@ fn cdf_plot(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::{JobResult, Phase, Summary};
+    use jobcast_predictor::eta::Eta;
 
     #[test]
     fn cdf_points_are_a_staircase() {
@@ -693,5 +723,159 @@ mod tests {
             align(&rows, |c, _| c == 0),
             "policy       avg\nslearn      12.5\n3sigma-dag   1.0\n"
         );
+    }
+
+    /// Job `id`, `width` tasks wide: placed by an estimate `error_pct` off
+    /// (with quantiles), or else thin; with an ETA at submission, and
+    /// another half-way if `half_way`.
+    fn job(id: u64, width: u32, error_pct: Option<f64>, half_way: bool) -> JobResult {
+        let eta = Eta {
+            p10_us: 1e6,
+            p50_us: 2e6,
+            p90_us: 3e6,
+        };
+        JobResult {
+            job_id: id,
+            width,
+            arrival_us: id * 1_000_000,
+            jct_us: 2_000_000,
+            wait_us: 0,
+            normalized_jct: 1.0,
+            estimated_mean_task_runtime_us: error_pct.map(|e| 1e6 * (1.0 + e / 100.0)),
+            true_mean_task_runtime_us: 1e6,
+            error_pct,
+            queue: 0,
+            true_queue: 0,
+            correct_queue: error_pct.map(|_| true),
+            phase: if error_pct.is_some() {
+                Phase::Estimated
+            } else {
+                Phase::ThinBypass
+            },
+            quantiles: error_pct.map(|_| Quantiles::from_array([1e6, 2e6, 3e6, 4e6])),
+            eta_at_submission: Some(eta),
+            eta_kind: None,
+            eta_size_error_pct: None,
+            eta_half_way: half_way.then_some((1_000_000, eta)),
+        }
+    }
+
+    fn report(policy: PolicyKind, jobs: Vec<JobResult>) -> SimReport {
+        SimReport {
+            policy,
+            slots: 4,
+            summary: Summary::of(&jobs, 3),
+            jobs,
+        }
+    }
+
+    /// Three jobs, one of them thin: slearn and slearn-dag alike, 3sigma
+    /// estimating the thin job too, FIFO estimating none.
+    fn evaluation() -> Evaluation {
+        let slearn = vec![
+            job(1, 1, None, false),
+            job(2, 5, Some(10.0), true),
+            job(3, 5, Some(30.0), false),
+        ];
+        let three_sigma = vec![
+            job(1, 1, Some(50.0), false),
+            job(2, 5, Some(20.0), true),
+            job(3, 5, Some(30.0), false),
+        ];
+        let fifo = (1..=3)
+            .map(|id| JobResult {
+                phase: Phase::Arrival,
+                ..job(id, 5, None, false)
+            })
+            .collect();
+        Evaluation {
+            slots: 4,
+            jobs: 3,
+            history_jobs: 3,
+            excluded: Excluded::default(),
+            split: Split::default(),
+            load: LoadProfile {
+                average: 1.0,
+                p50: 1.0,
+                p90: 1.0,
+                windows: 1,
+            },
+            accuracy_min_width: 3,
+            reports: vec![
+                report(PolicyKind::SLearn, slearn.clone()),
+                report(PolicyKind::SLearnDag, slearn),
+                report(PolicyKind::ThreeSigma, three_sigma),
+                report(PolicyKind::Fifo, fifo),
+            ],
+        }
+    }
+
+    #[test]
+    fn every_statistic_of_the_table_shows_its_n() {
+        let table = evaluation().table();
+        let mut lines = table.lines();
+        // Header cells hold single spaces; cells are at least two apart.
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap()
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert!(!header.contains(&"jobs"), "{table}");
+        let rows: Vec<Vec<&str>> = lines
+            .take(4)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        let cell = |policy: &str, column: &str| {
+            let row = rows.iter().find(|r| r[0] == policy).unwrap();
+            assert_eq!(row.len(), header.len(), "{table}");
+            let c = header.iter().position(|h| *h == column).unwrap();
+            row[c].to_owned()
+        };
+        let n = ["JCT N", "err N", "cover N", "ETA N", "half-way N"];
+        let of = |policy: &str| n.map(|column| cell(policy, column));
+        assert_eq!(of("slearn"), ["3", "2", "2", "3", "1"], "{table}");
+        assert_eq!(of("3sigma"), ["3", "2", "3", "3", "1"], "{table}");
+        assert_eq!(of("fifo"), ["3", "0", "0", "3", "0"], "{table}");
+        assert_eq!(cell("fifo", "P50 err %"), "-");
+        assert_eq!(cell("slearn", "P90 err %"), "28.0", "{table}");
+        assert!(
+            table.contains("each N is the number of jobs the figures after it are over"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn identical_series_share_one_line_named_with_its_n() {
+        let series = [
+            ("slearn".to_owned(), vec![10.0, 30.0]),
+            ("3sigma".to_owned(), vec![20.0, 30.0, 50.0]),
+            ("slearn-dag".to_owned(), vec![30.0, 10.0]),
+        ];
+        assert_eq!(
+            legend_series(&series),
+            [
+                ("slearn = slearn-dag (N=2)".to_owned(), vec![10.0, 30.0]),
+                ("3sigma (N=3)".to_owned(), vec![20.0, 30.0, 50.0]),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_error_plot_merges_identical_policies_and_names_their_n() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = evaluation().write_plots(dir.path()).unwrap();
+        let names: Vec<&str> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap())
+            .collect();
+        assert_eq!(names, ["error_cdf.svg", "coverage.svg", "speedup_cdf.svg"]);
+        let svg = std::fs::read_to_string(dir.path().join("error_cdf.svg")).unwrap();
+        // Errors over the wide jobs only: 3sigma's thin job is not counted.
+        assert!(svg.contains("slearn = slearn-dag (N=2)"), "{svg}");
+        assert!(svg.contains("3sigma (N=2)"), "{svg}");
+        assert_eq!(svg.matches("slearn-dag").count(), 1, "{svg}");
+        assert!(!svg.contains("fifo"), "{svg}");
     }
 }

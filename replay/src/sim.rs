@@ -346,6 +346,8 @@ pub struct Summary {
     pub eta_p90_error_pct: Option<f64>,
     /// Share of those jobs whose JCT fell in the ETA's 80 % interval.
     pub eta_interval_pct: Option<f64>,
+    /// Jobs the figures at submission are over: those given an ETA then.
+    pub eta_jobs: usize,
     /// The same of the ETAs refreshed half-way, against the time the job
     /// still took: over the jobs that had not finished by then.
     pub eta_half_p50_error_pct: Option<f64>,
@@ -437,6 +439,7 @@ impl Summary {
             eta_p50_error_pct,
             eta_p90_error_pct,
             eta_interval_pct,
+            eta_jobs: at_submission.len(),
             eta_half_p50_error_pct,
             eta_half_p90_error_pct,
             eta_half_interval_pct,

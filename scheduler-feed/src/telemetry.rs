@@ -23,9 +23,9 @@ pub const CONSUMER_LAG: &str = "jobcast_consumer_lag_events";
 pub const COMMITTED_OFFSET: &str = "jobcast_input_committed_offset";
 pub const DECISION_LATENCY: &str = "jobcast_event_to_decision_seconds";
 pub const PREDICTION_LOG_RATIO: &str = "jobcast_prediction_log_ratio";
-pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_percent";
+pub const PREDICTION_ERROR: &str = "jobcast_prediction_error_ratio";
 pub const PREDICTION_COVERED: &str = "jobcast_prediction_quantile_covered_total";
-pub const ETA_ERROR: &str = "jobcast_eta_error_percent";
+pub const ETA_ERROR: &str = "jobcast_eta_error_ratio";
 pub const ETA_WITHIN_INTERVAL: &str = "jobcast_eta_within_interval_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const DECISIONS_OVERTAKEN: &str = "jobcast_decisions_overtaken_total";
@@ -56,7 +56,7 @@ pub const HTTP_ELSEWHERE: &str = "jobcast_http_elsewhere_total";
 pub const KAFKA_ERRORS: &str = "jobcast_kafka_errors_total";
 pub const INPUT_PARTITION_IDLE: &str = "jobcast_input_partition_idle_total";
 pub const INPUT_PARTITIONS_IDLE: &str = "jobcast_input_partitions_idle";
-pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes";
+pub const ROCKSDB_DELAYED_WRITE_RATE: &str = "jobcast_rocksdb_delayed_write_rate_bytes_per_second";
 pub const SNAPSHOTS: &str = "jobcast_snapshots_total";
 pub const JOBS_EXPIRED: &str = "jobcast_jobs_expired_total";
 pub const LIVE_JOBS_EXPIRED: &str = "jobcast_live_jobs_expired_total";
@@ -104,9 +104,9 @@ pub const SLURM_WATCH_METRICS: [&str; 6] = [
 const LOG_RATIO_BUCKETS: [f64; 15] = [
     -4.6, -2.3, -1.6, -0.69, -0.41, -0.22, -0.1, 0.0, 0.1, 0.22, 0.41, 0.69, 1.6, 2.3, 4.6,
 ];
-const ERROR_PCT_BUCKETS: [f64; 11] = [
-    1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 200.0, 500.0, 1000.0, 10000.0,
-];
+/// |estimate - actual| / actual: 0.1 is 10 %, 1.0 is 100 %.
+const ERROR_RATIO_BUCKETS: [f64; 11] =
+    [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 100.0];
 const LATENCY_BUCKETS: [f64; 12] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
@@ -121,8 +121,8 @@ pub fn handle() -> PrometheusHandle {
         .get_or_init(|| {
             let buckets = [
                 (PREDICTION_LOG_RATIO, &LOG_RATIO_BUCKETS[..]),
-                (PREDICTION_ERROR, &ERROR_PCT_BUCKETS[..]),
-                (ETA_ERROR, &ERROR_PCT_BUCKETS[..]),
+                (PREDICTION_ERROR, &ERROR_RATIO_BUCKETS[..]),
+                (ETA_ERROR, &ERROR_RATIO_BUCKETS[..]),
                 (DECISION_LATENCY, &LATENCY_BUCKETS[..]),
                 (BATCH_STAGE_SECONDS, &LATENCY_BUCKETS[..]),
                 (BATCH_EVENTS, &BATCH_BUCKETS[..]),
@@ -371,8 +371,7 @@ fn describe() {
     );
     describe_gauge!(
         ROCKSDB_DELAYED_WRITE_RATE,
-        Unit::Bytes,
-        "Rate RocksDB slows writes to while it throttles them, else 0"
+        "Rate in bytes per second RocksDB slows writes to while it throttles them, else 0"
     );
     describe_counter!(
         INPUT_OFFSETS_SKIPPED,
@@ -448,25 +447,26 @@ fn describe() {
     );
     describe_histogram!(
         PREDICTION_ERROR,
-        "Absolute percentage error of the mean task runtime estimate of finished jobs, by policy"
+        "Absolute relative error (|estimate - actual| / actual) of the mean task runtime estimate \
+         of finished jobs as a ratio (0.5 = 50 %), by policy"
     );
     describe_counter!(
         PREDICTION_COVERED,
         Unit::Count,
         "Finished jobs whose true mean task runtime was at or below the estimate's quantile, by \
-         policy and quantile (p50, p90, p95, p99); over jobcast_prediction_error_percent_count, \
+         policy and quantile (p50, p90, p95, p99); over jobcast_prediction_error_ratio_count, \
          the quantile's coverage"
     );
     describe_histogram!(
         ETA_ERROR,
-        "Absolute percentage error of a finished job's first ETA (its median) against the time \
-         it then took to finish"
+        "Absolute relative error of a finished job's first ETA (its median) against the time it \
+         then took to finish, as a ratio (0.5 = 50 %)"
     );
     describe_counter!(
         ETA_WITHIN_INTERVAL,
         Unit::Count,
         "Finished jobs that finished within their first ETA's 80 % interval; over \
-         jobcast_eta_error_percent_count, the interval's coverage"
+         jobcast_eta_error_ratio_count, the interval's coverage"
     );
     describe_counter!(
         DECISIONS,

@@ -495,6 +495,52 @@ impl StateStore {
         self.get_decoded(JOBS, &job_id.to_be_bytes(), decode)
     }
 
+    /// Job records in job-id order after `after` (from the first without
+    /// it), read with `decode`, those `keep` accepts, until `limit` are
+    /// kept or `max_scanned` records were read; and the job id to go on
+    /// after if the scan stopped before the end. A filter that matches few
+    /// jobs costs at most `max_scanned` reads per page, never a full scan.
+    pub fn jobs_page<T>(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+        max_scanned: usize,
+        decode: impl Fn(&[u8]) -> Result<T, String>,
+        keep: impl Fn(&T) -> bool,
+    ) -> Result<(Vec<T>, Option<u64>), StoreError> {
+        let start = match after {
+            Some(u64::MAX) => return Ok((Vec::new(), None)),
+            Some(id) => (id + 1).to_be_bytes(),
+            None => 0u64.to_be_bytes(),
+        };
+        let iter = self.db.iterator_cf(
+            self.cf(JOBS),
+            IteratorMode::From(&start, Direction::Forward),
+        );
+        let (mut out, mut scanned, mut last) = (Vec::new(), 0usize, None);
+        for item in iter {
+            if out.len() == limit || scanned == max_scanned {
+                return Ok((out, last));
+            }
+            let (key, value) = item.map_err(|e| self.rocks(e))?;
+            let corrupt = |reason: String| StoreError::Corrupt {
+                family: JOBS,
+                key: key.to_vec(),
+                reason,
+            };
+            let id = <[u8; 8]>::try_from(&key[..])
+                .map(u64::from_be_bytes)
+                .map_err(|_| corrupt(format!("a key of {} bytes, not 8", key.len())))?;
+            let record = decode(&value).map_err(corrupt)?;
+            scanned += 1;
+            last = Some(id);
+            if keep(&record) {
+                out.push(record);
+            }
+        }
+        Ok((out, None))
+    }
+
     /// A task's record, read with `decode` (`TaskRecord::from_bytes`).
     pub fn task<T>(
         &self,
@@ -1382,6 +1428,44 @@ mod tests {
         assert_eq!(store.snapshot_chain().unwrap(), [(10, b"ten".to_vec())]);
         // The next message continues the sequence the snapshot ended.
         assert_eq!(store.next_log_seq().unwrap(), 10);
+    }
+
+    #[test]
+    fn jobs_are_listed_a_page_at_a_time_with_a_bounded_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(dir.path(), false).unwrap();
+        let mut batch = store.batch();
+        for job_id in [3u64, 1, 200, 7, 9, u64::MAX] {
+            batch.put_job(job_id, if job_id % 2 == 1 { b"odd" } else { b"even" });
+        }
+        store.commit(batch).unwrap();
+        let decode = |bytes: &[u8]| Ok(String::from_utf8(bytes.to_vec()).unwrap());
+        let page = |after, limit, scan, want: Option<&'static str>| {
+            store
+                .jobs_page(after, limit, scan, decode, |s: &String| {
+                    want.is_none_or(|w| s == w)
+                })
+                .unwrap()
+        };
+        // Job-id order, with the id to go on after.
+        assert_eq!(page(None, 2, 100, None), (vec!["odd".into(); 2], Some(3)));
+        assert_eq!(page(Some(3), 10, 100, Some("even")).0.len(), 1);
+        // The last page says there is no more.
+        assert_eq!(page(Some(200), 10, 100, None).1, None);
+        assert_eq!(page(Some(u64::MAX), 10, 100, None), (vec![], None));
+        // A filter that matches nothing stops after `max_scanned` reads
+        // and says where to go on.
+        assert_eq!(page(None, 10, 2, Some("none")), (vec![], Some(3)));
+        assert_eq!(page(Some(3), 10, 2, Some("none")), (vec![], Some(9)));
+        assert_eq!(page(Some(9), 10, 2, Some("none")), (vec![], None));
+        // A damaged record is named, not skipped.
+        let err = store
+            .jobs_page(None, 10, 100, |_| Err::<(), _>("bad".into()), |_| true)
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt { family: JOBS, .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -399,7 +399,7 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
         "jobcast_events_consumed_total",
         "jobcast_consumer_lag_events",
         "jobcast_event_to_decision_seconds_bucket",
-        "jobcast_prediction_error_percent_bucket",
+        "jobcast_prediction_error_ratio_bucket",
         "jobcast_decisions_total",
         "jobcast_risk_preemption_probability_bucket",
         "jobcast_events_dead_lettered_total",

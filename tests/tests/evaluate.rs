@@ -6,6 +6,7 @@
 //! the accuracy and 3Sigma wins on some seeds: the paper's case is wide
 //! jobs.)
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use jobcast_tests::{jobcast, jobcast_ok, shared_data};
@@ -173,6 +174,99 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
             "{name} has a legend"
         );
     }
+}
+
+/// The files `jobcast evaluate --help` says `--plots` writes: the words
+/// ending in `.svg` from its line to the next option.
+fn plots_named_in_help() -> BTreeSet<String> {
+    let help = jobcast_ok(&["evaluate", "--help"]);
+    let mut lines = help
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("--plots"));
+    let first = lines.next().expect("`evaluate --help` describes --plots");
+    let rest = lines.take_while(|l| !l.trim().is_empty() && !l.trim_start().starts_with('-'));
+    std::iter::once(first)
+        .chain(rest)
+        .flat_map(str::split_whitespace)
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric() && c != '_'))
+        .filter(|w| w.ends_with(".svg"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_table_shows_each_figures_n_and_plots_writes_the_files_its_help_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    generate(&trace);
+    let plots = dir.path().join("plots");
+    let table = jobcast_ok(&[
+        "evaluate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    // Header cells hold single spaces, data cells none; cells are at
+    // least two spaces apart.
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert!(!header.contains(&"jobs"), "{table}");
+    let rows: Vec<Vec<&str>> = lines
+        .take(POLICIES.len())
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let cell = |policy: &str, column: &str| {
+        let row = rows.iter().find(|r| r[0] == policy).unwrap();
+        assert_eq!(row.len(), header.len(), "{table}");
+        let c = header.iter().position(|h| *h == column);
+        row[c.unwrap_or_else(|| panic!("no `{column}` column: {table}"))]
+    };
+    let n = |policy: &str, column: &str| -> u64 {
+        cell(policy, column)
+            .parse()
+            .unwrap_or_else(|e| panic!("{policy} {column}: {e}: {table}"))
+    };
+    for p in POLICIES {
+        let jobs = n(p, "JCT N");
+        for column in ["err N", "cover N", "ETA N"] {
+            assert!(n(p, column) <= jobs, "{p} {column}: {table}");
+        }
+        assert!(n(p, "half-way N") <= n(p, "ETA N"), "{p}: {table}");
+    }
+    // The errors leave the thin jobs out: they cover fewer jobs than the JCTs.
+    for p in ["slearn", "3sigma", "bayes"] {
+        let errors = n(p, "err N");
+        assert!(0 < errors && errors < n(p, "JCT N"), "{p}: {table}");
+    }
+    for p in ["las", "fifo"] {
+        assert_eq!((n(p, "err N"), cell(p, "P50 err %")), (0, "-"), "{table}");
+    }
+
+    let written: BTreeSet<String> = std::fs::read_dir(&plots)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let named = plots_named_in_help();
+    assert!(!named.is_empty());
+    assert_eq!(written, named);
+    // The error CDF's legend gives each line's N, the table's (slearn-dag's
+    // line is slearn's where no job is a DAG).
+    let svg = std::fs::read_to_string(plots.join("error_cdf.svg")).unwrap();
+    let errors = n("slearn", "err N");
+    assert!(
+        svg.contains(&format!("slearn (N={errors})"))
+            || svg.contains(&format!("slearn = slearn-dag (N={errors})")),
+        "{svg}"
+    );
 }
 
 #[test]

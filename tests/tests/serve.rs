@@ -96,11 +96,59 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
         submitted.len()
     );
     // Finished jobs scored their first ETA.
-    let scored = serve.metric("jobcast_eta_error_percent_count");
+    let scored = serve.metric("jobcast_eta_error_ratio_count");
     assert!(scored > 0.0);
     assert!(serve.metric("jobcast_eta_within_interval_total") <= scored);
     assert_eq!(serve.get("/jobs/123456789012").0, 404);
     assert_eq!(serve.get("/jobs/not-a-number").0, 400);
+    // `GET /jobs` pages through the same jobs in job-id order, with their
+    // durations as whole µs; `state` selects, and a bad query is a JSON 400.
+    let list = |query: &str| -> Vec<serde_json::Value> {
+        let (mut out, mut after) = (Vec::new(), None::<u64>);
+        loop {
+            let from = after.map_or(String::new(), |a| format!("&after={a}"));
+            let (status, body) = serve.get(&format!("/jobs?limit=7{query}{from}"));
+            assert_eq!(status, 200, "{body}");
+            let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let jobs = page["jobs"].as_array().unwrap();
+            assert!(jobs.len() <= 7);
+            out.extend(jobs.iter().cloned());
+            match page["next_after"].as_u64() {
+                Some(next) => after = Some(next),
+                None => return out,
+            }
+        }
+    };
+    let listed = list("");
+    let ids: Vec<u64> = listed
+        .iter()
+        .map(|j| j["job_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, submitted.iter().copied().collect::<Vec<_>>());
+    assert!(listed.iter().all(|j| j.get("decisions").is_none()));
+    let estimate = listed
+        .iter()
+        .find_map(|j| j["estimates"].get("slearn"))
+        .expect("a job with an slearn estimate");
+    assert!(estimate["mean_task_runtime_us"].is_u64(), "{estimate}");
+    assert!(
+        estimate["quantiles"]["size_us"]["p99"].is_u64(),
+        "{estimate}"
+    );
+    let mut by_state = 0;
+    for state in ["running", "finished", "failed", "killed", "lost", "expired"] {
+        let jobs = list(&format!("&state={state}"));
+        assert!(jobs.iter().all(|j| j["state"] == state), "{state}");
+        by_state += jobs.len();
+    }
+    assert_eq!(by_state, listed.len());
+    let (status, body) = serve.get("/jobs?state=sleeping");
+    assert_eq!(status, 400);
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("sleeping"),
+        "{body}"
+    );
 
     // Each policy's error statistics count the jobs the metrics count.
     let (status, body) = serve.get("/policies");
@@ -108,7 +156,7 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
     let policies: serde_json::Value = serde_json::from_str(&body).unwrap();
     for policy in ["slearn", "3sigma"] {
         let count = serve.metric(&format!(
-            "jobcast_prediction_error_percent_count{{policy=\"{policy}\"}}"
+            "jobcast_prediction_error_ratio_count{{policy=\"{policy}\"}}"
         ));
         assert!(count > 0.0, "no prediction errors recorded for {policy}");
         let stats = &policies[policy];
@@ -122,11 +170,12 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
         assert_eq!(in_buckets as f64, count);
         let mean = stats["mean_abs_error_pct"].as_f64().unwrap();
         let sum = serve.metric(&format!(
-            "jobcast_prediction_error_percent_sum{{policy=\"{policy}\"}}"
+            "jobcast_prediction_error_ratio_sum{{policy=\"{policy}\"}}"
         ));
+        // /policies gives percentages, the metric ratios.
         assert!(
-            (mean * count - sum).abs() <= 1e-6 * sum.max(1.0),
-            "{mean} × {count} vs {sum}"
+            (mean / 100.0 * count - sum).abs() <= 1e-6 * sum.max(1.0),
+            "{mean} % × {count} vs {sum}"
         );
     }
     serve.terminate();

@@ -102,7 +102,7 @@ fn replay_serve_and_query_on_a_real_broker() {
 
     for policy in ["slearn", "3sigma", "bayes"] {
         let count = serve.metric(&format!(
-            "jobcast_prediction_error_percent_count{{policy=\"{policy}\"}}"
+            "jobcast_prediction_error_ratio_count{{policy=\"{policy}\"}}"
         ));
         assert!(count > 0.0, "no prediction errors recorded for {policy}");
     }

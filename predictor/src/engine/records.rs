@@ -109,6 +109,7 @@ pub struct JobRecord {
     pub estimates: BTreeMap<PolicyKind, Estimate>,
     /// True mean task runtime, once the job finished with every task's
     /// runtime known.
+    #[serde(default, with = "crate::decision::whole_us::option")]
     pub actual_mean_task_runtime_us: Option<f64>,
     /// Each policy's error, once the truth is known.
     pub errors: BTreeMap<PolicyKind, PredictionError>,

@@ -145,7 +145,8 @@ fn write_excluded(path: &std::path::Path, workload: &Workload) -> std::io::Resul
 pub struct Args {
     #[command(flatten)]
     common: Common,
-    /// Write error_cdf.svg and speedup_cdf.svg (the paper's Figs. 3 and 6) here.
+    /// Write error_cdf.svg and speedup_cdf.svg (the paper's Figs. 3 and 6)
+    /// and coverage.svg (the reliability diagram of the quantiles) here.
     #[arg(long)]
     plots: Option<PathBuf>,
 }

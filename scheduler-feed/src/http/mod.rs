@@ -18,6 +18,7 @@ mod reads;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
@@ -35,8 +36,18 @@ use crate::shared::Shared;
 use crate::telemetry;
 use elsewhere::Elsewhere;
 pub use elsewhere::{LOCAL_HEADER, PARTITIONS_HEADER};
-use jobcast_predictor::engine::{ERROR_PCT_BOUNDS, JobRecord, MachineRecord, PolicyErrors};
+use jobcast_predictor::engine::{
+    ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, PolicyErrors,
+};
 use reads::Reads;
+
+/// Jobs per page of `GET /jobs` unless `limit` says otherwise, the most
+/// it may ask for, and the records one page reads at most (a filter on a
+/// rare state answers a short page that says where to go on, not a scan
+/// of every job).
+pub const JOBS_PER_PAGE: usize = 100;
+pub const MAX_JOBS_PER_PAGE: usize = 1000;
+pub const JOBS_SCANNED_PER_PAGE: usize = 10_000;
 
 /// Decisions per page of `GET /jobs/{id}` unless `decisions_limit` says
 /// otherwise, the most it may ask for, and the stored bytes that end a
@@ -72,6 +83,7 @@ pub fn router(
                 backup::write(api.shared, backups.clone(), busy.clone())
             }),
         )
+        .route("/jobs", get(jobs))
         .route("/jobs/{id}", get(job))
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
@@ -99,7 +111,7 @@ pub fn router(
 }
 
 /// Every route, with what it answers: `GET /`.
-const ROUTES: [(&str, &str); 8] = [
+const ROUTES: [(&str, &str); 9] = [
     (
         "GET /healthz",
         "alive: the pipeline is not stuck (no token needed)",
@@ -107,6 +119,10 @@ const ROUTES: [(&str, &str); 8] = [
     (
         "GET /readyz",
         "ready: state recovered, partitions assigned, brokers up; else why not (no token needed)",
+    ),
+    (
+        "GET /jobs",
+        "the jobs this instance holds, in job-id order, without decisions (state, limit, after select and page them)",
     ),
     (
         "GET /jobs/{id}",
@@ -268,6 +284,57 @@ fn stored_json(
     }
 }
 
+/// A query string, or the JSON 400 that says what is wrong with it.
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Box<Response>> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, e.body_text())))
+}
+
+/// Which jobs to list: those in `state` (any if absent), after job id
+/// `after`, at most `limit`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobsPage {
+    state: Option<JobState>,
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// `GET /jobs`: a page of the records this instance holds (as
+/// `GET /jobs/{id}` answers them, without decisions), in job-id order;
+/// `next_after` is the `after` of the next page, null on the last. A page
+/// reads at most [`JOBS_SCANNED_PER_PAGE`] records, so a rare state may
+/// answer fewer than `limit` jobs, and no jobs, with a `next_after`.
+async fn jobs(State(api): State<Api>, page: Result<Query<JobsPage>, QueryRejection>) -> Response {
+    let page = match query(page) {
+        Ok(page) => page,
+        Err(response) => return *response,
+    };
+    let limit = page
+        .limit
+        .unwrap_or(JOBS_PER_PAGE)
+        .clamp(1, MAX_JOBS_PER_PAGE);
+    let shared = api.shared;
+    api.reads
+        .run(move || {
+            let listed = shared.store.jobs_page(
+                page.after,
+                limit,
+                JOBS_SCANNED_PER_PAGE,
+                JobRecord::from_bytes,
+                |job| page.state.is_none_or(|state| job.state == state),
+            );
+            match listed {
+                Ok((jobs, next_after)) => {
+                    Json(json!({ "jobs": jobs, "next_after": next_after })).into_response()
+                }
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+            }
+        })
+        .await
+}
+
 /// Which decisions of a job to serve: from version `decisions_from` on,
 /// at most `decisions_limit`.
 #[derive(serde::Deserialize)]
@@ -284,12 +351,16 @@ struct DecisionPage {
 async fn job(
     State(api): State<Api>,
     Path(raw): Path<String>,
-    Query(page): Query<DecisionPage>,
+    page: Result<Query<DecisionPage>, QueryRejection>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let id = match parse_id(&raw, "job") {
         Ok(id) => id,
+        Err(response) => return *response,
+    };
+    let page = match query(page) {
+        Ok(page) => page,
         Err(response) => return *response,
     };
     let limit = page

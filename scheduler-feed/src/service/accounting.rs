@@ -142,7 +142,7 @@ impl BatchTally {
                             }
                         }
                     }
-                    let (log_ratio, abs_pct) = error_histograms
+                    let (log_ratio, abs_ratio) = error_histograms
                         .entry(policy.name())
                         .or_insert_with(|| {
                             (
@@ -151,7 +151,8 @@ impl BatchTally {
                             )
                         });
                     log_ratio.record(error.log_ratio);
-                    abs_pct.record(error.abs_pct);
+                    // Prometheus takes ratios, not percentages.
+                    abs_ratio.record(error.abs_pct / 100.0);
                 }
                 Output::EtaScored {
                     error_pct,
@@ -159,7 +160,7 @@ impl BatchTally {
                     ..
                 } => {
                     recent.record_eta(*error_pct, *within_interval);
-                    metrics::histogram!(telemetry::ETA_ERROR).record(*error_pct);
+                    metrics::histogram!(telemetry::ETA_ERROR).record(*error_pct / 100.0);
                     if *within_interval {
                         metrics::counter!(telemetry::ETA_WITHIN_INTERVAL).increment(1);
                     }
