@@ -5,13 +5,16 @@ use std::fmt::Write;
 
 use jobcast_tests::{excerpt_events, jobcast_ok};
 
-/// `jobcast demo` on `trace` (JSON lines), written to `path`: its summary.
+/// `jobcast demo` on `trace` (JSON lines), written to `path`, on four
+/// input partitions (event time is taken from them together): its summary.
 fn demo_on(path: &std::path::Path, trace: &str) -> String {
     std::fs::write(path, trace).unwrap();
     jobcast_ok(&[
         "demo",
         "--http",
         "127.0.0.1:0",
+        "--partitions",
+        "4",
         "--trace",
         path.to_str().unwrap(),
         "--format",
@@ -27,9 +30,21 @@ fn figure(summary: &str, label: &str) -> u64 {
         .unwrap_or_else(|| panic!("no `{label}` in the summary:\n{summary}"))
 }
 
+/// The summary without its one figure of the machine (the time taken).
+fn without_elapsed(summary: &str) -> String {
+    summary
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("elapsed"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn the_demo_replays_the_bundled_excerpt_through_the_service() {
     let summary = jobcast_ok(&["demo", "--http", "127.0.0.1:0"]);
+    // On its one input partition a second run repeats every figure.
+    let again = jobcast_ok(&["demo", "--http", "127.0.0.1:0"]);
+    assert_eq!(without_elapsed(&again), without_elapsed(&summary));
     let events = excerpt_events().len() as u64;
     assert_eq!(figure(&summary, "events replayed"), events);
     let applied = figure(&summary, "events applied");
@@ -191,14 +206,10 @@ fn on_a_terminal_the_demo_stays_up_after_the_replay_until_ctrl_c() {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("two.jsonl");
-    std::fs::write(&trace, two_jobs()).unwrap();
     let port = jobcast_tests::serve::free_port();
     let demo = format!(
-        "{} demo --http 127.0.0.1:{port} --trace {} --format jsonl",
+        "{} demo --http 127.0.0.1:{port}",
         jobcast_tests::jobcast_bin().display(),
-        trace.display()
     );
     let mut script = Command::new("script")
         .args(["-qec", &demo, "/dev/null"])
@@ -227,18 +238,40 @@ fn on_a_terminal_the_demo_stays_up_after_the_replay_until_ctrl_c() {
                 .expect("the demo said the replay is done"),
         );
     }
+    // It names a job the driving policy (slearn) estimated and that
+    // finished: its record holds slearn's estimate and error.
+    let example = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("an example job follows");
+    seen.push(example.clone());
+    let path = example
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("http://127.0.0.1:{port}")))
+        .unwrap_or_else(|| panic!("no example job: {example}"))
+        .to_owned();
+    assert!(example.contains("slearn estimated"), "{example}");
     // Still up a few seconds later, answering.
     std::thread::sleep(Duration::from_secs(3));
     let health = ureq::get(&format!("http://127.0.0.1:{port}/healthz"))
         .call()
         .expect("the API answers after the replay");
     assert_eq!(health.status(), 200);
+    let job: serde_json::Value = ureq::get(&format!("http://127.0.0.1:{port}{path}"))
+        .call()
+        .expect("the example job is there")
+        .body_mut()
+        .read_json()
+        .unwrap();
+    assert!(
+        job["estimates"].get("slearn").is_some() && job["errors"].get("slearn").is_some(),
+        "{job}"
+    );
     // `script` runs the command through `$SHELL -c`; dash (the `/bin/sh`
     // used when SHELL is unset, as under CI) stays as the demo's parent,
     // and a SIGINT sent to it never reaches the demo. Only the process
     // whose command line starts with the binary itself is the demo.
     let pattern = format!(
-        "^{} demo --http 127.0.0.1:{port} ",
+        "^{} demo --http 127.0.0.1:{port}( |$)",
         jobcast_tests::jobcast_bin().display()
     );
     let pid = String::from_utf8(
@@ -341,6 +374,17 @@ fn the_demo_reports_the_trace_lines_it_skipped() {
         1,
         r#"{"v":1,"type":"job_submitted","time_us":"soon"}"#.into(),
     );
+    // Job 1's task starts after job 2's submission, then a line goes back
+    // in job 1's time (the reader skips it, line 5), and a task of a job
+    // never submitted reaches the service, which dead-letters it.
+    lines.extend([
+        r#"{"v":1,"type":"task","time_us":2500000,"job_id":1,"task_index":0,"kind":"schedule"}"#
+            .into(),
+        r#"{"v":1,"type":"task","time_us":1500000,"job_id":1,"task_index":0,"kind":"finish"}"#
+            .into(),
+        r#"{"v":1,"type":"task","time_us":3000000,"job_id":99,"task_index":0,"kind":"schedule"}"#
+            .into(),
+    ]);
     std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
     let out = jobcast_tests::jobcast(&[
         "demo",
@@ -356,9 +400,26 @@ fn the_demo_reports_the_trace_lines_it_skipped() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(figure(&stdout, "input rows skipped"), 1, "{stdout}");
-    assert_eq!(figure(&stdout, "events replayed"), 2, "{stdout}");
+    assert_eq!(figure(&stdout, "input rows skipped"), 2, "{stdout}");
+    assert_eq!(figure(&stdout, "events replayed"), 4, "{stdout}");
     assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+    assert!(
+        stderr.contains("bad.jsonl:5") && stderr.contains("time_backwards"),
+        "{stderr}"
+    );
+    // The dead letter is shown with its reason, where it came from and
+    // what it held, though its topic went with the embedded Kafka.
+    assert_eq!(figure(&stdout, "dead-lettered"), 1, "{stdout}");
+    let letters = stderr
+        .split_once("dead letters, by reason")
+        .unwrap_or_else(|| panic!("no dead letters shown:\n{stderr}"))
+        .1;
+    assert!(
+        letters.contains("unknown_job: 1")
+            && letters.contains("job 99 is not running")
+            && letters.contains(r#""job_id":99"#),
+        "{letters}"
+    );
 }
 
 /// The first screen of `jobcast --help` says what to run first; `admin

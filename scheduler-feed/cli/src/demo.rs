@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use jobcast_ingest::Format;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_predictor::decision::PolicyKind;
-use jobcast_predictor::engine::live_policies;
+use jobcast_predictor::engine::{JobRecord, live_policies};
 use jobcast_replay::kafka::{Outcome, ReplayOptions, Speed, replay};
 use jobcast_scheduler_feed::config::{HttpToken, ServeConfig, TOKEN_VARIABLE};
 use jobcast_scheduler_feed::shared::{Recent, Shared};
@@ -54,8 +54,12 @@ pub struct Args {
     /// RocksDB directory (default: a temporary one, removed at the end).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Partitions of the input topic.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..))]
+    /// Partitions of the input topic. With one, a run repeats exactly, as
+    /// `simulate` and `evaluate` do; with more, the service applies the
+    /// partitions' events as their fetches arrive while the replay still
+    /// writes them, so jobs of different partitions may end in another
+    /// order from run to run, and the figures vary a little.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
     partitions: i32,
     /// Most events the replay may run ahead of the service.
     #[arg(long, default_value_t = 5_000)]
@@ -80,11 +84,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (trace_path, format) = match (&args.trace, args.format) {
         (Some(path), Some(format)) => (path.clone(), format),
         _ => (bundled_excerpt()?, Format::Google2011),
-    };
-    // A job of the bundled excerpt with decisions and a known end.
-    let example_job = match args.trace {
-        None => "6251812952",
-        Some(_) => "<job id>",
     };
     let temp = match &args.data_dir {
         Some(_) => None,
@@ -127,7 +126,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         policy: args.policy,
         shadow: config.engine.shadow.len(),
-        example_job,
         token: config.http.token.is_some(),
     };
 
@@ -135,6 +133,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let settings = config.kafka.clone();
+    let settings_for_letters = config.kafka.clone();
+    let dead_letter_topic = config.topics.dead_letter.clone();
     let options = ReplayOptions {
         speed: args.speed,
         ..ReplayOptions::new(config.topics.events.clone())
@@ -224,6 +224,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 None => "; Ctrl-C to stop".into(),
             };
             eprintln!("replay done; API still up at http://{address}{until}");
+            if let Some(line) = example_job(&shared, args.policy) {
+                eprintln!("  try: curl http://{address}/jobs/{line}");
+            }
             said_done = true;
         }
         // With a duration, or on a terminal, the service stays up (and
@@ -244,6 +247,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if skipped > 0 {
         eprint!("\ninput: {}", diagnostics.summary());
     }
+    // The dead-letter topic goes with the embedded Kafka: say what it held.
+    if shared.counters.dead_lettered.load(Ordering::Relaxed) > 0 {
+        match dead_letters(&settings_for_letters, &dead_letter_topic) {
+            Ok(report) => eprint!("{report}"),
+            Err(e) => eprintln!("\ndead letters: could not be read back: {e:#}"),
+        }
+    }
     crate::output::print_out(&final_report(
         &shared,
         (replayed.delivered, skipped),
@@ -260,6 +270,78 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     drop(temp);
     Ok(())
+}
+
+/// A job the driving `policy` estimated, and what it shows: one that
+/// finished, so that its record holds each policy's error too, if there is
+/// one; `None` if the policy has estimated no job yet.
+fn example_job(shared: &Shared, policy: PolicyKind) -> Option<String> {
+    let find = |keep: &dyn Fn(&JobRecord) -> bool| {
+        let (found, _) = shared
+            .store
+            .jobs_page(None, 1, 100_000, JobRecord::from_bytes, keep)
+            .ok()?;
+        found.into_iter().next()
+    };
+    let name = policy.name();
+    if let Some(job) = find(&|job| job.errors.contains_key(&policy)) {
+        return Some(format!(
+            "{}   a finished job {name} estimated: its decisions and each policy's error",
+            job.job_id
+        ));
+    }
+    find(&|job| job.estimates.contains_key(&policy))
+        .map(|job| format!("{}   a job {name} estimated: its decisions", job.job_id))
+}
+
+/// Examples of each reason shown at the end of a demo.
+const DEAD_LETTER_EXAMPLES: usize = 3;
+
+/// What the dead-letter topic holds, as the demo ends: each reason class
+/// with its count and first examples (the input's partition and offset,
+/// why, and the event as it was sent).
+fn dead_letters(settings: &KafkaSettings, topic: &str) -> anyhow::Result<String> {
+    use jobcast_ingest::kafka::{headers, read_to_end};
+    use rdkafka::Message;
+    use rdkafka::consumer::BaseConsumer;
+    use rdkafka::message::Headers;
+
+    let mut config = settings.client_config();
+    config
+        .set("group.id", "jobcast-demo-dead-letters")
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = config.create()?;
+    let mut by_reason: std::collections::BTreeMap<String, (u64, Vec<String>)> = Default::default();
+    let timeouts = (Duration::from_secs(5), Duration::from_secs(30));
+    read_to_end(&consumer, topic, &mut Default::default(), timeouts, |m| {
+        let header = |name: &str| {
+            m.headers()
+                .and_then(|h| h.iter().find(|h| h.key == name))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        let (count, examples) = by_reason.entry(header(headers::REASON)).or_default();
+        *count += 1;
+        if examples.len() < DEAD_LETTER_EXAMPLES {
+            let payload = String::from_utf8_lossy(m.payload().unwrap_or_default());
+            let payload: String = payload.chars().take(200).collect();
+            examples.push(format!(
+                "partition {} offset {}: {}\n      {payload}",
+                header(headers::SOURCE_PARTITION),
+                header(headers::SOURCE_OFFSET),
+                header(headers::ERROR),
+            ));
+        }
+    })?;
+    let mut out = String::from("\ndead letters, by reason (the first examples of each):\n");
+    for (reason, (count, examples)) in by_reason {
+        out.push_str(&format!("  {reason}: {count}\n"));
+        for example in examples {
+            out.push_str(&format!("    {example}\n"));
+        }
+    }
+    Ok(out)
 }
 
 /// A `--http` address: `host:port`, the host's first address if it is a
@@ -287,30 +369,32 @@ struct Header {
     speed: String,
     policy: PolicyKind,
     shadow: usize,
-    example_job: &'static str,
     /// Whether the API wants a token (`JOBCAST_HTTP_TOKEN`).
     token: bool,
 }
 
 impl Header {
     fn show(&self, http: SocketAddr) -> String {
-        let job = self.example_job;
         format!(
             "\njobcast demo: the streaming service on an embedded Kafka\n\
              \x20 Kafka        {brokers} (librdkafka's in-process mock cluster), input topic \
-             jobcast.events with {partitions} partitions\n\
+             jobcast.events with {partitions}\n\
              \x20 state        {state} (RocksDB)\n\
              \x20 HTTP API     http://{http}\n\
              \x20 input        {trace}, replayed {speed}\n\
              \x20 policies     {policy} decides; {shadow} policies run in shadow and are scored\n\
              \n\
              While it runs, try:\n\
-             \x20 {curl} http://{http}/jobs/{job}     a job: its state, each policy's estimate, its decisions\n\
-             \x20 {curl} http://{http}/policies           each policy's error so far\n\
-             \x20 {curl} http://{http}/metrics            Prometheus metrics\n\
+             \x20 {curl} 'http://{http}/jobs?state=finished&limit=3'   finished jobs: each policy's estimate and error\n\
+             \x20 {curl} http://{http}/jobs/<job id>                  a job with its decisions (an example follows)\n\
+             \x20 {curl} http://{http}/policies                        each policy's error so far\n\
+             \x20 {curl} http://{http}/metrics                         Prometheus metrics\n\
              Logs show warnings only (JOBCAST_LOG=info for more).\n\n",
             brokers = self.brokers,
-            partitions = self.partitions,
+            partitions = match self.partitions {
+                1 => "1 partition".to_owned(),
+                n => format!("{n} partitions"),
+            },
             state = self.state.display(),
             trace = self.trace,
             speed = self.speed,
@@ -391,7 +475,7 @@ fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Durat
         .collect();
     out.push_str(&queues.join(", "));
     out.push_str(
-        "\n\n  policy        jobs   P50 error   P90 error   at or below P50/P90/P95/P99\n",
+        "\n\n  policy      N jobs   P50 error   P90 error   at or below P50/P90/P95/P99\n",
     );
     for policy in live_policies() {
         let name = policy.name();
@@ -399,9 +483,20 @@ fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Durat
         let p50 = recent.error_quantile(name, 0.5);
         let p90 = recent.error_quantile(name, 0.9);
         let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}%"));
-        let coverage = recent.coverage_pct(name).map_or("-".into(), |(c, _)| {
-            format!("{:.0}% / {:.0}% / {:.0}% / {:.0}%", c[0], c[1], c[2], c[3])
-        });
+        // Over the scored jobs that had quantiles: said when fewer.
+        let coverage = recent
+            .coverage_pct(name)
+            .map_or("-".into(), |(c, covered)| {
+                let over = if covered == n {
+                    String::new()
+                } else {
+                    format!(" (N {covered})")
+                };
+                format!(
+                    "{:.0}% / {:.0}% / {:.0}% / {:.0}%{over}",
+                    c[0], c[1], c[2], c[3]
+                )
+            });
         out.push_str(&format!(
             "  {name:<12} {n:>5}   {:>9}   {:>9}   {coverage}\n",
             show(p50),
@@ -428,7 +523,12 @@ fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Durat
          \x20 a calibrated P90 has 90% of the jobs at or below it.\n\
          \x20 A decision also says when the job should finish (its ETA), from the work queued\n\
          \x20 ahead of it and the CPUs of the machines up; the error is |ETA - actual| / actual\n\
-         \x20 of the time from that decision to the job's end.\n",
+         \x20 of the time from that decision to the job's end.\n\
+         \x20 N jobs differ by policy: a policy is scored on the finished jobs it estimated, and\n\
+         \x20 SLearn estimates only jobs wide enough to sample pilot tasks (thin ones go to Q0\n\
+         \x20 unestimated); the history policies estimate every job at its submission.\n\
+         \x20 On one input partition (the default) a run repeats these figures exactly; with\n\
+         \x20 --partitions N they vary a little, as partitions are applied as they are read.\n",
     );
     out
 }
