@@ -24,6 +24,9 @@ pub struct Shared {
     pub assigned: AtomicBool,
     /// The brokers answered recently.
     pub broker_up: AtomicBool,
+    /// The latest client-wide error librdkafka reported (a broker it
+    /// cannot connect to, credentials refused): why they may not answer.
+    kafka_error: Mutex<Option<String>>,
     /// A start waits for room on the store's filesystem
     /// (`storage.min_free_bytes`).
     pub waiting_for_room: AtomicBool,
@@ -225,6 +228,7 @@ impl Shared {
             recovered: AtomicBool::new(false),
             assigned: AtomicBool::new(false),
             broker_up: AtomicBool::new(false),
+            kafka_error: Mutex::new(None),
             waiting_for_room: AtomicBool::new(false),
             owned: Mutex::new(Vec::new()),
             owners: Mutex::new(BTreeMap::new()),
@@ -232,6 +236,16 @@ impl Shared {
             recent: Mutex::new(Recent::default()),
             liveness: Liveness::new(crate::config::HttpConfig::default().stall_timeout()),
         })
+    }
+
+    /// librdkafka reported `reason` for a client-wide error.
+    pub(crate) fn kafka_error(&self, reason: String) {
+        *self.kafka_error.lock().expect("not poisoned") = Some(reason);
+    }
+
+    /// The latest client-wide Kafka error, if any was reported.
+    pub fn last_kafka_error(&self) -> Option<String> {
+        self.kafka_error.lock().expect("not poisoned").clone()
     }
 
     /// Ready to serve: recovered, in the group, brokers reachable.

@@ -1086,3 +1086,43 @@ fn the_index_lists_the_routes_unknown_paths_get_json_errors_and_metrics_follow_p
     );
     serve.terminate();
 }
+
+/// A broker address nothing listens on is said at once, naming the
+/// brokers and with librdkafka's reason, and `/readyz` gives that reason.
+#[test]
+fn a_wrong_broker_is_named_at_once_with_librdkafkas_reason() {
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let brokers = nobody.local_addr().unwrap().to_string();
+    drop(nobody);
+    let data = tempfile::tempdir().unwrap();
+    let serve = Serve::start(&brokers, &data.path().join("state"), &[]);
+    let started = Instant::now();
+    let said = loop {
+        if let Some(line) = serve
+            .log()
+            .into_iter()
+            .find(|l| l.contains("cannot reach the Kafka brokers"))
+        {
+            break line;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "not said within 8 s: {:?}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        said.contains(&brokers) && said.contains("Connection refused"),
+        "{said}"
+    );
+    let (status, body) = serve.get("/readyz");
+    assert_eq!(status, 503);
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let reason = ready["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("do not answer") && reason.contains("Connection refused"),
+        "{reason}"
+    );
+    serve.terminate();
+}

@@ -526,15 +526,20 @@ async fn readyz(State(api): State<Api>) -> Response {
     let shared = &api.shared;
     // The first thing it waits for, in the order a start meets them.
     let reason = if shared.waiting_for_room.load(Relaxed) {
-        "waiting for room on the store's filesystem (storage.min_free_bytes)"
+        "waiting for room on the store's filesystem (storage.min_free_bytes)".into()
     } else if !shared.broker_up.load(Relaxed) {
-        "the Kafka brokers do not answer (the log has librdkafka's error)"
+        match shared.last_kafka_error() {
+            Some(error) => {
+                format!("the Kafka brokers do not answer; librdkafka's latest error: {error}")
+            }
+            None => "the Kafka brokers have not answered yet".into(),
+        }
     } else if !shared.assigned.load(Relaxed) {
-        "waiting for the consumer group to assign this instance its partitions"
+        "waiting for the consumer group to assign this instance its partitions".into()
     } else if !shared.recovered.load(Relaxed) {
-        "recovering the state from the store"
+        "recovering the state from the store".into()
     } else {
-        "ready"
+        String::from("ready")
     };
     let body = json!({
         "ready": shared.ready(),

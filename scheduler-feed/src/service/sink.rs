@@ -75,6 +75,9 @@ impl Serving<'_> {
 
 /// How long the producer may take to look up an output topic at start.
 const OUTPUT_LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the first look at the brokers may take before a start says
+/// they cannot be reached.
+const BROKER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Serve `producer`'s delivery reports until nothing is in flight (true) or
 /// `timeout` passes. `BaseProducer::flush` would do the same but sleeps in
@@ -189,7 +192,10 @@ fn producer(
     let readiness = shared.clone();
     let deliveries = Deliveries::new().on_error(move |error, reason| {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            // A tally ("1/1 brokers are down"), not a reason.
             readiness.broker_up.store(false, Ordering::Relaxed);
+        } else {
+            readiness.kafka_error(format!("{error}: {reason}"));
         }
         warn!("Kafka producer: {error}: {reason}");
     });
@@ -222,12 +228,39 @@ impl Sink {
     /// it fails as any failed delivery does. Each topic's count of parked
     /// outputs starts here, at 0.
     pub(super) fn warm_up(&self, topics: &Topics) {
-        for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+        let outputs = [&topics.decisions, &topics.risk, &topics.dead_letter];
+        for topic in outputs {
             // At 0 from the start, so that `increase()` sees the first.
             for reason in REFUSALS {
                 metrics::counter!(telemetry::OUTPUTS_PARKED, "topic" => topic.clone(), "reason" => reason)
                     .increment(0);
             }
+        }
+        // Brokers that cannot be reached are said at once, with
+        // librdkafka's reason (its error event, served by the poll), not
+        // after each topic's lookup has timed out in turn.
+        if let Err(e) = self
+            .producer
+            .client()
+            .fetch_metadata(None, BROKER_PROBE_TIMEOUT)
+        {
+            // The error event may follow the failed request by a moment.
+            let until = Instant::now() + Duration::from_secs(1);
+            while self.shared.last_kafka_error().is_none() && Instant::now() < until {
+                self.producer.poll(Duration::from_millis(50));
+            }
+            self.shared.broker_up.store(false, Ordering::Relaxed);
+            warn!(
+                "cannot reach the Kafka brokers {} within {BROKER_PROBE_TIMEOUT:?}: {}; \
+                 waiting for them (GET /readyz says why it is not ready)",
+                self.kafka.brokers,
+                self.shared
+                    .last_kafka_error()
+                    .unwrap_or_else(|| e.to_string()),
+            );
+            return;
+        }
+        for topic in outputs {
             if let Err(e) = self
                 .producer
                 .client()

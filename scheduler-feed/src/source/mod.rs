@@ -133,6 +133,14 @@ impl ClientContext for InputContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         telemetry::kafka_error("input", &error);
+        // A partition's end is no error, and "all brokers down" a tally
+        // of the reasons reported before it.
+        if !matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::PartitionEOF | RDKafkaErrorCode::AllBrokersDown)
+        ) {
+            self.shared.kafka_error(format!("{error}: {reason}"));
+        }
         match error.rdkafka_error_code() {
             Some(RDKafkaErrorCode::AllBrokersDown) => {
                 self.shared.broker_up.store(false, Ordering::Relaxed);
