@@ -225,7 +225,32 @@ impl Estimate {
         self.quantiles = Some(RuntimeQuantiles {
             mean_task_runtime_us: factors.map(|f| f * mean),
             size_us: factors.map(|f| f * size),
+            capped: 0,
         });
+    }
+
+    /// Cap the quantiles of the mean task runtime at `horizon_us`, and
+    /// the size's at the horizon times the job's tasks (size over mean), so
+    /// that a level past what the service can know (a P99 of months on a
+    /// trace of hours) reads as the horizon and is marked as such
+    /// ([`RuntimeQuantiles::capped`]).
+    pub fn cap_quantiles(&mut self, horizon_us: f64) {
+        let tasks = if self.mean_task_runtime_us > 0.0 {
+            self.size_us / self.mean_task_runtime_us
+        } else {
+            1.0
+        };
+        if let Some(q) = &mut self.quantiles {
+            let over = q
+                .mean_task_runtime_us
+                .to_array()
+                .iter()
+                .filter(|&&v| !(v <= horizon_us))
+                .count();
+            q.capped = over as u8;
+            q.mean_task_runtime_us = q.mean_task_runtime_us.map(|v| v.min(horizon_us));
+            q.size_us = q.size_us.map(|v| v.min(horizon_us * tasks));
+        }
     }
 }
 
@@ -236,6 +261,56 @@ pub struct RuntimeQuantiles {
     pub mean_task_runtime_us: Quantiles,
     #[serde(with = "whole_us::quantiles")]
     pub size_us: Quantiles,
+    /// How many of the top levels were past the horizon
+    /// (`engine.policies.quantile_horizon_secs`) and stand at it: they say
+    /// only "longer than the horizon", and are no limit to run a job by.
+    /// In JSON, the capped levels by name (`["p95", "p99"]`), absent when
+    /// none is.
+    #[serde(default, with = "capped_levels", skip_serializing_if = "is_zero")]
+    pub capped: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
+}
+
+impl RuntimeQuantiles {
+    /// Whether the level at `index` (into [`Quantiles::LEVELS`]) stands at
+    /// the horizon.
+    pub fn is_capped(&self, index: usize) -> bool {
+        index + usize::from(self.capped) >= Quantiles::LEVELS.len()
+    }
+}
+
+/// [`RuntimeQuantiles::capped`] as the names of the capped levels.
+mod capped_levels {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::Quantiles;
+
+    pub fn serialize<S: Serializer>(capped: &u8, serializer: S) -> Result<S::Ok, S::Error> {
+        let n = Quantiles::NAMES.len();
+        let from = n - usize::from(*capped).min(n);
+        serializer.collect_seq(&Quantiles::NAMES[from..])
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u8, D::Error> {
+        let names = Vec::<String>::deserialize(deserializer)?;
+        let n = Quantiles::NAMES.len();
+        if names.len() > n
+            || names
+                .iter()
+                .zip(&Quantiles::NAMES[n - names.len()..])
+                .any(|(a, b)| a != b)
+        {
+            return Err(D::Error::custom(format!(
+                "capped levels must be the top ones of {:?}, got {names:?}",
+                Quantiles::NAMES
+            )));
+        }
+        Ok(names.len() as u8)
+    }
 }
 
 /// The values at or below which a quantity lies with probability 0.5,
@@ -407,6 +482,45 @@ mod tests {
         newest.retain(|job| job != 1);
         assert_eq!(newest.len(), 1);
         assert!(newest.get(1).is_none());
+    }
+
+    #[test]
+    fn quantiles_past_the_horizon_stand_at_it_and_say_so() {
+        // A 10-task job: mean 1 h, spread wide enough for a P99 of days.
+        let mut estimate = Estimate::new(3.6e9, 3.6e10, 1.5, EstimateSource::Fallback);
+        let before = estimate.quantiles.unwrap();
+        let day_us = 86_400e6;
+        assert!(before.mean_task_runtime_us.p99 > day_us);
+        estimate.cap_quantiles(day_us);
+        let q = estimate.quantiles.unwrap();
+        assert_eq!(q.mean_task_runtime_us.p50, before.mean_task_runtime_us.p50);
+        let capped: Vec<bool> = (0..4).map(|i| q.is_capped(i)).collect();
+        let over: Vec<bool> = before
+            .mean_task_runtime_us
+            .to_array()
+            .iter()
+            .map(|&v| v > day_us)
+            .collect();
+        assert_eq!(capped, over);
+        assert_eq!(q.mean_task_runtime_us.p99, day_us);
+        assert!((q.size_us.p99 - 10.0 * day_us).abs() < 1.0);
+        let json = serde_json::to_value(estimate).unwrap();
+        let names: Vec<&str> = Quantiles::NAMES
+            .iter()
+            .zip(&over)
+            .filter(|(_, o)| **o)
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(json["quantiles"]["capped"], serde_json::json!(names));
+        let back: Estimate = serde_json::from_value(json).unwrap();
+        assert_eq!(back.quantiles.unwrap().capped, q.capped);
+        // None capped: no field; a list that is not the top levels is refused.
+        let plain = Estimate::new(3.6e9, 3.6e10, 0.1, EstimateSource::Fallback);
+        let json = serde_json::to_value(plain).unwrap();
+        assert!(json["quantiles"].get("capped").is_none(), "{json}");
+        let mut bad = json.clone();
+        bad["quantiles"]["capped"] = serde_json::json!(["p50"]);
+        assert!(serde_json::from_value::<Estimate>(bad).is_err());
     }
 
     #[test]

@@ -41,3 +41,4 @@ pub mod policy;
 pub mod preemption;
 pub mod queues;
 pub mod stats;
+pub mod walltime;

@@ -308,6 +308,7 @@ impl Evaluation {
                     "coverage_p95_pct": s.coverage_pct.map(|c| c.p95),
                     "coverage_p99_pct": s.coverage_pct.map(|c| c.p99),
                     "quantile_jobs": s.quantile_jobs,
+                    "walltime": s.walltime,
                     "eta_p50_error_pct": s.eta_p50_error_pct,
                     "eta_p90_error_pct": s.eta_p90_error_pct,
                     "eta_interval_pct": s.eta_interval_pct,
@@ -697,6 +698,7 @@ fn cdf_plot(
 mod tests {
     use super::*;
     use crate::sim::{JobResult, Phase, Summary};
+    use jobcast_predictor::decision::RuntimeQuantiles;
     use jobcast_predictor::eta::Eta;
 
     #[test]
@@ -752,12 +754,48 @@ mod tests {
             } else {
                 Phase::ThinBypass
             },
-            quantiles: error_pct.map(|_| Quantiles::from_array([1e6, 2e6, 3e6, 4e6])),
+            quantiles: error_pct.map(|_| RuntimeQuantiles {
+                mean_task_runtime_us: Quantiles::from_array([1e6, 2e6, 3e6, 4e6]),
+                size_us: Quantiles::from_array([1e6, 2e6, 3e6, 4e6]),
+                capped: 0,
+            }),
             eta_at_submission: Some(eta),
             eta_kind: None,
             eta_size_error_pct: None,
             eta_half_way: half_way.then_some((1_000_000, eta)),
         }
+    }
+
+    /// What `slurm apply --walltime-quantile` would do: a limit from
+    /// each level not capped (3× it, at least 5 minutes), none from a
+    /// capped one; a job whose truth is past its limit is counted.
+    #[test]
+    fn the_walltime_figures_count_limits_capped_levels_and_truths_past_them() {
+        let mut jobs = vec![job(1, 5, Some(0.0), false), job(2, 5, Some(0.0), false)];
+        // Job 2: a P99 at the horizon; a true mean of an hour, past its
+        // P90 and P95 limits (300 s, the floor) and within none.
+        let q = jobs[1].quantiles.as_mut().unwrap();
+        q.capped = 1;
+        jobs[1].true_mean_task_runtime_us = 3600e6;
+        let summary = Summary::of(&jobs, 3);
+        let [p90, p95, p99] = &summary.walltime[..] else {
+            panic!("{:?}", summary.walltime);
+        };
+        assert_eq!(
+            (p90.quantile, p95.quantile, p99.quantile),
+            ("p90", "p95", "p99")
+        );
+        assert_eq!((p90.limited_jobs, p90.capped_jobs), (2, 0));
+        assert_eq!((p99.limited_jobs, p99.capped_jobs), (1, 1));
+        assert_eq!(p90.below_truth_pct, Some(50.0));
+        assert_eq!(p99.below_truth_pct, Some(0.0));
+        // Job 1: a 300-s limit for a 1-s truth.
+        assert_eq!(p99.p50_limit_over_truth, Some(300.0));
+        let json = evaluation().to_json();
+        assert!(
+            json["policies"]["slearn"]["walltime"][2]["capped_jobs"].is_u64(),
+            "{json}"
+        );
     }
 
     fn report(policy: PolicyKind, jobs: Vec<JobResult>) -> SimReport {

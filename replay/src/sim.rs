@@ -60,13 +60,14 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
 use jobcast_predictor::config::ConfigError;
-use jobcast_predictor::decision::Quantiles;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
+use jobcast_predictor::decision::{Quantiles, RuntimeQuantiles};
 use jobcast_predictor::eta::{self, Eta, EtaCalibration, JobProgress, Kind, Predicted, Queued};
 use jobcast_predictor::history::History;
 use jobcast_predictor::policy::{Context, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
+use jobcast_predictor::walltime::Walltime;
 use serde::Serialize;
 
 use crate::workload::SimJob;
@@ -298,8 +299,9 @@ pub struct JobResult {
     pub correct_queue: Option<bool>,
     /// The phase of its final decision (`thin_bypass` for thin jobs).
     pub phase: Phase,
-    /// Quantiles of the mean task runtime, for jobs placed by an estimate.
-    pub quantiles: Option<Quantiles>,
+    /// Quantiles of the mean task runtime and size, for jobs placed by an
+    /// estimate.
+    pub quantiles: Option<RuntimeQuantiles>,
     /// Its ETA when it was submitted: µs from submission to completion.
     pub eta_at_submission: Option<Eta>,
     /// How the ETA model saw it then: running at once, queued, overrun.
@@ -340,6 +342,9 @@ pub struct Summary {
     pub coverage_pct: Option<Quantiles>,
     /// Jobs the coverage is over.
     pub quantile_jobs: usize,
+    /// What `slurm apply --walltime-quantile` would do with the quantiles
+    /// of those jobs, at P90, P95 and P99.
+    pub walltime: Vec<WalltimeUse>,
     /// |ETA − JCT| / JCT × 100 of the ETAs made at submission (P50 of the
     /// ETA), over every job that had one.
     pub eta_p50_error_pct: Option<f64>,
@@ -362,6 +367,65 @@ pub struct Summary {
     /// (its own size alone decides them), and their P50 error.
     pub eta_at_once_pct: Option<f64>,
     pub eta_at_once_p50_error_pct: Option<f64>,
+}
+
+/// The time limits `slurm apply --walltime-quantile LEVEL` would give the
+/// jobs placed by an estimate, with its default margin (3×) and floor (5
+/// minutes), against their true mean task runtime.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WalltimeUse {
+    pub quantile: &'static str,
+    /// Jobs given a limit.
+    pub limited_jobs: usize,
+    /// Jobs whose level stood at the quantile horizon: no limit, their own
+    /// kept.
+    pub capped_jobs: usize,
+    /// Share of the limited jobs whose true mean task runtime is above the
+    /// limit: their tasks around the mean would be killed.
+    pub below_truth_pct: Option<f64>,
+    /// P50 and P90 of limit / true mean task runtime over the limited jobs:
+    /// how much longer than needed a limit holds a job's slots in a
+    /// scheduler's backfill plan.
+    pub p50_limit_over_truth: Option<f64>,
+    pub p90_limit_over_truth: Option<f64>,
+}
+
+impl WalltimeUse {
+    /// `slurm apply`'s defaults.
+    const MARGIN: f64 = 3.0;
+    const MIN_S: u64 = 300;
+    const STEP_S: u64 = 60;
+
+    fn of(jobs: &[(&JobResult, RuntimeQuantiles)], quantile: usize) -> WalltimeUse {
+        let walltime = Walltime {
+            quantile,
+            margin: Self::MARGIN,
+            min_s: Self::MIN_S,
+            step_s: Self::STEP_S,
+        };
+        let mut ratios = Vec::new();
+        let (mut capped, mut below) = (0, 0);
+        for (job, q) in jobs {
+            match walltime.limit_from(q) {
+                Some(limit_s) => {
+                    let truth_s = job.true_mean_task_runtime_us / 1e6;
+                    below += usize::from(truth_s > limit_s as f64);
+                    ratios.push(limit_s as f64 / truth_s.max(1e-6));
+                }
+                None => capped += 1,
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        WalltimeUse {
+            quantile: walltime.quantile_name(),
+            limited_jobs: ratios.len(),
+            capped_jobs: capped,
+            below_truth_pct: (!ratios.is_empty())
+                .then(|| below as f64 * 100.0 / ratios.len() as f64),
+            p50_limit_over_truth: percentile(&ratios, 50.0),
+            p90_limit_over_truth: percentile(&ratios, 90.0),
+        }
+    }
 }
 
 impl Summary {
@@ -387,15 +451,20 @@ impl Summary {
         };
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         let waits: Vec<f64> = jobs.iter().map(|j| secs(j.wait_us)).collect();
-        let with_quantiles: Vec<(&JobResult, Quantiles)> = jobs
+        let with_quantiles: Vec<(&JobResult, RuntimeQuantiles)> = jobs
             .iter()
             .filter_map(|j| j.quantiles.map(|q| (j, q)))
+            .collect();
+        let walltime = (1..Quantiles::LEVELS.len())
+            .map(|quantile| WalltimeUse::of(&with_quantiles, quantile))
             .collect();
         let coverage_pct = (!with_quantiles.is_empty()).then(|| {
             let covered = |level: usize| {
                 let n = with_quantiles
                     .iter()
-                    .filter(|(j, q)| j.true_mean_task_runtime_us <= q.to_array()[level])
+                    .filter(|(j, q)| {
+                        j.true_mean_task_runtime_us <= q.mean_task_runtime_us.to_array()[level]
+                    })
                     .count();
                 n as f64 * 100.0 / with_quantiles.len() as f64
             };
@@ -436,6 +505,7 @@ impl Summary {
             thin_jobs: jobs.iter().filter(|j| j.phase == Phase::ThinBypass).count(),
             coverage_pct,
             quantile_jobs: with_quantiles.len(),
+            walltime,
             eta_p50_error_pct,
             eta_p90_error_pct,
             eta_interval_pct,
@@ -1139,11 +1209,7 @@ impl<'a> Sim<'a> {
             true_queue,
             correct_queue: (placed && estimate.is_some()).then_some(run.queue == true_queue),
             phase: run.phase,
-            quantiles: run
-                .estimate
-                .filter(|_| placed)
-                .and_then(|e| e.quantiles)
-                .map(|q| q.mean_task_runtime_us),
+            quantiles: run.estimate.filter(|_| placed).and_then(|e| e.quantiles),
             eta_at_submission: eta.map(|(_, e, _)| e),
             eta_kind: eta.map(|(p, _, _)| p.kind),
             eta_size_error_pct: eta.map(|(_, _, size)| {

@@ -163,7 +163,8 @@ fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
         for (got, want) in looped.iter().zip(&expected) {
             assert_eq!(got, want, "{policy}: (job, JCT µs, queue, phase)");
         }
-        // Estimates cross Kafka as JSON text: equal up to float parsing.
+        // Estimates cross Kafka as JSON text, in whole µs: equal to the
+        // µs.
         for ((got, want), job) in looped_estimates
             .iter()
             .zip(&expected_estimates)
@@ -171,7 +172,7 @@ fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
         {
             match (got, want) {
                 (Some(g), Some(w)) => assert!(
-                    (g - w).abs() <= 1e-9 * w.abs(),
+                    (g - w).abs() <= 0.5 + 1e-9 * w.abs(),
                     "{policy}: job {} estimated {g} µs, in process {w} µs",
                     job.0
                 ),

@@ -267,7 +267,13 @@ fn put_estimate(out: &mut Vec<u8>, estimate: &Estimate) {
     match &estimate.quantiles {
         None => out.put_u8(0),
         Some(q) => {
-            out.put_u8(1);
+            // Tag 2 adds how many levels are capped; 1 says none is.
+            if q.capped == 0 {
+                out.put_u8(1);
+            } else {
+                out.put_u8(2);
+                out.put_u8(q.capped);
+            }
             for v in q
                 .mean_task_runtime_us
                 .to_array()
@@ -296,7 +302,8 @@ fn read_estimate(r: &mut Reader<'_>) -> Result<Estimate, String> {
     let at = r.at();
     let quantiles = match r.u8()? {
         0 => None,
-        1 => {
+        tag @ (1 | 2) => {
+            let capped = if tag == 2 { r.u8()? } else { 0 };
             let mut four = || -> Result<Quantiles, String> {
                 Ok(Quantiles::from_array([
                     r.f64()?,
@@ -308,6 +315,7 @@ fn read_estimate(r: &mut Reader<'_>) -> Result<Estimate, String> {
             Some(RuntimeQuantiles {
                 mean_task_runtime_us: four()?,
                 size_us: four()?,
+                capped,
             })
         }
         tag => return Err(format!("byte {at}: no quantiles with tag {tag}")),
@@ -339,12 +347,13 @@ mod tests {
     }
 
     fn estimate() -> impl Strategy<Value = Estimate> {
-        let quantiles = proptest::option::of(any::<([f64; 4], [f64; 4])>().prop_map(|(m, s)| {
-            RuntimeQuantiles {
+        let quantiles = proptest::option::of(any::<([f64; 4], [f64; 4], u8)>().prop_map(
+            |(m, s, capped)| RuntimeQuantiles {
                 mean_task_runtime_us: Quantiles::from_array(m),
                 size_us: Quantiles::from_array(s),
-            }
-        }));
+                capped: capped % 5,
+            },
+        ));
         (
             any::<f64>(),
             any::<f64>(),

@@ -32,7 +32,7 @@ use crate::policies;
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 10;
+pub const SNAPSHOT_FORMAT: u32 = 11;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]

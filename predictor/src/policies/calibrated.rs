@@ -22,14 +22,27 @@ pub(super) struct State {
     calibration: Calibration,
     /// The newest estimate of each live job that has one.
     pending: BTreeMap<u64, Pending>,
+    /// Quantiles of the mean task runtime are capped here, µs
+    /// ([`Estimate::cap_quantiles`](crate::decision::Estimate::cap_quantiles));
+    /// 0: not capped.
+    horizon_us: f64,
 }
 
 impl State {
-    /// This state's live jobs with `other`'s calibration.
+    /// A new wrapper's state, capping quantiles at `horizon_secs` (0: no
+    /// cap).
+    pub(super) fn new(horizon_secs: u64) -> State {
+        State {
+            horizon_us: horizon_secs as f64 * 1e6,
+            ..State::default()
+        }
+    }
+
+    /// This state's live jobs and horizon with `other`'s calibration.
     pub(super) fn with_calibration_of(self, other: State) -> State {
         State {
             calibration: other.calibration,
-            pending: self.pending,
+            ..self
         }
     }
 }
@@ -42,6 +55,9 @@ impl Calibrated {
     fn pass(&mut self, mut decision: Decision) -> Decision {
         if let Some(estimate) = &mut decision.estimate {
             let pending = self.state.calibration.calibrate(estimate);
+            if self.state.horizon_us > 0.0 {
+                estimate.cap_quantiles(self.state.horizon_us);
+            }
             self.state.pending.insert(decision.job_id, pending);
         }
         decision

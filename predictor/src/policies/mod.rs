@@ -127,6 +127,12 @@ pub struct PolicyConfig {
     /// Seed of the pilot choice.
     pub seed: u64,
     pub bayes: BayesConfig,
+    /// Every estimate's quantiles of the mean task runtime stand at most
+    /// this far (seconds), and its size's at this times its tasks: a level
+    /// past it (a P99 of months on a trace of hours) is capped there and
+    /// marked `capped`, and `slurm apply --walltime-quantile` sets no limit
+    /// from it. A week by default; 0: no cap.
+    pub quantile_horizon_secs: u64,
 }
 
 impl Default for PolicyConfig {
@@ -137,6 +143,7 @@ impl Default for PolicyConfig {
             max_pilots: 1000,
             seed: 0,
             bayes: BayesConfig::default(),
+            quantile_horizon_secs: 7 * 86_400,
         }
     }
 }
@@ -287,7 +294,10 @@ pub fn build(
             ConfigError::new("policy", "the oracle policy needs the jobs' true runtimes")
         })?)),
     };
-    Ok(Box::new(Calibrated::new(policy, Default::default())))
+    Ok(Box::new(Calibrated::new(
+        policy,
+        calibrated::State::new(config.quantile_horizon_secs),
+    )))
 }
 
 /// A policy's [`Policy::snapshot`]: the whole policy, in postcard's

@@ -35,7 +35,9 @@
 //!   own, and only on pending tasks: a running task keeps the limit it
 //!   started with. The quantiles bound the job's *mean* task runtime, not each
 //!   task's: the margin covers the spread of tasks around their mean, and
-//!   a task beyond it is killed (the bench counts those).
+//!   a task beyond it is killed (the bench counts those). A level capped
+//!   at the quantile horizon (`engine.policies.quantile_horizon_secs`)
+//!   gives no limit: the job keeps its own.
 //!
 //! - **New work first.** A job without a decision yet (just submitted:
 //!   its decision is a second or two away) stands with Q0, where GS puts
@@ -49,8 +51,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use jobcast_predictor::decision::{Decision, Estimate, Newest, Phase, Quantiles};
+use jobcast_predictor::decision::{Decision, Newest, Phase};
 use jobcast_predictor::queues::QueueConfig;
+pub use jobcast_predictor::walltime::Walltime;
 use serde::Serialize;
 
 /// Where a pending task stands in the scheduler's order.
@@ -147,38 +150,6 @@ pub enum Change {
     Standing(Standing),
     /// The time limit of each of the targeted tasks, s (none: unlimited).
     TimeLimitS(Option<u64>),
-}
-
-/// Time limits from the estimates (module doc).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Walltime {
-    /// Which quantile of the mean task runtime: an index into
-    /// [`Quantiles::LEVELS`].
-    pub quantile: usize,
-    /// The limit is the quantile times this (at least 1).
-    pub margin: f64,
-    /// Never below this, s.
-    pub min_s: u64,
-    /// The scheduler's granularity, s (Slurm's limits are whole minutes).
-    pub step_s: u64,
-}
-
-impl Walltime {
-    /// The limit for a job placed by `estimate`, if it has quantiles.
-    pub fn limit_s(&self, estimate: &Estimate) -> Option<u64> {
-        let q = estimate.quantiles?.mean_task_runtime_us.to_array()[self.quantile];
-        let secs = (q * self.margin / 1e6).max(self.min_s as f64);
-        if !secs.is_finite() {
-            return None;
-        }
-        let step = self.step_s.max(1) as f64;
-        Some(((secs / step).ceil() * step).min(u64::MAX as f64) as u64)
-    }
-
-    /// The quantile's name (`p99`).
-    pub fn quantile_name(&self) -> &'static str {
-        Quantiles::NAMES[self.quantile]
-    }
 }
 
 /// The actions that bring `view` to where `newest` puts each job, with
@@ -402,7 +373,7 @@ fn moves(job: &JobView, wanted: impl Fn(u32) -> Standing) -> Vec<(Target, Standi
 
 #[cfg(test)]
 mod tests {
-    use jobcast_predictor::decision::PolicyKind;
+    use jobcast_predictor::decision::{Estimate, PolicyKind, Quantiles};
 
     use super::*;
 
@@ -799,6 +770,15 @@ mod tests {
             ..walltime
         };
         assert_eq!(odd.limit_s(&estimate), Some(180), "151.5 s → 3 minutes");
+        // A level capped at the horizon gives no limit; one below it does.
+        let mut capped = estimate;
+        capped.cap_quantiles(estimate.quantiles.unwrap().mean_task_runtime_us.p95);
+        assert_eq!(walltime.limit_s(&capped), None, "P99 at the horizon");
+        let p90 = Walltime {
+            quantile: 1,
+            ..walltime
+        };
+        assert!(p90.limit_s(&capped).is_some());
         // Nor once it has finished (Slurm still lists it a while), nor
         // while every task runs: a running task keeps its limit.
         let mut done = view.clone();
