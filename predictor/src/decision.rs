@@ -245,7 +245,7 @@ impl Estimate {
                 .mean_task_runtime_us
                 .to_array()
                 .iter()
-                .filter(|&&v| !(v <= horizon_us))
+                .filter(|&&v| v > horizon_us || v.is_nan())
                 .count();
             q.capped = over as u8;
             q.mean_task_runtime_us = q.mean_task_runtime_us.map(|v| v.min(horizon_us));
