@@ -37,6 +37,7 @@ use crate::codec::{Reader, Writer};
 use crate::config::ConfigError;
 use crate::decision::EstimateSource;
 use crate::features::{FeatureKind, JobFeatures};
+use crate::stats::median;
 
 mod slot;
 use slot::Slot;
@@ -460,18 +461,6 @@ impl ValueHistory {
         self.sums.add(&sample);
         self.samples.push_back(sample);
         self.resum_if_needed();
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    let mid = v.len() / 2;
-    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
-    let upper = *m;
-    if v.len() % 2 == 1 {
-        upper
-    } else {
-        let lower = v[..mid].iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (lower + upper) / 2.0
     }
 }
 
@@ -1330,12 +1319,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn median_of_even_and_odd() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 
     #[test]

@@ -12,9 +12,31 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
 }
 
+/// The median of `v` (the mean of the two middle values of an even
+/// count), found in linear time: `v` is reordered, not sorted.
+/// `percentile(sorted, 50.0)` is the same value up to rounding, but needs
+/// the values sorted.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    let mid = v.len() / 2;
+    let (_, m, _) = v.select_nth_unstable_by(mid, f64::total_cmp);
+    let upper = *m;
+    if v.len() % 2 == 1 {
+        upper
+    } else {
+        let lower = v[..mid].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lower + upper) / 2.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
 
     #[test]
     fn percentiles_interpolate_between_ranks() {

@@ -1,4 +1,7 @@
-//! Cluster-level hints published beside the per-task risk scores.
+//! Cluster-level hints for the schedulers downstream of the risk scores.
+//! Nothing calls them yet but their tests: they are the rules the
+//! transient-capacity (CloudCoaster) and spot-deadline (Teylo et al.)
+//! schedulers will act on.
 //!
 //! - CloudCoaster (Ambati et al.): a hybrid scheduler keeps a short-job-only
 //!   partition and grows it with cheap transient servers while long tasks

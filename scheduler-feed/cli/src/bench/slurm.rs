@@ -50,6 +50,7 @@ use jobcast_replay::live::{
 use jobcast_replay::sim::{JobResult, SimReport};
 use jobcast_replay::workload::SimJob;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
+use jobcast_storage::state::unix_seconds;
 use rdkafka::Message;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -913,7 +914,7 @@ fn run_live(
         bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
     }
     let services = match kafka {
-        Some(kafka) => start_services(args, &kafka.brokers, dir, cpus, unix_s()?)?,
+        Some(kafka) => start_services(args, &kafka.brokers, dir, cpus, unix_seconds())?,
         None => Vec::new(),
     };
     let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
@@ -1033,14 +1034,6 @@ fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow
         .next()
         .and_then(|id| id.parse().ok())
         .with_context(|| format!("sbatch --parsable printed {text:?}"))
-}
-
-/// The time now, Unix s.
-fn unix_s() -> anyhow::Result<u64> {
-    Ok(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .context("the clock is before 1970")?
-        .as_secs())
 }
 
 /// `jobcast serve`, `slurm watch` and `slurm apply` on the embedded Kafka,
