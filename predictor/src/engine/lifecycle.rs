@@ -80,6 +80,7 @@ impl Engine {
         for decision in published {
             self.offer(decision, job.time_us, effects);
         }
+        self.reindex_eta(job.job_id);
         effects.jobs.mark(job.job_id);
         Ok(())
     }
@@ -103,7 +104,19 @@ impl Engine {
         Ok(job)
     }
 
+    /// Apply a task event; its job's ETA row follows what it changed
+    /// (tasks running and finished, the driving policy's estimate).
     pub(super) fn task_event(
+        &mut self,
+        event: &TaskEvent,
+        effects: &mut Effects,
+    ) -> Result<(), Rejection> {
+        self.apply_task_event(event, effects)?;
+        self.reindex_eta(event.job_id);
+        Ok(())
+    }
+
+    fn apply_task_event(
         &mut self,
         event: &TaskEvent,
         effects: &mut Effects,
@@ -234,6 +247,7 @@ impl Engine {
         self.live_job(end.job_id, end.time_us)?;
         self.forget_pacing(end.job_id, effects);
         let mut job = self.jobs.remove(&end.job_id).expect("checked above");
+        self.eta_rows.remove(end.job_id);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,

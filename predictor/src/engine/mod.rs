@@ -118,6 +118,8 @@ pub struct Engine {
     /// `engine.min_republish_ms` in µs, and the decisions waiting for it.
     min_republish_us: u64,
     due: pacing::DueQueue,
+    /// What of each live job its ETA reads, kept together ([`eta::EtaRows`]).
+    eta_rows: eta::EtaRows,
 }
 
 impl Engine {
@@ -190,6 +192,7 @@ impl Engine {
             max_live_tasks: config.max_live_tasks,
             min_republish_us: config.min_republish_ms.saturating_mul(1000),
             due: pacing::DueQueue::default(),
+            eta_rows: eta::EtaRows::default(),
         })
     }
 

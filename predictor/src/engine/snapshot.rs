@@ -337,6 +337,7 @@ impl Engine {
         engine.etas = state.etas.into_owned();
         engine.capacity_cpus = state.capacity_cpus;
         engine.rebuild_due();
+        engine.rebuild_eta_rows();
         Ok(engine)
     }
 }

@@ -1307,3 +1307,55 @@ fn a_waiting_decision_survives_a_snapshot_and_dies_with_its_job() {
         .unwrap();
     assert!(decisions(&effects).is_empty());
 }
+
+/// The ETA rows follow every change to a job (placement, estimate, tasks
+/// started and ended, its end) and a restore rebuilds them: after each
+/// event they are what the jobs give.
+#[test]
+fn eta_rows_follow_every_job_through_submissions_tasks_ends_and_a_restore() {
+    let config = EngineConfig {
+        policy: PolicyKind::SLearn,
+        eta: EtaSettings { slots: Some(8) },
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let mut with_eta = 0;
+    let mut apply = |engine: &mut Engine, event: &Event| {
+        effects.clear();
+        let _ = engine.apply(AT, event, &mut effects);
+        with_eta += decisions(&effects)
+            .iter()
+            .filter(|d| d.eta.is_some())
+            .count();
+        assert!(engine.eta_rows_are_current(), "after {event:?}");
+    };
+    let mut t = 1_000_000;
+    for job in 1..=40u64 {
+        let width = [1, 2, 5, 12][job as usize % 4];
+        apply(&mut engine, &submit(job, t, width));
+        t += 1_000;
+        for i in 0..width {
+            apply(&mut engine, &task(job, i, t, "schedule"));
+            t += 10;
+        }
+        // Every other job: its tasks finish (one fails first and runs
+        // again), then it ends; the rest stay running.
+        if job % 2 == 0 {
+            apply(&mut engine, &task(job, 0, t, "fail"));
+            apply(&mut engine, &task(job, 0, t + 1, "schedule"));
+            for i in 0..width {
+                t += 50_000 * (u64::from(i) + 1);
+                apply(&mut engine, &task(job, i, t, "finish"));
+            }
+            apply(&mut engine, &end(job, t + 1, "finish"));
+        }
+        if job == 20 {
+            engine.release_ended();
+            let snapshot = engine.snapshot().unwrap();
+            engine = Engine::restore(&config, &snapshot).unwrap();
+            assert!(engine.eta_rows_are_current(), "after the restore");
+        }
+    }
+    assert!(with_eta > 40, "{with_eta} decisions carried an ETA");
+}
