@@ -20,7 +20,7 @@
 //! - [`config`]: the service's configuration (file, environment, flags).
 //!
 //! The engine these drive lives in `jobcast_predictor::engine`; the
-//! `jobcast` binary is the `jobcast-cli` package (`scheduler-feed/cli/`).
+//! `jobcast` binary is the `jobcast-cli` package (`cli/`).
 
 pub mod apply;
 pub mod config;

@@ -70,7 +70,7 @@ pub struct Args {
 /// working directory.
 fn bundled_excerpt() -> anyhow::Result<PathBuf> {
     let candidates = [
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/google2011-excerpt"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/google2011-excerpt"),
         PathBuf::from("tests/data/google2011-excerpt"),
     ];
     candidates
