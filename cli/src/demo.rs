@@ -25,7 +25,9 @@ use jobcast_scheduler_feed::config::{HttpToken, ServeConfig, TOKEN_VARIABLE};
 use jobcast_scheduler_feed::shared::{Recent, Shared};
 use rdkafka::mocking::MockCluster;
 
-use super::serve::{serve, shutdown_signal};
+use jobcast_scheduler_feed::server;
+
+use super::serve::shutdown_signal;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -147,7 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let (shared_tx, shared_rx) = std::sync::mpsc::channel::<(Arc<Shared>, SocketAddr)>();
     let serve_stop = stop.clone();
-    let service = runtime.spawn(serve(
+    let service = runtime.spawn(server::run(
         config,
         async move {
             tokio::select! {
@@ -155,8 +157,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 () = wait_for(serve_stop) => {}
             }
         },
-        move |shared, address| {
-            let _ = shared_tx.send((shared, address));
+        move |listening| {
+            let _ = shared_tx.send((listening.shared, listening.address));
         },
     ));
     let (shared, address) = match shared_rx.recv_timeout(Duration::from_secs(30)) {
@@ -165,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // locked), dropping the sender: its own error says where and why.
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             return Err(match runtime.block_on(service)? {
-                Err(e) => e.context("the service did not start"),
+                Err(e) => anyhow::Error::new(e).context("the service did not start"),
                 Ok(_) => anyhow::anyhow!("the service stopped before it started"),
             });
         }

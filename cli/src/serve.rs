@@ -4,15 +4,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use anyhow::Context as _;
 use jobcast_predictor::decision::PolicyKind;
 use jobcast_scheduler_feed::config::ServeConfig;
-use jobcast_scheduler_feed::http;
-use jobcast_scheduler_feed::service::{self, RunSummary, Service};
-use jobcast_scheduler_feed::shared::Shared;
+use jobcast_scheduler_feed::server;
 use tracing::info;
 
 use super::kafka_args::{KafkaArgs, parse_property};
@@ -143,77 +138,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     if let Some(partitions) = args.create_topics {
         runtime
-            .block_on(create_topics(&config, partitions))
+            .block_on(server::create_topics(&config, partitions))
             .map_err(anyhow::Error::msg)?;
     }
-    let summary = runtime.block_on(serve(config, shutdown_signal(), |_, _| {}))?;
+    let summary = runtime.block_on(server::run(config, shutdown_signal(), |listening| {
+        // A stable line that scripts and tests read to find the port.
+        eprintln!("jobcast serve: HTTP on {}", listening.url);
+    }))?;
     eprintln!(
         "jobcast serve: stopped; {} events applied, {} dead-lettered, {} decisions",
         summary.applied, summary.dead_lettered, summary.decisions
     );
     Ok(())
-}
-
-/// Create the service's topics if they are missing.
-pub async fn create_topics(config: &ServeConfig, partitions: i32) -> Result<(), String> {
-    let t = &config.topics;
-    config
-        .kafka
-        .ensure_topics(&[
-            (&t.events, partitions),
-            (&t.decisions, partitions),
-            (&t.risk, partitions),
-            (&t.dead_letter, 1),
-        ])
-        .await
-}
-
-/// Run the pipeline on its own thread and the HTTP API on this runtime
-/// until `stop` resolves or the pipeline ends; then stop both. `started`
-/// gets the state the service shares and the HTTP address, once it is
-/// listening.
-pub async fn serve(
-    config: ServeConfig,
-    stop: impl Future<Output = ()> + Send + 'static,
-    started: impl FnOnce(Arc<Shared>, SocketAddr),
-) -> anyhow::Result<RunSummary> {
-    let store = service::open_store(&config)?;
-    let shared = Shared::new(store);
-    let listener = tokio::net::TcpListener::bind(config.http.address)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.http.address))?;
-    let address = listener.local_addr()?;
-    let tls = http::tls(&config.http).await?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    // A stable line that scripts and tests read to find the port.
-    eprintln!("jobcast serve: HTTP on {scheme}://{address}");
-    started(shared.clone(), address);
-
-    let backups = config.storage.backups();
-    let http_config = config.http.clone();
-    let service = Service::start_with(config, shared.clone())?;
-    let (http_stop, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let shared_http = shared.clone();
-    let http = tokio::spawn(async move {
-        let stopped = async move {
-            let _ = http_stopped.await;
-        };
-        http::serve(listener, shared_http, &http_config, tls, backups, stopped).await
-    });
-    // The pipeline ends by itself only on an error; otherwise on `stop`.
-    let mut pipeline = tokio::task::spawn_blocking(move || service.join());
-    let ended = tokio::select! {
-        () = stop => None,
-        joined = &mut pipeline => Some(joined),
-    };
-    shared.shutdown.store(true, Ordering::Relaxed);
-    let _ = http_stop.send(());
-    http.await??;
-    let joined = match ended {
-        Some(joined) => joined,
-        None => pipeline.await,
-    };
-    Ok(joined??)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -26,6 +26,7 @@ pub mod apply;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod server;
 pub mod service;
 pub mod shared;
 mod source;

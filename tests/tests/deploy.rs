@@ -281,8 +281,9 @@ fn demo_metric_names(args: &[&str], wanted: &BTreeSet<String>) -> BTreeSet<Strin
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(addr) = line.strip_prefix("jobcast serve: HTTP on ") {
-                let _ = tx.send(addr.to_owned());
+            // The demo's header: `  HTTP API     http://ADDRESS`.
+            if let Some(addr) = line.trim().strip_prefix("HTTP API") {
+                let _ = tx.send(addr.trim().to_owned());
             }
         }
     });
