@@ -11,9 +11,11 @@
 //! With the `kafka` feature it also owns the Kafka contract every other
 //! crate speaks: topic names, keys, header names and client settings
 //! (`kafka`), and the one producer context that tallies deliveries
-//! (`deliveries`).
+//! (`deliveries`). At the bottom of the workspace, it also holds the error
+//! every crate reports a bad setting with, by its key ([`config`]).
 
 pub mod alibaba2018;
+pub mod config;
 pub mod dag;
 #[cfg(feature = "kafka")]
 pub mod deliveries;

@@ -34,10 +34,10 @@ use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{Reader, Writer};
-use crate::config::ConfigError;
 use crate::decision::EstimateSource;
 use crate::features::{FeatureKind, JobFeatures};
 use crate::stats::median;
+use jobcast_ingest::config::ConfigError;
 
 mod slot;
 use slot::Slot;

@@ -29,7 +29,6 @@
 
 pub mod calibration;
 pub mod codec;
-pub mod config;
 pub mod decision;
 pub mod engine;
 pub mod eta;

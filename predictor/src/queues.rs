@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use jobcast_ingest::config::ConfigError;
 
 /// Queue layout. Defaults are the paper's: 10 queues, Q0 holds jobs up to
 /// 10^6 ms of total task time, each threshold 10× the previous, and each

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::report::{PALETTE, align};
-use jobcast_predictor::config::ConfigError;
+use jobcast_ingest::config::ConfigError;
 pub use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::history::{History, HistoryConfig};

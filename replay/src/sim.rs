@@ -58,8 +58,8 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
+use jobcast_ingest::config::ConfigError;
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, TaskEvent, TaskKind};
-use jobcast_predictor::config::ConfigError;
 pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::decision::{Quantiles, RuntimeQuantiles};
 use jobcast_predictor::eta::{self, Eta, EtaCalibration, JobProgress, Kind, Predicted, Queued};

@@ -17,7 +17,7 @@ use figment::value::Value;
 use jobcast_ingest::kafka::{KafkaSettings, Topics};
 use serde::{Deserialize, Serialize};
 
-use jobcast_predictor::config::ConfigError;
+use jobcast_ingest::config::ConfigError;
 use jobcast_predictor::engine::{Engine, EngineConfig};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -2,8 +2,8 @@
 //! delivery, a broker outage) is handled where it happens and the stream
 //! goes on.
 
+use jobcast_ingest::config::ConfigError;
 use jobcast_ingest::event::DecodeError;
-use jobcast_predictor::config::ConfigError;
 use jobcast_predictor::engine::{Rejection, RestoreError, SnapshotError};
 use jobcast_storage::state::{Skip, StoreError};
 use rdkafka::error::KafkaError;

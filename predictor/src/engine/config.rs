@@ -4,9 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
 use crate::decision::PolicyKind;
 use crate::history::HistoryConfig;
+use jobcast_ingest::config::ConfigError;
 
 use super::eta::EtaSettings;
 use super::expiry::ExpirySettings;

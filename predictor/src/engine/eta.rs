@@ -17,9 +17,9 @@
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
 use crate::decision::{Completion, Decision, PolicyKind};
 use crate::eta::{self, Eta, JobProgress, Predicted, Queued};
+use jobcast_ingest::config::ConfigError;
 
 use super::effects::{Effects, Output};
 use super::records::MachineRecord;

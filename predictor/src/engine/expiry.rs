@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::Engine;
 use super::effects::Effects;
 use super::records::{JobState, MachineRecord};
-use crate::config::ConfigError;
+use jobcast_ingest::config::ConfigError;
 
 /// Steps per window.
 const STEPS: u64 = 100;

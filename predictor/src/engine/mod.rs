@@ -48,7 +48,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{Event, JobSubmitted};
 
-use crate::config::ConfigError;
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
 use crate::history::History;
@@ -56,6 +55,7 @@ use crate::policies::build;
 use crate::policy::Policy;
 use crate::preemption::online::OnlineFitter;
 use crate::queues::QueueConfig;
+use jobcast_ingest::config::ConfigError;
 
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};

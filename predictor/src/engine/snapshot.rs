@@ -354,7 +354,7 @@ fn decode(snapshot: &[u8]) -> Result<State<'static>, SnapshotError> {
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
     #[error(transparent)]
-    Config(crate::config::ConfigError),
+    Config(jobcast_ingest::config::ConfigError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
 }

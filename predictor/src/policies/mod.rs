@@ -45,11 +45,11 @@ use calibrated::Calibrated;
 pub use history_based::HistoryBased;
 pub use slearn::SLearn;
 
-use crate::config::ConfigError;
 use crate::decision::{Decision, Estimate, Phase, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
 use crate::policy::{Context, Policy};
+use jobcast_ingest::config::ConfigError;
 
 /// How SLearn picks its sampling ratio.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

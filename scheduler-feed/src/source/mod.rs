@@ -45,7 +45,7 @@ use crate::config::ConsumerConfig;
 use crate::error::{DeadLetter, ServiceError};
 use crate::shared::Shared;
 use crate::telemetry::{self, log_librdkafka};
-use jobcast_predictor::config::ConfigError;
+use jobcast_ingest::config::ConfigError;
 
 /// librdkafka's `fetch.queue.backoff.ms` for the input consumer. librdkafka
 /// stops fetching a partition for this long once its prefetch queue would
