@@ -26,7 +26,7 @@ use crate::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, MachineEvent, MachineKind, TaskEvent,
     TaskKind,
 };
-use crate::merge::MergeByKey;
+use crate::merge_by_key::MergeByKey;
 use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, TaskEvent, TaskKind};
-use crate::merge::MergeByKey;
+use crate::merge_by_key::MergeByKey;
 use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
 
 const SUBMIT: u8 = 0;

@@ -28,7 +28,7 @@ pub mod jsonl;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod live;
-pub mod merge;
+pub mod merge_by_key;
 pub mod slurm;
 pub mod source;
 pub mod truth;

@@ -12,8 +12,8 @@ use jobcast_ingest::event::JobSubmitted;
 use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::features::JobFeatures;
 use jobcast_predictor::history::{History, HistoryConfig};
+use jobcast_predictor::policies::{Context, JobDone, TaskEnd};
 use jobcast_predictor::policies::{JobTruth, OracleTruth, PolicyConfig, build};
-use jobcast_predictor::policy::{Context, JobDone, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 
 struct Job {

@@ -12,7 +12,7 @@ use jobcast_ingest::event::JobSubmitted;
 
 use crate::features::JobFeatures;
 use crate::history::History;
-use crate::policy::{Context, JobDone, Policy};
+use crate::policies::{Context, JobDone, Policy};
 use crate::queues::QueueConfig;
 
 /// A job that cannot be taken as finished as given.

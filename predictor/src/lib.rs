@@ -5,7 +5,7 @@
 //! - [`history`]: 3Sigma learning in time (per-feature-value runtime
 //!   history, most accurate feature), keyed by [`features`];
 //! - [`policies`]: SLearn, 3Sigma and its variants, the DAG hybrids, the
-//!   Bayesian hybrid, LAS, FIFO and Oracle, behind the [`policy::Policy`]
+//!   Bayesian hybrid, LAS, FIFO and Oracle, behind the [`policies::Policy`]
 //!   trait, emitting [`decision::Decision`]s for the GS queues of
 //!   [`queues`];
 //! - [`calibration`]: the quantiles every estimate carries, calibrated
@@ -17,8 +17,9 @@
 //! - [`engine`]: the live transform that drives them all: canonical events
 //!   in, every policy run in shadow, the driving policy's decisions, risk
 //!   scores, each policy's errors and the changed records out;
-//! - [`stats`]: the one percentile definition every report uses;
-//! - [`config`]: the error every settings check returns, naming the key;
+//! - [`stats`]: the one percentile and median every report uses;
+//! - [`walltime`]: time limits from estimates, for `slurm apply` and the
+//!   simulator;
 //! - [`codec`]: the fixed binary layouts of the records the service
 //!   rewrites with every batch.
 //!
@@ -36,7 +37,6 @@ pub mod features;
 pub mod finished;
 pub mod history;
 pub mod policies;
-pub mod policy;
 pub mod preemption;
 pub mod queues;
 pub mod stats;

@@ -64,7 +64,7 @@ pub use jobcast_predictor::decision::{Decision, Estimate, Phase, PolicyKind};
 use jobcast_predictor::decision::{Quantiles, RuntimeQuantiles};
 use jobcast_predictor::eta::{self, Eta, EtaCalibration, JobProgress, Kind, Predicted, Queued};
 use jobcast_predictor::history::History;
-use jobcast_predictor::policy::{Context, Policy, TaskEnd};
+use jobcast_predictor::policies::{Context, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_predictor::stats::percentile;
 use jobcast_predictor::walltime::Walltime;

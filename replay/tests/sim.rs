@@ -13,7 +13,7 @@ use jobcast_ingest::{Diagnostics, Trace};
 use jobcast_predictor::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use jobcast_predictor::eta::Kind;
 use jobcast_predictor::history::{History, HistoryConfig};
-use jobcast_predictor::policy::{Context, JobDone, Policy, TaskEnd};
+use jobcast_predictor::policies::{Context, JobDone, Policy, TaskEnd};
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_replay::sim::{JobResult, SimConfig, SimError, SimReport, simulate};
 use jobcast_replay::workload::{

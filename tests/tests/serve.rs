@@ -916,7 +916,7 @@ fn sigterm_during_the_restore_stops_it_without_a_snapshot_and_the_next_start_res
 /// keeps them.)
 ///
 /// The second part of the input is written while the instance runs, so
-/// the order it applies it in is not a whole run's (`source/merge.rs`),
+/// the order it applies it in is not a whole run's (`source/partition_merge.rs`),
 /// nor are the estimates it learns; the tasks' records are facts of their
 /// own job's events, which one partition orders, and must be a whole
 /// run's.

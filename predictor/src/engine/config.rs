@@ -8,8 +8,8 @@ use crate::decision::PolicyKind;
 use crate::history::HistoryConfig;
 use jobcast_ingest::config::ConfigError;
 
-use super::eta::EtaSettings;
 use super::expiry::ExpirySettings;
+use super::progress::EtaSettings;
 use crate::policies::PolicyConfig;
 use crate::preemption::Bathtub;
 use crate::preemption::fit::FitConfig;

@@ -9,10 +9,10 @@ use jobcast_ingest::event::{JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskK
 
 use crate::decision::{Decision, PolicyKind};
 use crate::finished::FinishedJob;
-use crate::policy::{Context, Policy, TaskEnd};
+use crate::policies::{Context, Policy, TaskEnd};
 
 use super::effects::{Effects, Output, Rejection, reject};
-use super::eta::Progress;
+use super::progress::Progress;
 use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 use super::{Engine, LiveJob};
 

@@ -32,11 +32,11 @@
 mod clock;
 mod config;
 mod effects;
-mod eta;
 mod expiry;
 pub mod layout;
 mod lifecycle;
 mod pacing;
+mod progress;
 mod records;
 mod risk;
 mod snapshot;
@@ -51,8 +51,8 @@ use jobcast_ingest::event::{Event, JobSubmitted};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
 use crate::history::History;
+use crate::policies::Policy;
 use crate::policies::build;
-use crate::policy::Policy;
 use crate::preemption::online::OnlineFitter;
 use crate::queues::QueueConfig;
 use jobcast_ingest::config::ConfigError;
@@ -60,8 +60,8 @@ use jobcast_ingest::config::ConfigError;
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
 pub use effects::{Changed, Effects, Output, Rejection};
-pub use eta::EtaSettings;
 pub use expiry::ExpirySettings;
+pub use progress::EtaSettings;
 pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
     PredictionError, TaskRecord,
@@ -76,7 +76,7 @@ struct LiveJob {
     /// costs what its events cost, not what it declares.
     runtimes: BTreeMap<u32, u64>,
     last_event_us: u64,
-    progress: eta::Progress,
+    progress: progress::Progress,
     /// The input partition of its submission, whose events publish its
     /// waiting decision (`pacing.rs`).
     partition: i32,
@@ -118,8 +118,8 @@ pub struct Engine {
     /// `engine.min_republish_ms` in µs, and the decisions waiting for it.
     min_republish_us: u64,
     due: pacing::DueQueue,
-    /// What of each live job its ETA reads, kept together ([`eta::EtaRows`]).
-    eta_rows: eta::EtaRows,
+    /// What of each live job its ETA reads, kept together ([`progress::EtaRows`]).
+    eta_rows: progress::EtaRows,
 }
 
 impl Engine {
@@ -192,7 +192,7 @@ impl Engine {
             max_live_tasks: config.max_live_tasks,
             min_republish_us: config.min_republish_ms.saturating_mul(1000),
             due: pacing::DueQueue::default(),
-            eta_rows: eta::EtaRows::default(),
+            eta_rows: progress::EtaRows::default(),
         })
     }
 

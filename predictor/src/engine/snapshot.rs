@@ -22,8 +22,8 @@ use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
 use super::clock::ClockState;
-use super::eta::Progress;
 use super::pacing::Pacing;
+use super::progress::Progress;
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;

@@ -6,7 +6,7 @@ use jobcast_ingest::event::JobSubmitted;
 use super::{OracleTruth, dag_stages, decision, estimated, history_estimate};
 use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use crate::history::Estimator;
-use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::TOP_QUEUE;
 use serde::{Deserialize, Serialize};
 

@@ -86,7 +86,7 @@ use super::{BayesConfig, PolicyConfig, decision, estimated, is_thin, thin_bypass
 use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::{Estimator, HistoryEstimate};
-use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::SAMPLING_QUEUE;
 use serde::{Deserialize, Serialize};
 

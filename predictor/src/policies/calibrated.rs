@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::calibration::{Calibration, Pending};
 use crate::decision::{Decision, PolicyKind};
-use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy, TaskEnd};
 
 pub(super) struct Calibrated {
     inner: Box<dyn Policy>,

@@ -6,7 +6,7 @@ use jobcast_ingest::event::JobSubmitted;
 use super::{estimated, history_estimate, is_thin, thin_bypass};
 use crate::decision::{Decision, PolicyKind};
 use crate::history::Estimator;
-use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy, TaskEnd};
 use serde::{Deserialize, Serialize};
 
 /// A history-based policy. Stateless: it decides once, at arrival.

@@ -28,6 +28,7 @@ mod baselines;
 mod bayes;
 mod calibrated;
 mod history_based;
+mod interface;
 mod pilots;
 mod slearn;
 #[cfg(test)]
@@ -43,12 +44,12 @@ pub use baselines::{Fifo, Las, Oracle};
 pub use bayes::Bayes;
 use calibrated::Calibrated;
 pub use history_based::HistoryBased;
+pub use interface::{Context, JobDone, Policy, TaskEnd};
 pub use slearn::SLearn;
 
 use crate::decision::{Decision, Estimate, Phase, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
-use crate::policy::{Context, Policy};
 use jobcast_ingest::config::ConfigError;
 
 /// How SLearn picks its sampling ratio.

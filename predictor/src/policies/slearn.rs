@@ -27,7 +27,7 @@ use super::{PolicyConfig, Sampling, dag_stages, decision, estimated, is_thin, th
 use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
-use crate::policy::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy, TaskEnd};
 use crate::queues::SAMPLING_QUEUE;
 use serde::{Deserialize, Serialize};
 

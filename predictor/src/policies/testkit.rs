@@ -4,7 +4,7 @@ use jobcast_ingest::event::{JobSubmitted, Stage};
 
 use crate::features::JobFeatures;
 use crate::history::{History, HistoryConfig};
-use crate::policy::{Context, JobDone, TaskEnd};
+use crate::policies::{Context, JobDone, TaskEnd};
 use crate::queues::QueueConfig;
 
 /// One second, µs.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use super::merge::{PartitionMerge, Weigh};
+use super::partition_merge::{PartitionMerge, Weigh};
 use crate::telemetry;
 
 pub(super) struct IdleWatch {

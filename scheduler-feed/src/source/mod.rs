@@ -36,10 +36,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 mod idle;
-mod merge;
+mod partition_merge;
 
 use idle::IdleWatch;
-use merge::{PartitionMerge, Weigh};
+use partition_merge::{PartitionMerge, Weigh};
 
 use crate::config::ConsumerConfig;
 use crate::error::{DeadLetter, ServiceError};
@@ -184,7 +184,7 @@ impl Waiting {
         self.batch.len() >= limits.events || self.bytes >= limits.bytes
     }
 
-    fn push(&mut self, pending: merge::Pending<Consumed>) {
+    fn push(&mut self, pending: partition_merge::Pending<Consumed>) {
         self.bytes += pending.item.bytes();
         self.batch
             .push((pending.partition, pending.offset, pending.item));
@@ -722,7 +722,7 @@ mod tests {
         let mut waiting = handover.lock();
         let before = waiting.batch.len();
         for offset in offsets {
-            waiting.push(merge::Pending {
+            waiting.push(partition_merge::Pending {
                 partition: 0,
                 offset,
                 time_us: 0,
