@@ -898,3 +898,82 @@ fn serve_help_shows_the_configurations_defaults() {
         );
     }
 }
+
+/// `docs/configuration.md` names every setting `serve --print-config`
+/// shows, each with its default: in a row of its own, or by its last name
+/// in a row of its section (`engine.policies.*`); and every row of its own
+/// is a setting there is (unset ones aside, which print nothing).
+#[test]
+fn the_configuration_doc_names_every_setting_with_its_default() {
+    let printed = jobcast_tests::jobcast_ok(&["serve", "--print-config"]);
+    let settings: Vec<(String, String)> = printed
+        .lines()
+        .filter_map(|line| {
+            let (key, rest) = line.split_once(" = ")?;
+            let value = rest.rsplit_once("  #").map_or(rest, |(v, _)| v);
+            Some((key.to_owned(), value.trim_matches('"').to_owned()))
+        })
+        .collect();
+    assert!(settings.len() > 50, "{printed}");
+    let doc = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    // Each table row: the keys of its first cell, its default, the row.
+    let rows: Vec<(Vec<String>, String, String)> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|row| {
+            let cells: Vec<&str> = row.split(" | ").collect();
+            let keys = cells[0]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            (keys, cells[1].to_owned(), row.to_owned())
+        })
+        .collect();
+    let mut missing = Vec::new();
+    for (key, value) in &settings {
+        // A table of settings (`kafka.client`) has its section's row.
+        let own = rows
+            .iter()
+            .find(|(keys, _, _)| keys.contains(key) || keys.contains(&format!("{key}.*")));
+        match own {
+            Some((_, default, _)) => {
+                let shown = default.replace(['`', ','], "");
+                let plain = value.replace(['"', ','], "");
+                let named = plain == "[]" && shown.contains("none")
+                    || plain == "{}"
+                    || key == "engine.shadow";
+                if !named && !shown.contains(&plain) {
+                    missing.push(format!("{key}: default {value}, the doc says {default}"));
+                }
+            }
+            None => {
+                let last = key.rsplit('.').next().unwrap();
+                let in_section = rows.iter().any(|(keys, _, row)| {
+                    keys.iter().any(|k| {
+                        k.strip_suffix('*')
+                            .is_some_and(|section| key.starts_with(section))
+                    }) && row.contains(&format!("`{last}`"))
+                });
+                if !in_section {
+                    missing.push(format!("{key} ({value}) is not in the doc"));
+                }
+            }
+        }
+    }
+    let known: BTreeSet<&str> = settings.iter().map(|(k, _)| k.as_str()).collect();
+    for (keys, default, _) in &rows {
+        for key in keys.iter().filter(|k| !k.ends_with('*') && k.contains('.')) {
+            let unset = default.contains("unset") || default.contains("certificates of");
+            if !known.contains(key.as_str()) && !unset {
+                missing.push(format!("{key}: in the doc, not a setting"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md:\n{}",
+        missing.join("\n")
+    );
+}
