@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::report::{PALETTE, align};
+use crate::report::{PALETTE, align, axes, canvas, finish, frame, legend_line};
 use jobcast_ingest::config::ConfigError;
 pub use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::decision::Quantiles;
@@ -530,23 +530,17 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
         path: path.to_owned(),
         message: e.to_string(),
     };
-    let root = SVGBackend::new(path, (700, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Quantile coverage", ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
+    let root = canvas(path, (700, 560)).map_err(|e| err(&e))?;
+    let mut chart = frame(&root, "Quantile coverage", 56)
         .build_cartesian_2d(45f64..100f64, 0f64..100f64)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("quantile level q (%)")
-        .y_desc("jobs at or below their Pq (%)")
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .draw()
-        .map_err(|e| err(&e))?;
+    axes(
+        &mut chart.configure_mesh(),
+        "quantile level q (%)",
+        "jobs at or below their Pq (%)",
+    )
+    .draw()
+    .map_err(|e| err(&e))?;
     chart
         .draw_series(LineSeries::new(
             [(45.0, 45.0), (100.0, 100.0)],
@@ -554,7 +548,7 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
         ))
         .map_err(|e| err(&e))?
         .label("calibrated")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+        .legend(legend_line(BLACK.mix(0.4).into()));
     let levels = Quantiles::LEVELS.map(|q| q * 100.0);
     for (i, (name, coverage)) in series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()].to_rgba();
@@ -563,9 +557,7 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .legend(legend_line(color.stroke_width(2)));
         chart
             .draw_series(
                 points
@@ -575,22 +567,6 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
             .map_err(|e| err(&e))?;
     }
     finish(&mut chart, &root, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))
-}
-
-/// Draw the legend of `chart` at `position` and write the file out.
-fn finish<'a, CT: plotters::coord::CoordTranslate>(
-    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
-    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
-    position: SeriesLabelPosition,
-) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
-    chart
-        .configure_series_labels()
-        .position(position)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()
 }
 
 /// Steps of at most this many rises are drawn per CDF; more jobs are
@@ -661,21 +637,11 @@ fn cdf_plot(
         floor
     };
     let hi = 10f64.powf(hi.max(lo * 10.0).log10().ceil());
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
+    let root = canvas(path, (900, 560)).map_err(|e| err(&e))?;
+    let mut chart = frame(&root, title, 56)
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc("CDF of jobs")
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
+    axes(&mut chart.configure_mesh(), x_desc, "CDF of jobs")
         .x_label_formatter(&|x| format!("{}", (x * 1e6).round() / 1e6))
         .draw()
         .map_err(|e| err(&e))?;
@@ -687,9 +653,7 @@ fn cdf_plot(
             .draw_series(LineSeries::new(cdf_points(&v), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .legend(legend_line(color.stroke_width(2)));
     }
     finish(&mut chart, &root, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))
 }

@@ -1,7 +1,78 @@
 //! Shared presentation of reports (`jobcast evaluate`, `jobcast risk fit`):
-//! plain-text tables and plot colours.
+//! plain-text tables, and the frame, colours, axes and legend every plot
+//! is drawn with.
 
-use plotters::style::RGBColor;
+use std::io;
+use std::path::Path;
+
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::chart::MeshStyle;
+use plotters::coord::{CoordTranslate, Shift};
+use plotters::prelude::*;
+
+/// A plot's white canvas: an SVG of `size` pixels at `path`.
+pub fn canvas(
+    path: &Path,
+    size: (u32, u32),
+) -> Result<DrawingArea<SVGBackend<'_>, Shift>, DrawingAreaErrorKind<io::Error>> {
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE)?;
+    Ok(root)
+}
+
+/// The frame of a plot's chart: `caption` above it, the reports' margins,
+/// and `y_label_area` pixels for the y labels.
+pub fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    y_label_area: u32,
+) -> ChartBuilder<'a, 'static, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(caption, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(y_label_area);
+    builder
+}
+
+/// The axes titled `x_desc` and `y_desc`, in the reports' fonts.
+pub fn axes<'m, 'a, 'b, X, Y, XT, YT, DB>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+    x_desc: &str,
+    y_desc: &str,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged<ValueType = XT> + ValueFormatter<XT>,
+    Y: Ranged<ValueType = YT> + ValueFormatter<YT>,
+    DB: DrawingBackend,
+{
+    mesh.x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 17))
+}
+
+/// The legend mark of a line series drawn in `style`.
+pub fn legend_line(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style)
+}
+
+/// Draw the legend of `chart` at `position` and write the file out.
+pub fn finish<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    root: &DrawingArea<SVGBackend<'a>, Shift>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<io::Error>> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(("sans-serif", 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()
+}
 
 /// Line colours, distinguishable from each other (Tableau 10).
 pub const PALETTE: [RGBColor; 10] = [

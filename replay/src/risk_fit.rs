@@ -17,11 +17,10 @@ use jobcast_predictor::preemption::fit::{
 };
 use jobcast_predictor::preemption::kaplan_meier::KaplanMeier;
 use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
-use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use serde_json::json;
 
-use crate::report::{PALETTE, align};
+use crate::report::{PALETTE, align, axes, canvas, finish, frame, legend_line};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RiskFitError {
@@ -332,56 +331,25 @@ fn plot_err(path: &Path) -> impl Fn(&dyn std::fmt::Display) -> RiskFitError + '_
     }
 }
 
-/// The legend mark of a line series drawn in `style`.
-fn legend_line(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
-    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style)
-}
-
-/// Draw the legend at `position` and write the plot's file.
-fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
-    chart: &mut ChartContext<'a, DB, CT>,
-    root: &DrawingArea<DB, Shift>,
-    position: SeriesLabelPosition,
-    path: &Path,
-) -> Result<(), RiskFitError> {
-    let plot_err = plot_err(path);
-    chart
-        .configure_series_labels()
-        .position(position)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| plot_err(&e))?;
-    root.present().map_err(|e| plot_err(&e))?;
-    Ok(())
-}
-
 fn cdf_plot(path: &Path, group: &GroupFit, max_lifetime_h: f64) -> Result<(), RiskFitError> {
     let plot_err = plot_err(path);
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(&e))?;
+    let root = canvas(path, (900, 560)).map_err(|e| plot_err(&e))?;
     let title = format!(
         "VM lifetimes, {}: {} VMs, {} preempted",
         group.key,
         group.km.observations(),
         group.km.events()
     );
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
+    let mut chart = frame(&root, &title, 56)
         .build_cartesian_2d(0f64..max_lifetime_h * 1.02, 0f64..1f64)
         .map_err(|e| plot_err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("lifetime (hours)")
-        .y_desc("P(preempted by then)")
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .draw()
-        .map_err(|e| plot_err(&e))?;
+    axes(
+        &mut chart.configure_mesh(),
+        "lifetime (hours)",
+        "P(preempted by then)",
+    )
+    .draw()
+    .map_err(|e| plot_err(&e))?;
     chart
         .draw_series(LineSeries::new(
             km_points(&group.km, max_lifetime_h),
@@ -410,7 +378,7 @@ fn cdf_plot(path: &Path, group: &GroupFit, max_lifetime_h: f64) -> Result<(), Ri
             ))
             .legend(legend_line(color.stroke_width(2)));
     }
-    finish(&mut chart, &root, SeriesLabelPosition::LowerRight, path)
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight).map_err(|e| plot_err(&e))
 }
 
 /// The fitted bathtub's density (log scale) beside the paper's typical fit.
@@ -432,27 +400,19 @@ fn density_plot(path: &Path, fitted: &Bathtub, vms: usize) -> Result<(), RiskFit
         10f64.powf(lo.log10().floor()),
         10f64.powf(hi.log10().ceil()),
     );
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("Bathtub density of preemption ({vms} VMs)"),
-            ("sans-serif", 22),
-        )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
+    let root = canvas(path, (900, 560)).map_err(|e| plot_err(&e))?;
+    let title = format!("Bathtub density of preemption ({vms} VMs)");
+    let mut chart = frame(&root, &title, 64)
         .build_cartesian_2d(0f64..end.max(paper.max_lifetime_h()), (lo..hi).log_scale())
         .map_err(|e| plot_err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("VM age (hours)")
-        .y_desc("density (1/hour)")
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .y_label_formatter(&|y| format!("{y:.0e}"))
-        .draw()
-        .map_err(|e| plot_err(&e))?;
+    axes(
+        &mut chart.configure_mesh(),
+        "VM age (hours)",
+        "density (1/hour)",
+    )
+    .y_label_formatter(&|y| format!("{y:.0e}"))
+    .draw()
+    .map_err(|e| plot_err(&e))?;
     let label = |m: &Bathtub, what: &str| {
         format!(
             "{what}: A {:.3}, τ1 {:.2} h, τ2 {:.2} h, b {:.1} h; P(T = L) {:.2}",
@@ -477,7 +437,7 @@ fn density_plot(path: &Path, fitted: &Bathtub, vms: usize) -> Result<(), RiskFit
             .label(name)
             .legend(legend_line(color.stroke_width(2)));
     }
-    finish(&mut chart, &root, SeriesLabelPosition::UpperMiddle, path)
+    finish(&mut chart, &root, SeriesLabelPosition::UpperMiddle).map_err(|e| plot_err(&e))
 }
 
 #[cfg(test)]
