@@ -77,6 +77,29 @@ pub struct JobSubmitted {
     pub stages: Option<Vec<Stage>>,
 }
 
+impl JobSubmitted {
+    /// A job of `num_tasks` tasks submitted at `time_us`, every other
+    /// field empty or zero (no user, names, requests, partition, time
+    /// limit or stages): a base for `JobSubmitted { field: …, ..JobSubmitted::new(…) }`.
+    pub fn new(job_id: u64, time_us: u64, num_tasks: u32) -> Self {
+        Self {
+            time_us,
+            job_id,
+            user: String::new(),
+            job_name: String::new(),
+            logical_name: String::new(),
+            scheduling_class: 0,
+            priority: 0,
+            cpu_request: 0.0,
+            mem_request: 0.0,
+            num_tasks,
+            partition: String::new(),
+            time_limit_us: None,
+            stages: None,
+        }
+    }
+}
+
 /// One stage of a DAG job. A stage's tasks may start only after every task
 /// of every parent stage has finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -896,8 +919,6 @@ mod tests {
 
     fn job() -> Event {
         Event::JobSubmitted(JobSubmitted {
-            time_us: 600_000_000,
-            job_id: 42,
             user: "alice".into(),
             job_name: "wordcount".into(),
             logical_name: "wc".into(),
@@ -905,9 +926,6 @@ mod tests {
             priority: 9,
             cpu_request: 0.125,
             mem_request: 0.0625,
-            partition: String::new(),
-            time_limit_us: None,
-            num_tasks: 3,
             stages: Some(vec![
                 Stage {
                     id: 1,
@@ -922,6 +940,7 @@ mod tests {
                     name: Some("R2_1".into()),
                 },
             ]),
+            ..JobSubmitted::new(42, 600_000_000, 3)
         })
     }
 

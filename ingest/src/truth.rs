@@ -355,19 +355,10 @@ mod tests {
 
     fn submit(time_us: u64, job_id: u64, num_tasks: u32) -> Event {
         Event::JobSubmitted(JobSubmitted {
-            time_us,
-            job_id,
             user: "u".into(),
             job_name: "n".into(),
             logical_name: "l".into(),
-            scheduling_class: 0,
-            priority: 0,
-            cpu_request: 0.0,
-            mem_request: 0.0,
-            partition: String::new(),
-            time_limit_us: None,
-            num_tasks,
-            stages: None,
+            ..JobSubmitted::new(job_id, time_us, num_tasks)
         })
     }
 

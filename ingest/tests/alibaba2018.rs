@@ -58,19 +58,12 @@ fn job(
     stages: Vec<Stage>,
 ) -> Event {
     Event::JobSubmitted(JobSubmitted {
-        time_us: secs * S,
-        job_id,
-        user: String::new(),
         job_name: name.to_owned(),
         logical_name: name.to_owned(),
-        scheduling_class: 0,
-        priority: 0,
         cpu_request: cpu,
         mem_request: mem,
-        partition: String::new(),
-        time_limit_us: None,
-        num_tasks,
         stages: Some(stages),
+        ..JobSubmitted::new(job_id, secs * S, num_tasks)
     })
 }
 

@@ -55,8 +55,6 @@ fn job(
     num_tasks: u32,
 ) -> Event {
     Event::JobSubmitted(JobSubmitted {
-        time_us,
-        job_id,
         user: user.into(),
         job_name: name.into(),
         logical_name: logical.into(),
@@ -64,10 +62,7 @@ fn job(
         priority,
         cpu_request: cpu,
         mem_request: mem,
-        partition: String::new(),
-        time_limit_us: None,
-        num_tasks,
-        stages: None,
+        ..JobSubmitted::new(job_id, time_us, num_tasks)
     })
 }
 

@@ -41,19 +41,12 @@ fn workload() -> Vec<Job> {
                 .collect();
             Job {
                 submit: JobSubmitted {
-                    time_us: i * 5_000_000,
-                    job_id: i,
                     user: format!("user{}", family % 7),
                     job_name: format!("job{family}"),
                     logical_name: format!("logical{family}"),
-                    scheduling_class: 0,
-                    priority: 0,
                     cpu_request: 0.125,
                     mem_request: 0.0625,
-                    partition: String::new(),
-                    time_limit_us: None,
-                    num_tasks: width,
-                    stages: None,
+                    ..JobSubmitted::new(i, i * 5_000_000, width)
                 },
                 runtimes,
             }

@@ -159,19 +159,13 @@ mod tests {
     #[test]
     fn a_slurm_jobs_partition_and_time_limit_are_features() {
         let job = |partition: &str, minutes: Option<u64>| JobSubmitted {
-            time_us: 0,
-            job_id: 1,
             user: "u".into(),
             job_name: "n".into(),
             logical_name: "n".into(),
-            scheduling_class: 0,
-            priority: 0,
             cpu_request: 1.0,
-            mem_request: 0.0,
-            num_tasks: 1,
             partition: partition.into(),
             time_limit_us: minutes.map(|m| m * 60_000_000),
-            stages: None,
+            ..JobSubmitted::new(1, 0, 1)
         };
         let [a, b, c] = [
             JobFeatures::of(&job("debug", Some(60))),

@@ -248,19 +248,13 @@ mod tests {
 
     fn job(num_tasks: u32, stages: Option<Vec<StageSpec>>) -> JobSubmitted {
         JobSubmitted {
-            time_us: 1_000,
-            job_id: 7,
             user: "u".into(),
             job_name: "j".into(),
             logical_name: "l".into(),
-            scheduling_class: 0,
-            priority: 0,
             cpu_request: 0.1,
             mem_request: 0.1,
-            partition: String::new(),
-            time_limit_us: None,
-            num_tasks,
             stages,
+            ..JobSubmitted::new(7, 1_000, num_tasks)
         }
     }
 

@@ -310,19 +310,9 @@ mod tests {
     fn job(id: u64, arrival_s: u64, runtimes_s: &[u64]) -> SimJob {
         let runtimes: Vec<u64> = runtimes_s.iter().map(|r| r * 1_000_000).collect();
         let submitted = JobSubmitted {
-            time_us: arrival_s * 1_000_000,
-            job_id: id,
             user: "u".into(),
             job_name: format!("j{id}"),
-            logical_name: String::new(),
-            scheduling_class: 0,
-            priority: 0,
-            cpu_request: 0.0,
-            mem_request: 0.0,
-            num_tasks: runtimes.len() as u32,
-            partition: String::new(),
-            time_limit_us: None,
-            stages: None,
+            ..JobSubmitted::new(id, arrival_s * 1_000_000, runtimes.len() as u32)
         };
         SimJob::new(submitted, runtimes, 0).unwrap()
     }

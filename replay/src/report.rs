@@ -5,8 +5,8 @@
 use std::io;
 use std::path::Path;
 
-use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 

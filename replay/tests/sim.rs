@@ -24,19 +24,10 @@ const S: u64 = 1_000_000;
 
 fn submitted(id: u64, arrival_s: u64, width: usize, stages: Option<Vec<Stage>>) -> JobSubmitted {
     JobSubmitted {
-        time_us: arrival_s * S,
-        job_id: id,
         user: "u".into(),
         job_name: format!("job{id}"),
-        logical_name: String::new(),
-        scheduling_class: 0,
-        priority: 0,
-        cpu_request: 0.0,
-        mem_request: 0.0,
-        partition: String::new(),
-        time_limit_us: None,
-        num_tasks: width as u32,
         stages,
+        ..JobSubmitted::new(id, arrival_s * S, width as u32)
     }
 }
 

@@ -699,19 +699,12 @@ fn fifty_concurrent_requests_for_a_wide_jobs_record_are_bounded_in_memory_and_ti
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, 1);
     let wide = Event::JobSubmitted(JobSubmitted {
-        time_us: 1_000_000,
-        job_id: JOB,
         user: "u".into(),
         job_name: "wide".into(),
         logical_name: "wide".into(),
-        scheduling_class: 0,
-        priority: 0,
         cpu_request: 0.1,
         mem_request: 0.1,
-        partition: String::new(),
-        time_limit_us: None,
-        num_tasks: MAX_TASKS_PER_JOB,
-        stages: None,
+        ..JobSubmitted::new(JOB, 1_000_000, MAX_TASKS_PER_JOB)
     });
     cluster.produce(&topics.events, &messages(&[wide]));
     let data = tempfile::tempdir().unwrap();

@@ -37,27 +37,15 @@ impl Kit {
 /// A flat job of user "u", name "n".
 pub fn job(job_id: u64, num_tasks: u32) -> JobSubmitted {
     JobSubmitted {
-        time_us: 0,
-        job_id,
         user: "u".into(),
         job_name: "n".into(),
-        logical_name: String::new(),
-        scheduling_class: 0,
-        priority: 0,
-        cpu_request: 0.0,
-        mem_request: 0.0,
-        partition: String::new(),
-        time_limit_us: None,
-        num_tasks,
-        stages: None,
+        ..JobSubmitted::new(job_id, 0, num_tasks)
     }
 }
 
 /// A DAG job from `(id, parents, tasks)` stages; its width is their sum.
 pub fn dag_job(job_id: u64, stages: &[(u32, &[u32], u32)]) -> JobSubmitted {
     JobSubmitted {
-        partition: String::new(),
-        time_limit_us: None,
         num_tasks: stages.iter().map(|s| s.2).sum(),
         stages: Some(
             stages
