@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Engine;
 use super::effects::Effects;
-use super::records::{JobState, MachineRecord};
+use super::records::JobState;
 use jobcast_ingest::config::ConfigError;
 
 /// Steps per window.
@@ -83,15 +83,6 @@ impl ExpirySettings {
 }
 
 impl Engine {
-    /// Note that a machine the engine knows reported at `time_us`.
-    pub(super) fn machine_seen(&mut self, machine_id: u64, time_us: u64) {
-        if !self.machines.contains_key(&machine_id) {
-            return;
-        }
-        let seen = self.machines_seen.entry(machine_id).or_insert(time_us);
-        *seen = (*seen).max(time_us);
-    }
-
     /// When the clock crosses a step, give up on the jobs and machines
     /// silent for longer than their window.
     pub(super) fn expire_silent(&mut self, effects: &mut Effects) {
@@ -127,25 +118,8 @@ impl Engine {
             }
         }
         if let Some(silent_for) = ExpirySettings::window_us(self.expiry.machine_silent_hours) {
-            let bound = watermark.saturating_sub(silent_for);
-            let mut silent: Vec<u64> = self
-                .machines_seen
-                .iter()
-                .filter(|&(_, &seen)| seen < bound)
-                .map(|(&id, _)| id)
-                .collect();
-            silent.sort_unstable();
-            if !silent.is_empty() {
-                self.risk_refresh
-                    .retain(|(_, machine_id)| silent.binary_search(machine_id).is_err());
-            }
-            for machine_id in silent {
-                self.machines_seen.remove(&machine_id);
-                let gone = self.machines.remove(&machine_id);
-                self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
-                effects.machines.mark(machine_id);
-                effects.expired_machines.push(machine_id);
-            }
+            self.machines
+                .expire_silent(watermark.saturating_sub(silent_for), effects);
         }
     }
 }

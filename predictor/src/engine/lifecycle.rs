@@ -188,7 +188,7 @@ impl Engine {
         self.tasks.insert(key, task);
         effects.tasks.mark(key);
         if let Some(machine_id) = event.machine_id {
-            self.machine_seen(machine_id, event.time_us);
+            self.machines.seen(machine_id, event.time_us);
         }
         if event.kind == TaskKind::Schedule {
             self.place_on_vm(event, effects);

@@ -35,15 +35,15 @@ mod effects;
 mod expiry;
 pub mod layout;
 mod lifecycle;
+mod machines;
 mod pacing;
 mod progress;
 mod records;
-mod risk;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{Event, JobSubmitted};
@@ -92,17 +92,12 @@ pub struct Engine {
     tasks: HashMap<(u64, u32), TaskRecord>,
     /// Ended jobs' records, until the caller has stored them.
     ended: HashMap<u64, JobRecord>,
-    machines: HashMap<u64, MachineRecord>,
-    /// Preemption lifetimes of the VMs seen, fitted as they end.
-    lifetimes: OnlineFitter,
-    risk: RiskSettings,
-    /// (event time, machine) at which a VM's risk is to be scored again.
-    risk_refresh: BTreeSet<(u64, u64)>,
+    /// Machines and VMs, the cluster's capacity, the risk of tasks on
+    /// transient VMs.
+    machines: machines::Machines,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
     expiry: ExpirySettings,
-    /// The latest event time at which each known machine reported.
-    machines_seen: HashMap<u64, u64>,
     /// Event time, from the input partitions together.
     clock: clock::EventClock,
     /// The clock's time at which to look next for what stopped reporting.
@@ -110,8 +105,6 @@ pub struct Engine {
     eta_settings: EtaSettings,
     /// How far off the ETAs given to finished jobs were.
     etas: EtaCalibration,
-    /// The CPUs of the machines up, for ETAs without configured slots.
-    capacity_cpus: f64,
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
@@ -175,19 +168,14 @@ impl Engine {
             jobs: HashMap::new(),
             tasks: HashMap::new(),
             ended: HashMap::new(),
-            machines: HashMap::new(),
-            lifetimes: OnlineFitter::new(online),
-            risk: config.risk.clone(),
-            risk_refresh: BTreeSet::new(),
+            machines: machines::Machines::new(OnlineFitter::new(online), config.risk.clone()),
             policy_errors: BTreeMap::new(),
             events: 0,
             expiry: config.expiry,
-            machines_seen: HashMap::new(),
             clock: clock::EventClock::new(max_future_skew_us),
             next_sweep_us: 0,
             eta_settings: config.eta,
             etas: EtaCalibration::default(),
-            capacity_cpus: 0.0,
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
             min_republish_us: config.min_republish_ms.saturating_mul(1000),
@@ -228,7 +216,7 @@ impl Engine {
     }
 
     pub fn machine(&self, machine_id: u64) -> Option<&MachineRecord> {
-        self.machines.get(&machine_id)
+        self.machines.get(machine_id)
     }
 
     /// Release the records of jobs that have ended (and their tasks') once
@@ -331,12 +319,12 @@ impl Engine {
                 of_job = Some(task.job_id);
             }
             Event::JobEnded(end) => self.end(end, effects)?,
-            Event::Machine(machine) => self.machine_event(machine, effects),
+            Event::Machine(machine) => self.machines.event(machine, effects),
         }
         self.clock.applied(origin.partition, event.time_us());
         let now_us = self.clock.cap_us(event.time_us());
         self.publish_due(origin.partition, now_us, of_job, effects);
-        self.refresh_risks(now_us, effects);
+        self.machines.refresh_risks(now_us, effects);
         self.expire_silent(effects);
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;

@@ -22,7 +22,6 @@ use crate::eta::{self, Eta, JobProgress, Predicted, Queued};
 use jobcast_ingest::config::ConfigError;
 
 use super::effects::{Effects, Output};
-use super::records::MachineRecord;
 use super::{Engine, LiveJob};
 
 /// The cluster's capacity, for ETAs.
@@ -250,7 +249,7 @@ impl Engine {
     fn eta_of(&self, job_id: u64, now_us: u64) -> Option<(Predicted, Eta)> {
         let (capacity, per_cpu) = match self.eta_settings.slots {
             Some(slots) => (f64::from(slots), false),
-            None => (self.capacity_cpus, true),
+            None => (self.machines.capacity_cpus(), true),
         };
         if capacity < MIN_CAPACITY {
             return None;
@@ -326,18 +325,6 @@ impl Engine {
                 within_interval: (first.eta.p10_us..=first.eta.p90_us).contains(&actual_us),
             });
         }
-    }
-
-    /// A machine's CPUs toward the capacity went from `before` to `after`.
-    pub(super) fn capacity_changed(&mut self, before: f64, after: f64) {
-        self.capacity_cpus = (self.capacity_cpus - before + after).max(0.0);
-    }
-}
-
-impl MachineRecord {
-    /// The CPUs it adds to the cluster's capacity: its own while it is up.
-    pub(super) fn capacity(machine: Option<&MachineRecord>) -> f64 {
-        machine.filter(|m| m.up).and_then(|m| m.cpus).unwrap_or(0.0)
     }
 }
 

@@ -22,6 +22,7 @@ use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
 use super::clock::ClockState;
+use super::machines::MachinesState;
 use super::pacing::Pacing;
 use super::progress::Progress;
 use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
@@ -224,6 +225,7 @@ impl Engine {
                 )
             })
             .collect();
+        let machines = self.machines.state();
         let state = State {
             format: SNAPSHOT_FORMAT,
             policies: self
@@ -234,19 +236,19 @@ impl Engine {
             history,
             jobs,
             tasks: Cow::Borrowed(&self.tasks),
-            machines: Cow::Borrowed(&self.machines),
-            lifetimes: Cow::Borrowed(&self.lifetimes),
-            risk_refresh: Cow::Borrowed(&self.risk_refresh),
+            machines: Cow::Borrowed(machines.records),
+            lifetimes: Cow::Borrowed(machines.lifetimes),
+            risk_refresh: Cow::Borrowed(machines.refresh),
             policy_errors: PolicyKind::ALL
                 .iter()
                 .filter_map(|&k| Some((k, self.policy_errors.get(k.name())?.clone())))
                 .collect(),
             events: self.events,
-            machines_seen: Cow::Borrowed(&self.machines_seen),
+            machines_seen: Cow::Borrowed(machines.seen),
             clock: self.clock.state(),
             next_sweep_us: self.next_sweep_us,
             etas: Cow::Borrowed(&self.etas),
-            capacity_cpus: self.capacity_cpus,
+            capacity_cpus: machines.capacity_cpus,
         };
         Ok(postcard::to_extend(&state, out)?)
     }
@@ -319,23 +321,25 @@ impl Engine {
             })
             .collect::<Result<_, SnapshotError>>()?;
         engine.tasks = state.tasks.into_owned();
-        engine.machines = state.machines.into_owned();
-        engine.lifetimes = state.lifetimes.into_owned();
-        engine.risk_refresh = state.risk_refresh.into_owned();
+        engine.machines.restore(MachinesState {
+            records: state.machines.into_owned(),
+            seen: state.machines_seen.into_owned(),
+            lifetimes: state.lifetimes.into_owned(),
+            refresh: state.risk_refresh.into_owned(),
+            capacity_cpus: state.capacity_cpus,
+        });
         engine.policy_errors = state
             .policy_errors
             .into_iter()
             .map(|(k, errors)| (k.name(), errors))
             .collect();
         engine.events = state.events;
-        engine.machines_seen = state.machines_seen.into_owned();
         engine
             .clock
             .restore(state.clock)
             .map_err(|reason| SnapshotError::Chain { reason })?;
         engine.next_sweep_us = state.next_sweep_us;
         engine.etas = state.etas.into_owned();
-        engine.capacity_cpus = state.capacity_cpus;
         engine.rebuild_due();
         engine.rebuild_eta_rows();
         Ok(engine)

@@ -827,7 +827,10 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
         );
     }
     let (expected, changed) = apply_all(&mut original, &events[done..]);
-    assert!(original.lifetimes.refits() > 3, "the fitter refitted");
+    assert!(
+        original.machines.lifetimes().refits() > 3,
+        "the fitter refitted"
+    );
     // ETAs from the machines' CPUs, and their scores, are in what must match.
     assert!(expected.iter().any(|o| o.contains("eta: Some(Completion")));
     assert!(expected.iter().any(|o| o.starts_with("EtaScored")));

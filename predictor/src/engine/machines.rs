@@ -1,16 +1,155 @@
-//! Machines and the preemption risk of the tasks placed on transient VMs:
-//! machine events keep the records and feed the online lifetime fit; a task
-//! placed on a preemptible VM is scored, and scored again as the VM ages
-//! past the bathtub's turning points.
+//! Machines and the preemption risk of the tasks placed on transient VMs
+//! ([`Machines`]): machine events keep the records, the cluster's capacity
+//! and when each machine last reported, and feed the online lifetime fit;
+//! a task placed on a preemptible VM is scored, and scored again as the VM
+//! ages past the bathtub's turning points; a machine silent too long is
+//! given up on.
 
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{MachineEvent, MachineKind, TaskEvent};
 
 use crate::decision::PolicyKind;
+use crate::preemption::online::OnlineFitter;
 use crate::preemption::risk::{RuntimeEstimate, score};
 
 use super::Engine;
+use super::config::RiskSettings;
 use super::effects::{Effects, Output};
 use super::records::{MachineRecord, MachineRisk};
+
+/// Every machine the engine knows, and what it derives from them.
+#[derive(Debug)]
+pub(super) struct Machines {
+    records: HashMap<u64, MachineRecord>,
+    /// When each machine last reported (its events, or tasks placed on
+    /// it), µs.
+    seen: HashMap<u64, u64>,
+    /// Preemption lifetimes of the VMs seen, fitted as they end.
+    lifetimes: OnlineFitter,
+    risk: RiskSettings,
+    /// (when, machine): the risk scores to refresh as VMs age.
+    refresh: BTreeSet<(u64, u64)>,
+    /// The CPUs of the machines up, as their events report them.
+    capacity_cpus: f64,
+}
+
+/// A snapshot's view of [`Machines`], borrowed to save and owned to
+/// restore.
+pub(super) struct MachinesState<R, S, L, F> {
+    pub records: R,
+    pub seen: S,
+    pub lifetimes: L,
+    pub refresh: F,
+    pub capacity_cpus: f64,
+}
+
+/// [`Machines`] as a snapshot saves it.
+pub(super) type Saved<'a> = MachinesState<
+    &'a HashMap<u64, MachineRecord>,
+    &'a HashMap<u64, u64>,
+    &'a OnlineFitter,
+    &'a BTreeSet<(u64, u64)>,
+>;
+
+/// [`Machines`] as a snapshot restores it.
+pub(super) type Restored = MachinesState<
+    HashMap<u64, MachineRecord>,
+    HashMap<u64, u64>,
+    OnlineFitter,
+    BTreeSet<(u64, u64)>,
+>;
+
+impl Machines {
+    pub(super) fn new(lifetimes: OnlineFitter, risk: RiskSettings) -> Self {
+        Machines {
+            records: HashMap::new(),
+            seen: HashMap::new(),
+            lifetimes,
+            risk,
+            refresh: BTreeSet::new(),
+            capacity_cpus: 0.0,
+        }
+    }
+
+    pub(super) fn get(&self, machine_id: u64) -> Option<&MachineRecord> {
+        self.records.get(&machine_id)
+    }
+
+    /// The CPUs of the machines up.
+    pub(super) fn capacity_cpus(&self) -> f64 {
+        self.capacity_cpus
+    }
+
+    #[cfg(test)]
+    pub(super) fn lifetimes(&self) -> &OnlineFitter {
+        &self.lifetimes
+    }
+
+    /// What a snapshot saves.
+    pub(super) fn state(&self) -> Saved<'_> {
+        MachinesState {
+            records: &self.records,
+            seen: &self.seen,
+            lifetimes: &self.lifetimes,
+            refresh: &self.refresh,
+            capacity_cpus: self.capacity_cpus,
+        }
+    }
+
+    /// Take back what a snapshot saved.
+    pub(super) fn restore(&mut self, state: Restored) {
+        self.records = state.records;
+        self.seen = state.seen;
+        self.lifetimes = state.lifetimes;
+        self.refresh = state.refresh;
+        self.capacity_cpus = state.capacity_cpus;
+    }
+
+    /// A machine's CPUs toward the capacity went from `before` to `after`.
+    fn capacity_changed(&mut self, before: f64, after: f64) {
+        self.capacity_cpus = (self.capacity_cpus - before + after).max(0.0);
+    }
+
+    /// Note that a machine the engine knows reported at `time_us`.
+    pub(super) fn seen(&mut self, machine_id: u64, time_us: u64) {
+        if !self.records.contains_key(&machine_id) {
+            return;
+        }
+        let seen = self.seen.entry(machine_id).or_insert(time_us);
+        *seen = (*seen).max(time_us);
+    }
+
+    /// Give up on the machines that last reported before `bound`.
+    pub(super) fn expire_silent(&mut self, bound: u64, effects: &mut Effects) {
+        let mut silent: Vec<u64> = self
+            .seen
+            .iter()
+            .filter(|&(_, &seen)| seen < bound)
+            .map(|(&id, _)| id)
+            .collect();
+        silent.sort_unstable();
+        if !silent.is_empty() {
+            self.refresh
+                .retain(|(_, machine_id)| silent.binary_search(machine_id).is_err());
+        }
+        for machine_id in silent {
+            self.seen.remove(&machine_id);
+            let gone = self.records.remove(&machine_id);
+            self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
+            effects.machines.mark(machine_id);
+            effects.expired_machines.push(machine_id);
+        }
+    }
+}
+
+impl MachineRecord {
+    /// The CPUs it adds to the cluster's capacity: its own while it is up.
+    fn capacity(machine: Option<&MachineRecord>) -> f64 {
+        machine.filter(|m| m.up).and_then(|m| m.cpus).unwrap_or(0.0)
+    }
+}
 
 impl Engine {
     /// Score the task just placed on `machine_id`, if that is a transient
@@ -36,7 +175,7 @@ impl Engine {
             // The log-normal whose ln-sd is the estimate's spread.
             cv: (estimate.log_sd.powi(2).exp() - 1.0).sqrt(),
         };
-        self.score_vm(
+        self.machines.score(
             machine_id,
             task.job_id,
             task.task_index,
@@ -46,10 +185,12 @@ impl Engine {
             effects,
         );
     }
+}
 
+impl Machines {
     /// Score the task on a VM at `now_us` and schedule the next refresh.
     #[allow(clippy::too_many_arguments)]
-    fn score_vm(
+    fn score(
         &mut self,
         machine_id: u64,
         job_id: u64,
@@ -59,7 +200,7 @@ impl Engine {
         runtime: RuntimeEstimate,
         effects: &mut Effects,
     ) {
-        let Some(machine) = self.machines.get_mut(&machine_id) else {
+        let Some(machine) = self.records.get_mut(&machine_id) else {
             return;
         };
         let (Some(vm_type), Some(zone), Some(launch)) = (
@@ -101,7 +242,7 @@ impl Engine {
             .filter(|&a| a > age_h)
             .reduce(f64::min)
         {
-            self.risk_refresh
+            self.refresh
                 .insert((launch.saturating_add((next * 3.6e9) as u64), machine_id));
         }
     }
@@ -109,12 +250,12 @@ impl Engine {
     /// Score again the VMs whose age crossed a refresh age by `now_us`,
     /// for the work their task has left.
     pub(super) fn refresh_risks(&mut self, now_us: u64, effects: &mut Effects) {
-        while let Some(&(due, machine_id)) = self.risk_refresh.first() {
+        while let Some(&(due, machine_id)) = self.refresh.first() {
             if due > now_us {
                 break;
             }
-            self.risk_refresh.pop_first();
-            let Some(last) = self.machines.get(&machine_id).and_then(|m| m.risk.clone()) else {
+            self.refresh.pop_first();
+            let Some(last) = self.records.get(&machine_id).and_then(|m| m.risk.clone()) else {
                 continue;
             };
             let done_h = due.saturating_sub(last.placed_us) as f64 / 3.6e9;
@@ -126,7 +267,7 @@ impl Engine {
                 mean_h: left_h,
                 cv: last.score.runtime.cv,
             };
-            self.score_vm(
+            self.score(
                 machine_id,
                 last.job_id,
                 last.task_index,
@@ -138,10 +279,12 @@ impl Engine {
         }
     }
 
-    pub(super) fn machine_event(&mut self, event: &MachineEvent, effects: &mut Effects) {
-        let before = MachineRecord::capacity(self.machines.get(&event.machine_id));
+    /// A machine event: its record, the capacity, when it last reported,
+    /// and the lifetime fit.
+    pub(super) fn event(&mut self, event: &MachineEvent, effects: &mut Effects) {
+        let before = MachineRecord::capacity(self.records.get(&event.machine_id));
         let record = self
-            .machines
+            .records
             .entry(event.machine_id)
             .or_insert_with(|| MachineRecord {
                 machine_id: event.machine_id,
@@ -185,7 +328,7 @@ impl Engine {
         let after = MachineRecord::capacity(Some(record));
         self.capacity_changed(before, after);
         effects.machines.mark(event.machine_id);
-        self.machine_seen(event.machine_id, event.time_us);
+        self.seen(event.machine_id, event.time_us);
         self.lifetimes.observe(event);
     }
 }
