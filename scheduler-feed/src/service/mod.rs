@@ -61,6 +61,7 @@ mod outbox;
 mod ownership;
 mod peers;
 mod pipeline;
+mod record_owners;
 mod recovery;
 mod retention;
 mod sink;
@@ -302,10 +303,9 @@ struct Pipeline<'a> {
     /// Live jobs of partitions given up whose decisions the store keeps
     /// until they end (`retention.rs`).
     awaiting_end: foldhash::HashSet<u64>,
-    /// The input partition each live job's events come from, and each
-    /// machine's: records belong to the owner of that partition.
-    job_partitions: foldhash::HashMap<u64, i32>,
-    machine_partitions: foldhash::HashMap<u64, i32>,
+    /// The input partition each live job's and machine's records belong
+    /// to.
+    record_owners: record_owners::RecordOwners,
     /// Signs the URL this instance commits with, and checks the others'.
     peers: peers::PeerSeal,
 }
@@ -334,8 +334,7 @@ impl<'a> Pipeline<'a> {
             added: BTreeSet::new(),
             stored: BTreeSet::new(),
             awaiting_end: foldhash::HashSet::default(),
-            job_partitions: foldhash::HashMap::default(),
-            machine_partitions: foldhash::HashMap::default(),
+            record_owners: record_owners::RecordOwners::default(),
             peers: peers::PeerSeal::new(config.http.token.as_ref()),
         })
     }

@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 use std::time::Instant;
 
-use jobcast_ingest::event::Event;
 use jobcast_predictor::engine::{Applied, Effects, JobState, Origin, Output, TaskRecord};
 use jobcast_storage::state::StateBatch;
 use tracing::warn;
@@ -46,10 +45,6 @@ pub(super) enum EndedTasks {
 }
 
 impl Pipeline<'_> {
-    pub(super) fn job_partition(&self, job_id: u64) -> Option<i32> {
-        self.job_partitions.get(&job_id).copied()
-    }
-
     /// Apply the input message at `partition`/`offset`; what it produced
     /// is appended to `effects`. One in a range the operator skipped is
     /// not applied, whatever it holds. One far ahead of the engine's clock
@@ -78,19 +73,7 @@ impl Pipeline<'_> {
         if applied == Applied::Held {
             metrics::counter!(telemetry::EVENTS_HELD).increment(1);
         }
-        // Who stores a job's records is known from its submission, held
-        // or not: every event of a job comes from one partition.
-        match event {
-            Event::JobSubmitted(job) => {
-                self.job_partitions.insert(job.job_id, partition);
-            }
-            Event::Machine(machine) => {
-                self.machine_partitions
-                    .entry(machine.machine_id)
-                    .or_insert(partition);
-            }
-            Event::Task(_) | Event::JobEnded(_) => {}
-        }
+        self.record_owners.note(event, partition);
         Ok(())
     }
 
@@ -155,7 +138,8 @@ impl Pipeline<'_> {
             return;
         }
         let ours = |job_id: u64| {
-            self.job_partition(job_id)
+            self.record_owners
+                .job(job_id)
                 .is_some_and(|p| partitions.contains(&p))
         };
         for output in &effects.outputs {
@@ -172,9 +156,9 @@ impl Pipeline<'_> {
         }
         for &machine_id in &effects.machines {
             if !self
-                .machine_partitions
-                .get(&machine_id)
-                .is_some_and(|p| partitions.contains(p))
+                .record_owners
+                .machine(machine_id)
+                .is_some_and(|p| partitions.contains(&p))
             {
                 continue;
             }
@@ -206,13 +190,13 @@ impl Pipeline<'_> {
     /// forget their partitions, and those of machines the engine forgot.
     pub(super) fn release_ended(&mut self, effects: &Effects) {
         self.engine.release_ended();
-        for job_id in &effects.jobs {
-            if self.engine.job(*job_id).is_none() {
-                self.job_partitions.remove(job_id);
+        for &job_id in &effects.jobs {
+            if self.engine.job(job_id).is_none() {
+                self.record_owners.forget_job(job_id);
             }
         }
-        for machine_id in &effects.expired_machines {
-            self.machine_partitions.remove(machine_id);
+        for &machine_id in &effects.expired_machines {
+            self.record_owners.forget_machine(machine_id);
         }
     }
 

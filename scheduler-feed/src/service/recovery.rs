@@ -34,6 +34,7 @@ use super::Pipeline;
 use super::group::MemberContext;
 use super::outbox::{EndedJob, Held, HeldDecision, Outbox, SavedOutbox};
 use super::ownership::EndedTasks;
+use super::record_owners::RecordOwners;
 use super::sink::{Outgoing, Sink};
 use crate::error::ServiceError;
 use crate::source::Consumed;
@@ -150,13 +151,10 @@ impl Pipeline<'_> {
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
         let whole = self.snapshots.whole_due();
+        let (job_partitions, machine_partitions) = self.record_owners.saved();
         let snapshot = PipelineSnapshot {
-            job_partitions: self.job_partitions.iter().map(|(&j, &p)| (j, p)).collect(),
-            machine_partitions: self
-                .machine_partitions
-                .iter()
-                .map(|(&m, &p)| (m, p))
-                .collect(),
+            job_partitions,
+            machine_partitions,
             applied: self.applied.clone(),
             expired_before: self.expired_before,
             outbox: self.outbox.saved(),
@@ -409,7 +407,7 @@ impl Pipeline<'_> {
     /// their owner had not stored them when this instance takes over.
     pub(super) fn hold_ended(&mut self, effects: &Effects) {
         for &job_id in effects.jobs.iter() {
-            let Some(partition) = self.job_partition(job_id) else {
+            let Some(partition) = self.record_owners.job(job_id) else {
                 continue;
             };
             if self.owned.contains_key(&partition) {
@@ -455,8 +453,8 @@ impl Pipeline<'_> {
         self.snapshots.whole_bytes = whole.1.len() as u64;
         self.snapshots.changes_bytes = changes.iter().map(|(_, b)| b.len() as u64).sum();
         let (snapshot, _) = snapshots.pop().expect("restored from a snapshot");
-        self.job_partitions = snapshot.job_partitions.into_iter().collect();
-        self.machine_partitions = snapshot.machine_partitions.into_iter().collect();
+        self.record_owners =
+            RecordOwners::restored(snapshot.job_partitions, snapshot.machine_partitions);
         self.outbox = Outbox::restored(self.config.consumer.takeover_buffer_bytes, snapshot.outbox)
             .map_err(RestoreError::from)?;
         self.applied = snapshot.applied;
@@ -470,10 +468,7 @@ impl Pipeline<'_> {
         if partitions.is_empty() {
             return;
         }
-        for (&job_id, partition) in &self.job_partitions {
-            if !partitions.contains(partition) {
-                continue;
-            }
+        for job_id in self.record_owners.jobs_of(partitions) {
             if let Some(record) = self.engine.job(job_id) {
                 write.put_job(job_id, &record.to_bytes());
                 for (index, task) in self.tasks_of(job_id, record.width) {
@@ -481,10 +476,8 @@ impl Pipeline<'_> {
                 }
             }
         }
-        for (&machine_id, partition) in &self.machine_partitions {
-            if partitions.contains(partition)
-                && let Some(record) = self.engine.machine(machine_id)
-            {
+        for machine_id in self.record_owners.machines_of(partitions) {
+            if let Some(record) = self.engine.machine(machine_id) {
                 write.put_machine(machine_id, record);
             }
         }
@@ -498,10 +491,7 @@ impl Pipeline<'_> {
         if partitions.is_empty() {
             return;
         }
-        for (&job_id, partition) in &self.job_partitions {
-            if !partitions.contains(partition) {
-                continue;
-            }
+        for job_id in self.record_owners.jobs_of(partitions) {
             write.delete_job_record(job_id);
             if let Some(record) = self.engine.job(job_id) {
                 for index in 0..record.width {
@@ -512,10 +502,8 @@ impl Pipeline<'_> {
                 self.awaiting_end.insert(job_id);
             }
         }
-        for (&machine_id, partition) in &self.machine_partitions {
-            if partitions.contains(partition) {
-                write.delete_machine(machine_id);
-            }
+        for machine_id in self.record_owners.machines_of(partitions) {
+            write.delete_machine(machine_id);
         }
     }
 }
