@@ -353,11 +353,12 @@ impl Pipeline<'_> {
         }
         for change in &changes {
             match change {
-                MembershipChange::Added(partitions) => self.added.extend(partitions),
+                MembershipChange::Added(partitions) => {
+                    self.partitions.assigned(partitions.iter().copied())
+                }
                 MembershipChange::Removed(partitions) => {
-                    for partition in partitions {
-                        self.added.remove(partition);
-                        self.owned.remove(partition);
+                    for &partition in partitions {
+                        self.partitions.revoked(partition);
                     }
                 }
             }
@@ -367,7 +368,7 @@ impl Pipeline<'_> {
     }
 
     pub(super) fn show_owned(&self) {
-        let owned: Vec<i32> = self.owned.keys().copied().collect();
+        let owned: Vec<i32> = self.partitions.owned().map(|(p, _)| p).collect();
         metrics::gauge!(telemetry::OWNED_PARTITIONS).set(owned.len() as f64);
         *self.shared.owned.lock().expect("not poisoned") = owned;
     }
@@ -500,7 +501,7 @@ impl Pipeline<'_> {
         let noted = member.context().note_durable(
             offsets
                 .into_iter()
-                .filter_map(|(p, next)| Some((p, next.max(*self.owned.get(&p)?)))),
+                .filter_map(|(p, next)| Some((p, next.max(self.partitions.publish_from(p)?)))),
         );
         self.commit_async(member, noted);
     }

@@ -59,6 +59,7 @@ mod encode;
 mod group;
 mod outbox;
 mod ownership;
+mod partitions;
 mod peers;
 mod pipeline;
 mod record_owners;
@@ -66,7 +67,7 @@ mod recovery;
 mod retention;
 mod sink;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -292,14 +293,8 @@ struct Pipeline<'a> {
     /// never applied (`ownership.rs`).
     skips: Vec<Skip>,
     summary: RunSummary,
-    /// Partitions this instance owns, each with the first offset whose
-    /// outputs are its to publish (those before were published by the
-    /// partition's previous owner).
-    owned: BTreeMap<i32, i64>,
-    /// Partitions assigned by the group but not yet taken over.
-    added: BTreeSet<i32>,
-    /// Partitions whose records the store holds.
-    stored: BTreeSet<i32>,
+    /// The input partitions this instance owns, is assigned, and stores.
+    partitions: partitions::Partitions,
     /// Live jobs of partitions given up whose decisions the store keeps
     /// until they end (`retention.rs`).
     awaiting_end: foldhash::HashSet<u64>,
@@ -330,9 +325,7 @@ impl<'a> Pipeline<'a> {
             expired_before: 0,
             skips: Vec::new(),
             summary: RunSummary::default(),
-            owned: BTreeMap::new(),
-            added: BTreeSet::new(),
-            stored: BTreeSet::new(),
+            partitions: partitions::Partitions::default(),
             awaiting_end: foldhash::HashSet::default(),
             record_owners: record_owners::RecordOwners::default(),
             peers: peers::PeerSeal::new(config.http.token.as_ref()),

@@ -178,7 +178,7 @@ impl Pipeline<'_> {
         for (partition, offset, consumed) in batch {
             tally.queued += started.saturating_duration_since(consumed.polled_at);
             offsets.insert(partition, offset + 1);
-            let from = self.owned.get(&partition).copied();
+            let from = self.partitions.publish_from(partition);
             let owned = from.is_some_and(|from| offset >= from);
             // Another instance's partition: keep its outputs (and the
             // decisions among them, for the store) for a takeover.
@@ -244,7 +244,12 @@ impl Pipeline<'_> {
         effects.settle();
         accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
-        self.write_records(&effects, &self.stored, EndedTasks::Changed, &mut write);
+        self.write_records(
+            &effects,
+            self.partitions.stored(),
+            EndedTasks::Changed,
+            &mut write,
+        );
         self.index_awaited(&effects, &mut write);
         self.write_learnt(&effects, &mut write);
         self.snapshots.note(&effects);

@@ -34,6 +34,7 @@ use super::Pipeline;
 use super::group::MemberContext;
 use super::outbox::{EndedJob, Held, HeldDecision, Outbox, SavedOutbox};
 use super::ownership::EndedTasks;
+use super::partitions::Handover;
 use super::record_owners::RecordOwners;
 use super::sink::{Outgoing, Sink};
 use crate::error::ServiceError;
@@ -117,7 +118,8 @@ impl Pipeline<'_> {
     /// layout, and read which partitions it holds.
     pub(super) fn check_store(&mut self) -> Result<(), ServiceError> {
         self.next_seq = self.store.next_log_seq()?;
-        self.stored = self.store.check_format(&self.engine_config)?;
+        self.partitions
+            .set_stored(self.store.check_format(&self.engine_config)?);
         let events = &self.topics.events;
         self.awaiting_end = self.store.awaiting_end()?.into_iter().collect();
         self.skips = self.store.skips()?;
@@ -220,12 +222,13 @@ impl Pipeline<'_> {
         // Records are written below, after every batch handed over.
         self.writer.flush()?;
         self.commit_written(member);
-        let added = std::mem::take(&mut self.added);
+        let added = self.partitions.take_assigned();
         let publish_from = self.committed_offsets(member, &added)?;
-        self.owned.extend(publish_from);
-        let owned: BTreeSet<i32> = self.owned.keys().copied().collect();
-        let taken: BTreeSet<i32> = owned.difference(&self.stored).copied().collect();
-        let dropped: BTreeSet<i32> = self.stored.difference(&owned).copied().collect();
+        let Handover {
+            owned,
+            taken,
+            dropped,
+        } = self.partitions.take_over(publish_from);
         let store = self.store.clone();
         let mut outgoing = Vec::new();
         if starting {
@@ -236,7 +239,9 @@ impl Pipeline<'_> {
             // partition's records from the log).
             if !taken.is_empty() {
                 let mut mark = store.batch();
-                mark.set_stored_partitions(&self.stored.union(&owned).copied().collect());
+                mark.set_stored_partitions(
+                    &self.partitions.stored().union(&owned).copied().collect(),
+                );
                 store.commit(mark)?;
             }
             if self.restore(&taken, &owned, &mut outgoing, member)? == Restore::Interrupted {
@@ -248,7 +253,10 @@ impl Pipeline<'_> {
         // earlier start may have been killed after it marked a partition
         // stored and before it stored what it held for it.
         for &partition in if starting { &owned } else { &taken } {
-            let from = self.owned[&partition];
+            let from = self
+                .partitions
+                .publish_from(partition)
+                .expect("an owned partition");
             let mut held = Held::default();
             self.outbox.take(partition, from, &mut held);
             for d in &held.decisions {
@@ -279,12 +287,12 @@ impl Pipeline<'_> {
                 "partitions changed hands; nothing replayed"
             );
         }
-        self.stored = owned.clone();
+        self.partitions.set_stored(owned.clone());
         let stored_offsets = self.store.offsets(&self.topics.events)?;
         member.context().note_durable(
-            self.owned
-                .iter()
-                .map(|(&p, &from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0)))),
+            self.partitions
+                .owned()
+                .map(|(p, from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0)))),
         );
         // Where the taken partitions' outputs now end, for their next owner.
         self.recommit_unconfirmed(member);
@@ -337,8 +345,8 @@ impl Pipeline<'_> {
                 .apply_and_encode(partition, offset, &consumed, &mut effects, None)
                 .messages;
             self.applied.insert(partition, offset + 1);
-            match self.owned.get(&partition) {
-                Some(&from) if taken.contains(&partition) && offset >= from => {
+            match self.partitions.publish_from(partition) {
+                Some(from) if taken.contains(&partition) && offset >= from => {
                     outgoing.extend(messages);
                 }
                 Some(_) => {}
@@ -410,7 +418,7 @@ impl Pipeline<'_> {
             let Some(partition) = self.record_owners.job(job_id) else {
                 continue;
             };
-            if self.owned.contains_key(&partition) {
+            if self.partitions.owns(partition) {
                 continue;
             }
             let Some(record) = self.engine.job(job_id) else {
