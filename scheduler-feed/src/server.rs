@@ -51,6 +51,8 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Listening),
 ) -> Result<RunSummary, ServerError> {
+    // Metrics are recorded from the start, whichever thread records first.
+    crate::telemetry::handle();
     let store = service::open_store(&config)?;
     let shared = Shared::new(store);
     let address = config.http.address;

@@ -565,6 +565,10 @@ async fn metrics(State(api): State<Api>) -> Response {
 }
 
 fn render_metrics(shared: &Shared) -> Response {
+    // The recorder first: the pipeline thread installs it too, but a
+    // scrape may come before it has, and what is recorded before the
+    // recorder is lost.
+    telemetry::handle();
     for (family, size) in shared.store.family_sizes() {
         metrics::gauge!(telemetry::STORE_BYTES, "family" => family).set(size.bytes as f64);
         if jobcast_storage::state::STATE_FAMILIES.contains(&family) {

@@ -287,17 +287,15 @@ struct Pipeline<'a> {
     outbox: outbox::Outbox,
     /// Offsets waiting for the writer before they go to the group.
     group_commits: group::GroupCommits,
-    /// Ended jobs that ended before this are deleted (`retention.rs`).
-    expired_before: u64,
+    /// What retention has deleted up to, and the jobs whose decisions
+    /// wait for their end (`retention.rs`).
+    retention: retention::Retention,
     /// Input ranges of the events topic the operator skipped: dead-lettered,
     /// never applied (`ownership.rs`).
     skips: Vec<Skip>,
     summary: RunSummary,
     /// The input partitions this instance owns, is assigned, and stores.
     partitions: partitions::Partitions,
-    /// Live jobs of partitions given up whose decisions the store keeps
-    /// until they end (`retention.rs`).
-    awaiting_end: foldhash::HashSet<u64>,
     /// The input partition each live job's and machine's records belong
     /// to.
     record_owners: record_owners::RecordOwners,
@@ -322,11 +320,10 @@ impl<'a> Pipeline<'a> {
             applied: BTreeMap::new(),
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
             group_commits: group::GroupCommits::default(),
-            expired_before: 0,
+            retention: retention::Retention::new(config.storage.retention_hours),
             skips: Vec::new(),
             summary: RunSummary::default(),
             partitions: partitions::Partitions::default(),
-            awaiting_end: foldhash::HashSet::default(),
             record_owners: record_owners::RecordOwners::default(),
             peers: peers::PeerSeal::new(config.http.token.as_ref()),
         })

@@ -179,7 +179,7 @@ impl Pipeline<'_> {
                             write.put_task(job_id, index, &task.to_bytes());
                         }
                     }
-                    self.put_ended(record, write);
+                    self.retention.put_ended(record, write);
                 }
                 None => {}
             }

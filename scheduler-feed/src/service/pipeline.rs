@@ -250,7 +250,8 @@ impl Pipeline<'_> {
             EndedTasks::Changed,
             &mut write,
         );
-        self.index_awaited(&effects, &mut write);
+        self.retention
+            .index_awaited(&self.engine, &effects, &mut write);
         self.write_learnt(&effects, &mut write);
         self.snapshots.note(&effects);
         for (&partition, &next) in &offsets {

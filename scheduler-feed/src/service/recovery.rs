@@ -121,7 +121,7 @@ impl Pipeline<'_> {
         self.partitions
             .set_stored(self.store.check_format(&self.engine_config)?);
         let events = &self.topics.events;
-        self.awaiting_end = self.store.awaiting_end()?.into_iter().collect();
+        self.retention.set_awaiting_end(self.store.awaiting_end()?);
         self.skips = self.store.skips()?;
         self.skips.retain(|s| s.topic == *events);
         for skip in &self.skips {
@@ -158,7 +158,7 @@ impl Pipeline<'_> {
             job_partitions,
             machine_partitions,
             applied: self.applied.clone(),
-            expired_before: self.expired_before,
+            expired_before: self.retention.expired_before(),
             outbox: self.outbox.saved(),
         };
         // Sized for a whole one like the last (pages not written to cost
@@ -266,7 +266,7 @@ impl Pipeline<'_> {
                 for (index, task) in &ended.tasks {
                     write.put_task(ended.record.job_id, *index, task);
                 }
-                self.put_ended(&ended.record, &mut write);
+                self.retention.put_ended(&ended.record, &mut write);
             }
             outgoing.extend(held.messages);
         }
@@ -363,7 +363,8 @@ impl Pipeline<'_> {
             // Its tasks may have run before the snapshot, when the store
             // did not hold their partition.
             self.write_records(&effects, owned, EndedTasks::All, &mut write);
-            self.index_awaited(&effects, &mut write);
+            self.retention
+                .index_awaited(&self.engine, &effects, &mut write);
             self.snapshots.note(&effects);
             self.hold_ended(&effects);
             self.release_ended(&effects);
@@ -466,7 +467,8 @@ impl Pipeline<'_> {
         self.outbox = Outbox::restored(self.config.consumer.takeover_buffer_bytes, snapshot.outbox)
             .map_err(RestoreError::from)?;
         self.applied = snapshot.applied;
-        self.expired_before = snapshot.expired_before;
+        self.retention
+            .restore_expired_before(snapshot.expired_before);
         Ok(())
     }
 
@@ -506,8 +508,7 @@ impl Pipeline<'_> {
                     write.delete_task(job_id, index);
                 }
                 // Its decisions stay, until it has ended (`retention.rs`).
-                write.await_end(job_id);
-                self.awaiting_end.insert(job_id);
+                self.retention.await_end(job_id, write);
             }
         }
         for machine_id in self.record_owners.machines_of(partitions) {

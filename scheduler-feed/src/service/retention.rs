@@ -20,8 +20,8 @@
 
 use std::sync::atomic::Ordering;
 
-use jobcast_predictor::engine::{Effects, JobRecord, JobState};
-use jobcast_storage::state::StateBatch;
+use jobcast_predictor::engine::{Effects, Engine, JobRecord, JobState};
+use jobcast_storage::state::{StateBatch, StateStore};
 use tracing::debug;
 
 use super::Pipeline;
@@ -31,22 +31,58 @@ use crate::telemetry;
 /// Steps per retention window.
 const STEPS: u64 = 100;
 
-impl Pipeline<'_> {
+/// The retention bound and the jobs whose decisions wait for their end.
+#[derive(Debug)]
+pub(super) struct Retention {
     /// The retention window, µs of event time.
-    fn retention_us(&self) -> u64 {
-        self.config
-            .storage
-            .retention_hours
-            .saturating_mul(3_600_000_000)
+    window_us: u64,
+    /// Ended jobs that ended before this are deleted.
+    expired_before: u64,
+    /// Live jobs of partitions given up whose decisions the store keeps
+    /// until they end.
+    awaiting_end: foldhash::HashSet<u64>,
+}
+
+impl Retention {
+    pub(super) fn new(retention_hours: u64) -> Self {
+        Retention {
+            window_us: retention_hours.saturating_mul(3_600_000_000),
+            expired_before: 0,
+            awaiting_end: foldhash::HashSet::default(),
+        }
     }
 
-    /// Ended jobs that ended before this are deleted: the event clock
-    /// minus the window, rounded down to a step.
-    fn expiry_bound(&self) -> u64 {
-        let retention = self.retention_us();
-        let step = (retention / STEPS).max(1);
-        let bound = self.engine.now_us().saturating_sub(retention);
+    /// What the store says awaits its end, on start.
+    pub(super) fn set_awaiting_end(&mut self, jobs: impl IntoIterator<Item = u64>) {
+        self.awaiting_end = jobs.into_iter().collect();
+    }
+
+    /// A job of a partition given up: its decisions stay until it ends.
+    pub(super) fn await_end(&mut self, job_id: u64, write: &mut StateBatch<'_>) {
+        write.await_end(job_id);
+        self.awaiting_end.insert(job_id);
+    }
+
+    /// The bound a snapshot saves, and takes back.
+    pub(super) fn expired_before(&self) -> u64 {
+        self.expired_before
+    }
+
+    pub(super) fn restore_expired_before(&mut self, bound: u64) {
+        self.expired_before = bound;
+    }
+
+    /// Ended jobs that ended before this are deleted: `now_us` (the
+    /// engine's clock) minus the window, rounded down to a step.
+    fn bound(&self, now_us: u64) -> u64 {
+        let step = (self.window_us / STEPS).max(1);
+        let bound = now_us.saturating_sub(self.window_us);
         bound - bound % step
+    }
+
+    /// Whether the bound at `now_us` has moved a step.
+    fn due(&self, now_us: u64) -> bool {
+        self.bound(now_us) > self.expired_before
     }
 
     /// Store an ended job's final record, indexed for expiry, or, if it
@@ -64,12 +100,17 @@ impl Pipeline<'_> {
     /// Index at its end each job `effects` ended whose decisions this store
     /// keeps from an earlier ownership of its partition (its new owner
     /// stores its end): the decisions then expire with the job.
-    pub(super) fn index_awaited(&mut self, effects: &Effects, write: &mut StateBatch<'_>) {
+    pub(super) fn index_awaited(
+        &mut self,
+        engine: &Engine,
+        effects: &Effects,
+        write: &mut StateBatch<'_>,
+    ) {
         if self.awaiting_end.is_empty() {
             return;
         }
         for job_id in effects.jobs.iter() {
-            let Some(record) = self.engine.job(*job_id) else {
+            let Some(record) = engine.job(*job_id) else {
                 continue;
             };
             if record.state == JobState::Running || !self.awaiting_end.remove(job_id) {
@@ -83,11 +124,32 @@ impl Pipeline<'_> {
         }
     }
 
+    /// Delete the records of every job `store` holds that ended before the
+    /// bound at `now_us`, and make it the bound; how many. The store must
+    /// hold every record committed so far.
+    fn delete_expired(
+        &mut self,
+        store: &StateStore,
+        now_us: u64,
+        write: &mut StateBatch<'_>,
+    ) -> Result<u64, ServiceError> {
+        let bound = self.bound(now_us);
+        // Below `expired_before` nothing is left: what was there is
+        // deleted, and nothing below it is indexed any more (`put_ended`).
+        let expired = store.expired(self.expired_before, bound, usize::MAX)?;
+        for &(end_us, job_id) in &expired {
+            write.expire_job(end_us, job_id);
+        }
+        self.expired_before = bound;
+        Ok(expired.len() as u64)
+    }
+}
+
+impl Pipeline<'_> {
     /// When the bound has moved a step, delete the records of every job
     /// that ended before it.
     pub(super) fn expire(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
-        let bound = self.expiry_bound();
-        if bound <= self.expired_before {
+        if !self.retention.due(self.engine.now_us()) {
             return Ok(());
         }
         let count = self.delete_expired(write)?;
@@ -96,7 +158,7 @@ impl Pipeline<'_> {
             .counters
             .expired_jobs
             .fetch_add(count, Ordering::Relaxed);
-        debug!(bound_us = bound, jobs = count, "ended jobs expired");
+        debug!(jobs = count, "ended jobs expired");
         Ok(())
     }
 
@@ -107,16 +169,9 @@ impl Pipeline<'_> {
         &mut self,
         write: &mut StateBatch<'_>,
     ) -> Result<u64, ServiceError> {
-        let bound = self.expiry_bound();
         // The scan must see every record committed so far.
         self.writer.flush()?;
-        // Below `expired_before` nothing is left: what was there is
-        // deleted, and nothing below it is indexed any more (`put_ended`).
-        let expired = self.store.expired(self.expired_before, bound, usize::MAX)?;
-        for &(end_us, job_id) in &expired {
-            write.expire_job(end_us, job_id);
-        }
-        self.expired_before = bound;
-        Ok(expired.len() as u64)
+        self.retention
+            .delete_expired(&self.store, self.engine.now_us(), write)
     }
 }
