@@ -24,6 +24,22 @@ pub struct Walltime {
 }
 
 impl Walltime {
+    /// `slurm apply`'s defaults: the quantile times 3, never below 5
+    /// minutes, in Slurm's whole minutes.
+    pub const DEFAULT_MARGIN: f64 = 3.0;
+    pub const DEFAULT_MIN_MINUTES: u64 = 5;
+    pub const SLURM_STEP_S: u64 = 60;
+
+    /// A limit from the level at `quantile` with `slurm apply`'s defaults.
+    pub fn with_defaults(quantile: usize) -> Walltime {
+        Walltime {
+            quantile,
+            margin: Self::DEFAULT_MARGIN,
+            min_s: Self::DEFAULT_MIN_MINUTES * 60,
+            step_s: Self::SLURM_STEP_S,
+        }
+    }
+
     /// The limit for a job placed by `estimate`, if it has quantiles and
     /// its level is not capped at the horizon (a capped level says only
     /// "longer than the horizon": the job keeps its own limit).

@@ -391,18 +391,8 @@ pub struct WalltimeUse {
 }
 
 impl WalltimeUse {
-    /// `slurm apply`'s defaults.
-    const MARGIN: f64 = 3.0;
-    const MIN_S: u64 = 300;
-    const STEP_S: u64 = 60;
-
     fn of(jobs: &[(&JobResult, RuntimeQuantiles)], quantile: usize) -> WalltimeUse {
-        let walltime = Walltime {
-            quantile,
-            margin: Self::MARGIN,
-            min_s: Self::MIN_S,
-            step_s: Self::STEP_S,
-        };
+        let walltime = Walltime::with_defaults(quantile);
         let mut ratios = Vec::new();
         let (mut capped, mut below) = (0, 0);
         for (job, q) in jobs {

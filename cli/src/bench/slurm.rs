@@ -42,6 +42,7 @@ use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
 use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
 use jobcast_predictor::stats::percentile;
+use jobcast_predictor::walltime::Walltime;
 use jobcast_replay::WorkloadConfig;
 use jobcast_replay::kafka::Ungated;
 use jobcast_replay::live::{
@@ -109,7 +110,7 @@ pub struct SlurmArgs {
     /// for tasks of minutes to see any.
     #[arg(long, value_name = "QUANTILE", value_parser = crate::slurm::apply::parse_quantile)]
     walltime_quantile: Option<usize>,
-    #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
+    #[arg(long, default_value_t = Walltime::DEFAULT_MARGIN, requires = "walltime_quantile")]
     walltime_margin: f64,
     /// Seconds between the watcher's polls and the applier's ticks.
     #[arg(long, default_value_t = 0.5, value_parser = crate::slurm::parse_interval)]

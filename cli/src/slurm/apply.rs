@@ -65,10 +65,10 @@ pub struct ApplyArgs {
     walltime_quantile: Option<usize>,
     /// The limit is the quantile times this: room for tasks slower than
     /// the job's mean.
-    #[arg(long, default_value_t = 3.0, requires = "walltime_quantile")]
+    #[arg(long, default_value_t = Walltime::DEFAULT_MARGIN, requires = "walltime_quantile")]
     walltime_margin: f64,
     /// No limit is set below this.
-    #[arg(long, default_value_t = 5, requires = "walltime_quantile")]
+    #[arg(long, default_value_t = Walltime::DEFAULT_MIN_MINUTES, requires = "walltime_quantile")]
     walltime_min_minutes: u64,
     /// Hand every job jobcast set a priority on back to Slurm's own order
     /// (`scontrol hold`, then `release`: how Slurm gives a job back to its
@@ -243,7 +243,7 @@ pub(crate) fn walltime(quantile: usize, margin: f64, min_minutes: u64) -> anyhow
         quantile,
         margin,
         min_s: min_minutes * 60,
-        step_s: 60,
+        step_s: Walltime::SLURM_STEP_S,
     })
 }
 
