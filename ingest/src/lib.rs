@@ -27,9 +27,7 @@ pub mod ids;
 pub mod jsonl;
 #[cfg(feature = "kafka")]
 pub mod kafka;
-pub mod live;
 pub mod merge_by_key;
-pub mod slurm;
 pub mod source;
 pub mod truth;
 

@@ -22,7 +22,6 @@ pub mod closed_loop;
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;
-pub mod live;
 pub mod report;
 pub mod risk_fit;
 pub mod sim;

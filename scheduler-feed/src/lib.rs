@@ -12,17 +12,16 @@
 //!   consumer-group membership and recovery; [`service::Service`] runs it;
 //! - [`http`]: the HTTP API (`/jobs/{id}`, `/machines/{id}`, health,
 //!   readiness, `/metrics`) over the store;
-//! - [`apply`]: the decisions carried out by a real scheduler (Slurm):
-//!   `jobcast slurm apply`;
 //! - [`shared`]: what the threads share (store, flags, counters);
 //! - [`error`]: why the service stops, and why a message is dead-lettered;
 //! - [`telemetry`]: the Prometheus metrics;
 //! - [`config`]: the service's configuration (file, environment, flags).
 //!
 //! The engine these drive lives in `jobcast_predictor::engine`; the
-//! `jobcast` binary is the `jobcast-cli` package (`cli/`).
+//! connectors that carry decisions out on a live scheduler are the
+//! `jobcast-connectors` crate (`connectors/`); the `jobcast` binary is the
+//! `jobcast-cli` package (`cli/`).
 
-pub mod apply;
 pub mod config;
 pub mod error;
 pub mod http;

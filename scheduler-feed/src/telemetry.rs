@@ -69,37 +69,6 @@ pub const RESTORE_SECONDS: &str = "jobcast_restore_seconds";
 pub const TAKEOVER_BUFFER_BYTES: &str = "jobcast_takeover_buffer_bytes";
 pub const TAKEOVER_BUFFER_FULL: &str = "jobcast_takeover_buffer_full";
 pub const TAKEOVER_BUFFER_WAITS: &str = "jobcast_takeover_buffer_waits_total";
-// `jobcast slurm watch`.
-pub const SLURM_EVENTS_PUBLISHED: &str = "jobcast_slurm_events_published_total";
-pub const SLURM_POLLS_FAILED: &str = "jobcast_slurm_polls_failed_total";
-pub const SLURM_JOBS_LOST: &str = "jobcast_slurm_jobs_lost_total";
-pub const SLURM_RECORDS_SKIPPED: &str = "jobcast_slurm_records_skipped_total";
-pub const SLURM_JOBS_FOLLOWED: &str = "jobcast_slurm_jobs_followed";
-pub const SLURM_LAST_POLL: &str = "jobcast_slurm_last_poll_timestamp_seconds";
-// `jobcast slurm apply`.
-pub const SLURM_DECISIONS_READ: &str = "jobcast_slurm_decisions_read_total";
-pub const SLURM_ACTIONS: &str = "jobcast_slurm_actions_total";
-pub const SLURM_TICKS_FAILED: &str = "jobcast_slurm_apply_ticks_failed_total";
-pub const SLURM_JOBS_DECIDED: &str = "jobcast_slurm_jobs_decided";
-pub const SLURM_LAST_TICK: &str = "jobcast_slurm_apply_last_tick_timestamp_seconds";
-/// Every metric `jobcast slurm apply` exports.
-pub const SLURM_APPLY_METRICS: [&str; 5] = [
-    SLURM_DECISIONS_READ,
-    SLURM_ACTIONS,
-    SLURM_TICKS_FAILED,
-    SLURM_JOBS_DECIDED,
-    SLURM_LAST_TICK,
-];
-/// Every metric `jobcast slurm watch` exports.
-pub const SLURM_WATCH_METRICS: [&str; 6] = [
-    SLURM_EVENTS_PUBLISHED,
-    SLURM_POLLS_FAILED,
-    SLURM_JOBS_LOST,
-    SLURM_RECORDS_SKIPPED,
-    SLURM_JOBS_FOLLOWED,
-    SLURM_LAST_POLL,
-];
-
 /// ln(estimate / actual): ±0.1 is ±10 %, ±2.3 is 10×.
 const LOG_RATIO_BUCKETS: [f64; 15] = [
     -4.6, -2.3, -1.6, -0.69, -0.41, -0.22, -0.1, 0.0, 0.1, 0.22, 0.41, 0.69, 1.6, 2.3, 4.6,
@@ -179,61 +148,6 @@ fn describe() {
     describe_gauge!(
         BUILD_INFO,
         "1, labelled with the version of jobcast this process runs"
-    );
-    describe_counter!(
-        SLURM_EVENTS_PUBLISHED,
-        Unit::Count,
-        "Canonical events jobcast slurm watch published from squeue snapshots (acknowledged)"
-    );
-    describe_counter!(
-        SLURM_POLLS_FAILED,
-        Unit::Count,
-        "Polls of jobcast slurm watch that failed (squeue failed or printed no JSON, or the brokers did not acknowledge); the next poll goes on"
-    );
-    describe_counter!(
-        SLURM_JOBS_LOST,
-        Unit::Count,
-        "Slurm jobs that left squeue before they ended (a watcher down longer than MinJobAge, or Slurm forgot them): ended lost"
-    );
-    describe_counter!(
-        SLURM_RECORDS_SKIPPED,
-        Unit::Count,
-        "squeue records jobcast slurm watch could not read as a job or task, and skipped"
-    );
-    describe_gauge!(
-        SLURM_JOBS_FOLLOWED,
-        Unit::Count,
-        "Slurm jobs jobcast slurm watch follows (listed by squeue)"
-    );
-    describe_gauge!(
-        SLURM_LAST_POLL,
-        Unit::Seconds,
-        "Unix time of jobcast slurm watch's last successful poll: past Slurm's MinJobAge without one, finished jobs' ends are lost"
-    );
-    describe_counter!(
-        SLURM_DECISIONS_READ,
-        Unit::Count,
-        "Messages jobcast slurm apply read from the decisions topic, by kind: newer (kept), stale (a redelivery or overtaken, dropped), too_old (older than --max-decision-age-secs, dropped), unreadable (not a decision, skipped)"
-    );
-    describe_counter!(
-        SLURM_ACTIONS,
-        Unit::Count,
-        "scontrol updates jobcast slurm apply made, by result: done, or failed after its retries (planned again next tick)"
-    );
-    describe_counter!(
-        SLURM_TICKS_FAILED,
-        Unit::Count,
-        "Ticks of jobcast slurm apply that did nothing: the decisions topic could not be read to its end, or squeue failed"
-    );
-    describe_gauge!(
-        SLURM_JOBS_DECIDED,
-        Unit::Count,
-        "Slurm jobs with a jobcast decision that jobcast slurm apply holds"
-    );
-    describe_gauge!(
-        SLURM_LAST_TICK,
-        Unit::Seconds,
-        "Unix time of jobcast slurm apply's last successful tick"
     );
     describe_gauge!(
         STORE_BYTES,

@@ -141,7 +141,7 @@ impl Slurm {
             let indices: Vec<u32> = match record["array_task_id"].as_u64() {
                 Some(index) => vec![index as u32],
                 None if array_id == 0 => vec![0],
-                None => jobcast_ingest::slurm::array_indices(
+                None => jobcast_connectors::slurm::array_indices(
                     record["array_task_string"].as_str().unwrap_or_default(),
                 )
                 .expect("an index list")

@@ -15,7 +15,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use jobcast_scheduler_feed::config::{HttpToken, ServeConfig};
-use jobcast_scheduler_feed::telemetry;
 use jobcast_tests::{jobcast_bin, repo};
 use serde_json::Value;
 
@@ -386,9 +385,9 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
     // tests/tests/slurm.rs scrapes them from both on a real Slurm cluster.
     for name in &watcher {
         assert!(
-            telemetry::SLURM_WATCH_METRICS
+            jobcast_connectors::slurm::metrics::WATCH_METRICS
                 .iter()
-                .chain(&telemetry::SLURM_APPLY_METRICS)
+                .chain(&jobcast_connectors::slurm::metrics::APPLY_METRICS)
                 .any(|m| m == name),
             "{name} is used but not exported by jobcast slurm watch or apply"
         );

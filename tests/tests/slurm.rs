@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use jobcast_connectors::slurm::metrics::{APPLY_METRICS, WATCH_METRICS};
 use jobcast_ingest::event::{Event, JobOutcome, TaskKind, decode};
 use jobcast_ingest::kafka::Topics;
-use jobcast_scheduler_feed::telemetry::{SLURM_APPLY_METRICS, SLURM_WATCH_METRICS};
 use jobcast_tests::kafka::Cluster;
 use jobcast_tests::serve::{Serve, free_port, metric_sum};
 use jobcast_tests::slurm::{Slurm, SlurmTask};
@@ -235,7 +235,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     // Its metrics, every one the alerts and docs name: every job
     // followed, no poll failed.
     let text = scrape(metrics);
-    for name in SLURM_WATCH_METRICS {
+    for name in WATCH_METRICS {
         assert!(
             text.contains(&format!("\n{name}")),
             "{name} not exported: {text}"
@@ -674,7 +674,7 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let text = scrape(metrics);
-    for name in SLURM_APPLY_METRICS {
+    for name in APPLY_METRICS {
         assert!(
             text.contains(&format!("\n{name}")),
             "{name} not exported: {text}"

@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
+use jobcast_connectors::apply::plan::Walltime;
+use jobcast_connectors::apply::{ApplyOptions, apply, hand_back};
+use jobcast_connectors::slurm::metrics::{
+    ACTIONS, DECISIONS_READ, JOBS_DECIDED, LAST_TICK, TICKS_FAILED,
+};
+use jobcast_connectors::slurm::{Scope, Slurm};
 use jobcast_ingest::kafka::Topics;
 use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::queues::QueueConfig;
-use jobcast_scheduler_feed::apply::plan::Walltime;
-use jobcast_scheduler_feed::apply::slurm::{Scope, Slurm};
-use jobcast_scheduler_feed::apply::{ApplyOptions, apply, hand_back};
-use jobcast_scheduler_feed::telemetry::{
-    SLURM_ACTIONS, SLURM_DECISIONS_READ, SLURM_JOBS_DECIDED, SLURM_LAST_TICK, SLURM_TICKS_FAILED,
-};
 use tracing::{info, warn};
 
 use super::{in_background, parse_interval, words};
@@ -154,11 +154,11 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let settings = args.kafka.settings()?;
-    let stop = in_background("apply", args.metrics, &[SLURM_TICKS_FAILED])?;
+    let stop = in_background("apply", args.metrics, &[TICKS_FAILED])?;
     for result in ["done", "failed"] {
-        metrics::counter!(SLURM_ACTIONS, "result" => result).increment(0);
+        metrics::counter!(ACTIONS, "result" => result).increment(0);
     }
-    metrics::counter!(SLURM_DECISIONS_READ, "kind" => "unreadable").increment(0);
+    metrics::counter!(DECISIONS_READ, "kind" => "unreadable").increment(0);
     let options = ApplyOptions {
         topic: args.topic,
         state: args.state,
@@ -175,7 +175,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     apply(&settings, options, slurm, &stop, |ticked| match ticked {
         Ok(ticked) => {
             let read = |kind: &'static str, n: u64| {
-                metrics::counter!(SLURM_DECISIONS_READ, "kind" => kind).increment(n);
+                metrics::counter!(DECISIONS_READ, "kind" => kind).increment(n);
             };
             read("newer", ticked.newer);
             read("stale", ticked.stale);
@@ -191,7 +191,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
                 );
                 if let Some(error) = &outcome.error {
                     failed += 1;
-                    metrics::counter!(SLURM_ACTIONS, "result" => "failed").increment(1);
+                    metrics::counter!(ACTIONS, "result" => "failed").increment(1);
                     warn!(
                         job_id = outcome.action.job_id,
                         attempts = outcome.attempts,
@@ -199,12 +199,12 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
                     );
                 } else if outcome.done {
                     done += 1;
-                    metrics::counter!(SLURM_ACTIONS, "result" => "done").increment(1);
+                    metrics::counter!(ACTIONS, "result" => "done").increment(1);
                 }
             }
-            metrics::gauge!(SLURM_JOBS_DECIDED).set(ticked.jobs as f64);
+            metrics::gauge!(JOBS_DECIDED).set(ticked.jobs as f64);
             let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
-            metrics::gauge!(SLURM_LAST_TICK).set(now.map_or(0.0, |d| d.as_secs_f64()));
+            metrics::gauge!(LAST_TICK).set(now.map_or(0.0, |d| d.as_secs_f64()));
             if ticked.newer > 0 {
                 info!(
                     newer = ticked.newer,
@@ -217,7 +217,7 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             failed_ticks += 1;
-            metrics::counter!(SLURM_TICKS_FAILED).increment(1);
+            metrics::counter!(TICKS_FAILED).increment(1);
             warn!("tick: {e}; nothing done, trying again next interval");
         }
     })

@@ -1,7 +1,6 @@
 //! `jobcast slurm`: a real Slurm cluster in the loop. `watch` follows the
-//! cluster's jobs into the input topic (`jobcast_ingest::slurm`); `apply`
-//! carries jobcast's decisions out on it
-//! (`jobcast_scheduler_feed::apply`). These modules add the flags, the
+//! cluster's jobs into the input topic; `apply` carries jobcast's
+//! decisions out on it (both `jobcast_connectors::slurm`). These modules add the flags, the
 //! signals, the metrics and the log lines (docs/schedulers.md).
 
 pub(crate) mod apply;
@@ -71,6 +70,7 @@ fn in_background(
                 .block_on(tokio::net::TcpListener::bind(address))
                 .with_context(|| format!("--metrics {address}"))?;
             telemetry::handle();
+            jobcast_connectors::slurm::metrics::describe();
             // Counters of failures exist from the start, at 0, so that
             // `increase()` over them sees the first.
             for &name in failures {

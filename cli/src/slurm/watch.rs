@@ -6,13 +6,12 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use jobcast_ingest::kafka::Topics;
-use jobcast_ingest::live::watch::{WatchOptions, watch};
-use jobcast_ingest::slurm::SlurmSource;
-use jobcast_scheduler_feed::telemetry::{
-    SLURM_EVENTS_PUBLISHED, SLURM_JOBS_FOLLOWED, SLURM_JOBS_LOST, SLURM_LAST_POLL,
-    SLURM_POLLS_FAILED, SLURM_RECORDS_SKIPPED,
+use jobcast_connectors::slurm::SlurmSource;
+use jobcast_connectors::slurm::metrics::{
+    EVENTS_PUBLISHED, JOBS_FOLLOWED, JOBS_LOST, LAST_POLL, POLLS_FAILED, RECORDS_SKIPPED,
 };
+use jobcast_connectors::watch::{WatchOptions, watch};
+use jobcast_ingest::kafka::Topics;
 use tracing::{info, warn};
 
 use super::{in_background, parse_interval, words};
@@ -55,7 +54,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let stop = in_background(
         "watch",
         args.metrics,
-        &[SLURM_POLLS_FAILED, SLURM_JOBS_LOST, SLURM_RECORDS_SKIPPED],
+        &[POLLS_FAILED, JOBS_LOST, RECORDS_SKIPPED],
     )?;
     let options = WatchOptions {
         topic: args.topic,
@@ -71,12 +70,12 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     watch(&settings, options, source, &stop, |polled| match polled {
         Ok(polled) => {
             published += polled.published;
-            metrics::counter!(SLURM_EVENTS_PUBLISHED).increment(polled.published as u64);
-            metrics::counter!(SLURM_JOBS_LOST).increment(polled.lost_jobs);
-            metrics::counter!(SLURM_RECORDS_SKIPPED).increment(polled.skipped.len() as u64);
-            metrics::gauge!(SLURM_JOBS_FOLLOWED).set(polled.jobs as f64);
+            metrics::counter!(EVENTS_PUBLISHED).increment(polled.published as u64);
+            metrics::counter!(JOBS_LOST).increment(polled.lost_jobs);
+            metrics::counter!(RECORDS_SKIPPED).increment(polled.skipped.len() as u64);
+            metrics::gauge!(JOBS_FOLLOWED).set(polled.jobs as f64);
             let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
-            metrics::gauge!(SLURM_LAST_POLL).set(now.map_or(0.0, |d| d.as_secs_f64()));
+            metrics::gauge!(LAST_POLL).set(now.map_or(0.0, |d| d.as_secs_f64()));
             for why in &polled.skipped {
                 warn!("Slurm record skipped: {why}");
             }
@@ -91,7 +90,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         }
         Err(e) => {
             failed_polls += 1;
-            metrics::counter!(SLURM_POLLS_FAILED).increment(1);
+            metrics::counter!(POLLS_FAILED).increment(1);
             warn!("polling Slurm: {e}; trying again next interval");
         }
     })

@@ -16,10 +16,9 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use jobcast_ingest::slurm::{SlurmTracker, SqueueJob, array_indices, run_squeue};
-
-use super::Scheduler;
-use super::plan::{Action, Change, Group, JobView, Standing, Target, View};
+use super::{SlurmTracker, SqueueJob, array_indices, run_squeue};
+use crate::Scheduler;
+use crate::apply::plan::{Action, Change, Group, JobView, Standing, Target, View};
 
 pub struct Slurm {
     /// `squeue --json`, as words.

@@ -35,19 +35,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jobcast_connectors::slurm::{SqueueJob, run_squeue};
 use jobcast_ingest::Format;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_ingest::kafka::{Topics, partitions, read_to_end};
-use jobcast_ingest::slurm::{SqueueJob, run_squeue};
 use jobcast_predictor::decision::{Completion, Decision, Newest, Phase, PolicyKind, Quantiles};
 use jobcast_predictor::stats::percentile;
 use jobcast_predictor::walltime::Walltime;
 use jobcast_replay::WorkloadConfig;
 use jobcast_replay::kafka::Ungated;
-use jobcast_replay::live::{
-    LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
-};
 use jobcast_replay::sim::{JobResult, SimReport};
 use jobcast_replay::workload::SimJob;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
@@ -60,6 +57,11 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use crate::output::{print_json, print_out};
+use workload::{
+    LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
+};
+
+mod workload;
 
 #[derive(clap::Args)]
 pub struct SlurmArgs {
@@ -1434,7 +1436,7 @@ mod tests {
     /// Slurm measured it; a task Slurm has no measure of keeps its sleep.
     #[test]
     fn a_run_is_replayed_on_the_runtimes_slurm_measured_under_its_ids() {
-        use jobcast_replay::live::{TaskScale, live_workload};
+        use super::workload::{TaskScale, live_workload};
         use jobcast_replay::workload::SimJob;
 
         let trace = |id: u64, tasks: u32| {

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::squeue::{Snapshot, SqueueJob, array_indices};
-use crate::event::{
+use crate::Observed;
+use jobcast_ingest::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind,
 };
-use crate::live::Observed;
 
 /// How a task's run ended, by its Slurm state; `None` while it has not.
 fn task_end(state: &str) -> Option<TaskKind> {

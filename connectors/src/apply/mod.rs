@@ -4,10 +4,10 @@
 //!
 //! 1. [`run`] reads the decisions topic to its end and keeps the newest
 //!    decision of each job (`jobcast_predictor::decision::Newest`);
-//! 2. the [`Scheduler`] reports what it holds (a [`plan::View`]);
+//! 2. the [`Scheduler`](crate::Scheduler) reports what it holds (a [`plan::View`]);
 //! 3. [`plan`] (pure) says what should change: the actions that put each
 //!    decided job's pending tasks where GS would serve them;
-//! 4. the scheduler carries them out ([`slurm`]: `scontrol update`),
+//! 4. the scheduler carries them out (`crate::slurm`: `scontrol update`),
 //!    each retried, and a failure reported and counted, never fatal;
 //! 5. the offsets read, the decisions of live jobs and the scheduler's own
 //!    memory are saved, whole or not at all.
@@ -18,31 +18,10 @@
 //! acts: it never carries out a decision older than one it already has.
 //!
 //! Another scheduler (a Kubernetes QueueSort or Score plugin, YARN,
-//! HTCondor) implements [`Scheduler`]; the engine, the plan and the loop
+//! HTCondor) implements [`Scheduler`](crate::Scheduler); the engine, the plan and the loop
 //! stay as they are (`docs/schedulers.md`).
 
 pub mod plan;
 mod run;
-pub mod slurm;
-
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 pub use run::{Applier, ApplyError, ApplyOptions, Outcome, Ticked, apply, hand_back};
-
-/// A scheduler that carries out jobcast's decisions: it says what it holds
-/// and makes one change at a time.
-pub trait Scheduler {
-    /// What it must remember across restarts (Slurm: each array's task
-    /// numbering), saved with the applier's state.
-    type Memory: Serialize + DeserializeOwned + Default;
-
-    /// The jobs it holds now, by jobcast job id.
-    fn observe(&mut self, memory: &mut Self::Memory) -> Result<plan::View, String>;
-
-    /// The command that carries out `action`, for a dry run and the log.
-    fn describe(&self, memory: &Self::Memory, action: &plan::Action) -> Result<String, String>;
-
-    /// Carry out `action`.
-    fn act(&mut self, memory: &Self::Memory, action: &plan::Action) -> Result<(), String>;
-}

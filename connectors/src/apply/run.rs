@@ -7,7 +7,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jobcast_ingest::kafka::{KafkaSettings, ReadError, partitions, read_to_end};
-use jobcast_ingest::live::{every, state_file};
 use jobcast_predictor::decision::{Decision, Newest};
 use jobcast_predictor::queues::QueueConfig;
 use rdkafka::Message;
@@ -15,8 +14,8 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 
-use super::Scheduler;
 use super::plan::{Action, Change, Standing, Target, Walltime, plan};
+use crate::{Scheduler, every, state_file};
 
 /// How long the brokers may take to answer, and (by default) reading the
 /// decisions published since the last tick may take.
@@ -463,7 +462,7 @@ mod tests {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
     use super::*;
-    use crate::apply::slurm::{Scope, Slurm};
+    use crate::slurm::{Scope, Slurm};
 
     fn decision(job_id: u64, version: u32, queue: u8) -> Vec<u8> {
         serde_json::to_vec(&Decision {

@@ -15,9 +15,9 @@
 use jobcast_ingest::event::{Event, JobSubmitted};
 use jobcast_predictor::queues::QueueConfig;
 
-use crate::evaluate::{EvalConfig, EvalError, PolicyKind, run_policy};
-use crate::sim::{SimEvent, SimReport};
-use crate::workload::{Exclusions, SimJob, Split, Workload};
+use jobcast_replay::evaluate::{EvalConfig, EvalError, PolicyKind, run_policy};
+use jobcast_replay::sim::{SimEvent, SimReport};
+use jobcast_replay::workload::{Exclusions, SimJob, Split, Workload};
 
 /// One job as the cluster runs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,7 +229,7 @@ pub fn past_jobs(
 /// every job in Slurm's shape, the policy as warm as the service that was
 /// fed `past`. The report's jobs carry the live jobs' ids.
 ///
-/// [`SimConfig::dispatch_gap_us`]: crate::sim::SimConfig::dispatch_gap_us
+/// [`SimConfig::dispatch_gap_us`]: jobcast_replay::sim::SimConfig::dispatch_gap_us
 pub fn simulate_live(
     live: &[LiveJob],
     past: &[SimJob],
@@ -448,7 +448,7 @@ mod tests {
     /// partition, `memory_per_cpu` in MB and `time_limit` in minutes).
     #[test]
     fn the_shape_is_what_the_watcher_reads_back() {
-        use jobcast_ingest::slurm::{SlurmTracker, SqueueJob};
+        use jobcast_connectors::slurm::{SlurmTracker, SqueueJob};
         let record = SqueueJob {
             job_id: 42,
             array_job_id: 42,

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde::Deserialize;
 
-use crate::event::MAX_TASKS_PER_JOB;
+use jobcast_ingest::event::MAX_TASKS_PER_JOB;
 
 /// One job record of `squeue --json`: the fields jobcast reads (the rest
 /// are ignored).

@@ -38,9 +38,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use serde::{Deserialize, Serialize};
 
-use super::{LiveSource, state_file};
-use crate::deliveries::{Deliveries, send_when_room};
-use crate::kafka::{KafkaSettings, ReadError, event_key, partitions, read_to_end};
+use jobcast_ingest::deliveries::{Deliveries, send_when_room};
+use jobcast_ingest::kafka::{KafkaSettings, ReadError, event_key, partitions, read_to_end};
+
+use crate::{LiveSource, state_file};
 
 /// How long a broker may take to answer a metadata or offsets request.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -312,7 +313,7 @@ pub fn watch<S: LiveSource>(
 ) -> Result<(), WatchError> {
     let interval = options.interval;
     let mut watcher = Watcher::open(kafka, options, source)?;
-    super::every(interval, stop, || match watcher.poll() {
+    crate::every(interval, stop, || match watcher.poll() {
         Ok(polled) => report(Ok(&polled)),
         Err(e) => report(Err(&e)),
     });
@@ -324,8 +325,8 @@ mod tests {
     use rdkafka::mocking::MockCluster;
 
     use super::*;
-    use crate::event::decode;
     use crate::slurm::{SlurmSource, SlurmTracker};
+    use jobcast_ingest::event::decode;
 
     const TOPIC: &str = "slurm.events";
 
@@ -339,7 +340,7 @@ mod tests {
 
     impl Fixture {
         fn new() -> Self {
-            let snapshots = include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
+            let snapshots = include_str!("../tests/data/slurm/squeue-22.05.jsonl")
                 .lines()
                 .map(str::to_owned)
                 .collect();
@@ -390,7 +391,7 @@ mod tests {
     }
 
     /// Every message of the topic, decoded.
-    fn topic_events(watcher: &Watcher<SlurmSource>) -> Vec<crate::Event> {
+    fn topic_events(watcher: &Watcher<SlurmSource>) -> Vec<jobcast_ingest::Event> {
         watcher
             .read_back(&BTreeMap::new())
             .unwrap()
@@ -399,7 +400,7 @@ mod tests {
             .collect()
     }
 
-    fn sorted(mut events: Vec<crate::Event>) -> Vec<String> {
+    fn sorted(mut events: Vec<jobcast_ingest::Event>) -> Vec<String> {
         let mut out: Vec<String> = events.drain(..).map(|e| e.to_json()).collect();
         out.sort();
         out

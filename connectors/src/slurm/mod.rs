@@ -3,7 +3,7 @@
 //! why snapshots of `squeue`). One step per file: `squeue` reads a
 //! snapshot, [`SlurmTracker`] (pure) remembers what it has already said so
 //! that each snapshot yields only what is new, and [`SlurmSource`] is the
-//! two as a [`crate::live::LiveSource`], which the watcher polls and
+//! two as a [`LiveSource`], which the watcher polls and
 //! publishes, losing and doubling nothing across restarts.
 //!
 //! The mapping:
@@ -30,15 +30,18 @@
 //!
 //! Times are Slurm's own (seconds, as µs), never the watcher's clock.
 
+pub mod metrics;
+mod scheduler;
 mod squeue;
 mod tracker;
 
 use serde::{Deserialize, Serialize};
 
+pub use scheduler::{Scope, Slurm};
 pub use squeue::{Snapshot, SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
 pub use tracker::SlurmTracker;
 
-use crate::live::{LiveSource, Observed};
+use crate::{LiveSource, Observed};
 
 /// A Slurm cluster as a [`LiveSource`]: `squeue --json` read every call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
