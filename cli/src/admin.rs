@@ -31,8 +31,8 @@ use jobcast_storage::state::{
 use serde_json::Value;
 use tracing::warn;
 
-use crate::kafka_args::KafkaArgs;
 use crate::output::{print_json, print_out};
+use jobcast_ingest::kafka_args::KafkaArgs;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -8,7 +8,6 @@ mod convert;
 mod demo;
 mod evaluate;
 mod generate;
-mod kafka_args;
 mod output;
 mod provenance;
 mod replay;

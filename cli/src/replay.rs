@@ -14,8 +14,8 @@ use jobcast_ingest::Format;
 use jobcast_ingest::kafka::Topics;
 use jobcast_replay::kafka::{Outcome, Progress, ReplayOptions, ReplaySummary, Speed, replay};
 
-use super::kafka_args::KafkaArgs;
 use super::output::print_json;
+use jobcast_ingest::kafka_args::KafkaArgs;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -10,7 +10,7 @@ use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::server;
 use tracing::info;
 
-use super::kafka_args::{KafkaArgs, parse_property};
+use jobcast_ingest::kafka_args::{KafkaArgs, parse_property};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -16,8 +16,8 @@ use jobcast_scheduler_feed::config::ConsumerConfig;
 use serde_json::json;
 
 use super::evaluate::Common;
-use super::kafka_args::{KafkaArgs, TopicArgs};
 use super::output::{print_json, print_out};
+use jobcast_ingest::kafka_args::{KafkaArgs, TopicArgs};
 
 #[derive(clap::Args)]
 pub struct Args {

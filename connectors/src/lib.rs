@@ -84,6 +84,14 @@ pub trait Scheduler {
     fn act(&mut self, memory: &Self::Memory, action: &apply::plan::Action) -> Result<(), String>;
 }
 
+/// A loop's interval as a flag gives it: seconds from 0.01 to 3600.
+pub fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (0.01..=3600.0).contains(&secs) => Ok(secs),
+        _ => Err(format!("expected seconds from 0.01 to 3600, got `{s}`")),
+    }
+}
+
 /// Call `tick` every `interval` (measured from each call's start) until
 /// `stop` is set; a stop is seen within 50 ms.
 pub fn every(interval: Duration, stop: &AtomicBool, mut tick: impl FnMut()) {

@@ -41,7 +41,8 @@ use serde::{Deserialize, Serialize};
 use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::kafka::{KafkaSettings, ReadError, event_key, partitions, read_to_end};
 
-use crate::{LiveSource, state_file};
+use crate::LiveSource;
+use crate::state_file::StateFile;
 
 /// How long a broker may take to answer a metadata or offsets request.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,14 +124,14 @@ pub struct Polled {
 pub struct Watcher<S: LiveSource> {
     options: WatchOptions,
     source: S,
-    saved: Saved<S::State>,
+    /// The source's state and the pending events, under the state
+    /// file's lock while the watcher lives.
+    saved: StateFile<Saved<S::State>>,
     producer: BaseProducer<Deliveries>,
     consumer: BaseConsumer,
     /// How long a batch may take to be acknowledged: past
     /// `message.timeout.ms`, so that every message has its report.
     flush_timeout: Duration,
-    /// The exclusive lock on the state, held while the watcher lives.
-    _lock: std::fs::File,
 }
 
 impl<S: LiveSource> Watcher<S> {
@@ -141,11 +142,9 @@ impl<S: LiveSource> Watcher<S> {
         options: WatchOptions,
         source: S,
     ) -> Result<Self, WatchError> {
-        let lock = state_file::lock(&options.state).map_err(WatchError::State)?;
-        let exists = options.state.try_exists().map_err(|e| {
-            WatchError::State(format!("state file {}: {e}", options.state.display()))
-        })?;
-        match (exists, options.fresh) {
+        let mut saved: StateFile<Saved<S::State>> =
+            StateFile::open(&options.state).map_err(WatchError::State)?;
+        match (saved.existed(), options.fresh) {
             (false, false) => {
                 return Err(WatchError::State(format!(
                     "state file {} does not exist: start with --fresh to follow the cluster from \
@@ -162,9 +161,8 @@ impl<S: LiveSource> Watcher<S> {
             }
             _ => {}
         }
-        let saved: Saved<S::State> = state_file::load(&options.state).map_err(WatchError::State)?;
         if options.fresh {
-            state_file::save(&options.state, &saved).map_err(WatchError::State)?;
+            saved.save().map_err(WatchError::State)?;
         }
         let producer_config = kafka.producer_config();
         let message_timeout_ms = ["message.timeout.ms", "delivery.timeout.ms"]
@@ -187,7 +185,6 @@ impl<S: LiveSource> Watcher<S> {
             producer,
             consumer,
             flush_timeout: Duration::from_millis(message_timeout_ms) + FLUSH_MARGIN,
-            _lock: lock,
         };
         partitions(&watcher.consumer, &watcher.options.topic, BROKER_TIMEOUT)?;
         Ok(watcher)
@@ -296,8 +293,8 @@ impl<S: LiveSource> Watcher<S> {
         Ok(())
     }
 
-    fn save(&self) -> Result<(), WatchError> {
-        state_file::save(&self.options.state, &self.saved).map_err(WatchError::State)
+    fn save(&mut self) -> Result<(), WatchError> {
+        self.saved.save().map_err(WatchError::State)
     }
 }
 

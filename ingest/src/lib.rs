@@ -11,7 +11,8 @@
 //! With the `kafka` feature it also owns the Kafka contract every other
 //! crate speaks: topic names, keys, header names and client settings
 //! (`kafka`), and the one producer context that tallies deliveries
-//! (`deliveries`). At the bottom of the workspace, it also holds the error
+//! (`deliveries`); with the `cli` feature, the command-line flags that
+//! name them (`kafka_args`). At the bottom of the workspace, it also holds the error
 //! every crate reports a bad setting with, by its key ([`config`]).
 
 pub mod alibaba2018;
@@ -27,6 +28,8 @@ pub mod ids;
 pub mod jsonl;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "cli")]
+pub mod kafka_args;
 pub mod merge_by_key;
 pub mod source;
 pub mod truth;

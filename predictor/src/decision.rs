@@ -328,6 +328,15 @@ impl Quantiles {
     pub const LEVELS: [f64; 4] = [0.5, 0.9, 0.95, 0.99];
     /// Their names, as the fields are named.
     pub const NAMES: [&'static str; 4] = ["p50", "p90", "p95", "p99"];
+
+    /// A level's index in [`Self::NAMES`] (`p99` is 3), or why `name` is
+    /// none of them.
+    pub fn index_of(name: &str) -> Result<usize, String> {
+        Self::NAMES
+            .iter()
+            .position(|&n| n == name)
+            .ok_or_else(|| format!("`{name}`: expected one of {}", Self::NAMES.join(", ")))
+    }
     /// The standard normal distribution's quantiles at [`Self::LEVELS`].
     pub const NORMAL_Z: [f64; 4] = [
         0.0,

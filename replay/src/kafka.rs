@@ -82,16 +82,26 @@ impl FromStr for Speed {
 
     /// `max`, or a positive factor such as `1`, `100` or `0.5`.
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "max" {
-            return Ok(Speed::Max);
-        }
-        match s.parse::<f64>() {
-            Ok(f) if f.is_finite() && f > 0.0 => Ok(Speed::Factor(f)),
-            _ => Err(format!(
+        match max_or_positive(s) {
+            Some(None) => Ok(Speed::Max),
+            Some(Some(f)) => Ok(Speed::Factor(f)),
+            None => Err(format!(
                 "expected `max` or a positive speed-up factor such as 1 or 100, got `{s}`"
             )),
         }
     }
+}
+
+/// A pace as a flag gives it: `max` (`Some(None)`), a positive finite
+/// number, or neither (`None`).
+pub fn max_or_positive(s: &str) -> Option<Option<f64>> {
+    if s == "max" {
+        return Some(None);
+    }
+    s.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .map(Some)
 }
 
 /// What to replay where, and how fast.

@@ -11,14 +11,16 @@ use jobcast_connectors::apply::{ApplyOptions, apply, hand_back};
 use jobcast_connectors::slurm::metrics::{
     ACTIONS, DECISIONS_READ, JOBS_DECIDED, LAST_TICK, TICKS_FAILED,
 };
-use jobcast_connectors::slurm::{Scope, Slurm};
+use jobcast_connectors::slurm::{Scope, Slurm, walltime};
 use jobcast_ingest::kafka::Topics;
 use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::queues::QueueConfig;
 use tracing::{info, warn};
 
-use super::{in_background, parse_interval, words};
-use crate::kafka_args::KafkaArgs;
+use jobcast_connectors::parse_interval;
+
+use super::{in_background, words};
+use jobcast_ingest::kafka_args::KafkaArgs;
 
 #[derive(clap::Args)]
 pub struct ApplyArgs {
@@ -61,7 +63,7 @@ pub struct ApplyArgs {
     /// runtime (p50, p90, p95 or p99), times `--walltime-margin`, never
     /// below `--walltime-min-minutes`, only ever lowered (so never above
     /// the user's own). Off unless given.
-    #[arg(long, value_name = "QUANTILE", value_parser = parse_quantile)]
+    #[arg(long, value_name = "QUANTILE", value_parser = Quantiles::index_of)]
     walltime_quantile: Option<usize>,
     /// The limit is the quantile times this: room for tasks slower than
     /// the job's mean.
@@ -122,7 +124,8 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
     let walltime = args
         .walltime_quantile
         .map(|quantile| walltime(quantile, args.walltime_margin, args.walltime_min_minutes))
-        .transpose()?;
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let mut slurm = Slurm {
         squeue: words(&args.squeue),
         scontrol: words(&args.scontrol),
@@ -226,31 +229,4 @@ pub fn run(args: ApplyArgs) -> anyhow::Result<()> {
         "jobcast slurm apply: stopped; {done} actions done, {failed} failed, {failed_ticks} ticks failed"
     );
     Ok(())
-}
-
-/// The walltime settings of `--walltime-*`, checked: an error names the
-/// flag. `bench slurm` checks its own with it before its first run.
-pub(crate) fn walltime(quantile: usize, margin: f64, min_minutes: u64) -> anyhow::Result<Walltime> {
-    if !(margin.is_finite() && margin >= 1.0) {
-        anyhow::bail!(
-            "--walltime-margin {margin}: must be at least 1 (a limit below the estimate kills the job)"
-        );
-    }
-    if min_minutes == 0 {
-        anyhow::bail!("--walltime-min-minutes: must be at least 1");
-    }
-    Ok(Walltime {
-        quantile,
-        margin,
-        min_s: min_minutes * 60,
-        step_s: Walltime::SLURM_STEP_S,
-    })
-}
-
-/// `p99` as its index in [`Quantiles::NAMES`].
-pub(crate) fn parse_quantile(name: &str) -> Result<usize, String> {
-    Quantiles::NAMES
-        .iter()
-        .position(|&n| n == name)
-        .ok_or_else(|| format!("`{name}`: expected one of {}", Quantiles::NAMES.join(", ")))
 }

@@ -32,13 +32,6 @@ enum Command {
     Apply(apply::ApplyArgs),
 }
 
-pub(crate) fn parse_interval(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && (0.01..=3600.0).contains(&secs) => Ok(secs),
-        _ => Err(format!("expected seconds from 0.01 to 3600, got `{s}`")),
-    }
-}
-
 /// A command line, as words.
 fn words(command: &str) -> Vec<String> {
     command.split_whitespace().map(str::to_owned).collect()

@@ -14,8 +14,10 @@ use jobcast_connectors::watch::{WatchOptions, watch};
 use jobcast_ingest::kafka::Topics;
 use tracing::{info, warn};
 
-use super::{in_background, parse_interval, words};
-use crate::kafka_args::KafkaArgs;
+use jobcast_connectors::parse_interval;
+
+use super::{in_background, words};
+use jobcast_ingest::kafka_args::KafkaArgs;
 
 #[derive(clap::Args)]
 pub struct WatchArgs {

@@ -15,7 +15,8 @@ use rdkafka::error::KafkaError;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Action, Change, Standing, Target, Walltime, plan};
-use crate::{Scheduler, every, state_file};
+use crate::state_file::StateFile;
+use crate::{Scheduler, every};
 
 /// How long the brokers may take to answer, and (by default) reading the
 /// decisions published since the last tick may take.
@@ -122,15 +123,12 @@ pub struct Ticked {
 pub struct Applier<S: Scheduler> {
     options: ApplyOptions,
     scheduler: S,
-    saved: Saved<S::Memory>,
+    /// What the applier keeps across restarts, under the state file's
+    /// lock while the applier lives.
+    saved: StateFile<Saved<S::Memory>>,
     consumer: BaseConsumer,
     /// A dry run's last plan: only changes to it are shown.
     shown: Vec<Action>,
-    /// The state as last written: a tick that changed nothing writes
-    /// nothing.
-    written: Vec<u8>,
-    /// The exclusive lock on the state, held while the applier lives.
-    _lock: std::fs::File,
 }
 
 impl<S: Scheduler> Applier<S> {
@@ -140,21 +138,13 @@ impl<S: Scheduler> Applier<S> {
         options: ApplyOptions,
         mut scheduler: S,
     ) -> Result<Self, ApplyError> {
-        let lock = state_file::lock(&options.state).map_err(ApplyError::State)?;
-        let mut saved: Saved<S::Memory> =
-            state_file::load(&options.state).map_err(ApplyError::State)?;
+        let mut saved: StateFile<Saved<S::Memory>> =
+            StateFile::open(&options.state).map_err(ApplyError::State)?;
         // A hand-back begun and not finished: finished first, or its jobs
         // could stay held (a failure leaves them recorded for the next).
         if !saved.handing_back.is_empty() && !options.dry_run {
-            finish_hand_back(
-                &mut scheduler,
-                &mut saved,
-                &options.state,
-                options.attempts,
-                false,
-                false,
-            )
-            .map_err(ApplyError::State)?;
+            finish_hand_back(&mut scheduler, &mut saved, options.attempts, false, false)
+                .map_err(ApplyError::State)?;
         }
         let mut config = kafka.client_config();
         config
@@ -169,8 +159,6 @@ impl<S: Scheduler> Applier<S> {
             saved,
             consumer,
             shown: Vec::new(),
-            written: Vec::new(),
-            _lock: lock,
         })
     }
 
@@ -186,14 +174,15 @@ impl<S: Scheduler> Applier<S> {
     pub fn tick(&mut self) -> Result<Ticked, ApplyError> {
         let mut ticked = Ticked::default();
         let topic = self.options.topic.clone();
-        let newest = &mut self.saved.newest;
+        let saved = &mut *self.saved;
+        let newest = &mut saved.newest;
         let oldest_ms = self.options.max_decision_age.map(|age| {
             unix_ms().saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
         });
         read_to_end(
             &self.consumer,
             &topic,
-            &mut self.saved.next,
+            &mut saved.next,
             (BROKER_TIMEOUT, self.options.read_timeout),
             |message| {
                 let payload = message.payload().unwrap_or_default();
@@ -262,14 +251,9 @@ impl<S: Scheduler> Applier<S> {
         Ok(ticked)
     }
 
-    /// Write the state, unless it is as last written.
+    /// Write the state: a tick that changed nothing writes nothing.
     fn save(&mut self) -> Result<(), ApplyError> {
-        let now = serde_json::to_vec(&self.saved).expect("the state serialises");
-        if now != self.written {
-            state_file::save(&self.options.state, &self.saved).map_err(ApplyError::State)?;
-            self.written = now;
-        }
-        Ok(())
+        self.saved.save().map_err(ApplyError::State)
     }
 
     fn carry_out(&mut self, action: Action) -> Outcome {
@@ -301,19 +285,17 @@ pub fn hand_back<S: Scheduler>(
     attempts: u32,
     dry_run: bool,
 ) -> Result<Vec<Outcome>, String> {
-    let _lock = state_file::lock(state)?;
-    let mut saved: Saved<S::Memory> = state_file::load(state)?;
-    let outcomes = finish_hand_back(scheduler, &mut saved, state, attempts, dry_run, true)?;
+    let mut saved: StateFile<Saved<S::Memory>> = StateFile::open(state)?;
+    let outcomes = finish_hand_back(scheduler, &mut saved, attempts, dry_run, true)?;
     Ok(outcomes)
 }
 
 /// Hand back the jobs recorded in `saved` as begun, and (with `all`) every
-/// job jobcast set a standing on; the record kept in `state` (not in a dry
-/// run) before and after each.
+/// job jobcast set a standing on; the record saved (not in a dry run)
+/// before and after each.
 fn finish_hand_back<S: Scheduler>(
     scheduler: &mut S,
-    saved: &mut Saved<S::Memory>,
-    state: &Path,
+    saved: &mut StateFile<Saved<S::Memory>>,
     attempts: u32,
     dry_run: bool,
     all: bool,
@@ -332,7 +314,7 @@ fn finish_hand_back<S: Scheduler>(
         let outcome = carry_out(scheduler, &saved.scheduler, action, attempts, dry_run);
         if outcome.done {
             saved.limits.remove(&job);
-            state_file::save(state, saved)?;
+            saved.save()?;
         }
         outcomes.push(outcome);
     }
@@ -358,7 +340,7 @@ fn finish_hand_back<S: Scheduler>(
         return Ok(outcomes);
     }
     saved.handing_back = jobs.clone();
-    state_file::save(state, saved)?;
+    saved.save()?;
     for job in jobs {
         let outcome = carry_out(
             scheduler,
@@ -369,7 +351,7 @@ fn finish_hand_back<S: Scheduler>(
         );
         if outcome.done {
             saved.handing_back.remove(&job);
-            state_file::save(state, saved)?;
+            saved.save()?;
         }
         outcomes.push(outcome);
     }

@@ -41,6 +41,8 @@ pub use scheduler::{Scope, Slurm};
 pub use squeue::{Snapshot, SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
 pub use tracker::SlurmTracker;
 
+use jobcast_predictor::walltime::Walltime;
+
 use crate::{LiveSource, Observed};
 
 /// A Slurm cluster as a [`LiveSource`]: `squeue --json` read every call.
@@ -69,4 +71,23 @@ impl LiveSource for SlurmSource {
         observed.skipped = skipped;
         Ok(observed)
     }
+}
+
+/// The walltime settings of `--walltime-*`, checked: an error names the
+/// flag. `bench slurm` checks its own with it before its first run.
+pub fn walltime(quantile: usize, margin: f64, min_minutes: u64) -> Result<Walltime, String> {
+    if !(margin.is_finite() && margin >= 1.0) {
+        return Err(format!(
+            "--walltime-margin {margin}: must be at least 1 (a limit below the estimate kills the job)"
+        ));
+    }
+    if min_minutes == 0 {
+        return Err("--walltime-min-minutes: must be at least 1".into());
+    }
+    Ok(Walltime {
+        quantile,
+        margin,
+        min_s: min_minutes * 60,
+        step_s: Walltime::SLURM_STEP_S,
+    })
 }

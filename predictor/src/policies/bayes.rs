@@ -82,12 +82,11 @@ use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean};
-use super::{BayesConfig, PolicyConfig, decision, estimated, is_thin, thin_bypass};
-use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
+use super::{BayesConfig, PolicyConfig, estimated, is_thin, sampling, thin_bypass};
+use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::{Estimator, HistoryEstimate};
 use crate::policies::{Context, JobDone, Policy, TaskEnd};
-use crate::queues::SAMPLING_QUEUE;
 use serde::{Deserialize, Serialize};
 
 /// Smallest spread used anywhere, so that identical samples give a very
@@ -367,15 +366,7 @@ impl Policy for Bayes {
             .min(self.max_pilots);
         let m = needed.max(floor).min(cap).max(1);
         let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
-        let d = decision(
-            PolicyKind::Bayes,
-            job.job_id,
-            1,
-            SAMPLING_QUEUE,
-            Phase::Sampling,
-            None,
-            pilots.pilots(),
-        );
+        let d = sampling(PolicyKind::Bayes, job.job_id, 1, &pilots);
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -394,14 +385,11 @@ impl Policy for Bayes {
             PilotUpdate::Unchanged => None,
             PilotUpdate::Replaced => {
                 job.version = job.version.saturating_add(1);
-                Some(decision(
+                Some(sampling(
                     PolicyKind::Bayes,
                     end.job_id,
                     job.version,
-                    SAMPLING_QUEUE,
-                    Phase::Sampling,
-                    None,
-                    job.pilots.pilots(),
+                    &job.pilots,
                 ))
             }
             PilotUpdate::Complete => {
@@ -498,6 +486,7 @@ impl Policy for Bayes {
 mod tests {
     use super::super::testkit::*;
     use super::*;
+    use crate::decision::Phase;
 
     /// A history that saw `n` jobs like `job(_, 100)`, their tasks taking
     /// `secs[0]` and `secs[1]` s in turn.

@@ -378,6 +378,21 @@ fn decision(
     }
 }
 
+/// A sampling job's decision: in the sampling queue, its pilots running
+/// (at version 1 when it is submitted; at the next when a pilot is
+/// replaced).
+fn sampling(policy: PolicyKind, job_id: u64, version: u32, pilots: &pilots::PilotSet) -> Decision {
+    decision(
+        policy,
+        job_id,
+        version,
+        crate::queues::SAMPLING_QUEUE,
+        Phase::Sampling,
+        None,
+        pilots.pilots(),
+    )
+}
+
 /// The first decision for a thin job.
 fn thin_bypass(policy: PolicyKind, job_id: u64) -> Decision {
     decision(

@@ -23,12 +23,11 @@ use jobcast_ingest::event::JobSubmitted;
 
 use super::adaptive::AdaptiveRatio;
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean, pilot_count};
-use super::{PolicyConfig, Sampling, dag_stages, decision, estimated, is_thin, thin_bypass};
-use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
+use super::{PolicyConfig, Sampling, dag_stages, estimated, is_thin, thin_bypass};
+use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::Estimator;
 use crate::policies::{Context, JobDone, Policy, TaskEnd};
-use crate::queues::SAMPLING_QUEUE;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -193,15 +192,7 @@ impl Policy for SLearn {
         let sampled_width = hybrid.map_or(width, |h| h.root_width);
         let m = pilot_count(ratio, sampled_width).min(self.max_pilots);
         let pilots = PilotSet::new(self.seed, job.job_id, space, m);
-        let d = decision(
-            self.kind,
-            job.job_id,
-            1,
-            SAMPLING_QUEUE,
-            Phase::Sampling,
-            None,
-            pilots.pilots(),
-        );
+        let d = super::sampling(self.kind, job.job_id, 1, &pilots);
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -224,14 +215,11 @@ impl Policy for SLearn {
             PilotUpdate::Unchanged => None,
             PilotUpdate::Replaced => {
                 job.version = job.version.saturating_add(1);
-                Some(decision(
+                Some(super::sampling(
                     self.kind,
                     end.job_id,
                     job.version,
-                    SAMPLING_QUEUE,
-                    Phase::Sampling,
-                    None,
-                    sampling.pilots.pilots(),
+                    &sampling.pilots,
                 ))
             }
             PilotUpdate::Complete => {
@@ -267,6 +255,7 @@ impl Policy for SLearn {
 mod tests {
     use super::super::testkit::*;
     use super::*;
+    use crate::decision::Phase;
 
     fn fixed(ratio: f64) -> PolicyConfig {
         PolicyConfig {

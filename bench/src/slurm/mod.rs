@@ -56,7 +56,6 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::output::{print_json, print_out};
 use workload::{
     LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
 };
@@ -110,16 +109,16 @@ pub struct SlurmArgs {
     /// tasks killed at their limit, and leaves their jobs out of both
     /// runs' JCTs. Slurm's limits are whole minutes, so set `--time-scale`
     /// for tasks of minutes to see any.
-    #[arg(long, value_name = "QUANTILE", value_parser = crate::slurm::apply::parse_quantile)]
+    #[arg(long, value_name = "QUANTILE", value_parser = Quantiles::index_of)]
     walltime_quantile: Option<usize>,
     #[arg(long, default_value_t = Walltime::DEFAULT_MARGIN, requires = "walltime_quantile")]
     walltime_margin: f64,
     /// Seconds between the watcher's polls and the applier's ticks.
-    #[arg(long, default_value_t = 0.5, value_parser = crate::slurm::parse_interval)]
+    #[arg(long, default_value_t = 0.5, value_parser = jobcast_connectors::parse_interval)]
     interval_secs: f64,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl SlurmArgs {
@@ -177,7 +176,7 @@ impl LiveRun {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+pub struct Report {
     jobs: usize,
     cpus: u32,
     policy: PolicyKind,
@@ -277,7 +276,7 @@ struct JobRow {
     replayed_estimate_s: Option<f64>,
 }
 
-pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
+pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
     if !(args.load.is_finite() && args.load > 0.0) {
         bail!("--load {}: must be positive", args.load);
     }
@@ -286,7 +285,8 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
     }
     // Checked now, not when `slurm apply` starts after the first run.
     if let Some(quantile) = args.walltime_quantile {
-        crate::slurm::apply::walltime(quantile, args.walltime_margin, 1)?;
+        jobcast_connectors::slurm::walltime(quantile, args.walltime_margin, 1)
+            .map_err(anyhow::Error::msg)?;
     }
     let partition = default_partition()?;
     let cpus = partition.cpus;
@@ -491,58 +491,62 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<()> {
             (&driven_measured, &replayed_run),
         ),
     };
-    if args.json {
-        return print_json(&report);
+    Ok(report)
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let report = self;
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.2}"));
+        f.write_str(&format!(
+            "jobs                     {}\nCPUs                     {}\n\
+             history jobs             {}\n\
+             avg JCT, Slurm alone     {:.1} s (P50 {:.1} s)\n\
+             avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
+             speedup                  {:.2}×\n\
+             dispatch gap             {:.2} s a task ({:.2} s with jobcast)\n\
+             simulated speedup        {:.2}× ({:.1} s / {:.1} s, P50 {:.1} s / {:.1} s; the Oracle {:.2}×)\n\
+             replayed speedup         {:.2}× ({:.1} s / {:.1} s; tasks measured {:+.2} s / {:+.2} s from their sleeps)\n\
+             P50 prediction error     {} % over {} estimated jobs\n\
+             P50 decision delay       {} s on the topic, {} s applied ({} jobs)\n\
+             killed at a time limit   {} tasks ({} alone, {} with jobcast) of {} jobs (their JCTs left out of both runs')\n\
+             ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
+            report.jobs,
+            report.cpus,
+            report.history_jobs,
+            report.baseline_avg_jct_s,
+            report.baseline_p50_jct_s,
+            report.jobcast_avg_jct_s,
+            report.jobcast_p50_jct_s,
+            report.speedup,
+            report.dispatch_gap_s,
+            report.jobcast_dispatch_gap_s,
+            report.simulated_speedup,
+            report.simulated_baseline_avg_jct_s,
+            report.simulated_jobcast_avg_jct_s,
+            report.simulated_baseline_p50_jct_s,
+            report.simulated_jobcast_p50_jct_s,
+            report.simulated_oracle_speedup,
+            report.replayed_speedup,
+            report.replayed_baseline_avg_jct_s,
+            report.replayed_jobcast_avg_jct_s,
+            report.baseline_task_excess_s,
+            report.jobcast_task_excess_s,
+            opt(report.p50_error_pct),
+            report.estimated_jobs,
+            opt(report.p50_decision_delay_s),
+            opt(report.p50_apply_delay_s),
+            report.applied_jobs,
+            report.killed_at_limit,
+            report.baseline_killed_at_limit,
+            report.jobcast_killed_at_limit,
+            report.killed_jobs,
+            opt(report.p50_eta_error_pct),
+            opt(report.p90_eta_error_pct),
+            report.eta_jobs,
+            opt(report.eta_within_interval_pct),
+        ))
     }
-    let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.2}"));
-    print_out(&format!(
-        "jobs                     {}\nCPUs                     {}\n\
-         history jobs             {}\n\
-         avg JCT, Slurm alone     {:.1} s (P50 {:.1} s)\n\
-         avg JCT, with jobcast    {:.1} s (P50 {:.1} s)\n\
-         speedup                  {:.2}×\n\
-         dispatch gap             {:.2} s a task ({:.2} s with jobcast)\n\
-         simulated speedup        {:.2}× ({:.1} s / {:.1} s, P50 {:.1} s / {:.1} s; the Oracle {:.2}×)\n\
-         replayed speedup         {:.2}× ({:.1} s / {:.1} s; tasks measured {:+.2} s / {:+.2} s from their sleeps)\n\
-         P50 prediction error     {} % over {} estimated jobs\n\
-         P50 decision delay       {} s on the topic, {} s applied ({} jobs)\n\
-         killed at a time limit   {} tasks ({} alone, {} with jobcast) of {} jobs (their JCTs left out of both runs')\n\
-         ETA error P50 / P90      {} % / {} % over {} jobs, {} % within the 80 % interval\n",
-        report.jobs,
-        report.cpus,
-        report.history_jobs,
-        report.baseline_avg_jct_s,
-        report.baseline_p50_jct_s,
-        report.jobcast_avg_jct_s,
-        report.jobcast_p50_jct_s,
-        report.speedup,
-        report.dispatch_gap_s,
-        report.jobcast_dispatch_gap_s,
-        report.simulated_speedup,
-        report.simulated_baseline_avg_jct_s,
-        report.simulated_jobcast_avg_jct_s,
-        report.simulated_baseline_p50_jct_s,
-        report.simulated_jobcast_p50_jct_s,
-        report.simulated_oracle_speedup,
-        report.replayed_speedup,
-        report.replayed_baseline_avg_jct_s,
-        report.replayed_jobcast_avg_jct_s,
-        report.baseline_task_excess_s,
-        report.jobcast_task_excess_s,
-        opt(report.p50_error_pct),
-        report.estimated_jobs,
-        opt(report.p50_decision_delay_s),
-        opt(report.p50_apply_delay_s),
-        report.applied_jobs,
-        report.killed_at_limit,
-        report.baseline_killed_at_limit,
-        report.jobcast_killed_at_limit,
-        report.killed_jobs,
-        opt(report.p50_eta_error_pct),
-        opt(report.p90_eta_error_pct),
-        report.eta_jobs,
-        opt(report.eta_within_interval_pct),
-    ))
 }
 
 /// Jobs generated per job run: the past half, and a draw from the other.

@@ -19,7 +19,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::report::output;
 use super::{
     InputArgs, STALL, ServiceArgs, bare_consumer, broker_name, fresh_config, on_cluster,
     open_input, produce, progress, report_skipped, start_service, wait_for_commits,
@@ -36,13 +35,13 @@ pub(super) struct PipelineArgs {
     service: ServiceArgs,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// The figures of one `bench pipeline` run; the JSON output is the
 /// serialised fields, the table adds the seconds.
 #[derive(serde::Serialize)]
-pub(super) struct Report {
+pub struct Report {
     pub(super) events: u64,
     pub(super) partitions: i32,
     pub(super) output_partitions: i32,
@@ -81,10 +80,58 @@ pub(super) struct Stages {
     pub(super) input_pauses: u64,
 }
 
-pub(super) fn pipeline(args: &PipelineArgs) -> anyhow::Result<()> {
+pub(super) fn pipeline(args: &PipelineArgs) -> anyhow::Result<Report> {
     let (config, _state) = fresh_config("pipeline", &args.service)?;
-    let report = on_cluster(&args.service, config, &[], |config| measure(args, config))?;
-    output(&report, args.json)
+    on_cluster(&args.service, config, &[], |config| measure(args, config))
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let report = self;
+        let row =
+            |step: &str, rate: f64, secs: f64| format!("  {step:<28} {rate:>12.0} {secs:>9.2}\n");
+        let mut out = format!(
+            "jobcast bench pipeline: {} events, {} partitions, {} output partitions, {}\n\n  {:<28} {:>12} {:>9}\n",
+            report.events,
+            report.partitions,
+            report.output_partitions,
+            report.broker,
+            "step",
+            "events/s",
+            "seconds"
+        );
+        out.push_str(&row(
+            "write (producer, acks=all)",
+            report.write_events_per_sec,
+            report.write_secs,
+        ));
+        out.push_str(&row(
+            "raw consume (librdkafka)",
+            report.raw_consume_events_per_sec,
+            report.raw_secs,
+        ));
+        out.push_str(&row(
+            "pipeline (service, RocksDB)",
+            report.pipeline_events_per_sec,
+            report.pipeline_secs,
+        ));
+        out.push_str(&format!(
+            "\n  ratio pipeline / raw         {:>12.3}\n  decisions published          {:>12}\n  dead-lettered                {:>12}\n",
+            report.ratio, report.decisions, report.dead_lettered
+        ));
+        let st = &report.stages;
+        out.push_str(&format!(
+            "\n  pipeline seconds by step ({} batches)\n    apply (engine, log)        {:>12.2}\n    publish (until acked)      {:>12.2}\n    commit (records, handover) {:>12.2}\n    waiting for input, merge   {:>12.2}\n  RocksDB writes (writer thread) {:>10.2}\n  input partitions paused      {:>12}\n",
+            st.batches,
+            st.apply_secs,
+            st.publish_secs,
+            st.commit_secs,
+            st.other_secs,
+            st.write_secs,
+            st.input_pauses
+        ));
+        f.write_str(&out)
+    }
 }
 
 /// Write, consume raw, run the service: the three timed steps.

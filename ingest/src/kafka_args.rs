@@ -1,6 +1,9 @@
-//! Command-line options shared by every subcommand that talks to Kafka.
+//! The command-line flags every jobcast command that talks to Kafka takes
+//! (`--brokers`, `-X KEY=VALUE`, the topics' names), one definition for the
+//! CLI and the benchmarks alike (feature `cli`).
 
-use jobcast_ingest::kafka::{KafkaSettings, Topics};
+use crate::config::ConfigError;
+use crate::kafka::{KafkaSettings, Topics};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct KafkaArgs {
@@ -36,9 +39,12 @@ impl KafkaArgs {
     }
 
     /// Settings from the flags alone; the brokers are required.
-    pub fn settings(&self) -> anyhow::Result<KafkaSettings> {
+    pub fn settings(&self) -> Result<KafkaSettings, ConfigError> {
         let brokers = self.brokers.clone().ok_or_else(|| {
-            anyhow::anyhow!("no Kafka brokers: pass --brokers or set JOBCAST_BROKERS")
+            ConfigError::new(
+                "--brokers",
+                "no Kafka brokers: pass --brokers or set JOBCAST_BROKERS",
+            )
         })?;
         Ok(self.apply(KafkaSettings::new(brokers)))
     }

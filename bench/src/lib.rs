@@ -1,5 +1,10 @@
-//! `jobcast bench`: throughput and latency measurements of the service as
-//! shipped.
+//! # jobcast-bench
+//!
+//! The experiments of `jobcast bench`: throughput and latency of the service
+//! as shipped, its restarts, and job completion times on a real Slurm
+//! cluster. Each experiment is a module that runs and returns its report;
+//! a report prints itself as a table (`Display`) or as JSON (`Serialize`),
+//! and the CLI chooses which.
 //!
 //! `jobcast bench pipeline` writes a workload to a fresh input topic, then
 //! reads it twice from the same broker in the same run: once with a bare
@@ -52,7 +57,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::mocking::MockCluster;
 use tempfile::TempDir;
 
-use super::kafka_args::KafkaArgs;
+use jobcast_ingest::kafka_args::KafkaArgs;
 use latency::{LatencyArgs, latency};
 use pipeline::{PipelineArgs, pipeline};
 use recovery::{RecoveryArgs, recovery};
@@ -61,7 +66,6 @@ mod latency;
 mod pipeline;
 mod recovery;
 mod relay;
-mod report;
 mod slurm;
 
 /// A step that makes no progress for this long has failed.
@@ -140,7 +144,7 @@ struct ServiceArgs {
     /// only, over `-X`; e.g. `--write-property batch.num.messages=1` for a
     /// broker that mishandles fetches starting inside a record batch
     /// (tansu 0.6.0, see docs/kafka.md). Repeatable.
-    #[arg(long, value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_property)]
+    #[arg(long, value_name = "KEY=VALUE", value_parser = jobcast_ingest::kafka_args::parse_property)]
     write_property: Vec<(String, String)>,
     /// Run the service with the consumer and engine settings of this
     /// `jobcast serve` configuration file (TOML) instead of the defaults.
@@ -165,13 +169,53 @@ impl ServiceArgs {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.command {
-        BenchCommand::Pipeline(args) => pipeline(&args),
-        BenchCommand::Latency(args) => latency(&args),
-        BenchCommand::Recovery(args) => recovery(&args),
-        BenchCommand::Slurm(args) => slurm::slurm(&args),
+/// What one experiment measured.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub enum Report {
+    Pipeline(pipeline::Report),
+    Latency(latency::LatencyReport),
+    Recovery(recovery::RecoveryReport),
+    Slurm(slurm::Report),
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Report::Pipeline(report) => report.fmt(f),
+            Report::Latency(report) => report.fmt(f),
+            Report::Recovery(report) => report.fmt(f),
+            Report::Slurm(report) => report.fmt(f),
+        }
     }
+}
+
+/// A report, and whether it was asked for as JSON (`--json`).
+pub struct Measured {
+    pub report: Report,
+    pub json: bool,
+}
+
+/// Run the experiment `args` names.
+pub fn run(args: &Args) -> anyhow::Result<Measured> {
+    Ok(match &args.command {
+        BenchCommand::Pipeline(args) => Measured {
+            report: Report::Pipeline(pipeline(args)?),
+            json: args.json,
+        },
+        BenchCommand::Latency(args) => Measured {
+            report: Report::Latency(latency(args)?),
+            json: args.json,
+        },
+        BenchCommand::Recovery(args) => Measured {
+            report: Report::Recovery(recovery(args)?),
+            json: args.json,
+        },
+        BenchCommand::Slurm(args) => Measured {
+            report: Report::Slurm(slurm::slurm(args)?),
+            json: args.json,
+        },
+    })
 }
 
 /// A configuration whose topics, consumer group and RocksDB directory

@@ -39,7 +39,6 @@ use super::{
     InputArgs, STALL, ServiceArgs, broker_name, fresh_config, on_cluster, open_input, produce,
     progress, report_skipped, start_service, wait_for_commits,
 };
-use crate::output::{print_json, print_out};
 
 #[derive(clap::Args)]
 pub(super) struct RecoveryArgs {
@@ -72,7 +71,7 @@ pub(super) struct RecoveryArgs {
     pace: Option<u64>,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// What a takeover cost.
@@ -92,7 +91,7 @@ pub(super) struct TakeoverReport {
 
 /// The figures of one run.
 #[derive(serde::Serialize)]
-pub(super) struct RecoveryReport {
+pub struct RecoveryReport {
     events: u64,
     partitions: i32,
     broker: String,
@@ -130,7 +129,7 @@ pub(super) struct RecoveryReport {
     takeover: Option<TakeoverReport>,
 }
 
-pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
+pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<RecoveryReport> {
     let (config, _state) = fresh_config("recovery", &args.service)?;
     let mut more_inputs = Vec::new();
     if args.pace.is_some() {
@@ -145,54 +144,60 @@ pub(super) fn recovery(args: &RecoveryArgs) -> anyhow::Result<()> {
     let report = on_cluster(&args.service, config, &more_inputs, |config| {
         measure(args, config)
     })?;
-    if args.json {
-        return print_json(&report);
+    Ok(report)
+}
+
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let report = self;
+        let takeover = report.takeover.as_ref().map_or(String::new(), |t| {
+            format!(
+                "\x20 takeover of {} partitions                {:>9.3} s (of which the stop {:.3} s), {} logged messages applied again\n",
+                t.partitions_moved, t.takeover_s, t.stop_s, t.replayed_events
+            )
+        });
+        let paced = report.paced_window.map_or(String::new(), |window| {
+            format!(
+                ", input written at most {window} events ahead (throughputs include writing it)"
+            )
+        });
+        f.write_str(&format!(
+            "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages{paced}\n\n\
+             \x20 restore (open, snapshot, log after it)  {:>9.3} s, the median of {}\n\
+             \x20 consumer group join (not included)      {:>9.3} s\n\
+             \x20 logged messages applied on restart      {:>9} (the first)\n\
+             \x20 latest snapshot                         {:>9} bytes\n\
+             \x20 store on disk                           {:>9} bytes\n\
+             \x20 store on disk, compacted                {:>9} bytes\n\
+             \x20 throughput with snapshots               {:>9.0} events/s\n\
+             \x20 throughput without                      {:>9.0} events/s\n\
+             \x20 with / without, each round              {}\n{takeover}",
+            report.events,
+            report.partitions,
+            report.broker,
+            report.snapshot_every_events,
+            report.restore_s,
+            report
+                .restores_s
+                .iter()
+                .map(|s| format!("{s:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            report.group_join_s,
+            report.replayed_events,
+            report.snapshot_bytes.unwrap_or(0),
+            report.store_bytes,
+            report.compacted_store_bytes,
+            report.throughput_eps,
+            report.baseline_throughput_eps,
+            report
+                .round_ratios
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
     }
-    let takeover = report.takeover.as_ref().map_or(String::new(), |t| {
-        format!(
-            "\x20 takeover of {} partitions                {:>9.3} s (of which the stop {:.3} s), {} logged messages applied again\n",
-            t.partitions_moved, t.takeover_s, t.stop_s, t.replayed_events
-        )
-    });
-    let paced = report.paced_window.map_or(String::new(), |window| {
-        format!(", input written at most {window} events ahead (throughputs include writing it)")
-    });
-    print_out(&format!(
-        "jobcast bench recovery: {} events, {} partitions, {}, a snapshot every {} messages{paced}\n\n\
-         \x20 restore (open, snapshot, log after it)  {:>9.3} s, the median of {}\n\
-         \x20 consumer group join (not included)      {:>9.3} s\n\
-         \x20 logged messages applied on restart      {:>9} (the first)\n\
-         \x20 latest snapshot                         {:>9} bytes\n\
-         \x20 store on disk                           {:>9} bytes\n\
-         \x20 store on disk, compacted                {:>9} bytes\n\
-         \x20 throughput with snapshots               {:>9.0} events/s\n\
-         \x20 throughput without                      {:>9.0} events/s\n\
-         \x20 with / without, each round              {}\n{takeover}",
-        report.events,
-        report.partitions,
-        report.broker,
-        report.snapshot_every_events,
-        report.restore_s,
-        report
-            .restores_s
-            .iter()
-            .map(|s| format!("{s:.3}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-        report.group_join_s,
-        report.replayed_events,
-        report.snapshot_bytes.unwrap_or(0),
-        report.store_bytes,
-        report.compacted_store_bytes,
-        report.throughput_eps,
-        report.baseline_throughput_eps,
-        report
-            .round_ratios
-            .iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    ))
 }
 
 /// The input topics of the paced runs without snapshots and of the

@@ -15,7 +15,7 @@ use jobcast_ingest::TraceError;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_predictor::stats::percentile;
-use jobcast_replay::kafka::ReplaySummary;
+use jobcast_replay::kafka::{ReplaySummary, max_or_positive};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::Service;
 use jobcast_scheduler_feed::shared::Shared;
@@ -24,7 +24,6 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::relay::Relay;
-use super::report::output_latency;
 use super::{
     InputArgs, RawContext, STALL, ServiceArgs, await_count, broker_name, fresh_config, on_cluster,
     open_input, produce, progress, report_skipped, start_service, wait_for_commits,
@@ -52,7 +51,7 @@ pub(super) struct LatencyArgs {
     no_relay: bool,
     /// Print the figures as JSON on stdout instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// An offered load.
@@ -67,12 +66,10 @@ impl FromStr for Rate {
 
     /// `max`, or a positive number of events per second.
     fn from_str(s: &str) -> Result<Self, String> {
-        if s == "max" {
-            return Ok(Rate::Max);
-        }
-        match s.parse::<f64>() {
-            Ok(r) if r.is_finite() && r > 0.0 => Ok(Rate::PerSec(r)),
-            _ => Err(format!(
+        match max_or_positive(s) {
+            Some(None) => Ok(Rate::Max),
+            Some(Some(r)) => Ok(Rate::PerSec(r)),
+            None => Err(format!(
                 "expected `max` or a positive number of events per second, got `{s}`"
             )),
         }
@@ -150,7 +147,7 @@ impl BatchMeans {
 
 /// The figures of a `bench latency` run.
 #[derive(serde::Serialize)]
-pub(super) struct LatencyReport {
+pub struct LatencyReport {
     pub(super) events: u64,
     pub(super) partitions: i32,
     pub(super) output_partitions: i32,
@@ -158,7 +155,7 @@ pub(super) struct LatencyReport {
     pub(super) loads: Vec<LoadReport>,
 }
 
-pub(super) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
+pub(super) fn latency(args: &LatencyArgs) -> anyhow::Result<LatencyReport> {
     let (events, diagnostics) = open_input(&args.input)?;
     let events: Vec<Event> = events
         .collect::<Result<_, _>>()
@@ -215,7 +212,64 @@ pub(super) fn latency(args: &LatencyArgs) -> anyhow::Result<()> {
         broker: broker_name(&args.service.kafka),
         loads,
     };
-    output_latency(&report, args.json)
+    Ok(report)
+}
+impl std::fmt::Display for LatencyReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let report = self;
+        let mut out = format!(
+            "jobcast bench latency: {} events, {} partitions, {} output partitions, {}\n\
+             latency: job submission handed to the producer -> its first decision received\n\
+             relay: a bare consumer republishing each submission at once (the broker's own latency)\n\n  \
+             {:>10} {:>8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            report.events,
+            report.partitions,
+            report.output_partitions,
+            report.broker,
+            "offered/s",
+            "by",
+            "achieved/s",
+            "decisions",
+            "samples",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms"
+        );
+        for load in &report.loads {
+            let offered = load
+                .offered_per_sec
+                .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
+            let rows = [
+                ("service", Some(&load.service)),
+                ("relay", load.relay.as_ref()),
+            ];
+            for (by, figures) in rows {
+                let Some(f) = figures else { continue };
+                out.push_str(&format!(
+                    "  {offered:>10} {by:>8} {:>11.0} {:>10} {:>9} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+                    f.achieved_per_sec, f.decisions, f.samples, f.p50_ms, f.p99_ms, f.p999_ms, f.max_ms
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            "offered/s", "batches", "events", "queued ms", "apply ms", "publish ms", "commit ms"
+        ));
+        for load in &report.loads {
+            let Some(b) = &load.service.batches else {
+                continue;
+            };
+            let offered = load
+                .offered_per_sec
+                .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
+            out.push_str(&format!(
+                "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+                b.batches, b.events_per_batch, b.queued_ms, b.apply_ms, b.publish_ms, b.commit_ms
+            ));
+        }
+        f.write_str(&out)
+    }
 }
 
 /// What answers the submissions of a latency run.
