@@ -62,6 +62,7 @@ use latency::{LatencyArgs, latency};
 use pipeline::{PipelineArgs, pipeline};
 use recovery::{RecoveryArgs, recovery};
 
+mod engine;
 mod latency;
 mod pipeline;
 mod recovery;
@@ -94,6 +95,10 @@ enum BenchCommand {
     /// up`), Slurm alone and driven by jobcast, beside the simulator's
     /// prediction on as many slots.
     Slurm(slurm::SlurmArgs),
+    /// Events/s of the service's own work on each message (decode, apply,
+    /// encode, stage the RocksDB batch, write it), from memory, with no
+    /// broker: the ceiling of every deployment.
+    Engine(engine::EngineArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -177,6 +182,7 @@ pub enum Report {
     Latency(latency::LatencyReport),
     Recovery(recovery::RecoveryReport),
     Slurm(slurm::Report),
+    Engine(engine::EngineReport),
 }
 
 impl std::fmt::Display for Report {
@@ -186,6 +192,7 @@ impl std::fmt::Display for Report {
             Report::Latency(report) => report.fmt(f),
             Report::Recovery(report) => report.fmt(f),
             Report::Slurm(report) => report.fmt(f),
+            Report::Engine(report) => report.fmt(f),
         }
     }
 }
@@ -213,6 +220,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Slurm(args) => Measured {
             report: Report::Slurm(slurm::slurm(args)?),
+            json: args.json,
+        },
+        BenchCommand::Engine(args) => Measured {
+            report: Report::Engine(engine::engine(args)?),
             json: args.json,
         },
     })

@@ -31,4 +31,4 @@ pub mod shared;
 mod source;
 pub mod telemetry;
 
-pub use source::FETCH_QUEUE_BACKOFF_MS;
+pub use source::{Consumed, FETCH_QUEUE_BACKOFF_MS};

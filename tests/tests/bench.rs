@@ -1,5 +1,6 @@
 //! `jobcast bench pipeline` and `bench recovery` on the embedded mock
-//! cluster: every figure is reported and consistent. No speed thresholds:
+//! cluster, and `bench engine` from memory: every figure is reported and
+//! consistent. No speed thresholds:
 //! the rates depend on the machine and its load.
 
 use jobcast_tests::jobcast_ok;
@@ -309,4 +310,74 @@ fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
     let takeover = &report["takeover"];
     assert!(number(takeover, "takeover_s") > 0.0, "{report}");
     assert_eq!(takeover["replayed_events"].as_u64(), Some(0), "{report}");
+}
+
+/// `jobcast bench engine` runs the service's own steps from memory: every
+/// event of the workload goes through each step, in batches of the size
+/// asked for, and what it would publish is what the service publishes for
+/// the same input in the same order (one input partition).
+#[test]
+fn bench_engine_runs_every_event_through_the_services_steps() {
+    let report: Value = serde_json::from_str(&jobcast_ok(&[
+        "bench",
+        "engine",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--batch",
+        "64",
+        "--json",
+    ]))
+    .expect("the output is JSON");
+    let events = report["events"].as_u64().expect("events is a count");
+    assert!(events > 0, "{report}");
+    assert_eq!(
+        report["batches"].as_u64(),
+        Some(events.div_ceil(64)),
+        "{report}"
+    );
+    assert_eq!(report["dead_lettered"].as_u64(), Some(0), "{report}");
+    let steps = &report["steps"];
+    let mut thread = 0.0;
+    for step in ["decode_secs", "apply_encode_secs", "stage_secs"] {
+        let secs = number(steps, step);
+        assert!(secs > 0.0, "{step}: {report}");
+        thread += secs;
+    }
+    assert!(number(steps, "write_secs") > 0.0, "{report}");
+    let rate = number(&report, "pipeline_thread_events_per_sec");
+    assert!(
+        (rate - events as f64 / thread).abs() <= 1e-6 * rate,
+        "{report}"
+    );
+    assert!(
+        number(&report, "with_write_events_per_sec") < rate,
+        "{report}"
+    );
+
+    let service = bench_pipeline_on(1);
+    assert_eq!(report["events"], service["events"], "{report}\n{service}");
+    assert_eq!(
+        report["messages"], service["decisions"],
+        "{report}\n{service}"
+    );
+}
+
+/// `jobcast bench pipeline` over the same 300 jobs on `partitions`
+/// partitions.
+fn bench_pipeline_on(partitions: u32) -> Value {
+    let partitions = partitions.to_string();
+    serde_json::from_str(&jobcast_ok(&[
+        "bench",
+        "pipeline",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--partitions",
+        &partitions,
+        "--json",
+    ]))
+    .expect("the output is JSON")
 }

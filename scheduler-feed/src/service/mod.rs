@@ -8,8 +8,8 @@
 //!    partition of the input topic, decodes them into the event-time
 //!    merge and hands over those whose turn has come; the pipeline
 //!    thread takes all that wait as one batch;
-//! 2. the pipeline thread applies each one to the [`Engine`]
-//!    (`ownership.rs`); a message that did not decode, or that the engine
+//! 2. the pipeline thread applies each one to the engine, which the
+//!    [`Applier`] holds (`apply.rs`); a message that did not decode, or that the engine
 //!    rejects, becomes a [`DeadLetter`](crate::error::DeadLetter);
 //! 3. the decisions, risk scores and dead letters of the messages of
 //!    *owned* partitions become messages (`encode.rs`), produced until the
@@ -55,10 +55,10 @@
 //! outputs end (`group.rs`).
 
 mod accounting;
+mod apply;
 mod encode;
 mod group;
 mod outbox;
-mod ownership;
 mod partitions;
 mod peers;
 mod pipeline;
@@ -74,14 +74,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::Topics;
-use jobcast_predictor::engine::Engine;
-use jobcast_storage::state::{Skip, StateStore};
+use jobcast_storage::state::StateStore;
 use jobcast_storage::writer::Writer;
 use tracing::info;
 
 use crate::config::ServeConfig;
 use crate::error::ServiceError;
 use crate::shared::Shared;
+pub use apply::Applier;
+pub use apply::{EndedTasks, MessageOutcome};
 use recovery::Restore;
 use sink::Sink;
 pub use sink::{Republished, output_producer_config, republish_parked};
@@ -267,7 +268,6 @@ fn wait_for_room(shared: &Shared) -> Result<bool, ServiceError> {
 struct Pipeline<'a> {
     config: &'a ServeConfig,
     topics: &'a Topics,
-    dead_letters: encode::DeadLetters<'a>,
     /// The engine's configuration as it shapes the state
     /// ([`EngineConfig::stamp`]): stamped on a new store and checked
     /// against an existing one.
@@ -277,7 +277,9 @@ struct Pipeline<'a> {
     /// Commits each batch's [`jobcast_storage::state::StateBatch`] while
     /// the next one is applied.
     writer: Writer,
-    engine: Engine,
+    /// The engine and the records it keeps, and the steps that apply a
+    /// message and stage what a batch changed.
+    applier: Applier<'a>,
     next_seq: u64,
     /// The snapshots stored so far, and what changed since the latest.
     snapshots: recovery::SnapshotChain,
@@ -287,44 +289,30 @@ struct Pipeline<'a> {
     outbox: outbox::Outbox,
     /// Offsets waiting for the writer before they go to the group.
     group_commits: group::GroupCommits,
-    /// What retention has deleted up to, and the jobs whose decisions
-    /// wait for their end (`retention.rs`).
-    retention: retention::Retention,
-    /// Input ranges of the events topic the operator skipped: dead-lettered,
-    /// never applied (`ownership.rs`).
-    skips: Vec<Skip>,
     summary: RunSummary,
     /// The input partitions this instance owns, is assigned, and stores.
     partitions: partitions::Partitions,
-    /// The input partition each live job's and machine's records belong
-    /// to.
-    record_owners: record_owners::RecordOwners,
     /// Signs the URL this instance commits with, and checks the others'.
     peers: peers::PeerSeal,
 }
 
 impl<'a> Pipeline<'a> {
     fn new(config: &'a ServeConfig, shared: Arc<Shared>) -> Result<Self, ServiceError> {
-        let engine = Engine::new(&config.engine).map_err(|e| e.within("engine"))?;
         Ok(Pipeline {
             config,
             topics: &config.topics,
-            dead_letters: encode::DeadLetters::new(&config.topics, &config.kafka),
             engine_config: config.engine.stamp(),
             store: shared.store.clone(),
             writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,
             shared,
-            engine,
+            applier: Applier::new(config)?,
             next_seq: 0,
             snapshots: recovery::SnapshotChain::default(),
             applied: BTreeMap::new(),
             outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
             group_commits: group::GroupCommits::default(),
-            retention: retention::Retention::new(config.storage.retention_hours),
-            skips: Vec::new(),
             summary: RunSummary::default(),
             partitions: partitions::Partitions::default(),
-            record_owners: record_owners::RecordOwners::default(),
             peers: peers::PeerSeal::new(config.http.token.as_ref()),
         })
     }

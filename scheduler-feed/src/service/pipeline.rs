@@ -1,6 +1,6 @@
 //! The pipeline loop: take a batch from the source, apply it, publish its
 //! outputs, commit it. Each step is a call into the module that owns it
-//! (`ownership`, `encode`, `sink`, `group`, `accounting`), so one batch's
+//! (`apply`, `encode`, `sink`, `group`, `accounting`), so one batch's
 //! whole path reads here.
 
 use std::collections::BTreeMap;
@@ -13,9 +13,9 @@ use rdkafka::consumer::BaseConsumer;
 use tracing::{debug, info, warn};
 
 use super::accounting::{self, BatchTally, StageTimes};
+use super::apply::EndedTasks;
 use super::group::{MemberContext, RECOMMIT_EVERY};
 use super::outbox::Held;
-use super::ownership::EndedTasks;
 use super::sink::{Outgoing, Sink};
 use super::{Pipeline, recovery};
 use crate::error::ServiceError;
@@ -184,7 +184,7 @@ impl Pipeline<'_> {
             // decisions among them, for the store) for a takeover.
             let mut held = Vec::new();
             let mut held_decisions = Vec::new();
-            let outcome = self.apply_and_encode(
+            let outcome = self.applier.apply_and_encode(
                 partition,
                 offset,
                 &consumed,
@@ -244,22 +244,23 @@ impl Pipeline<'_> {
         effects.settle();
         accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
-        self.write_records(
+        self.applier.write_records(
             &effects,
             self.partitions.stored(),
             EndedTasks::Changed,
             &mut write,
         );
-        self.retention
-            .index_awaited(&self.engine, &effects, &mut write);
-        self.write_learnt(&effects, &mut write);
+        self.applier
+            .retention
+            .index_awaited(&self.applier.engine, &effects, &mut write);
+        self.applier.write_learnt(&effects, &mut write);
         self.snapshots.note(&effects);
         for (&partition, &next) in &offsets {
             write.set_offset(&self.topics.events, partition, next);
         }
         self.applied.extend(&offsets);
         self.hold_ended(&effects);
-        self.release_ended(&effects);
+        self.applier.release_ended(&effects);
         if self.snapshot_due() {
             self.write_snapshot(&mut write)?;
         }
@@ -285,17 +286,22 @@ impl Pipeline<'_> {
             commit: committed_at - published_at,
         };
         let outputs = ours.into_iter().flat_map(|range| &effects.outputs[range]);
-        self.summary.decisions +=
-            tally.finish(&self.shared, outputs, stages, self.engine.live_jobs());
+        self.summary.decisions += tally.finish(
+            &self.shared,
+            outputs,
+            stages,
+            self.applier.engine.live_jobs(),
+        );
         metrics::counter!(telemetry::DECISIONS_OVERTAKEN).increment(effects.overtaken);
-        metrics::gauge!(telemetry::DECISIONS_WAITING).set(self.engine.waiting_decisions() as f64);
-        let held = self.engine.held_events();
+        metrics::gauge!(telemetry::DECISIONS_WAITING)
+            .set(self.applier.engine.waiting_decisions() as f64);
+        let held = self.applier.engine.held_events();
         metrics::gauge!(telemetry::EVENTS_HELD_NOW).set(held as f64);
         self.shared
             .counters
             .held_events
             .store(held as u64, Ordering::Relaxed);
-        metrics::gauge!(telemetry::EVENT_CLOCK).set(self.engine.now_us() as f64 / 1e6);
+        metrics::gauge!(telemetry::EVENT_CLOCK).set(self.applier.engine.now_us() as f64 / 1e6);
         Ok(())
     }
 }

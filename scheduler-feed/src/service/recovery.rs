@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use super::Pipeline;
+use super::apply::EndedTasks;
 use super::group::MemberContext;
 use super::outbox::{EndedJob, Held, HeldDecision, Outbox, SavedOutbox};
-use super::ownership::EndedTasks;
 use super::partitions::Handover;
 use super::record_owners::RecordOwners;
 use super::sink::{Outgoing, Sink};
@@ -121,12 +121,10 @@ impl Pipeline<'_> {
         self.partitions
             .set_stored(self.store.check_format(&self.engine_config)?);
         let events = &self.topics.events;
-        self.retention.set_awaiting_end(self.store.awaiting_end()?);
-        self.skips = self.store.skips()?;
-        self.skips.retain(|s| s.topic == *events);
-        for skip in &self.skips {
-            info!(%skip, "input the operator skipped is dead-lettered, not applied");
-        }
+        self.applier
+            .retention
+            .set_awaiting_end(self.store.awaiting_end()?);
+        self.applier.set_skips(self.store.skips()?, events);
         if let Some(before) = self.store.stamp_version()?
             && before != JOBCAST_VERSION
         {
@@ -153,12 +151,12 @@ impl Pipeline<'_> {
     ) -> Result<(), ServiceError> {
         let started = Instant::now();
         let whole = self.snapshots.whole_due();
-        let (job_partitions, machine_partitions) = self.record_owners.saved();
+        let (job_partitions, machine_partitions) = self.applier.record_owners.saved();
         let snapshot = PipelineSnapshot {
             job_partitions,
             machine_partitions,
             applied: self.applied.clone(),
-            expired_before: self.retention.expired_before(),
+            expired_before: self.applier.retention.expired_before(),
             outbox: self.outbox.saved(),
         };
         // Sized for a whole one like the last (pages not written to cost
@@ -167,10 +165,10 @@ impl Pipeline<'_> {
         let out = Vec::with_capacity(capacity as usize);
         let out = postcard::to_extend(&snapshot, out).map_err(SnapshotError::from)?;
         let bytes = if whole {
-            self.engine.snapshot_to(out)?
+            self.applier.engine.snapshot_to(out)?
         } else {
             let changed = self.snapshots.history_changed.iter().copied();
-            self.engine.snapshot_changes(changed, out)?
+            self.applier.engine.snapshot_changes(changed, out)?
         };
         let chain = &mut self.snapshots;
         if whole {
@@ -266,7 +264,7 @@ impl Pipeline<'_> {
                 for (index, task) in &ended.tasks {
                     write.put_task(ended.record.job_id, *index, task);
                 }
-                self.retention.put_ended(&ended.record, &mut write);
+                self.applier.retention.put_ended(&ended.record, &mut write);
             }
             outgoing.extend(held.messages);
         }
@@ -327,7 +325,9 @@ impl Pipeline<'_> {
                 seq
             }
             None => {
-                self.engine = Engine::new(&self.config.engine).map_err(|e| e.within("engine"))?;
+                self.applier.start_engine(
+                    Engine::new(&self.config.engine).map_err(|e| e.within("engine"))?,
+                );
                 0
             }
         };
@@ -342,6 +342,7 @@ impl Pipeline<'_> {
             let (partition, offset) = (logged.partition, logged.offset);
             let consumed = Consumed::new(logged.key, logged.payload);
             let messages = self
+                .applier
                 .apply_and_encode(partition, offset, &consumed, &mut effects, None)
                 .messages;
             self.applied.insert(partition, offset + 1);
@@ -362,12 +363,14 @@ impl Pipeline<'_> {
             effects.settle();
             // Its tasks may have run before the snapshot, when the store
             // did not hold their partition.
-            self.write_records(&effects, owned, EndedTasks::All, &mut write);
-            self.retention
-                .index_awaited(&self.engine, &effects, &mut write);
+            self.applier
+                .write_records(&effects, owned, EndedTasks::All, &mut write);
+            self.applier
+                .retention
+                .index_awaited(&self.applier.engine, &effects, &mut write);
             self.snapshots.note(&effects);
             self.hold_ended(&effects);
-            self.release_ended(&effects);
+            self.applier.release_ended(&effects);
             effects.clear();
             count += 1;
             if count.is_multiple_of(REPLAY_POLL_EVERY) {
@@ -416,19 +419,20 @@ impl Pipeline<'_> {
     /// their owner had not stored them when this instance takes over.
     pub(super) fn hold_ended(&mut self, effects: &Effects) {
         for &job_id in effects.jobs.iter() {
-            let Some(partition) = self.record_owners.job(job_id) else {
+            let Some(partition) = self.applier.record_owners.job(job_id) else {
                 continue;
             };
             if self.partitions.owns(partition) {
                 continue;
             }
-            let Some(record) = self.engine.job(job_id) else {
+            let Some(record) = self.applier.engine.job(job_id) else {
                 continue;
             };
             if record.state == JobState::Running {
                 continue;
             }
             let tasks = self
+                .applier
                 .tasks_of(job_id, record.width)
                 .map(|(index, task)| (index, task.to_bytes()))
                 .collect();
@@ -457,18 +461,19 @@ impl Pipeline<'_> {
             snapshots.push((snapshot, engine));
         }
         let engines: Vec<&[u8]> = snapshots.iter().map(|(_, engine)| *engine).collect();
-        self.engine = Engine::restore_chain(&self.config.engine, &engines)?;
+        let engine = Engine::restore_chain(&self.config.engine, &engines)?;
         let (whole, changes) = chain.split_first().expect("restored from a snapshot");
         self.snapshots.whole_bytes = whole.1.len() as u64;
         self.snapshots.changes_bytes = changes.iter().map(|(_, b)| b.len() as u64).sum();
         let (snapshot, _) = snapshots.pop().expect("restored from a snapshot");
-        self.record_owners =
-            RecordOwners::restored(snapshot.job_partitions, snapshot.machine_partitions);
+        self.applier.restore(
+            engine,
+            RecordOwners::restored(snapshot.job_partitions, snapshot.machine_partitions),
+            snapshot.expired_before,
+        );
         self.outbox = Outbox::restored(self.config.consumer.takeover_buffer_bytes, snapshot.outbox)
             .map_err(RestoreError::from)?;
         self.applied = snapshot.applied;
-        self.retention
-            .restore_expired_before(snapshot.expired_before);
         Ok(())
     }
 
@@ -478,16 +483,16 @@ impl Pipeline<'_> {
         if partitions.is_empty() {
             return;
         }
-        for job_id in self.record_owners.jobs_of(partitions) {
-            if let Some(record) = self.engine.job(job_id) {
+        for job_id in self.applier.record_owners.jobs_of(partitions) {
+            if let Some(record) = self.applier.engine.job(job_id) {
                 write.put_job(job_id, &record.to_bytes());
-                for (index, task) in self.tasks_of(job_id, record.width) {
+                for (index, task) in self.applier.tasks_of(job_id, record.width) {
                     write.put_task(job_id, index, &task.to_bytes());
                 }
             }
         }
-        for machine_id in self.record_owners.machines_of(partitions) {
-            if let Some(record) = self.engine.machine(machine_id) {
+        for machine_id in self.applier.record_owners.machines_of(partitions) {
+            if let Some(record) = self.applier.engine.machine(machine_id) {
                 write.put_machine(machine_id, record);
             }
         }
@@ -501,17 +506,17 @@ impl Pipeline<'_> {
         if partitions.is_empty() {
             return;
         }
-        for job_id in self.record_owners.jobs_of(partitions) {
+        for job_id in self.applier.record_owners.jobs_of(partitions) {
             write.delete_job_record(job_id);
-            if let Some(record) = self.engine.job(job_id) {
+            if let Some(record) = self.applier.engine.job(job_id) {
                 for index in 0..record.width {
                     write.delete_task(job_id, index);
                 }
                 // Its decisions stay, until it has ended (`retention.rs`).
-                self.retention.await_end(job_id, write);
+                self.applier.retention.await_end(job_id, write);
             }
         }
-        for machine_id in self.record_owners.machines_of(partitions) {
+        for machine_id in self.applier.record_owners.machines_of(partitions) {
             write.delete_machine(machine_id);
         }
     }

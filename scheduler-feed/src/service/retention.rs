@@ -149,7 +149,7 @@ impl Pipeline<'_> {
     /// When the bound has moved a step, delete the records of every job
     /// that ended before it.
     pub(super) fn expire(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
-        if !self.retention.due(self.engine.now_us()) {
+        if !self.applier.retention.due(self.applier.engine.now_us()) {
             return Ok(());
         }
         let count = self.delete_expired(write)?;
@@ -171,7 +171,8 @@ impl Pipeline<'_> {
     ) -> Result<u64, ServiceError> {
         // The scan must see every record committed so far.
         self.writer.flush()?;
-        self.retention
-            .delete_expired(&self.store, self.engine.now_us(), write)
+        self.applier
+            .retention
+            .delete_expired(&self.store, self.applier.engine.now_us(), write)
     }
 }

@@ -79,7 +79,7 @@ pub(crate) enum Polled {
 }
 
 /// One consumed message on its way through the pipeline.
-pub(crate) struct Consumed {
+pub struct Consumed {
     pub key: Option<Vec<u8>>,
     /// `None` for a message without a payload (a tombstone).
     pub payload: Option<Vec<u8>>,

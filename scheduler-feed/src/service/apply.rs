@@ -1,25 +1,50 @@
-//! Applying input and keeping the records of owned partitions. Every
-//! message goes to the engine; the partition it came from decides who
-//! stores the records it changed (its job's, or its machine's first
-//! partition) and who publishes its outputs.
+//! Step 2 of a batch, and the records it changed: the [`Applier`] holds
+//! the engine and applies every message to it, encodes what each gave
+//! rise to (step 3's messages), and stages the records a batch changed in
+//! its RocksDB write (step 4). Every message goes to the engine; the
+//! partition it came from decides who stores the records it changed (its
+//! job's, or its machine's first partition) and who publishes its
+//! outputs. Nothing here touches a broker, so `jobcast bench engine`
+//! measures these steps alone, from memory.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
 use std::time::Instant;
 
-use jobcast_predictor::engine::{Applied, Effects, JobState, Origin, Output, TaskRecord};
-use jobcast_storage::state::StateBatch;
+use jobcast_ingest::kafka::Topics;
+use jobcast_predictor::engine::{Applied, Effects, Engine, JobState, Origin, Output, TaskRecord};
+use jobcast_storage::state::{Skip, StateBatch};
 use tracing::warn;
 
-use super::Pipeline;
 use super::encode;
+use super::record_owners::RecordOwners;
+use super::retention::Retention;
 use super::sink::Outgoing;
-use crate::error::DeadLetter;
+use crate::config::ServeConfig;
+use crate::error::{DeadLetter, ServiceError};
 use crate::source::Consumed;
 use crate::telemetry;
 
+/// The predictor's state as the service holds it: the engine, the
+/// partition each live record belongs to, retention's bound, and the input
+/// the operator skipped.
+pub struct Applier<'a> {
+    topics: &'a Topics,
+    dead_letters: encode::DeadLetters<'a>,
+    pub(super) engine: Engine,
+    /// The input partition each live job's and machine's records belong
+    /// to.
+    pub(super) record_owners: RecordOwners,
+    /// What retention has deleted up to, and the jobs whose decisions
+    /// wait for their end (`retention.rs`).
+    pub(super) retention: Retention,
+    /// Input ranges of the events topic the operator skipped:
+    /// dead-lettered, never applied.
+    pub(super) skips: Vec<Skip>,
+}
+
 /// What one input message gave rise to.
-pub(super) struct MessageOutcome {
+pub struct MessageOutcome {
     /// Applied (or held), or why not.
     pub(super) result: Result<(), DeadLetter>,
     /// Its messages to publish: the outputs of the events it applied, and
@@ -31,9 +56,21 @@ pub(super) struct MessageOutcome {
     pub(super) outputs: Range<usize>,
 }
 
-/// Which tasks of a job that ended [`Pipeline::write_records`] stores.
+impl MessageOutcome {
+    /// How many messages it gives the sink to publish.
+    pub fn messages(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// How many of them are dead letters.
+    pub fn dead_letters(&self) -> usize {
+        self.dead.len()
+    }
+}
+
+/// Which tasks of a job that ended [`Applier::write_records`] stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum EndedTasks {
+pub enum EndedTasks {
     /// Those its last messages changed: the store holds the rest, written
     /// as they changed (or whole, when its partition was taken over).
     Changed,
@@ -44,13 +81,51 @@ pub(super) enum EndedTasks {
     All,
 }
 
-impl Pipeline<'_> {
+impl<'a> Applier<'a> {
+    /// A new engine, with the settings of `config`.
+    pub fn new(config: &'a ServeConfig) -> Result<Self, ServiceError> {
+        Ok(Applier {
+            topics: &config.topics,
+            dead_letters: encode::DeadLetters::new(&config.topics, &config.kafka),
+            engine: Engine::new(&config.engine).map_err(|e| e.within("engine"))?,
+            record_owners: RecordOwners::default(),
+            retention: Retention::new(config.storage.retention_hours),
+            skips: Vec::new(),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Start again from a restored (or new) engine, the partitions of its
+    /// records and retention's bound, as the snapshot saved them.
+    pub(super) fn restore(&mut self, engine: Engine, owners: RecordOwners, expired_before: u64) {
+        self.engine = engine;
+        self.record_owners = owners;
+        self.retention.restore_expired_before(expired_before);
+    }
+
+    /// Start again from a new engine (no snapshot was stored).
+    pub(super) fn start_engine(&mut self, engine: Engine) {
+        self.engine = engine;
+    }
+
+    /// The input ranges the operator skipped (of `events`, the input topic).
+    pub(super) fn set_skips(&mut self, mut skips: Vec<Skip>, events: &str) {
+        skips.retain(|s| s.topic == events);
+        for skip in &skips {
+            tracing::info!(%skip, "input the operator skipped is dead-lettered, not applied");
+        }
+        self.skips = skips;
+    }
+
     /// Apply the input message at `partition`/`offset`; what it produced
     /// is appended to `effects`. One in a range the operator skipped is
     /// not applied, whatever it holds. One far ahead of the engine's clock
     /// may be held, and events held before it on its partition released
     /// or refused ([`Effects::refused`]), whatever becomes of this one.
-    pub(super) fn apply_message(
+    fn apply_message(
         &mut self,
         partition: i32,
         offset: i64,
@@ -81,7 +156,7 @@ impl Pipeline<'_> {
     /// and encode what it gave rise to as messages to publish
     /// ([`encode::of_message`]); `polled_at`, for the latency metric, when
     /// this instance publishes them.
-    pub(super) fn apply_and_encode(
+    pub fn apply_and_encode(
         &mut self,
         partition: i32,
         offset: i64,
@@ -127,7 +202,7 @@ impl Pipeline<'_> {
     /// `ended` tasks of the jobs that ended. Jobs go last: an ended job that
     /// is already past retention is then deleted with everything written
     /// for it before (`retention.rs`).
-    pub(super) fn write_records(
+    pub fn write_records(
         &self,
         effects: &Effects,
         partitions: &BTreeSet<i32>,
@@ -188,7 +263,7 @@ impl Pipeline<'_> {
 
     /// Let the engine drop ended jobs (once their records are written), and
     /// forget their partitions, and those of machines the engine forgot.
-    pub(super) fn release_ended(&mut self, effects: &Effects) {
+    pub fn release_ended(&mut self, effects: &Effects) {
         self.engine.release_ended();
         for &job_id in &effects.jobs {
             if self.engine.job(job_id).is_none() {
@@ -203,7 +278,7 @@ impl Pipeline<'_> {
     /// Write what the predictor learnt from the batch (every instance
     /// learns from every partition): the history distributions it changed
     /// and the policies' error statistics.
-    pub(super) fn write_learnt(&self, effects: &Effects, write: &mut StateBatch<'_>) {
+    pub fn write_learnt(&self, effects: &Effects, write: &mut StateBatch<'_>) {
         for &key in &effects.history {
             match self.engine.history().record(key) {
                 Some(record) => write.put_history(&key.to_bytes(), &record.to_bytes()),

@@ -1,0 +1,197 @@
+//! `jobcast bench engine`: the service's own work on each message, from
+//! memory, with no broker: the ceiling every deployment lives under.
+//!
+//! The workload is first turned into the input topic's messages (key and
+//! JSON payload, as every producer writes them) and held in memory. Then
+//! batches of them go through the same code the pipeline runs
+//! (`jobcast_scheduler_feed::service::Applier`), each step timed on its
+//! own:
+//!
+//! 1. **decode**: each payload into a canonical event;
+//! 2. **apply and encode**: each event to the engine, and what it gave rise
+//!    to as the messages the sink would produce (decisions, risk scores,
+//!    dead letters);
+//! 3. **stage**: the records the batch changed, what the predictor learnt,
+//!    the log of every message and the offsets, into one RocksDB
+//!    `WriteBatch`;
+//! 4. **write**: that batch written to RocksDB on disk (not synced, as
+//!    `storage.sync = false`).
+//!
+//! Steps 1–3 are the pipeline thread's share of a batch; step 4 runs on
+//! the writer thread in the service, beside the next batch's steps 1–3.
+//! What the service adds on top (the broker's round trips, the event-time
+//! merge across partitions, group membership, snapshots) is left out.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use jobcast_ingest::kafka::event_key;
+use jobcast_predictor::engine::Effects;
+use jobcast_scheduler_feed::Consumed;
+use jobcast_scheduler_feed::config::ServeConfig;
+use jobcast_scheduler_feed::service::{Applier, EndedTasks};
+use jobcast_storage::state::StateStore;
+
+use super::{InputArgs, open_input, progress, report_skipped};
+
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    /// Messages per batch, as the pipeline takes them (at most
+    /// `consumer.batch_max_events`).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    batch: u32,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Seconds spent in each step, over every batch.
+#[derive(serde::Serialize, Default)]
+pub struct Steps {
+    decode_secs: f64,
+    apply_encode_secs: f64,
+    stage_secs: f64,
+    write_secs: f64,
+}
+
+#[derive(serde::Serialize)]
+pub struct EngineReport {
+    events: u64,
+    batches: u64,
+    /// Messages the sink would have produced.
+    messages: u64,
+    dead_lettered: u64,
+    /// Jobs live when the workload ended.
+    live_jobs: usize,
+    steps: Steps,
+    /// Events a second through steps 1–3 (the pipeline thread's share).
+    pipeline_thread_events_per_sec: f64,
+    /// Events a second through steps 1–4 on one thread.
+    with_write_events_per_sec: f64,
+}
+
+pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
+    let (events, diagnostics) = open_input(&args.input)?;
+    let reading = progress(None, "{spinner} reading the workload: {pos} events");
+    let mut messages: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for event in events {
+        let event = event?;
+        messages.push((event_key(&event).into_bytes(), event.to_json().into_bytes()));
+        reading.inc(1);
+    }
+    reading.finish_and_clear();
+    report_skipped(diagnostics.as_ref());
+
+    let dir = tempfile::tempdir().context("a directory for the store")?;
+    let mut config = ServeConfig::default();
+    config.storage.path = dir.path().join("state");
+    config.validate()?;
+    let store = StateStore::open(&config.storage.path, false)?;
+    let mut applier = Applier::new(&config)?;
+    let owned = BTreeSet::from([0]);
+    let events_topic = config.topics.events.clone();
+
+    let bar = progress(
+        Some(messages.len() as u64),
+        "{bar:40} {pos}/{len} events through the engine",
+    );
+    let mut steps = Steps::default();
+    let (mut produced, mut dead, mut batches) = (0u64, 0u64, 0u64);
+    let mut seq = 0u64;
+    for (batch_index, chunk) in messages.chunks(args.batch as usize).enumerate() {
+        let first_offset = (batch_index * args.batch as usize) as i64;
+        let started = Instant::now();
+        let consumed: Vec<Consumed> = chunk
+            .iter()
+            .map(|(key, payload)| Consumed::new(Some(key.clone()), Some(payload.clone())))
+            .collect();
+        let decoded = Instant::now();
+        let mut effects = Effects::default();
+        for (i, message) in consumed.iter().enumerate() {
+            let outcome =
+                applier.apply_and_encode(0, first_offset + i as i64, message, &mut effects, None);
+            produced += outcome.messages() as u64;
+            dead += outcome.dead_letters() as u64;
+        }
+        let applied = Instant::now();
+        let mut write = store.batch();
+        for (i, message) in consumed.iter().enumerate() {
+            write.append_log(
+                seq,
+                0,
+                first_offset + i as i64,
+                message.key.as_deref(),
+                message.payload.as_deref(),
+            );
+            seq += 1;
+        }
+        effects.settle();
+        applier.write_records(&effects, &owned, EndedTasks::Changed, &mut write);
+        applier.write_learnt(&effects, &mut write);
+        applier.release_ended(&effects);
+        write.set_offset(&events_topic, 0, first_offset + chunk.len() as i64);
+        let staged = Instant::now();
+        store.commit(write)?;
+        let written = Instant::now();
+        steps.decode_secs += secs(decoded - started);
+        steps.apply_encode_secs += secs(applied - decoded);
+        steps.stage_secs += secs(staged - applied);
+        steps.write_secs += secs(written - staged);
+        batches += 1;
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    let events = messages.len() as u64;
+    let thread = steps.decode_secs + steps.apply_encode_secs + steps.stage_secs;
+    Ok(EngineReport {
+        events,
+        batches,
+        messages: produced,
+        dead_lettered: dead,
+        live_jobs: applier.engine().live_jobs(),
+        pipeline_thread_events_per_sec: rate(events, thread),
+        with_write_events_per_sec: rate(events, thread + steps.write_secs),
+        steps,
+    })
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn rate(events: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        events as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+impl std::fmt::Display for EngineReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per_event = |secs: f64| secs * 1e9 / self.events.max(1) as f64;
+        writeln!(
+            f,
+            "jobcast bench engine: {} events in {} batches, {} messages to publish, {} dead-lettered, {} jobs live at the end\n",
+            self.events, self.batches, self.messages, self.dead_lettered, self.live_jobs
+        )?;
+        writeln!(f, "  {:<32} {:>9} {:>12}", "step", "seconds", "ns/event")?;
+        let s = &self.steps;
+        for (step, secs) in [
+            ("1. decode", s.decode_secs),
+            ("2. apply and encode", s.apply_encode_secs),
+            ("3. stage the WriteBatch", s.stage_secs),
+            ("4. write it (RocksDB, unsynced)", s.write_secs),
+        ] {
+            writeln!(f, "  {step:<32} {secs:>9.3} {:>12.0}", per_event(secs))?;
+        }
+        writeln!(
+            f,
+            "\n  events/s, steps 1-3 (the pipeline thread) {:>12.0}\n  events/s, steps 1-4 on one thread         {:>12.0}",
+            self.pipeline_thread_events_per_sec, self.with_write_events_per_sec
+        )
+    }
+}
