@@ -1,7 +1,7 @@
-//! Step 2 of a batch, and the records it changed: the [`Applier`] holds
-//! the engine and applies every message to it, encodes what each gave
-//! rise to (step 3's messages), and stages the records a batch changed in
-//! its RocksDB write (step 4). Every message goes to the engine; the
+//! Steps 2 and 3 of an event's path (`docs/architecture.md`), and the
+//! records of step 5: the [`Applier`] holds the engine and applies every
+//! message to it (2), encodes what each gave rise to as messages (3), and
+//! stages the records a batch changed in its RocksDB write (5). Every message goes to the engine; the
 //! partition it came from decides who stores the records it changed (its
 //! job's, or its machine's first partition) and who publishes its
 //! outputs. Nothing here touches a broker, so `jobcast bench engine`

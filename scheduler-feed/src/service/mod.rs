@@ -2,34 +2,37 @@
 //! Kafka sinks, with every batch committed to RocksDB atomically with the
 //! offsets it consumed.
 //!
-//! One batch goes through these steps, in this order (the loop is
-//! `pipeline.rs`; each step's file is named):
-//! 1. the source thread ([`crate::source`]) consumes messages from every
-//!    partition of the input topic, decodes them into the event-time
-//!    merge and hands over those whose turn has come; the pipeline
-//!    thread takes all that wait as one batch;
-//! 2. the pipeline thread applies each one to the engine, which the
-//!    [`Applier`] holds (`apply.rs`); a message that did not decode, or that the engine
-//!    rejects, becomes a [`DeadLetter`](crate::error::DeadLetter);
-//! 3. the decisions, risk scores and dead letters of the messages of
-//!    *owned* partitions become messages (`encode.rs`), produced until the
-//!    broker has acknowledged every one (`sink.rs`; failed deliveries are
-//!    produced again, with backoff);
-//! 4. one RocksDB `WriteBatch` is committed on the writer thread: the
-//!    owned partitions' records the batch changed, the learnt state
-//!    (history, policy errors), every consumed message (the log), and the
-//!    next offset of each partition; then the batch is counted
-//!    (`accounting.rs`).
+//! One batch goes through the five steps of an event's path, numbered as
+//! `docs/architecture.md` numbers them (the loop is `pipeline.rs`; each
+//! step's file is named):
+//! 1. **Source**: the source thread ([`crate::source`]) consumes messages
+//!    from every partition of the input topic, decodes them into the
+//!    event-time merge and hands over those whose turn has come; the
+//!    pipeline thread takes all that wait as one batch;
+//! 2. **Apply**: the pipeline thread applies each one to the engine, which
+//!    the [`Applier`] holds (`apply.rs`); a message that did not decode,
+//!    or that the engine rejects, becomes a
+//!    [`DeadLetter`](crate::error::DeadLetter);
+//! 3. **Encode**: the decisions, risk scores and dead letters of the
+//!    messages of *owned* partitions become messages (`encode.rs`);
+//! 4. **Publish**: they are produced until the broker has acknowledged
+//!    every one (`sink.rs`; failed deliveries are produced again, with
+//!    backoff);
+//! 5. **Commit**: one RocksDB `WriteBatch` (its records staged by
+//!    `apply.rs`) is committed on the writer thread: the owned partitions'
+//!    records the batch changed, the learnt state (history, policy
+//!    errors), every consumed message (the log), and the next offset of
+//!    each partition; then the batch is counted (`accounting.rs`).
 //!
 //! The source goes on reading and releasing while the pipeline thread
-//! takes this batch through steps 2–4; what it released meanwhile is the
+//! takes this batch through steps 2–5; what it released meanwhile is the
 //! next batch.
 //!
 //! Every `storage.snapshot_every_events` messages, the batch's write also
 //! carries a snapshot of the predictor's state and truncates the log
 //! behind it (`recovery.rs`).
 //!
-//! A crash before step 4 loses the batch's effects on RocksDB but not its
+//! A crash before step 5 loses the batch's effects on RocksDB but not its
 //! input: the restarted service restores its latest snapshot, applies the
 //! log after it, resumes from the stored offsets, and applies the batch
 //! again, producing the same decisions with the same (job id, version),

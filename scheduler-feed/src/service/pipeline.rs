@@ -173,7 +173,7 @@ impl Pipeline<'_> {
             write.stamp_format(&self.engine_config);
         }
 
-        // 1. Apply every message; the owned partitions' outputs and dead
+        // 2–3. Apply and encode every message; the owned partitions' outputs and dead
         // letters become messages to publish. Every message is logged.
         for (partition, offset, consumed) in batch {
             tally.queued += started.saturating_duration_since(consumed.polled_at);
@@ -232,14 +232,14 @@ impl Pipeline<'_> {
         }
         let applied_at = Instant::now();
 
-        // 2. Publish, and wait until the broker has every output.
+        // 4. Publish, and wait until the broker has every output.
         // A long wait for the broker keeps the group member polled.
         sink.publish(&outgoing, stopping, &mut write, &mut || {
             let _ = member.poll(Duration::ZERO);
         })?;
         let published_at = Instant::now();
 
-        // 3. Commit: the changed records, what the predictor learnt, and
+        // 5. Commit: the changed records, what the predictor learnt, and
         // the offsets consumed, in one write, on the writer thread.
         effects.settle();
         accounting::count_expired(&self.shared, &effects);
@@ -276,7 +276,7 @@ impl Pipeline<'_> {
         let committed_at = Instant::now();
         self.commit_written(member);
 
-        // 4. Count what the batch did.
+        // Then count what the batch did.
         self.summary.committed += tally.messages as u64;
         self.summary.applied += tally.applied;
         self.summary.dead_lettered += tally.dead;
