@@ -61,7 +61,8 @@ enum Command {
     Demo(demo::Args),
     /// Preemption risk of transient VMs: scores, checkpoints, VM reuse.
     Risk(risk::Args),
-    /// Measure throughput: `bench pipeline` is events/s end to end.
+    /// Measure the service: throughput end to end, latency, restarts, the
+    /// engine alone, and job completion times on a real Slurm cluster.
     Bench(bench::Args),
     /// Operate on a store: info, backup, restore, skip, rebuild, parked.
     Admin(admin::Args),
