@@ -106,7 +106,7 @@ impl Engine {
             for job_id in silent {
                 self.forget_pacing(job_id, effects);
                 let mut job = self.jobs.remove(&job_id).expect("listed above");
-                self.eta_rows.remove(job_id);
+                self.etas.forget(job_id);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {

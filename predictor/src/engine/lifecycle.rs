@@ -247,7 +247,7 @@ impl Engine {
         self.live_job(end.job_id, end.time_us)?;
         self.forget_pacing(end.job_id, effects);
         let mut job = self.jobs.remove(&end.job_id).expect("checked above");
-        self.eta_rows.remove(end.job_id);
+        self.etas.forget(end.job_id);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -256,7 +256,7 @@ impl Engine {
             JobOutcome::Lost => JobState::Lost,
         };
         if end.outcome == JobOutcome::Finish {
-            self.learn_etas(&job, end.time_us, effects);
+            self.etas.learn(&job, end.time_us, effects);
         }
         let every_task = job.runtimes.len() as u64 == u64::from(job.submitted.num_tasks);
         let runtimes = every_task.then(|| job.runtimes.values().copied().collect::<Vec<u64>>());

@@ -49,7 +49,6 @@ use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{Event, JobSubmitted};
 
 use crate::decision::PolicyKind;
-use crate::eta::EtaCalibration;
 use crate::history::History;
 use crate::policies::Policy;
 use crate::policies::build;
@@ -102,17 +101,15 @@ pub struct Engine {
     clock: clock::EventClock,
     /// The clock's time at which to look next for what stopped reporting.
     next_sweep_us: u64,
-    eta_settings: EtaSettings,
-    /// How far off the ETAs given to finished jobs were.
-    etas: EtaCalibration,
+    /// The ETAs it gives: their capacity, calibration and the rows they
+    /// walk.
+    etas: progress::Etas,
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
     /// `engine.min_republish_ms` in µs, and the decisions waiting for it.
     min_republish_us: u64,
     due: pacing::DueQueue,
-    /// What of each live job its ETA reads, kept together ([`progress::EtaRows`]).
-    eta_rows: progress::EtaRows,
 }
 
 impl Engine {
@@ -174,13 +171,11 @@ impl Engine {
             expiry: config.expiry,
             clock: clock::EventClock::new(max_future_skew_us),
             next_sweep_us: 0,
-            eta_settings: config.eta,
-            etas: EtaCalibration::default(),
+            etas: progress::Etas::new(config.eta),
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
             min_republish_us: config.min_republish_ms.saturating_mul(1000),
             due: pacing::DueQueue::default(),
-            eta_rows: progress::EtaRows::default(),
         })
     }
 

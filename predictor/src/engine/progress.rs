@@ -18,11 +18,142 @@ use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Completion, Decision, PolicyKind};
-use crate::eta::{self, Eta, JobProgress, Predicted, Queued};
+use crate::eta::{self, Eta, EtaCalibration, JobProgress, Predicted, Queued};
 use jobcast_ingest::config::ConfigError;
 
 use super::effects::{Effects, Output};
+use super::machines::Machines;
 use super::{Engine, LiveJob};
+
+/// The ETAs the engine gives: the capacity they assume, how far off the
+/// ETAs given to finished jobs were, and the rows of the live jobs an ETA
+/// walks.
+#[derive(Debug)]
+pub(super) struct Etas {
+    settings: EtaSettings,
+    calibration: EtaCalibration,
+    rows: EtaRows,
+}
+
+impl Etas {
+    pub(super) fn new(settings: EtaSettings) -> Self {
+        Etas {
+            settings,
+            calibration: EtaCalibration::default(),
+            rows: EtaRows::default(),
+        }
+    }
+
+    /// What a snapshot keeps: the calibration (the rows follow the jobs).
+    pub(super) fn calibration(&self) -> &EtaCalibration {
+        &self.calibration
+    }
+
+    /// Take over a snapshot's calibration; the rows are rebuilt from the
+    /// restored jobs ([`Etas::rebuild`]).
+    pub(super) fn restore(&mut self, calibration: EtaCalibration) {
+        self.calibration = calibration;
+    }
+
+    /// Whether a task weighs its job's CPU request (capacity in CPUs from
+    /// machine events) rather than one slot.
+    fn per_cpu(&self) -> bool {
+        self.settings.slots.is_none()
+    }
+
+    /// Bring `job_id`'s row up to date with `job` (none once it is gone):
+    /// its placement, size, tasks; no row while it is not placed and
+    /// sized.
+    pub(super) fn reindex(&mut self, job_id: u64, job: Option<&LiveJob>, driver: PolicyKind) {
+        let per_cpu = self.per_cpu();
+        match job.and_then(|job| job.eta_row(driver, per_cpu)) {
+            Some(row) => self.rows.put(row),
+            None => self.rows.remove(job_id),
+        }
+    }
+
+    /// A job gone from the engine: its row with it.
+    pub(super) fn forget(&mut self, job_id: u64) {
+        self.rows.remove(job_id);
+    }
+
+    /// Every live job's row, after a restore.
+    pub(super) fn rebuild<'a>(
+        &mut self,
+        jobs: impl Iterator<Item = &'a LiveJob>,
+        driver: PolicyKind,
+    ) {
+        self.rows = EtaRows::default();
+        let per_cpu = self.per_cpu();
+        for row in jobs.filter_map(|job| job.eta_row(driver, per_cpu)) {
+            self.rows.put(row);
+        }
+    }
+
+    /// The model's prediction for `job` at `now_us` and its calibrated
+    /// ETA, if the cluster's capacity is known and the job is placed with
+    /// a size.
+    fn of(
+        &self,
+        job: &LiveJob,
+        driver: PolicyKind,
+        machines: &Machines,
+        now_us: u64,
+    ) -> Option<(Predicted, Eta)> {
+        let (capacity, per_cpu) = match self.settings.slots {
+            Some(slots) => (f64::from(slots), false),
+            None => (machines.capacity_cpus(), true),
+        };
+        if capacity < MIN_CAPACITY {
+            return None;
+        }
+        let target = job.eta_row(driver, per_cpu)?.queued(now_us);
+        let live = self.rows.rows.iter().map(|row| row.queued(now_us));
+        let predicted = eta::predict(&target, live, capacity);
+        Some((predicted, self.calibration.eta(predicted)))
+    }
+
+    /// A job finished at `end_us`: every ETA it was given teaches the
+    /// calibration, and the first is scored.
+    pub(super) fn learn(&mut self, job: &LiveJob, end_us: u64, effects: &mut Effects) {
+        for given in &job.progress.given {
+            let actual_us = end_us.saturating_sub(given.at_us) as f64;
+            self.calibration.learn(given.predicted, actual_us);
+        }
+        if let Some(first) = job.progress.given.first() {
+            let actual_us = (end_us.saturating_sub(first.at_us) as f64).max(1.0);
+            effects.outputs.push(Output::EtaScored {
+                job_id: job.submitted.job_id,
+                error_pct: (first.eta.p50_us - actual_us).abs() / actual_us * 100.0,
+                within_interval: (first.eta.p10_us..=first.eta.p90_us).contains(&actual_us),
+            });
+        }
+    }
+
+    /// Whether every row is what the jobs give now: none missing, stale
+    /// or left behind.
+    #[cfg(test)]
+    pub(super) fn rows_are_current<'a>(
+        &self,
+        jobs: impl Iterator<Item = &'a LiveJob>,
+        driver: PolicyKind,
+    ) -> bool {
+        let per_cpu = self.per_cpu();
+        let mut expected: Vec<Row> = jobs
+            .filter_map(|job| job.eta_row(driver, per_cpu))
+            .collect();
+        let mut held = self.rows.rows.clone();
+        expected.sort_by_key(|r| r.job_id);
+        held.sort_by_key(|r| r.job_id);
+        let indexed = held.len() == self.rows.at.len()
+            && self
+                .rows
+                .at
+                .iter()
+                .all(|(id, &i)| self.rows.rows[i].job_id == *id);
+        held == expected && indexed
+    }
+}
 
 /// The cluster's capacity, for ETAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -141,11 +272,11 @@ impl Row {
 /// at each decision. Walked through the jobs themselves (each in a map
 /// entry of several cache lines) that walk was a sixth of the service's
 /// time on the Google window; these rows sit together in one array.
-/// [`Engine::reindex_eta`] keeps a job's row current wherever its
+/// [`Etas::reindex`] keeps a job's row current wherever its
 /// placement, size or tasks change, and the sums an ETA takes of them
 /// are integer sums, so the order of the rows changes nothing.
 #[derive(Debug, Default)]
-pub(super) struct EtaRows {
+struct EtaRows {
     rows: Vec<Row>,
     /// Each job's index in `rows`.
     at: HashMap<u64, usize>,
@@ -162,7 +293,7 @@ impl EtaRows {
         }
     }
 
-    pub(super) fn remove(&mut self, job_id: u64) {
+    fn remove(&mut self, job_id: u64) {
         let Some(i) = self.at.remove(&job_id) else {
             return;
         };
@@ -224,7 +355,11 @@ impl Engine {
             }
         }
         self.reindex_eta(job_id);
-        if let Some((predicted, eta)) = self.eta_of(job_id, now_us) {
+        let eta = self
+            .jobs
+            .get(&job_id)
+            .and_then(|job| self.etas.of(job, self.driver, &self.machines, now_us));
+        if let Some((predicted, eta)) = eta {
             let completion = Completion {
                 at_us: now_us,
                 p10_us: later(now_us, eta.p10_us),
@@ -243,88 +378,11 @@ impl Engine {
         effects.outputs.push(Output::Decision(decision));
     }
 
-    /// The model's prediction for a live job at `now_us` and its
-    /// calibrated ETA, if the cluster's capacity is known and the job is
-    /// placed with a size.
-    fn eta_of(&self, job_id: u64, now_us: u64) -> Option<(Predicted, Eta)> {
-        let (capacity, per_cpu) = match self.eta_settings.slots {
-            Some(slots) => (f64::from(slots), false),
-            None => (self.machines.capacity_cpus(), true),
-        };
-        if capacity < MIN_CAPACITY {
-            return None;
-        }
-        let target = self
-            .jobs
-            .get(&job_id)?
-            .eta_row(self.driver, per_cpu)?
-            .queued(now_us);
-        let live = self.eta_rows.rows.iter().map(|row| row.queued(now_us));
-        let predicted = eta::predict(&target, live, capacity);
-        Some((predicted, self.etas.eta(predicted)))
-    }
-
-    /// Bring `job_id`'s ETA row up to date with the job: its placement,
-    /// size, tasks; none once it is gone or while it is not placed and
-    /// sized.
+    /// Bring `job_id`'s ETA row up to date with the job (see
+    /// [`Etas::reindex`]).
     pub(super) fn reindex_eta(&mut self, job_id: u64) {
-        let per_cpu = self.eta_settings.slots.is_none();
-        match self
-            .jobs
-            .get(&job_id)
-            .and_then(|job| job.eta_row(self.driver, per_cpu))
-        {
-            Some(row) => self.eta_rows.put(row),
-            None => self.eta_rows.remove(job_id),
-        }
-    }
-
-    /// Whether every ETA row is what the job gives now: none missing,
-    /// stale or left behind.
-    #[cfg(test)]
-    pub(super) fn eta_rows_are_current(&self) -> bool {
-        let per_cpu = self.eta_settings.slots.is_none();
-        let mut expected: Vec<Row> = self
-            .jobs
-            .values()
-            .filter_map(|job| job.eta_row(self.driver, per_cpu))
-            .collect();
-        let mut held = self.eta_rows.rows.clone();
-        expected.sort_by_key(|r| r.job_id);
-        held.sort_by_key(|r| r.job_id);
-        let indexed = held.len() == self.eta_rows.at.len()
-            && self
-                .eta_rows
-                .at
-                .iter()
-                .all(|(id, &i)| self.eta_rows.rows[i].job_id == *id);
-        held == expected && indexed
-    }
-
-    /// Every live job's ETA row, after a restore.
-    pub(super) fn rebuild_eta_rows(&mut self) {
-        self.eta_rows = EtaRows::default();
-        let ids: Vec<u64> = self.jobs.keys().copied().collect();
-        for job_id in ids {
-            self.reindex_eta(job_id);
-        }
-    }
-
-    /// A job finished at `end_us`: every ETA it was given teaches the
-    /// calibration, and the first is scored.
-    pub(super) fn learn_etas(&mut self, job: &LiveJob, end_us: u64, effects: &mut Effects) {
-        for given in &job.progress.given {
-            let actual_us = end_us.saturating_sub(given.at_us) as f64;
-            self.etas.learn(given.predicted, actual_us);
-        }
-        if let Some(first) = job.progress.given.first() {
-            let actual_us = (end_us.saturating_sub(first.at_us) as f64).max(1.0);
-            effects.outputs.push(Output::EtaScored {
-                job_id: job.submitted.job_id,
-                error_pct: (first.eta.p50_us - actual_us).abs() / actual_us * 100.0,
-                within_interval: (first.eta.p10_us..=first.eta.p90_us).contains(&actual_us),
-            });
-        }
+        self.etas
+            .reindex(job_id, self.jobs.get(&job_id), self.driver);
     }
 }
 

@@ -247,7 +247,7 @@ impl Engine {
             machines_seen: Cow::Borrowed(machines.seen),
             clock: self.clock.state(),
             next_sweep_us: self.next_sweep_us,
-            etas: Cow::Borrowed(&self.etas),
+            etas: Cow::Borrowed(self.etas.calibration()),
             capacity_cpus: machines.capacity_cpus,
         };
         Ok(postcard::to_extend(&state, out)?)
@@ -339,9 +339,9 @@ impl Engine {
             .restore(state.clock)
             .map_err(|reason| SnapshotError::Chain { reason })?;
         engine.next_sweep_us = state.next_sweep_us;
-        engine.etas = state.etas.into_owned();
+        engine.etas.restore(state.etas.into_owned());
         engine.rebuild_due();
-        engine.rebuild_eta_rows();
+        engine.etas.rebuild(engine.jobs.values(), engine.driver);
         Ok(engine)
     }
 }
