@@ -145,8 +145,8 @@ pub fn predict(
     for j in live {
         let cpus = j.cpus_per_task.max(0.0);
         if j.order() < target.order() {
-            ahead += (j.remaining_work_us.max(0.0) * cpus).round() as u128;
-            ahead_width += (f64::from(j.remaining_tasks) * cpus * 1e6).round() as u128;
+            ahead += round_u128(j.remaining_work_us.max(0.0) * cpus);
+            ahead_width += round_u128(f64::from(j.remaining_tasks) * cpus * 1e6);
         } else if j.job_id != target.job_id {
             held.add(f64::from(j.running_tasks) * cpus, j.running_left_us);
         }
@@ -217,6 +217,27 @@ pub fn predict(
     )
 }
 
+/// `x.round() as u128`, the same value for every `x`, without the two
+/// library calls (`round`, `__fixunsdfti`) that were a third of an ETA's
+/// instructions: below 2^64 the truncation is one instruction and the
+/// fraction it leaves is exact.
+pub(crate) fn round_u128(x: f64) -> u128 {
+    if (0.0..TWO_POW_64).contains(&x) {
+        let t = x as u64;
+        u128::from(if x - t as f64 >= 0.5 { t + 1 } else { t })
+    } else {
+        x.round() as u128
+    }
+}
+
+/// `x as f64`, the same value for every `x`, without the library call
+/// (`__floattidf`) where it fits in 64 bits.
+pub(crate) fn u128_to_f64(x: u128) -> f64 {
+    u64::try_from(x).map_or(x as f64, |x| x as f64)
+}
+
+const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+
 /// The time `own` work takes while `ahead` drains at `busy` (running on
 /// `now` of its tasks meanwhile, then on `full`).
 fn drain(ahead: f64, busy: f64, own: f64, now: f64, full: f64) -> f64 {
@@ -248,8 +269,8 @@ impl Held {
                 .buckets
                 .entry(left_us.log2().floor() as i32)
                 .or_default();
-            b.0 += (capacity * 1e6).round() as u128;
-            b.1 += (capacity * left_us).round() as u128;
+            b.0 += round_u128(capacity * 1e6);
+            b.1 += round_u128(capacity * left_us);
         }
     }
 
@@ -342,7 +363,62 @@ impl EtaCalibration {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// The conversions the ETA sums take give exactly what `round() as
+    /// u128` and `as f64` give: at the edges of each branch, halves, and
+    /// anywhere.
+    #[test]
+    fn the_fast_conversions_give_the_library_values() {
+        let edges = [
+            0.0,
+            -0.0,
+            0.49999999999999994,
+            0.5,
+            1.5,
+            2.5,
+            4_503_599_627_370_495.5,
+            4_503_599_627_370_496.0,
+            9_007_199_254_740_993.0,
+            TWO_POW_64 - 4096.0,
+            TWO_POW_64,
+            TWO_POW_64 * 4.0,
+            -1.5,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+        ];
+        for x in edges {
+            assert_eq!(round_u128(x), x.round() as u128, "{x}");
+        }
+        for x in [
+            0u128,
+            1,
+            u128::from(u64::MAX),
+            u128::from(u64::MAX) + 1,
+            u128::MAX,
+        ] {
+            assert_eq!(u128_to_f64(x).to_bits(), (x as f64).to_bits(), "{x}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_u128_is_round_as_u128(bits in any::<u64>(), small in 0.0f64..1e12) {
+            let x = f64::from_bits(bits);
+            prop_assert_eq!(round_u128(x), x.round() as u128);
+            prop_assert_eq!(round_u128(small), small.round() as u128);
+        }
+
+        #[test]
+        fn u128_to_f64_is_as_f64(x in any::<u128>(), y in any::<u64>()) {
+            prop_assert_eq!(u128_to_f64(x).to_bits(), (x as f64).to_bits());
+            prop_assert_eq!(u128_to_f64(u128::from(y)).to_bits(), (u128::from(y) as f64).to_bits());
+        }
+    }
 
     fn queued(job_id: u64, queue: u8, since_us: u64, work: f64, tasks: u32) -> Queued {
         Queued {

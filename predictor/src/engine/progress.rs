@@ -250,8 +250,10 @@ impl Row {
     /// The job as the ETA model sees it at `now_us`.
     fn queued(&self, now_us: u64) -> Queued {
         // Task time its running attempts have run by `now_us`, µs.
-        let running_us = (u128::from(self.running) * u128::from(now_us))
-            .saturating_sub(self.running_since_sum_us) as f64;
+        let running_us = eta::u128_to_f64(
+            (u128::from(self.running) * u128::from(now_us))
+                .saturating_sub(self.running_since_sum_us),
+        );
         Queued::from(JobProgress {
             job_id: self.job_id,
             queue: self.queue,
