@@ -250,10 +250,7 @@ impl Row {
     /// The job as the ETA model sees it at `now_us`.
     fn queued(&self, now_us: u64) -> Queued {
         // Task time its running attempts have run by `now_us`, µs.
-        let running_us = eta::u128_to_f64(
-            (u128::from(self.running) * u128::from(now_us))
-                .saturating_sub(self.running_since_sum_us),
-        );
+        let running_us = running_us(self.running, now_us, self.running_since_sum_us);
         Queued::from(JobProgress {
             job_id: self.job_id,
             queue: self.queue,
@@ -266,6 +263,21 @@ impl Row {
             running_attained_us: running_us,
             cpus_per_task: self.cpus_per_task,
         })
+    }
+}
+
+/// Task time `running` attempts whose starts sum to `since_sum_us` have
+/// run by `now_us`, µs. In 64 bits where it fits (always, in practice): a
+/// 128-bit integer's conversion to f64 is a library call, and this runs
+/// for every live job at every ETA. The same integer either way, so the
+/// same f64.
+fn running_us(running: u32, now_us: u64, since_sum_us: u128) -> f64 {
+    match (
+        u64::from(running).checked_mul(now_us),
+        u64::try_from(since_sum_us),
+    ) {
+        (Some(total), Ok(since)) => total.saturating_sub(since) as f64,
+        _ => (u128::from(running) * u128::from(now_us)).saturating_sub(since_sum_us) as f64,
     }
 }
 
@@ -395,4 +407,48 @@ const MIN_CAPACITY: f64 = 1e-9;
 /// `now_us` plus `duration_us`, rounded, saturating.
 fn later(now_us: u64, duration_us: f64) -> u64 {
     now_us.saturating_add(duration_us.max(0.0).round().min(u64::MAX as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::running_us;
+
+    fn wide(running: u32, now_us: u64, since_sum_us: u128) -> f64 {
+        (u128::from(running) * u128::from(now_us)).saturating_sub(since_sum_us) as f64
+    }
+
+    #[test]
+    fn running_time_is_the_128_bit_value_at_the_edges() {
+        for (running, now, since) in [
+            (0, 0, 0),
+            (1, u64::MAX, 0),
+            (2, u64::MAX, 1),
+            (u32::MAX, u64::MAX, u128::MAX),
+            (3, 10, 31),
+            (3, 10, u128::from(u64::MAX) + 1),
+            (7, 1 << 60, 5),
+        ] {
+            assert_eq!(
+                running_us(running, now, since).to_bits(),
+                wide(running, now, since).to_bits(),
+                "{running} {now} {since}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn running_time_is_the_128_bit_value(
+            running in any::<u32>(),
+            now in any::<u64>(),
+            since in any::<u128>(),
+            small_since in any::<u64>(),
+        ) {
+            prop_assert_eq!(running_us(running, now, since).to_bits(), wide(running, now, since).to_bits());
+            let small = u128::from(small_since);
+            prop_assert_eq!(running_us(running, now, small).to_bits(), wide(running, now, small).to_bits());
+        }
+    }
 }
