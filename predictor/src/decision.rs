@@ -408,6 +408,24 @@ pub struct Decision {
     pub eta: Option<Completion>,
 }
 
+impl Decision {
+    /// `policy`'s decision `version` for a job, placing it in `queue` in
+    /// `phase`, every other field empty (no estimate, pilots or ETA): a
+    /// base for `Decision { field: …, ..Decision::new(…) }`.
+    pub fn new(policy: PolicyKind, job_id: u64, version: u32, queue: u8, phase: Phase) -> Self {
+        Decision {
+            job_id,
+            version,
+            queue,
+            phase,
+            estimate: None,
+            policy,
+            pilots: Vec::new(),
+            eta: None,
+        }
+    }
+}
+
 /// A job's predicted completion, as event times (µs): the median and an
 /// 80 % interval, predicted at `at_us` ([`crate::eta`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -467,16 +485,7 @@ mod tests {
     use super::*;
 
     fn decision(job_id: u64, version: u32, queue: u8) -> Decision {
-        Decision {
-            job_id,
-            version,
-            queue,
-            phase: Phase::Estimated,
-            estimate: None,
-            policy: PolicyKind::SLearn,
-            pilots: Vec::new(),
-            eta: None,
-        }
+        Decision::new(PolicyKind::SLearn, job_id, version, queue, Phase::Estimated)
     }
 
     #[test]

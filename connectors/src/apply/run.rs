@@ -447,16 +447,13 @@ mod tests {
     use crate::slurm::{Scope, Slurm};
 
     fn decision(job_id: u64, version: u32, queue: u8) -> Vec<u8> {
-        serde_json::to_vec(&Decision {
+        serde_json::to_vec(&Decision::new(
+            PolicyKind::SLearn,
             job_id,
             version,
             queue,
-            phase: Phase::Estimated,
-            estimate: None,
-            policy: PolicyKind::SLearn,
-            pilots: Vec::new(),
-            eta: None,
-        })
+            Phase::Estimated,
+        ))
         .unwrap()
     }
 

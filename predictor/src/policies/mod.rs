@@ -367,14 +367,9 @@ fn decision(
     pilots: Vec<u32>,
 ) -> Decision {
     Decision {
-        job_id,
-        version,
-        queue,
-        phase,
         estimate,
-        policy,
         pilots,
-        eta: None,
+        ..Decision::new(policy, job_id, version, queue, phase)
     }
 }
 

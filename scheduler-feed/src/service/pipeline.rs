@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use jobcast_predictor::engine::Effects;
+use jobcast_storage::state::StateBatch;
 use rdkafka::consumer::BaseConsumer;
 use tracing::{debug, info, warn};
 
@@ -303,5 +304,39 @@ impl Pipeline<'_> {
             .store(held as u64, Ordering::Relaxed);
         metrics::gauge!(telemetry::EVENT_CLOCK).set(self.applier.engine.now_us() as f64 / 1e6);
         Ok(())
+    }
+}
+
+/// Retention's steps, which take the writer and the store as well as the
+/// bound the [`Applier`](super::Applier) keeps (`retention.rs`).
+impl Pipeline<'_> {
+    /// When the bound has moved a step, delete the records of every job
+    /// that ended before it.
+    pub(super) fn expire(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
+        if !self.applier.retention.due(self.applier.engine.now_us()) {
+            return Ok(());
+        }
+        let count = self.delete_expired(write)?;
+        metrics::counter!(telemetry::JOBS_EXPIRED).increment(count);
+        self.shared
+            .counters
+            .expired_jobs
+            .fetch_add(count, Ordering::Relaxed);
+        debug!(jobs = count, "ended jobs expired");
+        Ok(())
+    }
+
+    /// Delete the records of every job that ended before the bound, and
+    /// make it the bound. Also what a restore ends with: the log it applied
+    /// stored ended jobs the run that logged it had already deleted.
+    pub(super) fn delete_expired(
+        &mut self,
+        write: &mut StateBatch<'_>,
+    ) -> Result<u64, ServiceError> {
+        // The scan must see every record committed so far.
+        self.writer.flush()?;
+        self.applier
+            .retention
+            .delete_expired(&self.store, self.applier.engine.now_us(), write)
     }
 }

@@ -18,15 +18,10 @@
 //! end (`StateBatch::await_end`), indexed at that end once every instance
 //! (which applies every partition) sees it, and so expires like any other.
 
-use std::sync::atomic::Ordering;
-
 use jobcast_predictor::engine::{Effects, Engine, JobRecord, JobState};
 use jobcast_storage::state::{StateBatch, StateStore};
-use tracing::debug;
 
-use super::Pipeline;
 use crate::error::ServiceError;
-use crate::telemetry;
 
 /// Steps per retention window.
 const STEPS: u64 = 100;
@@ -81,7 +76,7 @@ impl Retention {
     }
 
     /// Whether the bound at `now_us` has moved a step.
-    fn due(&self, now_us: u64) -> bool {
+    pub(super) fn due(&self, now_us: u64) -> bool {
         self.bound(now_us) > self.expired_before
     }
 
@@ -127,7 +122,7 @@ impl Retention {
     /// Delete the records of every job `store` holds that ended before the
     /// bound at `now_us`, and make it the bound; how many. The store must
     /// hold every record committed so far.
-    fn delete_expired(
+    pub(super) fn delete_expired(
         &mut self,
         store: &StateStore,
         now_us: u64,
@@ -142,37 +137,5 @@ impl Retention {
         }
         self.expired_before = bound;
         Ok(expired.len() as u64)
-    }
-}
-
-impl Pipeline<'_> {
-    /// When the bound has moved a step, delete the records of every job
-    /// that ended before it.
-    pub(super) fn expire(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
-        if !self.applier.retention.due(self.applier.engine.now_us()) {
-            return Ok(());
-        }
-        let count = self.delete_expired(write)?;
-        metrics::counter!(telemetry::JOBS_EXPIRED).increment(count);
-        self.shared
-            .counters
-            .expired_jobs
-            .fetch_add(count, Ordering::Relaxed);
-        debug!(jobs = count, "ended jobs expired");
-        Ok(())
-    }
-
-    /// Delete the records of every job that ended before the bound, and
-    /// make it the bound. Also what a restore ends with: the log it applied
-    /// stored ended jobs the run that logged it had already deleted.
-    pub(super) fn delete_expired(
-        &mut self,
-        write: &mut StateBatch<'_>,
-    ) -> Result<u64, ServiceError> {
-        // The scan must see every record committed so far.
-        self.writer.flush()?;
-        self.applier
-            .retention
-            .delete_expired(&self.store, self.applier.engine.now_us(), write)
     }
 }
