@@ -47,6 +47,12 @@ pub struct EngineArgs {
     /// `consumer.batch_max_events`).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     batch: u32,
+    /// Input partitions the messages come from, each by its key's hash
+    /// (all owned, applied in the workload's time order, as the
+    /// event-time merge releases them): the engine's clock works across
+    /// them as the service's does.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    partitions: u32,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -64,6 +70,7 @@ pub struct Steps {
 #[derive(serde::Serialize)]
 pub struct EngineReport {
     events: u64,
+    partitions: u32,
     batches: u64,
     /// Messages the sink would have produced.
     messages: u64,
@@ -84,10 +91,12 @@ pub struct EngineReport {
 pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     let (events, diagnostics) = open_input(&args.input)?;
     let reading = progress(None, "{spinner} reading the workload: {pos} events");
-    let mut messages: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut messages: Vec<(i32, Vec<u8>, Vec<u8>)> = Vec::new();
     for event in events {
         let event = event?;
-        messages.push((event_key(&event).into_bytes(), event.to_json().into_bytes()));
+        let key = event_key(&event);
+        let partition = partition_of(&key, args.partitions);
+        messages.push((partition, key.into_bytes(), event.to_json().into_bytes()));
         reading.inc(1);
     }
     reading.finish_and_clear();
@@ -99,7 +108,9 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     config.validate()?;
     let store = StateStore::open(&config.storage.path, false)?;
     let mut applier = Applier::new(&config)?;
-    let owned = BTreeSet::from([0]);
+    let owned: BTreeSet<i32> = (0..args.partitions as i32).collect();
+    // Each partition's next offset.
+    let mut next = vec![0i64; args.partitions as usize];
     let events_topic = config.topics.events.clone();
 
     let bar = progress(
@@ -109,28 +120,34 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     let mut steps = Steps::default();
     let (mut produced, mut dead, mut batches) = (0u64, 0u64, 0u64);
     let mut seq = 0u64;
-    for (batch_index, chunk) in messages.chunks(args.batch as usize).enumerate() {
-        let first_offset = (batch_index * args.batch as usize) as i64;
+    for chunk in messages.chunks(args.batch as usize) {
+        let offsets: Vec<(i32, i64)> = chunk
+            .iter()
+            .map(|&(partition, _, _)| {
+                let offset = next[partition as usize];
+                next[partition as usize] += 1;
+                (partition, offset)
+            })
+            .collect();
         let started = Instant::now();
         let consumed: Vec<Consumed> = chunk
             .iter()
-            .map(|(key, payload)| Consumed::new(Some(key.clone()), Some(payload.clone())))
+            .map(|(_, key, payload)| Consumed::new(Some(key.clone()), Some(payload.clone())))
             .collect();
         let decoded = Instant::now();
         let mut effects = Effects::default();
-        for (i, message) in consumed.iter().enumerate() {
-            let outcome =
-                applier.apply_and_encode(0, first_offset + i as i64, message, &mut effects, None);
+        for (message, &(partition, offset)) in consumed.iter().zip(&offsets) {
+            let outcome = applier.apply_and_encode(partition, offset, message, &mut effects, None);
             produced += outcome.messages() as u64;
             dead += outcome.dead_letters() as u64;
         }
         let applied = Instant::now();
         let mut write = store.batch();
-        for (i, message) in consumed.iter().enumerate() {
+        for (message, &(partition, offset)) in consumed.iter().zip(&offsets) {
             write.append_log(
                 seq,
-                0,
-                first_offset + i as i64,
+                partition,
+                offset,
                 message.key.as_deref(),
                 message.payload.as_deref(),
             );
@@ -140,7 +157,9 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         applier.write_records(&effects, &owned, EndedTasks::Changed, &mut write);
         applier.write_learnt(&effects, &mut write);
         applier.release_ended(&effects);
-        write.set_offset(&events_topic, 0, first_offset + chunk.len() as i64);
+        for (partition, &offset) in next.iter().enumerate() {
+            write.set_offset(&events_topic, partition as i32, offset);
+        }
         let staged = Instant::now();
         store.commit(write)?;
         let written = Instant::now();
@@ -160,6 +179,7 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     );
     Ok(EngineReport {
         events,
+        partitions: args.partitions,
         batches,
         messages: produced,
         dead_lettered: dead,
@@ -169,6 +189,15 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         two_core_ceiling_events_per_sec: pipeline_thread.min(2.0 * one_thread),
         steps,
     })
+}
+
+/// The partition a key lands on among `partitions`: any stable spread
+/// does, since every partition is owned and applied in time order.
+fn partition_of(key: &str, partitions: u32) -> i32 {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % u64::from(partitions)) as i32
 }
 
 fn secs(d: Duration) -> f64 {
@@ -188,8 +217,13 @@ impl std::fmt::Display for EngineReport {
         let per_event = |secs: f64| secs * 1e9 / self.events.max(1) as f64;
         writeln!(
             f,
-            "jobcast bench engine: {} events in {} batches, {} messages to publish, {} dead-lettered, {} jobs live at the end\n",
-            self.events, self.batches, self.messages, self.dead_lettered, self.live_jobs
+            "jobcast bench engine: {} events from {} partitions in {} batches, {} messages to publish, {} dead-lettered, {} jobs live at the end\n",
+            self.events,
+            self.partitions,
+            self.batches,
+            self.messages,
+            self.dead_lettered,
+            self.live_jobs
         )?;
         writeln!(f, "  {:<32} {:>9} {:>12}", "step", "seconds", "ns/event")?;
         let s = &self.steps;

@@ -368,6 +368,25 @@ fn bench_engine_runs_every_event_through_the_services_steps() {
         "{report}"
     );
 
+    // Spread over partitions, every event is still applied, the engine's
+    // clock agreeing across them.
+    let spread: Value = serde_json::from_str(&jobcast_ok(&[
+        "bench",
+        "engine",
+        "--generate-jobs",
+        "300",
+        "--seed",
+        "1",
+        "--partitions",
+        "4",
+        "--json",
+    ]))
+    .expect("the output is JSON");
+    assert_eq!(spread["partitions"].as_u64(), Some(4), "{spread}");
+    assert_eq!(spread["events"], report["events"], "{spread}");
+    assert_eq!(spread["dead_lettered"].as_u64(), Some(0), "{spread}");
+    assert!(spread["messages"].as_u64().unwrap_or(0) > 0, "{spread}");
+
     let service = bench_pipeline_on(1);
     assert_eq!(report["events"], service["events"], "{report}\n{service}");
     assert_eq!(
