@@ -21,6 +21,13 @@ fn bench_pipeline(extra: &[&str]) -> Value {
 /// `jobcast bench COMMAND` over 300 generated jobs on 4 partitions of the
 /// mock cluster, with `extra` arguments: its JSON report.
 fn bench(command: &str, extra: &[&str]) -> Value {
+    bench_on(command, 4, extra)
+}
+
+/// `jobcast bench COMMAND` over 300 generated jobs on `partitions` input
+/// partitions, with `extra` arguments: its JSON report.
+fn bench_on(command: &str, partitions: u32, extra: &[&str]) -> Value {
+    let partitions = partitions.to_string();
     let mut args = vec![
         "bench",
         command,
@@ -29,7 +36,7 @@ fn bench(command: &str, extra: &[&str]) -> Value {
         "--seed",
         "1",
         "--partitions",
-        "4",
+        &partitions,
         "--json",
     ];
     args.extend_from_slice(extra);
@@ -318,18 +325,7 @@ fn bench_recovery_paced_writes_each_run_its_input_while_it_consumes() {
 /// the same input in the same order (one input partition).
 #[test]
 fn bench_engine_runs_every_event_through_the_services_steps() {
-    let report: Value = serde_json::from_str(&jobcast_ok(&[
-        "bench",
-        "engine",
-        "--generate-jobs",
-        "300",
-        "--seed",
-        "1",
-        "--batch",
-        "64",
-        "--json",
-    ]))
-    .expect("the output is JSON");
+    let report = bench_on("engine", 1, &["--batch", "64"]);
     let events = report["events"].as_u64().expect("events is a count");
     assert!(events > 0, "{report}");
     assert_eq!(
@@ -370,45 +366,16 @@ fn bench_engine_runs_every_event_through_the_services_steps() {
 
     // Spread over partitions, every event is still applied, the engine's
     // clock agreeing across them.
-    let spread: Value = serde_json::from_str(&jobcast_ok(&[
-        "bench",
-        "engine",
-        "--generate-jobs",
-        "300",
-        "--seed",
-        "1",
-        "--partitions",
-        "4",
-        "--json",
-    ]))
-    .expect("the output is JSON");
+    let spread = bench("engine", &[]);
     assert_eq!(spread["partitions"].as_u64(), Some(4), "{spread}");
     assert_eq!(spread["events"], report["events"], "{spread}");
     assert_eq!(spread["dead_lettered"].as_u64(), Some(0), "{spread}");
     assert!(spread["messages"].as_u64().unwrap_or(0) > 0, "{spread}");
 
-    let service = bench_pipeline_on(1);
+    let service = bench_on("pipeline", 1, &[]);
     assert_eq!(report["events"], service["events"], "{report}\n{service}");
     assert_eq!(
         report["messages"], service["decisions"],
         "{report}\n{service}"
     );
-}
-
-/// `jobcast bench pipeline` over the same 300 jobs on `partitions`
-/// partitions.
-fn bench_pipeline_on(partitions: u32) -> Value {
-    let partitions = partitions.to_string();
-    serde_json::from_str(&jobcast_ok(&[
-        "bench",
-        "pipeline",
-        "--generate-jobs",
-        "300",
-        "--seed",
-        "1",
-        "--partitions",
-        &partitions,
-        "--json",
-    ]))
-    .expect("the output is JSON")
 }
