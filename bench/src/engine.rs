@@ -154,7 +154,7 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
             seq += 1;
         }
         effects.settle();
-        applier.write_records(&effects, &owned, EndedTasks::Changed, &mut write);
+        applier.stage_records(&effects, &owned, EndedTasks::Changed, &mut write);
         applier.write_learnt(&effects, &mut write);
         applier.release_ended(&effects);
         for (partition, &offset) in next.iter().enumerate() {

@@ -46,7 +46,7 @@ const SYNTHETIC_JOBS: &str = "31000";
 const KILLS: usize = 20;
 /// Kills beyond `KILLS`, each aimed at a phase no kill has landed in yet:
 /// where a kill lands is a matter of timing, and every phase must be hit.
-const MORE_KILLS: usize = 10;
+const MORE_KILLS: usize = 30;
 const WAIT: Duration = Duration::from_secs(1200);
 /// How long a kill aimed at a takeover waits for the group to give the
 /// restarted instance partitions after its restore: the dead incarnation's

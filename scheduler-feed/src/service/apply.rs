@@ -68,7 +68,7 @@ impl MessageOutcome {
     }
 }
 
-/// Which tasks of a job that ended [`Applier::write_records`] stores.
+/// Which tasks of a job that ended [`Applier::stage_records`] stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndedTasks {
     /// Those its last messages changed: the store holds the rest, written
@@ -198,11 +198,26 @@ impl<'a> Applier<'a> {
         (0..width).filter_map(move |index| Some((index, self.engine.task(job_id, index)?)))
     }
 
+    /// Stage in `write` the records `effects` changed that belong to
+    /// `partitions` ([`Self::write_records`]), and index at their end the
+    /// ended jobs whose decisions awaited it (`retention.rs`): what a batch
+    /// and a restore's log store of every message they applied.
+    pub fn stage_records(
+        &mut self,
+        effects: &Effects,
+        partitions: &BTreeSet<i32>,
+        ended: EndedTasks,
+        write: &mut StateBatch<'_>,
+    ) {
+        self.write_records(effects, partitions, ended, write);
+        self.retention.index_awaited(&self.engine, effects, write);
+    }
+
     /// Write the records `effects` changed that belong to `partitions`, and
     /// `ended` tasks of the jobs that ended. Jobs go last: an ended job that
     /// is already past retention is then deleted with everything written
     /// for it before (`retention.rs`).
-    pub fn write_records(
+    fn write_records(
         &self,
         effects: &Effects,
         partitions: &BTreeSet<i32>,

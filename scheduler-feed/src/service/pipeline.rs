@@ -245,15 +245,12 @@ impl Pipeline<'_> {
         effects.settle();
         accounting::count_expired(&self.shared, &effects);
         self.expire(&mut write)?;
-        self.applier.write_records(
+        self.applier.stage_records(
             &effects,
             self.partitions.stored(),
             EndedTasks::Changed,
             &mut write,
         );
-        self.applier
-            .retention
-            .index_awaited(&self.applier.engine, &effects, &mut write);
         self.applier.write_learnt(&effects, &mut write);
         self.snapshots.note(&effects);
         for (&partition, &next) in &offsets {

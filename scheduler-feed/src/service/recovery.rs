@@ -364,10 +364,7 @@ impl Pipeline<'_> {
             // Its tasks may have run before the snapshot, when the store
             // did not hold their partition.
             self.applier
-                .write_records(&effects, owned, EndedTasks::All, &mut write);
-            self.applier
-                .retention
-                .index_awaited(&self.applier.engine, &effects, &mut write);
+                .stage_records(&effects, owned, EndedTasks::All, &mut write);
             self.snapshots.note(&effects);
             self.hold_ended(&effects);
             self.applier.release_ended(&effects);
