@@ -46,7 +46,7 @@ const SYNTHETIC_JOBS: &str = "31000";
 const KILLS: usize = 20;
 /// Kills beyond `KILLS`, each aimed at a phase no kill has landed in yet:
 /// where a kill lands is a matter of timing, and every phase must be hit.
-const MORE_KILLS: usize = 30;
+const MORE_KILLS: usize = 10;
 const WAIT: Duration = Duration::from_secs(1200);
 /// How long a kill aimed at a takeover waits for the group to give the
 /// restarted instance partitions after its restore: the dead incarnation's
@@ -56,6 +56,10 @@ const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
 const TAKEOVER_BATCH: &str = "consumer.batch_max_events=5";
 /// Snapshots often enough that most runs between kills take some.
 const SNAPSHOT_EVERY: &str = "storage.snapshot_every_events=20000";
+
+/// What `jobcast serve` logs once a snapshot is in the batch that
+/// truncates the log behind it.
+const SNAPSHOT_TAKEN: &str = "snapshot taken";
 
 /// Where a kill landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -101,17 +105,19 @@ fn replay(brokers: &str, topic: &str, trace: &Path, format: &str, extra: &[&str]
     summary["delivered"].as_u64().unwrap()
 }
 
-/// Wait until `reached` holds for the log, or the instance has applied
-/// the whole input (then the kill lands where it lands).
-/// The log is looked at every 2 ms (a truncation's window is short), the
-/// metrics, an HTTP request, every 200.
-fn wait_or_drained(serve: &Serve, total: u64, mut reached: impl FnMut(&[String]) -> bool) {
+/// Wait until `reached` holds, or the instance has applied the whole
+/// input (then the kill lands where it lands). `reached` is looked at
+/// every 2 ms, the metrics (an HTTP request) every 200.
+fn wait_or_drained(serve: &Serve, total: u64, mut reached: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     let mut drained_checked = Instant::now();
-    while !reached(&serve.log()) {
+    while !reached() {
         if drained_checked.elapsed() >= Duration::from_millis(200) {
-            if serve.metric("jobcast_input_committed_offset") as u64 >= total {
-                return;
+            match serve.metric_if_up("jobcast_input_committed_offset") {
+                Some(committed) if committed as u64 >= total => return,
+                Some(_) => {}
+                // Killed by its log reader in the midst of the request.
+                None => assert!(serve.killed_on_line(), "jobcast serve stopped answering"),
             }
             drained_checked = Instant::now();
         }
@@ -261,18 +267,14 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             run_flags.extend(["--set", TAKEOVER_BATCH]);
         }
         let mut serve = Serve::start_logging(&brokers, &killed, &run_flags, "info");
-        let mut snapshot_seq = None;
         if aim < 0.2 {
             serve.wait_logged("restoring the predictor state", 0, WAIT);
             std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
         } else if aim < 0.4 {
-            wait_or_drained(&serve, total, |log| {
-                snapshot_seq = log
-                    .iter()
-                    .find(|l| l.contains("snapshot taken"))
-                    .map(|l| logged_seq(l));
-                snapshot_seq.is_some()
-            });
+            // Between the snapshot and the commit of its batch, which
+            // truncates the log behind it: a commit's few milliseconds.
+            serve.kill_on(SNAPSHOT_TAKEN);
+            wait_or_drained(&serve, total, || serve.killed_on_line());
         } else if aim < 0.6 {
             // The first partitions the group gives it after its restore (if
             // the group gave them before it, none follows: then the kill
@@ -292,9 +294,14 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             std::thread::sleep(Duration::from_millis((random.unit() * 5.0) as u64));
         } else {
             let target = (share * (0.2 + 1.6 * random.unit())) as u64;
-            wait_or_drained(&serve, total, |_| serve.committed() >= target.max(1));
+            wait_or_drained(&serve, total, || serve.committed() >= target.max(1));
         }
         let log = serve.kill();
+        let snapshot_seq = (0.2..0.4)
+            .contains(&aim)
+            .then(|| log.iter().find(|l| l.contains(SNAPSHOT_TAKEN)))
+            .flatten()
+            .map(|l| logged_seq(l));
         let restoring = log
             .iter()
             .any(|l| l.contains("restoring the predictor state"))
