@@ -12,12 +12,16 @@ use std::ops::Range;
 use std::time::Instant;
 
 use jobcast_ingest::kafka::Topics;
-use jobcast_predictor::engine::{Applied, Effects, Engine, JobState, Origin, Output, TaskRecord};
-use jobcast_storage::state::{Skip, StateBatch};
+use jobcast_predictor::engine::{
+    Applied, Effects, Engine, JobRecord, JobState, Origin, Output, TaskRecord,
+};
+use jobcast_storage::state::{Skip, StateBatch, StateStore};
 use tracing::warn;
 
 use super::encode;
-use super::record_owners::RecordOwners;
+use super::outbox::EndedJob;
+use super::partitions::Partitions;
+use super::record_owners::{Pairs, RecordOwners};
 use super::retention::Retention;
 use super::sink::Outgoing;
 use crate::config::ServeConfig;
@@ -31,16 +35,16 @@ use crate::telemetry;
 pub struct Applier<'a> {
     topics: &'a Topics,
     dead_letters: encode::DeadLetters<'a>,
-    pub(super) engine: Engine,
+    engine: Engine,
     /// The input partition each live job's and machine's records belong
     /// to.
-    pub(super) record_owners: RecordOwners,
+    record_owners: RecordOwners,
     /// What retention has deleted up to, and the jobs whose decisions
     /// wait for their end (`retention.rs`).
-    pub(super) retention: Retention,
+    retention: Retention,
     /// Input ranges of the events topic the operator skipped:
     /// dead-lettered, never applied.
-    pub(super) skips: Vec<Skip>,
+    skips: Vec<Skip>,
 }
 
 /// What one input message gave rise to.
@@ -77,7 +81,7 @@ pub enum EndedTasks {
     /// All of them. A restore's log may end a job whose tasks' events came
     /// before the snapshot, while another instance stored its partition:
     /// that one deletes its copy when it gives the partition up, so the
-    /// restoring owner must store them (`recovery.rs`).
+    /// restoring owner must store them (`Pipeline::restore`).
     All,
 }
 
@@ -106,9 +110,21 @@ impl<'a> Applier<'a> {
         self.retention.restore_expired_before(expired_before);
     }
 
+    /// The jobs' and machines' partitions and retention's bound, for a
+    /// snapshot (which [`Self::restore`] takes back).
+    pub(super) fn saved(&self) -> (Pairs, Pairs, u64) {
+        let (jobs, machines) = self.record_owners.saved();
+        (jobs, machines, self.retention.expired_before())
+    }
+
     /// Start again from a new engine (no snapshot was stored).
     pub(super) fn start_engine(&mut self, engine: Engine) {
         self.engine = engine;
+    }
+
+    /// The store's word on the jobs whose decisions wait for their end.
+    pub(super) fn set_awaiting_end(&mut self, jobs: impl IntoIterator<Item = u64>) {
+        self.retention.set_awaiting_end(jobs);
     }
 
     /// The input ranges the operator skipped (of `events`, the input topic).
@@ -304,6 +320,105 @@ impl<'a> Applier<'a> {
             if let Some(errors) = self.engine.policy_errors(policy) {
                 write.put_policy(policy, errors);
             }
+        }
+    }
+    /// Whether retention's bound has moved a step since the last deletion.
+    pub(super) fn expiry_due(&self) -> bool {
+        self.retention.due(self.engine.now_us())
+    }
+
+    /// Delete the records of every job `store` holds that ended before
+    /// retention's bound, and make it the bound; how many. The store must
+    /// hold every record committed so far.
+    pub(super) fn delete_expired(
+        &mut self,
+        store: &StateStore,
+        write: &mut StateBatch<'_>,
+    ) -> Result<u64, ServiceError> {
+        self.retention
+            .delete_expired(store, self.engine.now_us(), write)
+    }
+
+    /// Stage an ended job's final record another owner had not stored.
+    pub(super) fn put_ended(&self, record: &JobRecord, write: &mut StateBatch<'_>) {
+        self.retention.put_ended(record, write);
+    }
+
+    /// The final records of a job `effects` ended in a partition this
+    /// instance does not own (before they leave the engine's memory), and
+    /// its partition: kept in case its owner had not stored them when this
+    /// instance takes over.
+    pub(super) fn ended_elsewhere<'e>(
+        &'e self,
+        effects: &'e Effects,
+        owned: &'e Partitions,
+    ) -> impl Iterator<Item = (i32, EndedJob)> + 'e {
+        effects.jobs.iter().filter_map(move |&job_id| {
+            let partition = self.record_owners.job(job_id)?;
+            if owned.owns(partition) {
+                return None;
+            }
+            let record = self.engine.job(job_id)?;
+            if record.state == JobState::Running {
+                return None;
+            }
+            let tasks = self
+                .tasks_of(job_id, record.width)
+                .map(|(index, task)| (index, task.to_bytes()))
+                .collect();
+            let ended = EndedJob {
+                record: record.clone(),
+                tasks,
+            };
+            Some((partition, ended))
+        })
+    }
+
+    /// Stage the records of `partitions` the engine holds: their live jobs
+    /// and tasks, and their machines.
+    pub(super) fn store_partitions(&self, partitions: &BTreeSet<i32>, write: &mut StateBatch<'_>) {
+        if partitions.is_empty() {
+            return;
+        }
+        for job_id in self.record_owners.jobs_of(partitions) {
+            if let Some(record) = self.engine.job(job_id) {
+                write.put_job(job_id, &record.to_bytes());
+                for (index, task) in self.tasks_of(job_id, record.width) {
+                    write.put_task(job_id, index, &task.to_bytes());
+                }
+            }
+        }
+        for machine_id in self.record_owners.machines_of(partitions) {
+            if let Some(record) = self.engine.machine(machine_id) {
+                write.put_machine(machine_id, record);
+            }
+        }
+    }
+
+    /// Stage the deletion of `partitions`' live jobs' records, their tasks
+    /// and machines: their new owner keeps them current now. What is
+    /// final stays: ended jobs' records, and the decisions made while this
+    /// instance owned the partition (until the job has ended:
+    /// `retention.rs`).
+    pub(super) fn drop_partitions(
+        &mut self,
+        partitions: &BTreeSet<i32>,
+        write: &mut StateBatch<'_>,
+    ) {
+        if partitions.is_empty() {
+            return;
+        }
+        for job_id in self.record_owners.jobs_of(partitions) {
+            write.delete_job_record(job_id);
+            if let Some(record) = self.engine.job(job_id) {
+                for index in 0..record.width {
+                    write.delete_task(job_id, index);
+                }
+                self.retention.await_end(job_id, write);
+            }
+        }
+        for machine_id in self.record_owners.machines_of(partitions) {
+            write.delete_machine(machine_id);
         }
     }
 }

@@ -19,7 +19,8 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
-use super::Pipeline;
+use super::outbox::Outbox;
+use super::partitions::{Handover, Partitions};
 use super::peers::PeerSeal;
 use crate::config::ServeConfig;
 use crate::error::ServiceError;
@@ -40,7 +41,7 @@ const HEARTBEAT_MS: &str = "500";
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
 /// A change in the partitions the consumer group gives this instance.
-pub(super) enum MembershipChange {
+enum MembershipChange {
     Added(Vec<i32>),
     Removed(Vec<i32>),
 }
@@ -51,7 +52,7 @@ pub(super) enum MembershipChange {
 /// a partition's records and decisions only from the group's offset on,
 /// while the killed owner's store never got that batch.
 #[derive(Default)]
-pub(super) struct GroupCommits {
+struct GroupCommits {
     /// Batches the writer has committed (counted on its thread).
     written: Arc<AtomicU64>,
     /// Batches handed to the writer.
@@ -64,10 +65,7 @@ pub(super) struct GroupCommits {
 impl GroupCommits {
     /// A batch with `offsets` is handed to the writer; the returned call
     /// is for the writer to make once it is durable.
-    pub(super) fn submitted(
-        &mut self,
-        offsets: BTreeMap<i32, i64>,
-    ) -> impl FnOnce() + Send + 'static {
+    fn submitted(&mut self, offsets: BTreeMap<i32, i64>) -> impl FnOnce() + Send + 'static {
         self.waiting.push_back((self.submitted, offsets));
         self.submitted += 1;
         let written = self.written.clone();
@@ -78,7 +76,7 @@ impl GroupCommits {
 
     /// Whether a batch handed to the writer is not yet committed to the
     /// group.
-    pub(super) fn pending(&self) -> bool {
+    fn pending(&self) -> bool {
         !self.waiting.is_empty()
     }
 
@@ -101,15 +99,15 @@ impl GroupCommits {
 /// The consumer-group member. It fetches nothing (its partitions are
 /// paused at their end); the group's assignment says which partitions this
 /// instance *owns*: publishes the outputs of and stores the records of.
-pub(super) struct MemberContext {
+struct MemberContext {
     topic: String,
     shared: Arc<Shared>,
-    pub(super) changes: Mutex<Vec<MembershipChange>>,
+    changes: Mutex<Vec<MembershipChange>>,
     /// Per owned partition, the offset below which its outputs are
     /// published and its records durable in the store. Committed to the
     /// group when the partition is revoked, so that its next owner
     /// publishes (and stores) from there.
-    pub(super) durable: Mutex<BTreeMap<i32, i64>>,
+    durable: Mutex<BTreeMap<i32, i64>>,
     /// Per owned partition, the latest offset the coordinator confirmed.
     confirmed: Mutex<BTreeMap<i32, i64>>,
     /// The partitions the group assigns this instance now: the pipeline
@@ -122,10 +120,7 @@ pub(super) struct MemberContext {
 impl MemberContext {
     /// Note `offsets` as durable, for the partitions still assigned; those
     /// noted.
-    pub(super) fn note_durable(
-        &self,
-        offsets: impl IntoIterator<Item = (i32, i64)>,
-    ) -> Vec<(i32, i64)> {
+    fn note_durable(&self, offsets: impl IntoIterator<Item = (i32, i64)>) -> Vec<(i32, i64)> {
         let assigned = self.assigned.lock().expect("not poisoned");
         let mut durable = self.durable.lock().expect("not poisoned");
         let mut noted = Vec::new();
@@ -305,7 +300,11 @@ fn advertised(
 
 /// A consumer's settings: `group`, no automatic commits, `extra`, then
 /// the configured client properties (which win).
-fn consumer_config(kafka: &KafkaSettings, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
+pub(super) fn consumer_config(
+    kafka: &KafkaSettings,
+    group: &str,
+    extra: &[(&str, &str)],
+) -> ClientConfig {
     let mut config = kafka.client_config();
     config
         .set("group.id", group)
@@ -320,23 +319,62 @@ fn consumer_config(kafka: &KafkaSettings, group: &str, extra: &[(&str, &str)]) -
     config
 }
 
-impl Pipeline<'_> {
-    /// Join the consumer group that divides the input topic's partitions
-    /// between the instances.
-    pub(super) fn join_group(&self) -> Result<BaseConsumer<MemberContext>, ServiceError> {
-        join(self.config, self.shared.clone())
+/// This instance's membership of the consumer group: the member, the
+/// partitions the group gives it, and the offsets on their way to the
+/// group.
+pub(super) struct Group {
+    member: BaseConsumer<MemberContext>,
+    /// The input topic.
+    topic: String,
+    shared: Arc<Shared>,
+    /// The URL this instance advertises in its commits, if any.
+    advertised_url: Option<String>,
+    /// The input partitions this instance owns, is assigned, and stores.
+    partitions: Partitions,
+    /// Offsets waiting for the writer before they go to the group.
+    commits: GroupCommits,
+    /// Signs the URL this instance commits with, and checks the others'.
+    peers: PeerSeal,
+}
+
+impl Group {
+    /// Join `config`'s consumer group, whose store holds the records of
+    /// the `stored` partitions.
+    pub(super) fn join(
+        config: &ServeConfig,
+        shared: Arc<Shared>,
+        stored: BTreeSet<i32>,
+    ) -> Result<Group, ServiceError> {
+        let mut partitions = Partitions::default();
+        partitions.set_stored(stored);
+        Ok(Group {
+            member: join(config, shared.clone())?,
+            topic: config.topics.events.clone(),
+            shared,
+            advertised_url: config.http.advertised_url.clone(),
+            partitions,
+            commits: GroupCommits::default(),
+            peers: PeerSeal::new(config.http.token.as_ref()),
+        })
     }
 
-    /// A consumer's settings (see [`consumer_config`]).
-    pub(super) fn consumer_config(&self, group: &str, extra: &[(&str, &str)]) -> ClientConfig {
-        consumer_config(&self.config.kafka, group, extra)
+    /// Which partitions are this instance's.
+    pub(super) fn partitions(&self) -> &Partitions {
+        &self.partitions
+    }
+
+    /// Serve the member's callbacks (rebalances, commit answers) without
+    /// waiting: the group evicts a member not polled for
+    /// `max.poll.interval.ms`.
+    pub(super) fn poll(&self) {
+        let _ = self.member.poll(Duration::ZERO);
     }
 
     /// Wait for the group's first assignment (false if stopped first).
-    pub(super) fn await_assignment(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
+    pub(super) fn await_assignment(&mut self) -> bool {
         while !self.shared.shutdown.load(Ordering::Relaxed) {
-            let _ = member.poll(Duration::from_millis(100));
-            if self.membership_changes(member) {
+            let _ = self.member.poll(Duration::from_millis(100));
+            if self.membership_changes() {
                 return true;
             }
         }
@@ -344,10 +382,11 @@ impl Pipeline<'_> {
     }
 
     /// Take the group's news: a revoked partition stops being published at
-    /// once; an added one waits for [`Pipeline::reconcile`]. True if
-    /// anything changed.
-    pub(super) fn membership_changes(&mut self, member: &BaseConsumer<MemberContext>) -> bool {
-        let changes = std::mem::take(&mut *member.context().changes.lock().expect("not poisoned"));
+    /// once; an added one waits for the next takeover
+    /// ([`Group::take_over`]). True if anything changed.
+    pub(super) fn membership_changes(&mut self) -> bool {
+        let changes =
+            std::mem::take(&mut *self.member.context().changes.lock().expect("not poisoned"));
         if changes.is_empty() {
             return false;
         }
@@ -367,7 +406,31 @@ impl Pipeline<'_> {
         true
     }
 
-    pub(super) fn show_owned(&self) {
+    /// Own the partitions assigned since the last takeover, each from the
+    /// offset the group says its previous owner's outputs end at, and say
+    /// what that changes against what the store holds.
+    pub(super) fn take_over(&mut self) -> Result<Handover, ServiceError> {
+        let added = self.partitions.take_assigned();
+        let publish_from = self.committed_offsets(&added)?;
+        Ok(self.partitions.take_over(publish_from))
+    }
+
+    /// The store now holds the records of `owned`, and has made each
+    /// owned partition's outputs durable up to its `stored_offsets`:
+    /// where their next owner starts, committed now (the outputs of a
+    /// partition just taken over end there too).
+    pub(super) fn stored(&mut self, owned: BTreeSet<i32>, stored_offsets: &BTreeMap<i32, i64>) {
+        self.partitions.set_stored(owned);
+        self.member.context().note_durable(
+            self.partitions
+                .owned()
+                .map(|(p, from)| (p, from.max(stored_offsets.get(&p).copied().unwrap_or(0)))),
+        );
+        self.recommit_unconfirmed();
+        self.show_owned();
+    }
+
+    fn show_owned(&self) {
         let owned: Vec<i32> = self.partitions.owned().map(|(p, _)| p).collect();
         metrics::gauge!(telemetry::OWNED_PARTITIONS).set(owned.len() as f64);
         *self.shared.owned.lock().expect("not poisoned") = owned;
@@ -375,9 +438,8 @@ impl Pipeline<'_> {
 
     /// The group's committed offset of each partition (0 where none is):
     /// outputs of earlier offsets were published by a previous owner.
-    pub(super) fn committed_offsets(
+    fn committed_offsets(
         &self,
-        member: &BaseConsumer<MemberContext>,
         partitions: &BTreeSet<i32>,
     ) -> Result<BTreeMap<i32, i64>, ServiceError> {
         if partitions.is_empty() {
@@ -385,8 +447,13 @@ impl Pipeline<'_> {
         }
         let mut backoff = Duration::from_millis(100);
         loop {
-            match self.group_offsets(member, partitions, COMMITTED_TIMEOUT) {
-                Ok(committed) => return Ok(committed),
+            match self.commits_of(partitions, COMMITTED_TIMEOUT) {
+                Ok(commits) => {
+                    return Ok(commits
+                        .into_iter()
+                        .map(|(partition, (next, _))| (partition, next))
+                        .collect());
+                }
                 // Without them the new partitions' outputs could be lost
                 // or all published again: wait for the coordinator.
                 Err(e) if !self.shared.shutdown.load(Ordering::Relaxed) => {
@@ -399,36 +466,20 @@ impl Pipeline<'_> {
         }
     }
 
-    /// The group's committed offset of each of `partitions` (0 where none
-    /// is), waiting at most `timeout`.
-    fn group_offsets(
-        &self,
-        member: &BaseConsumer<MemberContext>,
-        partitions: &BTreeSet<i32>,
-        timeout: Duration,
-    ) -> Result<BTreeMap<i32, i64>, KafkaError> {
-        Ok(self
-            .group_commits_of(member, partitions, timeout)?
-            .into_iter()
-            .map(|(partition, (next, _))| (partition, next))
-            .collect())
-    }
-
     /// The group's last commit of each of `partitions`: its offset (0 where
     /// none is) and the URL the committing owner advertised, if any.
-    fn group_commits_of(
+    fn commits_of(
         &self,
-        member: &BaseConsumer<MemberContext>,
         partitions: &BTreeSet<i32>,
         timeout: Duration,
     ) -> Result<BTreeMap<i32, (i64, Option<String>)>, KafkaError> {
         let mut tpl = TopicPartitionList::new();
         for &partition in partitions {
-            tpl.add_partition(&self.topics.events, partition);
+            tpl.add_partition(&self.topic, partition);
         }
-        let committed = member.committed_offsets(tpl, timeout)?;
+        let committed = self.member.committed_offsets(tpl, timeout)?;
         Ok(committed
-            .elements_for_topic(&self.topics.events)
+            .elements_for_topic(&self.topic)
             .iter()
             .map(|e| {
                 let next = match e.offset() {
@@ -440,42 +491,38 @@ impl Pipeline<'_> {
             .collect())
     }
 
-    /// Read the group's commits: drop the held outputs other owners have
-    /// published, and, with `http.advertised_url` set, tell the HTTP API
-    /// who owns what ([`Shared::owners`]) for every partition the topic has
-    /// (a partition this instance has not read yet may hold another's
-    /// jobs). Without it nothing is asked while nothing is held: each
-    /// request waits behind the member's heartbeats to the coordinator. A
-    /// broker that does not answer at once leaves both for the next try:
-    /// the pipeline does not wait on it.
-    pub(super) fn read_group(&mut self, member: &BaseConsumer<MemberContext>) {
-        let topic = &self.topics.events;
+    /// Read the group's commits: drop the outputs `outbox` holds that
+    /// other owners have published, and, with `http.advertised_url` set,
+    /// tell the HTTP API who owns what ([`Shared::owners`]) for every
+    /// partition the topic has (a partition this instance has not read yet
+    /// may hold another's jobs). Without it nothing is asked while nothing
+    /// is held: each request waits behind the member's heartbeats to the
+    /// coordinator. A broker that does not answer at once leaves both for
+    /// the next try: the pipeline does not wait on it.
+    pub(super) fn read(&self, outbox: &mut Outbox) {
         let listed: Option<Vec<i32>> = self
-            .config
-            .http
             .advertised_url
             .as_ref()
             .and_then(|_| {
-                member
-                    .fetch_metadata(Some(topic), TRIM_TIMEOUT)
+                self.member
+                    .fetch_metadata(Some(&self.topic), TRIM_TIMEOUT)
                     .map_err(|e| debug!("reading the input topic's partitions: {e}"))
                     .ok()
             })
             .and_then(|metadata| {
-                let listed = metadata.topics().iter().find(|t| t.name() == topic)?;
+                let listed = metadata.topics().iter().find(|t| t.name() == self.topic)?;
                 Some(listed.partitions().iter().map(|p| p.id()).collect())
             });
-        let partitions: BTreeSet<i32> = self
-            .outbox
+        let partitions: BTreeSet<i32> = outbox
             .partitions()
             .chain(listed.iter().flatten().copied())
             .collect();
         if !partitions.is_empty() {
-            match self.group_commits_of(member, &partitions, TRIM_TIMEOUT) {
+            match self.commits_of(&partitions, TRIM_TIMEOUT) {
                 Ok(commits) => {
                     let offsets: BTreeMap<i32, i64> =
                         commits.iter().map(|(&p, (next, _))| (p, *next)).collect();
-                    self.outbox.trim(&offsets);
+                    outbox.trim(&offsets);
                     if listed.is_some() {
                         *self.shared.owners.lock().expect("not poisoned") = commits
                             .into_iter()
@@ -486,31 +533,47 @@ impl Pipeline<'_> {
                 Err(e) => debug!("reading the group's committed offsets: {e}"),
             }
         }
-        metrics::gauge!(telemetry::TAKEOVER_BUFFER_BYTES).set(self.outbox.bytes() as f64);
+        metrics::gauge!(telemetry::TAKEOVER_BUFFER_BYTES).set(outbox.bytes() as f64);
+    }
+
+    /// A batch with `offsets` is handed to the writer; the returned call
+    /// is for the writer to make once it is durable
+    /// ([`GroupCommits::submitted`]).
+    pub(super) fn submitted(
+        &mut self,
+        offsets: BTreeMap<i32, i64>,
+    ) -> impl FnOnce() + Send + 'static {
+        self.commits.submitted(offsets)
+    }
+
+    /// Whether a batch handed to the writer is not yet committed to the
+    /// group.
+    pub(super) fn commit_pending(&self) -> bool {
+        self.commits.pending()
     }
 
     /// Commit to the group the owned partitions' offsets of every batch
     /// the writer has made durable since last called: where their next
     /// owner would start publishing and storing (and what monitoring tools
     /// and the closed loop read).
-    pub(super) fn commit_written(&mut self, member: &BaseConsumer<MemberContext>) {
-        let offsets = self.group_commits.take_written();
+    pub(super) fn commit_written(&mut self) {
+        let offsets = self.commits.take_written();
         if offsets.is_empty() {
             return;
         }
-        let noted = member.context().note_durable(
+        let noted = self.member.context().note_durable(
             offsets
                 .into_iter()
                 .filter_map(|(p, next)| Some((p, next.max(self.partitions.publish_from(p)?)))),
         );
-        self.commit_async(member, noted);
+        self.commit_async(noted);
     }
 
     /// Commit again each owned partition's durable offset the coordinator
     /// has not confirmed: a commit sent during a rebalance fails and is not
     /// retried, and a partition with no new input commits nothing more.
-    pub(super) fn recommit_unconfirmed(&self, member: &BaseConsumer<MemberContext>) {
-        let context = member.context();
+    pub(super) fn recommit_unconfirmed(&self) {
+        let context = self.member.context();
         let durable = context.durable.lock().expect("not poisoned");
         let confirmed = context.confirmed.lock().expect("not poisoned");
         let unconfirmed: Vec<(i32, i64)> = durable
@@ -519,17 +582,15 @@ impl Pipeline<'_> {
             .map(|(&p, &next)| (p, next))
             .collect();
         drop((durable, confirmed));
-        self.commit_async(member, unconfirmed);
+        self.commit_async(unconfirmed);
     }
 
     /// Commit `offsets` of the input topic without waiting, each with the
     /// URL this instance advertises as its metadata (whoever commits a
     /// partition owns it); the coordinator's answer reaches
     /// `MemberContext::commit_callback`.
-    fn commit_async(&self, member: &BaseConsumer<MemberContext>, offsets: Vec<(i32, i64)>) {
+    fn commit_async(&self, offsets: Vec<(i32, i64)>) {
         let advertised = self
-            .config
-            .http
             .advertised_url
             .as_deref()
             .map(|url| self.peers.seal(url))
@@ -537,17 +598,17 @@ impl Pipeline<'_> {
         let mut tpl = TopicPartitionList::new();
         for (partition, next) in offsets {
             if tpl
-                .add_partition_offset(&self.topics.events, partition, Offset::Offset(next))
+                .add_partition_offset(&self.topic, partition, Offset::Offset(next))
                 .is_err()
             {
                 return;
             }
-            if let Some(mut element) = tpl.find_partition(&self.topics.events, partition) {
+            if let Some(mut element) = tpl.find_partition(&self.topic, partition) {
                 element.set_metadata(&advertised);
             }
         }
         if tpl.count() > 0
-            && let Err(e) = member.commit(&tpl, CommitMode::Async)
+            && let Err(e) = self.member.commit(&tpl, CommitMode::Async)
         {
             debug!("committing offsets to the group: {e}");
         }
@@ -564,12 +625,16 @@ impl Pipeline<'_> {
     /// poll, leaves at once. [`LEAVE_WAIT`] bounds the polls for a
     /// revocation that has not come; it cannot bound the revocation's own
     /// commit, which waits for the coordinator's answer inside the poll.
-    pub(super) fn leave_group(&self, member: &BaseConsumer<MemberContext>) {
-        member.unsubscribe();
+    pub(super) fn leave(&self) {
+        self.member.unsubscribe();
         let leaving = Instant::now();
         while leaving.elapsed() < LEAVE_WAIT {
-            let _ = member.poll(Duration::from_millis(10));
-            if member.assignment().is_ok_and(|owned| owned.count() == 0) {
+            let _ = self.member.poll(Duration::from_millis(10));
+            if self
+                .member
+                .assignment()
+                .is_ok_and(|owned| owned.count() == 0)
+            {
                 info!(
                     milliseconds = leaving.elapsed().as_millis() as u64,
                     "left the group"

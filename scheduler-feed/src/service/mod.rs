@@ -2,6 +2,11 @@
 //! Kafka sinks, with every batch committed to RocksDB atomically with the
 //! offsets it consumed.
 //!
+//! The pipeline thread's state is `Pipeline` (`pipeline.rs`), a handful of
+//! components (the group membership, the applier, the snapshots, the
+//! outbox), each in a file of its own with the methods that change it;
+//! `pipeline.rs` holds the loop and reads as calls on them.
+//!
 //! One batch goes through the five steps of an event's path, numbered as
 //! `docs/architecture.md` numbers them (the loop is `pipeline.rs`; each
 //! step's file is named):
@@ -30,7 +35,7 @@
 //!
 //! Every `storage.snapshot_every_events` messages, the batch's write also
 //! carries a snapshot of the predictor's state and truncates the log
-//! behind it (`recovery.rs`).
+//! behind it (`snapshots.rs`).
 //!
 //! A crash before step 5 loses the batch's effects on RocksDB but not its
 //! input: the restarted service restores its latest snapshot, applies the
@@ -49,13 +54,12 @@
 //! (jobs, tasks, machines) of, only the partitions it owns, and keeps the
 //! outputs of the others until their owner has published them
 //! (`outbox.rs`). When a partition changes hands, its new owner replays
-//! nothing (`recovery.rs`): it stores the partition's live records from
-//! memory and publishes the outputs the previous owner had not, from the
-//! offset the previous owner committed to the group (after its outputs
-//! were acknowledged and its records written: `group.rs`'s
-//! `GroupCommits`). Offsets for input are always the ones stored in
-//! RocksDB; the group's committed offsets only say where each owner's
-//! outputs end (`group.rs`).
+//! nothing (`Pipeline::reconcile`): it stores the partition's live
+//! records from memory and publishes the outputs the previous owner had
+//! not, from the offset the previous owner committed to the group (after
+//! its outputs were acknowledged and its records written: `group.rs`).
+//! Offsets for input are always the ones stored in RocksDB; the group's
+//! committed offsets only say where each owner's outputs end.
 
 mod accounting;
 mod apply;
@@ -66,19 +70,16 @@ mod partitions;
 mod peers;
 mod pipeline;
 mod record_owners;
-mod recovery;
 mod retention;
 mod sink;
+mod snapshots;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
-use jobcast_storage::writer::Writer;
 use tracing::info;
 
 use crate::config::ServeConfig;
@@ -86,8 +87,7 @@ use crate::error::ServiceError;
 use crate::shared::Shared;
 pub use apply::Applier;
 pub use apply::{EndedTasks, MessageOutcome};
-use recovery::Restore;
-use sink::Sink;
+use pipeline::Pipeline;
 pub use sink::{Republished, output_producer_config, republish_parked};
 
 /// Totals of one run of the service.
@@ -181,42 +181,7 @@ pub fn run(config: &ServeConfig, shared: Arc<Shared>) -> Result<RunSummary, Serv
     if !wait_for_room(&shared)? {
         return Ok(RunSummary::default());
     }
-    let mut pipeline = Pipeline::new(config, shared)?;
-    pipeline.check_store()?;
-    let member = pipeline.join_group()?;
-    let mut sink = Sink::new(&config.kafka, pipeline.shared.clone())?;
-    sink.warm_up(&config.topics);
-    pipeline
-        .shared
-        .liveness
-        .set_timeout(config.http.stall_timeout());
-    // Restored: the engine holds the whole state (false without
-    // partitions, or after a stop during the restore).
-    let restored = pipeline.await_assignment(&member)
-        && pipeline.reconcile(&member, &mut sink, true)? == Restore::Done;
-    if restored {
-        pipeline.shared.liveness.beat();
-        pipeline.shared.recovered.store(true, Ordering::Relaxed);
-        pipeline.consume(&member, &mut sink)?;
-    }
-    pipeline.writer.flush()?;
-    // The last batches' offsets go to the group now; leaving it commits,
-    // for each partition given up, any the coordinator has not confirmed.
-    pipeline.commit_written(&member);
-    sink.flush(Duration::from_secs(10))?;
-    pipeline.leave_group(&member);
-    // After the hand-over, so that no takeover waits for it: the next
-    // start (of a restored engine) then applies nothing from the log.
-    if restored && config.storage.snapshot_on_stop {
-        pipeline.snapshot_on_stop()?;
-    }
-    // With its partitions handed over: the next start then opens the
-    // store without replaying RocksDB's write-ahead log.
-    let flushing = Instant::now();
-    pipeline.store.flush_memtables()?;
-    info!(seconds = flushing.elapsed().as_secs_f64(), "store flushed");
-    info!(?pipeline.summary, "stopped");
-    Ok(pipeline.summary)
+    Pipeline::new(config, shared)?.run()
 }
 
 /// How often a start short of room on the store's filesystem looks again.
@@ -264,61 +229,6 @@ fn wait_for_room(shared: &Shared) -> Result<bool, ServiceError> {
     shared.waiting_for_room.store(false, Ordering::Relaxed);
     metrics::gauge!(crate::telemetry::WAITING_FOR_ROOM).set(0.0);
     Ok(true)
-}
-
-/// The pipeline thread's state; its steps are implemented in this module's
-/// files.
-struct Pipeline<'a> {
-    config: &'a ServeConfig,
-    topics: &'a Topics,
-    /// The engine's configuration as it shapes the state
-    /// ([`EngineConfig::stamp`]): stamped on a new store and checked
-    /// against an existing one.
-    engine_config: Vec<u8>,
-    shared: Arc<Shared>,
-    store: Arc<StateStore>,
-    /// Commits each batch's [`jobcast_storage::state::StateBatch`] while
-    /// the next one is applied.
-    writer: Writer,
-    /// The engine and the records it keeps, and the steps that apply a
-    /// message and stage what a batch changed.
-    applier: Applier<'a>,
-    next_seq: u64,
-    /// The snapshots stored so far, and what changed since the latest.
-    snapshots: recovery::SnapshotChain,
-    /// The next offset of each input partition after what was applied.
-    applied: BTreeMap<i32, i64>,
-    /// Outputs of partitions others own, for a takeover.
-    outbox: outbox::Outbox,
-    /// Offsets waiting for the writer before they go to the group.
-    group_commits: group::GroupCommits,
-    summary: RunSummary,
-    /// The input partitions this instance owns, is assigned, and stores.
-    partitions: partitions::Partitions,
-    /// Signs the URL this instance commits with, and checks the others'.
-    peers: peers::PeerSeal,
-}
-
-impl<'a> Pipeline<'a> {
-    fn new(config: &'a ServeConfig, shared: Arc<Shared>) -> Result<Self, ServiceError> {
-        Ok(Pipeline {
-            config,
-            topics: &config.topics,
-            engine_config: config.engine.stamp(),
-            store: shared.store.clone(),
-            writer: Writer::start(shared.store.clone()).map_err(ServiceError::Thread)?,
-            shared,
-            applier: Applier::new(config)?,
-            next_seq: 0,
-            snapshots: recovery::SnapshotChain::default(),
-            applied: BTreeMap::new(),
-            outbox: outbox::Outbox::new(config.consumer.takeover_buffer_bytes),
-            group_commits: group::GroupCommits::default(),
-            summary: RunSummary::default(),
-            partitions: partitions::Partitions::default(),
-            peers: peers::PeerSeal::new(config.http.token.as_ref()),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
-use jobcast_predictor::engine::{JobRecord, SnapshotError};
+use jobcast_predictor::engine::{JobRecord, Output, SnapshotError};
 use serde::{Deserialize, Serialize};
 
 use super::sink::Outgoing;
@@ -42,6 +42,24 @@ pub(super) struct HeldDecision {
     pub job_id: u64,
     pub version: u32,
     pub json: Vec<u8>,
+}
+
+impl HeldDecision {
+    /// The decisions among `outputs`, for the store of whoever publishes
+    /// them.
+    pub(super) fn all_of(outputs: &[Output]) -> Vec<HeldDecision> {
+        outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Decision(d) => Some(HeldDecision {
+                    job_id: d.job_id,
+                    version: d.version,
+                    json: serde_json::to_vec(d).expect("decisions serialise"),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// An ended job's final records: the job's, and its tasks' in their stored
