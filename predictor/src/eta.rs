@@ -136,86 +136,140 @@ pub fn predict(
     live: impl IntoIterator<Item = Queued>,
     capacity: f64,
 ) -> Predicted {
-    let capacity = capacity.max(f64::MIN_POSITIVE);
-    // Summed in whole µs (work) and millionths (width), so that the same
-    // jobs give the same sums in any order (a restored engine holds them
-    // in another).
-    let (mut ahead, mut ahead_width) = (0u128, 0u128);
-    let mut held = Held::default();
+    let mut around = Around::default();
     for j in live {
+        around.add(target, &j);
+    }
+    around.predict(target, capacity)
+}
+
+/// What an ETA sums over the live jobs other than its target: the work
+/// and width of the jobs ahead of it, the capacity the running tasks of
+/// the jobs behind hold. Summed in whole µs (work) and millionths
+/// (width), so that the same jobs give the same sums in any order (a
+/// restored engine holds them in another) and in any grouping (the
+/// engine keeps the sums of its jobs with no task running, which hold
+/// nothing, ready by queue order: [`Ahead`]).
+#[derive(Default)]
+pub struct Around {
+    ahead: Ahead,
+    held: Held,
+}
+
+/// The work left (task time × the capacity each task takes, whole µs)
+/// and the width (tasks × capacity, millionths) of jobs ahead of a
+/// target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ahead {
+    pub work: u128,
+    pub width: u128,
+}
+
+impl Ahead {
+    /// What `j` adds once ahead of a target.
+    pub fn of(j: &Queued) -> Ahead {
         let cpus = j.cpus_per_task.max(0.0);
+        Ahead {
+            work: round_u128(j.remaining_work_us.max(0.0) * cpus),
+            width: round_u128(f64::from(j.remaining_tasks) * cpus * 1e6),
+        }
+    }
+
+    pub fn add(&mut self, other: Ahead) {
+        self.work += other.work;
+        self.width += other.width;
+    }
+}
+
+impl Around {
+    /// Count `j`, a live job, around `target`.
+    pub fn add(&mut self, target: &Queued, j: &Queued) {
         if j.order() < target.order() {
-            ahead += round_u128(j.remaining_work_us.max(0.0) * cpus);
-            ahead_width += round_u128(f64::from(j.remaining_tasks) * cpus * 1e6);
+            self.ahead.add(Ahead::of(j));
         } else if j.job_id != target.job_id {
-            held.add(f64::from(j.running_tasks) * cpus, j.running_left_us);
+            let cpus = j.cpus_per_task.max(0.0);
+            self.held
+                .add(f64::from(j.running_tasks) * cpus, j.running_left_us);
         }
     }
-    let held = held.freeing();
-    let ahead = ahead as f64;
-    let busy = (ahead_width as f64 / 1e6).min(capacity);
-    let tasks = f64::from(target.remaining_tasks.max(1));
-    let cpus = target.cpus_per_task;
-    // Its tasks that fit side by side in `free` capacity.
-    let width = |free: f64| {
-        if cpus > 0.0 {
-            tasks.min(free.max(0.0) / cpus)
-        } else {
-            tasks
-        }
-    };
-    let full = width(capacity).max(1.0);
-    let own = target.remaining_work_us.max(0.0);
-    let predicted = |us: f64, kind: Kind| Predicted {
-        us,
-        queue: target.queue,
-        kind,
-    };
-    if own <= 0.0 {
-        return predicted(1.0, Kind::Overrun);
+
+    /// Count jobs ahead of the target whose sums are known already.
+    pub fn add_ahead(&mut self, ahead: Ahead) {
+        self.ahead.add(ahead);
     }
-    let ahead_busy = if ahead > 0.0 { busy } else { 0.0 };
-    if width(capacity - ahead_busy - held.at(0.0)) >= full {
-        return predicted(own / full, Kind::AtOnce);
-    }
-    // Step through the time the held capacity takes to come free, in
-    // steps growing from a small share of the shortest time scale; then
-    // the rest in closed form.
-    let (mut t, mut ahead_left, mut own_left) = (0.0, ahead, own);
-    let mut dt = [held.shortest_us(), own / full, ahead / capacity]
-        .into_iter()
-        .filter(|x| *x > 0.0)
-        .fold(f64::INFINITY, f64::min)
-        / FIRST_STEPS;
-    while held.at(t) > HELD_NONE * capacity {
-        let free = capacity - held.at(t + dt / 2.0);
-        let b = if ahead_left > 0.0 {
-            busy.min(free.max(0.0))
-        } else {
-            0.0
+
+    /// When `target` should finish on a cluster of `capacity`, with these
+    /// jobs around it ([`predict`]).
+    pub fn predict(self, target: &Queued, capacity: f64) -> Predicted {
+        let capacity = capacity.max(f64::MIN_POSITIVE);
+        let (ahead, ahead_width) = (self.ahead.work, self.ahead.width);
+        let held = self.held;
+        let held = held.freeing();
+        let ahead = ahead as f64;
+        let busy = (ahead_width as f64 / 1e6).min(capacity);
+        let tasks = f64::from(target.remaining_tasks.max(1));
+        let cpus = target.cpus_per_task;
+        // Its tasks that fit side by side in `free` capacity.
+        let width = |free: f64| {
+            if cpus > 0.0 {
+                tasks.min(free.max(0.0) / cpus)
+            } else {
+                tasks
+            }
         };
-        let mut step = dt;
-        if b > 0.0 && ahead_left / b < step {
-            step = ahead_left / b;
-        }
-        let rate = width(free - b);
-        if rate > 0.0 && own_left / rate <= step {
-            return predicted(t + own_left / rate, Kind::Queued);
-        }
-        own_left -= rate * step;
-        ahead_left = if step < dt {
-            0.0
-        } else {
-            ahead_left - b * step
+        let full = width(capacity).max(1.0);
+        let own = target.remaining_work_us.max(0.0);
+        let predicted = |us: f64, kind: Kind| Predicted {
+            us,
+            queue: target.queue,
+            kind,
         };
-        t += step;
-        dt *= STEP_GROWTH;
+        if own <= 0.0 {
+            return predicted(1.0, Kind::Overrun);
+        }
+        let ahead_busy = if ahead > 0.0 { busy } else { 0.0 };
+        if width(capacity - ahead_busy - held.at(0.0)) >= full {
+            return predicted(own / full, Kind::AtOnce);
+        }
+        // Step through the time the held capacity takes to come free, in
+        // steps growing from a small share of the shortest time scale; then
+        // the rest in closed form.
+        let (mut t, mut ahead_left, mut own_left) = (0.0, ahead, own);
+        let mut dt = [held.shortest_us(), own / full, ahead / capacity]
+            .into_iter()
+            .filter(|x| *x > 0.0)
+            .fold(f64::INFINITY, f64::min)
+            / FIRST_STEPS;
+        while held.at(t) > HELD_NONE * capacity {
+            let free = capacity - held.at(t + dt / 2.0);
+            let b = if ahead_left > 0.0 {
+                busy.min(free.max(0.0))
+            } else {
+                0.0
+            };
+            let mut step = dt;
+            if b > 0.0 && ahead_left / b < step {
+                step = ahead_left / b;
+            }
+            let rate = width(free - b);
+            if rate > 0.0 && own_left / rate <= step {
+                return predicted(t + own_left / rate, Kind::Queued);
+            }
+            own_left -= rate * step;
+            ahead_left = if step < dt {
+                0.0
+            } else {
+                ahead_left - b * step
+            };
+            t += step;
+            dt *= STEP_GROWTH;
+        }
+        let now = width(capacity - busy);
+        predicted(
+            t + drain(ahead_left, busy, own_left, now, full),
+            Kind::Queued,
+        )
     }
-    let now = width(capacity - busy);
-    predicted(
-        t + drain(ahead_left, busy, own_left, now, full),
-        Kind::Queued,
-    )
 }
 
 /// `x.round() as u128`, the same value for every `x`, without the two

@@ -19,15 +19,16 @@
 //! whether it was real, and refused if it was not.
 //!
 //! One file per concern: `config` (what the engine runs), `clock` (event
-//! time, from the input partitions together), `records` (what
-//! it knows, as stored and served) and [`layout`] (their binary form),
-//! `effects` (what applying events produces), `lifecycle` (a job from
-//! submission to its end), `eta` (when each live job should finish, carried
-//! by its decisions), `risk` (machines, and the preemption risk of
-//! tasks on transient VMs), `expiry` (giving up on jobs and machines that
-//! stopped reporting) and `snapshot` (the whole state as one value,
-//! which a restarted service restores instead of applying all its input
-//! again).
+//! time, from the input partitions together), `records` (what it knows,
+//! as stored and served) and [`layout`] (their binary form), `effects`
+//! (what applying events produces), `lifecycle` (a job from submission
+//! to its end), `pacing` (how often a job's decisions go out),
+//! `progress` (when each live job should finish, carried by its
+//! decisions) with `order_sums` (the sums its ETA takes of the jobs
+//! queued), `machines` (machines, and the preemption risk of tasks on
+//! transient VMs), `expiry` (giving up on jobs and machines that stopped
+//! reporting) and `snapshot` (the whole state as one value, which a
+//! restarted service restores instead of applying all its input again).
 
 mod clock;
 mod config;
@@ -36,6 +37,7 @@ mod expiry;
 pub mod layout;
 mod lifecycle;
 mod machines;
+mod order_sums;
 mod pacing;
 mod progress;
 mod records;

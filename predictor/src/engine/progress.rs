@@ -10,19 +10,21 @@
 //! An ETA is the state's view at its decision: the jobs that arrive or
 //! move ahead later are not in it, which the calibration learns as bias
 //! per queue. The time already run is kept per job as sums (finished task
-//! time, running attempts and the sum of their starts), so an ETA costs
-//! one pass over the live jobs' compact rows ([`EtaRows`]) and no pass
-//! over their tasks.
+//! time, running attempts and the sum of their starts), so an ETA takes
+//! no pass over any job's tasks: it walks the rows of the jobs with a
+//! task running and takes the sums of the rest before its own job
+//! ([`EtaRows`]).
 
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Completion, Decision, PolicyKind};
-use crate::eta::{self, Eta, EtaCalibration, JobProgress, Predicted, Queued};
+use crate::eta::{self, Ahead, Around, Eta, EtaCalibration, JobProgress, Predicted, Queued};
 use jobcast_ingest::config::ConfigError;
 
 use super::effects::{Effects, Output};
 use super::machines::Machines;
+use super::order_sums::OrderSums;
 use super::{Engine, LiveJob};
 
 /// The ETAs the engine gives: the capacity they assume, how far off the
@@ -107,9 +109,9 @@ impl Etas {
         if capacity < MIN_CAPACITY {
             return None;
         }
-        let target = job.eta_row(driver, per_cpu)?.queued(now_us);
-        let live = self.rows.rows.iter().map(|row| row.queued(now_us));
-        let predicted = eta::predict(&target, live, capacity);
+        let predicted = self
+            .rows
+            .predict(&job.eta_row(driver, per_cpu)?, capacity, now_us);
         Some((predicted, self.calibration.eta(predicted)))
     }
 
@@ -142,15 +144,14 @@ impl Etas {
         let mut expected: Vec<Row> = jobs
             .filter_map(|job| job.eta_row(driver, per_cpu))
             .collect();
-        let mut held = self.rows.rows.clone();
+        let mut held = self.rows.all();
         expected.sort_by_key(|r| r.job_id);
         held.sort_by_key(|r| r.job_id);
         let indexed = held.len() == self.rows.at.len()
-            && self
-                .rows
-                .at
-                .iter()
-                .all(|(id, &i)| self.rows.rows[i].job_id == *id);
+            && self.rows.at.iter().all(|(id, slot)| match *slot {
+                Slot::Running(i) => self.rows.running[i].job_id == *id,
+                Slot::Idle(order) => order.2 == *id,
+            });
         held == expected && indexed
     }
 }
@@ -247,6 +248,10 @@ struct Row {
 }
 
 impl Row {
+    fn order(&self) -> Order {
+        (self.queue, self.since_us, self.job_id)
+    }
+
     /// The job as the ETA model sees it at `now_us`.
     fn queued(&self, now_us: u64) -> Queued {
         // Task time its running attempts have run by `now_us`, µs.
@@ -281,40 +286,98 @@ fn running_us(running: u32, now_us: u64, since_sum_us: u128) -> f64 {
     }
 }
 
-/// The rows of every placed and sized live job. An ETA walks every live
+/// The rows of every placed and sized live job. An ETA counts every live
 /// job ahead of or beside its own: thousands of them on a busy cluster,
-/// at each decision. Walked through the jobs themselves (each in a map
-/// entry of several cache lines) that walk was a sixth of the service's
-/// time on the Google window; these rows sit together in one array.
-/// [`Etas::reindex`] keeps a job's row current wherever its
-/// placement, size or tasks change, and the sums an ETA takes of them
-/// are integer sums, so the order of the rows changes nothing.
+/// at each decision.
+///
+/// A job with a task running adds to an ETA what depends on the time
+/// (the work its running tasks have left, the capacity they hold): its
+/// row is walked at every ETA, in one array (walked through the jobs
+/// themselves, each in a map entry of several cache lines, that walk was
+/// a sixth of the service's time on the Google window). There are at
+/// most as many as the cluster runs tasks. A job with none adds the same
+/// at any time, and only if it is ahead: those rows (a deep queue's
+/// thousands) are summed by queue order as they change ([`OrderSums`]),
+/// and an ETA takes their sum before its job in O(log n). The sums are
+/// integer sums, so neither the order of the rows nor their grouping
+/// changes an ETA.
+///
+/// [`Etas::reindex`] keeps a job's row current wherever its placement,
+/// size or tasks change.
 #[derive(Debug, Default)]
 struct EtaRows {
-    rows: Vec<Row>,
-    /// Each job's index in `rows`.
-    at: HashMap<u64, usize>,
+    running: Vec<Row>,
+    idle: OrderSums<Order, Row>,
+    /// Where each job's row is.
+    at: HashMap<u64, Slot>,
+}
+
+/// A row's place in the queues: (queue, since when, job id), the order GS
+/// serves them in.
+type Order = (u8, u64, u64);
+
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    /// At this index of `running`.
+    Running(usize),
+    /// In `idle`, at this order.
+    Idle(Order),
 }
 
 impl EtaRows {
     fn put(&mut self, row: Row) {
-        match self.at.get(&row.job_id) {
-            Some(&i) => self.rows[i] = row,
-            None => {
-                self.at.insert(row.job_id, self.rows.len());
-                self.rows.push(row);
+        let slot = if row.running > 0 {
+            if let Some(&Slot::Running(i)) = self.at.get(&row.job_id) {
+                self.running[i] = row;
+                return;
             }
-        }
+            self.remove(row.job_id);
+            self.running.push(row);
+            Slot::Running(self.running.len() - 1)
+        } else {
+            self.remove(row.job_id);
+            // Its terms at any time: with no task running, the time is
+            // not in them.
+            self.idle
+                .insert(row.order(), row, Ahead::of(&row.queued(0)));
+            Slot::Idle(row.order())
+        };
+        self.at.insert(row.job_id, slot);
     }
 
     fn remove(&mut self, job_id: u64) {
-        let Some(i) = self.at.remove(&job_id) else {
-            return;
-        };
-        self.rows.swap_remove(i);
-        if let Some(moved) = self.rows.get(i) {
-            self.at.insert(moved.job_id, i);
+        match self.at.remove(&job_id) {
+            Some(Slot::Running(i)) => {
+                self.running.swap_remove(i);
+                if let Some(moved) = self.running.get(i) {
+                    self.at.insert(moved.job_id, Slot::Running(i));
+                }
+            }
+            Some(Slot::Idle(order)) => {
+                self.idle.remove(&order);
+            }
+            None => {}
         }
+    }
+
+    /// The model's prediction at `now_us`, on `capacity`, for the job of
+    /// `target`, a row held here: [`eta::predict`] over every row.
+    fn predict(&self, target: &Row, capacity: f64, now_us: u64) -> Predicted {
+        let queued = target.queued(now_us);
+        let mut around = Around::default();
+        around.add_ahead(self.idle.sum_before(&target.order()));
+        for other in &self.running {
+            around.add(&queued, &other.queued(now_us));
+        }
+        around.predict(&queued, capacity)
+    }
+
+    /// Every row, for the tests' check.
+    #[cfg(test)]
+    fn all(&self) -> Vec<Row> {
+        let mut rows = self.running.clone();
+        rows.extend(self.idle.values().into_iter().copied());
+        rows
     }
 }
 
@@ -413,7 +476,69 @@ fn later(now_us: u64, duration_us: f64) -> u64 {
 mod tests {
     use proptest::prelude::*;
 
-    use super::running_us;
+    use super::*;
+
+    fn row(job_id: u64, (queue, since_us, size, width, running, finished): RowParts) -> Row {
+        let unfinished = width.saturating_sub(finished);
+        let running = running.min(unfinished);
+        Row {
+            job_id,
+            queue,
+            since_us,
+            size_us: size,
+            width,
+            unfinished,
+            running,
+            finished_us: u64::from(finished) * 1_000,
+            running_since_sum_us: u128::from(running) * u128::from(since_us),
+            cpus_per_task: if job_id.is_multiple_of(3) { 0.5 } else { 1.0 },
+        }
+    }
+
+    type RowParts = (u8, u64, f64, u32, u32, u32);
+
+    fn parts() -> impl Strategy<Value = RowParts> {
+        (
+            0u8..4,
+            0u64..1_000_000,
+            0.0f64..1e7,
+            1u32..50,
+            0u32..8,
+            0u32..10,
+        )
+    }
+
+    proptest! {
+        /// The prediction from the idle rows' sums and a walk over the
+        /// running ones is, bit for bit, the one a walk over every row
+        /// gives, after any puts and removes (rows moving between idle and
+        /// running, between queues, leaving).
+        #[test]
+        fn an_eta_from_the_sums_is_the_eta_of_a_walk_over_every_row(
+            ops in prop::collection::vec((0u64..60, prop::option::of(parts())), 1..300),
+            now_us in 1_000_000u64..3_000_000,
+            capacity in 1.0f64..200.0,
+        ) {
+            let mut rows = EtaRows::default();
+            for (job_id, parts) in ops {
+                match parts {
+                    Some(parts) => rows.put(row(job_id, parts)),
+                    None => rows.remove(job_id),
+                }
+            }
+            let all = rows.all();
+            for target in &all {
+                let walked = eta::predict(
+                    &target.queued(now_us),
+                    all.iter().map(|r| r.queued(now_us)),
+                    capacity,
+                );
+                let summed = rows.predict(target, capacity, now_us);
+                prop_assert_eq!(summed.us.to_bits(), walked.us.to_bits());
+                prop_assert_eq!(summed.kind, walked.kind);
+            }
+        }
+    }
 
     fn wide(running: u32, now_us: u64, since_sum_us: u128) -> f64 {
         (u128::from(running) * u128::from(now_us)).saturating_sub(since_sum_us) as f64
