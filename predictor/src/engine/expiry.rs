@@ -3,11 +3,11 @@
 //! without a word would otherwise stay in memory, in every snapshot and in
 //! the store for as long as the service runs. So a job with no event for
 //! `expiry.live_job_idle_hours` of event time ends as
-//! [`JobState::Expired`]: unscored, nothing learnt from it, its policies'
+//! [`JobState::Expired`](crate::engine::JobState::Expired): unscored, nothing learnt from it, its policies'
 //! state released, its record then kept for the store's retention like any
 //! ended job's. A machine with no event (its own, or a task placed on it)
 //! for `expiry.machine_silent_hours` is forgotten, record and all. Each is
-//! counted ([`Effects::expired_jobs`], [`Effects::expired_machines`]), never
+//! counted (`Effects::expired_jobs`, `Effects::expired_machines`), never
 //! silent.
 //!
 //! Sweeps run when the event clock (the time the input partitions agree
@@ -17,9 +17,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Engine;
-use super::effects::Effects;
-use super::records::JobState;
 use jobcast_ingest::config::ConfigError;
 
 /// Steps per window.
@@ -82,44 +79,50 @@ impl ExpirySettings {
     }
 }
 
-impl Engine {
-    /// When the clock crosses a step, give up on the jobs and machines
-    /// silent for longer than their window.
-    pub(super) fn expire_silent(&mut self, effects: &mut Effects) {
-        let Some(step) = self.expiry.step_us() else {
-            return;
-        };
-        let watermark = self.clock.now_us();
-        if watermark < self.next_sweep_us {
-            return;
+/// When the next sweep is, and how long is too long.
+#[derive(Debug)]
+pub(super) struct Expiry {
+    settings: ExpirySettings,
+    /// The clock's time at which to look next for what stopped reporting.
+    next_sweep_us: u64,
+}
+
+/// What a sweep gives up on: the live jobs whose last event is before
+/// `jobs_before`, the machines silent since before `machines_before`
+/// (none where that window is 0).
+pub(super) struct Sweep {
+    pub(super) jobs_before: Option<u64>,
+    pub(super) machines_before: Option<u64>,
+}
+
+impl Expiry {
+    pub(super) fn new(settings: ExpirySettings) -> Self {
+        Expiry {
+            settings,
+            next_sweep_us: 0,
         }
-        self.next_sweep_us = watermark - watermark % step + step;
-        if let Some(idle) = ExpirySettings::window_us(self.expiry.live_job_idle_hours) {
-            let bound = watermark.saturating_sub(idle);
-            let mut silent: Vec<u64> = self
-                .jobs
-                .iter()
-                .filter(|(_, job)| job.last_event_us < bound)
-                .map(|(&id, _)| id)
-                .collect();
-            silent.sort_unstable();
-            for job_id in silent {
-                self.forget_pacing(job_id, effects);
-                let mut job = self.jobs.remove(&job_id).expect("listed above");
-                self.etas.forget(job_id);
-                job.record.state = JobState::Expired;
-                job.record.end_us = Some(watermark);
-                for policy in &mut self.policies {
-                    policy.on_job_abandoned(job_id);
-                }
-                effects.jobs.mark(job_id);
-                effects.expired_jobs.push(job_id);
-                self.ended.insert(job_id, job.record);
-            }
+    }
+
+    /// What a snapshot keeps: when the next sweep is.
+    pub(super) fn next_sweep_us(&self) -> u64 {
+        self.next_sweep_us
+    }
+
+    pub(super) fn restore(&mut self, next_sweep_us: u64) {
+        self.next_sweep_us = next_sweep_us;
+    }
+
+    /// The sweep due once the clock, at `now_us`, has crossed a step.
+    pub(super) fn due(&mut self, now_us: u64) -> Option<Sweep> {
+        let step = self.settings.step_us()?;
+        if now_us < self.next_sweep_us {
+            return None;
         }
-        if let Some(silent_for) = ExpirySettings::window_us(self.expiry.machine_silent_hours) {
-            self.machines
-                .expire_silent(watermark.saturating_sub(silent_for), effects);
-        }
+        self.next_sweep_us = now_us - now_us % step + step;
+        let before = |hours| ExpirySettings::window_us(hours).map(|w| now_us.saturating_sub(w));
+        Some(Sweep {
+            jobs_before: before(self.settings.live_job_idle_hours),
+            machines_before: before(self.settings.machine_silent_hours),
+        })
     }
 }

@@ -10,11 +10,10 @@ use std::collections::BTreeSet;
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{MachineEvent, MachineKind, TaskEvent};
 
-use crate::decision::PolicyKind;
+use crate::decision::Estimate;
 use crate::preemption::online::OnlineFitter;
 use crate::preemption::risk::{RuntimeEstimate, score};
 
-use super::Engine;
 use super::config::RiskSettings;
 use super::effects::{Effects, Output};
 use super::records::{MachineRecord, MachineRisk};
@@ -151,23 +150,11 @@ impl MachineRecord {
     }
 }
 
-impl Engine {
-    /// Score the task just placed on `machine_id`, if that is a transient
-    /// VM and the job has an estimate to score with.
-    pub(super) fn place_on_vm(&mut self, task: &TaskEvent, effects: &mut Effects) {
+impl Machines {
+    /// Score `task`, just placed, if on a transient VM: its job's
+    /// `estimate` gives the runtime it must survive.
+    pub(super) fn placed(&mut self, task: &TaskEvent, estimate: &Estimate, effects: &mut Effects) {
         let Some(machine_id) = task.machine_id else {
-            return;
-        };
-        let Some(job) = self.jobs.get(&task.job_id) else {
-            return;
-        };
-        let estimate = job
-            .record
-            .estimates
-            .get(&self.driver)
-            // A thin job placed without an estimate: the history's.
-            .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma));
-        let Some(estimate) = estimate else {
             return;
         };
         let runtime = RuntimeEstimate {
@@ -175,7 +162,7 @@ impl Engine {
             // The log-normal whose ln-sd is the estimate's spread.
             cv: (estimate.log_sd.powi(2).exp() - 1.0).sqrt(),
         };
-        self.machines.score(
+        self.score(
             machine_id,
             task.job_id,
             task.task_index,
@@ -185,9 +172,7 @@ impl Engine {
             effects,
         );
     }
-}
 
-impl Machines {
     /// Score the task on a VM at `now_us` and schedule the next refresh.
     #[allow(clippy::too_many_arguments)]
     fn score(

@@ -18,16 +18,21 @@
 //! stands alone far ahead is held until its partition's next events say
 //! whether it was real, and refused if it was not.
 //!
-//! One file per concern: `config` (what the engine runs), `clock` (event
-//! time, from the input partitions together), `records` (what it knows,
-//! as stored and served) and [`layout`] (their binary form), `effects`
-//! (what applying events produces), `lifecycle` (a job from submission
-//! to its end), `pacing` (how often a job's decisions go out),
-//! `progress` (when each live job should finish, carried by its
-//! decisions) with `order_sums` (the sums its ETA takes of the jobs
-//! queued), `machines` (machines, and the preemption risk of tasks on
-//! transient VMs), `expiry` (giving up on jobs and machines that stopped
-//! reporting) and `snapshot` (the whole state as one value, which a
+//! A job's life in the engine is this file's [`Engine`]: submitted
+//! (every policy decides), its tasks' events (policies may decide again,
+//! e.g. SLearn once its pilots end), and its end (each policy's estimate
+//! scored against the truth, and the history and policies taught through
+//! [`FinishedJob::learn`]). Every other concern is a component the engine
+//! holds, in a file of its own with the methods that change it: `clock`
+//! (event time, from the input partitions together), `pacing` (how often
+//! a job's decisions go out), `progress` (when each live job should
+//! finish, carried by its decisions) with `order_sums` (the sums its ETA
+//! takes of the jobs queued), `machines` (machines, and the preemption
+//! risk of tasks on transient VMs), `expiry` (when to give up on jobs and
+//! machines that stopped reporting). Beside them: `config` (what the
+//! engine runs), `records` (what it knows, as stored and served) and
+//! [`layout`] (their binary form), `effects` (what applying events
+//! produces) and `snapshot` (the whole state as one value, which a
 //! restarted service restores instead of applying all its input again).
 
 mod clock;
@@ -35,7 +40,6 @@ mod config;
 mod effects;
 mod expiry;
 pub mod layout;
-mod lifecycle;
 mod machines;
 mod order_sums;
 mod pacing;
@@ -45,21 +49,24 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use foldhash::{HashMap, HashMapExt};
-use jobcast_ingest::event::{Event, JobSubmitted};
+use jobcast_ingest::event::{Event, JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskKind};
 
-use crate::decision::PolicyKind;
-use crate::history::History;
-use crate::policies::Policy;
-use crate::policies::build;
+use crate::decision::{Decision, PolicyKind};
+use crate::eta;
+use crate::finished::FinishedJob;
+use crate::history::{History, HistoryKey};
+use crate::policies::{Context, Policy, TaskEnd, build};
 use crate::preemption::online::OnlineFitter;
 use crate::queues::QueueConfig;
 use jobcast_ingest::config::ConfigError;
 
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
 pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
+use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use expiry::ExpirySettings;
 pub use progress::EtaSettings;
@@ -67,6 +74,7 @@ pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
     PredictionError, TaskRecord,
 };
+use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
 
 struct LiveJob {
@@ -98,20 +106,18 @@ pub struct Engine {
     machines: machines::Machines,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
-    expiry: ExpirySettings,
+    /// When to look next for jobs and machines that stopped reporting.
+    expiry: expiry::Expiry,
     /// Event time, from the input partitions together.
     clock: clock::EventClock,
-    /// The clock's time at which to look next for what stopped reporting.
-    next_sweep_us: u64,
     /// The ETAs it gives: their capacity, calibration and the rows they
     /// walk.
     etas: progress::Etas,
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
-    /// `engine.min_republish_ms` in µs, and the decisions waiting for it.
-    min_republish_us: u64,
-    due: pacing::DueQueue,
+    /// `engine.min_republish_ms`, and the decisions waiting for it.
+    pacer: pacing::Pacer,
 }
 
 impl Engine {
@@ -170,14 +176,12 @@ impl Engine {
             machines: machines::Machines::new(OnlineFitter::new(online), config.risk.clone()),
             policy_errors: BTreeMap::new(),
             events: 0,
-            expiry: config.expiry,
+            expiry: expiry::Expiry::new(config.expiry),
             clock: clock::EventClock::new(max_future_skew_us),
-            next_sweep_us: 0,
             etas: progress::Etas::new(config.eta),
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
-            min_republish_us: config.min_republish_ms.saturating_mul(1000),
-            due: pacing::DueQueue::default(),
+            pacer: pacing::Pacer::new(config.min_republish_ms),
         })
     }
 
@@ -240,7 +244,7 @@ impl Engine {
 
     /// Decisions waiting for `engine.min_republish_ms` (`pacing.rs`).
     pub fn waiting_decisions(&self) -> usize {
-        self.due.len()
+        self.pacer.waiting()
     }
 
     /// Apply one event from `origin` (its input partition and offset).
@@ -327,6 +331,508 @@ impl Engine {
         self.events += 1;
         Ok(())
     }
+
+    fn submit(
+        &mut self,
+        partition: i32,
+        job: &JobSubmitted,
+        effects: &mut Effects,
+    ) -> Result<(), Rejection> {
+        if self.jobs.contains_key(&job.job_id) {
+            return Err(reject(
+                "duplicate_job",
+                format!("job {} was already submitted", job.job_id),
+            ));
+        }
+        if self.jobs.len() as u64 >= self.max_live_jobs {
+            return Err(reject(
+                "over_budget",
+                format!(
+                    "job {}: {} jobs are live, engine.max_live_jobs",
+                    job.job_id,
+                    self.jobs.len()
+                ),
+            ));
+        }
+        let mut record = JobRecord {
+            job_id: job.job_id,
+            submit_us: job.time_us,
+            user: job.user.clone(),
+            job_name: job.job_name.clone(),
+            logical_name: job.logical_name.clone(),
+            width: job.num_tasks,
+            state: JobState::Running,
+            end_us: None,
+            tasks_finished: 0,
+            estimates: BTreeMap::new(),
+            actual_mean_task_runtime_us: None,
+            errors: BTreeMap::new(),
+            eta: None,
+        };
+        let ctx = Context {
+            now_us: job.time_us,
+            history: &self.history,
+            queues: &self.queues,
+        };
+        let mut published = Vec::new();
+        for policy in &mut self.policies {
+            let decision = policy.on_submit(job, &ctx);
+            published.extend(record_decision(&mut record, decision, self.driver));
+        }
+        let progress =
+            progress::Progress::submitted(eta::size_hint_us(&self.history, job, job.time_us));
+        self.jobs.insert(
+            job.job_id,
+            LiveJob {
+                submitted: job.clone(),
+                record,
+                runtimes: BTreeMap::new(),
+                last_event_us: job.time_us,
+                progress,
+                partition,
+                pacing: Default::default(),
+            },
+        );
+        for decision in published {
+            self.offer(decision, job.time_us, effects);
+        }
+        self.reindex_eta(job.job_id);
+        effects.jobs.mark(job.job_id);
+        Ok(())
+    }
+
+    fn live_job(&self, job_id: u64, time_us: u64) -> Result<&LiveJob, Rejection> {
+        let job = self.jobs.get(&job_id).ok_or_else(|| {
+            reject(
+                "unknown_job",
+                format!("job {job_id} is not running (never submitted, or already ended)"),
+            )
+        })?;
+        if time_us < job.last_event_us {
+            return Err(reject(
+                "time_backwards",
+                format!(
+                    "job {job_id}: event at {time_us} µs is earlier than its previous event at {} µs",
+                    job.last_event_us
+                ),
+            ));
+        }
+        Ok(job)
+    }
+
+    /// Apply a task event; its job's ETA row follows what it changed
+    /// (tasks running and finished, the driving policy's estimate).
+    fn task_event(&mut self, event: &TaskEvent, effects: &mut Effects) -> Result<(), Rejection> {
+        self.apply_task_event(event, effects)?;
+        self.reindex_eta(event.job_id);
+        Ok(())
+    }
+
+    fn apply_task_event(
+        &mut self,
+        event: &TaskEvent,
+        effects: &mut Effects,
+    ) -> Result<(), Rejection> {
+        let job = self.live_job(event.job_id, event.time_us)?;
+        if event.task_index >= job.submitted.num_tasks {
+            return Err(reject(
+                "unknown_task",
+                format!(
+                    "job {} has {} tasks; there is no task {}",
+                    event.job_id, job.submitted.num_tasks, event.task_index
+                ),
+            ));
+        }
+        let key = (event.job_id, event.task_index);
+        let previous = self.tasks.get(&key);
+        if previous.is_none() && self.tasks.len() as u64 >= self.max_live_tasks {
+            return Err(reject(
+                "over_budget",
+                format!(
+                    "job {} task {}: {} tasks have records, engine.max_live_tasks",
+                    event.job_id,
+                    event.task_index,
+                    self.tasks.len()
+                ),
+            ));
+        }
+        let started = previous.and_then(|t| t.running_since_us);
+        let runtime_us = match event.kind {
+            TaskKind::Finish => Some(
+                event.time_us
+                    - started.ok_or_else(|| {
+                        reject(
+                            "no_running_attempt",
+                            format!(
+                                "job {} task {}: finished without a running attempt",
+                                event.job_id, event.task_index
+                            ),
+                        )
+                    })?,
+            ),
+            _ => None,
+        };
+
+        let mut task = previous.cloned().unwrap_or(TaskRecord {
+            job_id: event.job_id,
+            task_index: event.task_index,
+            last: event.kind,
+            attempts: 0,
+            last_schedule_us: None,
+            running_since_us: None,
+            runtime_us: None,
+            machine_id: None,
+        });
+        task.last = event.kind;
+        if event.machine_id.is_some() {
+            task.machine_id = event.machine_id;
+        }
+        if event.kind == TaskKind::Schedule {
+            task.attempts += 1;
+            task.last_schedule_us = Some(event.time_us);
+            task.running_since_us = Some(event.time_us);
+        } else if event.kind.ends_attempt() {
+            task.running_since_us = None;
+        }
+        if runtime_us.is_some() {
+            task.runtime_us = runtime_us;
+        }
+        self.tasks.insert(key, task);
+        effects.tasks.mark(key);
+        if let Some(machine_id) = event.machine_id {
+            self.machines.seen(machine_id, event.time_us);
+        }
+        if event.kind == TaskKind::Schedule {
+            self.place_on_vm(event, effects);
+        }
+
+        let job = self.jobs.get_mut(&event.job_id).expect("checked above");
+        job.last_event_us = event.time_us;
+        if event.kind == TaskKind::Schedule {
+            if let Some(since) = started {
+                // A schedule over a running attempt replaces it.
+                job.progress.attempt_ended(since, None);
+            }
+            job.progress.attempt_started(event.time_us);
+        }
+        // Only ends of running attempts tell the policies anything: a
+        // pilot that fails or is evicted must be replaced.
+        let ended_running_attempt = event.kind.ends_attempt() && started.is_some();
+        if !ended_running_attempt {
+            return Ok(());
+        }
+        let mut first_finish = None;
+        if let Some(runtime) = runtime_us
+            && job.runtimes.insert(event.task_index, runtime).is_none()
+        {
+            job.record.tasks_finished += 1;
+            first_finish = Some(runtime);
+        }
+        if let Some(since) = started {
+            job.progress.attempt_ended(since, first_finish);
+        }
+        let end = TaskEnd {
+            job_id: event.job_id,
+            task_index: event.task_index,
+            time_us: event.time_us,
+            runtime_us,
+        };
+        let ctx = Context {
+            now_us: event.time_us,
+            history: &self.history,
+            queues: &self.queues,
+        };
+        let mut published = Vec::new();
+        for policy in &mut self.policies {
+            if let Some(decision) = policy.on_task_end(&end, &ctx) {
+                published.extend(record_decision(&mut job.record, decision, self.driver));
+            }
+        }
+        for decision in published {
+            self.offer(decision, event.time_us, effects);
+        }
+        effects.jobs.mark(event.job_id);
+        Ok(())
+    }
+
+    fn end(&mut self, end: &JobEnded, effects: &mut Effects) -> Result<(), Rejection> {
+        self.live_job(end.job_id, end.time_us)?;
+        self.forget_pacing(end.job_id, effects);
+        let mut job = self.jobs.remove(&end.job_id).expect("checked above");
+        self.etas.forget(end.job_id);
+        job.record.end_us = Some(end.time_us);
+        job.record.state = match end.outcome {
+            JobOutcome::Finish => JobState::Finished,
+            JobOutcome::Fail => JobState::Failed,
+            JobOutcome::Kill => JobState::Killed,
+            JobOutcome::Lost => JobState::Lost,
+        };
+        if end.outcome == JobOutcome::Finish {
+            self.etas.learn(&job, end.time_us, effects);
+        }
+        let every_task = job.runtimes.len() as u64 == u64::from(job.submitted.num_tasks);
+        let runtimes = every_task.then(|| job.runtimes.values().copied().collect::<Vec<u64>>());
+        // Only a finished job whose every task runtime is known has a true
+        // size to learn from and to score estimates against.
+        let truth = match (end.outcome, runtimes) {
+            (JobOutcome::Finish, Some(runtimes)) => {
+                FinishedJob::new(job.submitted.clone(), runtimes).ok()
+            }
+            _ => None,
+        };
+        match truth {
+            Some(truth) => {
+                let actual = truth.mean_task_runtime_us();
+                job.record.actual_mean_task_runtime_us = Some(actual);
+                for policy in &self.policies {
+                    let kind = policy.kind();
+                    if let Some(estimate) = job.record.estimates.get(&kind) {
+                        let error = PredictionError::of(estimate.mean_task_runtime_us, actual);
+                        job.record.errors.insert(kind, error);
+                        self.policy_errors
+                            .entry(kind.name())
+                            .or_default()
+                            .record(&error);
+                        effects.policies.mark(kind.name());
+                        effects.outputs.push(Output::Scored {
+                            policy: kind,
+                            job_id: end.job_id,
+                            error,
+                            covered: estimate
+                                .quantiles
+                                .map(|q| q.mean_task_runtime_us.to_array().map(|v| actual <= v)),
+                        });
+                    }
+                }
+                // The history's window moves with what it learns: never
+                // further than the skew ahead of the partitions' clock.
+                truth.learn(
+                    self.clock.cap_us(end.time_us),
+                    &mut self.history,
+                    &self.queues,
+                    self.policies
+                        .iter_mut()
+                        .map(|p| p.as_mut() as &mut dyn Policy),
+                );
+            }
+            None => {
+                for policy in &mut self.policies {
+                    policy.on_job_abandoned(end.job_id);
+                }
+            }
+        }
+        effects.jobs.mark(end.job_id);
+        self.ended.insert(end.job_id, job.record);
+        Ok(())
+    }
+
+    /// The engine's whole state (`snapshot.rs`). Taken between batches,
+    /// once ended jobs are released ([`Engine::release_ended`]): their
+    /// records belong to the store.
+    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
+        self.snapshot_to(Vec::new())
+    }
+
+    /// [`Self::snapshot`] appended to `out`, which a caller sizes for it
+    /// (a whole snapshot is tens of MB: growing a buffer to that size
+    /// copies it over and over).
+    pub fn snapshot_to(&self, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(HistoryPart::Whole(Cow::Borrowed(&self.history)), out)
+    }
+
+    /// The engine's whole state but for the history, which it holds only as
+    /// the feature values in `changed` (every key the history reported
+    /// changed since the snapshot before), appended to `out`: a fraction
+    /// of the bytes of [`Self::snapshot`]. A restore needs every snapshot
+    /// from the last whole one on ([`Self::restore_chain`]).
+    pub fn snapshot_changes(
+        &self,
+        changed: impl IntoIterator<Item = HistoryKey>,
+        out: Vec<u8>,
+    ) -> Result<Vec<u8>, SnapshotError> {
+        self.encode(HistoryPart::Changes(self.history.changes(changed)), out)
+    }
+
+    fn encode(&self, history: HistoryPart<'_>, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
+        if !self.ended.is_empty() {
+            return Err(SnapshotError::Unreleased);
+        }
+        snapshot::State::of(
+            &self.policies,
+            history,
+            &self.jobs,
+            &self.tasks,
+            self.machines.state(),
+            &self.policy_errors,
+            self.events,
+            self.clock.state(),
+            self.expiry.next_sweep_us(),
+            self.etas.calibration(),
+        )
+        .encode(out)
+    }
+
+    /// The engine `snapshot` was taken of. `config` must be the one it ran
+    /// with (the store refuses another): the snapshot carries the state,
+    /// the configuration carries what is not state (the driving policy, the
+    /// queues, the risk settings).
+    pub fn restore(config: &EngineConfig, snapshot: &[u8]) -> Result<Engine, RestoreError> {
+        Self::restore_chain(config, &[snapshot])
+    }
+
+    /// The engine the last of `chain` was taken of: the first a whole
+    /// snapshot ([`Self::snapshot`]), each after it taken with the history
+    /// changed since the one before ([`Self::snapshot_changes`]).
+    pub fn restore_chain(config: &EngineConfig, chain: &[&[u8]]) -> Result<Engine, RestoreError> {
+        let mut engine = Engine::new(config).map_err(RestoreError::Config)?;
+        let configured: Vec<PolicyKind> = engine.policies.iter().map(|p| p.kind()).collect();
+        let state = snapshot::restore_chain(chain, &configured)?;
+        engine.policies = state.policies;
+        engine.history = state.history;
+        engine.history.track_changes();
+        engine.jobs = state.jobs;
+        engine.tasks = state.tasks;
+        engine.machines.restore(state.machines);
+        engine.policy_errors = state.policy_errors;
+        engine.events = state.events;
+        engine
+            .clock
+            .restore(state.clock)
+            .map_err(|reason| SnapshotError::Chain { reason })?;
+        engine.expiry.restore(state.next_sweep_us);
+        engine.etas.restore(state.etas);
+        engine.pacer.rebuild(
+            engine
+                .jobs
+                .iter()
+                .map(|(&id, job)| (id, job.partition, &job.pacing)),
+        );
+        engine.etas.rebuild(engine.jobs.values(), engine.driver);
+        Ok(engine)
+    }
+
+    /// Score the task just placed, if on a transient VM and its job has
+    /// an estimate to score with: the driving policy's, or else (a thin
+    /// job placed without one) the history's.
+    fn place_on_vm(&mut self, task: &TaskEvent, effects: &mut Effects) {
+        let Some(job) = self.jobs.get(&task.job_id) else {
+            return;
+        };
+        let estimate = job
+            .record
+            .estimates
+            .get(&self.driver)
+            .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma));
+        if let Some(estimate) = estimate {
+            self.machines.placed(task, estimate, effects);
+        }
+    }
+
+    /// The driving policy decided `decision` at `now_us`: publish it now,
+    /// or let it wait (`pacing.rs`).
+    fn offer(&mut self, decision: Decision, now_us: u64, effects: &mut Effects) {
+        let Some(job) = self.jobs.get_mut(&decision.job_id) else {
+            return self.publish(decision, now_us, effects);
+        };
+        let partition = job.partition;
+        if let Some(decision) = self.pacer.offer(
+            &mut job.pacing,
+            partition,
+            decision,
+            now_us,
+            &self.tasks,
+            effects,
+        ) {
+            self.publish(decision, now_us, effects);
+        }
+    }
+
+    /// Publish the waiting decisions of `partition` that are due at
+    /// `now_us`, and that of `job_id` (whose event this was) if the
+    /// scheduler has none of its published pilots left to run.
+    fn publish_due(
+        &mut self,
+        partition: i32,
+        now_us: u64,
+        job_id: Option<u64>,
+        effects: &mut Effects,
+    ) {
+        let mut ready = self.pacer.due(partition, now_us);
+        if let Some(job_id) = job_id
+            && let Some(job) = self.jobs.get(&job_id)
+            && job.pacing.stalled(job_id, &self.tasks)
+        {
+            ready.push(job_id);
+        }
+        for job_id in ready {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let partition = job.partition;
+            if let Some(decision) = self.pacer.take(job_id, &mut job.pacing, partition, now_us) {
+                self.publish(decision, now_us, effects);
+            }
+        }
+    }
+
+    /// A job ends: its waiting decision, if any, is never published.
+    fn forget_pacing(&mut self, job_id: u64, effects: &mut Effects) {
+        if let Some(job) = self.jobs.get_mut(&job_id) {
+            let partition = job.partition;
+            self.pacer
+                .forget(job_id, &mut job.pacing, partition, effects);
+        }
+    }
+
+    /// Publish `decision` at `now_us`, with its job's ETA if it has one
+    /// (`progress.rs`).
+    fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
+        let job = self.jobs.get_mut(&decision.job_id);
+        self.etas
+            .place(&mut decision, job, self.driver, &self.machines, now_us);
+        effects.outputs.push(Output::Decision(decision));
+    }
+
+    /// Bring `job_id`'s ETA row up to date with the job.
+    fn reindex_eta(&mut self, job_id: u64) {
+        self.etas
+            .reindex(job_id, self.jobs.get(&job_id), self.driver);
+    }
+
+    /// When the clock crosses a step, give up on the jobs and machines
+    /// silent for longer than their window (`expiry.rs`): in id order, so
+    /// that the outcome is a function of the input alone.
+    fn expire_silent(&mut self, effects: &mut Effects) {
+        let watermark = self.clock.now_us();
+        let Some(sweep) = self.expiry.due(watermark) else {
+            return;
+        };
+        if let Some(bound) = sweep.jobs_before {
+            let mut silent: Vec<u64> = self
+                .jobs
+                .iter()
+                .filter(|(_, job)| job.last_event_us < bound)
+                .map(|(&id, _)| id)
+                .collect();
+            silent.sort_unstable();
+            for job_id in silent {
+                self.forget_pacing(job_id, effects);
+                let mut job = self.jobs.remove(&job_id).expect("listed above");
+                self.etas.forget(job_id);
+                job.record.state = JobState::Expired;
+                job.record.end_us = Some(watermark);
+                for policy in &mut self.policies {
+                    policy.on_job_abandoned(job_id);
+                }
+                effects.jobs.mark(job_id);
+                effects.expired_jobs.push(job_id);
+                self.ended.insert(job_id, job.record);
+            }
+        }
+        if let Some(bound) = sweep.machines_before {
+            self.machines.expire_silent(bound, effects);
+        }
+    }
 }
 
 /// What [`Engine::apply`] did with an event it did not refuse.
@@ -335,4 +841,17 @@ pub enum Applied {
     Now,
     /// Held, far ahead of the clock (`clock.rs`).
     Held,
+}
+
+/// Keep a policy's estimate on the job's record; the driving policy's
+/// decision is returned, to publish.
+fn record_decision(
+    record: &mut JobRecord,
+    decision: Decision,
+    driver: PolicyKind,
+) -> Option<Decision> {
+    if let Some(estimate) = decision.estimate {
+        record.estimates.insert(decision.policy, estimate);
+    }
+    (decision.policy == driver).then_some(decision)
 }

@@ -20,11 +20,11 @@
 
 use std::collections::BTreeSet;
 
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Decision, Phase};
 
-use super::Engine;
 use super::effects::Effects;
 use super::records::TaskRecord;
 
@@ -56,14 +56,37 @@ struct Waiting {
 
 impl Pacing {
     /// When the waiting decision is due, if one waits.
-    pub(super) fn due_us(&self) -> Option<u64> {
+    fn due_us(&self) -> Option<u64> {
         self.waiting.as_ref().map(|w| w.due_us)
     }
+
+    /// Whether a decision waits while the scheduler has none of the
+    /// published pilots left to run ([`starved`]): it must go out now.
+    pub(super) fn stalled(&self, job_id: u64, tasks: &Tasks) -> bool {
+        self.waiting.is_some()
+            && self
+                .last
+                .as_ref()
+                .is_some_and(|last| starved(tasks, job_id, &last.pilots))
+    }
+}
+
+/// The engine's task records, by (job, task index).
+type Tasks = HashMap<(u64, u32), TaskRecord>;
+
+/// Whether the scheduler has none of `pilots` (those published) left to
+/// run: each has ended an attempt and has not been started again. A
+/// decision without pilots leaves nothing to run out of.
+fn starved(tasks: &Tasks, job_id: u64, pilots: &[u32]) -> bool {
+    !pilots.is_empty()
+        && pilots
+            .iter()
+            .all(|&task| tasks.get(&(job_id, task)).is_some_and(TaskRecord::ended))
 }
 
 /// The waiting decisions of every partition, by due time.
 #[derive(Debug, Default)]
-pub(super) struct DueQueue(BTreeSet<(i32, u64, u64)>);
+struct DueQueue(BTreeSet<(i32, u64, u64)>);
 
 impl DueQueue {
     fn insert(&mut self, partition: i32, due_us: u64, job_id: u64) {
@@ -81,126 +104,123 @@ impl DueQueue {
             .map(|&(_, _, job_id)| job_id)
             .collect()
     }
-
-    /// Decisions waiting.
-    pub(super) fn len(&self) -> usize {
-        self.0.len()
-    }
 }
 
-impl Engine {
-    /// The driving policy decided `decision` at `now_us`: publish it now,
-    /// or let it wait (overtaking any decision waiting before it).
-    pub(super) fn offer(&mut self, decision: Decision, now_us: u64, effects: &mut Effects) {
+/// Which decisions wait and until when: `engine.min_republish_ms`, and
+/// the waiting decisions of every partition by due time. A job's own
+/// [`Pacing`] (its last published decision, the one waiting) is in the
+/// job; the methods here take it.
+#[derive(Debug, Default)]
+pub(super) struct Pacer {
+    min_republish_us: u64,
+    due: DueQueue,
+}
+
+impl Pacer {
+    pub(super) fn new(min_republish_ms: u64) -> Self {
+        Pacer {
+            min_republish_us: min_republish_ms.saturating_mul(1000),
+            due: DueQueue::default(),
+        }
+    }
+
+    /// Decisions waiting.
+    pub(super) fn waiting(&self) -> usize {
+        self.due.0.len()
+    }
+
+    /// The driving policy decided `decision` at `now_us` for job `job_id`
+    /// of `partition`, paced by `pacing`: the decision if it goes out now
+    /// (noted as the last published), `None` if it waits (overtaking any
+    /// decision waiting before it).
+    pub(super) fn offer(
+        &mut self,
+        pacing: &mut Pacing,
+        partition: i32,
+        decision: Decision,
+        now_us: u64,
+        tasks: &Tasks,
+        effects: &mut Effects,
+    ) -> Option<Decision> {
         let job_id = decision.job_id;
-        let Some(job) = self.jobs.get(&job_id) else {
-            return self.publish(decision, now_us, effects);
-        };
-        let refines = job.pacing.last.as_ref().filter(|last| {
+        let refines = pacing.last.as_ref().filter(|last| {
             last.phase == decision.phase
                 && last.queue == decision.queue
                 && now_us < last.at_us.saturating_add(self.min_republish_us)
         });
         let wait_until = match refines {
-            Some(last) if !self.starved(job_id, &last.pilots) => {
+            Some(last) if !starved(tasks, job_id, &last.pilots) => {
                 Some(last.at_us + self.min_republish_us)
             }
             _ => None,
         };
-        self.forget_waiting(job_id, effects);
+        self.forget(job_id, pacing, partition, effects);
         match wait_until {
             Some(due_us) => {
-                let job = self.jobs.get_mut(&job_id).expect("looked up above");
-                job.pacing.waiting = Some(Waiting {
+                pacing.waiting = Some(Waiting {
                     due_us,
                     decision: decision.to_bytes(),
                 });
-                self.due.insert(job.partition, due_us, job_id);
+                self.due.insert(partition, due_us, job_id);
+                None
             }
-            None => self.publish_paced(decision, now_us, effects),
+            None => Some(Self::published(pacing, decision, now_us)),
         }
     }
 
-    /// Publish the waiting decisions of `partition` that are due at
-    /// `now_us`, and that of `job_id` (whose event this was) if the
-    /// scheduler has none of its published pilots left to run.
-    pub(super) fn publish_due(
+    /// The jobs of `partition` whose waiting decision is due at `now_us`.
+    pub(super) fn due(&self, partition: i32, now_us: u64) -> Vec<u64> {
+        self.due.due(partition, now_us)
+    }
+
+    /// Job `job_id`'s waiting decision, to publish at `now_us` (noted as
+    /// the last published), if one waits.
+    pub(super) fn take(
         &mut self,
+        job_id: u64,
+        pacing: &mut Pacing,
         partition: i32,
         now_us: u64,
-        job_id: Option<u64>,
+    ) -> Option<Decision> {
+        let waiting = pacing.waiting.take()?;
+        self.due.remove(partition, waiting.due_us, job_id);
+        let decision =
+            Decision::from_bytes(&waiting.decision).expect("written by Decision::to_bytes");
+        Some(Self::published(pacing, decision, now_us))
+    }
+
+    /// Job `job_id` ended, or has a newer decision: the one waiting, if
+    /// any, is never published.
+    pub(super) fn forget(
+        &mut self,
+        job_id: u64,
+        pacing: &mut Pacing,
+        partition: i32,
         effects: &mut Effects,
     ) {
-        let mut ready = self.due.due(partition, now_us);
-        if let Some(job_id) = job_id
-            && let Some(job) = self.jobs.get(&job_id)
-            && job.pacing.waiting.is_some()
-            && job
-                .pacing
-                .last
-                .as_ref()
-                .is_some_and(|last| self.starved(job_id, &last.pilots))
-        {
-            ready.push(job_id);
-        }
-        for job_id in ready {
-            let Some(waiting) = self.take_waiting(job_id) else {
-                continue;
-            };
-            let decision =
-                Decision::from_bytes(&waiting.decision).expect("written by Decision::to_bytes");
-            self.publish_paced(decision, now_us, effects);
-        }
-    }
-
-    /// A job ended: its waiting decision, if any, is never published.
-    pub(super) fn forget_pacing(&mut self, job_id: u64, effects: &mut Effects) {
-        self.forget_waiting(job_id, effects);
-    }
-
-    fn forget_waiting(&mut self, job_id: u64, effects: &mut Effects) {
-        if self.take_waiting(job_id).is_some() {
+        if let Some(waiting) = pacing.waiting.take() {
+            self.due.remove(partition, waiting.due_us, job_id);
             effects.overtaken += 1;
         }
     }
 
-    fn take_waiting(&mut self, job_id: u64) -> Option<Waiting> {
-        let job = self.jobs.get_mut(&job_id)?;
-        let waiting = job.pacing.waiting.take()?;
-        self.due.remove(job.partition, waiting.due_us, job_id);
-        Some(waiting)
+    fn published(pacing: &mut Pacing, decision: Decision, now_us: u64) -> Decision {
+        pacing.last = Some(Published {
+            at_us: now_us,
+            phase: decision.phase,
+            queue: decision.queue,
+            pilots: decision.pilots.clone(),
+        });
+        decision
     }
 
-    fn publish_paced(&mut self, decision: Decision, now_us: u64, effects: &mut Effects) {
-        if let Some(job) = self.jobs.get_mut(&decision.job_id) {
-            job.pacing.last = Some(Published {
-                at_us: now_us,
-                phase: decision.phase,
-                queue: decision.queue,
-                pilots: decision.pilots.clone(),
-            });
-        }
-        self.publish(decision, now_us, effects);
-    }
-
-    /// Whether the scheduler has none of `pilots` (those published) left to
-    /// run: each has ended an attempt and has not been started again. A
-    /// decision without pilots leaves nothing to run out of.
-    fn starved(&self, job_id: u64, pilots: &[u32]) -> bool {
-        !pilots.is_empty()
-            && pilots.iter().all(|&task| {
-                self.tasks
-                    .get(&(job_id, task))
-                    .is_some_and(TaskRecord::ended)
-            })
-    }
-
-    /// The due queue, from the live jobs' pacing (a restored snapshot).
-    pub(super) fn rebuild_due(&mut self) {
+    /// The due queue, from the live jobs' pacing (a restored snapshot):
+    /// (job id, its partition, its pacing).
+    pub(super) fn rebuild<'a>(&mut self, jobs: impl Iterator<Item = (u64, i32, &'a Pacing)>) {
         self.due = DueQueue::default();
-        for (&job_id, job) in &self.jobs {
-            if let Some(due_us) = job.pacing.due_us() {
-                self.due.insert(job.partition, due_us, job_id);
+        for (job_id, partition, pacing) in jobs {
+            if let Some(due_us) = pacing.due_us() {
+                self.due.insert(partition, due_us, job_id);
             }
         }
     }

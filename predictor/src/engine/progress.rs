@@ -19,13 +19,13 @@ use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Completion, Decision, PolicyKind};
-use crate::eta::{self, Ahead, Around, Eta, EtaCalibration, JobProgress, Predicted, Queued};
+use crate::eta::{Ahead, Around, Eta, EtaCalibration, JobProgress, Predicted, Queued};
 use jobcast_ingest::config::ConfigError;
 
+use super::LiveJob;
 use super::effects::{Effects, Output};
 use super::machines::Machines;
 use super::order_sums::OrderSums;
-use super::{Engine, LiveJob};
 
 /// The ETAs the engine gives: the capacity they assume, how far off the
 /// ETAs given to finished jobs were, and the rows of the live jobs an ETA
@@ -113,6 +113,44 @@ impl Etas {
             .rows
             .predict(&job.eta_row(driver, per_cpu)?, capacity, now_us);
         Some((predicted, self.calibration.eta(predicted)))
+    }
+
+    /// Publish the driving policy's `decision` for `job` (none if it is
+    /// not live) at `now_us`: the job takes its queue (entering at the
+    /// back if the queue is new to it), and the decision carries the job's
+    /// ETA if it has one.
+    pub(super) fn place(
+        &mut self,
+        decision: &mut Decision,
+        job: Option<&mut LiveJob>,
+        driver: PolicyKind,
+        machines: &Machines,
+        now_us: u64,
+    ) {
+        let Some(job) = job else {
+            self.forget(decision.job_id);
+            return;
+        };
+        let placed = &mut job.progress.placed;
+        if placed.map(|(queue, _)| queue) != Some(decision.queue) {
+            *placed = Some((decision.queue, now_us));
+        }
+        self.reindex(decision.job_id, Some(job), driver);
+        if let Some((predicted, eta)) = self.of(job, driver, machines, now_us) {
+            let completion = Completion {
+                at_us: now_us,
+                p10_us: later(now_us, eta.p10_us),
+                p50_us: later(now_us, eta.p50_us),
+                p90_us: later(now_us, eta.p90_us),
+            };
+            decision.eta = Some(completion);
+            job.record.eta = Some(completion);
+            job.progress.given.push(Given {
+                at_us: now_us,
+                predicted,
+                eta,
+            });
+        }
     }
 
     /// A job finished at `end_us`: every ETA it was given teaches the
@@ -361,7 +399,7 @@ impl EtaRows {
     }
 
     /// The model's prediction at `now_us`, on `capacity`, for the job of
-    /// `target`, a row held here: [`eta::predict`] over every row.
+    /// `target`, a row held here: [`crate::eta::predict`] over every row.
     fn predict(&self, target: &Row, capacity: f64, now_us: u64) -> Predicted {
         let queued = target.queued(now_us);
         let mut around = Around::default();
@@ -410,56 +448,6 @@ impl LiveJob {
                 1.0
             },
         })
-    }
-}
-
-impl Engine {
-    /// The history's guess at a job's size when submitted, for its ETA
-    /// until the driving policy estimates it.
-    pub(super) fn size_hint_us(&self, job: &jobcast_ingest::event::JobSubmitted) -> Option<f64> {
-        eta::size_hint_us(&self.history, job, job.time_us)
-    }
-
-    /// Publish the driving policy's `decision` for a live job at `now_us`:
-    /// the job takes its queue (entering at the back if the queue is new
-    /// to it), and the decision carries the job's ETA if it has one.
-    pub(super) fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
-        let job_id = decision.job_id;
-        if let Some(job) = self.jobs.get_mut(&job_id) {
-            let placed = &mut job.progress.placed;
-            if placed.map(|(queue, _)| queue) != Some(decision.queue) {
-                *placed = Some((decision.queue, now_us));
-            }
-        }
-        self.reindex_eta(job_id);
-        let eta = self
-            .jobs
-            .get(&job_id)
-            .and_then(|job| self.etas.of(job, self.driver, &self.machines, now_us));
-        if let Some((predicted, eta)) = eta {
-            let completion = Completion {
-                at_us: now_us,
-                p10_us: later(now_us, eta.p10_us),
-                p50_us: later(now_us, eta.p50_us),
-                p90_us: later(now_us, eta.p90_us),
-            };
-            decision.eta = Some(completion);
-            let job = self.jobs.get_mut(&job_id).expect("looked up above");
-            job.record.eta = Some(completion);
-            job.progress.given.push(Given {
-                at_us: now_us,
-                predicted,
-                eta,
-            });
-        }
-        effects.outputs.push(Output::Decision(decision));
-    }
-
-    /// Bring `job_id`'s ETA row up to date with the job (see
-    /// [`Etas::reindex`]).
-    pub(super) fn reindex_eta(&mut self, job_id: u64) {
-        self.etas
-            .reindex(job_id, self.jobs.get(&job_id), self.driver);
     }
 }
 
@@ -528,7 +516,7 @@ mod tests {
             }
             let all = rows.all();
             for target in &all {
-                let walked = eta::predict(
+                let walked = crate::eta::predict(
                     &target.queued(now_us),
                     all.iter().map(|r| r.queued(now_us)),
                     capacity,

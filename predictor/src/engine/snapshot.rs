@@ -1,7 +1,7 @@
 //! The engine's whole state as one value, so that a restarted service
 //! restores it instead of applying all the input it ever received again.
 //!
-//! A snapshot holds everything [`Engine::apply`] reads or changes: the live
+//! A snapshot holds everything [`Engine::apply`](super::Engine::apply) reads or changes: the live
 //! jobs, tasks and machines (with when each last reported), the 3Sigma
 //! history, every policy (SLearn's adaptive ratio and pilot sets with their
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
@@ -22,14 +22,14 @@ use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
 use super::clock::ClockState;
-use super::machines::MachinesState;
+use super::machines::{self, MachinesState};
 use super::pacing::Pacing;
 use super::progress::Progress;
-use super::{Engine, EngineConfig, JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
+use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
-use crate::history::{History, HistoryChanges, HistoryKey};
-use crate::policies;
+use crate::history::{History, HistoryChanges};
+use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
@@ -57,7 +57,7 @@ pub enum SnapshotError {
 
 /// The state, borrowed when saved and owned when restored.
 #[derive(Serialize, Deserialize)]
-struct State<'a> {
+pub(super) struct State<'a> {
     format: u32,
     policies: Vec<(PolicyKind, Vec<u8>)>,
     history: HistoryPart<'a>,
@@ -79,7 +79,7 @@ struct State<'a> {
 /// full: whole, or as its changes since the snapshot before (which a
 /// restore applies to that one's history).
 #[derive(Serialize, Deserialize)]
-enum HistoryPart<'a> {
+pub(super) enum HistoryPart<'a> {
     Whole(Cow<'a, History>),
     Changes(HistoryChanges),
 }
@@ -175,175 +175,160 @@ impl From<SubmittedState> for JobSubmitted {
     }
 }
 
-impl Engine {
-    /// The engine's whole state (see the [module docs](self)). Taken
-    /// between batches, once ended jobs are released
-    /// ([`Engine::release_ended`]): their records belong to the store.
-    pub fn snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        self.snapshot_to(Vec::new())
-    }
-
-    /// [`Self::snapshot`] appended to `out`, which a caller sizes for it
-    /// (a whole snapshot is tens of MB: growing a buffer to that size
-    /// copies it over and over).
-    pub fn snapshot_to(&self, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
-        self.encode(HistoryPart::Whole(Cow::Borrowed(&self.history)), out)
-    }
-
-    /// The engine's whole state but for the history, which it holds only as
-    /// the feature values in `changed` (every key the history reported
-    /// changed since the snapshot before), appended to `out`: a fraction
-    /// of the bytes of [`Self::snapshot`]. A restore needs every snapshot
-    /// from the last whole one on ([`Self::restore_chain`]).
-    pub fn snapshot_changes(
-        &self,
-        changed: impl IntoIterator<Item = HistoryKey>,
-        out: Vec<u8>,
-    ) -> Result<Vec<u8>, SnapshotError> {
-        self.encode(HistoryPart::Changes(self.history.changes(changed)), out)
-    }
-
-    fn encode(&self, history: HistoryPart<'_>, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
-        if !self.ended.is_empty() {
-            return Err(SnapshotError::Unreleased);
+impl From<&LiveJob> for LiveJobState {
+    fn from(job: &LiveJob) -> Self {
+        LiveJobState {
+            submitted: (&job.submitted).into(),
+            record: job.record.to_bytes(),
+            runtimes: job.runtimes.clone(),
+            last_event_us: job.last_event_us,
+            progress: job.progress.clone(),
+            partition: job.partition,
+            pacing: job.pacing.clone(),
         }
-        let jobs: Vec<(u64, LiveJobState)> = self
-            .jobs
-            .iter()
-            .map(|(&id, job)| {
-                (
-                    id,
-                    LiveJobState {
-                        submitted: (&job.submitted).into(),
-                        record: job.record.to_bytes(),
-                        runtimes: job.runtimes.clone(),
-                        last_event_us: job.last_event_us,
-                        progress: job.progress.clone(),
-                        partition: job.partition,
-                        pacing: job.pacing.clone(),
-                    },
-                )
-            })
-            .collect();
-        let machines = self.machines.state();
-        let state = State {
+    }
+}
+
+impl LiveJobState {
+    fn into_live(self, job_id: u64) -> Result<LiveJob, SnapshotError> {
+        let record = JobRecord::from_bytes(&self.record)
+            .map_err(|reason| SnapshotError::Record { job_id, reason })?;
+        Ok(LiveJob {
+            submitted: self.submitted.into(),
+            record,
+            runtimes: self.runtimes,
+            last_event_us: self.last_event_us,
+            progress: self.progress,
+            partition: self.partition,
+            pacing: self.pacing,
+        })
+    }
+}
+
+impl<'a> State<'a> {
+    /// The state of the engine's parts, borrowed; `history` whole or as
+    /// its changes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn of(
+        policies: &[Box<dyn Policy>],
+        history: HistoryPart<'a>,
+        jobs: &HashMap<u64, LiveJob>,
+        tasks: &'a HashMap<(u64, u32), TaskRecord>,
+        machines: machines::Saved<'a>,
+        policy_errors: &BTreeMap<&'static str, PolicyErrors>,
+        events: u64,
+        clock: ClockState,
+        next_sweep_us: u64,
+        etas: &'a EtaCalibration,
+    ) -> Self {
+        State {
             format: SNAPSHOT_FORMAT,
-            policies: self
-                .policies
-                .iter()
-                .map(|p| (p.kind(), p.snapshot()))
-                .collect(),
+            policies: policies.iter().map(|p| (p.kind(), p.snapshot())).collect(),
             history,
-            jobs,
-            tasks: Cow::Borrowed(&self.tasks),
+            jobs: jobs.iter().map(|(&id, job)| (id, job.into())).collect(),
+            tasks: Cow::Borrowed(tasks),
             machines: Cow::Borrowed(machines.records),
             lifetimes: Cow::Borrowed(machines.lifetimes),
             risk_refresh: Cow::Borrowed(machines.refresh),
             policy_errors: PolicyKind::ALL
                 .iter()
-                .filter_map(|&k| Some((k, self.policy_errors.get(k.name())?.clone())))
+                .filter_map(|&k| Some((k, policy_errors.get(k.name())?.clone())))
                 .collect(),
-            events: self.events,
+            events,
             machines_seen: Cow::Borrowed(machines.seen),
-            clock: self.clock.state(),
-            next_sweep_us: self.next_sweep_us,
-            etas: Cow::Borrowed(self.etas.calibration()),
+            clock,
+            next_sweep_us,
+            etas: Cow::Borrowed(etas),
             capacity_cpus: machines.capacity_cpus,
-        };
-        Ok(postcard::to_extend(&state, out)?)
+        }
     }
 
-    /// The engine `snapshot` was taken of. `config` must be the one it ran
-    /// with (the store refuses another): the snapshot carries the state,
-    /// the configuration carries what is not state (the driving policy, the
-    /// queues, the risk settings).
-    pub fn restore(config: &EngineConfig, snapshot: &[u8]) -> Result<Engine, RestoreError> {
-        Self::restore_chain(config, &[snapshot])
+    /// Appended to `out`.
+    pub(super) fn encode(&self, out: Vec<u8>) -> Result<Vec<u8>, SnapshotError> {
+        Ok(postcard::to_extend(self, out)?)
     }
+}
 
-    /// The engine the last of `chain` was taken of: the first a whole
-    /// snapshot ([`Self::snapshot`]), each after it taken with the history
-    /// changed since the one before ([`Self::snapshot_changes`]).
-    pub fn restore_chain(config: &EngineConfig, chain: &[&[u8]]) -> Result<Engine, RestoreError> {
-        let (first, later) = chain.split_first().ok_or(SnapshotError::Chain {
-            reason: "no snapshot".into(),
-        })?;
-        let mut state = decode(first)?;
-        let HistoryPart::Whole(history) = state.history else {
+/// What a chain of snapshots restores, owned, for the engine to take
+/// over ([`Engine::restore_chain`](super::Engine::restore_chain)).
+pub(super) struct Restored {
+    pub(super) policies: Vec<Box<dyn Policy>>,
+    pub(super) history: History,
+    pub(super) jobs: HashMap<u64, LiveJob>,
+    pub(super) tasks: HashMap<(u64, u32), TaskRecord>,
+    pub(super) machines: machines::Restored,
+    pub(super) policy_errors: BTreeMap<&'static str, PolicyErrors>,
+    pub(super) events: u64,
+    pub(super) clock: ClockState,
+    pub(super) next_sweep_us: u64,
+    pub(super) etas: EtaCalibration,
+}
+
+/// The state of `chain`: the first a whole snapshot, each after it taken
+/// with the history changed since the one before; `configured`, the
+/// policies the engine runs, must be those it holds.
+pub(super) fn restore_chain(
+    chain: &[&[u8]],
+    configured: &[PolicyKind],
+) -> Result<Restored, SnapshotError> {
+    let (first, later) = chain.split_first().ok_or(SnapshotError::Chain {
+        reason: "no snapshot".into(),
+    })?;
+    let mut state = decode(first)?;
+    let HistoryPart::Whole(history) = state.history else {
+        return Err(SnapshotError::Chain {
+            reason: "the first snapshot holds only history changes".into(),
+        });
+    };
+    let mut history = history.into_owned();
+    for snapshot in later {
+        state = decode(snapshot)?;
+        let HistoryPart::Changes(changes) = state.history else {
             return Err(SnapshotError::Chain {
-                reason: "the first snapshot holds only history changes".into(),
-            }
-            .into());
+                reason: "a whole snapshot after the first".into(),
+            });
         };
-        let mut history = history.into_owned();
-        for snapshot in later {
-            state = decode(snapshot)?;
-            let HistoryPart::Changes(changes) = state.history else {
-                return Err(SnapshotError::Chain {
-                    reason: "a whole snapshot after the first".into(),
-                }
-                .into());
-            };
-            history
-                .apply_changes(changes)
-                .map_err(|reason| SnapshotError::Chain { reason })?;
-        }
-        let mut engine = Engine::new(config).map_err(RestoreError::Config)?;
-        let configured: Vec<PolicyKind> = engine.policies.iter().map(|p| p.kind()).collect();
-        let found: Vec<PolicyKind> = state.policies.iter().map(|(k, _)| *k).collect();
-        if found != configured {
-            return Err(SnapshotError::Policies { found, configured }.into());
-        }
-        engine.policies = state
+        history
+            .apply_changes(changes)
+            .map_err(|reason| SnapshotError::Chain { reason })?;
+    }
+    let found: Vec<PolicyKind> = state.policies.iter().map(|(k, _)| *k).collect();
+    if found != configured {
+        return Err(SnapshotError::Policies {
+            found,
+            configured: configured.to_vec(),
+        });
+    }
+    Ok(Restored {
+        policies: state
             .policies
             .iter()
             .map(|(kind, bytes)| policies::restore(*kind, bytes))
-            .collect::<Result<_, _>>()
-            .map_err(SnapshotError::from)?;
-        engine.history = history;
-        engine.history.track_changes();
-        engine.jobs = state
+            .collect::<Result<_, _>>()?,
+        history,
+        jobs: state
             .jobs
             .into_iter()
-            .map(|(id, job)| {
-                let record = JobRecord::from_bytes(&job.record)
-                    .map_err(|reason| SnapshotError::Record { job_id: id, reason })?;
-                let live = LiveJob {
-                    submitted: job.submitted.into(),
-                    record,
-                    runtimes: job.runtimes,
-                    last_event_us: job.last_event_us,
-                    progress: job.progress,
-                    partition: job.partition,
-                    pacing: job.pacing,
-                };
-                Ok((id, live))
-            })
-            .collect::<Result<_, SnapshotError>>()?;
-        engine.tasks = state.tasks.into_owned();
-        engine.machines.restore(MachinesState {
+            .map(|(id, job)| Ok((id, job.into_live(id)?)))
+            .collect::<Result<_, SnapshotError>>()?,
+        tasks: state.tasks.into_owned(),
+        machines: MachinesState {
             records: state.machines.into_owned(),
             seen: state.machines_seen.into_owned(),
             lifetimes: state.lifetimes.into_owned(),
             refresh: state.risk_refresh.into_owned(),
             capacity_cpus: state.capacity_cpus,
-        });
-        engine.policy_errors = state
+        },
+        policy_errors: state
             .policy_errors
             .into_iter()
             .map(|(k, errors)| (k.name(), errors))
-            .collect();
-        engine.events = state.events;
-        engine
-            .clock
-            .restore(state.clock)
-            .map_err(|reason| SnapshotError::Chain { reason })?;
-        engine.next_sweep_us = state.next_sweep_us;
-        engine.etas.restore(state.etas.into_owned());
-        engine.rebuild_due();
-        engine.etas.rebuild(engine.jobs.values(), engine.driver);
-        Ok(engine)
-    }
+            .collect(),
+        events: state.events,
+        clock: state.clock,
+        next_sweep_us: state.next_sweep_us,
+        etas: state.etas.into_owned(),
+    })
 }
 
 fn decode(snapshot: &[u8]) -> Result<State<'static>, SnapshotError> {
@@ -354,7 +339,7 @@ fn decode(snapshot: &[u8]) -> Result<State<'static>, SnapshotError> {
     Ok(postcard::from_bytes(snapshot)?)
 }
 
-/// Why [`Engine::restore`] failed: the configuration, or the snapshot.
+/// Why [`Engine::restore`](super::Engine::restore) failed: the configuration, or the snapshot.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
     #[error(transparent)]
