@@ -46,17 +46,6 @@ pub struct Serve {
     log: Arc<Mutex<Vec<String>>>,
     /// Drains the child's stderr into `log` until it closes.
     reader: Option<JoinHandle<()>>,
-    /// What the reader SIGKILLs the child on: [`Serve::kill_on`].
-    kill_on: Arc<Mutex<KillOn>>,
-}
-
-/// A line the log reader kills the child on, and whether it has.
-#[derive(Default)]
-struct KillOn {
-    /// `None` once the child is being reaped: its pid is not signalled
-    /// after, when the system may have given it to another process.
-    marker: Option<String>,
-    fired: bool,
 }
 
 impl Serve {
@@ -118,21 +107,9 @@ impl Serve {
         let (tx, rx) = mpsc::channel();
         let log = Arc::new(Mutex::new(Vec::new()));
         let kept = log.clone();
-        let kill_on = Arc::new(Mutex::new(KillOn::default()));
-        let armed = kill_on.clone();
-        let pid = child.id() as libc::pid_t;
         // Keep draining stderr so the child never blocks on a full pipe.
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut kill_on = armed.lock().expect("not poisoned");
-                if kill_on.marker.as_ref().is_some_and(|m| line.contains(m)) {
-                    // SAFETY: kill(2) on the child's pid, not yet reaped
-                    // (reaping clears the marker under this lock first).
-                    let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
-                    assert_eq!(sent, 0, "SIGKILL the child");
-                    (kill_on.marker, kill_on.fired) = (None, true);
-                }
-                drop(kill_on);
                 if let Some(addr) = line.strip_prefix("jobcast serve: HTTP on ") {
                     let _ = tx.send(addr.to_owned());
                 }
@@ -157,26 +134,7 @@ impl Serve {
             token: token.map(|t| format!("Bearer {t}")),
             log,
             reader: Some(reader),
-            kill_on,
         }
-    }
-
-    /// SIGKILL it the moment it logs a line containing `marker`. The log
-    /// reader sends the signal as it reads the line, so a kill lands in a
-    /// window of a few milliseconds after it (a snapshot's batch on its way
-    /// to disk), which a test polling the log would mostly miss.
-    pub fn kill_on(&self, marker: &str) {
-        self.kill_on.lock().expect("not poisoned").marker = Some(marker.to_owned());
-    }
-
-    /// Whether [`Serve::kill_on`]'s line came, and killed it.
-    pub fn killed_on_line(&self) -> bool {
-        self.kill_on.lock().expect("not poisoned").fired
-    }
-
-    /// Before it is reaped: no signal from the log reader after.
-    fn disarm(&self) {
-        self.kill_on.lock().expect("not poisoned").marker = None;
     }
 
     /// The child's process id.
@@ -271,17 +229,6 @@ impl Serve {
         metric_sum(&body, name)
     }
 
-    /// [`Serve::metric`], or `None` if it does not answer.
-    pub fn metric_if_up(&self, name: &str) -> Option<f64> {
-        let mut request = self.agent.get(format!("{}/metrics", self.http));
-        if let Some(authorization) = &self.token {
-            request = request.header("Authorization", authorization);
-        }
-        let mut response = request.call().ok()?;
-        let body = response.body_mut().read_to_string().ok()?;
-        Some(metric_sum(&body, name))
-    }
-
     /// Wait until a line after the first `from` logged contains `pattern`;
     /// its index and the line.
     pub fn wait_logged(
@@ -370,7 +317,6 @@ impl Serve {
 
     /// SIGTERM, and wait for a clean exit; every line it logged.
     pub fn terminate(mut self) -> Vec<String> {
-        self.disarm();
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
@@ -396,7 +342,6 @@ impl Serve {
 
     /// Wait until it exits by itself: how, and every line it logged.
     pub fn wait_exit(mut self, timeout: Duration) -> (std::process::ExitStatus, Vec<String>) {
-        self.disarm();
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -412,7 +357,6 @@ impl Serve {
 
     /// SIGKILL: no chance to finish anything. Every line it logged.
     pub fn kill(mut self) -> Vec<String> {
-        self.disarm();
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaped");
         if let Some(reader) = self.reader.take() {
@@ -424,7 +368,6 @@ impl Serve {
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        self.disarm();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -3,12 +3,12 @@
 //! `../shared` is absent) and a synthetic workload — are consumed by two
 //! `jobcast serve` instances of one consumer group. One (the partner) runs
 //! throughout; the other is killed with SIGKILL at 20 seeded random moments
-//! and started again: some while it restores its state, some right after it
-//! has taken a snapshot (whose batch truncates the log), some while it
-//! takes partitions over from the partner (when the group gives it its
-//! share after its restore rather than with its first assignment), the
-//! rest while it streams. Each kill's landing
-//! is read from the service's log and store, and the test fails unless
+//! and started again: some while it restores its state, some held between
+//! a snapshot and the commit of its batch (which truncates the log), some
+//! while it takes partitions over from the partner (when the group gives
+//! it its share after its restore rather than with its first assignment),
+//! the rest while it streams. Each kill's landing is read from the
+//! service's log, store and threads, and the test fails unless
 //! some landed in each of the restore, the truncation and the takeover.
 //! Both instances must then hold the stored offsets and what every
 //! instance learns (3Sigma history, policy error statistics) of one
@@ -27,17 +27,21 @@
 //! docs/reliability.md.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::kafka::Topics;
 use jobcast_storage::state::StateStore;
 use jobcast_tests::kafka::{Cluster, decisions_across};
 use jobcast_tests::serve::{
-    ASSIGNED, MOCK_SESSION, OWNS, Serve, Stored, assert_shared_state_after, logged_partitions,
-    restartable, wait_balanced,
+    ASSIGNED, MOCK_SESSION, OWNS, Serve, Stored, assert_shared_state_after, free_port,
+    logged_partitions, metric_sum, restartable, wait_balanced,
 };
-use jobcast_tests::{jobcast_ok, repo};
+use jobcast_tests::{jobcast_bin, jobcast_ok, repo};
 
 const PARTITIONS: i32 = 48;
 const DECISION_PARTITIONS: i32 = 16;
@@ -57,10 +61,6 @@ const TAKEOVER_BATCH: &str = "consumer.batch_max_events=5";
 /// Snapshots often enough that most runs between kills take some.
 const SNAPSHOT_EVERY: &str = "storage.snapshot_every_events=20000";
 
-/// What `jobcast serve` logs once a snapshot is in the batch that
-/// truncates the log behind it.
-const SNAPSHOT_TAKEN: &str = "snapshot taken";
-
 /// Where a kill landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Landed {
@@ -74,15 +74,6 @@ enum Landed {
     Takeover,
     /// Anywhere else.
     Streaming,
-}
-
-/// The `seq=N` of a log line.
-fn logged_seq(line: &str) -> u64 {
-    line.split("seq=")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no seq in {line:?}"))
 }
 
 /// `jobcast replay` of a trace into `topic`; the events delivered.
@@ -106,24 +97,113 @@ fn replay(brokers: &str, topic: &str, trace: &Path, format: &str, extra: &[&str]
 }
 
 /// Wait until `reached` holds, or the instance has applied the whole
-/// input (then the kill lands where it lands). `reached` is looked at
-/// every 2 ms, the metrics (an HTTP request) every 200.
+/// input (then the kill lands where it lands).
 fn wait_or_drained(serve: &Serve, total: u64, mut reached: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
-    let mut drained_checked = Instant::now();
     while !reached() {
+        if serve.metric("jobcast_input_committed_offset") as u64 >= total {
+            return;
+        }
+        assert!(Instant::now() < deadline, "neither reached nor drained");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Run `jobcast serve` until it is held at its first snapshot, and kill
+/// it there: whether it was held (else it applied the whole input first,
+/// and the kill lands while it streams).
+///
+/// The window between a snapshot and the commit of its batch (which
+/// truncates the log behind it) lasts until the writer thread has written
+/// the batch to RocksDB's log: a fraction of a millisecond, which a kill
+/// timed from outside mostly misses. So the service logs that snapshot's
+/// line alone (`JOBCAST_LOG`), into a pipe of one page that the test
+/// fills once the service is up: the pipeline thread then blocks writing
+/// the line, with the snapshot in its batch and the batch not yet handed
+/// to the writer, until the kill. The kernel says where a thread waits
+/// (`/proc/PID/task/TID/wchan`).
+fn kill_held_at_snapshot(brokers: &str, data: &Path, flags: &[&str], total: u64) -> bool {
+    let (read, write) = std::io::pipe().expect("a pipe");
+    // SAFETY: fcntl(2) on a pipe this test owns.
+    let sized = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert!(sized > 0, "one page for the pipe");
+    // A second way in to the pipe's write end, not blocking, for the test
+    // to fill it through (the service's stays blocking).
+    let mut fill = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", write.as_raw_fd()))
+        .expect("the pipe's write end again");
+    let port = free_port();
+    let mut child = Command::new(jobcast_bin())
+        .args(["serve", "--brokers", brokers])
+        .args(["--http", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data)
+        .args(flags)
+        .env(
+            "JOBCAST_LOG",
+            "off,jobcast_scheduler_feed::service::snapshots=info",
+        )
+        .stdout(Stdio::null())
+        .stderr(write)
+        .spawn()
+        .expect("jobcast serve starts");
+    // Its first line, before the log: its HTTP address.
+    let mut first = String::new();
+    let mut read = BufReader::new(read);
+    read.read_line(&mut first).expect("its first line");
+    assert!(first.contains("HTTP on"), "{first:?}");
+    loop {
+        match fill.write(&[b'.'; 64]) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("filling the pipe: {e}"),
+        }
+    }
+    let metrics = format!("http://127.0.0.1:{port}/metrics");
+    let tasks = format!("/proc/{}/task", child.id());
+    let deadline = Instant::now() + WAIT;
+    let mut drained_checked = Instant::now();
+    let held = loop {
+        let pipeline_waits_on_the_pipe = std::fs::read_dir(&tasks)
+            .expect("its threads")
+            .flatten()
+            .any(|task| {
+                let read = |file: &str| std::fs::read_to_string(task.path().join(file));
+                read("comm").is_ok_and(|name| name.trim() == "pipeline")
+                    && read("wchan").is_ok_and(|wchan| wchan.contains("pipe_write"))
+            });
+        if pipeline_waits_on_the_pipe {
+            break true;
+        }
         if drained_checked.elapsed() >= Duration::from_millis(200) {
-            match serve.metric_if_up("jobcast_input_committed_offset") {
-                Some(committed) if committed as u64 >= total => return,
-                Some(_) => {}
-                // Killed by its log reader in the midst of the request.
-                None => assert!(serve.killed_on_line(), "jobcast serve stopped answering"),
+            let committed = ureq::get(&metrics)
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .map(|body| metric_sum(&body, "jobcast_input_committed_offset"));
+            if committed.is_some_and(|c| c as u64 >= total) {
+                break false;
             }
             drained_checked = Instant::now();
         }
-        assert!(Instant::now() < deadline, "neither reached nor drained");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        assert!(Instant::now() < deadline, "neither held nor drained");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    held
+}
+
+/// The log sequence number of the latest snapshot the store at `state`
+/// holds.
+fn snapshot_seq(state: &Path) -> Option<u64> {
+    StateStore::open_read_only(state)
+        .unwrap()
+        .summary()
+        .unwrap()
+        .snapshot_seq
 }
 
 /// A small deterministic generator (SplitMix64), so that the kill moments
@@ -266,15 +346,25 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             // the instance from applying the rest of the input meanwhile.
             run_flags.extend(["--set", TAKEOVER_BATCH]);
         }
+        if (0.2..0.4).contains(&aim) {
+            let before = snapshot_seq(&killed);
+            let held = kill_held_at_snapshot(&brokers, &killed, &run_flags, total);
+            // Held, the snapshot it had taken never reached the store.
+            assert!(!held || snapshot_seq(&killed) == before);
+            let landed = if held {
+                Landed::Truncation
+            } else {
+                Landed::Streaming
+            };
+            *landings.entry(landed).or_default() += 1;
+            eprintln!("kill {}: {landed:?}", kill + 1);
+            kill += 1;
+            continue;
+        }
         let mut serve = Serve::start_logging(&brokers, &killed, &run_flags, "info");
         if aim < 0.2 {
             serve.wait_logged("restoring the predictor state", 0, WAIT);
             std::thread::sleep(Duration::from_millis((random.unit() * 20.0) as u64));
-        } else if aim < 0.4 {
-            // Between the snapshot and the commit of its batch, which
-            // truncates the log behind it: a commit's few milliseconds.
-            serve.kill_on(SNAPSHOT_TAKEN);
-            wait_or_drained(&serve, total, || serve.killed_on_line());
         } else if aim < 0.6 {
             // The first partitions the group gives it after its restore (if
             // the group gave them before it, none follows: then the kill
@@ -297,29 +387,20 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
             wait_or_drained(&serve, total, || serve.committed() >= target.max(1));
         }
         let log = serve.kill();
-        let snapshot_seq = (0.2..0.4)
-            .contains(&aim)
-            .then(|| log.iter().find(|l| l.contains(SNAPSHOT_TAKEN)))
-            .flatten()
-            .map(|l| logged_seq(l));
         let restoring = log
             .iter()
             .any(|l| l.contains("restoring the predictor state"))
             && !log.iter().any(|l| l.contains("predictor state restored"));
-        let stored_snapshot = StateStore::open_read_only(&killed)
-            .unwrap()
-            .summary()
-            .unwrap()
-            .snapshot_seq;
         let assigned = log
             .iter()
             .rposition(|l| l.contains(ASSIGNED) && !logged_partitions(l).is_empty());
         let taken_over = log.iter().rposition(|l| l.contains(OWNS));
-        let landed = match snapshot_seq {
-            _ if restoring => Landed::Restore,
-            Some(seq) if stored_snapshot < Some(seq) => Landed::Truncation,
-            _ if assigned > taken_over => Landed::Takeover,
-            _ => Landed::Streaming,
+        let landed = if restoring {
+            Landed::Restore
+        } else if assigned > taken_over {
+            Landed::Takeover
+        } else {
+            Landed::Streaming
         };
         *landings.entry(landed).or_default() += 1;
         eprintln!("kill {}: {landed:?}", kill + 1);

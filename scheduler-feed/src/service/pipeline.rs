@@ -169,15 +169,10 @@ impl<'a> Pipeline<'a> {
         // start (of a restored engine) then applies nothing from the log.
         if restored && self.config.storage.snapshot_on_stop && self.next_seq != self.snapshots.seq()
         {
-            let mut write = self.store.batch();
-            self.snapshots.write(
-                self.next_seq,
-                &self.applier,
-                &self.applied,
-                &self.outbox,
-                &mut write,
-            )?;
-            self.store.commit(write)?;
+            let store = self.store.clone();
+            let mut write = store.batch();
+            self.write_snapshot(&mut write)?;
+            store.commit(write)?;
         }
         // With its partitions handed over: the next start then opens the
         // store without replaying RocksDB's write-ahead log.
@@ -405,13 +400,7 @@ impl<'a> Pipeline<'a> {
             .snapshots
             .due(self.next_seq, self.config.storage.snapshot_every_events)
         {
-            self.snapshots.write(
-                self.next_seq,
-                &self.applier,
-                &self.applied,
-                &self.outbox,
-                &mut write,
-            )?;
+            self.write_snapshot(&mut write)?;
         }
         let on_written = tally.on_written(self.shared.clone(), offsets.clone());
         let durable = self.group.submitted(offsets);
@@ -660,6 +649,18 @@ impl<'a> Pipeline<'a> {
             };
             self.outbox.push(partition, offset, held);
         }
+    }
+
+    /// Add to `write` a snapshot of the state after every message logged
+    /// so far (`snapshots.rs`).
+    fn write_snapshot(&mut self, write: &mut StateBatch<'_>) -> Result<(), ServiceError> {
+        self.snapshots.write(
+            self.next_seq,
+            &self.applier,
+            &self.applied,
+            &self.outbox,
+            write,
+        )
     }
 
     /// When retention's bound has moved a step, delete the records of
