@@ -167,6 +167,7 @@ pub struct Ahead {
 
 impl Ahead {
     /// What `j` adds once ahead of a target.
+    #[inline]
     pub fn of(j: &Queued) -> Ahead {
         let cpus = j.cpus_per_task.max(0.0);
         Ahead {
@@ -175,6 +176,7 @@ impl Ahead {
         }
     }
 
+    #[inline]
     pub fn add(&mut self, other: Ahead) {
         self.work += other.work;
         self.width += other.width;
@@ -182,7 +184,9 @@ impl Ahead {
 }
 
 impl Around {
-    /// Count `j`, a live job, around `target`.
+    /// Count `j`, a live job, around `target`: inlined, as the loop over
+    /// the live jobs it runs in is an ETA's cost.
+    #[inline]
     pub fn add(&mut self, target: &Queued, j: &Queued) {
         if j.order() < target.order() {
             self.ahead.add(Ahead::of(j));

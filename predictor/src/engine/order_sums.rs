@@ -1,4 +1,4 @@
-//! An ordered map whose sums of everything before a key cost O(log n):
+//! An ordered set whose sums of everything before a key cost O(log n):
 //! the ETA's terms of the live jobs with no task running, by queue order.
 //! An ETA adds the work and width of every job ahead of its own; a job
 //! with no task running adds the same at any time ([`Ahead::of`]), so
@@ -19,8 +19,8 @@ use crate::eta::Ahead;
 const NIL: u32 = u32::MAX;
 
 #[derive(Debug)]
-pub(super) struct OrderSums<K, V> {
-    nodes: Vec<Node<K, V>>,
+pub(super) struct OrderSums<K> {
+    nodes: Vec<Node<K>>,
     /// Slots of `nodes` removed, for the next insertions.
     free: Vec<u32>,
     root: u32,
@@ -29,9 +29,8 @@ pub(super) struct OrderSums<K, V> {
 }
 
 #[derive(Debug)]
-struct Node<K, V> {
+struct Node<K> {
     key: K,
-    value: V,
     own: Ahead,
     /// `own` plus its subtrees' sums.
     sum: Ahead,
@@ -40,7 +39,7 @@ struct Node<K, V> {
     right: u32,
 }
 
-impl<K, V> Default for OrderSums<K, V> {
+impl<K> Default for OrderSums<K> {
     fn default() -> Self {
         OrderSums {
             nodes: Vec::new(),
@@ -51,13 +50,12 @@ impl<K, V> Default for OrderSums<K, V> {
     }
 }
 
-impl<K: Ord + Copy, V> OrderSums<K, V> {
-    /// Add `key` (which must not be in the map) with its `value` and what
-    /// it adds to the sums.
-    pub(super) fn insert(&mut self, key: K, value: V, own: Ahead) {
+impl<K: Ord + Copy> OrderSums<K> {
+    /// Add `key` (which must not be in the set) with what it adds to the
+    /// sums.
+    pub(super) fn insert(&mut self, key: K, own: Ahead) {
         let node = Node {
             key,
-            value,
             own,
             sum: own,
             priority: self.draw(),
@@ -79,16 +77,16 @@ impl<K: Ord + Copy, V> OrderSums<K, V> {
         self.root = self.merge(before, after);
     }
 
-    /// Take `key` out; its value, if it was in the map.
-    pub(super) fn remove(&mut self, key: &K) -> Option<&V> {
+    /// Take `key` out; whether it was in the set.
+    pub(super) fn remove(&mut self, key: &K) -> bool {
         let (before, rest) = self.split(self.root, key, false);
         let (found, after) = self.split(rest, key, true);
         self.root = self.merge(before, after);
         if found == NIL {
-            return None;
+            return false;
         }
         self.free.push(found);
-        Some(&self.nodes[found as usize].value)
+        true
     }
 
     /// The sum of what every key below `key` adds.
@@ -108,9 +106,9 @@ impl<K: Ord + Copy, V> OrderSums<K, V> {
         sum
     }
 
-    /// Every value, in key order.
+    /// Every key, in order.
     #[cfg(test)]
-    pub(super) fn values(&self) -> Vec<&V> {
+    pub(super) fn keys(&self) -> Vec<K> {
         let mut out = Vec::new();
         let mut stack = Vec::new();
         let mut at = self.root;
@@ -120,7 +118,7 @@ impl<K: Ord + Copy, V> OrderSums<K, V> {
                 at = self.nodes[at as usize].left;
             }
             let node = &self.nodes[stack.pop().expect("not empty") as usize];
-            out.push(&node.value);
+            out.push(node.key);
             at = node.right;
         }
         out
@@ -210,7 +208,7 @@ mod tests {
     }
 
     proptest! {
-        /// Against a map summed key by key: the same values in the same
+        /// Against a map summed key by key: the same keys in the same
         /// order, and the same sum before any key, after any inserts and
         /// removes.
         #[test]
@@ -222,14 +220,13 @@ mod tests {
             let mut naive = BTreeMap::new();
             for (insert, key, value) in ops {
                 if insert && !naive.contains_key(&key) {
-                    tree.insert(key, value, ahead(value));
+                    tree.insert(key, ahead(value));
                     naive.insert(key, value);
                 } else if !insert {
-                    prop_assert_eq!(tree.remove(&key).copied(), naive.remove(&key));
+                    prop_assert_eq!(tree.remove(&key), naive.remove(&key).is_some());
                 }
             }
-            let values: Vec<u64> = tree.values().into_iter().copied().collect();
-            prop_assert_eq!(values, naive.values().copied().collect::<Vec<_>>());
+            prop_assert_eq!(tree.keys(), naive.keys().copied().collect::<Vec<_>>());
             for probe in probes {
                 let mut expected = Ahead::default();
                 for &value in naive.range(..probe).map(|(_, v)| v) {
@@ -244,9 +241,9 @@ mod tests {
     fn ten_thousand_keys_in_order_keep_the_tree_shallow() {
         let mut tree = OrderSums::default();
         for key in 0..10_000u64 {
-            tree.insert(key, (), ahead(1));
+            tree.insert(key, ahead(1));
         }
-        fn depth<K, V>(tree: &OrderSums<K, V>, at: u32) -> usize {
+        fn depth<K>(tree: &OrderSums<K>, at: u32) -> usize {
             if at == NIL {
                 return 0;
             }

@@ -188,7 +188,7 @@ impl Etas {
         let indexed = held.len() == self.rows.at.len()
             && self.rows.at.iter().all(|(id, slot)| match *slot {
                 Slot::Running(i) => self.rows.running[i].job_id == *id,
-                Slot::Idle(order) => order.2 == *id,
+                Slot::Idle(row, _) => row.job_id == *id,
             });
         held == expected && indexed
     }
@@ -345,7 +345,7 @@ fn running_us(running: u32, now_us: u64, since_sum_us: u128) -> f64 {
 #[derive(Debug, Default)]
 struct EtaRows {
     running: Vec<Row>,
-    idle: OrderSums<Order, Row>,
+    idle: OrderSums<Order>,
     /// Where each job's row is.
     at: HashMap<u64, Slot>,
 }
@@ -358,8 +358,8 @@ type Order = (u8, u64, u64);
 enum Slot {
     /// At this index of `running`.
     Running(usize),
-    /// In `idle`, at this order.
-    Idle(Order),
+    /// Summed in `idle` at its order, with what it adds there.
+    Idle(Row, Ahead),
 }
 
 impl EtaRows {
@@ -373,12 +373,20 @@ impl EtaRows {
             self.running.push(row);
             Slot::Running(self.running.len() - 1)
         } else {
-            self.remove(row.job_id);
             // Its terms at any time: with no task running, the time is
-            // not in them.
-            self.idle
-                .insert(row.order(), row, Ahead::of(&row.queued(0)));
-            Slot::Idle(row.order())
+            // not in them. Most changes of an idle job (its tasks' events
+            // while none runs) change neither them nor its place.
+            let own = Ahead::of(&row.queued(0));
+            if let Some(Slot::Idle(held, held_own)) = self.at.get_mut(&row.job_id)
+                && held.order() == row.order()
+                && *held_own == own
+            {
+                *held = row;
+                return;
+            }
+            self.remove(row.job_id);
+            self.idle.insert(row.order(), own);
+            Slot::Idle(row, own)
         };
         self.at.insert(row.job_id, slot);
     }
@@ -391,8 +399,8 @@ impl EtaRows {
                     self.at.insert(moved.job_id, Slot::Running(i));
                 }
             }
-            Some(Slot::Idle(order)) => {
-                self.idle.remove(&order);
+            Some(Slot::Idle(row, _)) => {
+                self.idle.remove(&row.order());
             }
             None => {}
         }
@@ -414,7 +422,21 @@ impl EtaRows {
     #[cfg(test)]
     fn all(&self) -> Vec<Row> {
         let mut rows = self.running.clone();
-        rows.extend(self.idle.values().into_iter().copied());
+        let mut idle: Vec<Row> = self
+            .at
+            .values()
+            .filter_map(|slot| match slot {
+                Slot::Idle(row, _) => Some(*row),
+                Slot::Running(_) => None,
+            })
+            .collect();
+        idle.sort_by_key(Row::order);
+        assert_eq!(
+            idle.iter().map(Row::order).collect::<Vec<_>>(),
+            self.idle.keys(),
+            "the sums hold the idle rows"
+        );
+        rows.extend(idle);
         rows
     }
 }
