@@ -52,15 +52,25 @@ install_packages() {
 
 # munged as the munge user, unless one already answers. It refuses a key or
 # directories that others could read or write, or that munge does not own.
+# One start at a time (the lock is let go as the function returns): tests
+# bring clusters up side by side, and of two munged started at once all but
+# one fail to lock the socket.
 start_munge() {
+    local lock
+    exec {lock}>/run/jobcast-munge.lock
+    flock "$lock"
     install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
     install -d -o munge -g munge -m 0755 /run/munge
     local key=/etc/munge/munge.key
     [[ -s $key ]] || mungekey --create --keyfile="$key"
     chown munge:munge "$key" && chmod 0400 "$key"
-    munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1 && return
-    runuser -u munge -- munged   # forks once its socket is up
-    cp /run/munge/munged.pid "$dir/munged.pid"
+    if ! { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }; then
+        # Forks once its socket is up; without the lock, which it would
+        # otherwise hold for as long as it runs.
+        runuser -u munge -- munged {lock}>&-
+        cp /run/munge/munged.pid "$dir/munged.pid"
+    fi
+    exec {lock}>&-
 }
 
 write_conf() {
