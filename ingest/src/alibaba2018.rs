@@ -45,7 +45,10 @@ use crate::event::{
     DecodeError, Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, TaskEvent, TaskKind,
 };
 use crate::ids::stable_id;
-use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
+use crate::source::{
+    Deferred, Diagnostics, Location, Trace, TraceError, csv_error, list_files, open_input,
+    total_size,
+};
 
 const TASK_COLUMNS: usize = 9;
 const INSTANCE_COLUMNS: usize = 14;
@@ -55,23 +58,23 @@ const INSTANCE_COLUMNS: usize = 14;
 pub fn open(input: &Path) -> Result<Trace, TraceError> {
     let files = find_files(input)?;
     let diagnostics = Diagnostics::new();
-    let all: Vec<PathBuf> = files
-        .tasks
-        .iter()
-        .chain(&files.instances)
-        .cloned()
-        .collect();
-    let adapter = Adapter {
-        unread: Some(files),
-        events: None,
-        diagnostics: diagnostics.clone(),
-    };
-    Ok(Trace::new(adapter, diagnostics, total_size(&all)))
+    let all = files.all();
+    let loading = diagnostics.clone();
+    let events = Deferred::new(move || load(&files, &loading).map(|events| events.map(Ok)));
+    Ok(Trace::new(events, diagnostics, total_size(&all)))
 }
 
 struct Files {
     tasks: Vec<PathBuf>,
     instances: Vec<PathBuf>,
+}
+
+impl Files {
+    /// Every file, the task files first: the order a row's file index
+    /// counts in.
+    fn all(&self) -> Vec<PathBuf> {
+        self.tasks.iter().chain(&self.instances).cloned().collect()
+    }
 }
 
 fn find_files(input: &Path) -> Result<Files, TraceError> {
@@ -118,26 +121,6 @@ fn find_files(input: &Path) -> Result<Files, TraceError> {
         ));
     }
     Ok(files)
-}
-
-struct Adapter {
-    unread: Option<Files>,
-    events: Option<Events>,
-    diagnostics: Diagnostics,
-}
-
-impl Iterator for Adapter {
-    type Item = Result<Event, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if let Some(files) = self.unread.take() {
-            match load(&files, &self.diagnostics) {
-                Ok(events) => self.events = Some(events),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        self.events.as_mut()?.next().map(Ok)
-    }
 }
 
 /// How a run (a task row, or an instance attempt) ended.
@@ -226,12 +209,7 @@ type Bad = (&'static str, String);
 
 fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> {
     let with_instances = !files.instances.is_empty();
-    let paths: Vec<PathBuf> = files
-        .tasks
-        .iter()
-        .chain(&files.instances)
-        .cloned()
-        .collect();
+    let paths = files.all();
     let mut jobs: HashMap<String, JobRows> = HashMap::new();
     for (file, path) in files.tasks.iter().enumerate() {
         read_csv(path, diagnostics, |fields, line| {
@@ -352,16 +330,6 @@ fn read_csv(
             diagnostics.skip(at, class, detail);
         }
     }
-}
-
-fn csv_error(path: &Path, e: csv::Error) -> TraceError {
-    if e.is_io_error() {
-        if let csv::ErrorKind::Io(io) = e.into_kind() {
-            return TraceError::io(path, io);
-        }
-        return TraceError::invalid(path, "I/O error");
-    }
-    TraceError::invalid(path, e.to_string())
 }
 
 struct TaskRow<'a> {

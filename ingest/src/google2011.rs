@@ -71,6 +71,28 @@ struct JobInfo {
     origin: (usize, u64),
 }
 
+impl JobInfo {
+    /// The job's `job_submitted` as pass 1 knows it: its user, class,
+    /// priority, requests and tasks, without names.
+    fn into_submit(self, time_us: u64, job_id: u64) -> JobSubmitted {
+        JobSubmitted {
+            time_us,
+            job_id,
+            user: self.user,
+            job_name: String::new(),
+            logical_name: String::new(),
+            scheduling_class: self.scheduling_class,
+            priority: self.priority,
+            cpu_request: self.cpu_request,
+            mem_request: self.mem_request,
+            partition: String::new(),
+            time_limit_us: None,
+            num_tasks: self.num_tasks,
+            stages: None,
+        }
+    }
+}
+
 /// Open a `clusterdata-2011-2` directory (holding `job_events/`,
 /// `task_events/` and optionally `machine_events/`).
 pub fn open(input: &Path) -> Result<Trace, TraceError> {
@@ -262,16 +284,7 @@ fn req_u64(rec: &csv::ByteRecord, i: usize, name: &str) -> Result<u64, RowError>
     std::str::from_utf8(raw)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            RowError(
-                "invalid_field",
-                format!(
-                    "`{name}` (column {}) is not an unsigned integer: {:?}",
-                    i + 1,
-                    String::from_utf8_lossy(raw)
-                ),
-            )
-        })
+        .ok_or_else(|| invalid_column(i, name, raw, "an unsigned integer"))
 }
 
 /// Parse an optional non-negative number column (empty means absent).
@@ -285,16 +298,29 @@ fn opt_f64(rec: &csv::ByteRecord, i: usize, name: &str) -> Result<Option<f64>, R
         .and_then(|s| s.parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v >= 0.0)
         .map(Some)
-        .ok_or_else(|| {
-            RowError(
-                "invalid_field",
-                format!(
-                    "`{name}` (column {}) is not a non-negative number: {:?}",
-                    i + 1,
-                    String::from_utf8_lossy(raw)
-                ),
-            )
-        })
+        .ok_or_else(|| invalid_column(i, name, raw, "a non-negative number"))
+}
+
+/// Column `i` (`name`) holds `raw`, which is not `what` ("an unsigned
+/// integer", …) the column should hold.
+fn invalid_column(i: usize, name: &str, raw: &[u8], what: &str) -> RowError {
+    RowError(
+        "invalid_field",
+        format!(
+            "`{name}` (column {}) is not {what}: {:?}",
+            i + 1,
+            String::from_utf8_lossy(raw)
+        ),
+    )
+}
+
+/// An `event type` code outside the range `0..=max` the trace documents
+/// for `table` events.
+fn unknown_event_type(table: &str, code: u64, max: u64) -> RowError {
+    RowError(
+        "invalid_field",
+        format!("{table} event type {code} is not 0–{max}"),
+    )
 }
 
 fn opt_u64(rec: &csv::ByteRecord, i: usize, name: &str) -> Result<Option<u64>, RowError> {
@@ -357,12 +383,7 @@ impl PartRows {
                     0 => MachineKind::Add,
                     1 => MachineKind::Remove,
                     2 => MachineKind::Update,
-                    other => {
-                        return Err(RowError(
-                            "invalid_field",
-                            format!("machine event type {other} is not 0–2"),
-                        ));
-                    }
+                    other => return Err(unknown_event_type("machine", other, 2)),
                 };
                 Ok(Some(Event::Machine(MachineEvent {
                     time_us,
@@ -381,20 +402,13 @@ impl PartRows {
                         let info = self.jobs.get(&job_id).cloned().unwrap_or_default();
                         let scheduling_class = opt_u64(rec, 5, "scheduling class")?
                             .map_or(info.scheduling_class, |c| c.min(u8::MAX.into()) as u8);
+                        let known = info.into_submit(time_us, job_id);
                         return Ok(Some(Event::JobSubmitted(JobSubmitted {
-                            time_us,
-                            job_id,
-                            user: field_str(rec, 4).unwrap_or(info.user),
+                            user: field_str(rec, 4).unwrap_or(known.user),
                             job_name: field_str(rec, 6).unwrap_or_default(),
                             logical_name: field_str(rec, 7).unwrap_or_default(),
                             scheduling_class,
-                            priority: info.priority,
-                            cpu_request: info.cpu_request,
-                            mem_request: info.mem_request,
-                            partition: String::new(),
-                            time_limit_us: None,
-                            num_tasks: info.num_tasks,
-                            stages: None,
+                            ..known
                         })));
                     }
                     // SCHEDULE, EVICT and UPDATE_* of a job have no
@@ -404,12 +418,7 @@ impl PartRows {
                     4 => JobOutcome::Finish,
                     5 => JobOutcome::Kill,
                     6 => JobOutcome::Lost,
-                    other => {
-                        return Err(RowError(
-                            "invalid_field",
-                            format!("job event type {other} is not 0–8"),
-                        ));
-                    }
+                    other => return Err(unknown_event_type("job", other, 8)),
                 };
                 Ok(Some(Event::JobEnded(JobEnded {
                     time_us,
@@ -430,12 +439,7 @@ impl PartRows {
                     5 => TaskKind::Kill,
                     6 => TaskKind::Lost,
                     7 | 8 => TaskKind::Update,
-                    other => {
-                        return Err(RowError(
-                            "invalid_field",
-                            format!("task event type {other} is not 0–8"),
-                        ));
-                    }
+                    other => return Err(unknown_event_type("task", other, 8)),
                 };
                 Ok(Some(Event::Task(TaskEvent {
                     time_us,
@@ -544,25 +548,10 @@ impl<I: Iterator<Item = Result<Event, TraceError>>> Iterator for Canonicalise<I>
                         "jobs with task events but no SUBMIT in job_events (job_submitted synthesised)",
                     );
                     let info = self.jobs.get(&t.job_id).cloned().unwrap_or_default();
-                    let (time_us, job_id) = (t.time_us, t.job_id);
-                    let submit = Event::JobSubmitted(JobSubmitted {
-                        time_us,
-                        job_id,
-                        user: info.user,
-                        job_name: String::new(),
-                        logical_name: String::new(),
-                        scheduling_class: info.scheduling_class,
-                        priority: info.priority,
-                        cpu_request: info.cpu_request,
-                        mem_request: info.mem_request,
-                        partition: String::new(),
-                        time_limit_us: None,
-                        num_tasks: info.num_tasks,
-                        stages: None,
-                    });
+                    let (file, line) = info.origin;
+                    let submit = Event::JobSubmitted(info.into_submit(t.time_us, t.job_id));
                     // A refused submit is skipped like a bad SUBMIT row:
                     // the job's task events still follow.
-                    let (file, line) = info.origin;
                     let at = || Location {
                         file: self.task_files.get(file).cloned().unwrap_or_default(),
                         line,

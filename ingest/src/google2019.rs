@@ -43,7 +43,10 @@ use serde::{Deserialize, Deserializer};
 
 use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, MAX_TIME_US, TaskEvent, TaskKind};
 use crate::merge_by_key::MergeByKey;
-use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
+use crate::source::{
+    Deferred, Diagnostics, Location, Trace, TraceError, csv_error, list_files, open_input,
+    total_size,
+};
 
 const SUBMIT: u8 = 0;
 // QUEUE = 1 and ENABLE = 2 map to nothing.
@@ -80,12 +83,9 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
     let parts = find_parts(input)?;
     let diagnostics = Diagnostics::new();
     let paths: Vec<PathBuf> = parts.iter().map(|p| p.path.clone()).collect();
-    let adapter = Adapter {
-        unread: Some(parts),
-        mapper: None,
-        diagnostics: diagnostics.clone(),
-    };
-    Ok(Trace::new(adapter, diagnostics, 2 * total_size(&paths)))
+    let mapping = diagnostics.clone();
+    let events = Deferred::new(move || Mapper::new(&parts, &mapping));
+    Ok(Trace::new(events, diagnostics, 2 * total_size(&paths)))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,16 +166,6 @@ fn sniff(path: &Path, table: Table) -> Result<Option<Columns>, TraceError> {
     Columns::from_header(header, table)
         .map(Some)
         .map_err(|m| TraceError::invalid(path, m))
-}
-
-fn csv_error(path: &Path, e: csv::Error) -> TraceError {
-    if e.is_io_error() {
-        if let csv::ErrorKind::Io(io) = e.into_kind() {
-            return TraceError::io(path, io);
-        }
-        return TraceError::invalid(path, "I/O error");
-    }
-    TraceError::invalid(path, e.to_string())
 }
 
 /// Where each field is in a CSV part.
@@ -763,26 +753,6 @@ type Merged = MergeByKey<Row, (u64, u8), fn(&Row) -> (u64, u8)>;
 /// One part's rows, as the merge takes them.
 type RowSource = Box<dyn Iterator<Item = Result<Row, TraceError>> + Send>;
 
-struct Adapter {
-    unread: Option<Vec<Part>>,
-    mapper: Option<Mapper>,
-    diagnostics: Diagnostics,
-}
-
-impl Iterator for Adapter {
-    type Item = Result<Event, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if let Some(parts) = self.unread.take() {
-            match Mapper::new(&parts, &self.diagnostics) {
-                Ok(mapper) => self.mapper = Some(mapper),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-        self.mapper.as_mut()?.next()
-    }
-}
-
 /// Turns merged rows into canonical events.
 struct Mapper {
     rows: Merged,
@@ -813,19 +783,7 @@ impl Mapper {
         })
     }
 
-    fn next(&mut self) -> Option<Result<Event, TraceError>> {
-        loop {
-            if let Some(event) = self.out.pop_front() {
-                return Some(Ok(event));
-            }
-            match self.rows.next()? {
-                Ok(row) => self.map(row),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-
-    fn map(&mut self, row: Row) {
+    fn map_row(&mut self, row: Row) {
         let id = row.collection_id;
         let known = self.collections.get(&id);
         let alloc_set =
@@ -977,6 +935,22 @@ impl Mapper {
             stages: None,
         });
         self.emit(submit, at);
+    }
+}
+
+impl Iterator for Mapper {
+    type Item = Result<Event, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(event) = self.out.pop_front() {
+                return Some(Ok(event));
+            }
+            match self.rows.next()? {
+                Ok(row) => self.map_row(row),
+                Err(e) => return Some(Err(e)),
+            }
+        }
     }
 }
 

@@ -270,6 +270,18 @@ pub fn list_files(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>, TraceError> 
     Ok(out)
 }
 
+/// A CSV reader's error at `path`: an I/O failure as such, anything else
+/// as invalid input.
+pub(crate) fn csv_error(path: &Path, e: csv::Error) -> TraceError {
+    if e.is_io_error() {
+        if let csv::ErrorKind::Io(io) = e.into_kind() {
+            return TraceError::io(path, io);
+        }
+        return TraceError::invalid(path, "I/O error");
+    }
+    TraceError::invalid(path, e.to_string())
+}
+
 /// A stream of canonical events from a trace, in time order, together with
 /// what the adapter skipped and noticed along the way.
 pub struct Trace {
@@ -307,5 +319,41 @@ impl Iterator for Trace {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.events.next()
+    }
+}
+
+/// A trace's events, read on the first call to `next` rather than when the
+/// trace is opened, so that a progress display can watch `bytes_read`
+/// meanwhile. `load` reads the input into the events; its error is the
+/// stream's one item.
+pub(crate) struct Deferred<L, I> {
+    load: Option<L>,
+    events: Option<I>,
+}
+
+impl<L, I> Deferred<L, I> {
+    pub(crate) fn new(load: L) -> Self {
+        Deferred {
+            load: Some(load),
+            events: None,
+        }
+    }
+}
+
+impl<L, I> Iterator for Deferred<L, I>
+where
+    L: FnOnce() -> Result<I, TraceError>,
+    I: Iterator<Item = Result<Event, TraceError>>,
+{
+    type Item = Result<Event, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(load) = self.load.take() {
+            match load() {
+                Ok(events) => self.events = Some(events),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        self.events.as_mut()?.next()
     }
 }

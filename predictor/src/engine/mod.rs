@@ -354,7 +354,7 @@ impl Engine {
                 ),
             ));
         }
-        let mut record = JobRecord {
+        let record = JobRecord {
             job_id: job.job_id,
             submit_us: job.time_us,
             user: job.user.clone(),
@@ -369,16 +369,6 @@ impl Engine {
             errors: BTreeMap::new(),
             eta: None,
         };
-        let ctx = Context {
-            now_us: job.time_us,
-            history: &self.history,
-            queues: &self.queues,
-        };
-        let mut published = Vec::new();
-        for policy in &mut self.policies {
-            let decision = policy.on_submit(job, &ctx);
-            published.extend(record_decision(&mut record, decision, self.driver));
-        }
         let progress =
             progress::Progress::submitted(eta::size_hint_us(&self.history, job, job.time_us));
         self.jobs.insert(
@@ -393,9 +383,9 @@ impl Engine {
                 pacing: Default::default(),
             },
         );
-        for decision in published {
-            self.offer(decision, job.time_us, effects);
-        }
+        self.consult_policies(job.job_id, job.time_us, effects, |policy, ctx| {
+            Some(policy.on_submit(job, ctx))
+        });
         self.reindex_eta(job.job_id);
         effects.jobs.mark(job.job_id);
         Ok(())
@@ -537,20 +527,9 @@ impl Engine {
             time_us: event.time_us,
             runtime_us,
         };
-        let ctx = Context {
-            now_us: event.time_us,
-            history: &self.history,
-            queues: &self.queues,
-        };
-        let mut published = Vec::new();
-        for policy in &mut self.policies {
-            if let Some(decision) = policy.on_task_end(&end, &ctx) {
-                published.extend(record_decision(&mut job.record, decision, self.driver));
-            }
-        }
-        for decision in published {
-            self.offer(decision, event.time_us, effects);
-        }
+        self.consult_policies(event.job_id, event.time_us, effects, |policy, ctx| {
+            policy.on_task_end(&end, ctx)
+        });
         effects.jobs.mark(event.job_id);
         Ok(())
     }
@@ -725,6 +704,33 @@ impl Engine {
             .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma));
         if let Some(estimate) = estimate {
             self.machines.placed(task, estimate, effects);
+        }
+    }
+
+    /// Ask every policy about the live job `job_id` at `now_us` (`ask`:
+    /// the policy's new decision, if it makes one), keep their estimates on
+    /// the job's record and offer the driving policy's decision.
+    fn consult_policies(
+        &mut self,
+        job_id: u64,
+        now_us: u64,
+        effects: &mut Effects,
+        mut ask: impl FnMut(&mut dyn Policy, &Context<'_>) -> Option<Decision>,
+    ) {
+        let record = &mut self.jobs.get_mut(&job_id).expect("a live job").record;
+        let ctx = Context {
+            now_us,
+            history: &self.history,
+            queues: &self.queues,
+        };
+        let mut published = Vec::new();
+        for policy in &mut self.policies {
+            if let Some(decision) = ask(policy.as_mut(), &ctx) {
+                published.extend(record_decision(record, decision, self.driver));
+            }
+        }
+        for decision in published {
+            self.offer(decision, now_us, effects);
         }
     }
 

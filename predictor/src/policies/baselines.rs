@@ -3,10 +3,10 @@
 
 use jobcast_ingest::event::JobSubmitted;
 
-use super::{OracleTruth, dag_stages, decision, estimated, history_estimate};
+use super::{OracleTruth, dag_stages, estimated, history_estimate};
 use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
 use crate::history::Estimator;
-use crate::policies::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, JobDone, Policy};
 use crate::queues::TOP_QUEUE;
 use serde::{Deserialize, Serialize};
 
@@ -22,29 +22,18 @@ impl Policy for Las {
     }
 
     fn on_submit(&mut self, job: &JobSubmitted, _ctx: &Context<'_>) -> Decision {
-        let phase = Phase::AttainedService;
-        decision(
+        Decision::new(
             PolicyKind::Las,
             job.job_id,
             1,
             TOP_QUEUE,
-            phase,
-            None,
-            Vec::new(),
+            Phase::AttainedService,
         )
     }
-
-    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
-        None
-    }
-
-    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
 
     fn snapshot(&self) -> Vec<u8> {
         super::snapshot_of(self)
     }
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// FIFO: one queue, arrival order; starvation-free without queue levels.
@@ -57,28 +46,12 @@ impl Policy for Fifo {
     }
 
     fn on_submit(&mut self, job: &JobSubmitted, _ctx: &Context<'_>) -> Decision {
-        decision(
-            PolicyKind::Fifo,
-            job.job_id,
-            1,
-            0,
-            Phase::Arrival,
-            None,
-            Vec::new(),
-        )
+        Decision::new(PolicyKind::Fifo, job.job_id, 1, 0, Phase::Arrival)
     }
-
-    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
-        None
-    }
-
-    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
 
     fn snapshot(&self) -> Vec<u8> {
         super::snapshot_of(self)
     }
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 /// The Oracle: places every job (thin ones too) by its true size, the true
@@ -134,10 +107,6 @@ impl Policy for Oracle {
             .truth_estimate(job)
             .unwrap_or_else(|| history_estimate(job, ctx, Estimator::Utility, true));
         estimated(PolicyKind::Oracle, job.job_id, 1, est, ctx)
-    }
-
-    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
-        None
     }
 
     fn on_job_done(&mut self, done: &JobDone, _ctx: &Context<'_>) {

@@ -6,7 +6,7 @@ use jobcast_ingest::event::JobSubmitted;
 use super::{estimated, history_estimate, is_thin, thin_bypass};
 use crate::decision::{Decision, PolicyKind};
 use crate::history::Estimator;
-use crate::policies::{Context, JobDone, Policy, TaskEnd};
+use crate::policies::{Context, Policy};
 use serde::{Deserialize, Serialize};
 
 /// A history-based policy. Stateless: it decides once, at arrival.
@@ -76,17 +76,9 @@ impl Policy for HistoryBased {
         estimated(self.kind, job.job_id, 1, est, ctx)
     }
 
-    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
-        None
-    }
-
-    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
-
     fn snapshot(&self) -> Vec<u8> {
         super::snapshot_of(self)
     }
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
 }
 
 #[cfg(test)]

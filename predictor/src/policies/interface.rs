@@ -59,16 +59,20 @@ pub trait Policy: Send {
 
     /// A task attempt of a job ended; a new decision if that changes the
     /// job's placement (e.g. SLearn's pilots are done, or a pilot must be
-    /// replaced).
-    fn on_task_end(&mut self, end: &TaskEnd, ctx: &Context<'_>) -> Option<Decision>;
+    /// replaced). By default none: the policy decides once, at arrival.
+    fn on_task_end(&mut self, _end: &TaskEnd, _ctx: &Context<'_>) -> Option<Decision> {
+        None
+    }
 
     /// A job ended: policies forget it and learn from it (the caller
-    /// updates the shared history itself).
-    fn on_job_done(&mut self, done: &JobDone, ctx: &Context<'_>);
+    /// updates the shared history itself). By default nothing: the policy
+    /// keeps nothing per job and learns only from the shared history.
+    fn on_job_done(&mut self, _done: &JobDone, _ctx: &Context<'_>) {}
 
     /// A job ended without a usable outcome (failed, killed, lost): forget
-    /// it without learning from it.
-    fn on_job_abandoned(&mut self, job_id: u64);
+    /// it without learning from it. By default nothing: the policy keeps
+    /// nothing per job.
+    fn on_job_abandoned(&mut self, _job_id: u64) {}
 
     /// Everything the policy holds (its settings, what it learnt, its live
     /// jobs), for a snapshot of the engine; [`crate::policies::restore`]

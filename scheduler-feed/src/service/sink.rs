@@ -556,19 +556,14 @@ mod tests {
 
     #[test]
     fn publish_returns_once_every_output_is_in_the_topic() {
-        let Fixture {
-            mock: _mock,
-            kafka,
-            shared,
-            mut sink,
-            _dir,
-        } = fixture();
-        let mut write = shared.store.batch();
-        sink.publish(&outgoing(5), false, &mut write, &mut || {})
+        let mut f = fixture();
+        let mut write = f.shared.store.batch();
+        f.sink
+            .publish(&outgoing(5), false, &mut write, &mut || {})
             .unwrap();
         assert!(write.is_empty(), "nothing parked");
-        assert!(shared.broker_up.load(Ordering::Relaxed));
-        let read = read_back(&kafka, 5);
+        assert!(f.shared.broker_up.load(Ordering::Relaxed));
+        let read = read_back(&f.kafka, 5);
         let expected: Vec<_> = (0..5)
             .map(|i| (format!("k{i}"), format!("m{i}"), i.to_string()))
             .collect();
@@ -577,28 +572,22 @@ mod tests {
 
     #[test]
     fn a_failed_delivery_is_produced_again() {
-        let Fixture {
-            mock,
-            kafka,
-            shared,
-            mut sink,
-            _dir,
-        } = warmed_fixture();
-        fail_produce(&mock, 1);
+        let mut f = warmed_fixture();
+        fail_produce(&f.mock, 1);
         // `publish` retries until delivered: bound the test's wait.
         let (done, published) = std::sync::mpsc::channel();
-        let store = shared.store.clone();
+        let store = f.shared.store.clone();
         std::thread::spawn(move || {
             let mut write = store.batch();
-            let published = sink.publish(&outgoing(3), false, &mut write, &mut || {});
+            let published = f.sink.publish(&outgoing(3), false, &mut write, &mut || {});
             done.send(published.map(|()| write.len()))
         });
         let published = published
             .recv_timeout(Duration::from_secs(60))
             .expect("the outputs were produced again within a minute");
         assert_eq!(published.unwrap(), 0, "nothing parked");
-        assert!(shared.broker_up.load(Ordering::Relaxed));
-        assert_eq!(read_back(&kafka, 3).len(), 3);
+        assert!(f.shared.broker_up.load(Ordering::Relaxed));
+        assert_eq!(read_back(&f.kafka, 3).len(), 3);
     }
 
     #[test]
@@ -638,43 +627,33 @@ mod tests {
 
     #[test]
     fn a_stopping_service_gives_up_on_outputs_it_cannot_deliver() {
-        let Fixture {
-            mock,
-            kafka: _,
-            shared,
-            mut sink,
-            _dir,
-        } = fixture();
-        fail_produce(&mock, 8);
-        let mut write = shared.store.batch();
-        match sink.publish(&outgoing(2), true, &mut write, &mut || {}) {
+        let mut f = fixture();
+        fail_produce(&f.mock, 8);
+        let mut write = f.shared.store.batch();
+        match f.sink.publish(&outgoing(2), true, &mut write, &mut || {}) {
             Err(ServiceError::Unacknowledged(n)) => assert_eq!(n, 2),
             other => panic!("{other:?}"),
         }
-        assert!(!shared.broker_up.load(Ordering::Relaxed));
+        assert!(!f.shared.broker_up.load(Ordering::Relaxed));
     }
 
     #[test]
     fn an_output_the_broker_refuses_for_good_is_parked_and_the_rest_delivered() {
-        let Fixture {
-            mock,
-            kafka,
-            shared,
-            mut sink,
-            _dir,
-        } = warmed_fixture();
-        mock.request_errors(
+        let mut f = warmed_fixture();
+        f.mock.request_errors(
             RDKafkaApiKey::Produce,
             &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
         );
         let sent = outgoing(3);
-        let mut write = shared.store.batch();
+        let mut write = f.shared.store.batch();
         // No retry: the publish returns at once (the test's wait bounds it).
         let started = Instant::now();
-        sink.publish(&sent, false, &mut write, &mut || {}).unwrap();
+        f.sink
+            .publish(&sent, false, &mut write, &mut || {})
+            .unwrap();
         assert!(started.elapsed() < DELIVERY_TIMEOUT);
-        shared.store.commit(write).unwrap();
-        let parked = shared.store.parked().unwrap();
+        f.shared.store.commit(write).unwrap();
+        let parked = f.shared.store.parked().unwrap();
         assert!(
             !parked.is_empty(),
             "the refused request's outputs are parked"
@@ -692,7 +671,7 @@ mod tests {
             );
         }
         // The others are in the topic: together, every output once.
-        let read = read_back(&kafka, sent.len() - parked.len());
+        let read = read_back(&f.kafka, sent.len() - parked.len());
         assert_eq!(read.len() + parked.len(), sent.len());
         for (key, ..) in &read {
             assert!(!parked.iter().any(|(_, o)| o.key == key.as_bytes()));
@@ -714,24 +693,19 @@ mod tests {
                 "unknown_topic",
             ),
         ] {
-            let Fixture {
-                mock,
-                shared,
-                mut sink,
-                _dir,
-                ..
-            } = warmed_fixture();
-            mock.request_errors(RDKafkaApiKey::Produce, &[error]);
-            let mut write = shared.store.batch();
+            let mut f = warmed_fixture();
+            f.mock.request_errors(RDKafkaApiKey::Produce, &[error]);
+            let mut write = f.shared.store.batch();
             let started = Instant::now();
-            sink.publish(&outgoing(3), false, &mut write, &mut || {})
+            f.sink
+                .publish(&outgoing(3), false, &mut write, &mut || {})
                 .unwrap();
             assert!(
                 started.elapsed() < DELIVERY_TIMEOUT,
                 "{reason}: not retried"
             );
-            shared.store.commit(write).unwrap();
-            let parked = shared.store.parked().unwrap();
+            f.shared.store.commit(write).unwrap();
+            let parked = f.shared.store.parked().unwrap();
             assert!(!parked.is_empty(), "{reason}: parked");
             for (_, output) in &parked {
                 assert_eq!(output.reason, reason);
@@ -741,32 +715,27 @@ mod tests {
 
     #[test]
     fn a_producer_failed_for_good_is_replaced_and_its_outputs_produced_again() {
-        let Fixture {
-            mock: _mock,
-            kafka,
-            shared,
-            mut sink,
-            _dir,
-        } = fixture();
+        let mut f = fixture();
         let reason = std::ffi::CString::new("a broken sequence, injected").unwrap();
         // SAFETY: the producer's handle is live, and the reason outlives
         // the call (librdkafka copies it).
         unsafe {
             rdkafka::bindings::rd_kafka_test_fatal_error(
-                sink.producer.client().native_ptr(),
+                f.sink.producer.client().native_ptr(),
                 RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
                 reason.as_ptr(),
             );
         }
-        assert!(sink.producer.client().fatal_error().is_some());
-        let mut write = shared.store.batch();
-        sink.publish(&outgoing(3), false, &mut write, &mut || {})
+        assert!(f.sink.producer.client().fatal_error().is_some());
+        let mut write = f.shared.store.batch();
+        f.sink
+            .publish(&outgoing(3), false, &mut write, &mut || {})
             .unwrap();
         assert!(write.is_empty(), "nothing parked");
         assert!(
-            sink.producer.client().fatal_error().is_none(),
+            f.sink.producer.client().fatal_error().is_none(),
             "a new producer"
         );
-        assert_eq!(read_back(&kafka, 3).len(), 3);
+        assert_eq!(read_back(&f.kafka, 3).len(), 3);
     }
 }
