@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::Context;
 use jobcast_ingest::Format;
 use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
+use jobcast_replay::recurring_dags;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 
 use super::output::{print_json, print_out};
@@ -60,6 +61,19 @@ pub struct Common {
     /// half of the trace, as a freshly started `jobcast serve` does.
     #[arg(long)]
     pub cold_start: bool,
+    /// Compose the trace's jobs into DAG jobs: `recurring` makes each DAG
+    /// of 2–5 consecutive jobs of one user and logical name (SLearn §6's
+    /// construction; GTrace11-DAG from Google 2011), seeded by --seed.
+    #[arg(long, value_enum)]
+    pub dags: Option<Dags>,
+}
+
+/// How `--dags` makes DAG jobs of a trace's jobs.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Dags {
+    /// 2–5 recurring jobs of one (user, logical name) each
+    /// (`jobcast_replay::recurring_dags`).
+    Recurring,
 }
 
 fn parse_sampling(s: &str) -> Result<Sampling, String> {
@@ -98,8 +112,15 @@ impl Common {
         let trace = jobcast_ingest::open(self.format, &self.trace)
             .with_context(|| format!("opening {} trace", self.format.name()))?;
         let diagnostics = trace.diagnostics().clone();
-        let mut workload = Workload::from_trace(trace, self.max_width)
-            .with_context(|| format!("reading {}", self.trace.display()))?;
+        let mut workload = match self.dags {
+            None => Workload::from_trace(trace, self.max_width),
+            Some(Dags::Recurring) => recurring_dags::workload(trace, self.max_width, self.seed)
+                .map(|(w, stats)| {
+                    eprintln!("{}", stats.describe());
+                    w
+                }),
+        }
+        .with_context(|| format!("reading {}", self.trace.display()))?;
         if diagnostics.skipped_total() > 0 {
             eprint!("{}", diagnostics.summary());
         }

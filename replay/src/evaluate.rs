@@ -200,6 +200,9 @@ pub struct Evaluation {
     pub slots: u32,
     /// Evaluated jobs.
     pub jobs: usize,
+    /// Evaluated jobs with DAG stages, and their stages.
+    pub dags: usize,
+    pub stages: usize,
     /// Jobs the history was trained on.
     pub history_jobs: usize,
     pub excluded: Excluded,
@@ -240,9 +243,15 @@ pub fn evaluate(workload: &Workload, config: &EvalConfig) -> Result<Evaluation, 
         .into_iter()
         .flatten()
         .collect::<Result<Vec<_>, _>>()?;
+    let dag_stages = workload
+        .jobs
+        .iter()
+        .filter_map(|j| j.job().stages.as_ref().map(Vec::len));
     Ok(Evaluation {
         slots,
         jobs: workload.jobs.len(),
+        dags: dag_stages.clone().count(),
+        stages: dag_stages.sum(),
         history_jobs: config.history_jobs(workload),
         excluded: workload.excluded.counts,
         split: workload.split,
@@ -282,7 +291,7 @@ impl Evaluation {
     }
 
     /// `{"policies": {name: {...}}, "speedup_of_slearn": {name: x},
-    /// "slots", "jobs", "history_jobs", "accuracy_min_width", "excluded":
+    /// "slots", "jobs", "dags", "stages", "history_jobs", "accuracy_min_width", "excluded":
     /// {...}, "split": {...}, "load": {...}}`; `null` where
     /// a figure is undefined (no estimates, no jobs).
     pub fn to_json(&self) -> Value {
@@ -333,6 +342,8 @@ impl Evaluation {
             "speedup_of_slearn": speedups,
             "slots": self.slots,
             "jobs": self.jobs,
+            "dags": self.dags,
+            "stages": self.stages,
             "history_jobs": self.history_jobs,
             "accuracy_min_width": self.accuracy_min_width,
             "excluded": self.excluded,
@@ -404,11 +415,13 @@ impl Evaluation {
         let e = &self.excluded;
         let _ = writeln!(
             out,
-            "{} slots, {} evaluated jobs, {} history jobs; excluded {}: censored {}, killed {}, failed {}, \
-             lost {}, unknown arrival {}, outside the task events {}, unknown runtime {}, too wide {}, \
-             invalid {}, spanning the split {}",
+            "{} slots, {} evaluated jobs ({} DAGs of {} stages), {} history jobs; excluded {}: censored {}, \
+             killed {}, failed {}, lost {}, unknown arrival {}, outside the task events {}, unknown runtime {}, \
+             too wide {}, invalid {}, spanning the split {}, in no DAG {}",
             self.slots,
             self.jobs,
+            self.dags,
+            self.stages,
             self.history_jobs,
             e.total(),
             e.censored,
@@ -420,7 +433,8 @@ impl Evaluation {
             e.unknown_runtime,
             e.too_wide,
             e.invalid,
-            e.spans_split
+            e.spans_split,
+            e.not_in_dag
         );
         let l = &self.load;
         let _ = writeln!(
@@ -793,6 +807,8 @@ mod tests {
         Evaluation {
             slots: 4,
             jobs: 3,
+            dags: 0,
+            stages: 0,
             history_jobs: 3,
             excluded: Excluded::default(),
             split: Split::default(),

@@ -6,6 +6,8 @@
 //!   of canonical [`Event`](jobcast_ingest::Event)s;
 //! - [`workload`]: a trace turned into jobs with known task runtimes, split
 //!   into history (training) and evaluated jobs as the SLearn paper does;
+//! - [`recurring_dags`]: DAG jobs composed from a trace's recurring jobs
+//!   (SLearn §6's DAG trace; GTrace11-DAG from Google 2011);
 //! - [`sim`]: the deterministic trace-driven cluster simulator running the
 //!   GS multi-level queues on the decisions of one prediction policy;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
@@ -22,6 +24,7 @@ pub mod closed_loop;
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;
+pub mod recurring_dags;
 pub mod report;
 pub mod risk_fit;
 pub mod sim;

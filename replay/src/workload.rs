@@ -113,6 +113,9 @@ pub enum Reason {
     /// Submitted in the first half but ended in the second: neither history
     /// nor evaluated.
     SpansSplit,
+    /// Replayable, but left out of every DAG when DAGs were composed from
+    /// recurring jobs ([`crate::recurring_dags`]).
+    NotInDag,
 }
 
 impl Reason {
@@ -128,6 +131,7 @@ impl Reason {
             Reason::TooWide => "too_wide",
             Reason::Invalid => "invalid",
             Reason::SpansSplit => "spans_split",
+            Reason::NotInDag => "not_in_dag",
         }
     }
 }
@@ -145,6 +149,7 @@ pub struct Excluded {
     pub too_wide: u64,
     pub invalid: u64,
     pub spans_split: u64,
+    pub not_in_dag: u64,
 }
 
 impl Excluded {
@@ -160,6 +165,7 @@ impl Excluded {
             Reason::TooWide => &mut self.too_wide,
             Reason::Invalid => &mut self.invalid,
             Reason::SpansSplit => &mut self.spans_split,
+            Reason::NotInDag => &mut self.not_in_dag,
         };
         *n += 1;
     }
@@ -175,6 +181,7 @@ impl Excluded {
             + self.too_wide
             + self.invalid
             + self.spans_split
+            + self.not_in_dag
     }
 }
 
@@ -187,7 +194,7 @@ pub struct Exclusions {
 }
 
 impl Exclusions {
-    fn add(&mut self, job_id: u64, reason: Reason) {
+    pub(crate) fn add(&mut self, job_id: u64, reason: Reason) {
         self.counts.count(reason);
         self.jobs.push((job_id, reason));
     }
@@ -359,54 +366,7 @@ impl Workload {
     /// Read a whole trace, keep the jobs that can be replayed (at most
     /// `max_width` tasks) and split them.
     pub fn from_trace(trace: Trace, max_width: u32) -> Result<Workload, WorkloadError> {
-        let mut builder = TruthBuilder::new();
-        let mut excluded = Exclusions::default();
-        let mut usable = Vec::new();
-        // Jobs whose tasks were not all seen: why is known once the span
-        // of the task events is.
-        let mut unseen = Vec::new();
-        let (mut submissions, mut task_events) = (None, None);
-        let widen = |span: &mut Option<(u64, u64)>, t: u64| {
-            if t > 0 {
-                *span = Some(span.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t))));
-            }
-        };
-        let mut sort = |done: CompletedJob, excluded: &mut Exclusions| {
-            let id = done.job.job_id;
-            match classify(done, max_width) {
-                Ok(job) => usable.push(job),
-                Err((Reason::UnknownRuntime, arrival)) => unseen.push((id, arrival)),
-                Err((reason, _)) => excluded.add(id, reason),
-            }
-        };
-        for event in trace {
-            let event = event?;
-            match &event {
-                Event::JobSubmitted(s) => widen(&mut submissions, s.time_us),
-                Event::Task(t) => widen(&mut task_events, t.time_us),
-                _ => {}
-            }
-            let ended = matches!(event, Event::JobEnded(_));
-            builder.apply(&event);
-            if ended {
-                for done in builder.take_completed() {
-                    sort(done, &mut excluded);
-                }
-            }
-        }
-        let (rest, _) = builder.finish();
-        for done in rest {
-            sort(done, &mut excluded);
-        }
-        let split = Split::new(submissions, task_events);
-        for (id, arrival) in unseen {
-            let reason = if split.within_task_events(arrival) {
-                Reason::UnknownRuntime
-            } else {
-                Reason::OutsideTaskEvents
-            };
-            excluded.add(id, reason);
-        }
+        let (usable, split, excluded) = replayable(trace, max_width)?;
         Workload::split(usable, split, excluded)
     }
 
@@ -510,6 +470,63 @@ impl Workload {
             windows: loads.len(),
         }
     }
+}
+
+/// The jobs of a whole trace that can be replayed (at most `max_width`
+/// tasks), where to split them, and the jobs left out with their reasons.
+pub(crate) fn replayable(
+    trace: Trace,
+    max_width: u32,
+) -> Result<(Vec<SimJob>, Split, Exclusions), WorkloadError> {
+    let mut builder = TruthBuilder::new();
+    let mut excluded = Exclusions::default();
+    let mut usable = Vec::new();
+    // Jobs whose tasks were not all seen: why is known once the span
+    // of the task events is.
+    let mut unseen = Vec::new();
+    let (mut submissions, mut task_events) = (None, None);
+    let widen = |span: &mut Option<(u64, u64)>, t: u64| {
+        if t > 0 {
+            *span = Some(span.map_or((t, t), |(a, b): (u64, u64)| (a.min(t), b.max(t))));
+        }
+    };
+    let mut sort = |done: CompletedJob, excluded: &mut Exclusions| {
+        let id = done.job.job_id;
+        match classify(done, max_width) {
+            Ok(job) => usable.push(job),
+            Err((Reason::UnknownRuntime, arrival)) => unseen.push((id, arrival)),
+            Err((reason, _)) => excluded.add(id, reason),
+        }
+    };
+    for event in trace {
+        let event = event?;
+        match &event {
+            Event::JobSubmitted(s) => widen(&mut submissions, s.time_us),
+            Event::Task(t) => widen(&mut task_events, t.time_us),
+            _ => {}
+        }
+        let ended = matches!(event, Event::JobEnded(_));
+        builder.apply(&event);
+        if ended {
+            for done in builder.take_completed() {
+                sort(done, &mut excluded);
+            }
+        }
+    }
+    let (rest, _) = builder.finish();
+    for done in rest {
+        sort(done, &mut excluded);
+    }
+    let split = Split::new(submissions, task_events);
+    for (id, arrival) in unseen {
+        let reason = if split.within_task_events(arrival) {
+            Reason::UnknownRuntime
+        } else {
+            Reason::OutsideTaskEvents
+        };
+        excluded.add(id, reason);
+    }
+    Ok((usable, split, excluded))
 }
 
 /// A replayable job, or why the job is not one (with its arrival, when

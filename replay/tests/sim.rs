@@ -56,22 +56,17 @@ fn config(slots: u32) -> SimConfig {
     }
 }
 
-fn decision(
-    job_id: u64,
-    queue: u8,
-    phase: Phase,
-    estimate: Option<Estimate>,
-    pilots: Vec<u32>,
-) -> Decision {
+/// A stand-in policy's decision, at version 0.
+fn decision(job_id: u64, queue: u8, phase: Phase) -> Decision {
+    Decision::new(PolicyKind::Fifo, job_id, 0, queue, phase)
+}
+
+/// A decision placing a job by `estimate`, in the queue its size falls in.
+fn estimated(job_id: u64, estimate: Estimate, ctx: &Context<'_>) -> Decision {
+    let queue = ctx.queues.queue_for(estimate.size_us);
     Decision {
-        job_id,
-        version: 0,
-        queue,
-        phase,
-        estimate,
-        policy: PolicyKind::Fifo,
-        pilots,
-        eta: None,
+        estimate: Some(estimate),
+        ..decision(job_id, queue, Phase::Estimated)
     }
 }
 
@@ -87,15 +82,8 @@ impl Policy for Fifo {
         PolicyKind::Fifo
     }
     fn on_submit(&mut self, job: &JobSubmitted, _: &Context<'_>) -> Decision {
-        decision(job.job_id, 0, Phase::Arrival, None, Vec::new())
+        decision(job.job_id, 0, Phase::Arrival)
     }
-    fn on_task_end(&mut self, _: &TaskEnd, _: &Context<'_>) -> Option<Decision> {
-        None
-    }
-    fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
-
     fn snapshot(&self) -> Vec<u8> {
         unreachable!("the simulator never snapshots its policies")
     }
@@ -120,21 +108,8 @@ impl Policy for Oracle {
     }
     fn on_submit(&mut self, job: &JobSubmitted, ctx: &Context<'_>) -> Decision {
         let e = estimate(self.0[&job.job_id], job.num_tasks, EstimateSource::Truth);
-        decision(
-            job.job_id,
-            ctx.queues.queue_for(e.size_us),
-            Phase::Estimated,
-            Some(e),
-            Vec::new(),
-        )
+        estimated(job.job_id, e, ctx)
     }
-    fn on_task_end(&mut self, _: &TaskEnd, _: &Context<'_>) -> Option<Decision> {
-        None
-    }
-    fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
-
     fn snapshot(&self) -> Vec<u8> {
         unreachable!("the simulator never snapshots its policies")
     }
@@ -148,21 +123,8 @@ impl Policy for Fixed {
         PolicyKind::PointEst
     }
     fn on_submit(&mut self, job: &JobSubmitted, _: &Context<'_>) -> Decision {
-        decision(
-            job.job_id,
-            self.0[&job.job_id],
-            Phase::Arrival,
-            None,
-            Vec::new(),
-        )
+        decision(job.job_id, self.0[&job.job_id], Phase::Arrival)
     }
-    fn on_task_end(&mut self, _: &TaskEnd, _: &Context<'_>) -> Option<Decision> {
-        None
-    }
-    fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
-
     fn snapshot(&self) -> Vec<u8> {
         unreachable!("the simulator never snapshots its policies")
     }
@@ -183,9 +145,12 @@ impl Policy for Sampler {
     fn on_submit(&mut self, job: &JobSubmitted, _: &Context<'_>) -> Decision {
         self.widths.insert(job.job_id, job.num_tasks);
         if job.num_tasks < 3 {
-            decision(job.job_id, 0, Phase::ThinBypass, None, Vec::new())
+            decision(job.job_id, 0, Phase::ThinBypass)
         } else {
-            decision(job.job_id, 1, Phase::Sampling, None, vec![0])
+            Decision {
+                pilots: vec![0],
+                ..decision(job.job_id, 1, Phase::Sampling)
+            }
         }
     }
     fn on_task_end(&mut self, end: &TaskEnd, ctx: &Context<'_>) -> Option<Decision> {
@@ -198,13 +163,7 @@ impl Policy for Sampler {
             width,
             EstimateSource::Pilots { pilots: 1 },
         );
-        Some(decision(
-            end.job_id,
-            ctx.queues.queue_for(e.size_us),
-            Phase::Estimated,
-            Some(e),
-            Vec::new(),
-        ))
+        Some(estimated(end.job_id, e, ctx))
     }
     fn on_job_done(&mut self, done: &JobDone, _: &Context<'_>) {
         self.done.push(*done);
@@ -225,15 +184,8 @@ impl Policy for Las {
         PolicyKind::Las
     }
     fn on_submit(&mut self, job: &JobSubmitted, _: &Context<'_>) -> Decision {
-        decision(job.job_id, 0, Phase::AttainedService, None, Vec::new())
+        decision(job.job_id, 0, Phase::AttainedService)
     }
-    fn on_task_end(&mut self, _: &TaskEnd, _: &Context<'_>) -> Option<Decision> {
-        None
-    }
-    fn on_job_done(&mut self, _: &JobDone, _: &Context<'_>) {}
-
-    fn on_job_abandoned(&mut self, _job_id: u64) {}
-
     fn snapshot(&self) -> Vec<u8> {
         unreachable!("the simulator never snapshots its policies")
     }
@@ -620,6 +572,7 @@ fn the_trace_splits_into_history_and_evaluated_halves() {
             too_wide: 1,
             invalid: 0,
             spans_split: 1,
+            not_in_dag: 0,
         }
     );
     // Each excluded job is named with its reason.
