@@ -32,6 +32,7 @@ pub mod kafka;
 pub mod kafka_args;
 pub mod merge_by_key;
 pub mod source;
+pub mod tpch_dags;
 pub mod truth;
 
 use std::path::Path;
@@ -54,6 +55,9 @@ pub enum Format {
     GceLifetimes,
     /// jobcast's canonical JSON lines.
     Jsonl,
+    /// Decima's Spark TPC-H runs (`stages.jsonl.gz`): real DAG jobs with
+    /// every task's runtime, laid out as a timeline ([`tpch_dags`]).
+    TpchDags,
 }
 
 impl Format {
@@ -63,6 +67,7 @@ impl Format {
         "alibaba2018",
         "gce-lifetimes",
         "jsonl",
+        "tpch-dags",
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +77,7 @@ impl Format {
             Format::Alibaba2018 => "alibaba2018",
             Format::GceLifetimes => "gce-lifetimes",
             Format::Jsonl => "jsonl",
+            Format::TpchDags => "tpch-dags",
         }
     }
 }
@@ -86,6 +92,7 @@ impl std::str::FromStr for Format {
             "alibaba2018" => Ok(Format::Alibaba2018),
             "gce-lifetimes" => Ok(Format::GceLifetimes),
             "jsonl" => Ok(Format::Jsonl),
+            "tpch-dags" => Ok(Format::TpchDags),
             other => Err(format!(
                 "unknown format `{other}` (expected one of: {})",
                 Format::NAMES.join(", ")
@@ -102,5 +109,6 @@ pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
         Format::Alibaba2018 => alibaba2018::open(input),
         Format::GceLifetimes => gce::open(input),
         Format::Jsonl => jsonl::open(input),
+        Format::TpchDags => tpch_dags::open(input),
     }
 }
