@@ -1,7 +1,6 @@
 //! The Alibaba v2018 adapter on small hand-written files that follow the
 //! published schema (`tests/data/alibaba2018/`).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use jobcast_ingest::event::{
@@ -9,6 +8,9 @@ use jobcast_ingest::event::{
 };
 use jobcast_ingest::{Diagnostics, Format, Trace, alibaba2018, decode};
 use proptest::prelude::*;
+
+mod common;
+use common::{counts, skip, skipped_rows};
 
 fn data(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -208,76 +210,51 @@ fn tasks_and_instances() {
     }
 
     assert_eq!(diags.rows_read(), 13 + 13 + 10);
-    let skipped: BTreeMap<&str, u64> = [
-        ("bad_number", 2),
-        ("bad_status", 1),
-        ("columns", 2),
-        ("duplicate_task", 1),
-        ("encoding", 1),
-        ("end_before_start", 1),
-        ("missing_field", 1),
-        ("missing_time", 1),
-        ("zero_time", 1),
-    ]
-    .into_iter()
-    .collect();
     assert_eq!(
-        diags
-            .skipped()
-            .iter()
-            .map(|(k, v)| (k.as_str(), *v))
-            .collect::<BTreeMap<_, _>>(),
-        skipped
+        diags.skipped(),
+        counts(&[
+            ("bad_number", 2),
+            ("bad_status", 1),
+            ("columns", 2),
+            ("duplicate_task", 1),
+            ("encoding", 1),
+            ("end_before_start", 1),
+            ("missing_field", 1),
+            ("missing_time", 1),
+            ("zero_time", 1),
+        ])
     );
-    let at: Vec<(String, u64, String)> = diags
-        .examples()
-        .into_iter()
-        .map(|s| {
-            let file =
-                s.at.file
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-            (
-                file,
-                s.at.line,
-                s.reason.split(':').next().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let row = |f: &str, line: u64, class: &str| (f.to_owned(), line, class.to_owned());
+    // In the order the rows were skipped.
     assert_eq!(
-        at,
+        skipped_rows(&diags),
         vec![
-            row("batch_task.csv", 11, "duplicate_task"),
-            row("batch_task.csv", 12, "bad_number"),
-            row("batch_task.csv", 13, "columns"),
-            row("batch_instance-part2.csv.gz", 9, "encoding"),
-            row("batch_instance.csv", 7, "columns"),
-            row("batch_instance.csv", 8, "missing_time"),
-            row("batch_instance.csv", 9, "zero_time"),
-            row("batch_instance.csv", 10, "end_before_start"),
-            row("batch_instance.csv", 11, "bad_number"),
-            row("batch_instance.csv", 12, "bad_status"),
-            row("batch_instance.csv", 13, "missing_field"),
+            skip("batch_task.csv", 11, "duplicate_task"),
+            skip("batch_task.csv", 12, "bad_number"),
+            skip("batch_task.csv", 13, "columns"),
+            skip("batch_instance-part2.csv.gz", 9, "encoding"),
+            skip("batch_instance.csv", 7, "columns"),
+            skip("batch_instance.csv", 8, "missing_time"),
+            skip("batch_instance.csv", 9, "zero_time"),
+            skip("batch_instance.csv", 10, "end_before_start"),
+            skip("batch_instance.csv", 11, "bad_number"),
+            skip("batch_instance.csv", 12, "bad_status"),
+            skip("batch_instance.csv", 13, "missing_field"),
         ]
     );
-    let notes: BTreeMap<String, u64> = [
-        ("ended runs without end_time: censored", 1),
-        ("job j_4: dependency cycle 1 -> 2 -> 1", 1),
-        ("job names not of the form j_<n>: ids are FNV-1a hashes", 1),
-        (
-            "machine names not of the form m_<n>: ids are FNV-1a hashes",
-            1,
-        ),
-        ("negative plan values ignored", 1),
-        ("tasks without a batch_task row: requests unknown", 1),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(diags.notes(), notes);
+    assert_eq!(
+        diags.notes(),
+        counts(&[
+            ("ended runs without end_time: censored", 1),
+            ("job j_4: dependency cycle 1 -> 2 -> 1", 1),
+            ("job names not of the form j_<n>: ids are FNV-1a hashes", 1),
+            (
+                "machine names not of the form m_<n>: ids are FNV-1a hashes",
+                1,
+            ),
+            ("negative plan values ignored", 1),
+            ("tasks without a batch_task row: requests unknown", 1),
+        ])
+    );
     assert!(
         diags.summary().contains("batch_instance.csv:10"),
         "{}",
@@ -375,16 +352,11 @@ fn task_rows_stand_in_for_instances() {
     ];
     assert_eq!(events, expected);
     assert_eq!(diags.rows_read(), 8);
-    assert_eq!(
-        diags.skipped(),
-        [("zero_time".to_owned(), 1)].into_iter().collect()
-    );
+    assert_eq!(diags.skipped(), counts(&[("zero_time", 1)]));
     assert_eq!(diags.examples()[0].at.line, 5);
     assert_eq!(
         diags.notes(),
-        [("ended runs without end_time: censored".to_owned(), 1)]
-            .into_iter()
-            .collect()
+        counts(&[("ended runs without end_time: censored", 1)])
     );
 
     // The file itself is an input too.

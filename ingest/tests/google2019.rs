@@ -2,12 +2,15 @@
 //! follow `clusterdata_trace_format_v3.proto` (`tests/data/google2019/`):
 //! JSON lines and CSV, plain and gzip, several parts per table.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskKind};
 use jobcast_ingest::{Diagnostics, Format, Trace, decode, google2019};
 use proptest::prelude::*;
+
+mod common;
+use common::{Skip, counts, skip, skipped_rows};
 
 fn data(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -95,34 +98,10 @@ use TaskKind::{Evict, Fail, Finish, Kill, Lost, Schedule, Submit, Update};
 
 /// Skipped rows by file and line (parts are read as the merge needs them,
 /// so the order of recording is not the order of the files).
-fn skips(diags: &Diagnostics) -> Vec<(String, u64, String)> {
-    let mut skips: Vec<(String, u64, String)> = diags
-        .examples()
-        .into_iter()
-        .map(|s| {
-            let file =
-                s.at.file
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-            (
-                file,
-                s.at.line,
-                s.reason.split(':').next().unwrap().to_owned(),
-            )
-        })
-        .collect();
+fn skips(diags: &Diagnostics) -> Vec<Skip> {
+    let mut skips = skipped_rows(diags);
     skips.sort();
     skips
-}
-
-fn skip(file: &str, line: u64, class: &str) -> (String, u64, String) {
-    (file.to_owned(), line, class.to_owned())
-}
-
-fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
 }
 
 #[test]

@@ -96,6 +96,28 @@ pub fn convert(format: &str, input: &Path, out: &Path) -> String {
     ])
 }
 
+/// `jobcast generate FLAGS` into `trace.jsonl` in a new temporary directory,
+/// which must succeed: the directory and the trace's path.
+pub fn generated_trace(flags: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let trace = dir.path().join("trace.jsonl");
+    let mut args = vec!["generate"];
+    args.extend(flags.split_whitespace());
+    args.extend(["--output", trace.to_str().expect("UTF-8 path")]);
+    jobcast_ok(&args);
+    (dir, trace)
+}
+
+/// `simulate --trace TRACE --format jsonl --policy POLICY REST…`, as
+/// arguments.
+pub fn simulate_args<'a>(trace: &'a str, policy: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "simulate", "--trace", trace, "--format", "jsonl", "--policy", policy,
+    ];
+    args.extend_from_slice(rest);
+    args
+}
+
 /// Run a SQL query over converted tables and parse its JSON rows.
 pub fn sql_json(data: &Path, query: &str) -> Vec<serde_json::Value> {
     let out = jobcast_ok(&[

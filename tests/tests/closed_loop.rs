@@ -9,19 +9,14 @@ use std::time::Instant;
 use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::Cluster;
 use jobcast_tests::serve::Serve;
-use jobcast_tests::{jobcast, jobcast_ok};
+use jobcast_tests::{generated_trace, jobcast, simulate_args};
 use serde_json::Value;
 
 /// About 100 simulated jobs (the second half of 240) on a few recurring
 /// families, so that the history matters: thin jobs, wide ones of up to 40
 /// tasks, and some DAGs.
-fn generate(path: &Path) {
-    let args = "generate --seed 11 --jobs 200 --slots 20 --families 8 --max-width 40 \
-                --dag-fraction 0.1";
-    let mut args: Vec<&str> = args.split_whitespace().collect();
-    args.extend(["--output", path.to_str().unwrap()]);
-    jobcast_ok(&args);
-}
+const WORKLOAD: &str = "--seed 11 --jobs 200 --slots 20 --families 8 --max-width 40 \
+                        --dag-fraction 0.1";
 
 /// The service as the simulator needs it: `policy` driving, no shadow
 /// policies, and every other engine setting at its default, which is also
@@ -84,9 +79,7 @@ fn estimates(json: &str) -> Vec<Option<f64>> {
 
 #[test]
 fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.jsonl");
-    generate(&trace);
+    let (dir, trace) = generated_trace(WORKLOAD);
     let trace = trace.to_str().unwrap();
     let topics = Topics::default();
 
@@ -101,9 +94,7 @@ fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
         let serve = Serve::start(&brokers, &state, &["--config", &config]);
 
         let run = |extra: &[&str]| {
-            let mut args = vec![
-                "simulate", "--trace", trace, "--format", "jsonl", "--policy", policy, "--json",
-            ];
+            let mut args = simulate_args(trace, policy, &["--json"]);
             args.extend_from_slice(extra);
             let out = jobcast(&args);
             let stderr = String::from_utf8_lossy(&out.stderr);
@@ -113,13 +104,14 @@ fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
             }
             String::from_utf8(out.stdout).expect("stdout is UTF-8")
         };
-        let looped = run(&[
+        let via_kafka: [&str; 5] = [
             "--via-kafka",
             "--brokers",
             &brokers,
             "-X",
             "fetch.wait.max.ms=1",
-        ]);
+        ];
+        let looped = run(&via_kafka);
         let in_process = run(&["--cold-start"]);
 
         // A simulation of another policy stops at the service's first
@@ -129,20 +121,7 @@ fn the_loop_through_kafka_schedules_exactly_as_the_in_process_simulation() {
         } else {
             "slearn"
         };
-        let mismatched = jobcast(&[
-            "simulate",
-            "--trace",
-            trace,
-            "--format",
-            "jsonl",
-            "--policy",
-            other,
-            "--via-kafka",
-            "--brokers",
-            &brokers,
-            "-X",
-            "fetch.wait.max.ms=1",
-        ]);
+        let mismatched = jobcast(&simulate_args(trace, other, &via_kafka));
         let stderr = String::from_utf8_lossy(&mismatched.stderr);
         assert!(
             !mismatched.status.success(),

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use jobcast_tests::{jobcast, jobcast_ok, shared_data};
+use jobcast_tests::{generated_trace, jobcast, jobcast_ok, shared_data, simulate_args};
 use serde_json::Value;
 
 const POLICIES: [&str; 10] = [
@@ -29,13 +29,9 @@ const POLICIES: [&str; 10] = [
 /// paper's wide jobs), job means spread with CV 3 around their family's,
 /// task runtimes with CV 0.05 around their job's mean. SLearn beats 3Sigma on every seed
 /// tried (1.1–2.1x over seeds 1–6); seed 3 gives 1.9x.
-fn generate(path: &Path) {
-    let args = "generate --seed 3 --jobs 3000 --slots 200 --load 0.9 --families 50 --job-cv 3 \
-                --task-cv 0.05 --thin-fraction 0.1 --dag-fraction 0 --min-width 10 --max-width 150";
-    let mut args: Vec<&str> = args.split_whitespace().collect();
-    args.extend(["--output", path.to_str().unwrap()]);
-    jobcast_ok(&args);
-}
+const WORKLOAD: &str = "--seed 3 --jobs 3000 --slots 200 --load 0.9 --families 50 --job-cv 3 \
+                        --task-cv 0.05 --thin-fraction 0.1 --dag-fraction 0 --min-width 10 \
+                        --max-width 150";
 
 /// `evaluate --trace TRACE --format FORMAT REST…`, as arguments.
 fn evaluate_args<'a>(trace: &'a Path, format: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
@@ -62,9 +58,7 @@ fn evaluate_ok(trace: &Path, format: &str, rest: &[&str]) -> String {
 
 #[test]
 fn slearn_beats_3sigma_and_the_oracle_beats_all() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.jsonl");
-    generate(&trace);
+    let (dir, trace) = generated_trace(WORKLOAD);
     let plots = dir.path().join("plots");
     let out = evaluate_ok(
         &trace,
@@ -214,9 +208,7 @@ fn plots_named_in_help() -> BTreeSet<String> {
 
 #[test]
 fn the_table_shows_each_figures_n_and_plots_writes_the_files_its_help_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.jsonl");
-    generate(&trace);
+    let (dir, trace) = generated_trace(WORKLOAD);
     let plots = dir.path().join("plots");
     let table = evaluate_ok(&trace, "jsonl", &["--plots", plots.to_str().unwrap()]);
     // Header cells hold single spaces, data cells none; cells are at
@@ -281,13 +273,9 @@ fn the_table_shows_each_figures_n_and_plots_writes_the_files_its_help_names() {
 
 #[test]
 fn simulate_prints_a_table_and_rejects_zero_slots() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.jsonl");
-    generate(&trace);
+    let (_dir, trace) = generated_trace(WORKLOAD);
     let trace = trace.to_str().unwrap();
-    let out = jobcast_ok(&[
-        "simulate", "--trace", trace, "--format", "jsonl", "--policy", "slearn", "--slots", "150",
-    ]);
+    let out = jobcast_ok(&simulate_args(trace, "slearn", &["--slots", "150"]));
     for row in [
         "policy",
         "slearn",
@@ -299,18 +287,11 @@ fn simulate_prints_a_table_and_rejects_zero_slots() {
     ] {
         assert!(out.contains(row), "{row}: {out}");
     }
-    let json = jobcast_ok(&[
-        "simulate",
-        "--trace",
+    let json = jobcast_ok(&simulate_args(
         trace,
-        "--format",
-        "jsonl",
-        "--policy",
         "fifo",
-        "--json",
-        "--sampling-ratio",
-        "0.05",
-    ]);
+        &["--json", "--sampling-ratio", "0.05"],
+    ));
     let v: Value = serde_json::from_str(&json).unwrap();
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len() as u64, v["summary"]["jobs"].as_u64().unwrap());
@@ -319,9 +300,7 @@ fn simulate_prints_a_table_and_rejects_zero_slots() {
             .all(|j| j["phase"] == "arrival" && j["error_pct"].is_null())
     );
 
-    let out = jobcast(&[
-        "simulate", "--trace", trace, "--format", "jsonl", "--policy", "fifo", "--slots", "0",
-    ]);
+    let out = jobcast(&simulate_args(trace, "fifo", &["--slots", "0"]));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--slots"));
     let out = evaluate(Path::new(trace), "jsonl", &["--sampling-ratio", "2"]);

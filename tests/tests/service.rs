@@ -98,10 +98,14 @@ fn input(events: &[Event]) -> Vec<(String, Vec<u8>)> {
     messages
 }
 
-fn temp() -> (tempfile::TempDir, PathBuf) {
+/// A fresh store in a new temporary directory, and the configuration of a
+/// run on it that reads `topics`: the directory, the store's path and that
+/// configuration.
+fn fresh(cluster: &Cluster, topics: &Topics) -> (tempfile::TempDir, PathBuf, ServeConfig) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state");
-    (dir, path)
+    let config = config(&cluster.brokers(), topics, &path);
+    (dir, path, config)
 }
 
 #[test]
@@ -111,8 +115,7 @@ fn every_message_is_applied_or_dead_lettered_and_the_state_follows_event_time() 
     let events = excerpt_events();
     let messages = input(&events);
     cluster.produce(&topics.events, &messages);
-    let (_dir, path) = temp();
-    let config = config(&cluster.brokers(), &topics, &path);
+    let (_dir, path, config) = fresh(&cluster, &topics);
     let summary = run_until(&config, messages.len() as u64);
     assert_eq!(summary.committed, messages.len() as u64);
     assert_eq!(summary.applied + summary.dead_lettered, summary.committed);
@@ -261,6 +264,15 @@ fn excerpt_for_two_runs() -> (Cluster, Topics, Topics, u64) {
     (cluster, topics_a, topics_b, messages.len() as u64)
 }
 
+/// Run A of two: a fresh store that applies the whole input of `topics`
+/// (`total` messages); its directory and the store's path.
+fn whole_run(cluster: &Cluster, topics: &Topics, total: u64) -> (tempfile::TempDir, PathBuf) {
+    let (dir, path, config) = fresh(cluster, topics);
+    let whole = run_until(&config, total);
+    assert_eq!(whole.committed, total);
+    (dir, path)
+}
+
 /// The two runs stored the same state and published the same decisions.
 fn assert_same_outcome(cluster: &Cluster, a: (&Path, &Topics), b: (&Path, &Topics)) {
     assert_eq!(stored_state(a.0), stored_state(b.0));
@@ -274,12 +286,9 @@ fn assert_same_outcome(cluster: &Cluster, a: (&Path, &Topics), b: (&Path, &Topic
 fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
-    let (_a, path_a) = temp();
-    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
-    assert_eq!(whole.committed, total);
+    let (_a, path_a) = whole_run(&cluster, &topics_a, total);
 
-    let (_b, path_b) = temp();
-    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let (_b, path_b, config_b) = fresh(&cluster, &topics_b);
     let (first, shared) = run_observed(&config_b, total * 2 / 5);
     assert!(first.committed < total, "the first run stopped early");
     // A clean stop leaves nothing in RocksDB's memtables: the next start
@@ -320,15 +329,12 @@ fn a_stop_in_the_middle_and_a_restart_end_in_the_same_state_as_one_run() {
 fn a_restart_applies_only_the_log_after_the_latest_snapshot_and_ends_in_the_same_state() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
-    let (_a, path_a) = temp();
-    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
-    assert_eq!(whole.committed, total);
+    let (_a, path_a) = whole_run(&cluster, &topics_a, total);
 
     // A snapshot every 1,000 messages: a restart applies fewer than that
     // plus one batch (the snapshot goes with the batch that crosses the
     // mark), however much came before.
-    let (_b, path_b) = temp();
-    let mut config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let (_b, path_b, mut config_b) = fresh(&cluster, &topics_b);
     config_b.storage.snapshot_every_events = 1_000;
     // Clean stops leave the tail a crash would, for the restarts to apply.
     config_b.storage.snapshot_on_stop = false;
@@ -376,14 +382,12 @@ fn a_restart_applies_only_the_log_after_the_latest_snapshot_and_ends_in_the_same
 #[test]
 fn ended_jobs_expire_after_the_retention_window_and_change_no_prediction() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
-    let (_a, path_a) = temp();
-    run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    let (_a, path_a) = whole_run(&cluster, &topics_a, total);
 
     // Most of the excerpt's jobs end in its first 2.4 hours, a few 6 hours
     // in, and the latest event applied is 13.2 hours in: a window of 12
     // hours cuts through them.
-    let (_b, path_b) = temp();
-    let mut config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let (_b, path_b, mut config_b) = fresh(&cluster, &topics_b);
     config_b.storage.retention_hours = 12;
     let (summary, shared) = run_observed(&config_b, total);
     assert_eq!(summary.committed, total);
@@ -467,8 +471,8 @@ fn ended_jobs_expire_after_the_retention_window_and_change_no_prediction() {
 fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
 
-    let (_a, path_a) = temp();
-    let (roomy, shared) = run_observed(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    let (_a, path_a, config_a) = fresh(&cluster, &topics_a);
+    let (roomy, shared) = run_observed(&config_a, total);
     assert_eq!(roomy.committed, total);
     assert_eq!(shared.counters.input_pauses.load(Ordering::Relaxed), 0);
     drop(shared); // closes the store
@@ -477,8 +481,7 @@ fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
     // run unevenly enough in event time that partitions are paused and
     // resumed dozens of times, and the merged order, so every decision
     // and record, stays what it was.
-    let (_b, path_b) = temp();
-    let mut tight = config(&cluster.brokers(), &topics_b, &path_b);
+    let (_b, path_b, mut tight) = fresh(&cluster, &topics_b);
     tight.consumer.max_buffered_events = 2000;
     // librdkafka starts fetching a resumed partition when its broker thread
     // next wakes, which may be when the fetch in flight returns: the broker
@@ -498,17 +501,10 @@ fn a_merge_held_to_a_small_budget_pauses_partitions_and_decides_the_same() {
 #[test]
 fn a_store_built_with_another_engine_configuration_is_refused() {
     let (_cluster, _dir, config_a) = store_of_a_short_run();
-    let mut config_b = config_a.clone();
-    config_b.engine.policies.thin_limit = 5;
-    let store = Arc::new(StateStore::open(&config_a.storage.path, false).unwrap());
-    let err = service::run(&config_b, Shared::new(store)).unwrap_err();
-    assert!(
-        err.to_string().contains("another engine configuration"),
-        "{err}"
-    );
+    let (config_b, err) = another_engine_refused(&config_a);
     // The way out the error names: a rebuild, then a start with the new
     // configuration learns from the whole topic again.
-    assert!(err.to_string().contains("jobcast admin rebuild"), "{err}");
+    assert!(err.contains("jobcast admin rebuild"), "{err}");
     let committed = config_a.consumer.batch_max_events; // any positive amount
     jobcast_ok(&[
         "admin",
@@ -534,14 +530,21 @@ fn a_store_is_recovered_with_another_skew() {
     }
     let restarted = service.stop().expect("recovered with the new skew");
     assert_eq!(restarted.committed, 0, "nothing new to read");
-    let mut config_c = config_a.clone();
-    config_c.engine.policies.thin_limit = 5;
-    let store = Arc::new(StateStore::open(&config_a.storage.path, false).unwrap());
-    let err = service::run(&config_c, Shared::new(store)).unwrap_err();
-    assert!(
-        err.to_string().contains("another engine configuration"),
-        "any other setting still needs one: {err}"
-    );
+    // Any other engine setting still needs a rebuild.
+    another_engine_refused(&config_a);
+}
+
+/// `config` with another engine setting (`thin_limit`), and the error a run
+/// of it stops with on the store `config` built, which must name the cause.
+fn another_engine_refused(config: &ServeConfig) -> (ServeConfig, String) {
+    let mut other = config.clone();
+    other.engine.policies.thin_limit = 5;
+    let store = Arc::new(StateStore::open(&config.storage.path, false).unwrap());
+    let err = service::run(&other, Shared::new(store))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("another engine configuration"), "{err}");
+    (other, err)
 }
 
 #[test]
@@ -625,34 +628,33 @@ fn input_deleted_by_retention_under_the_state_stops_the_service_naming_both_offs
 #[test]
 fn a_backup_wiped_and_restored_goes_on_to_the_same_state_and_decisions() {
     let (cluster, topics_a, topics_b, total) = excerpt_for_two_runs();
-    let (_a, path_a) = temp();
-    run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    let (_a, path_a) = whole_run(&cluster, &topics_a, total);
 
-    let (dir_b, path_b) = temp();
-    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let (dir_b, path_b, config_b) = fresh(&cluster, &topics_b);
     let first = run_until(&config_b, total * 2 / 5);
     let backup = dir_b.path().join("backup");
-    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let (backup_dir, data_dir) = (backup.to_str().unwrap(), path_b.to_str().unwrap());
     jobcast_ok(&[
         "admin",
         "backup",
         "--data-dir",
-        &path(&path_b),
+        data_dir,
         "--to",
-        &path(&backup),
+        backup_dir,
     ]);
+    let restore = [
+        "admin",
+        "restore",
+        "--from",
+        backup_dir,
+        "--data-dir",
+        data_dir,
+    ];
     // The store goes on past the backup, then is lost.
     let second = run_until(&config_b, total / 5);
     assert!(first.committed + second.committed < total);
     std::fs::remove_dir_all(&path_b).unwrap();
-    let out = jobcast_ok(&[
-        "admin",
-        "restore",
-        "--from",
-        &path(&backup),
-        "--data-dir",
-        &path(&path_b),
-    ]);
+    let out = jobcast_ok(&restore);
     assert!(out.contains("restored"), "{out}");
     // The restored store starts where the backup was taken (after the
     // first run's stop, which took a snapshot), and consumes again what
@@ -663,26 +665,11 @@ fn a_backup_wiped_and_restored_goes_on_to_the_same_state_and_decisions() {
     assert_same_outcome(&cluster, (&path_a, &topics_a), (&path_b, &topics_b));
 
     // A restore never lands on a store, unless told to set it aside.
-    let refused = jobcast(&[
-        "admin",
-        "restore",
-        "--from",
-        &path(&backup),
-        "--data-dir",
-        &path(&path_b),
-    ]);
+    let refused = jobcast(&restore);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("holds a store: pass --replace"), "{stderr}");
-    let out = jobcast_ok(&[
-        "admin",
-        "restore",
-        "--from",
-        &path(&backup),
-        "--data-dir",
-        &path(&path_b),
-        "--replace",
-    ]);
+    let out = jobcast_ok(&[&restore[..], &["--replace"][..]].concat());
     assert!(out.contains("the store it replaced is at"), "{out}");
 }
 
@@ -698,8 +685,7 @@ fn a_skipped_range_is_dead_lettered_unapplied_whenever_it_was_recorded_and_survi
 
     // Run B stops part-way; the operator skips the next three messages of
     // partition 0.
-    let (_b, path_b) = temp();
-    let config_b = config(&cluster.brokers(), &topics_b, &path_b);
+    let (_b, path_b, config_b) = fresh(&cluster, &topics_b);
     let first = run_until(&config_b, total * 2 / 5);
     let next = StateStore::open_read_only(&path_b)
         .unwrap()
@@ -764,10 +750,10 @@ fn a_skipped_range_is_dead_lettered_unapplied_whenever_it_was_recorded_and_survi
     }
 
     // Run A records the same skip before it starts: the same state.
-    let (_a, path_a) = temp();
+    let (_a, path_a, config_a) = fresh(&cluster, &topics_a);
     drop(StateStore::open(&path_a, false).unwrap());
     assert!(skip(&path_a, &range).status.success());
-    let whole = run_until(&config(&cluster.brokers(), &topics_a, &path_a), total);
+    let whole = run_until(&config_a, total);
     assert_eq!(
         whole.dead_lettered,
         first.dead_lettered + second.dead_lettered
@@ -849,8 +835,7 @@ fn store_of_a_short_run() -> (Cluster, tempfile::TempDir, ServeConfig) {
     let events = excerpt_events();
     let messages: Vec<(String, Vec<u8>)> = input(&events[..200]);
     cluster.produce(&topics.events, &messages);
-    let (dir, path) = temp();
-    let config = config(&cluster.brokers(), &topics, &path);
+    let (dir, _, config) = fresh(&cluster, &topics);
     run_until(&config, messages.len() as u64);
     (cluster, dir, config)
 }

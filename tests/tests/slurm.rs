@@ -31,6 +31,15 @@ fn since_now() -> u64 {
         .as_secs()
 }
 
+/// A Slurm cluster, a Kafka cluster with the default topics beside it, and a
+/// scratch directory.
+fn slurm_and_kafka() -> (Slurm, Topics, Cluster, tempfile::TempDir) {
+    let slurm = Slurm::up();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    (slurm, topics, cluster, tempfile::tempdir().unwrap())
+}
+
 /// `jobcast slurm watch`, following the jobs submitted from `since` (unix
 /// seconds) on, or all.
 fn start_watcher(
@@ -65,6 +74,24 @@ fn start_watcher(
     )
 }
 
+/// [`start_watcher`] with its state in `dir`, following the jobs submitted
+/// from now on.
+fn watch_from_now(
+    slurm: &Slurm,
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    metrics: u16,
+) -> Running {
+    let state = dir.join("watch.json");
+    start_watcher(
+        slurm,
+        &cluster.brokers(),
+        &state,
+        metrics,
+        Some(since_now()),
+    )
+}
+
 /// A process's Prometheus metrics, as text; empty while it does not answer.
 fn scrape(port: u16) -> String {
     ureq::get(format!("http://127.0.0.1:{port}/metrics"))
@@ -72,6 +99,16 @@ fn scrape(port: u16) -> String {
         .ok()
         .and_then(|mut r| r.body_mut().read_to_string().ok())
         .unwrap_or_default()
+}
+
+/// `text` (a Prometheus scrape) exports every one of `names`.
+fn assert_exported(text: &str, names: &[&str]) {
+    for name in names {
+        assert!(
+            text.contains(&format!("\n{name}")),
+            "{name} not exported: {text}"
+        );
+    }
 }
 
 /// Every event in the topic, by job.
@@ -85,6 +122,29 @@ fn events_by_job(cluster: &Cluster, topic: &str) -> BTreeMap<u64, Vec<Event>> {
             .push(event);
     }
     by_job
+}
+
+/// One task's events in `events` (one job's): each one's kind and time, in
+/// unix seconds.
+fn task_times(events: &[Event], task: u32) -> Vec<(TaskKind, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Task(t) if t.task_index == task => Some((t.kind, t.time_us / 1_000_000)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The outcome of each `job_ended` in `events`.
+fn job_outcomes(events: &[Event]) -> Vec<JobOutcome> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::JobEnded(j) => Some(j.outcome),
+            _ => None,
+        })
+        .collect()
 }
 
 /// `events` (one job's, from the topic) say what Slurm's own record of the
@@ -115,15 +175,7 @@ fn assert_as_slurm_ended(
         let SlurmTask {
             start, end, state, ..
         } = &slurm_tasks[&(job, *array_index)];
-        let of_task: Vec<(TaskKind, u64)> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Task(t) if t.task_index == task as u32 => {
-                    Some((t.kind, t.time_us / 1_000_000))
-                }
-                _ => None,
-            })
-            .collect();
+        let of_task = task_times(events, task as u32);
         let expected = match state.as_str() {
             "COMPLETED" => vec![(TaskKind::Schedule, *start), (TaskKind::Finish, *end)],
             "FAILED" => vec![(TaskKind::Schedule, *start), (TaskKind::Fail, *end)],
@@ -133,13 +185,7 @@ fn assert_as_slurm_ended(
         };
         assert_eq!(of_task, expected, "job {job} task {task} ({state})");
     }
-    let outcomes: Vec<JobOutcome> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::JobEnded(j) => Some(j.outcome),
-            _ => None,
-        })
-        .collect();
+    let outcomes = job_outcomes(events);
     let states: Vec<&str> = indices
         .iter()
         .map(|i| slurm_tasks[&(job, *i)].state.as_str())
@@ -190,10 +236,7 @@ fn wait_ended(
 /// `--since`, though Slurm lists it throughout, never reaches the topic.
 #[test]
 fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
-    let slurm = Slurm::up();
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let dir = tempfile::tempdir().unwrap();
+    let (slurm, topics, cluster, dir) = slurm_and_kafka();
     let state = dir.path().join("watch.json");
     let before = slurm.sbatch(&["-J", "before", "--hold", "--wrap", "sleep 1"]);
     let since = since_now();
@@ -235,12 +278,7 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
     // Its metrics, every one the alerts and docs name: every job
     // followed, no poll failed.
     let text = scrape(metrics);
-    for name in WATCH_METRICS {
-        assert!(
-            text.contains(&format!("\n{name}")),
-            "{name} not exported: {text}"
-        );
-    }
+    assert_exported(&text, &WATCH_METRICS);
     assert_eq!(
         metric_sum(&text, "jobcast_slurm_jobs_followed"),
         5.0,
@@ -325,19 +363,9 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 /// slow to come back under load cannot time them out.
 #[test]
 fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
-    let slurm = Slurm::up();
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let dir = tempfile::tempdir().unwrap();
+    let (slurm, topics, cluster, dir) = slurm_and_kafka();
     let metrics = free_port();
-    let state = dir.path().join("watch.json");
-    let mut watcher = start_watcher(
-        &slurm,
-        &cluster.brokers(),
-        &state,
-        metrics,
-        Some(since_now()),
-    );
+    let mut watcher = watch_from_now(&slurm, &cluster, dir.path(), metrics);
     let limited = slurm.sbatch(&["-J", "limited", "--time=1", "--wrap", "sleep 600"]);
     let array = slurm.sbatch(&[
         "-J",
@@ -417,17 +445,8 @@ fn a_controller_restart_mid_run_loses_and_doubles_nothing() {
 /// `kill` once the other task finished.
 #[test]
 fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ran_them() {
-    let slurm = Slurm::up();
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let dir = tempfile::tempdir().unwrap();
-    let mut watcher = start_watcher(
-        &slurm,
-        &cluster.brokers(),
-        &dir.path().join("watch.json"),
-        free_port(),
-        Some(since_now()),
-    );
+    let (slurm, topics, cluster, dir) = slurm_and_kafka();
+    let mut watcher = watch_from_now(&slurm, &cluster, dir.path(), free_port());
     let requeued = slurm.sbatch(&["-J", "requeued", "--time=1", "--wrap", "sleep 3"]);
     let array = slurm.sbatch(&[
         "-J",
@@ -470,24 +489,8 @@ fn a_requeued_job_and_a_task_cancelled_while_running_reach_the_topic_as_slurm_ra
     );
     watcher.terminate();
     let tasks = slurm.tasks();
-    let of_task = |job: u64, task: u32| -> Vec<(TaskKind, u64)> {
-        by_job[&job]
-            .iter()
-            .filter_map(|e| match e {
-                Event::Task(t) if t.task_index == task => Some((t.kind, t.time_us / 1_000_000)),
-                _ => None,
-            })
-            .collect()
-    };
-    let ended = |job: u64| -> Vec<JobOutcome> {
-        by_job[&job]
-            .iter()
-            .filter_map(|e| match e {
-                Event::JobEnded(j) => Some(j.outcome),
-                _ => None,
-            })
-            .collect()
-    };
+    let of_task = |job: u64, task: u32| task_times(&by_job[&job], task);
+    let ended = |job: u64| job_outcomes(&by_job[&job]);
 
     // Requeued: its first run is evicted at the requeue (Slurm makes that
     // the job's submit time), its second runs to the end.
@@ -576,6 +579,29 @@ fn actions(out: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// [`start_applier`] with its state and output in `dir` (`NAME.json`,
+/// `NAME.jsonl`), once it has printed three actions: it and its output.
+fn start_applier_until_three_actions(
+    slurm: &Slurm,
+    cluster: &Cluster,
+    dir: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> (Running, std::path::PathBuf) {
+    let state = dir.join(format!("{name}.json"));
+    let out = dir.join(format!("{name}.jsonl"));
+    let applier = start_applier(slurm, &cluster.brokers(), &state, &out, extra);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while actions(&out).len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the {name} applier printed fewer than three actions"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (applier, out)
+}
+
 /// The priority `jobcast slurm apply` gives spare work by default.
 const SPARE: u64 = 1_000_000;
 
@@ -597,21 +623,12 @@ const SPARE: u64 = 1_000_000;
 ///   limit from its estimate.
 #[test]
 fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
-    let slurm = Slurm::up();
-    let topics = Topics::default();
-    let cluster = Cluster::new(&topics, PARTITIONS);
-    let dir = tempfile::tempdir().unwrap();
+    let (slurm, topics, cluster, dir) = slurm_and_kafka();
     // Submitted before the watcher's `--since`, `early` never gets a
     // decision: it stands with Q0, as new work does.
     let blocker = slurm.sbatch(&["-J", "blocker", "-c", "8", "--wrap", "sleep 300"]);
     let early = slurm.sbatch(&["-J", "early", "-c", "1", "--wrap", "sleep 1"]);
-    let mut watcher = start_watcher(
-        &slurm,
-        &cluster.brokers(),
-        &dir.path().join("watch.json"),
-        free_port(),
-        Some(since_now()),
-    );
+    let mut watcher = watch_from_now(&slurm, &cluster, dir.path(), free_port());
     let serve = Serve::start(
         &cluster.brokers(),
         &dir.path().join("serve"),
@@ -653,12 +670,11 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     // An `scontrol` that always fails: each action is tried 2 times,
     // reported and counted, and the applier goes on ticking.
     let metrics = free_port();
-    let failing_out = dir.path().join("failing.jsonl");
-    let mut failing = start_applier(
+    let (mut failing, failing_out) = start_applier_until_three_actions(
         &slurm,
-        &cluster.brokers(),
-        &dir.path().join("failing.json"),
-        &failing_out,
+        &cluster,
+        dir.path(),
+        "failing",
         &[
             "--scontrol",
             "false",
@@ -668,18 +684,8 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
             &format!("127.0.0.1:{metrics}"),
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while actions(&failing_out).len() < 3 {
-        assert!(Instant::now() < deadline, "the failing applier did nothing");
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let text = scrape(metrics);
-    for name in APPLY_METRICS {
-        assert!(
-            text.contains(&format!("\n{name}")),
-            "{name} not exported: {text}"
-        );
-    }
+    assert_exported(&text, &APPLY_METRICS);
     let failed = actions(&failing_out);
     assert!(
         failed
@@ -699,19 +705,8 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
     );
 
     // A dry run prints what it would do, and Slurm's priorities stay its own.
-    let dry_out = dir.path().join("dry.jsonl");
-    let mut dry = start_applier(
-        &slurm,
-        &cluster.brokers(),
-        &dir.path().join("dry.json"),
-        &dry_out,
-        &["--dry-run"],
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while actions(&dry_out).len() < 3 {
-        assert!(Instant::now() < deadline, "the dry run printed nothing");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (mut dry, dry_out) =
+        start_applier_until_three_actions(&slurm, &cluster, dir.path(), "dry", &["--dry-run"]);
     dry.kill().unwrap();
     dry.wait().unwrap();
     let shown = actions(&dry_out);
