@@ -79,6 +79,9 @@ struct StageRuns {
     line: u64,
 }
 
+/// Every stage read, by (input size in GB, query) and stage id.
+type Queries = BTreeMap<(u32, u32), BTreeMap<u32, StageRuns>>;
+
 /// One run of a query: every stage's tasks, in µs.
 struct Run {
     size_gb: u32,
@@ -110,8 +113,8 @@ fn read_stages(
     path: &Path,
     reader: impl BufRead,
     diagnostics: &Diagnostics,
-) -> Result<BTreeMap<(u32, u32), BTreeMap<u32, StageRuns>>, TraceError> {
-    let mut queries: BTreeMap<(u32, u32), BTreeMap<u32, StageRuns>> = BTreeMap::new();
+) -> Result<Queries, TraceError> {
+    let mut queries = Queries::new();
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| TraceError::io(path, e))?;
         let number = i as u64 + 1;
@@ -182,11 +185,7 @@ fn read_stages(
 
 /// Each (size, query) with stages 0..n whose parents come first, as one
 /// run per executor count that every stage has tasks for.
-fn runs_of(
-    path: &Path,
-    queries: BTreeMap<(u32, u32), BTreeMap<u32, StageRuns>>,
-    diagnostics: &Diagnostics,
-) -> Vec<Run> {
+fn runs_of(path: &Path, queries: Queries, diagnostics: &Diagnostics) -> Vec<Run> {
     let mut runs = Vec::new();
     for ((size_gb, query), stages) in queries {
         let well_formed = stages
