@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use jobcast_ingest::Format;
+use jobcast_predictor::queues::QueueConfig;
 use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
 use jobcast_replay::recurring_dags;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
@@ -54,6 +55,10 @@ pub struct Common {
     /// (the paper's Fig. 4 algorithm over 1–5%).
     #[arg(long, default_value = "adaptive", value_parser = parse_sampling)]
     pub sampling_ratio: Sampling,
+    /// The GS queue pilot tasks run in until their job is estimated: 1, the
+    /// paper's second-highest; 0 runs them before every other queue.
+    #[arg(long, default_value_t = QueueConfig::default().sampling_queue)]
+    pub sampling_queue: u8,
     /// Drop jobs with more tasks than this (the paper drops those over 150).
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
     pub max_width: u32,
@@ -102,6 +107,10 @@ impl Common {
                 ..PolicyConfig::default()
             },
             cold_start: self.cold_start,
+            queues: QueueConfig {
+                sampling_queue: self.sampling_queue,
+                ..QueueConfig::default()
+            },
             ..EvalConfig::default()
         }
     }

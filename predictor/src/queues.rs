@@ -19,6 +19,17 @@ pub struct QueueConfig {
     pub growth: f64,
     /// Each queue's weight is this factor smaller than the one above it.
     pub weight_ratio: f64,
+    /// The queue SLearn and the Bayesian hybrid run a job's pilot tasks in
+    /// until its estimate places it: the paper's second-highest (1), so
+    /// that learning new jobs does not delay jobs already estimated (§5.1.2).
+    /// Where the second queue holds a backlog of long jobs, GS's FIFO makes
+    /// pilots wait behind it; 0 runs them first.
+    #[serde(default = "default_sampling_queue")]
+    pub sampling_queue: u8,
+}
+
+fn default_sampling_queue() -> u8 {
+    1
 }
 
 impl Default for QueueConfig {
@@ -28,14 +39,13 @@ impl Default for QueueConfig {
             q0_upper_us: 1e9,
             growth: 10.0,
             weight_ratio: 10.0,
+            sampling_queue: default_sampling_queue(),
         }
     }
 }
 
 /// The queue thin jobs bypass to (the highest priority).
 pub const TOP_QUEUE: u8 = 0;
-/// The queue SLearn runs pilot tasks in (the second-highest priority).
-pub const SAMPLING_QUEUE: u8 = 1;
 
 impl QueueConfig {
     /// The queue a job of total size `size_us` belongs in: the first whose
@@ -85,6 +95,15 @@ impl QueueConfig {
                 format!("must exceed 1, got {}", self.growth),
             ));
         }
+        if self.sampling_queue >= self.levels {
+            return Err(ConfigError::new(
+                "sampling_queue",
+                format!(
+                    "must be a queue, below levels ({}), got {}",
+                    self.levels, self.sampling_queue
+                ),
+            ));
+        }
         if !(self.weight_ratio.is_finite() && self.weight_ratio >= 1.0) {
             return Err(ConfigError::new(
                 "weight_ratio",
@@ -114,6 +133,20 @@ mod tests {
         assert_eq!(q.upper_us(9), f64::INFINITY);
         assert!((q.weight(3) - 1e-3).abs() < 1e-15);
         assert!(q.validate().is_ok());
-        assert!(QueueConfig { growth: 1.0, ..q }.validate().is_err());
+        assert!(
+            QueueConfig {
+                growth: 1.0,
+                ..q.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert_eq!(q.sampling_queue, 1, "the paper's second queue");
+        let outside = QueueConfig {
+            sampling_queue: 10,
+            ..q
+        };
+        let err = outside.validate().unwrap_err().to_string();
+        assert!(err.contains("sampling_queue"), "{err}");
     }
 }

@@ -44,6 +44,7 @@ fn queues() -> QueueConfig {
         q0_upper_us: 5e6,
         growth: 10.0,
         weight_ratio: 10.0,
+        ..QueueConfig::default()
     }
 }
 

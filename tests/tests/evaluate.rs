@@ -506,4 +506,32 @@ fn tpch_dags_are_predicted_from_other_input_sizes() {
         "{}",
         v["policies"]
     );
+    // In the paper's sampling queue (the second), pilots wait behind the
+    // long DAGs queued there and SLearn-DAG is far slower; run first, they
+    // place every DAG within a few % of 3Sigma-DAG's JCT.
+    assert!(
+        figure("slearn-dag", "avg_jct_s") > 1.5 * figure("3sigma-dag", "avg_jct_s"),
+        "{}",
+        v["policies"]
+    );
+    let first = jobcast_ok(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "tpch-dags",
+        "--policy",
+        "slearn-dag",
+        "--max-width",
+        "5000",
+        "--sampling-queue",
+        "0",
+        "--json",
+    ]);
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let jct = first["summary"]["avg_jct_s"].as_f64().unwrap();
+    assert!(
+        jct < 1.05 * figure("3sigma-dag", "avg_jct_s"),
+        "SLearn-DAG with pilots first: {jct} s"
+    );
 }

@@ -366,7 +366,7 @@ impl Policy for Bayes {
             .min(self.max_pilots);
         let m = needed.max(floor).min(cap).max(1);
         let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
-        let d = sampling(PolicyKind::Bayes, job.job_id, 1, &pilots);
+        let d = sampling(PolicyKind::Bayes, job.job_id, 1, &pilots, ctx);
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -390,6 +390,7 @@ impl Policy for Bayes {
                     end.job_id,
                     job.version,
                     &job.pilots,
+                    ctx,
                 ))
             }
             PilotUpdate::Complete => {

@@ -376,12 +376,18 @@ fn decision(
 /// A sampling job's decision: in the sampling queue, its pilots running
 /// (at version 1 when it is submitted; at the next when a pilot is
 /// replaced).
-fn sampling(policy: PolicyKind, job_id: u64, version: u32, pilots: &pilots::PilotSet) -> Decision {
+fn sampling(
+    policy: PolicyKind,
+    job_id: u64,
+    version: u32,
+    pilots: &pilots::PilotSet,
+    ctx: &Context<'_>,
+) -> Decision {
     decision(
         policy,
         job_id,
         version,
-        crate::queues::SAMPLING_QUEUE,
+        ctx.queues.sampling_queue,
         Phase::Sampling,
         None,
         pilots.pilots(),

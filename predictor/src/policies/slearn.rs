@@ -192,7 +192,7 @@ impl Policy for SLearn {
         let sampled_width = hybrid.map_or(width, |h| h.root_width);
         let m = pilot_count(ratio, sampled_width).min(self.max_pilots);
         let pilots = PilotSet::new(self.seed, job.job_id, space, m);
-        let d = super::sampling(self.kind, job.job_id, 1, &pilots);
+        let d = super::sampling(self.kind, job.job_id, 1, &pilots, ctx);
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -220,6 +220,7 @@ impl Policy for SLearn {
                     end.job_id,
                     job.version,
                     &sampling.pilots,
+                    ctx,
                 ))
             }
             PilotUpdate::Complete => {
