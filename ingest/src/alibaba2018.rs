@@ -4,7 +4,12 @@
 //!
 //! The input is a directory holding files whose names start with
 //! `batch_task` and `batch_instance` (plain or gzip, any number of parts), or
-//! one such file. The mapping:
+//! one such file, or one file of either table under another name whose
+//! first line is that table's header (as extracts of the trace are
+//! published). A first line that names the table's columns is a header and
+//! is skipped (noted); whole numbers printed as floats (`1.0`, as pandas
+//! writes a column that has blanks) are read as the whole numbers they are
+//! (noted), other fractions are refused. The mapping:
 //!
 //! - an Alibaba job is a canonical job: `j_123` gets id 123, any other name
 //!   an FNV-1a hash of the name (noted);
@@ -52,6 +57,9 @@ use crate::source::{
 
 const TASK_COLUMNS: usize = 9;
 const INSTANCE_COLUMNS: usize = 14;
+/// The first column of each table, which a header line names.
+const TASK_HEADER: &str = "task_name";
+const INSTANCE_HEADER: &str = "instance_name";
 
 /// Open an Alibaba v2018 batch trace. The files are read on the first call
 /// to `next`, so a progress display can watch `bytes_read` meanwhile.
@@ -94,10 +102,23 @@ fn find_files(input: &Path) -> Result<Files, TraceError> {
                 instances: vec![input.to_owned()],
             }
         } else {
-            return Err(TraceError::invalid(
-                input,
-                "expected a batch_task or batch_instance file, or a directory holding them",
-            ));
+            match first_column(input)?.as_deref() {
+                Some(TASK_HEADER) => Files {
+                    tasks: vec![input.to_owned()],
+                    instances: Vec::new(),
+                },
+                Some(INSTANCE_HEADER) => Files {
+                    tasks: Vec::new(),
+                    instances: vec![input.to_owned()],
+                },
+                _ => {
+                    return Err(TraceError::invalid(
+                        input,
+                        "expected a batch_task or batch_instance file (by name, or by a header \
+                         line naming the table's columns), or a directory holding them",
+                    ));
+                }
+            }
         }
     } else {
         Files {
@@ -212,7 +233,7 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
     let paths = files.all();
     let mut jobs: HashMap<String, JobRows> = HashMap::new();
     for (file, path) in files.tasks.iter().enumerate() {
-        read_csv(path, diagnostics, |fields, line| {
+        read_csv(path, TASK_HEADER, diagnostics, |fields, line| {
             let row = parse_task_row(fields, !with_instances, diagnostics)?;
             let at = (file, line);
             let task = jobs
@@ -235,7 +256,7 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
     }
     for (file, path) in files.instances.iter().enumerate() {
         let file = files.tasks.len() + file;
-        read_csv(path, diagnostics, |fields, line| {
+        read_csv(path, INSTANCE_HEADER, diagnostics, |fields, line| {
             let row = parse_instance_row(fields, diagnostics)?;
             let at = (file, line);
             jobs.entry(row.job.to_owned())
@@ -288,10 +309,26 @@ fn load(files: &Files, diagnostics: &Diagnostics) -> Result<Events, TraceError> 
     })
 }
 
-/// Read one header-less CSV file, handing each row's fields and line to
-/// `row`; a row it rejects is recorded as skipped at its line.
+/// The first field of a file's first line (gzip or plain), to recognise a
+/// table by its header.
+fn first_column(path: &Path) -> Result<Option<String>, TraceError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(open_input(path, &Diagnostics::new())?);
+    let mut record = csv::StringRecord::new();
+    match reader.read_record(&mut record) {
+        Ok(true) => Ok(record.get(0).map(|f| f.trim().to_owned())),
+        Ok(false) | Err(_) => Ok(None),
+    }
+}
+
+/// Read one CSV file, handing each row's fields and line to `row`; a row
+/// it rejects is recorded as skipped at its line. A first line whose first
+/// field is `header` (the table's first column) is a header: skipped, noted.
 fn read_csv(
     path: &Path,
+    header: &str,
     diagnostics: &Diagnostics,
     mut row: impl FnMut(&[&str], u64) -> Result<(), Bad>,
 ) -> Result<(), TraceError> {
@@ -306,8 +343,12 @@ fn read_csv(
             Ok(true) => {}
             Err(e) => return Err(csv_error(path, e)),
         }
-        diagnostics.rows(1);
         let line = record.position().map_or(0, |p| p.line());
+        if line == 1 && record.get(0).map(<[u8]>::trim_ascii) == Some(header.as_bytes()) {
+            diagnostics.note("header lines skipped");
+            continue;
+        }
+        diagnostics.rows(1);
         let mut fields: Vec<&str> = Vec::with_capacity(INSTANCE_COLUMNS);
         let mut utf8 = true;
         for field in &record {
@@ -352,9 +393,9 @@ fn parse_task_row<'a>(
     columns(f, TASK_COLUMNS)?;
     let task = required(f[0], "task_name")?;
     let job = required(f[2], "job_name")?;
-    let instance_num = required(f[1], "instance_num")?
-        .parse()
-        .map_err(|_| ("bad_number", format!("instance_num `{}`", f[1])))?;
+    let instance_num = whole(required(f[1], "instance_num")?, diagnostics)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| ("bad_number", format!("instance_num `{}`", f[1])))?;
     let run = if timed {
         Some(parse_run(f[4], f[5], f[6], diagnostics)?)
     } else {
@@ -424,14 +465,14 @@ fn required<'a>(field: &'a str, name: &str) -> Result<&'a str, Bad> {
 fn parse_run(status: &str, start: &str, end: &str, diagnostics: &Diagnostics) -> Result<Run, Bad> {
     let status =
         parse_status(status.trim()).ok_or_else(|| ("bad_status", format!("status `{status}`")))?;
-    let start = parse_time(start, "start_time")?
+    let start = parse_time(start, "start_time", diagnostics)?
         .ok_or_else(|| ("missing_time", "empty start_time".to_owned()))?;
     let kind = match status {
         Status::Terminated => TaskKind::Finish,
         Status::Failed => TaskKind::Fail,
         Status::Open => return Ok(Run { start, end: None }),
     };
-    match parse_time(end, "end_time")? {
+    match parse_time(end, "end_time", diagnostics)? {
         None => {
             diagnostics.note("ended runs without end_time: censored");
             Ok(Run { start, end: None })
@@ -451,16 +492,30 @@ fn parse_run(status: &str, start: &str, end: &str, diagnostics: &Diagnostics) ->
     }
 }
 
+/// A whole number, also when printed as a float (`12.0`, noted); `None`
+/// for anything else, fractions included.
+fn whole(field: &str, diagnostics: &Diagnostics) -> Option<u64> {
+    if let Ok(n) = field.parse::<u64>() {
+        return Some(n);
+    }
+    let (int, frac) = field.split_once('.')?;
+    if int.is_empty() || frac.is_empty() || !frac.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    let n = int.parse::<u64>().ok()?;
+    diagnostics.note("whole numbers printed as floats (`1.0`) read as whole numbers");
+    Some(n)
+}
+
 /// Seconds to µs. Empty is `None`; 0 means "outside the trace window" in
 /// v2018 (before or after, undecidable), so the row is unusable.
-fn parse_time(field: &str, name: &str) -> Result<Option<u64>, Bad> {
+fn parse_time(field: &str, name: &str, diagnostics: &Diagnostics) -> Result<Option<u64>, Bad> {
     let field = field.trim();
     if field.is_empty() {
         return Ok(None);
     }
-    let secs: u64 = field
-        .parse()
-        .map_err(|_| ("bad_number", format!("{name} `{field}`")))?;
+    let secs =
+        whole(field, diagnostics).ok_or_else(|| ("bad_number", format!("{name} `{field}`")))?;
     if secs == 0 {
         return Err(("zero_time", format!("{name} is 0")));
     }
@@ -830,14 +885,27 @@ mod tests {
 
     #[test]
     fn times_are_checked() {
-        assert_eq!(parse_time("5", "t"), Ok(Some(5_000_000)));
-        assert_eq!(parse_time(" ", "t"), Ok(None));
-        assert_eq!(parse_time("0", "t").unwrap_err().0, "zero_time");
-        assert_eq!(parse_time("-3", "t").unwrap_err().0, "bad_number");
-        assert_eq!(parse_time("1.5", "t").unwrap_err().0, "bad_number");
+        let d = Diagnostics::new();
+        assert_eq!(parse_time("5", "t", &d), Ok(Some(5_000_000)));
+        assert_eq!(parse_time(" ", "t", &d), Ok(None));
+        assert_eq!(parse_time("0", "t", &d).unwrap_err().0, "zero_time");
+        assert_eq!(parse_time("-3", "t", &d).unwrap_err().0, "bad_number");
+        assert_eq!(parse_time("1.5", "t", &d).unwrap_err().0, "bad_number");
         assert_eq!(
-            parse_time("18446744073709", "t").unwrap_err().0,
+            parse_time("18446744073709", "t", &d).unwrap_err().0,
             "time_out_of_range"
         );
+        assert!(d.notes().is_empty(), "{:?}", d.notes());
+        // A whole number printed as a float is that number, and noted.
+        assert_eq!(parse_time("87076.0", "t", &d), Ok(Some(87_076_000_000)));
+        assert_eq!(parse_time("7.00", "t", &d), Ok(Some(7_000_000)));
+        assert_eq!(d.notes().len(), 1, "{:?}", d.notes());
+        for bad in ["7.", ".0", "7.01", "1e3", "7.0.0"] {
+            assert_eq!(
+                parse_time(bad, "t", &d).unwrap_err().0,
+                "bad_number",
+                "{bad}"
+            );
+        }
     }
 }

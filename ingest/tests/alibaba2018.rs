@@ -362,6 +362,38 @@ fn task_rows_stand_in_for_instances() {
     // The file itself is an input too.
     let (same, _) = read(alibaba2018::open(&data("tasks_only/batch_task.csv")).unwrap());
     assert_eq!(same, expected);
+
+    // So is an extract under another name with a header line and whole
+    // numbers printed as floats, as the shared DAG selection is.
+    let original = std::fs::read_to_string(data("tasks_only/batch_task.csv")).unwrap();
+    let mut extract = String::from(
+        "task_name,instance_num,job_name,task_type,status,start_time,end_time,plan_cpu,plan_mem\n",
+    );
+    for line in original.lines() {
+        let fields: Vec<String> = line
+            .split(',')
+            .enumerate()
+            .map(|(i, f)| match i {
+                1 | 5 | 6 if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => {
+                    format!("{f}.0")
+                }
+                _ => f.to_owned(),
+            })
+            .collect();
+        extract += &(fields.join(",") + "\n");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("selected_DAGs.csv");
+    std::fs::write(&path, extract).unwrap();
+    let (same, diags) = read(alibaba2018::open(&path).unwrap());
+    assert_eq!(same, expected);
+    assert_eq!(diags.rows_read(), 8, "the header is not a row");
+    let notes = diags.notes();
+    assert_eq!(notes.get("header lines skipped"), Some(&1), "{notes:?}");
+    assert!(
+        notes.contains_key("whole numbers printed as floats (`1.0`) read as whole numbers"),
+        "{notes:?}"
+    );
 }
 
 #[test]

@@ -40,11 +40,39 @@ pub struct FinishedJob {
     job: JobSubmitted,
     runtimes_us: Vec<u64>,
     stages: Vec<Stage>,
+    /// Positions of `stages`, every stage after its parents.
+    order: Vec<usize>,
+}
+
+/// Positions of `stages` with every stage after its parents (Kahn's
+/// algorithm, the listed order among the ready), or `None` for a cycle.
+fn topological_order(stages: &[Stage]) -> Option<Vec<usize>> {
+    let mut waiting: Vec<usize> = stages.iter().map(|s| s.parents.len()).collect();
+    let mut children = vec![Vec::new(); stages.len()];
+    for (i, s) in stages.iter().enumerate() {
+        for &p in &s.parents {
+            children[p].push(i);
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..stages.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut order = Vec::with_capacity(stages.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &c in &children[i] {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                ready.insert(c);
+            }
+        }
+    }
+    (order.len() == stages.len()).then_some(order)
 }
 
 impl FinishedJob {
     /// Check that `runtimes_us` has one entry per task and that the DAG
-    /// stages (if any) cover the tasks with parents listed before children.
+    /// stages (if any) cover the tasks, in the order listed, and form a DAG
+    /// (parents may be listed after their children).
     /// Runtimes of 0 µs become 1 µs so that every ratio to a runtime stays
     /// defined.
     pub fn new(job: JobSubmitted, mut runtimes_us: Vec<u64>) -> Result<Self, JobError> {
@@ -72,20 +100,23 @@ impl FinishedJob {
                 parents: Vec::new(),
             }],
             Some(stages) => {
+                let mut position = std::collections::HashMap::with_capacity(stages.len());
+                for (i, stage) in stages.iter().enumerate() {
+                    if position.insert(stage.id, i).is_some() {
+                        return Err(fail(format!("stage {} appears twice", stage.id)));
+                    }
+                }
                 let mut plans: Vec<Stage> = Vec::with_capacity(stages.len());
                 let mut next = 0u32;
                 for stage in stages {
-                    if plans.iter().any(|p| p.id == stage.id) {
-                        return Err(fail(format!("stage {} appears twice", stage.id)));
-                    }
                     let mut parents = Vec::with_capacity(stage.parents.len());
                     for parent in &stage.parents {
-                        match plans.iter().position(|p| p.id == *parent) {
-                            Some(pos) if !parents.contains(&pos) => parents.push(pos),
+                        match position.get(parent) {
+                            Some(&pos) if !parents.contains(&pos) => parents.push(pos),
                             Some(_) => {}
                             None => {
                                 return Err(fail(format!(
-                                    "stage {} depends on stage {parent}, which is not listed before it",
+                                    "stage {} depends on stage {parent}, which the job does not list",
                                     stage.id
                                 )));
                             }
@@ -110,10 +141,13 @@ impl FinishedJob {
                 plans
             }
         };
+        let order = topological_order(&stages)
+            .ok_or_else(|| fail("its stages' dependencies form a cycle, so it is no DAG".into()))?;
         Ok(FinishedJob {
             job,
             runtimes_us,
             stages,
+            order,
         })
     }
 
@@ -138,7 +172,8 @@ impl FinishedJob {
         &self.runtimes_us
     }
 
-    /// The DAG stages, parents before children.
+    /// The DAG stages, in the order the job lists them (a parent may come
+    /// after its child).
     pub fn stages(&self) -> &[Stage] {
         &self.stages
     }
@@ -173,7 +208,8 @@ impl FinishedJob {
     /// longest chain of stage maxima (the critical path).
     pub fn idle_runtime_us(&self) -> u64 {
         let mut finish = vec![0u64; self.stages.len()];
-        for (i, s) in self.stages.iter().enumerate() {
+        for &i in &self.order {
+            let s = &self.stages[i];
             let longest = self.runtimes_us[s.tasks.start as usize..s.tasks.end as usize]
                 .iter()
                 .copied()
@@ -275,6 +311,11 @@ mod tests {
         assert_eq!(done.idle_runtime_us(), 40);
         assert_eq!(done.stage_means_us(), vec![(1, 20.0), (2, 5.0), (3, 40.0)]);
         assert_eq!(done.stages()[1].parents, vec![0]);
+        // A parent listed after its child (as Alibaba's ids allow).
+        let forward = Some(vec![stage(1, 1, &[2]), stage(2, 2, &[])]);
+        let done = FinishedJob::new(job(3, forward), vec![5, 10, 30]).unwrap();
+        assert_eq!(done.stages()[0].parents, vec![1]);
+        assert_eq!(done.idle_runtime_us(), 35, "stage 2 (30) then stage 1 (5)");
     }
 
     #[test]
@@ -284,9 +325,17 @@ mod tests {
             err.to_string(),
             "job 7: declares 3 tasks but 2 runtimes were given"
         );
-        let forward = Some(vec![stage(1, 1, &[2]), stage(2, 1, &[])]);
-        let err = FinishedJob::new(job(2, forward), vec![1, 1]).unwrap_err();
-        assert!(err.message.contains("not listed before it"), "{err}");
+        let unknown = Some(vec![stage(1, 1, &[3]), stage(2, 1, &[])]);
+        let err = FinishedJob::new(job(2, unknown), vec![1, 1]).unwrap_err();
+        assert!(err.message.contains("does not list"), "{err}");
+        let cycle = Some(vec![stage(1, 1, &[2]), stage(2, 1, &[1])]);
+        let err = FinishedJob::new(job(2, cycle), vec![1, 1]).unwrap_err();
+        assert!(err.message.contains("cycle"), "{err}");
+        let own = Some(vec![stage(1, 1, &[1])]);
+        assert!(
+            FinishedJob::new(job(1, own), vec![1]).is_err(),
+            "a stage its own parent"
+        );
         let short = Some(vec![stage(1, 1, &[])]);
         assert!(FinishedJob::new(job(2, short), vec![1, 1]).is_err());
         assert!(FinishedJob::new(job(0, None), vec![]).is_err());

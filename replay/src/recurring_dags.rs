@@ -186,7 +186,7 @@ fn dag_of(run: &[&SimJob], rng: &mut ChaCha8Rng) -> SimJob {
         .max()
         .unwrap_or(first.time_us);
     SimJob::new(job, runtimes, end_us)
-        .expect("stages of at most 5 checked jobs, parents listed before children")
+        .expect("stages of at most 5 checked jobs, each after its parent")
 }
 
 #[cfg(test)]
