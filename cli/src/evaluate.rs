@@ -142,6 +142,14 @@ impl Common {
             started.elapsed().as_secs_f64(),
             workload.split.describe()
         );
+        let too_wide = workload.excluded.counts.too_wide;
+        if too_wide > (workload.jobs.len() + workload.training.len()) as u64 {
+            eprintln!(
+                "note: {too_wide} jobs wider than --max-width {} were left out, more than were \
+                 kept; raise --max-width to keep them (the paper's 150 suits Google 2011)",
+                self.max_width
+            );
+        }
         if let Some(path) = &self.excluded {
             write_excluded(path, &workload)
                 .with_context(|| format!("writing {}", path.display()))?;

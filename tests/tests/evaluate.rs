@@ -413,6 +413,22 @@ fn a_uniform_sample_of_jobs_is_evaluated_at_unit_load() {
     assert!(stderr.contains("cannot sample 1000000 jobs"), "{stderr}");
 }
 
+/// A `--max-width` that leaves out most jobs says so and how to keep them.
+#[test]
+fn leaving_out_most_jobs_as_too_wide_says_how_to_keep_them() {
+    let (_dir, trace) = generated_trace(WORKLOAD);
+    let narrow = evaluate(&trace, "jsonl", &["--max-width", "12"]);
+    let stderr = String::from_utf8_lossy(&narrow.stderr);
+    assert!(narrow.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("raise --max-width to keep them"),
+        "{stderr}"
+    );
+    let wide = evaluate(&trace, "jsonl", &[]);
+    let stderr = String::from_utf8_lossy(&wide.stderr);
+    assert!(!stderr.contains("raise --max-width"), "{stderr}");
+}
+
 #[test]
 fn a_split_with_an_empty_half_is_refused() {
     // One finished job: it opens and closes the span, so it is evaluated
