@@ -66,6 +66,11 @@ pub struct Common {
     /// half of the trace, as a freshly started `jobcast serve` does.
     #[arg(long)]
     pub cold_start: bool,
+    /// Also write the workload (history and evaluated jobs, DAGs composed by
+    /// --dags included) as canonical JSON lines, each job laid out as on an
+    /// idle cluster: a trace for `replay`, `convert` or `demo --format jsonl`.
+    #[arg(long, value_name = "PATH")]
+    pub write_trace: Option<PathBuf>,
     /// Compose the trace's jobs into DAG jobs: `recurring` makes each DAG
     /// of 2–5 consecutive jobs of one user and logical name (SLearn §6's
     /// construction; GTrace11-DAG from Google 2011), seeded by --seed.
@@ -154,6 +159,11 @@ impl Common {
             write_excluded(path, &workload)
                 .with_context(|| format!("writing {}", path.display()))?;
         }
+        if let Some(path) = &self.write_trace {
+            let events = write_trace(path, &workload)
+                .with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {events} events to {}", path.display());
+        }
         if let Some(n) = self.sample_jobs {
             // The cluster the whole second half loads to 1, unless given.
             let slots = self.slots.unwrap_or_else(|| workload.unit_load_slots());
@@ -167,6 +177,22 @@ impl Common {
         }
         Ok(workload)
     }
+}
+
+/// The workload's events as JSON lines; how many.
+fn write_trace(path: &std::path::Path, workload: &Workload) -> std::io::Result<usize> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let events = workload.events();
+    let mut line = Vec::new();
+    for event in &events {
+        line.clear();
+        jobcast_ingest::encode(event, &mut line);
+        line.push(b'\n');
+        out.write_all(&line)?;
+    }
+    out.flush()?;
+    Ok(events.len())
 }
 
 fn write_excluded(path: &std::path::Path, workload: &Workload) -> std::io::Result<()> {

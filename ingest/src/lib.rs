@@ -32,6 +32,7 @@ pub mod kafka;
 pub mod kafka_args;
 pub mod merge_by_key;
 pub mod source;
+pub mod timeline;
 pub mod tpch_dags;
 pub mod truth;
 

@@ -25,16 +25,16 @@
 //!   (`evaluate` sizes its cluster for an average load of 1; `--slots`).
 //! - **Task times**: a stage starts when its parent stages have ended (the
 //!   job's arrival for a root); its tasks run in order on the run's
-//!   executors, each on the executor free first, as Spark's waves did. A
-//!   stage's executors are its own: sibling stages do not compete.
+//!   executors, each on the executor free first, as Spark's waves did
+//!   ([`crate::timeline`]). A stage's executors are its own: sibling
+//!   stages do not compete.
 //!
 //! A line that cannot be used is skipped and reported by file and line; a
 //! run whose stage has no task at its executor count is left out and
 //! noted. Stage ids must be 0..n per query and size, parents before
 //! children (the published file is), else that query and size is skipped.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 
@@ -43,8 +43,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 
-use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, Stage, TaskEvent, TaskKind};
+use crate::event::{Event, JobSubmitted, Stage};
 use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
+use crate::timeline;
 
 /// The seed of the arrival order and gaps.
 pub const SEED: u64 = 0x7c9_d4a6;
@@ -274,7 +275,6 @@ fn lay_out(path: &Path, runs: Vec<Run>, diagnostics: &Diagnostics) -> Vec<Event>
 
 /// One run's submission, its tasks' schedules and finishes, and its end.
 fn run_events(run: &Run, job_id: u64, arrival_us: u64) -> Vec<Event> {
-    let num_tasks: usize = run.stages.iter().map(|(_, t)| t.len()).sum();
     let stages = run
         .stages
         .iter()
@@ -286,56 +286,26 @@ fn run_events(run: &Run, job_id: u64, arrival_us: u64) -> Vec<Event> {
             name: None,
         })
         .collect();
+    let runtimes: Vec<u64> = run
+        .stages
+        .iter()
+        .flat_map(|(_, t)| t.iter().copied())
+        .collect();
     let name = format!("q{}", run.query);
-    let mut events = vec![Event::JobSubmitted(JobSubmitted {
+    let job = JobSubmitted {
         user: "tpch".into(),
         job_name: name.clone(),
         logical_name: name,
         stages: Some(stages),
-        ..JobSubmitted::new(job_id, arrival_us, num_tasks as u32)
-    })];
-    let mut stage_end = Vec::with_capacity(run.stages.len());
-    let mut task_index = 0u32;
-    for (stage, (parents, tasks)) in run.stages.iter().enumerate() {
-        let start = parents
-            .iter()
-            .map(|&p| stage_end[p as usize])
-            .max()
-            .unwrap_or(arrival_us);
-        let mut free: BinaryHeap<Reverse<u64>> =
-            (0..run.executors.max(1)).map(|_| Reverse(start)).collect();
-        let mut end = start;
-        for &runtime in tasks {
-            let Reverse(at) = free.pop().expect("at least one executor");
-            let finish = at + runtime.max(1);
-            for (time_us, kind) in [(at, TaskKind::Schedule), (finish, TaskKind::Finish)] {
-                events.push(Event::Task(TaskEvent {
-                    time_us,
-                    job_id,
-                    task_index,
-                    kind,
-                    machine_id: None,
-                    stage: Some(stage as u32),
-                }));
-            }
-            free.push(Reverse(finish));
-            end = end.max(finish);
-            task_index += 1;
-        }
-        stage_end.push(end);
-    }
-    let end = stage_end.iter().copied().max().unwrap_or(arrival_us);
-    events.push(Event::JobEnded(JobEnded {
-        time_us: end,
-        job_id,
-        outcome: JobOutcome::Finish,
-    }));
-    events
+        ..JobSubmitted::new(job_id, arrival_us, runtimes.len() as u32)
+    };
+    timeline::job_events(&job, &runtimes, Some(run.executors))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::TaskKind;
 
     const TWO_QUERIES: &str = r#"{"size":"2g","query":1,"stage":0,"parents":[],"durations_ms":{"first_wave":{"2":[1000,2000],"4":[900]},"rest_wave":{"2":[500]},"fresh_durations":{"2":[1000]}}}
 {"size":"2g","query":1,"stage":1,"parents":[0],"durations_ms":{"first_wave":{"2":[3000],"4":[]},"rest_wave":{}}}

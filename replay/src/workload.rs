@@ -33,6 +33,7 @@
 use std::ops::Deref;
 
 use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted};
+use jobcast_ingest::timeline;
 use jobcast_ingest::truth::{CompletedJob, TruthBuilder};
 use jobcast_ingest::{Trace, TraceError};
 use jobcast_predictor::finished::{FinishedJob, JobError};
@@ -368,6 +369,22 @@ impl Workload {
     pub fn from_trace(trace: Trace, max_width: u32) -> Result<Workload, WorkloadError> {
         let (usable, split, excluded) = replayable(trace, max_width)?;
         Workload::split(usable, split, excluded)
+    }
+
+    /// Every job, history and evaluated, as the canonical events a cluster
+    /// would report with unlimited slots ([`jobcast_ingest::timeline`]),
+    /// in time order: a trace of the workload for `replay`, `convert` or
+    /// the demo (DAGs composed by [`crate::recurring_dags`] included).
+    pub fn events(&self) -> Vec<Event> {
+        let mut events: Vec<Event> = self
+            .training
+            .iter()
+            .chain(&self.jobs)
+            .flat_map(|j| timeline::job_events(j.job(), j.runtimes_us(), None))
+            .collect();
+        // Stable: at equal times a job's submission, its tasks, its end.
+        events.sort_by_key(Event::time_us);
+        events
     }
 
     /// A history trained on the first half, as it stands at the split.

@@ -457,7 +457,20 @@ fn a_split_with_an_empty_half_is_refused() {
 #[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
 fn recurring_jobs_make_gtrace11_dag_and_the_dag_policies_run_on_it() {
     let trace = shared_data("google-clusterdata-2011-2");
-    let out = evaluate(&trace, "google2011", &["--dags", "recurring", "--json"]);
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join("gtrace11-dag.jsonl");
+    let written_arg = written.to_str().unwrap();
+    let out = evaluate(
+        &trace,
+        "google2011",
+        &[
+            "--dags",
+            "recurring",
+            "--json",
+            "--write-trace",
+            written_arg,
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -491,6 +504,30 @@ fn recurring_jobs_make_gtrace11_dag_and_the_dag_policies_run_on_it() {
         avg_jct("slearn-dag"),
         avg_jct("slearn")
     );
+
+    // The written trace holds every DAG, history and evaluated, as
+    // canonical events that read back as DAG jobs.
+    let text = std::fs::read_to_string(&written).unwrap();
+    let submitted: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "job_submitted")
+        .collect();
+    assert_eq!(submitted.len(), 630 + 756);
+    assert!(submitted.iter().all(|j| j["stages"].is_array()));
+    let again: Value = serde_json::from_str(&evaluate_ok(
+        &written,
+        "jsonl",
+        &["--json", "--max-width", "750"],
+    ))
+    .unwrap();
+    assert_eq!(again["jobs"], again["dags"], "{}", again["excluded"]);
+    let read: u64 = ["jobs", "history_jobs"]
+        .iter()
+        .map(|k| again[k].as_u64().unwrap())
+        .sum::<u64>()
+        + again["excluded"]["spans_split"].as_u64().unwrap();
+    assert_eq!(read, 630 + 756, "{}", again["excluded"]);
 }
 
 /// Decima's TPC-H runs as DAG jobs (`--format tpch-dags`): every query is
