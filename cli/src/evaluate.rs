@@ -126,7 +126,7 @@ impl Common {
         let trace = jobcast_ingest::open(self.format, &self.trace)
             .with_context(|| format!("opening {} trace", self.format.name()))?;
         let diagnostics = trace.diagnostics().clone();
-        let mut workload = match self.dags {
+        let workload = match self.dags {
             None => Workload::from_trace(trace, self.max_width),
             Some(Dags::Recurring) => recurring_dags::workload(trace, self.max_width, self.seed)
                 .map(|(w, stats)| {
@@ -134,10 +134,12 @@ impl Common {
                     w
                 }),
         }
-        .with_context(|| format!("reading {}", self.trace.display()))?;
+        .with_context(|| format!("reading {}", self.trace.display()));
+        // What was skipped, also when nothing usable was left.
         if diagnostics.skipped_total() > 0 {
             eprint!("{}", diagnostics.summary());
         }
+        let mut workload = workload?;
         eprintln!(
             "read {}: {} evaluated jobs, {} history jobs, {} excluded, in {:.1} s; {}",
             self.trace.display(),

@@ -292,9 +292,10 @@ fn break_cycles(stages: &mut [Stage], problems: &mut Vec<DagProblem>) {
     }
 }
 
-/// Kahn's algorithm; the smallest ready id goes first so the order is
-/// deterministic. `stages` must be acyclic with existing parents.
-fn topological_order(stages: &[Stage]) -> Vec<u32> {
+/// Stage ids with every stage after its parents (Kahn's algorithm; the
+/// smallest ready id goes first so the order is deterministic). Stages on
+/// a cycle, or below one, are left out: fewer ids than stages means no DAG.
+pub fn topological_order(stages: &[Stage]) -> Vec<u32> {
     let mut pending: HashMap<u32, usize> = HashMap::with_capacity(stages.len());
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for stage in stages {

@@ -8,42 +8,57 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskKind};
+use crate::dag;
+use crate::event::{Event, JobEnded, JobOutcome, JobSubmitted, Stage, TaskEvent, TaskKind};
 
 /// The events of `job` (submitted at its `time_us`) whose task `i` runs
 /// `runtimes_us[i]` (at least 1 µs): a stage's tasks run in index order on
 /// `executors` slots of their own, each on the one free first (`None`: all
-/// at once), as Spark's waves do. A job without stages is one stage. Its
-/// stages must list every parent before its children, and its runtimes
-/// must number its tasks.
+/// at once), as Spark's waves do. A job without stages is one stage; a
+/// stage may be listed before its parents. Its runtimes must number its
+/// tasks and its stages form a DAG: a stage on a cycle starts at arrival.
 pub fn job_events(job: &JobSubmitted, runtimes_us: &[u64], executors: Option<u32>) -> Vec<Event> {
     let arrival = job.time_us;
-    let whole = [(None, Vec::new(), runtimes_us.len() as u32)];
-    let stages: Vec<(Option<u32>, Vec<u32>, u32)> = match &job.stages {
-        Some(stages) => stages
-            .iter()
-            .map(|s| (Some(s.id), s.parents.clone(), s.num_tasks))
-            .collect(),
-        None => whole.to_vec(),
-    };
+    let whole = [Stage {
+        id: 0,
+        parents: Vec::new(),
+        num_tasks: runtimes_us.len() as u32,
+        name: None,
+    }];
+    let stages: &[Stage] = job.stages.as_deref().unwrap_or(&whole);
+    // Tasks are numbered stage by stage as listed; stages run parents first.
+    let mut first_task = HashMap::with_capacity(stages.len());
+    let mut next = 0u32;
+    for s in stages {
+        first_task.insert(s.id, next);
+        next += s.num_tasks;
+    }
+    let mut order = dag::topological_order(stages);
+    let on_a_cycle: Vec<u32> = stages
+        .iter()
+        .map(|s| s.id)
+        .filter(|id| !order.contains(id))
+        .collect();
+    order.extend(on_a_cycle);
+    let by_id: HashMap<u32, &Stage> = stages.iter().map(|s| (s.id, s)).collect();
     let mut events = vec![Event::JobSubmitted(job.clone())];
     let mut stage_end: HashMap<u32, u64> = HashMap::with_capacity(stages.len());
-    let mut task_index = 0u32;
     let mut end = arrival;
-    for (id, parents, num_tasks) in stages {
-        let start = parents
+    for id in order {
+        let stage = by_id[&id];
+        let start = stage
+            .parents
             .iter()
-            .map(|p| {
-                *stage_end
-                    .get(p)
-                    .expect("parents listed before their children")
-            })
+            .filter_map(|p| stage_end.get(p).copied())
             .max()
             .unwrap_or(arrival);
-        let slots = executors.unwrap_or(num_tasks).clamp(1, num_tasks.max(1));
+        let slots = executors
+            .unwrap_or(stage.num_tasks)
+            .clamp(1, stage.num_tasks.max(1));
         let mut free: BinaryHeap<Reverse<u64>> = (0..slots).map(|_| Reverse(start)).collect();
         let mut stage_finish = start;
-        for _ in 0..num_tasks {
+        let first = first_task[&id];
+        for task_index in first..first + stage.num_tasks {
             let runtime = runtimes_us[task_index as usize].max(1);
             let Reverse(at) = free.pop().expect("at least one slot");
             let finish = at + runtime;
@@ -54,16 +69,13 @@ pub fn job_events(job: &JobSubmitted, runtimes_us: &[u64], executors: Option<u32
                     task_index,
                     kind,
                     machine_id: None,
-                    stage: id,
+                    stage: job.stages.as_ref().map(|_| id),
                 }));
             }
             free.push(Reverse(finish));
             stage_finish = stage_finish.max(finish);
-            task_index += 1;
         }
-        if let Some(id) = id {
-            stage_end.insert(id, stage_finish);
-        }
+        stage_end.insert(id, stage_finish);
         end = end.max(stage_finish);
     }
     events.push(Event::JobEnded(JobEnded {
@@ -77,7 +89,6 @@ pub fn job_events(job: &JobSubmitted, runtimes_us: &[u64], executors: Option<u32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Stage;
 
     fn finishes(events: &[Event]) -> Vec<(u32, u64, Option<u32>)> {
         events
@@ -130,6 +141,15 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A parent listed after its child: numbering follows the list,
+        // running follows the dependencies.
+        let forward = JobSubmitted {
+            stages: Some(vec![stage(1, &[2], 1), stage(2, &[], 1)]),
+            ..JobSubmitted::new(3, 0, 2)
+        };
+        let mut got = finishes(&job_events(&forward, &[5, 10], None));
+        got.sort_unstable();
+        assert_eq!(got, [(0, 15, Some(1)), (1, 10, Some(2))]);
         // A job without stages is one stage.
         let flat = JobSubmitted::new(2, 0, 2);
         assert_eq!(

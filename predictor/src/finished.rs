@@ -44,31 +44,6 @@ pub struct FinishedJob {
     order: Vec<usize>,
 }
 
-/// Positions of `stages` with every stage after its parents (Kahn's
-/// algorithm, the listed order among the ready), or `None` for a cycle.
-fn topological_order(stages: &[Stage]) -> Option<Vec<usize>> {
-    let mut waiting: Vec<usize> = stages.iter().map(|s| s.parents.len()).collect();
-    let mut children = vec![Vec::new(); stages.len()];
-    for (i, s) in stages.iter().enumerate() {
-        for &p in &s.parents {
-            children[p].push(i);
-        }
-    }
-    let mut ready: std::collections::BTreeSet<usize> =
-        (0..stages.len()).filter(|&i| waiting[i] == 0).collect();
-    let mut order = Vec::with_capacity(stages.len());
-    while let Some(i) = ready.pop_first() {
-        order.push(i);
-        for &c in &children[i] {
-            waiting[c] -= 1;
-            if waiting[c] == 0 {
-                ready.insert(c);
-            }
-        }
-    }
-    (order.len() == stages.len()).then_some(order)
-}
-
 impl FinishedJob {
     /// Check that `runtimes_us` has one entry per task and that the DAG
     /// stages (if any) cover the tasks, in the order listed, and form a DAG
@@ -141,8 +116,25 @@ impl FinishedJob {
                 plans
             }
         };
-        let order = topological_order(&stages)
-            .ok_or_else(|| fail("its stages' dependencies form a cycle, so it is no DAG".into()))?;
+        let order: Vec<usize> = match &job.stages {
+            None => vec![0],
+            Some(listed) => {
+                let ids = jobcast_ingest::dag::topological_order(listed);
+                if ids.len() != listed.len() {
+                    return Err(fail(
+                        "its stages' dependencies form a cycle, so it is no DAG".into(),
+                    ));
+                }
+                ids.iter()
+                    .map(|id| {
+                        stages
+                            .iter()
+                            .position(|s| s.id == *id)
+                            .expect("a listed id")
+                    })
+                    .collect()
+            }
+        };
         Ok(FinishedJob {
             job,
             runtimes_us,

@@ -429,6 +429,23 @@ fn leaving_out_most_jobs_as_too_wide_says_how_to_keep_them() {
     assert!(!stderr.contains("raise --max-width"), "{stderr}");
 }
 
+/// A trace with nothing usable is refused, and says which lines it
+/// skipped and why.
+#[test]
+fn a_trace_of_bad_lines_names_them_when_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("stages.jsonl");
+    std::fs::write(&trace, "garbage\n{\"size\":\"2g\"}\n").unwrap();
+    let out = evaluate(&trace, "tpch-dags", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stages.jsonl:1: invalid_record"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 rows read, 2 skipped"), "{stderr}");
+}
+
 #[test]
 fn a_split_with_an_empty_half_is_refused() {
     // One finished job: it opens and closes the span, so it is evaluated
@@ -530,6 +547,24 @@ fn recurring_jobs_make_gtrace11_dag_and_the_dag_policies_run_on_it() {
     assert_eq!(read, 630 + 756, "{}", again["excluded"]);
 }
 
+/// `policy`'s figure `key` in an evaluation's JSON.
+fn figure(v: &Value, policy: &str, key: &str) -> f64 {
+    v["policies"][policy][key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{policy} {key}: {}", v["policies"]))
+}
+
+/// Insist that figure `a` is below `factor` × figure `b` (each a policy
+/// and a key), showing every policy's figures if not.
+fn assert_below(v: &Value, a: (&str, &str), factor: f64, b: (&str, &str)) {
+    let (x, y) = (figure(v, a.0, a.1), figure(v, b.0, b.1));
+    assert!(
+        x < factor * y,
+        "{a:?} {x} ≥ {factor} × {b:?} {y}: {}",
+        v["policies"]
+    );
+}
+
 /// Decima's TPC-H runs as DAG jobs (`--format tpch-dags`): every query is
 /// predicted from its runs on other input sizes. Pinned: the workload's
 /// shape, that summing per-stage history (3Sigma-DAG) places DAGs far
@@ -548,24 +583,26 @@ fn tpch_dags_are_predicted_from_other_input_sizes() {
     );
     assert_eq!(v["stages"], 5755);
     assert_eq!(v["history_jobs"], 751);
-    let figure = |policy: &str, key: &str| v["policies"][policy][key].as_f64().unwrap();
-    assert!(
-        figure("3sigma-dag", "avg_jct_s") < 0.6 * figure("3sigma", "avg_jct_s"),
-        "{}",
-        v["policies"]
+    assert_below(
+        &v,
+        ("3sigma-dag", "avg_jct_s"),
+        0.6,
+        ("3sigma", "avg_jct_s"),
     );
-    assert!(
-        figure("slearn-dag", "p50_error_pct") < 0.7 * figure("3sigma-dag", "p50_error_pct"),
-        "{}",
-        v["policies"]
+    assert_below(
+        &v,
+        ("slearn-dag", "p50_error_pct"),
+        0.7,
+        ("3sigma-dag", "p50_error_pct"),
     );
     // In the paper's sampling queue (the second), pilots wait behind the
     // long DAGs queued there and SLearn-DAG is far slower; run first, they
     // place every DAG within a few % of 3Sigma-DAG's JCT.
-    assert!(
-        figure("slearn-dag", "avg_jct_s") > 1.5 * figure("3sigma-dag", "avg_jct_s"),
-        "{}",
-        v["policies"]
+    assert_below(
+        &v,
+        ("3sigma-dag", "avg_jct_s"),
+        1.0 / 1.5,
+        ("slearn-dag", "avg_jct_s"),
     );
     let first = jobcast_ok(&[
         "simulate",
@@ -584,7 +621,7 @@ fn tpch_dags_are_predicted_from_other_input_sizes() {
     let first: Value = serde_json::from_str(&first).unwrap();
     let jct = first["summary"]["avg_jct_s"].as_f64().unwrap();
     assert!(
-        jct < 1.05 * figure("3sigma-dag", "avg_jct_s"),
+        jct < 1.05 * figure(&v, "3sigma-dag", "avg_jct_s"),
         "SLearn-DAG with pilots first: {jct} s"
     );
 }
@@ -620,20 +657,21 @@ fn alibaba_dags_are_read_raw_and_sampled() {
         excluded["invalid"], 0,
         "parents after their children are fine"
     );
-    let figure = |policy: &str, key: &str| v["policies"][policy][key].as_f64().unwrap();
     assert!(
-        figure("3sigma-dag", "p50_error_pct") > 90.0,
+        figure(&v, "3sigma-dag", "p50_error_pct") > 90.0,
         "{}",
         v["policies"]
     );
-    assert!(
-        figure("slearn-dag", "p50_error_pct") < 0.5 * figure("3sigma-dag", "p50_error_pct"),
-        "{}",
-        v["policies"]
+    assert_below(
+        &v,
+        ("slearn-dag", "p50_error_pct"),
+        0.5,
+        ("3sigma-dag", "p50_error_pct"),
     );
-    assert!(
-        figure("slearn-dag", "avg_jct_s") < 0.8 * figure("3sigma-dag", "avg_jct_s"),
-        "{}",
-        v["policies"]
+    assert_below(
+        &v,
+        ("slearn-dag", "avg_jct_s"),
+        0.8,
+        ("3sigma-dag", "avg_jct_s"),
     );
 }
