@@ -50,15 +50,36 @@ install_packages() {
         { apt-get update -qq >&2 && apt-get install -y -qq "${missing[@]}" >/dev/null; }
 }
 
+# One munged serves every cluster of this script on the machine. Its users
+# (cluster DIRs, one a line) and the PID of the munged the script started
+# are kept under /run, changed only under the lock: a cluster's `down`
+# stops munged only when no other cluster still uses it (another test's
+# cluster may have come up meanwhile), and never one it did not start.
+munge_lock=/run/jobcast-munge.lock
+munge_users=/run/jobcast-munge.users
+munge_pid=/run/jobcast-munge.pid
+
+# munge_users_without DIR: the users but DIR and those whose DIR is gone (a
+# cluster removed without `down`).
+munge_users_without() {
+    local d
+    [[ -f $munge_users ]] || return 0
+    while IFS= read -r d; do
+        if [[ $d != "$1" && -d $d ]]; then echo "$d"; fi
+    done <"$munge_users"
+}
+
 # munged as the munge user, unless one already answers. It refuses a key or
 # directories that others could read or write, or that munge does not own.
 # One start at a time (the lock is let go as the function returns): tests
 # bring clusters up side by side, and of two munged started at once all but
 # one fail to lock the socket.
 start_munge() {
-    local lock
-    exec {lock}>/run/jobcast-munge.lock
+    local lock users
+    exec {lock}>"$munge_lock"
     flock "$lock"
+    users=$(munge_users_without "$dir")
+    printf '%s\n' ${users:+"$users"} "$dir" >"$munge_users"
     install -d -o munge -g munge -m 0700 /etc/munge /var/lib/munge /var/log/munge
     install -d -o munge -g munge -m 0755 /run/munge
     local key=/etc/munge/munge.key
@@ -68,7 +89,30 @@ start_munge() {
         # Forks once its socket is up; without the lock, which it would
         # otherwise hold for as long as it runs.
         runuser -u munge -- munged {lock}>&-
-        cp /run/munge/munged.pid "$dir/munged.pid"
+        cp /run/munge/munged.pid "$munge_pid"
+    fi
+    exec {lock}>&-
+}
+
+# This cluster no longer uses munged; the last user stops the munged that
+# `start_munge` started (SIGTERM, then SIGKILL after 20 s).
+stop_munge() {
+    local lock users pid i
+    exec {lock}>"$munge_lock"
+    flock "$lock"
+    users=$(munge_users_without "$dir")
+    printf '%s' "${users:+$users$'\n'}" >"$munge_users"
+    pid=$(cat "$munge_pid" 2>/dev/null) || pid=
+    if [[ -z $users && -n $pid ]]; then
+        if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then
+            kill "$pid"
+            for ((i = 0; i < 40; i++)); do
+                [[ $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]] || break
+                sleep 0.5
+            done
+            if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then kill -9 "$pid"; fi
+        fi
+        rm -f "$munge_pid"
     fi
     exec {lock}>&-
 }
@@ -173,15 +217,21 @@ down() {
     fi
     stop slurmd
     stop slurmctld
-    stop munged   # only if `up` started it: else there is no munged.pid
+    stop_munge
     log "down ($dir)"
 }
 
 status() {
     local name rc=0
-    for name in munged slurmctld slurmd; do
+    local pid
+    pid=$(cat "$munge_pid" 2>/dev/null) || pid=
+    if [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then
+        echo "munged: running (pid $pid), used by $(wc -l <"$munge_users") cluster(s)"
+    else
+        echo "munged: not started by this script"
+    fi
+    for name in slurmctld slurmd; do
         if alive "$name"; then echo "$name: running (pid $(cat "$dir/$name.pid"))"
-        elif [[ $name == munged ]]; then echo "munged: not started by this script"
         else echo "$name: stopped"; rc=3; fi
     done
     ((rc)) || { sinfo; echo "export SLURM_CONF=$SLURM_CONF"; }

@@ -147,6 +147,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // places (file:line), as `convert` reports them.
     let diagnostics = trace.diagnostics().clone();
 
+    // The policies the service scores, in the order reports list them.
+    let scored: Vec<PolicyKind> = live_policies()
+        .into_iter()
+        .filter(|k| *k == config.engine.policy || config.engine.shadow.contains(k))
+        .collect();
     let (shared_tx, shared_rx) = std::sync::mpsc::channel::<(Arc<Shared>, SocketAddr)>();
     let serve_stop = stop.clone();
     let service = runtime.spawn(server::run(
@@ -217,7 +222,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let caught_up = replayed_all.get().is_some_and(|&n| committed >= n);
         if last.0.elapsed() >= Duration::from_secs(1) && !(said_done && committed == last.1) {
             let rate = (committed - last.1) as f64 / last.0.elapsed().as_secs_f64();
-            eprintln!("{}", status_line(&shared, rate));
+            eprintln!("{}", status_line(&shared, &scored, rate));
             last = (Instant::now(), committed);
         }
         if caught_up && !said_done && (stay || deadline.is_some()) {
@@ -258,6 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     crate::output::print_out(&final_report(
         &shared,
+        &scored,
         (replayed.delivered, skipped),
         summary.applied,
         started.elapsed(),
@@ -413,7 +419,7 @@ impl Header {
 
 /// One line a second: what the service is waiting for until it consumes,
 /// then its throughput and results so far.
-fn status_line(shared: &Shared, rate: f64) -> String {
+fn status_line(shared: &Shared, scored: &[PolicyKind], rate: f64) -> String {
     if !shared.assigned.load(Ordering::Relaxed) {
         return "waiting for the consumer group to give this instance its partitions \
                 (a few seconds on a new group)"
@@ -429,7 +435,7 @@ fn status_line(shared: &Shared, rate: f64) -> String {
         .iter()
         .map(|(q, n)| format!("Q{q}:{n}"))
         .collect();
-    let errors = error_columns(&recent, 0.5);
+    let errors = error_columns(&recent, scored, 0.5);
     format!(
         "{:>8.0} ev/s | applied {} | dead {} | live jobs {} | decisions {} [{}] | P50 err {}",
         rate,
@@ -442,8 +448,8 @@ fn status_line(shared: &Shared, rate: f64) -> String {
     )
 }
 
-fn error_columns(recent: &Recent, q: f64) -> String {
-    live_policies()
+fn error_columns(recent: &Recent, scored: &[PolicyKind], q: f64) -> String {
+    scored
         .iter()
         .filter_map(|p| {
             recent
@@ -456,7 +462,13 @@ fn error_columns(recent: &Recent, q: f64) -> String {
 
 /// The summary; `input` is the events replayed and the trace's rows that
 /// were no event (skipped).
-fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Duration) -> String {
+fn final_report(
+    shared: &Shared,
+    scored: &[PolicyKind],
+    input: (u64, u64),
+    applied: u64,
+    elapsed: Duration,
+) -> String {
     let (replayed, skipped) = input;
     let c = &shared.counters;
     let recent = shared.recent.lock().expect("not poisoned");
@@ -479,7 +491,7 @@ fn final_report(shared: &Shared, input: (u64, u64), applied: u64, elapsed: Durat
     out.push_str(
         "\n\n  policy      N jobs   P50 error   P90 error   at or below P50/P90/P95/P99\n",
     );
-    for policy in live_policies() {
+    for policy in scored {
         let name = policy.name();
         let n = recent.errors_pct.get(name).map_or(0, |e| e.len());
         let p50 = recent.error_quantile(name, 0.5);

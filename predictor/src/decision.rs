@@ -27,10 +27,18 @@ pub enum PolicyKind {
     Fifo,
     #[serde(rename = "oracle")]
     Oracle,
+    #[serde(rename = "las-dag")]
+    LasDag,
+    #[serde(rename = "point-dag")]
+    PointDag,
+    #[serde(rename = "bayes-dag")]
+    BayesDag,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 10] = [
+    /// Every kind. A kind's index here is its tag in the store's binary
+    /// layout (`engine/layout.rs`): new kinds are appended, never inserted.
+    pub const ALL: [PolicyKind; 13] = [
         PolicyKind::SLearn,
         PolicyKind::ThreeSigma,
         PolicyKind::ThreeSigmaTl,
@@ -41,6 +49,9 @@ impl PolicyKind {
         PolicyKind::Las,
         PolicyKind::Fifo,
         PolicyKind::Oracle,
+        PolicyKind::LasDag,
+        PolicyKind::PointDag,
+        PolicyKind::BayesDag,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +66,9 @@ impl PolicyKind {
             PolicyKind::Las => "las",
             PolicyKind::Fifo => "fifo",
             PolicyKind::Oracle => "oracle",
+            PolicyKind::LasDag => "las-dag",
+            PolicyKind::PointDag => "point-dag",
+            PolicyKind::BayesDag => "bayes-dag",
         }
     }
 }

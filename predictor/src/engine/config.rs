@@ -24,7 +24,24 @@ use crate::queues::QueueConfig;
 pub fn live_policies() -> Vec<PolicyKind> {
     PolicyKind::ALL
         .into_iter()
-        .filter(|k| !matches!(k, PolicyKind::Las | PolicyKind::Fifo | PolicyKind::Oracle))
+        .filter(|k| {
+            !matches!(
+                k,
+                PolicyKind::Las | PolicyKind::LasDag | PolicyKind::Fifo | PolicyKind::Oracle
+            )
+        })
+        .collect()
+}
+
+/// The policies a service runs unless configured otherwise: every live
+/// policy but Point-Est-DAG and Bayes-DAG, which a cluster of DAG jobs
+/// adds to `shadow`. Each policy in shadow costs every event its work
+/// (Bayes the most), and these two decide flat jobs exactly as Point-Est
+/// and Bayes do.
+pub fn default_shadow() -> Vec<PolicyKind> {
+    live_policies()
+        .into_iter()
+        .filter(|k| !matches!(k, PolicyKind::PointDag | PolicyKind::BayesDag))
         .collect()
 }
 
@@ -104,7 +121,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             policy: PolicyKind::SLearn,
-            shadow: live_policies(),
+            shadow: default_shadow(),
             policies: PolicyConfig::default(),
             history: HistoryConfig::default(),
             queues: QueueConfig::default(),

@@ -74,15 +74,29 @@
 //! **Thin jobs** (§7: "history-based learning can be used for estimating
 //! the runtime for thin jobs, while sampling-based learning is used for
 //! wide jobs") are placed by the prior when the history knows similar
-//! jobs, and go to the top queue as in SLearn when it knows none. DAG jobs
-//! are treated as flat jobs of all their tasks. Failed pilots are replaced
-//! as in SLearn.
+//! jobs, and go to the top queue as in SLearn when it knows none. Failed
+//! pilots are replaced as in SLearn.
+//!
+//! **Bayes-DAG** is SLearn-DAG (§6) with the pilots' mean replaced by this
+//! posterior: λ is the log mean task runtime of the root stages (those
+//! without parents), whose prior is their history (per stage, medians
+//! weighted by tasks, the variance the task-weighted mean of theirs,
+//! resting on as many jobs as the root stage that knows fewest), and whose
+//! pilots are drawn from their tasks. Every later stage's 3Sigma size is
+//! rescaled by exp(λ)/d_h, d_h being 3Sigma's mean task runtime of the
+//! root stages, as SLearn-DAG rescales it by d_s/d_h; so the whole job's
+//! mean task runtime is exp(λ)·c with the constant
+//! c = (Σ_root nᵢ + later 3Sigma size / d_h) / width: the model above
+//! shifted by ln c, which is how the learnt reliability and the drift
+//! guard compare it with the whole job's truth. Thin bypass looks at the
+//! whole width; flat jobs and jobs with malformed stages are
+//! handled as by Bayes.
 
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean};
-use super::{BayesConfig, PolicyConfig, estimated, is_thin, sampling, thin_bypass};
+use super::{BayesConfig, PolicyConfig, dag_stages, estimated, is_thin, sampling, thin_bypass};
 use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind};
 use crate::features::JobFeatures;
 use crate::history::{Estimator, HistoryEstimate};
@@ -196,8 +210,14 @@ impl Belief {
 /// (Smith's rule). A job the history barely knows then waits behind the
 /// jobs it knows to be short instead of holding them up with its long
 /// tail; the estimate published stays the median.
-fn placed(job_id: u64, version: u32, est: Estimate, ctx: &Context<'_>) -> Decision {
-    let mut d = estimated(PolicyKind::Bayes, job_id, version, est, ctx);
+fn placed(
+    kind: PolicyKind,
+    job_id: u64,
+    version: u32,
+    est: Estimate,
+    ctx: &Context<'_>,
+) -> Decision {
+    let mut d = estimated(kind, job_id, version, est, ctx);
     let expected = est.size_us * (est.log_sd * est.log_sd / 2.0).exp();
     if expected.is_finite() {
         d.queue = ctx.queues.queue_for(expected);
@@ -224,9 +244,95 @@ fn pilot_cap(fraction: f64, width: u32) -> u32 {
     ((fraction * f64::from(width) - 1e-9).ceil().max(0.0) as u32).min(width)
 }
 
-/// The Bayesian policy.
+/// What a job is sampled and estimated as: its root stages for a DAG
+/// under Bayes-DAG, the whole job otherwise (module doc).
+struct Plan {
+    /// Task ranges the pilots are drawn from.
+    space: Vec<(u32, u32)>,
+    /// Tasks in them.
+    sampled_width: u32,
+    /// The history of the sampled tasks' mean runtime: the prior.
+    history: HistoryEstimate,
+    /// c: the whole job's mean task runtime per unit of the sampled
+    /// tasks' (1 for a flat job).
+    scale: f64,
+}
+
+impl Plan {
+    fn flat(job: &JobSubmitted, ctx: &Context<'_>) -> Plan {
+        Plan {
+            space: vec![(0, job.num_tasks)],
+            sampled_width: job.num_tasks,
+            history: ctx
+                .history
+                .estimate(&JobFeatures::of(job), ctx.now_us, Estimator::Median),
+            scale: 1.0,
+        }
+    }
+
+    /// The root stages of a well-formed DAG job with root tasks and a
+    /// usable history estimate of them; else `None`.
+    fn dag(job: &JobSubmitted, ctx: &Context<'_>) -> Option<Plan> {
+        let stages = dag_stages(job)?;
+        let estimate = |stage: u32, estimator| {
+            ctx.history
+                .estimate(&JobFeatures::of_stage(job, stage), ctx.now_us, estimator)
+        };
+        let (mut space, mut roots) = (Vec::new(), Vec::new());
+        // The 3Sigma sizes SLearn-DAG rescales: Σ utility × tasks of the
+        // root stages and of the later ones.
+        let (mut root_size, mut later_size) = (0.0, 0.0);
+        for s in &stages {
+            let tasks = f64::from(s.num_tasks);
+            let size = estimate(s.id, Estimator::Utility).mean_task_runtime_us * tasks;
+            if s.root {
+                root_size += size;
+                if s.num_tasks > 0 {
+                    space.push((s.first_task, s.num_tasks));
+                    roots.push((tasks, estimate(s.id, Estimator::Median)));
+                }
+            } else {
+                later_size += size;
+            }
+        }
+        let sampled_width: u32 = space.iter().map(|&(_, n)| n).sum();
+        let n = f64::from(sampled_width);
+        let median = roots
+            .iter()
+            .map(|(w, h)| w * h.mean_task_runtime_us)
+            .sum::<f64>()
+            / n;
+        // d_h: 3Sigma's mean task runtime of the root stages.
+        let d_h = root_size / n;
+        let usable = |x: f64| x.is_finite() && x > 0.0;
+        if sampled_width == 0 || !usable(median) || !usable(d_h) {
+            return None;
+        }
+        let log_var = roots
+            .iter()
+            .map(|(w, h)| w / n * h.log_sd * h.log_sd)
+            .sum::<f64>();
+        let largest = roots.iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+        let history = HistoryEstimate {
+            mean_task_runtime_us: median,
+            log_sd: log_var.sqrt(),
+            samples: roots.iter().map(|(_, h)| h.samples).min()?,
+            source: largest.1.source,
+        };
+        let scale = (n + later_size / d_h) / f64::from(job.num_tasks);
+        Some(Plan {
+            space,
+            sampled_width,
+            history,
+            scale,
+        })
+    }
+}
+
+/// The Bayesian policy, or Bayes-DAG.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bayes {
+    kind: PolicyKind,
     thin_limit: u32,
     max_pilots: u32,
     seed: u64,
@@ -263,13 +369,22 @@ struct Guarded {
 struct LiveJob {
     version: u32,
     width: u32,
+    /// Of the sampled tasks' λ.
     prior: Belief,
     pilots: PilotSet,
+    /// The plan's c.
+    scale: f64,
 }
 
 impl Bayes {
-    pub fn new(config: &PolicyConfig) -> Self {
+    /// Bayes (`dag = false`) or Bayes-DAG (`dag = true`).
+    pub fn new(config: &PolicyConfig, dag: bool) -> Self {
         Bayes {
+            kind: if dag {
+                PolicyKind::BayesDag
+            } else {
+                PolicyKind::Bayes
+            },
             thin_limit: config.thin_limit,
             max_pilots: config.max_pilots,
             seed: config.seed,
@@ -324,49 +439,59 @@ impl Bayes {
 
 impl Policy for Bayes {
     fn kind(&self) -> PolicyKind {
-        PolicyKind::Bayes
+        self.kind
     }
 
     fn on_submit(&mut self, job: &JobSubmitted, ctx: &Context<'_>) -> Decision {
         let width = job.num_tasks;
-        let h = ctx
-            .history
-            .estimate(&JobFeatures::of(job), ctx.now_us, Estimator::Median);
+        let plan = match self.kind {
+            PolicyKind::BayesDag => Plan::dag(job, ctx),
+            _ => None,
+        }
+        .unwrap_or_else(|| Plan::flat(job, ctx));
+        let h = plan.history;
         let own = Belief::prior(&h, ctx.history.config().default_log_sd);
         let wide = !is_thin(width, self.thin_limit);
         if own.precision > 0.0 {
-            self.priors.insert(job.job_id, (own, wide));
+            // Learnt against the whole job's truth: shifted by ln c.
+            let whole = Belief {
+                mean: own.mean + plan.scale.ln(),
+                ..own
+            };
+            self.priors.insert(job.job_id, (whole, wide));
         }
         let prior = self.calibrated(own, wide);
         let by_prior = || {
+            let mean = h.mean_task_runtime_us * plan.scale;
             let est = Estimate::new(
-                h.mean_task_runtime_us,
-                h.mean_task_runtime_us * f64::from(width),
+                mean,
+                mean * f64::from(width),
                 prior.sd(),
                 EstimateSource::Posterior { pilots: 0 },
             );
-            placed(job.job_id, 1, est, ctx)
+            placed(self.kind, job.job_id, 1, est, ctx)
         };
         if !wide {
             return if h.samples > 0 {
                 by_prior()
             } else {
-                thin_bypass(PolicyKind::Bayes, job.job_id)
+                thin_bypass(self.kind, job.job_id)
             };
         }
+        let sampled = plan.sampled_width;
         let task_log_sd = self.task_log_sd();
         let needed = pilots_needed(prior, task_log_sd, self.config.target_log_sd);
-        let floor = pilot_cap(self.config.min_pilot_fraction, width);
+        let floor = pilot_cap(self.config.min_pilot_fraction, sampled);
         if needed == 0 && !pilots_pay(prior, task_log_sd, floor.max(1)) {
             return by_prior();
         }
-        let narrow = self.config.narrow_pilots.min(width / NARROW_PILOT_SHARE);
-        let cap = pilot_cap(self.config.max_pilot_fraction, width)
+        let narrow = self.config.narrow_pilots.min(sampled / NARROW_PILOT_SHARE);
+        let cap = pilot_cap(self.config.max_pilot_fraction, sampled)
             .max(narrow)
             .min(self.max_pilots);
         let m = needed.max(floor).min(cap).max(1);
-        let pilots = PilotSet::new(self.seed, job.job_id, vec![(0, width)], m);
-        let d = sampling(PolicyKind::Bayes, job.job_id, 1, &pilots, ctx);
+        let pilots = PilotSet::new(self.seed, job.job_id, plan.space, m);
+        let d = sampling(self.kind, job.job_id, 1, &pilots, ctx);
         self.jobs.insert(
             job.job_id,
             LiveJob {
@@ -374,6 +499,7 @@ impl Policy for Bayes {
                 width,
                 prior,
                 pilots,
+                scale: plan.scale,
             },
         );
         d
@@ -386,7 +512,7 @@ impl Policy for Bayes {
             PilotUpdate::Replaced => {
                 job.version = job.version.saturating_add(1);
                 Some(sampling(
-                    PolicyKind::Bayes,
+                    self.kind,
                     end.job_id,
                     job.version,
                     &job.pilots,
@@ -401,7 +527,7 @@ impl Policy for Bayes {
                 let k = runtimes.len() as u32;
                 let z = mean(&runtimes).max(1.0).ln();
                 let own_sd = log_stats(&runtimes).1;
-                let (width, prior) = (job.width, job.prior);
+                let (width, prior, scale) = (job.width, job.prior, job.scale);
                 job.version = job.version.saturating_add(1);
                 let version = job.version;
                 let known = self.task_log_sd();
@@ -423,8 +549,8 @@ impl Policy for Bayes {
                 if prior.precision > 0.0 {
                     let guarded = Guarded {
                         distance,
-                        with_prior: with_prior.mean,
-                        alone: alone.mean,
+                        with_prior: with_prior.mean + scale.ln(),
+                        alone: alone.mean + scale.ln(),
                     };
                     self.guarded.insert(end.job_id, guarded);
                 }
@@ -433,14 +559,14 @@ impl Policy for Bayes {
                 } else {
                     with_prior
                 };
-                let mean_task_runtime_us = post.mean.exp();
+                let mean_task_runtime_us = post.mean.exp() * scale;
                 let est = Estimate::new(
                     mean_task_runtime_us,
                     mean_task_runtime_us * f64::from(width),
                     post.sd(),
                     EstimateSource::Posterior { pilots: k },
                 );
-                Some(placed(end.job_id, version, est, ctx))
+                Some(placed(self.kind, end.job_id, version, est, ctx))
             }
         }
     }
@@ -548,7 +674,7 @@ mod tests {
             history.observe(&JobFeatures::of(&loose), i, secs * S);
         }
         let ctx = kit.ctx(&history);
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         let (t, l) = (b.on_submit(&tight, &ctx), b.on_submit(&loose, &ctx));
         let (te, le) = (t.estimate.unwrap(), l.estimate.unwrap());
         // The same median, 600 s, under Q0's 1000 s...
@@ -566,7 +692,7 @@ mod tests {
     fn thin_jobs_bypass_without_history_and_follow_the_prior_with_it() {
         let kit = Kit::new();
         let mut history = kit.history();
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         let d = b.on_submit(&job(1, 2), &kit.ctx(&history));
         assert_eq!(
             (d.version, d.queue, d.phase, d.estimate),
@@ -592,7 +718,7 @@ mod tests {
         let kit = Kit::new();
         let history = alternating(&kit, 50, [20.0, 22.0]);
         let ctx = kit.ctx(&history);
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         // σo ≈ 0.15: tight enough to place jobs at once.
         let first = b.on_submit(&job(1, 100), &ctx);
         assert!(first.pilots.is_empty());
@@ -633,7 +759,7 @@ mod tests {
         let mut config = PolicyConfig::default();
         config.bayes.drift_sigmas = 3.0;
         config.bayes.learn_drift = false;
-        let mut b = Bayes::new(&config);
+        let mut b = Bayes::new(&config, false);
         let run = |b: &mut Bayes, id: u64, secs: u64| sample(b, &ctx, id, secs);
         // Pilots near the prior are pulled toward it.
         let (near, mean) = run(&mut b, 1, 25);
@@ -643,7 +769,7 @@ mod tests {
         assert!((far / mean - 1.0).abs() < 1e-9, "{far} {mean}");
         // Without the guard the stale prior drags it down.
         config.bayes.drift_sigmas = f64::INFINITY;
-        let mut unguarded = Bayes::new(&config);
+        let mut unguarded = Bayes::new(&config, false);
         let (dragged, mean) = run(&mut unguarded, 3, 600);
         assert!(dragged < 0.7 * mean, "{dragged} {mean}");
     }
@@ -653,7 +779,7 @@ mod tests {
         let kit = Kit::new();
         let history = kit.history();
         let ctx = kit.ctx(&history);
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         // No history: flat prior; σ1 = 1, τ = 0.25: m = ⌈1/0.0625⌉ = 16.
         let d = b.on_submit(&job(1, 500), &ctx);
         assert_eq!(
@@ -674,7 +800,7 @@ mod tests {
         assert_eq!(pilots(&mut b, 7, 40), 3);
         let mut config = PolicyConfig::default();
         config.bayes.narrow_pilots = 0;
-        let mut one = Bayes::new(&config);
+        let mut one = Bayes::new(&config, false);
         assert_eq!(pilots(&mut one, 6, 12), 1);
         for id in 5..=7 {
             b.on_job_done(&done(id, 1, 1.0), &ctx);
@@ -703,7 +829,7 @@ mod tests {
             history.observe(&f, i, r * S);
         }
         let ctx = kit.ctx(&history);
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         let d = b.on_submit(&job(1, 100), &ctx);
         // Median 21 s × 100 = 2100 s → Q1, at once.
         assert_eq!((d.version, d.queue, d.phase), (1, 1, Phase::Estimated));
@@ -720,7 +846,7 @@ mod tests {
 
         // Where earlier pilots found tasks within about 10 % of each
         // other, the 3 pilots of 3 % would leave σo at a third: sampled.
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         b.task_log_var = Some((0.01, 100));
         let d = b.on_submit(&job(1, 100), &ctx);
         assert_eq!((d.phase, d.pilots.len()), (Phase::Sampling, 3));
@@ -743,7 +869,7 @@ mod tests {
         // The guard set wide: this test is the update itself.
         let mut config = PolicyConfig::default();
         config.bayes.drift_sigmas = 3.0;
-        let mut b = Bayes::new(&config);
+        let mut b = Bayes::new(&config, false);
         let pilots = b.on_submit(&job(1, 500), &ctx).pilots;
         assert_eq!(pilots.len(), 15);
         // Eight pilots take 50 s, seven 100 s.
@@ -780,7 +906,7 @@ mod tests {
         let kit = Kit::new();
         let history = kit.history();
         let ctx = kit.ctx(&history);
-        let mut b = Bayes::new(&PolicyConfig::default());
+        let mut b = Bayes::new(&PolicyConfig::default(), false);
         let pilots = b.on_submit(&job(1, 500), &ctx).pilots;
         assert_eq!(pilots.len(), 16);
         // ln runtimes ±c around ln 10 s, 8 each: sample variance 16c²/15 = 0.3.
@@ -874,7 +1000,7 @@ mod tests {
         // yet the jobs take what the history says. An eager guard throws
         // the prior away until the jobs show it should not.
         config.bayes.drift_sigmas = 0.5;
-        let mut b = Bayes::new(&config);
+        let mut b = Bayes::new(&config, false);
         let as_history = |id: u64| if id.is_multiple_of(2) { 10.0 } else { 20.0 };
         let (first, mean) = run(&mut b, 1, 30, as_history(1));
         assert!((first / mean - 1.0).abs() < 1e-9, "dropped: {first} {mean}");
@@ -889,7 +1015,7 @@ mod tests {
         // Stale history: the jobs take what the pilots say. A guard that
         // never fires learns to.
         config.bayes.drift_sigmas = f64::INFINITY;
-        let mut b = Bayes::new(&config);
+        let mut b = Bayes::new(&config, false);
         let (first, mean) = run(&mut b, 1, 400, 600.0);
         assert!(first < 0.7 * mean, "dragged: {first} {mean}");
         for id in 2..=MIN_PRIOR_JOBS {
@@ -900,10 +1026,92 @@ mod tests {
         assert!((alone / mean - 1.0).abs() < 1e-9, "{alone} {mean}");
         // Without learning, the threshold stays.
         config.bayes.learn_drift = false;
-        let mut b = Bayes::new(&config);
+        let mut b = Bayes::new(&config, false);
         for id in 1..=MIN_PRIOR_JOBS {
             run(&mut b, id, 400, 600.0);
         }
         assert_eq!(b.drift_sigmas, f64::INFINITY);
+    }
+
+    #[test]
+    fn bayes_dag_samples_the_root_stages_and_rescales_the_later_ones() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let dag = dag_job(3, &[(0, &[], 100), (1, &[0], 50), (2, &[1], 10)]);
+        learn_stages(&mut history, &dag, &[(0, 10.0), (1, 40.0), (2, 5.0)]);
+        let ctx = kit.ctx(&history);
+        let mut b = Bayes::new(&PolicyConfig::default(), true);
+        let d = b.on_submit(&dag, &ctx);
+        assert_eq!((d.phase, d.policy), (Phase::Sampling, PolicyKind::BayesDag));
+        // Two similar stages are a loose prior: at most 5% of the root
+        // stage's 100 tasks, all of them in it.
+        assert_eq!(d.pilots.len(), 5);
+        assert!(d.pilots.iter().all(|&t| t < 100), "{:?}", d.pilots);
+        let mut last = None;
+        for &t in &d.pilots {
+            last = b.on_task_end(&finished(3, t, 40), &ctx);
+        }
+        let e = last.unwrap().estimate.unwrap();
+        assert_eq!(e.source, EstimateSource::Posterior { pilots: 5 });
+        // size = x × 100 + (x / 10 s) × (40 s × 50 + 5 s × 10) = 305 x, with
+        // x the root stage's posterior mean task runtime, between the
+        // prior's 10 s and the pilots' 40 s.
+        let x = e.size_us / 305.0;
+        assert!(x > 10.0 * S && x <= 40.0 * S * (1.0 + 1e-12), "{e:?}");
+        assert!((e.mean_task_runtime_us - e.size_us / 160.0).abs() < 1e-6);
+
+        // A thin DAG the history knows is placed by its prior: the sum of
+        // its stages' medians, as Point-Est-DAG sizes it.
+        let thin = dag_job(5, &[(0, &[], 1), (1, &[0], 1)]);
+        learn_stages(&mut history, &thin, &[(0, 10.0), (1, 40.0)]);
+        let ctx = kit.ctx(&history);
+        let d = b.on_submit(&thin, &ctx);
+        assert_eq!(d.phase, Phase::Estimated);
+        let point = super::super::HistoryBased::point_dag().on_submit(&thin, &ctx);
+        let (e, p) = (d.estimate.unwrap(), point.estimate.unwrap());
+        assert!((e.size_us - 50.0 * S).abs() < 1e-6, "{e:?}");
+        assert!((e.size_us - p.size_us).abs() < 1e-6, "{p:?}");
+
+        // A flat job is decided as by Bayes.
+        let (mut flat, mut dagged) = (
+            Bayes::new(&PolicyConfig::default(), false),
+            Bayes::new(&PolicyConfig::default(), true),
+        );
+        let (f, g) = (
+            flat.on_submit(&job(7, 100), &ctx),
+            dagged.on_submit(&job(7, 100), &ctx),
+        );
+        assert_eq!(
+            (f.pilots, f.queue, f.estimate),
+            (g.pilots, g.queue, g.estimate)
+        );
+    }
+
+    #[test]
+    fn bayes_dag_learns_its_priors_against_the_whole_job() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        let dag = dag_job(1, &[(0, &[], 1), (1, &[0], 1)]);
+        // The root stage took 10 s, the later one 30 s: a task of the
+        // whole job 20 s on average.
+        learn_stages(&mut history, &dag, &[(0, 10.0), (1, 30.0)]);
+        let ctx = kit.ctx(&history);
+        let mut b = Bayes::new(&PolicyConfig::default(), true);
+        for id in 1..=MIN_PRIOR_JOBS {
+            let d = b.on_submit(&dag_job(id, &[(0, &[], 1), (1, &[0], 1)]), &ctx);
+            assert_eq!(d.estimate.unwrap().mean_task_runtime_us, 20.0 * S);
+            b.on_job_done(
+                &JobDone {
+                    mean_task_runtime_us: 20.0 * S,
+                    ..done(id, 2, 1.0)
+                },
+                &ctx,
+            );
+        }
+        // Every job ended where its prior said: no error to learn, so
+        // the priors are trusted more, not widened.
+        let (score, n) = b.prior_error[0].unwrap();
+        assert_eq!(n, MIN_PRIOR_JOBS);
+        assert!(score < 1e-9, "{score}");
     }
 }

@@ -1,5 +1,5 @@
-//! Learning in time: 3Sigma, Point-Est, 3SigmaTL and 3Sigma-DAG (§5.1.3,
-//! §6). One decision per job, from the shared history at arrival.
+//! Learning in time: 3Sigma, Point-Est, 3SigmaTL, and 3Sigma-DAG and
+//! Point-Est-DAG (§5.1.3, §6: "we similarly extended other baselines"). One decision per job, from the shared history at arrival.
 
 use jobcast_ingest::event::JobSubmitted;
 
@@ -56,6 +56,15 @@ impl HistoryBased {
             kind: PolicyKind::ThreeSigmaDag,
             per_stage: true,
             ..Self::three_sigma()
+        }
+    }
+
+    /// Point-Est-DAG: the sum over stages of each stage's Point-Est size.
+    pub fn point_dag() -> Self {
+        HistoryBased {
+            kind: PolicyKind::PointDag,
+            per_stage: true,
+            ..Self::point_est()
         }
     }
 }

@@ -8,10 +8,13 @@
 //! | `point`      | history (median) size                  | none                       |
 //! | `3sigma-tl`  | thin → top queue, else as `3sigma`     | none                       |
 //! | `3sigma-dag` | Σ per-stage history sizes              | none                       |
+//! | `point-dag`  | Σ per-stage history (median) sizes     | none                       |
 //! | `slearn`     | thin → top queue, else pilots          | pilot replaced; estimated  |
 //! | `slearn-dag` | as `slearn`, pilots from root stages   | history rescaled by pilots |
 //! | `bayes`      | prior (thin without it → top) or pilots| pilot replaced; posterior  |
+//! | `bayes-dag`  | as `bayes`, pilots from root stages    | history rescaled by posterior |
 //! | `las`        | top queue, attained service            | none                       |
+//! | `las-dag`    | as `las`, the whole DAG's service      | none                       |
 //! | `fifo`       | queue 0, arrival order                 | none                       |
 //! | `oracle`     | true size                              | none                       |
 //!
@@ -286,10 +289,13 @@ pub fn build(
         PolicyKind::PointEst => Box::new(HistoryBased::point_est()),
         PolicyKind::ThreeSigmaTl => Box::new(HistoryBased::three_sigma_tl(thin)),
         PolicyKind::ThreeSigmaDag => Box::new(HistoryBased::three_sigma_dag()),
+        PolicyKind::PointDag => Box::new(HistoryBased::point_dag()),
         PolicyKind::SLearn => Box::new(SLearn::new(config, false)),
         PolicyKind::SLearnDag => Box::new(SLearn::new(config, true)),
-        PolicyKind::Bayes => Box::new(Bayes::new(config)),
-        PolicyKind::Las => Box::new(Las),
+        PolicyKind::Bayes => Box::new(Bayes::new(config, false)),
+        PolicyKind::BayesDag => Box::new(Bayes::new(config, true)),
+        PolicyKind::Las => Box::new(Las::flat()),
+        PolicyKind::LasDag => Box::new(Las::dag()),
         PolicyKind::Fifo => Box::new(Fifo),
         PolicyKind::Oracle => Box::new(Oracle::new(oracle.ok_or_else(|| {
             ConfigError::new("policy", "the oracle policy needs the jobs' true runtimes")
@@ -341,10 +347,11 @@ fn restore_calibrated(
         PolicyKind::ThreeSigma
         | PolicyKind::PointEst
         | PolicyKind::ThreeSigmaTl
-        | PolicyKind::ThreeSigmaDag => boxed::<HistoryBased>(state),
+        | PolicyKind::ThreeSigmaDag
+        | PolicyKind::PointDag => boxed::<HistoryBased>(state),
         PolicyKind::SLearn | PolicyKind::SLearnDag => boxed::<SLearn>(state),
-        PolicyKind::Bayes => boxed::<Bayes>(state),
-        PolicyKind::Las => boxed::<Las>(state),
+        PolicyKind::Bayes | PolicyKind::BayesDag => boxed::<Bayes>(state),
+        PolicyKind::Las | PolicyKind::LasDag => boxed::<Las>(state),
         PolicyKind::Fifo => boxed::<Fifo>(state),
         PolicyKind::Oracle => boxed::<Oracle>(state),
     }?;
