@@ -32,7 +32,8 @@ pub struct Args {
     #[arg(long, env = "JOBCAST_HTTP")]
     http: Option<SocketAddr>,
     /// The policy whose decisions are published: slearn, 3sigma,
-    /// 3sigma-tl, point, slearn-dag, 3sigma-dag or bayes [default: slearn].
+    /// 3sigma-tl, point, slearn-dag, 3sigma-dag, point-dag, bayes or
+    /// bayes-dag [default: slearn].
     #[arg(long, env = "JOBCAST_POLICY")]
     policy: Option<PolicyKind>,
     /// Input topic of canonical events [default: jobcast.events].

@@ -190,6 +190,20 @@ pub mod whole_us {
     }
 }
 
+/// One stage of a DAG job's estimate. A decision's stages add up to its
+/// estimate's `size_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StageEstimate {
+    /// The stage's id, as in the job's `stages`.
+    pub id: u32,
+    /// Estimated mean runtime of the stage's tasks, µs.
+    #[serde(with = "whole_us")]
+    pub mean_task_runtime_us: f64,
+    /// Its tasks' total, µs of task time.
+    #[serde(with = "whole_us")]
+    pub size_us: f64,
+}
+
 /// A runtime estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
@@ -420,6 +434,10 @@ pub struct Decision {
     /// the job's size or a guess at it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta: Option<Completion>,
+    /// A DAG job's estimate stage by stage, in the job's stage order (DAG
+    /// policies; empty for flat jobs and decisions without an estimate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageEstimate>,
 }
 
 impl Decision {
@@ -436,6 +454,7 @@ impl Decision {
             policy,
             pilots: Vec::new(),
             eta: None,
+            stages: Vec::new(),
         }
     }
 }

@@ -2,12 +2,13 @@
 //! cluster (librdkafka's mock, hosted by this test), RocksDB on disk, the
 //! HTTP API and metrics, SIGTERM and SIGKILL.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jobcast_ingest::event::{Event, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind};
 use jobcast_ingest::kafka::{Topics, event_key};
+use jobcast_ingest::{Format, open};
 use jobcast_scheduler_feed::http::DECISION_PAGE_BYTES;
 use jobcast_storage::state::{StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
@@ -15,7 +16,7 @@ use jobcast_tests::serve::{
     ASSIGNED, MOCK_SESSION, OWNS, SHORT_SESSION, Serve, assert_same_state, assert_shared_state,
     free_port, logged_partitions, restartable, stored_state, wait_balanced,
 };
-use jobcast_tests::{excerpt_events, jobcast, jobcast_ok};
+use jobcast_tests::{excerpt_events, generated_trace, jobcast, jobcast_ok};
 
 const PARTITIONS: i32 = 4;
 const WAIT: Duration = Duration::from_secs(120);
@@ -177,6 +178,93 @@ fn the_http_api_agrees_with_the_decisions_topic_and_metrics_count_errors() {
             (mean / 100.0 * count - sum).abs() <= 1e-6 * sum.max(1.0),
             "{mean} % × {count} vs {sum}"
         );
+    }
+    serve.terminate();
+}
+
+/// DAG jobs in the live service, SLearn-DAG deciding: every decision with
+/// an estimate carries the job's stages in its stage order, adding up to
+/// the estimate; a sampled DAG's pilots are tasks of its root stages, and
+/// it is decided again, with its stages, once they end; `GET /jobs/{id}`
+/// serves the same decisions.
+#[test]
+fn a_dag_jobs_decisions_carry_its_stages_and_follow_its_root_pilots() {
+    let (_dir, trace) = generated_trace(
+        "--seed 1 --jobs 300 --families 5 --thin-fraction 0 --dag-fraction 1 --min-width 10 \
+         --max-width 60",
+    );
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    // Each DAG job's stage ids, and the task indices of its root stages.
+    let mut dags: BTreeMap<u64, (Vec<u64>, BTreeSet<u64>)> = BTreeMap::new();
+    for e in &events {
+        if let Event::JobSubmitted(j) = e
+            && let Some(stages) = &j.stages
+        {
+            let (mut ids, mut roots, mut first) = (Vec::new(), BTreeSet::new(), 0u64);
+            for s in stages {
+                ids.push(u64::from(s.id));
+                let tasks = first..first + u64::from(s.num_tasks);
+                if s.parents.is_empty() {
+                    roots.extend(tasks);
+                }
+                first += u64::from(s.num_tasks);
+            }
+            dags.insert(j.job_id, (ids, roots));
+        }
+    }
+    assert_eq!(dags.len(), 300, "every job is a DAG");
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let input = messages(&events);
+    cluster.produce(&topics.events, &input);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(
+        &cluster.brokers(),
+        &data.path().join("state"),
+        &["--policy", "slearn-dag"],
+    );
+    serve.wait_consumed(input.len() as u64, WAIT);
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    let (mut estimated, mut resampled) = (0, 0);
+    for ((job_id, _), d) in &published {
+        assert_eq!(d["policy"], "slearn-dag", "{d}");
+        let (ids, roots) = &dags[job_id];
+        let Some(estimate) = d.get("estimate").filter(|e| !e.is_null()) else {
+            assert!(d.get("stages").is_none(), "{d}");
+            for pilot in d["pilots"].as_array().unwrap() {
+                assert!(roots.contains(&pilot.as_u64().unwrap()), "{d}");
+            }
+            continue;
+        };
+        let stages = d["stages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("job {job_id}: {d}"));
+        let listed: Vec<u64> = stages.iter().map(|s| s["id"].as_u64().unwrap()).collect();
+        assert_eq!(&listed, ids, "job {job_id}: {d}");
+        // Whole µs each: the sum is within a µs a stage of the size.
+        let sum: u64 = stages.iter().map(|s| s["size_us"].as_u64().unwrap()).sum();
+        let size = estimate["size_us"].as_u64().unwrap();
+        assert!(sum.abs_diff(size) <= stages.len() as u64, "{d}");
+        estimated += 1;
+        if d["version"].as_u64() > Some(1) && estimate["source"]["kind"] == "pilots" {
+            resampled += 1;
+        }
+    }
+    assert!(estimated > 250, "{estimated} decisions with an estimate");
+    assert!(resampled > 250, "{resampled} DAGs placed by their pilots");
+    let (&(job_id, _), _) = published
+        .iter()
+        .find(|(_, d)| d.get("stages").is_some())
+        .unwrap();
+    let (status, body) = serve.get(&format!("/jobs/{job_id}"));
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for d in job["decisions"].as_array().unwrap() {
+        let key = (job_id, d["version"].as_u64().unwrap());
+        assert_eq!(published.get(&key), Some(d), "job {job_id}");
     }
     serve.terminate();
 }

@@ -378,19 +378,14 @@ mod tests {
     use super::*;
 
     fn decision(job_id: u64, version: u32, queue: u8, pilots: &[u32]) -> Decision {
+        let phase = if pilots.is_empty() {
+            Phase::Estimated
+        } else {
+            Phase::Sampling
+        };
         Decision {
-            job_id,
-            version,
-            queue,
-            phase: if pilots.is_empty() {
-                Phase::Estimated
-            } else {
-                Phase::Sampling
-            },
-            estimate: None,
-            policy: PolicyKind::SLearn,
             pilots: pilots.to_vec(),
-            eta: None,
+            ..Decision::new(PolicyKind::SLearn, job_id, version, queue, phase)
         }
     }
 

@@ -655,14 +655,8 @@ mod tests {
         estimate.set_quantiles(Quantiles::from_array([1.0, 1.2, 1.3, 1.5]));
         let placed = |job_id: u64| {
             serde_json::to_vec(&Decision {
-                job_id,
-                version: 2,
-                queue: 1,
-                phase: Phase::Estimated,
                 estimate: Some(estimate),
-                policy: PolicyKind::SLearn,
-                pilots: Vec::new(),
-                eta: None,
+                ..Decision::new(PolicyKind::SLearn, job_id, 2, 1, Phase::Estimated)
             })
             .unwrap()
         };

@@ -8,6 +8,7 @@ use jobcast_ingest::event::TaskKind;
 use crate::codec::{Reader, Writer};
 use crate::decision::{
     Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind, Quantiles, RuntimeQuantiles,
+    StageEstimate,
 };
 use crate::features::FeatureKind;
 
@@ -18,7 +19,7 @@ const JOB_LAYOUT: u8 = 3;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 /// First byte of [`Decision::to_bytes`], changed with the layout.
-const DECISION_LAYOUT: u8 = 1;
+const DECISION_LAYOUT: u8 = 2;
 
 const JOB_STATES: [JobState; 6] = [
     JobState::Running,
@@ -109,14 +110,15 @@ impl JobRecord {
 }
 
 impl Decision {
-    /// A binary form, in field order: layout (1), `job_id` (u64),
+    /// A binary form, in field order: layout (2), `job_id` (u64),
     /// `version` (u32), `queue` (u8), `phase` (its index in
     /// [`Phase::ALL`]), `estimate` (0, or 1 and the estimate as in a job
     /// record), `policy` (its index in [`PolicyKind::ALL`]), `pilots` (u32
-    /// count, then each u32), `eta` (as in a job record). The engine's
+    /// count, then each u32), `eta` (as in a job record), `stages` (u32
+    /// count, then each stage's id (u32) and two f64). The engine's
     /// snapshot keeps decisions waiting to be published in it.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(160 + 4 * self.pilots.len());
+        let mut out = Vec::with_capacity(160 + 4 * self.pilots.len() + 20 * self.stages.len());
         out.put_u8(DECISION_LAYOUT);
         out.put_u64(self.job_id);
         out.put_u32(self.version);
@@ -135,6 +137,12 @@ impl Decision {
             out.put_u32(pilot);
         }
         put_completion(&mut out, self.eta.as_ref());
+        out.put_u32(self.stages.len() as u32);
+        for stage in &self.stages {
+            out.put_u32(stage.id);
+            out.put_f64(stage.mean_task_runtime_us);
+            out.put_f64(stage.size_us);
+        }
         out
     }
 
@@ -158,6 +166,15 @@ impl Decision {
             .map(|_| r.u32())
             .collect::<Result<Vec<u32>, String>>()?;
         let eta = read_completion(&mut r)?;
+        let stages = (0..r.u32()?)
+            .map(|_| {
+                Ok(StageEstimate {
+                    id: r.u32()?,
+                    mean_task_runtime_us: r.f64()?,
+                    size_us: r.f64()?,
+                })
+            })
+            .collect::<Result<Vec<StageEstimate>, String>>()?;
         r.finish()?;
         Ok(Decision {
             job_id,
@@ -168,6 +185,7 @@ impl Decision {
             policy,
             pilots,
             eta,
+            stages,
         })
     }
 }
@@ -440,8 +458,17 @@ mod tests {
             policy in policy(),
             pilots in proptest::collection::vec(any::<u32>(), 0..50),
             eta in any::<Option<(u64, u64, u64, u64)>>(),
+            stages in proptest::collection::vec(any::<(u32, f64, f64)>(), 0..20),
         ) -> Decision {
             Decision {
+                stages: stages
+                    .into_iter()
+                    .map(|(id, mean_task_runtime_us, size_us)| StageEstimate {
+                        id,
+                        mean_task_runtime_us,
+                        size_us,
+                    })
+                    .collect(),
                 job_id: ids.0,
                 version: ids.1,
                 queue: ids.2,

@@ -3,8 +3,9 @@
 
 use jobcast_ingest::event::JobSubmitted;
 
-use super::{OracleTruth, dag_stages, estimated, history_estimate};
-use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind};
+use super::dag::{dag_stages, history_estimate, stage_estimate};
+use super::{OracleTruth, estimated};
+use crate::decision::{Decision, Estimate, EstimateSource, Phase, PolicyKind, StageEstimate};
 use crate::history::Estimator;
 use crate::policies::{Context, JobDone, Policy};
 use crate::queues::TOP_QUEUE;
@@ -83,31 +84,30 @@ impl Oracle {
         Oracle { truth }
     }
 
-    fn truth_estimate(&self, job: &JobSubmitted) -> Option<Estimate> {
+    fn truth_estimate(&self, job: &JobSubmitted) -> Option<(Estimate, Vec<StageEstimate>)> {
         let truth = self.truth.get(job.job_id)?;
-        let per_stage: Option<f64> = dag_stages(job).and_then(|stages| {
+        let stages: Option<Vec<StageEstimate>> = dag_stages(job).and_then(|stages| {
             stages
                 .iter()
                 .map(|s| {
                     let mean = truth.stage_mean_task_runtime_us.get(&s.id)?;
-                    Some(mean * f64::from(s.num_tasks))
+                    Some(stage_estimate(s, *mean))
                 })
-                .sum()
+                .collect()
         });
-        let (mean_task_runtime_us, size_us) = match per_stage {
+        let (mean_task_runtime_us, size_us, stages) = match stages {
             // Well-formed DAGs have tasks: the division is safe.
-            Some(size) => (size / f64::from(job.num_tasks), size),
+            Some(stages) => {
+                let size: f64 = stages.iter().map(|s| s.size_us).sum();
+                (size / f64::from(job.num_tasks), size, stages)
+            }
             None => {
                 let mean = truth.mean_task_runtime_us;
-                (mean, mean * f64::from(job.num_tasks))
+                (mean, mean * f64::from(job.num_tasks), Vec::new())
             }
         };
-        Some(Estimate::new(
-            mean_task_runtime_us,
-            size_us,
-            0.0,
-            EstimateSource::Truth,
-        ))
+        let estimate = Estimate::new(mean_task_runtime_us, size_us, 0.0, EstimateSource::Truth);
+        Some((estimate, stages))
     }
 }
 
@@ -209,12 +209,13 @@ mod tests {
             (e.size_us, e.mean_task_runtime_us, d.queue),
             (8100.0 * S, 270.0 * S, 1)
         );
+        let stages: Vec<(u32, f64)> = d.stages.iter().map(|s| (s.id, s.size_us / S)).collect();
+        assert_eq!(stages, [(0, 100.0), (1, 8000.0)]);
         // A DAG whose stages lack truths: the job's mean × tasks.
         let dag4 = dag_job(4, &[(0, &[], 10), (1, &[0], 20)]);
-        assert_eq!(
-            o.on_submit(&dag4, &ctx).estimate.unwrap().size_us,
-            210.0 * S
-        );
+        let d = o.on_submit(&dag4, &ctx);
+        assert_eq!(d.estimate.unwrap().size_us, 210.0 * S);
+        assert!(d.stages.is_empty());
         // Unknown job: 3Sigma's estimate (empty history: 60 s per task).
         let e = o.on_submit(&job(9, 10), &ctx).estimate.unwrap();
         assert_eq!((e.size_us, e.source), (600.0 * S, EstimateSource::Fallback));

@@ -95,9 +95,10 @@
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
+use super::dag::Hybrid;
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean};
-use super::{BayesConfig, PolicyConfig, dag_stages, estimated, is_thin, sampling, thin_bypass};
-use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind};
+use super::{BayesConfig, PolicyConfig, estimated, is_thin, sampling, thin_bypass};
+use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind, StageEstimate};
 use crate::features::JobFeatures;
 use crate::history::{Estimator, HistoryEstimate};
 use crate::policies::{Context, JobDone, Policy, TaskEnd};
@@ -214,10 +215,10 @@ fn placed(
     kind: PolicyKind,
     job_id: u64,
     version: u32,
-    est: Estimate,
+    (est, stages): (Estimate, Vec<StageEstimate>),
     ctx: &Context<'_>,
 ) -> Decision {
-    let mut d = estimated(kind, job_id, version, est, ctx);
+    let mut d = estimated(kind, job_id, version, (est, stages), ctx);
     let expected = est.size_us * (est.log_sd * est.log_sd / 2.0).exp();
     if expected.is_finite() {
         d.queue = ctx.queues.queue_for(expected);
@@ -253,9 +254,8 @@ struct Plan {
     sampled_width: u32,
     /// The history of the sampled tasks' mean runtime: the prior.
     history: HistoryEstimate,
-    /// c: the whole job's mean task runtime per unit of the sampled
-    /// tasks' (1 for a flat job).
-    scale: f64,
+    /// A DAG's stages as SLearn-DAG rescales them.
+    hybrid: Option<Hybrid>,
 }
 
 impl Plan {
@@ -266,46 +266,32 @@ impl Plan {
             history: ctx
                 .history
                 .estimate(&JobFeatures::of(job), ctx.now_us, Estimator::Median),
-            scale: 1.0,
+            hybrid: None,
         }
     }
 
     /// The root stages of a well-formed DAG job with root tasks and a
     /// usable history estimate of them; else `None`.
     fn dag(job: &JobSubmitted, ctx: &Context<'_>) -> Option<Plan> {
-        let stages = dag_stages(job)?;
-        let estimate = |stage: u32, estimator| {
-            ctx.history
-                .estimate(&JobFeatures::of_stage(job, stage), ctx.now_us, estimator)
-        };
-        let (mut space, mut roots) = (Vec::new(), Vec::new());
-        // The 3Sigma sizes SLearn-DAG rescales: Σ utility × tasks of the
-        // root stages and of the later ones.
-        let (mut root_size, mut later_size) = (0.0, 0.0);
-        for s in &stages {
-            let tasks = f64::from(s.num_tasks);
-            let size = estimate(s.id, Estimator::Utility).mean_task_runtime_us * tasks;
-            if s.root {
-                root_size += size;
-                if s.num_tasks > 0 {
-                    space.push((s.first_task, s.num_tasks));
-                    roots.push((tasks, estimate(s.id, Estimator::Median)));
-                }
-            } else {
-                later_size += size;
-            }
-        }
-        let sampled_width: u32 = space.iter().map(|&(_, n)| n).sum();
-        let n = f64::from(sampled_width);
+        let (space, hybrid) = Hybrid::plan(job, ctx)?;
+        let roots: Vec<(f64, HistoryEstimate)> = hybrid
+            .roots()
+            .map(|(id, tasks)| {
+                let features = JobFeatures::of_stage(job, id);
+                let h = ctx
+                    .history
+                    .estimate(&features, ctx.now_us, Estimator::Median);
+                (f64::from(tasks), h)
+            })
+            .collect();
+        let n = f64::from(hybrid.root_width());
         let median = roots
             .iter()
             .map(|(w, h)| w * h.mean_task_runtime_us)
             .sum::<f64>()
             / n;
-        // d_h: 3Sigma's mean task runtime of the root stages.
-        let d_h = root_size / n;
         let usable = |x: f64| x.is_finite() && x > 0.0;
-        if sampled_width == 0 || !usable(median) || !usable(d_h) {
+        if !usable(median) || !usable(hybrid.history_root_mean_us()) {
             return None;
         }
         let log_var = roots
@@ -319,14 +305,30 @@ impl Plan {
             samples: roots.iter().map(|(_, h)| h.samples).min()?,
             source: largest.1.source,
         };
-        let scale = (n + later_size / d_h) / f64::from(job.num_tasks);
         Some(Plan {
             space,
-            sampled_width,
+            sampled_width: hybrid.root_width(),
             history,
-            scale,
+            hybrid: Some(hybrid),
         })
     }
+}
+
+/// A job of `width` tasks whose sampled tasks run `mean_us` on average:
+/// its mean task runtime, its size and a DAG's stages.
+fn whole_job(hybrid: Option<&Hybrid>, width: u32, mean_us: f64) -> (f64, f64, Vec<StageEstimate>) {
+    match hybrid {
+        None => (mean_us, mean_us * f64::from(width), Vec::new()),
+        Some(h) => {
+            let (size, stages) = h.rescaled(mean_us);
+            (size / f64::from(width), size, stages)
+        }
+    }
+}
+
+/// c: the whole job's mean task runtime per unit of its sampled tasks'.
+fn scale(hybrid: Option<&Hybrid>, width: u32) -> f64 {
+    whole_job(hybrid, width, 1.0).0
 }
 
 /// The Bayesian policy, or Bayes-DAG.
@@ -372,8 +374,8 @@ struct LiveJob {
     /// Of the sampled tasks' λ.
     prior: Belief,
     pilots: PilotSet,
-    /// The plan's c.
-    scale: f64,
+    /// A DAG's stages as SLearn-DAG rescales them.
+    hybrid: Option<Hybrid>,
 }
 
 impl Bayes {
@@ -455,21 +457,18 @@ impl Policy for Bayes {
         if own.precision > 0.0 {
             // Learnt against the whole job's truth: shifted by ln c.
             let whole = Belief {
-                mean: own.mean + plan.scale.ln(),
+                mean: own.mean + scale(plan.hybrid.as_ref(), width).ln(),
                 ..own
             };
             self.priors.insert(job.job_id, (whole, wide));
         }
         let prior = self.calibrated(own, wide);
         let by_prior = || {
-            let mean = h.mean_task_runtime_us * plan.scale;
-            let est = Estimate::new(
-                mean,
-                mean * f64::from(width),
-                prior.sd(),
-                EstimateSource::Posterior { pilots: 0 },
-            );
-            placed(self.kind, job.job_id, 1, est, ctx)
+            let (mean, size, stages) =
+                whole_job(plan.hybrid.as_ref(), width, h.mean_task_runtime_us);
+            let source = EstimateSource::Posterior { pilots: 0 };
+            let est = Estimate::new(mean, size, prior.sd(), source);
+            placed(self.kind, job.job_id, 1, (est, stages), ctx)
         };
         if !wide {
             return if h.samples > 0 {
@@ -499,7 +498,7 @@ impl Policy for Bayes {
                 width,
                 prior,
                 pilots,
-                scale: plan.scale,
+                hybrid: plan.hybrid,
             },
         );
         d
@@ -527,7 +526,9 @@ impl Policy for Bayes {
                 let k = runtimes.len() as u32;
                 let z = mean(&runtimes).max(1.0).ln();
                 let own_sd = log_stats(&runtimes).1;
-                let (width, prior, scale) = (job.width, job.prior, job.scale);
+                let (width, prior) = (job.width, job.prior);
+                let hybrid = job.hybrid.clone();
+                let shift = scale(hybrid.as_ref(), width).ln();
                 job.version = job.version.saturating_add(1);
                 let version = job.version;
                 let known = self.task_log_sd();
@@ -549,8 +550,8 @@ impl Policy for Bayes {
                 if prior.precision > 0.0 {
                     let guarded = Guarded {
                         distance,
-                        with_prior: with_prior.mean + scale.ln(),
-                        alone: alone.mean + scale.ln(),
+                        with_prior: with_prior.mean + shift,
+                        alone: alone.mean + shift,
                     };
                     self.guarded.insert(end.job_id, guarded);
                 }
@@ -559,14 +560,10 @@ impl Policy for Bayes {
                 } else {
                     with_prior
                 };
-                let mean_task_runtime_us = post.mean.exp() * scale;
-                let est = Estimate::new(
-                    mean_task_runtime_us,
-                    mean_task_runtime_us * f64::from(width),
-                    post.sd(),
-                    EstimateSource::Posterior { pilots: k },
-                );
-                Some(placed(self.kind, end.job_id, version, est, ctx))
+                let (mean, size, stages) = whole_job(hybrid.as_ref(), width, post.mean.exp());
+                let source = EstimateSource::Posterior { pilots: k };
+                let est = Estimate::new(mean, size, post.sd(), source);
+                Some(placed(self.kind, end.job_id, version, (est, stages), ctx))
             }
         }
     }
@@ -1051,8 +1048,16 @@ mod tests {
         for &t in &d.pilots {
             last = b.on_task_end(&finished(3, t, 40), &ctx);
         }
-        let e = last.unwrap().estimate.unwrap();
+        let last = last.unwrap();
+        let e = last.estimate.unwrap();
         assert_eq!(e.source, EstimateSource::Posterior { pilots: 5 });
+        // Each stage's own, adding up to the whole: the root's posterior,
+        // the later ones' history rescaled by it.
+        assert_eq!(last.stages.len(), 3);
+        let sum: f64 = last.stages.iter().map(|s| s.size_us).sum();
+        assert!((sum - e.size_us).abs() < 1e-3, "{:?}", last.stages);
+        let root = last.stages[0].mean_task_runtime_us;
+        assert!((last.stages[1].mean_task_runtime_us - 4.0 * root).abs() < 1e-3);
         // size = x × 100 + (x / 10 s) × (40 s × 50 + 5 s × 10) = 305 x, with
         // x the root stage's posterior mean task runtime, between the
         // prior's 10 s and the pilots' 40 s.

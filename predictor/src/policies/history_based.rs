@@ -3,7 +3,8 @@
 
 use jobcast_ingest::event::JobSubmitted;
 
-use super::{estimated, history_estimate, is_thin, thin_bypass};
+use super::dag::history_estimate;
+use super::{estimated, is_thin, thin_bypass};
 use crate::decision::{Decision, PolicyKind};
 use crate::history::Estimator;
 use crate::policies::{Context, Policy};
@@ -170,6 +171,8 @@ mod tests {
         );
         // Each stage's history has identical samples: no spread.
         assert!(e.log_sd.abs() < 1e-9, "{e:?}");
+        let stages: Vec<(u32, f64)> = d.stages.iter().map(|s| (s.id, s.size_us / S)).collect();
+        assert_eq!(stages, [(0, 1000.0), (1, 2000.0), (2, 50.0)]);
 
         // Stages that do not add up to the job: the job is sized as flat,
         // from the job-level history.
@@ -178,6 +181,7 @@ mod tests {
         let d = HistoryBased::three_sigma_dag().on_submit(&bad, &ctx);
         let flat = HistoryBased::three_sigma().on_submit(&bad, &ctx);
         assert_eq!(d.estimate, flat.estimate);
+        assert!(d.stages.is_empty());
         assert!(
             (d.estimate.unwrap().size_us - 170.0 * flat.estimate.unwrap().mean_task_runtime_us)
                 .abs()

@@ -30,6 +30,7 @@ mod adaptive;
 mod baselines;
 mod bayes;
 mod calibrated;
+mod dag;
 mod history_based;
 mod interface;
 mod pilots;
@@ -39,7 +40,6 @@ mod testkit;
 
 use std::collections::HashMap;
 
-use jobcast_ingest::event::JobSubmitted;
 use serde::{Deserialize, Serialize};
 
 pub use adaptive::{AdaptiveRatio, RATIO_PERCENTS};
@@ -50,9 +50,7 @@ pub use history_based::HistoryBased;
 pub use interface::{Context, JobDone, Policy, TaskEnd};
 pub use slearn::SLearn;
 
-use crate::decision::{Decision, Estimate, Phase, PolicyKind};
-use crate::features::JobFeatures;
-use crate::history::Estimator;
+use crate::decision::{Decision, Estimate, Phase, PolicyKind, StageEstimate};
 use jobcast_ingest::config::ConfigError;
 
 /// How SLearn picks its sampling ratio.
@@ -414,113 +412,28 @@ fn thin_bypass(policy: PolicyKind, job_id: u64) -> Decision {
     )
 }
 
-/// A decision placing a job by its estimated size.
+/// A decision placing a job by its estimated size, with the estimate's
+/// stages (a DAG policy's; else none).
 fn estimated(
     policy: PolicyKind,
     job_id: u64,
     version: u32,
-    est: Estimate,
+    (est, stages): (Estimate, Vec<StageEstimate>),
     ctx: &Context<'_>,
 ) -> Decision {
     let queue = ctx.queues.queue_for(est.size_us);
-    decision(
-        policy,
-        job_id,
-        version,
-        queue,
-        Phase::Estimated,
-        Some(est),
-        Vec::new(),
-    )
-}
-
-/// One stage of a well-formed DAG job, with where its tasks are numbered.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct DagStage {
-    id: u32,
-    num_tasks: u32,
-    first_task: u32,
-    root: bool,
-}
-
-/// The stages of a DAG job with their task ranges, or `None` when the job
-/// is flat or its stages cannot be trusted (none, or their task counts do
-/// not add up to the job's): such jobs are treated as flat, so a malformed
-/// stage list never puts a pilot on a task that does not exist.
-fn dag_stages(job: &JobSubmitted) -> Option<Vec<DagStage>> {
-    let stages = job.stages.as_ref()?;
-    let total: u64 = stages.iter().map(|s| u64::from(s.num_tasks)).sum();
-    if stages.is_empty() || job.num_tasks == 0 || total != u64::from(job.num_tasks) {
-        return None;
+    Decision {
+        stages,
+        ..decision(
+            policy,
+            job_id,
+            version,
+            queue,
+            Phase::Estimated,
+            Some(est),
+            Vec::new(),
+        )
     }
-    let mut first_task = 0u32;
-    Some(
-        stages
-            .iter()
-            .map(|s| {
-                let stage = DagStage {
-                    id: s.id,
-                    num_tasks: s.num_tasks,
-                    first_task,
-                    root: s.parents.is_empty(),
-                };
-                // Cannot overflow: the counts add up to `job.num_tasks`.
-                first_task += s.num_tasks;
-                stage
-            })
-            .collect(),
-    )
-}
-
-/// The history estimate of a job (`per_stage = false` or a flat job) or
-/// the sum of its stages' (`per_stage = true`, §6 3Sigma-DAG).
-///
-/// For a sum, the spread is the delta-method sd of ln(Σ sizes) with the
-/// stages independent, `sqrt(Σ (sizeᵢ/size)² log_sdᵢ²)`, and the source is
-/// that of the stage contributing most to the size.
-fn history_estimate(
-    job: &JobSubmitted,
-    ctx: &Context<'_>,
-    estimator: Estimator,
-    per_stage: bool,
-) -> Estimate {
-    let stages = if per_stage { dag_stages(job) } else { None };
-    let Some(stages) = stages else {
-        let h = ctx
-            .history
-            .estimate(&JobFeatures::of(job), ctx.now_us, estimator);
-        return Estimate::new(
-            h.mean_task_runtime_us,
-            h.mean_task_runtime_us * f64::from(job.num_tasks),
-            h.log_sd,
-            h.source,
-        );
-    };
-    let parts: Vec<_> = stages
-        .iter()
-        .map(|s| {
-            let h = ctx
-                .history
-                .estimate(&JobFeatures::of_stage(job, s.id), ctx.now_us, estimator);
-            (h.mean_task_runtime_us * f64::from(s.num_tasks), h)
-        })
-        .collect();
-    let size: f64 = parts.iter().map(|(size, _)| size).sum();
-    let log_sd = if size > 0.0 {
-        parts
-            .iter()
-            .map(|(s, h)| (s / size * h.log_sd).powi(2))
-            .sum::<f64>()
-            .sqrt()
-    } else {
-        parts.iter().map(|(_, h)| h.log_sd).fold(0.0, f64::max)
-    };
-    let source = parts
-        .iter()
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, h)| h.source)
-        .unwrap_or(crate::decision::EstimateSource::Fallback);
-    Estimate::new(size / f64::from(job.num_tasks), size, log_sd, source)
 }
 
 #[cfg(test)]
@@ -679,33 +592,5 @@ mod tests {
                 p.on_job_done(&done(id, 1, 1.0), &ctx);
             }
         }
-    }
-
-    #[test]
-    fn malformed_stages_make_a_flat_job() {
-        let ok = dag_job(1, &[(0, &[], 2), (5, &[0], 3)]);
-        let stages = dag_stages(&ok).unwrap();
-        assert_eq!(
-            stages
-                .iter()
-                .map(|s| (s.id, s.first_task, s.num_tasks, s.root))
-                .collect::<Vec<_>>(),
-            [(0, 0, 2, true), (5, 2, 3, false)]
-        );
-        let mut wrong_sum = ok.clone();
-        wrong_sum.num_tasks = 4;
-        assert_eq!(dag_stages(&wrong_sum), None);
-        let mut empty = ok.clone();
-        empty.stages = Some(Vec::new());
-        assert_eq!(dag_stages(&empty), None);
-        assert_eq!(dag_stages(&dag_job(2, &[(0, &[], 0)])), None);
-        assert_eq!(dag_stages(&job(3, 5)), None);
-        // Stage counts whose sum overflows u32 cannot match any width.
-        let mut huge = dag_job(4, &[(0, &[], 1), (1, &[0], 1)]);
-        huge.num_tasks = u32::MAX;
-        if let Some(stages) = huge.stages.as_mut() {
-            stages[0].num_tasks = u32::MAX;
-        }
-        assert_eq!(dag_stages(&huge), None);
     }
 }

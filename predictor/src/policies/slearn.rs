@@ -14,19 +14,19 @@
 //! task indices, and rescales history: with d_s the pilots' mean and d_h the
 //! task-weighted history estimate of the root stages, every later stage's
 //! history size is multiplied by d_s/d_h, and the job's size is the root
-//! stages' sampled size plus the rescaled later sizes. Thin bypass looks at
-//! the job's total width; flat jobs and jobs with malformed stages are
-//! handled as by SLearn.
+//! stages' sampled size plus the rescaled later sizes (`dag.rs`, `Hybrid`);
+//! its decision carries each stage's estimate. Thin bypass looks at the
+//! job's total width; flat jobs and jobs with malformed stages are handled
+//! as by SLearn.
 
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 
 use super::adaptive::AdaptiveRatio;
+use super::dag::Hybrid;
 use super::pilots::{PilotSet, PilotUpdate, log_stats, mean, pilot_count};
-use super::{PolicyConfig, Sampling, dag_stages, estimated, is_thin, thin_bypass};
-use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind};
-use crate::features::JobFeatures;
-use crate::history::Estimator;
+use super::{PolicyConfig, Sampling, estimated, is_thin, thin_bypass};
+use crate::decision::{Decision, Estimate, EstimateSource, PolicyKind, StageEstimate};
 use crate::policies::{Context, JobDone, Policy, TaskEnd};
 use serde::{Deserialize, Serialize};
 
@@ -62,17 +62,8 @@ struct LiveJob {
 struct JobSampling {
     pilots: PilotSet,
     width: u32,
+    /// SLearn-DAG's history of the job's stages at its arrival.
     hybrid: Option<Hybrid>,
-}
-
-/// What SLearn-DAG learnt from history at arrival.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Hybrid {
-    root_width: u32,
-    /// d_h: the root stages' history mean task runtime, weighted by tasks.
-    history_root_mean_us: f64,
-    /// Σ history mean × tasks over the later stages.
-    history_later_size_us: f64,
 }
 
 impl SLearn {
@@ -94,44 +85,12 @@ impl SLearn {
             jobs: HashMap::new(),
         }
     }
-
-    /// The root stages' task ranges and the history to rescale, for a
-    /// well-formed DAG job whose root stages have tasks.
-    fn plan_dag(job: &JobSubmitted, ctx: &Context<'_>) -> Option<(Vec<(u32, u32)>, Hybrid)> {
-        let stages = dag_stages(job)?;
-        let mut space = Vec::new();
-        let (mut root_width, mut root_size, mut later_size) = (0u32, 0.0, 0.0);
-        for s in &stages {
-            let h = ctx.history.estimate(
-                &JobFeatures::of_stage(job, s.id),
-                ctx.now_us,
-                Estimator::Utility,
-            );
-            let size = h.mean_task_runtime_us * f64::from(s.num_tasks);
-            if s.root {
-                if s.num_tasks > 0 {
-                    space.push((s.first_task, s.num_tasks));
-                }
-                root_width += s.num_tasks;
-                root_size += size;
-            } else {
-                later_size += size;
-            }
-        }
-        (root_width > 0).then(|| {
-            let hybrid = Hybrid {
-                root_width,
-                history_root_mean_us: root_size / f64::from(root_width),
-                history_later_size_us: later_size,
-            };
-            (space, hybrid)
-        })
-    }
 }
 
 impl JobSampling {
-    /// The estimate from the finished pilots, if any finished.
-    fn estimate(&self, single_pilot_log_sd: f64) -> Option<Estimate> {
+    /// The estimate from the finished pilots, if any finished, with a
+    /// DAG's stages.
+    fn estimate(&self, single_pilot_log_sd: f64) -> Option<(Estimate, Vec<StageEstimate>)> {
         let runtimes = self.pilots.runtimes();
         if runtimes.is_empty() {
             return None;
@@ -141,25 +100,17 @@ impl JobSampling {
         let log_sd = log_stats(&runtimes)
             .1
             .map_or(single_pilot_log_sd, |sd| sd / f64::from(k).sqrt());
-        let size_us = match self.hybrid {
-            None => d_s * f64::from(self.width),
-            Some(h) => {
-                let d_h = h.history_root_mean_us;
-                // A degenerate history estimate cannot be rescaled: keep it.
-                let ratio = if d_h.is_finite() && d_h > 0.0 {
-                    d_s / d_h
-                } else {
-                    1.0
-                };
-                d_s * f64::from(h.root_width) + ratio * h.history_later_size_us
-            }
+        let (size_us, stages) = match &self.hybrid {
+            None => (d_s * f64::from(self.width), Vec::new()),
+            Some(h) => h.rescaled(d_s),
         };
-        Some(Estimate::new(
+        let estimate = Estimate::new(
             size_us / f64::from(self.width),
             size_us,
             log_sd,
             EstimateSource::Pilots { pilots: k },
-        ))
+        );
+        Some((estimate, stages))
     }
 }
 
@@ -181,7 +132,7 @@ impl Policy for SLearn {
             }
         };
         let plan = if self.kind == PolicyKind::SLearnDag {
-            Self::plan_dag(job, ctx)
+            Hybrid::plan(job, ctx)
         } else {
             None
         };
@@ -189,7 +140,7 @@ impl Policy for SLearn {
             Some((space, hybrid)) => (space, Some(hybrid)),
             None => (vec![(0, width)], None),
         };
-        let sampled_width = hybrid.map_or(width, |h| h.root_width);
+        let sampled_width = hybrid.as_ref().map_or(width, Hybrid::root_width);
         let m = pilot_count(ratio, sampled_width).min(self.max_pilots);
         let pilots = PilotSet::new(self.seed, job.job_id, space, m);
         let d = super::sampling(self.kind, job.job_id, 1, &pilots, ctx);
@@ -484,6 +435,7 @@ mod tests {
             (d.queue, d.phase, d.policy),
             (1, Phase::Sampling, PolicyKind::SLearnDag)
         );
+        assert!(d.stages.is_empty(), "no estimate yet");
         // 3% of the root stage's 100 tasks, all in the root stage.
         assert_eq!(d.pilots.len(), 3);
         assert!(d.pilots.iter().all(|&t| t < 100));
@@ -499,6 +451,17 @@ mod tests {
         assert_eq!((d.version, d.queue), (2, 2));
         assert_eq!(e.source, EstimateSource::Pilots { pilots: 3 });
         assert_eq!(e.log_sd, 0.0);
+        // Each stage's own: the root's sampled 40 s, the later ones'
+        // history × 4.
+        let stages: Vec<(u32, f64, f64)> = d
+            .stages
+            .iter()
+            .map(|s| (s.id, s.mean_task_runtime_us / S, s.size_us / S))
+            .collect();
+        assert_eq!(
+            stages,
+            [(0, 40.0, 4000.0), (1, 160.0, 8000.0), (2, 20.0, 200.0)]
+        );
     }
 
     #[test]

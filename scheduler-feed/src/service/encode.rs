@@ -228,14 +228,8 @@ mod tests {
 
     fn decision_of(job_id: u64, version: u32) -> Decision {
         Decision {
-            job_id,
-            version,
-            queue: 2,
-            phase: Phase::Sampling,
-            estimate: None,
-            policy: PolicyKind::SLearn,
             pilots: vec![0, 5],
-            eta: None,
+            ..Decision::new(PolicyKind::SLearn, job_id, version, 2, Phase::Sampling)
         }
     }
 
