@@ -211,8 +211,9 @@ fn write_excluded(path: &std::path::Path, workload: &Workload) -> std::io::Resul
 pub struct Args {
     #[command(flatten)]
     common: Common,
-    /// Write error_cdf.svg and speedup_cdf.svg (the paper's Figs. 3 and 6)
-    /// and coverage.svg (the reliability diagram of the quantiles) here.
+    /// Write error_cdf.svg, speedup_cdf.svg and waiting_cdf.svg (the
+    /// paper's Figs. 3, 6 and 7) and coverage.svg (the reliability diagram
+    /// of the quantiles) here.
     #[arg(long)]
     plots: Option<PathBuf>,
 }

@@ -22,6 +22,7 @@ use jobcast_predictor::queues::QueueConfig;
 use plotters::prelude::*;
 use serde_json::{Map, Value, json};
 
+use crate::breakdown::Breakdown;
 use crate::sim::{SimConfig, SimError, SimReport, simulate, speedup};
 use crate::workload::{Excluded, LoadProfile, SimJob, Split, Workload};
 
@@ -278,6 +279,18 @@ impl Evaluation {
         self.reports.iter().find(|r| r.policy == kind)
     }
 
+    /// SLearn's gain over 3Sigma broken down by job width and size and by
+    /// waiting time (SLearn Table 8, Fig. 7), when both ran.
+    pub fn breakdown(&self) -> Option<Breakdown> {
+        let slearn = self.report(PolicyKind::SLearn)?;
+        let baseline = self.report(PolicyKind::ThreeSigma)?;
+        Some(Breakdown::of(
+            &slearn.jobs,
+            &baseline.jobs,
+            self.accuracy_min_width,
+        ))
+    }
+
     /// Average-JCT speedup of `kind` over every other policy run.
     pub fn speedups_of(&self, kind: PolicyKind) -> Vec<(PolicyKind, Option<f64>)> {
         let Some(of) = self.report(kind) else {
@@ -291,9 +304,11 @@ impl Evaluation {
     }
 
     /// `{"policies": {name: {...}}, "speedup_of_slearn": {name: x},
+    /// "breakdown": {"baseline": "3sigma", "bins": [...], "waiting": [...]},
     /// "slots", "jobs", "dags", "stages", "history_jobs", "accuracy_min_width", "excluded":
     /// {...}, "split": {...}, "load": {...}}`; `null` where
-    /// a figure is undefined (no estimates, no jobs).
+    /// a figure is undefined (no estimates, no jobs, SLearn or 3Sigma not
+    /// run).
     pub fn to_json(&self) -> Value {
         let mut policies = Map::new();
         for r in &self.reports {
@@ -337,9 +352,17 @@ impl Evaluation {
             .into_iter()
             .map(|(k, x)| (k.name().to_owned(), json!(x)))
             .collect();
+        let breakdown = self.breakdown().map(|b| {
+            json!({
+                "baseline": PolicyKind::ThreeSigma.name(),
+                "bins": b.bins,
+                "waiting": b.waiting,
+            })
+        });
         json!({
             "policies": policies,
             "speedup_of_slearn": speedups,
+            "breakdown": breakdown,
             "slots": self.slots,
             "jobs": self.jobs,
             "dags": self.dags,
@@ -412,6 +435,9 @@ impl Evaluation {
             ]);
         }
         let mut out = align(&rows, |c, _| c == 0);
+        if let Some(b) = self.breakdown() {
+            out.push_str(&breakdown_table(&b, self.accuracy_min_width));
+        }
         let e = &self.excluded;
         let _ = writeln!(
             out,
@@ -464,8 +490,9 @@ impl Evaluation {
     /// Write `error_cdf.svg` (Fig. 3: CDF of each estimating policy's
     /// error), `coverage.svg` (the reliability diagram of the estimating
     /// policies' quantiles) and, when SLearn ran, `speedup_cdf.svg` (Fig. 6:
-    /// CDF of the per-job JCT speedup of SLearn over each other policy)
-    /// into `dir`. In the CDFs, policies with the same values share one
+    /// CDF of the per-job JCT speedup of SLearn over each other policy) and,
+    /// when 3Sigma ran too, `waiting_cdf.svg` (Fig. 7: CDF of wide jobs'
+    /// normalized waiting time under each) into `dir`. In the CDFs, policies with the same values share one
     /// line, and every line's name gives its number of jobs.
     pub fn write_plots(&self, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
         std::fs::create_dir_all(dir).map_err(|e| EvalError::Plot {
@@ -532,8 +559,76 @@ impl Evaluation {
             )?;
             written.push(path);
         }
+        if let Some(b) = self.breakdown() {
+            let [slearn, baseline] = b.wide_waits;
+            let series = [
+                (PolicyKind::SLearn.name().to_owned(), slearn),
+                (PolicyKind::ThreeSigma.name().to_owned(), baseline),
+            ];
+            let path = dir.join("waiting_cdf.svg");
+            cdf_plot(
+                &path,
+                "Normalized waiting time of wide jobs",
+                "mean task wait / mean task runtime",
+                &series,
+                1e-3,
+            )?;
+            written.push(path);
+        }
         Ok(written)
     }
+}
+
+/// SLearn's gain over 3Sigma by bin and wide jobs' waiting, as lines after
+/// the policies' table.
+fn breakdown_table(b: &Breakdown, thin_limit: u32) -> String {
+    let mut rows = vec![
+        [
+            "bin",
+            "jobs",
+            "jobs %",
+            "task time %",
+            "SLearn speedup",
+            "faster %",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for bin in &b.bins {
+        rows.push(vec![
+            bin.bin.to_owned(),
+            bin.jobs.to_string(),
+            format!("{:.1}", bin.jobs_pct),
+            format!("{:.2}", bin.size_pct),
+            bin.speedup
+                .map_or_else(|| "-".into(), |x| format!("{x:.2}x")),
+            fmt_opt(bin.faster_pct, 1),
+        ]);
+    }
+    let mut out = format!(
+        "\nSLearn against 3sigma by bin (SLearn Table 8; thin: under {thin_limit} tasks, large: \
+         at least 1000 s of task time):\n"
+    );
+    out.push_str(&align(&rows, |c, _| c == 0));
+    out.push_str(
+        "wide jobs' normalized waiting time (SLearn Fig. 7; % of wide jobs under slearn / \
+         3sigma / both, and of both the share that waited less under slearn):",
+    );
+    for s in &b.waiting {
+        let _ = write!(
+            out,
+            " {} {:.1}/{:.1}/{:.1}% ({});",
+            s.range,
+            s.slearn_pct,
+            s.baseline_pct,
+            s.both_pct,
+            s.less_under_slearn_pct
+                .map_or_else(|| "-".into(), |x| format!("{x:.0}%")),
+        );
+    }
+    out.pop();
+    out.push('\n');
+    out
 }
 
 /// The reliability diagram of quantiles: for each policy, the share of jobs
@@ -720,6 +815,7 @@ mod tests {
             arrival_us: id * 1_000_000,
             jct_us: 2_000_000,
             wait_us: 0,
+            mean_task_wait_us: 0.0,
             normalized_jct: 1.0,
             estimated_mean_task_runtime_us: error_pct.map(|e| 1e6 * (1.0 + e / 100.0)),
             true_mean_task_runtime_us: 1e6,
@@ -888,7 +984,15 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_str().unwrap())
             .collect();
-        assert_eq!(names, ["error_cdf.svg", "coverage.svg", "speedup_cdf.svg"]);
+        assert_eq!(
+            names,
+            [
+                "error_cdf.svg",
+                "coverage.svg",
+                "speedup_cdf.svg",
+                "waiting_cdf.svg"
+            ]
+        );
         let svg = std::fs::read_to_string(dir.path().join("error_cdf.svg")).unwrap();
         // Errors over the wide jobs only: 3sigma's thin job is not counted.
         assert!(svg.contains("slearn = slearn-dag (N=2)"), "{svg}");

@@ -12,6 +12,8 @@
 //!   GS multi-level queues on the decisions of one prediction policy;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
+//! - [`breakdown`]: where SLearn's JCT gain over 3Sigma comes from, by
+//!   job width and size and by waiting time (SLearn Table 8, Fig. 7);
 //! - [`risk_fit`]: lifetime models fitted to measured preemptible-VM
 //!   lifetimes, with tables, JSON and plots;
 //! - [`kafka`]: any event stream replayed into a Kafka topic in event-time
@@ -20,6 +22,7 @@
 //!   running `jobcast serve`, exchanging events and decisions through
 //!   Kafka in virtual time.
 
+pub mod breakdown;
 pub mod closed_loop;
 pub mod evaluate;
 pub mod generate;

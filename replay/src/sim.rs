@@ -284,6 +284,10 @@ pub struct JobResult {
     pub jct_us: u64,
     /// Start of its first task minus its arrival.
     pub wait_us: u64,
+    /// The mean over its tasks of how long each waited to start once it
+    /// could (its stage ready: at arrival, or when its parent stages
+    /// ended): SLearn's Fig. 7 divides it by the mean task runtime.
+    pub mean_task_wait_us: f64,
     /// JCT over its runtime on an idle cluster.
     pub normalized_jct: f64,
     /// Mean task runtime of the final decision's estimate, if it had one.
@@ -577,6 +581,10 @@ struct Run<'a> {
     running: u32,
     unfinished: u32,
     first_start_us: Option<u64>,
+    /// When each stage's tasks could start (set when it is released).
+    stage_ready_us: Vec<u64>,
+    /// Σ over started tasks of start − their stage's ready time.
+    task_wait_us: u128,
     /// Attained service is `done_us + running · now − running_starts_us`.
     done_us: u128,
     running_starts_us: u128,
@@ -628,6 +636,8 @@ impl<'a> Run<'a> {
             running: 0,
             unfinished: width as u32,
             first_start_us: None,
+            stage_ready_us: vec![0; stages.len()],
+            task_wait_us: 0,
             done_us: 0,
             running_starts_us: 0,
             las_version: 0,
@@ -649,11 +659,12 @@ impl<'a> Run<'a> {
         u128::from(self.running) * u128::from(now) - self.running_starts_us
     }
 
-    /// Stage `first` became ready: its tasks become runnable; stages
-    /// without tasks finish at once and release their children.
-    fn release(&mut self, first: usize) {
+    /// Stage `first` became ready at `now`: its tasks become runnable;
+    /// stages without tasks finish at once and release their children.
+    fn release(&mut self, first: usize, now: u64) {
         let mut work = vec![first];
         while let Some(s) = work.pop() {
+            self.stage_ready_us[s] = now;
             if self.stage_left[s] == 0 {
                 for c in self.children[s].clone() {
                     self.parents_left[c] -= 1;
@@ -956,8 +967,9 @@ impl<'a> Sim<'a> {
         let roots: Vec<usize> = (0..self.runs[r].parents_left.len())
             .filter(|&s| self.runs[r].parents_left[s] == 0)
             .collect();
+        let now = self.runs[r].spec.arrival_us();
         for s in roots {
-            self.runs[r].release(s);
+            self.runs[r].release(s, now);
         }
     }
 
@@ -1099,6 +1111,8 @@ impl<'a> Sim<'a> {
         run.running += 1;
         run.running_starts_us += u128::from(now);
         run.first_start_us.get_or_insert(now);
+        let ready = run.stage_ready_us[run.stage_of[task as usize] as usize];
+        run.task_wait_us += u128::from(now.saturating_sub(ready));
         let end = now.saturating_add(run.spec.runtimes_us()[task as usize]);
         self.completions
             .push(Reverse((end, run.spec.job_id(), task, r)));
@@ -1146,7 +1160,7 @@ impl<'a> Sim<'a> {
             for c in run.children[stage].clone() {
                 run.parents_left[c] -= 1;
                 if run.parents_left[c] == 0 {
-                    run.release(c);
+                    run.release(c, now);
                 }
             }
         }
@@ -1191,6 +1205,7 @@ impl<'a> Sim<'a> {
             arrival_us: arrival,
             jct_us,
             wait_us: run.first_start_us.unwrap_or(now) - arrival,
+            mean_task_wait_us: run.task_wait_us as f64 / f64::from(spec.width().max(1)),
             normalized_jct,
             estimated_mean_task_runtime_us: estimate,
             true_mean_task_runtime_us: true_mean,
@@ -1211,34 +1226,36 @@ impl<'a> Sim<'a> {
     }
 }
 
+/// A job placed by an estimate in `queue` whose size belongs in
+/// `true_queue`: the base of tests' results.
+#[cfg(test)]
+pub(crate) fn placed(width: u32, queue: u8, true_queue: u8) -> JobResult {
+    JobResult {
+        job_id: 0,
+        width,
+        arrival_us: 0,
+        jct_us: 1_000_000,
+        wait_us: 0,
+        mean_task_wait_us: 0.0,
+        normalized_jct: 1.0,
+        estimated_mean_task_runtime_us: Some(1.0),
+        true_mean_task_runtime_us: 1.0,
+        error_pct: Some(0.0),
+        queue,
+        true_queue,
+        correct_queue: Some(queue == true_queue),
+        phase: Phase::Estimated,
+        quantiles: None,
+        eta_at_submission: None,
+        eta_kind: None,
+        eta_size_error_pct: None,
+        eta_half_way: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A job placed by an estimate in `queue` whose size belongs in
-    /// `true_queue`.
-    fn placed(width: u32, queue: u8, true_queue: u8) -> JobResult {
-        JobResult {
-            job_id: 0,
-            width,
-            arrival_us: 0,
-            jct_us: 1_000_000,
-            wait_us: 0,
-            normalized_jct: 1.0,
-            estimated_mean_task_runtime_us: Some(1.0),
-            true_mean_task_runtime_us: 1.0,
-            error_pct: Some(0.0),
-            queue,
-            true_queue,
-            correct_queue: Some(queue == true_queue),
-            phase: Phase::Estimated,
-            quantiles: None,
-            eta_at_submission: None,
-            eta_kind: None,
-            eta_size_error_pct: None,
-            eta_half_way: None,
-        }
-    }
 
     #[test]
     fn wrong_queues_split_into_too_high_and_too_low() {

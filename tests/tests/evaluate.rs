@@ -6,7 +6,7 @@
 //! the accuracy and 3Sigma wins on some seeds: the paper's case is wide
 //! jobs.)
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use jobcast_tests::{generated_trace, jobcast, jobcast_ok, shared_data, simulate_args};
@@ -101,6 +101,23 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
     let speedup = v["speedup_of_slearn"]["3sigma"].as_f64().unwrap();
     assert!((speedup - avg("3sigma") / avg("slearn")).abs() < 1e-9);
     assert!(v["speedup_of_slearn"].get("slearn").is_none());
+    // Where job-wise variation dwarfs task-wise, SLearn gains in every bin
+    // of Table 8 (9.5x, 4.6x, 1.4x and 1.3x on this seed).
+    let bins = breakdown_bins(&v);
+    assert_eq!(
+        bins.values().map(|b| b.0).sum::<u64>(),
+        v["jobs"].as_u64().unwrap()
+    );
+    for (bin, (_, speedup)) in &bins {
+        assert!(*speedup > 1.1, "{bin}: {}", v["breakdown"]);
+    }
+    let waiting: f64 = v["breakdown"]["waiting"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["slearn_pct"].as_f64().unwrap())
+        .sum();
+    assert!((waiting - 100.0).abs() < 1e-6, "{}", v["breakdown"]);
 
     // Quantiles mean what they say: over about 1,500 jobs a coverage's
     // sampling sd is at most 1.3 points, so ±3 points is over 2 sd (the
@@ -187,7 +204,7 @@ fn slearn_beats_3sigma_and_the_oracle_beats_all() {
 
     let reliability = std::fs::read_to_string(plots.join("coverage.svg")).unwrap();
     assert!(reliability.contains("Quantile coverage") && reliability.contains("bayes"));
-    for name in ["error_cdf.svg", "speedup_cdf.svg"] {
+    for name in ["error_cdf.svg", "speedup_cdf.svg", "waiting_cdf.svg"] {
         let svg = std::fs::read_to_string(plots.join(name)).unwrap();
         assert!(
             svg.contains("<svg") && svg.contains("<text") && svg.contains("CDF of jobs"),
@@ -423,6 +440,51 @@ fn a_uniform_sample_of_jobs_is_evaluated_at_unit_load() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot sample 1000000 jobs"), "{stderr}");
+}
+
+/// Table 8's bins of an evaluation: each bin's jobs and SLearn's speedup
+/// over 3Sigma there.
+fn breakdown_bins(v: &Value) -> BTreeMap<String, (u64, f64)> {
+    v["breakdown"]["bins"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no breakdown: {v}"))
+        .iter()
+        .map(|b| {
+            let name = b["bin"].as_str().unwrap().to_owned();
+            (
+                name,
+                (b["jobs"].as_u64().unwrap(), b["speedup"].as_f64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// SLearn's gain over 3Sigma on the shared Google window, broken down as
+/// the paper's Table 8 and Fig. 7 break it down (docs/reproduction.md,
+/// "Where SLearn's gain comes from"). Pinned, the directions that explain
+/// why the window gives no gain: SLearn's thin bypass speeds up the large
+/// thin jobs and slows the small ones queued behind them in FIFO order,
+/// and its wide jobs, few and large, lose more to the sampling delay than
+/// they gain in accuracy, waiting longer than under 3Sigma.
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn slearns_gain_on_the_google_window_breaks_down_by_width_size_and_wait() {
+    let trace = shared_data("google-clusterdata-2011-2");
+    let v: Value = serde_json::from_str(&evaluate_ok(&trace, "google2011", &["--json"])).unwrap();
+    let bins = breakdown_bins(&v);
+    let jobs: Vec<u64> = bins.values().map(|b| b.0).collect();
+    assert_eq!(jobs.iter().sum::<u64>(), 3054);
+    assert_eq!(bins["wide-small"].0 + bins["wide-large"].0, 57);
+    assert!(bins["thin-large"].1 > 1.1, "{}", v["breakdown"]);
+    assert!(bins["thin-small"].1 < 0.9, "{}", v["breakdown"]);
+    assert!(bins["wide-large"].1 < 0.95, "{}", v["breakdown"]);
+    // Fig. 7: more wide jobs wait ≥ 1.9 mean task runtimes under SLearn.
+    let long = &v["breakdown"]["waiting"][2];
+    assert_eq!(long["range"], "≥ 1.9");
+    assert!(
+        long["slearn_pct"].as_f64().unwrap() > long["baseline_pct"].as_f64().unwrap() + 10.0,
+        "{long}"
+    );
 }
 
 /// A `--max-width` that leaves out most jobs says so and how to keep them.
