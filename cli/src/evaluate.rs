@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use jobcast_ingest::Format;
+use jobcast_predictor::policies::BayesConfig;
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
 use jobcast_replay::recurring_dags;
@@ -59,6 +60,11 @@ pub struct Common {
     /// paper's second-highest; 0 runs them before every other queue.
     #[arg(long, default_value_t = QueueConfig::default().sampling_queue)]
     pub sampling_queue: u8,
+    /// Bayes and Bayes-DAG place a thin job by its history prior only
+    /// when the prior's sd (of ln runtime) is at most this, else in the
+    /// top queue [default: whenever the history knows similar jobs].
+    #[arg(long, value_name = "SD")]
+    pub thin_prior_max_sd: Option<f64>,
     /// Drop jobs with more tasks than this (the paper drops those over 150).
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
     pub max_width: u32,
@@ -109,6 +115,10 @@ impl Common {
                 thin_limit: self.thin_limit,
                 sampling: self.sampling_ratio,
                 seed: self.seed,
+                bayes: BayesConfig {
+                    thin_prior_max_log_sd: self.thin_prior_max_sd,
+                    ..BayesConfig::default()
+                },
                 ..PolicyConfig::default()
             },
             cold_start: self.cold_start,

@@ -74,7 +74,9 @@
 //! **Thin jobs** (§7: "history-based learning can be used for estimating
 //! the runtime for thin jobs, while sampling-based learning is used for
 //! wide jobs") are placed by the prior when the history knows similar
-//! jobs, and go to the top queue as in SLearn when it knows none. Failed
+//! jobs, and go to the top queue as in SLearn when it knows none, or
+//! (`thin_prior_max_log_sd`) when the prior is too loose to say more
+//! than the bypass: a thin job's few tasks cost the top queue little. Failed
 //! pilots are replaced as in SLearn.
 //!
 //! **Bayes-DAG** is SLearn-DAG (§6) with the pilots' mean replaced by this
@@ -471,7 +473,11 @@ impl Policy for Bayes {
             placed(self.kind, job.job_id, 1, (est, stages), ctx)
         };
         if !wide {
-            return if h.samples > 0 {
+            let informative = self
+                .config
+                .thin_prior_max_log_sd
+                .is_none_or(|max| prior.sd() <= max);
+            return if h.samples > 0 && informative {
                 by_prior()
             } else {
                 thin_bypass(self.kind, job.job_id)
@@ -708,6 +714,33 @@ mod tests {
         assert_eq!(e.source, EstimateSource::Posterior { pilots: 0 });
         assert!((e.size_us - 4000.0 * S).abs() < 1e-3, "{e:?}");
         assert!(b.jobs.is_empty(), "nothing to wait for");
+    }
+
+    #[test]
+    fn a_thin_job_with_a_loose_prior_bypasses_when_so_configured() {
+        let kit = Kit::new();
+        let mut history = kit.history();
+        // Similar jobs took 20 s and 2000 s a task: a loose prior.
+        let f = JobFeatures::of(&job(0, 2));
+        for i in 0..6u64 {
+            history.observe(&f, i, [20.0, 2000.0][(i % 2) as usize] * S);
+        }
+        let ctx = kit.ctx(&history);
+        let d = Bayes::new(&PolicyConfig::default(), false).on_submit(&job(1, 2), &ctx);
+        assert_eq!(d.phase, Phase::Estimated);
+        let sd = d.estimate.unwrap().log_sd;
+        assert!(sd > 1.0, "{sd}");
+        let bounded = |max: f64| PolicyConfig {
+            bayes: BayesConfig {
+                thin_prior_max_log_sd: Some(max),
+                ..BayesConfig::default()
+            },
+            ..PolicyConfig::default()
+        };
+        let d = Bayes::new(&bounded(1.0), false).on_submit(&job(1, 2), &ctx);
+        assert_eq!((d.queue, d.phase), (0, Phase::ThinBypass));
+        let d = Bayes::new(&bounded(sd + 0.01), false).on_submit(&job(1, 2), &ctx);
+        assert_eq!(d.phase, Phase::Estimated);
     }
 
     #[test]

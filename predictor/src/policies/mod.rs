@@ -95,6 +95,11 @@ pub struct BayesConfig {
     pub drift_sigmas: f64,
     /// Learn the drift threshold from finished jobs (bayes.rs).
     pub learn_drift: bool,
+    /// A thin job is placed by its prior only when the prior's sd (as
+    /// learnt reliability widens it) is at most this; else it goes to the
+    /// top queue unestimated, as under SLearn. `None`: whenever the history
+    /// knows similar jobs.
+    pub thin_prior_max_log_sd: Option<f64>,
 }
 
 impl Default for BayesConfig {
@@ -107,6 +112,7 @@ impl Default for BayesConfig {
             narrow_pilots: 3,
             drift_sigmas: 1.0,
             learn_drift: true,
+            thin_prior_max_log_sd: None,
         }
     }
 }
@@ -194,6 +200,14 @@ impl PolicyConfig {
                     "must be in [0, max_pilot_fraction = {}], got {}",
                     b.max_pilot_fraction, b.min_pilot_fraction
                 ),
+            ));
+        }
+        if let Some(max) = b.thin_prior_max_log_sd
+            && !(max.is_finite() && max > 0.0)
+        {
+            return Err(ConfigError::new(
+                "bayes.thin_prior_max_log_sd",
+                format!("must be positive, got {max}"),
             ));
         }
         if b.drift_sigmas.is_nan() || b.drift_sigmas <= 0.0 {
@@ -536,6 +550,18 @@ mod tests {
                     ..d
                 },
                 "max_pilot_fraction",
+            );
+        }
+        for x in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            bad(
+                PolicyConfig {
+                    bayes: BayesConfig {
+                        thin_prior_max_log_sd: Some(x),
+                        ..b
+                    },
+                    ..d
+                },
+                "thin_prior_max_log_sd",
             );
         }
         for x in [0.0, -1.0, f64::NAN] {
