@@ -9,10 +9,12 @@ use jobcast_ingest::Format;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes or jsonl.
+    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes,
+    /// jsonl or tpch-dags.
     #[arg(long)]
     format: Format,
-    /// The trace: a directory (google2011, google2019, alibaba2018) or a file.
+    /// The trace: a directory (google2011, google2019, alibaba2018,
+    /// tpch-dags) or a file.
     #[arg(long)]
     input: PathBuf,
     /// Directory to write events.parquet, jobs.parquet, tasks.parquet and

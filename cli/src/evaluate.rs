@@ -23,10 +23,12 @@ const ADAPTIVE_BLOCK: u32 = 100;
 /// The flags `simulate` and `evaluate` share.
 #[derive(clap::Args)]
 pub struct Common {
-    /// The trace: a directory (google2011, google2019, alibaba2018) or a file.
+    /// The trace: a directory (google2011, google2019, alibaba2018,
+    /// tpch-dags) or a file.
     #[arg(long)]
     pub trace: PathBuf,
-    /// Trace format: google2011, google2019, alibaba2018 or jsonl.
+    /// Trace format: google2011, google2019, alibaba2018, jsonl or
+    /// tpch-dags.
     #[arg(long)]
     pub format: Format,
     /// Task slots of the simulated cluster [default: the average offered

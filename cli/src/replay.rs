@@ -19,10 +19,12 @@ use jobcast_ingest::kafka_args::KafkaArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The trace: a directory (google2011, google2019, alibaba2018) or a file.
+    /// The trace: a directory (google2011, google2019, alibaba2018,
+    /// tpch-dags) or a file.
     #[arg(long)]
     trace: PathBuf,
-    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes or jsonl.
+    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes,
+    /// jsonl or tpch-dags.
     #[arg(long)]
     format: Format,
     /// Topic to produce into.
