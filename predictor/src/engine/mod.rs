@@ -40,6 +40,7 @@ mod config;
 mod effects;
 mod expiry;
 pub mod layout;
+mod live_task;
 mod machines;
 mod order_sums;
 mod pacing;
@@ -69,6 +70,7 @@ pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
 use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use expiry::ExpirySettings;
+use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
     ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
@@ -98,7 +100,7 @@ pub struct Engine {
     history: History,
     queues: QueueConfig,
     jobs: HashMap<u64, LiveJob>,
-    tasks: HashMap<(u64, u32), TaskRecord>,
+    tasks: HashMap<(u64, u32), LiveTask>,
     /// Ended jobs' records, until the caller has stored them.
     ended: HashMap<u64, JobRecord>,
     /// Machines and VMs, the cluster's capacity, the risk of tasks on
@@ -207,8 +209,9 @@ impl Engine {
             .or_else(|| self.ended.get(&job_id))
     }
 
-    pub fn task(&self, job_id: u64, task_index: u32) -> Option<&TaskRecord> {
-        self.tasks.get(&(job_id, task_index))
+    pub fn task(&self, job_id: u64, task_index: u32) -> Option<TaskRecord> {
+        let key = (job_id, task_index);
+        self.tasks.get(&key).map(|t| t.record(key))
     }
 
     /// A policy's errors so far, once it has scored a job.
@@ -446,7 +449,7 @@ impl Engine {
                 ),
             ));
         }
-        let started = previous.and_then(|t| t.running_since_us);
+        let started = previous.and_then(LiveTask::running_since_us);
         let runtime_us = match event.kind {
             TaskKind::Finish => Some(
                 event.time_us
@@ -463,30 +466,8 @@ impl Engine {
             _ => None,
         };
 
-        let mut task = previous.cloned().unwrap_or(TaskRecord {
-            job_id: event.job_id,
-            task_index: event.task_index,
-            last: event.kind,
-            attempts: 0,
-            last_schedule_us: None,
-            running_since_us: None,
-            runtime_us: None,
-            machine_id: None,
-        });
-        task.last = event.kind;
-        if event.machine_id.is_some() {
-            task.machine_id = event.machine_id;
-        }
-        if event.kind == TaskKind::Schedule {
-            task.attempts += 1;
-            task.last_schedule_us = Some(event.time_us);
-            task.running_since_us = Some(event.time_us);
-        } else if event.kind.ends_attempt() {
-            task.running_since_us = None;
-        }
-        if runtime_us.is_some() {
-            task.runtime_us = runtime_us;
-        }
+        let mut task = previous.copied().unwrap_or(LiveTask::new(event.kind));
+        task.apply(event.kind, event.time_us, event.machine_id, runtime_us);
         self.tasks.insert(key, task);
         effects.tasks.mark(key);
         if let Some(machine_id) = event.machine_id {

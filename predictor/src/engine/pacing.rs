@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::decision::{Decision, Phase};
 
 use super::effects::Effects;
-use super::records::TaskRecord;
+use super::live_task::LiveTask;
 
 /// A job's last published decision, and the newest one waiting.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -71,8 +71,8 @@ impl Pacing {
     }
 }
 
-/// The engine's task records, by (job, task index).
-type Tasks = HashMap<(u64, u32), TaskRecord>;
+/// The engine's live tasks, by (job, task index).
+type Tasks = HashMap<(u64, u32), LiveTask>;
 
 /// Whether the scheduler has none of `pilots` (those published) left to
 /// run: each has ended an attempt and has not been started again. A
@@ -81,7 +81,7 @@ fn starved(tasks: &Tasks, job_id: u64, pilots: &[u32]) -> bool {
     !pilots.is_empty()
         && pilots
             .iter()
-            .all(|&task| tasks.get(&(job_id, task)).is_some_and(TaskRecord::ended))
+            .all(|&task| tasks.get(&(job_id, task)).is_some_and(LiveTask::ended))
 }
 
 /// The waiting decisions of every partition, by due time.

@@ -22,10 +22,11 @@ use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
 use super::clock::ClockState;
+use super::live_task::LiveTask;
 use super::machines::{self, MachinesState};
 use super::pacing::Pacing;
 use super::progress::Progress;
-use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors, TaskRecord};
+use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
 use crate::history::{History, HistoryChanges};
@@ -33,7 +34,7 @@ use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 14;
+pub const SNAPSHOT_FORMAT: u32 = 15;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +63,7 @@ pub(super) struct State<'a> {
     policies: Vec<(PolicyKind, Vec<u8>)>,
     history: HistoryPart<'a>,
     jobs: Vec<(u64, LiveJobState)>,
-    tasks: Cow<'a, HashMap<(u64, u32), TaskRecord>>,
+    tasks: Cow<'a, HashMap<(u64, u32), LiveTask>>,
     machines: Cow<'a, HashMap<u64, MachineRecord>>,
     lifetimes: Cow<'a, OnlineFitter>,
     risk_refresh: Cow<'a, BTreeSet<(u64, u64)>>,
@@ -213,7 +214,7 @@ impl<'a> State<'a> {
         policies: &[Box<dyn Policy>],
         history: HistoryPart<'a>,
         jobs: &HashMap<u64, LiveJob>,
-        tasks: &'a HashMap<(u64, u32), TaskRecord>,
+        tasks: &'a HashMap<(u64, u32), LiveTask>,
         machines: machines::Saved<'a>,
         policy_errors: &BTreeMap<&'static str, PolicyErrors>,
         events: u64,
@@ -255,7 +256,7 @@ pub(super) struct Restored {
     pub(super) policies: Vec<Box<dyn Policy>>,
     pub(super) history: History,
     pub(super) jobs: HashMap<u64, LiveJob>,
-    pub(super) tasks: HashMap<(u64, u32), TaskRecord>,
+    pub(super) tasks: HashMap<(u64, u32), LiveTask>,
     pub(super) machines: machines::Restored,
     pub(super) policy_errors: BTreeMap<&'static str, PolicyErrors>,
     pub(super) events: u64,

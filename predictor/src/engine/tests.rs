@@ -169,7 +169,7 @@ fn impossible_events_are_rejected_and_change_nothing() {
         .apply(AT, &task(1, 0, 2_000, "schedule"), &mut effects)
         .unwrap();
     let before = engine.job(1).unwrap().clone();
-    let task_before = engine.task(1, 0).cloned();
+    let task_before = engine.task(1, 0);
     let cases = [
         (task(2, 0, 3_000, "schedule"), "unknown_job"),
         (task(1, 5, 3_000, "schedule"), "unknown_task"),
@@ -186,7 +186,7 @@ fn impossible_events_are_rejected_and_change_nothing() {
     }
     assert_eq!(engine.events(), 2);
     assert_eq!(engine.job(1), Some(&before));
-    assert_eq!(engine.task(1, 0).cloned(), task_before);
+    assert_eq!(engine.task(1, 0), task_before);
 }
 
 /// A task that "finishes" a year ahead would teach the history a

@@ -210,7 +210,7 @@ impl<'a> Applier<'a> {
         &self,
         job_id: u64,
         width: u32,
-    ) -> impl Iterator<Item = (u32, &TaskRecord)> + '_ {
+    ) -> impl Iterator<Item = (u32, TaskRecord)> + '_ {
         (0..width).filter_map(move |index| Some((index, self.engine.task(job_id, index)?)))
     }
 
