@@ -18,7 +18,7 @@ use jobcast_predictor::stats::percentile;
 use jobcast_replay::kafka::{ReplaySummary, max_or_positive};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::Service;
-use jobcast_scheduler_feed::shared::Shared;
+use jobcast_scheduler_feed::shared::{SLOW_STEP, Shared, StepTime};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -114,9 +114,11 @@ pub(super) struct LatencyFigures {
     pub(super) batches: Option<BatchMeans>,
 }
 
-/// A service run's batches and the mean milliseconds of each batch step,
-/// and how long a message waited, on average, from its poll to the start
-/// of its batch.
+/// A service run's batches: the mean milliseconds of each batch step, and
+/// how long a message waited, on average, from its poll to the start of
+/// its batch; and per step (a batch's oldest message for `queued`) the
+/// longest and the batches at or above [`SLOW_STEP`], which tell which
+/// step makes a latency's tail.
 #[derive(serde::Serialize)]
 pub(super) struct BatchMeans {
     pub(super) batches: u64,
@@ -125,22 +127,30 @@ pub(super) struct BatchMeans {
     pub(super) apply_ms: f64,
     pub(super) publish_ms: f64,
     pub(super) commit_ms: f64,
+    /// queued, apply, publish, commit.
+    pub(super) longest_ms: [f64; 4],
+    pub(super) slow_batches: [u64; 4],
 }
 
 impl BatchMeans {
     fn of(shared: &Shared) -> Self {
         let c = &shared.counters;
         let batches = c.batches.load(Ordering::Relaxed);
-        let per_batch = |n: u64| n as f64 / batches.max(1) as f64;
+        let per_batch = |step: &StepTime| {
+            step.total_ns.load(Ordering::Relaxed) as f64 / batches.max(1) as f64 / 1e6
+        };
+        let steps = [&c.queued, &c.apply, &c.publish, &c.commit];
         BatchMeans {
             batches,
-            events_per_batch: per_batch(c.committed.load(Ordering::Relaxed)),
-            queued_ms: c.queued_ns.load(Ordering::Relaxed) as f64
+            events_per_batch: c.committed.load(Ordering::Relaxed) as f64 / batches.max(1) as f64,
+            queued_ms: c.queued.total_ns.load(Ordering::Relaxed) as f64
                 / c.committed.load(Ordering::Relaxed).max(1) as f64
                 / 1e6,
-            apply_ms: per_batch(c.apply_ns.load(Ordering::Relaxed)) / 1e6,
-            publish_ms: per_batch(c.publish_ns.load(Ordering::Relaxed)) / 1e6,
-            commit_ms: per_batch(c.commit_ns.load(Ordering::Relaxed)) / 1e6,
+            apply_ms: per_batch(&c.apply),
+            publish_ms: per_batch(&c.publish),
+            commit_ms: per_batch(&c.commit),
+            longest_ms: steps.map(|s| s.max_ns.load(Ordering::Relaxed) as f64 / 1e6),
+            slow_batches: steps.map(|s| s.slow_batches.load(Ordering::Relaxed)),
         }
     }
 }
@@ -253,8 +263,16 @@ impl std::fmt::Display for LatencyReport {
             }
         }
         out.push_str(&format!(
-            "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
-            "offered/s", "batches", "events", "queued ms", "apply ms", "publish ms", "commit ms"
+            "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<27}  {}\n",
+            "offered/s",
+            "batches",
+            "events",
+            "queued ms",
+            "apply ms",
+            "publish ms",
+            "commit ms",
+            "longest q/a/p/c ms",
+            format!("batches ≥ {} ms q/a/p/c", SLOW_STEP.as_millis()),
         ));
         for load in &report.loads {
             let Some(b) = &load.service.batches else {
@@ -263,9 +281,17 @@ impl std::fmt::Display for LatencyReport {
             let offered = load
                 .offered_per_sec
                 .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
+            let [lq, la, lp, lc] = b.longest_ms;
+            let [sq, sa, sp, sc] = b.slow_batches;
             out.push_str(&format!(
-                "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
-                b.batches, b.events_per_batch, b.queued_ms, b.apply_ms, b.publish_ms, b.commit_ms
+                "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}  {:<27}  {sq}/{sa}/{sp}/{sc}\n",
+                b.batches,
+                b.events_per_batch,
+                b.queued_ms,
+                b.apply_ms,
+                b.publish_ms,
+                b.commit_ms,
+                format!("{lq:.1}/{la:.1}/{lp:.1}/{lc:.1}"),
             ));
         }
         f.write_str(&out)

@@ -13,7 +13,7 @@ use jobcast_ingest::kafka::KafkaSettings;
 use jobcast_replay::kafka::{ReplaySummary, Ungated};
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_scheduler_feed::service::RunSummary;
-use jobcast_scheduler_feed::shared::Shared;
+use jobcast_scheduler_feed::shared::{Shared, StepTime};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -151,11 +151,11 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
     let raw_secs = raw_consume(&config.kafka, topic, partitions, events, &raw_group)?;
     let (pipeline_secs, summary, shared) = run_service(config, events)?;
     let counters = &shared.counters;
-    let secs = |ns: &std::sync::atomic::AtomicU64| ns.load(Ordering::Relaxed) as f64 / 1e9;
+    let secs = |step: &StepTime| step.total_ns.load(Ordering::Relaxed) as f64 / 1e9;
     let (apply_secs, publish_secs, commit_secs) = (
-        secs(&counters.apply_ns),
-        secs(&counters.publish_ns),
-        secs(&counters.commit_ns),
+        secs(&counters.apply),
+        secs(&counters.publish),
+        secs(&counters.commit),
     );
     let stages = Stages {
         batches: counters.batches.load(Ordering::Relaxed),
@@ -163,7 +163,7 @@ fn measure(args: &PipelineArgs, config: ServeConfig) -> anyhow::Result<Report> {
         publish_secs,
         commit_secs,
         other_secs: (pipeline_secs - apply_secs - publish_secs - commit_secs).max(0.0),
-        write_secs: secs(&counters.write_ns),
+        write_secs: secs(&counters.write),
         input_pauses: counters.input_pauses.load(Ordering::Relaxed),
     };
 

@@ -202,22 +202,49 @@ pub struct Counters {
     pub held_events: AtomicU64,
     /// Input partitions paused to bound the event-time merge's memory.
     pub input_pauses: AtomicU64,
-    /// Batches committed, and the nanoseconds the pipeline thread's steps
-    /// took: applying (decoded messages to the engine, outputs and log
-    /// built), publishing (until every output is acknowledged), committing
-    /// (the changed records serialised into the batch, handed to the writer
+    /// Batches committed, and the time the pipeline thread's steps took:
+    /// applying (decoded messages to the engine, outputs and log built),
+    /// publishing (until every output is acknowledged), committing (the
+    /// changed records serialised into the batch, handed to the writer
     /// thread).
     pub batches: AtomicU64,
-    pub apply_ns: AtomicU64,
-    pub publish_ns: AtomicU64,
-    pub commit_ns: AtomicU64,
-    /// Nanoseconds, summed over every message of every batch, from its
-    /// poll to the start of its batch: the event-time merge, and the wait
-    /// for the pipeline to finish the batch before.
-    pub queued_ns: AtomicU64,
-    /// Nanoseconds the writer thread spent writing batches to RocksDB,
-    /// beside the pipeline thread (overlapping the steps above).
-    pub write_ns: AtomicU64,
+    pub apply: StepTime,
+    pub publish: StepTime,
+    pub commit: StepTime,
+    /// From each message's poll to the start of its batch (the event-time
+    /// merge, and the wait for the pipeline to finish the batch before):
+    /// the total over every message, and per batch its oldest message's.
+    pub queued: StepTime,
+    /// The writer thread's RocksDB writes, beside the pipeline thread
+    /// (overlapping the steps above).
+    pub write: StepTime,
+}
+
+/// A batch step at or above this is slow: it alone spends a good part of
+/// an event's latency budget (docs/performance.md, 25 ms at the p99).
+pub const SLOW_STEP: Duration = Duration::from_millis(10);
+
+/// What one step of the batches took: its total, its longest, and how
+/// many batches it took [`SLOW_STEP`] or more, so that a latency report
+/// can tell a step that stalls now and then from one that is slow always.
+#[derive(Debug, Default)]
+pub struct StepTime {
+    pub total_ns: AtomicU64,
+    pub max_ns: AtomicU64,
+    pub slow_batches: AtomicU64,
+}
+
+impl StepTime {
+    /// A batch's step took `total` in all, `longest` at its longest (the
+    /// same for a step of the whole batch).
+    pub fn record(&self, total: Duration, longest: Duration) {
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.total_ns.fetch_add(ns(total), Ordering::Relaxed);
+        self.max_ns.fetch_max(ns(longest), Ordering::Relaxed);
+        if longest >= SLOW_STEP {
+            self.slow_batches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Shared {

@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::engine::{Effects, Output};
 use tracing::info;
 
-use crate::shared::Shared;
+use crate::shared::{Shared, StepTime};
 use crate::telemetry;
 
 /// How long the pipeline thread spent on a batch's steps.
@@ -51,9 +51,10 @@ pub(super) struct BatchTally {
     pub(super) applied: u64,
     /// Dead letters of owned partitions.
     pub(super) dead: u64,
-    /// Summed over the batch's messages: the time from each one's poll to
-    /// the start of the batch.
+    /// Summed over the batch's messages, and the longest: the time from
+    /// each one's poll to the start of the batch.
     pub(super) queued: Duration,
+    pub(super) queued_longest: Duration,
     /// Events applied in owned partitions, by type.
     consumed_by_type: BTreeMap<&'static str, u64>,
 }
@@ -65,8 +66,16 @@ impl BatchTally {
             applied: 0,
             dead: 0,
             queued: Duration::ZERO,
+            queued_longest: Duration::ZERO,
             consumed_by_type: BTreeMap::new(),
         }
+    }
+
+    /// A message of the batch waited `queued` from its poll to the start
+    /// of the batch.
+    pub(super) fn waited(&mut self, queued: Duration) {
+        self.queued += queued;
+        self.queued_longest = self.queued_longest.max(queued);
     }
 
     /// An event of `kind` was applied in an owned partition.
@@ -92,7 +101,7 @@ impl BatchTally {
             c.applied.fetch_add(applied, Ordering::Relaxed);
             c.dead_lettered.fetch_add(dead, Ordering::Relaxed);
             c.batches.fetch_add(1, Ordering::Relaxed);
-            record_stage("write", &c.write_ns, took);
+            record_stage("write", &c.write, took);
         }
     }
 
@@ -178,18 +187,17 @@ impl BatchTally {
         c.decisions.fetch_add(decisions, Ordering::Relaxed);
         c.scored.fetch_add(scored, Ordering::Relaxed);
         c.live_jobs.store(live_jobs as u64, Ordering::Relaxed);
-        record_stage("apply", &c.apply_ns, stages.apply);
-        record_stage("publish", &c.publish_ns, stages.publish);
-        record_stage("commit", &c.commit_ns, stages.commit);
-        c.queued_ns
-            .fetch_add(self.queued.as_nanos() as u64, Ordering::Relaxed);
+        record_stage("apply", &c.apply, stages.apply);
+        record_stage("publish", &c.publish, stages.publish);
+        record_stage("commit", &c.commit, stages.commit);
+        c.queued.record(self.queued, self.queued_longest);
         decisions
     }
 }
 
-/// Add a batch step's time to its counter and histogram.
-fn record_stage(stage: &'static str, counter: &AtomicU64, took: Duration) {
-    counter.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+/// Add a batch step's time to its counters and histogram.
+fn record_stage(stage: &'static str, step: &StepTime, took: Duration) {
+    step.record(took, took);
     metrics::histogram!(telemetry::BATCH_STAGE_SECONDS, "stage" => stage)
         .record(took.as_secs_f64());
 }

@@ -316,7 +316,7 @@ impl<'a> Pipeline<'a> {
         // 2–3. Apply and encode every message; the owned partitions' outputs and dead
         // letters become messages to publish. Every message is logged.
         for (partition, offset, consumed) in batch {
-            tally.queued += started.saturating_duration_since(consumed.polled_at);
+            tally.waited(started.saturating_duration_since(consumed.polled_at));
             offsets.insert(partition, offset + 1);
             let from = self.group.partitions().publish_from(partition);
             let owned = from.is_some_and(|from| offset >= from);
