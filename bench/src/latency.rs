@@ -262,8 +262,9 @@ impl std::fmt::Display for LatencyReport {
                 ));
             }
         }
+        let slow = format!("batches ≥ {} ms q/a/p/c", SLOW_STEP.as_millis());
         out.push_str(&format!(
-            "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<27}  {}\n",
+            "\n  service batches: {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  {:<27}  {slow}\n",
             "offered/s",
             "batches",
             "events",
@@ -272,7 +273,6 @@ impl std::fmt::Display for LatencyReport {
             "publish ms",
             "commit ms",
             "longest q/a/p/c ms",
-            format!("batches ≥ {} ms q/a/p/c", SLOW_STEP.as_millis()),
         ));
         for load in &report.loads {
             let Some(b) = &load.service.batches else {
@@ -283,6 +283,7 @@ impl std::fmt::Display for LatencyReport {
                 .map_or_else(|| "max".to_owned(), |r| format!("{r:.0}"));
             let [lq, la, lp, lc] = b.longest_ms;
             let [sq, sa, sp, sc] = b.slow_batches;
+            let longest = format!("{lq:.1}/{la:.1}/{lp:.1}/{lc:.1}");
             out.push_str(&format!(
                 "                   {offered:>10} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>9.2}  {:<27}  {sq}/{sa}/{sp}/{sc}\n",
                 b.batches,
@@ -291,7 +292,7 @@ impl std::fmt::Display for LatencyReport {
                 b.apply_ms,
                 b.publish_ms,
                 b.commit_ms,
-                format!("{lq:.1}/{la:.1}/{lp:.1}/{lc:.1}"),
+                longest,
             ));
         }
         f.write_str(&out)
