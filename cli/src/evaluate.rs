@@ -65,7 +65,7 @@ pub struct Common {
     /// Bayes and Bayes-DAG place a thin job by its history prior only
     /// when the prior's sd (of ln runtime) is at most this, else in the
     /// top queue [default: whenever the history knows similar jobs].
-    #[arg(long, value_name = "SD")]
+    #[arg(long, value_name = "SD", value_parser = parse_positive)]
     pub thin_prior_max_sd: Option<f64>,
     /// Drop jobs with more tasks than this (the paper drops those over 150).
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
@@ -92,6 +92,13 @@ pub enum Dags {
     /// 2–5 recurring jobs of one (user, logical name) each
     /// (`jobcast_replay::recurring_dags`).
     Recurring,
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("expected a positive number such as 1.0, got `{s}`")),
+    }
 }
 
 fn parse_sampling(s: &str) -> Result<Sampling, String> {

@@ -487,6 +487,22 @@ fn slearns_gain_on_the_google_window_breaks_down_by_width_size_and_wait() {
     );
 }
 
+/// A bad `--thin-prior-max-sd` is refused by name before anything runs.
+#[test]
+fn a_bad_thin_prior_bound_is_named() {
+    let (_dir, trace) = generated_trace("--seed 1 --jobs 50");
+    for bad in ["0", "-1", "abc", "inf"] {
+        let flag = format!("--thin-prior-max-sd={bad}");
+        let out = evaluate(&trace, "jsonl", &[&flag]);
+        assert!(!out.status.success(), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--thin-prior-max-sd") && stderr.contains("positive number"),
+            "{bad}: {stderr}"
+        );
+    }
+}
+
 /// A `--max-width` that leaves out most jobs says so and how to keep them.
 #[test]
 fn leaving_out_most_jobs_as_too_wide_says_how_to_keep_them() {
