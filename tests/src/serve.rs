@@ -463,10 +463,37 @@ pub fn assert_same_state(a: &Path, b: &Path, events_topic: &str) {
 /// A free port on loopback, for an instance whose URL must be known before
 /// it starts.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+    free_ports(1)[0]
+}
+
+/// `n` distinct free ports on loopback, for instances whose URLs must be
+/// known before they start.
+///
+/// The port is released before the instance binds it, so it must not be
+/// one the kernel hands out meanwhile: `bind(0)` and outgoing connections
+/// take theirs from `ip_local_port_range` (32768–60999 by default), and a
+/// port from there was once chosen twice by two `bind(0)` calls in a row.
+/// So ports are drawn at random below that range, each proven free by
+/// binding it, and all held until all are chosen.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    use std::hash::{BuildHasher, RandomState};
+    const LOW: u64 = 20_000;
+    const HIGH: u64 = 32_000;
+    let seed = RandomState::new();
+    let mut held = Vec::with_capacity(n);
+    for attempt in 0u64.. {
+        if held.len() == n {
+            break;
+        }
+        assert!(attempt < 10_000, "no free port in {LOW}..{HIGH}");
+        let port = (LOW + seed.hash_one(attempt) % (HIGH - LOW)) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    held.iter()
+        .map(|listener| listener.local_addr().expect("bound").port())
+        .collect()
 }
 
 /// Wait until `serves` own all `partitions` input partitions between them,

@@ -4,7 +4,7 @@
 //! names its binary in `JOBCAST_TEST_TANSU`; without it the tests that need
 //! a real broker fail, saying so.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,10 +33,7 @@ impl Tansu {
                 "JOBCAST_TEST_TANSU names no tansu binary: run scripts/test.sh, \
                  or source scripts/tansu.sh first",
             );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::serve::free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(&binary)
             .args(["broker", "--storage-engine", "memory://tansu/"])

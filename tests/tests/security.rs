@@ -9,7 +9,7 @@ use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::Topics;
 use jobcast_scheduler_feed::config::ServeConfig;
 use jobcast_tests::kafka::{Cluster, messages};
-use jobcast_tests::serve::{SHORT_SESSION, Serve, free_port, metric_sum};
+use jobcast_tests::serve::{SHORT_SESSION, Serve, free_port, free_ports, metric_sum};
 use jobcast_tests::{excerpt_events, jobcast};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -351,8 +351,9 @@ fn over_tls_a_request_for_another_instances_job_is_redirected_to_it() {
         ],
     );
     let ca = tls.join("ca.pem");
-    let urls: Vec<String> = (0..2)
-        .map(|_| format!("https://127.0.0.1:{}", free_port()))
+    let urls: Vec<String> = free_ports(2)
+        .into_iter()
+        .map(|port| format!("https://127.0.0.1:{port}"))
         .collect();
     let pair: Vec<Serve> = urls
         .iter()

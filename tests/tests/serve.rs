@@ -14,7 +14,7 @@ use jobcast_storage::state::{StateStore, TASKS};
 use jobcast_tests::kafka::{Cluster, dead_letters, decisions, messages};
 use jobcast_tests::serve::{
     ASSIGNED, MOCK_SESSION, OWNS, SHORT_SESSION, Serve, assert_same_state, assert_shared_state,
-    free_port, logged_partitions, restartable, stored_state, wait_balanced,
+    free_ports, logged_partitions, restartable, stored_state, wait_balanced,
 };
 use jobcast_tests::{excerpt_events, generated_trace, jobcast, jobcast_ok};
 
@@ -501,8 +501,9 @@ fn a_request_for_a_job_another_instance_holds_is_redirected_to_it() {
     let dir = tempfile::tempdir().unwrap();
     // Each advertises its URL, so the port is chosen first; both want the
     // token, which a request sent on to a peer carries.
-    let urls: Vec<String> = (0..2)
-        .map(|_| format!("http://127.0.0.1:{}", free_port()))
+    let urls: Vec<String> = free_ports(2)
+        .into_iter()
+        .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();
     let mut pair: Vec<Serve> = urls
         .iter()
