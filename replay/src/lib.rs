@@ -16,6 +16,8 @@
 //!   job width and size and by waiting time (SLearn Table 8, Fig. 7);
 //! - [`risk_fit`]: lifetime models fitted to measured preemptible-VM
 //!   lifetimes, with tables, JSON and plots;
+//! - [`risk_calibrate`]: the published preemption risks scored against
+//!   held-out measured VMs, and the VM reuse policy measured on them;
 //! - [`kafka`]: any event stream replayed into a Kafka topic in event-time
 //!   order, paced and resumable, with every delivery accounted for;
 //! - [`closed_loop`]: the simulator as the downstream scheduler of a
@@ -29,6 +31,7 @@ pub mod generate;
 pub mod kafka;
 pub mod recurring_dags;
 pub mod report;
+pub mod risk_calibrate;
 pub mod risk_fit;
 pub mod sim;
 pub mod workload;

@@ -30,6 +30,8 @@ pub enum RiskFitError {
     Fit(#[from] FitError),
     #[error("the bathtub was not fitted")]
     NotFitted,
+    #[error("risk settings: {0}")]
+    Settings(#[from] jobcast_ingest::config::ConfigError),
     #[error("plotting {path}: {message}")]
     Plot { path: PathBuf, message: String },
 }

@@ -6,7 +6,9 @@
 //! - `reuse`: running-time figures and the VM reuse policy for one job;
 //! - `reuse-mc`: the Monte Carlo check of the reuse policy against the
 //!   memoryless one;
-//! - `fit`: the lifetime models fitted to measured lifetimes (in `fit.rs`).
+//! - `fit`: the lifetime models fitted to measured lifetimes (in `fit.rs`);
+//! - `calibrate`: the published risks scored against held-out measured
+//!   VMs (in `calibrate.rs`).
 //!
 //! Each subcommand is a separate function; the model comes from `--params`
 //! (the bathtub `A,τ1,τ2,b`, default the paper's typical GCE fit), or for
@@ -33,6 +35,7 @@ use serde_json::json;
 
 use crate::output::print_json;
 
+mod calibrate;
 mod fit;
 
 #[derive(clap::Args)]
@@ -54,6 +57,10 @@ enum RiskCommand {
     ReuseMc(ReuseMcArgs),
     /// Fit the lifetime models to measured VM lifetimes, per group: R², KS.
     Fit(fit::FitArgs),
+    /// Score the published preemption risks against held-out measured
+    /// VMs (Brier, reliability by decile) and measure the reuse policy
+    /// on them.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -63,6 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         RiskCommand::Reuse(args) => run_reuse(args),
         RiskCommand::ReuseMc(args) => run_reuse_mc(args),
         RiskCommand::Fit(args) => fit::run(args),
+        RiskCommand::Calibrate(args) => calibrate::run(args),
     }
 }
 
@@ -473,6 +481,7 @@ fn run_reuse_mc(args: ReuseMcArgs) -> anyhow::Result<()> {
     let limit = model.max_lifetime_h();
     let by_time = reuse_monte_carlo(
         &model,
+        &model,
         ReuseCriterion::ExpectedRunningTime,
         &lengths,
         limit,
@@ -480,6 +489,7 @@ fn run_reuse_mc(args: ReuseMcArgs) -> anyhow::Result<()> {
         args.seed,
     );
     let by_failure = reuse_monte_carlo(
+        &model,
         &model,
         ReuseCriterion::FailureProbability,
         &lengths,

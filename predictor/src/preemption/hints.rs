@@ -3,7 +3,7 @@
 //! transient-capacity (CloudCoaster) and spot-deadline (Teylo et al.)
 //! schedulers will act on.
 //!
-//! - CloudCoaster (Ambati et al.): a hybrid scheduler keeps a short-job-only
+//! - CloudCoaster (Ogden and Guo): a hybrid scheduler keeps a short-job-only
 //!   partition and grows it with cheap transient servers while long tasks
 //!   crowd the cluster. Its signal is the long-load ratio
 //!   `l_r = servers running long tasks / all servers`: after each change, if

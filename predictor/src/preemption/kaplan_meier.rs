@@ -22,7 +22,11 @@
 //! This module is the empirical curve that [`fit`](super::fit) fits the
 //! lifetime models to and measures them against.
 
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+use super::running_time::LifetimeDraws;
 
 /// One observed lifetime.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,6 +175,47 @@ impl KaplanMeier {
     fn survival_at_end(&self) -> f64 {
         self.steps.last().map_or(1.0, |s| s.survival)
     }
+
+    /// `Ŝ(t)` completed past the last observation: the mass still alive
+    /// there ends there (for an empirical distribution to draw from).
+    fn completed_survival(&self, t: f64) -> f64 {
+        if t >= self.last_time_h {
+            0.0
+        } else {
+            self.survival(t)
+        }
+    }
+}
+
+/// The measured curve as a distribution to draw lifetimes from, for
+/// simulations that score a policy against measured lifetimes instead of
+/// its own model: `Ŝ` as estimated, and the mass it leaves at its last
+/// observation (VMs still alive when observation ended) ending there.
+impl LifetimeDraws for KaplanMeier {
+    fn failure_probability(&self, age_h: f64, job_h: f64) -> f64 {
+        if job_h <= 0.0 {
+            return 0.0;
+        }
+        let alive = self.completed_survival(age_h);
+        if alive <= 0.0 {
+            return 1.0;
+        }
+        ((alive - self.completed_survival(age_h + job_h)) / alive).clamp(0.0, 1.0)
+    }
+
+    fn draw_given_alive(&self, age_h: f64, rng: &mut ChaCha8Rng) -> f64 {
+        let alive = self.completed_survival(age_h);
+        if alive <= 0.0 {
+            return age_h;
+        }
+        // The first step past `age_h` where Ŝ falls to u·Ŝ(age), u in (0, 1].
+        let target = (1.0 - rng.random::<f64>()) * alive;
+        let from = self.steps.partition_point(|s| s.time_h <= age_h);
+        self.steps[from..]
+            .iter()
+            .find(|s| s.survival <= target)
+            .map_or(self.last_time_h, |s| s.time_h)
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +224,39 @@ mod tests {
 
     fn obs(time_h: f64, event: bool) -> Observation {
         Observation { time_h, event }
+    }
+
+    /// Draws from the curve follow it, conditioned on the age, and the
+    /// mass left at a final censoring ends there.
+    #[test]
+    fn draws_follow_the_curve_and_end_at_the_last_observation() {
+        use rand::SeedableRng;
+        // Ŝ: 1 → 3/4 at 1 h → 3/8 at 2 h; 3/8 still alive at 3 h (censored).
+        let data = [
+            obs(1.0, true),
+            obs(1.0, true),
+            obs(2.0, true),
+            obs(2.0, true),
+            obs(2.0, true),
+            obs(3.0, false),
+            obs(3.0, false),
+            obs(3.0, false),
+        ];
+        let km = KaplanMeier::new(&data).unwrap();
+        assert!((km.failure_probability(0.0, 1.5) - 0.25).abs() < 1e-12);
+        assert!((km.failure_probability(1.0, 1.5) - 0.5).abs() < 1e-12);
+        assert_eq!(km.failure_probability(0.0, 5.0), 1.0);
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let n = 40_000;
+        let draws: Vec<f64> = (0..n).map(|_| km.draw_given_alive(0.0, &mut rng)).collect();
+        let share = |t: f64| draws.iter().filter(|&&d| d == t).count() as f64 / f64::from(n);
+        for (t, want) in [(1.0, 0.25), (2.0, 0.375), (3.0, 0.375)] {
+            assert!((share(t) - want).abs() < 0.01, "{t}: {}", share(t));
+        }
+        let later: Vec<f64> = (0..n).map(|_| km.draw_given_alive(1.5, &mut rng)).collect();
+        assert!(later.iter().all(|&d| d == 2.0 || d == 3.0));
+        let at_two = later.iter().filter(|&&d| d == 2.0).count() as f64 / f64::from(n);
+        assert!((at_two - 0.5).abs() < 0.01, "{at_two}");
     }
 
     /// A hand-computed case with ties between events and a censoring:

@@ -7,7 +7,8 @@
 //!
 //! [`fit`] fits it and the baselines of [`models`] to measured, censored
 //! lifetimes (via [`kaplan_meier`]), per VM group; [`online`] keeps those
-//! fits fresh from the stream of machine events.
+//! fits fresh from the stream of machine events; [`scoring`] scores the
+//! failure probabilities published from them against measured outcomes.
 
 pub mod bathtub;
 pub mod checkpoint;
@@ -19,6 +20,7 @@ pub mod models;
 pub mod online;
 pub mod risk;
 pub mod running_time;
+pub mod scoring;
 
 pub use bathtub::{Bathtub, BathtubError, BathtubParam};
 pub use lifetime::Lifetime;

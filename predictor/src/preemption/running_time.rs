@@ -239,16 +239,42 @@ pub struct ReuseFailureRow {
     pub policy_failure_exact: f64,
 }
 
+/// Where a simulation's lifetimes come from: a fitted model (every
+/// [`Lifetime`]), or the measured curve itself
+/// ([`KaplanMeier`](super::kaplan_meier::KaplanMeier)), which has no density
+/// for the policies to decide by but can be drawn from.
+pub trait LifetimeDraws {
+    /// `P(s, T)` under this distribution ([`preemption_probability`]).
+    fn failure_probability(&self, age_h: f64, job_h: f64) -> f64;
+
+    /// A lifetime drawn given survival to `age_h`.
+    fn draw_given_alive(&self, age_h: f64, rng: &mut ChaCha8Rng) -> f64;
+}
+
+impl<L: Lifetime + ?Sized> LifetimeDraws for L {
+    fn failure_probability(&self, age_h: f64, job_h: f64) -> f64 {
+        preemption_probability(self, age_h, job_h)
+    }
+
+    fn draw_given_alive(&self, age_h: f64, rng: &mut ChaCha8Rng) -> f64 {
+        sample_given_alive(self, age_h, rng)
+    }
+}
+
 /// Monte Carlo check of the reuse policy (the paper's Fig. 7 and its "more
 /// than 2×" claim). For each job length, `samples` jobs arrive at a VM whose
-/// age is uniform in `[0, max_age_h)`; the VM's lifetime is drawn from the
-/// model conditioned on having survived to that age. The memoryless policy
-/// runs the job there; the reuse policy does too when `criterion` keeps
-/// the VM, and otherwise on a fresh VM with a fresh lifetime. Both policies
-/// see the same draws. Seeded, so repeatable. With `samples = 0` only the
-/// exact columns are computed (the simulated ones are NaN).
-pub fn reuse_monte_carlo<L: Lifetime + ?Sized>(
+/// age is uniform in `[0, max_age_h)`; the VM's lifetime is drawn from
+/// `truth` conditioned on having survived to that age. The memoryless
+/// policy runs the job there; the reuse policy does too when `criterion`,
+/// judging by `model`, keeps the VM, and otherwise on a fresh VM with a
+/// fresh lifetime. Both policies see the same draws. `truth` is `model`
+/// itself for the paper's check on its own fit, or the lifetimes measured
+/// on VMs the model was not fitted to. Seeded, so repeatable. With
+/// `samples = 0` only the exact columns are computed (the simulated ones
+/// are NaN).
+pub fn reuse_monte_carlo<L: Lifetime + ?Sized, T: LifetimeDraws + ?Sized>(
     model: &L,
+    truth: &T,
     criterion: ReuseCriterion,
     job_lengths_h: &[f64],
     max_age_h: f64,
@@ -259,17 +285,17 @@ pub fn reuse_monte_carlo<L: Lifetime + ?Sized>(
     job_lengths_h
         .iter()
         .map(|&job_h| {
-            let fresh_failure = preemption_probability(model, 0.0, job_h);
+            let fresh_failure = truth.failure_probability(0.0, job_h);
             let (mut memoryless_fails, mut policy_fails) = (0usize, 0usize);
             for _ in 0..samples {
                 let age = rng.random::<f64>() * max_age_h;
-                let lifetime = sample_given_alive(model, age, &mut rng);
+                let lifetime = truth.draw_given_alive(age, &mut rng);
                 let existing_fails = lifetime < age + job_h;
                 memoryless_fails += usize::from(existing_fails);
                 let fails = if criterion.keeps(model, age, job_h) {
                     existing_fails
                 } else {
-                    sample_given_alive(model, 0.0, &mut rng) < job_h
+                    truth.draw_given_alive(0.0, &mut rng) < job_h
                 };
                 policy_fails += usize::from(fails);
             }
@@ -281,10 +307,10 @@ pub fn reuse_monte_carlo<L: Lifetime + ?Sized>(
                 memoryless_failure: memoryless,
                 policy_failure: policy,
                 reduction: memoryless / policy,
-                memoryless_failure_exact: average(&|s| preemption_probability(model, s, job_h)),
+                memoryless_failure_exact: average(&|s| truth.failure_probability(s, job_h)),
                 policy_failure_exact: average(&|s| {
                     if criterion.keeps(model, s, job_h) {
-                        preemption_probability(model, s, job_h)
+                        truth.failure_probability(s, job_h)
                     } else {
                         fresh_failure
                     }
@@ -453,7 +479,7 @@ mod tests {
             ReuseCriterion::ExpectedRunningTime,
             ReuseCriterion::FailureProbability,
         ] {
-            let rows = reuse_monte_carlo(&m, criterion, &[2.0, 6.0, 12.0], 24.0, 20_000, 11);
+            let rows = reuse_monte_carlo(&m, &m, criterion, &[2.0, 6.0, 12.0], 24.0, 20_000, 11);
             for r in &rows {
                 // Binomial standard error ≤ 0.5/√20000 ≈ 0.0035; allow 4σ.
                 assert!(
@@ -468,7 +494,7 @@ mod tests {
             }
             assert_eq!(
                 rows,
-                reuse_monte_carlo(&m, criterion, &[2.0, 6.0, 12.0], 24.0, 20_000, 11)
+                reuse_monte_carlo(&m, &m, criterion, &[2.0, 6.0, 12.0], 24.0, 20_000, 11)
             );
         }
     }
@@ -480,7 +506,7 @@ mod tests {
         // probability itself reaches 2× for 11–21 h jobs.
         let m = Bathtub::default();
         let reduction = |criterion, job_h| {
-            let r = reuse_monte_carlo(&m, criterion, &[job_h], 24.0, 0, 0)[0];
+            let r = reuse_monte_carlo(&m, &m, criterion, &[job_h], 24.0, 0, 0)[0];
             r.memoryless_failure_exact / r.policy_failure_exact
         };
         let by_time = reduction(ReuseCriterion::ExpectedRunningTime, 6.0);
