@@ -33,7 +33,8 @@
 //!
 //! `jobcast bench recovery` ([`recovery`]) times a restart and sizes the
 //! store. `jobcast bench slurm` ([`slurm`]) measures job completion times
-//! on a real Slurm cluster, with and without jobcast.
+//! on a real Slurm cluster, with and without jobcast. `jobcast bench
+//! transient` ([`transient`]) runs CloudCoaster in the simulator.
 
 use std::error::Error as StdError;
 use std::path::PathBuf;
@@ -68,6 +69,7 @@ mod pipeline;
 mod recovery;
 mod relay;
 mod slurm;
+mod transient;
 
 /// A step that makes no progress for this long has failed.
 const STALL: Duration = Duration::from_secs(60);
@@ -99,6 +101,11 @@ enum BenchCommand {
     /// encode, stage the RocksDB batch, write it), from memory, with no
     /// broker: the ceiling of every deployment.
     Engine(engine::EngineArgs),
+    /// CloudCoaster's transient short partition against Eagle on the
+    /// static cluster of the same budget, in the simulator: short tasks'
+    /// queueing delay and the partition's cost, with jobcast's job classes
+    /// and the oracle's, transient servers preempted by measured lifetimes.
+    Transient(transient::TransientArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -183,6 +190,7 @@ pub enum Report {
     Recovery(recovery::RecoveryReport),
     Slurm(slurm::Report),
     Engine(engine::EngineReport),
+    Transient(transient::TransientReport),
 }
 
 impl std::fmt::Display for Report {
@@ -193,6 +201,7 @@ impl std::fmt::Display for Report {
             Report::Recovery(report) => report.fmt(f),
             Report::Slurm(report) => report.fmt(f),
             Report::Engine(report) => report.fmt(f),
+            Report::Transient(report) => report.fmt(f),
         }
     }
 }
@@ -224,6 +233,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Engine(args) => Measured {
             report: Report::Engine(engine::engine(args)?),
+            json: args.json,
+        },
+        BenchCommand::Transient(args) => Measured {
+            report: Report::Transient(transient::transient(args)?),
             json: args.json,
         },
     })

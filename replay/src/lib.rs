@@ -10,6 +10,8 @@
 //!   (SLearn §6's DAG trace; GTrace11-DAG from Google 2011);
 //! - [`sim`]: the deterministic trace-driven cluster simulator running the
 //!   GS multi-level queues on the decisions of one prediction policy;
+//! - [`transient`]: CloudCoaster's transient short partition on an Eagle
+//!   hybrid cluster, with jobcast's job classes and measured preemptions;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
 //! - [`breakdown`]: where SLearn's JCT gain over 3Sigma comes from, by
@@ -34,6 +36,7 @@ pub mod report;
 pub mod risk_calibrate;
 pub mod risk_fit;
 pub mod sim;
+pub mod transient;
 pub mod workload;
 
 pub use generate::{ConfigError, DurationDist, Generator, WorkloadConfig, generate};

@@ -1,15 +1,23 @@
-//! Cluster-level hints for the schedulers downstream of the risk scores.
-//! Nothing calls them yet but their tests: they are the rules the
-//! transient-capacity (CloudCoaster) and spot-deadline (Teylo et al.)
-//! schedulers will act on.
+//! Cluster-level hints for the schedulers downstream of the risk scores:
+//! the rules the transient-capacity (CloudCoaster) and spot-deadline
+//! (Teylo et al.) schedulers act on. The simulator's CloudCoaster
+//! (`jobcast_replay::transient`) resizes its transient partition by
+//! [`coaster_hint`]; nothing calls [`hibernation_hint`] yet but its tests.
 //!
 //! - CloudCoaster (Ogden and Guo): a hybrid scheduler keeps a short-job-only
 //!   partition and grows it with cheap transient servers while long tasks
 //!   crowd the cluster. Its signal is the long-load ratio
-//!   `l_r = servers running long tasks / all servers`: after each change, if
-//!   `l_r` is above the threshold (0.95 in the paper) one transient server is
-//!   added, otherwise one is released (after draining its queue). The budget
-//!   is the cost of the `p·N` on-demand short servers it replaces: at
+//!   `l_r = servers running long tasks / all servers`, recomputed when a
+//!   long job arrives or a long task ends: above the threshold (0.95 in the
+//!   paper) transient servers are added, otherwise released (after draining
+//!   their queues), "until l_r equals the threshold" (§3.2), adding
+//!   aggressively and removing conservatively (§3.3). With whole servers
+//!   `l_r` seldom equals the threshold, so jobcast reads the two rules
+//!   together: add at once as many servers as bring `l_r` down to the
+//!   threshold; release one at a time, and only while `l_r` stays at or
+//!   under it without that server (a release that pushed it back over
+//!   would be undone by the next long task). The budget is the cost of the
+//!   `p·N` on-demand short servers it replaces: at
 //!   `r = on-demand price / transient price` that buys `K = ⌊r⌋·N·p`
 //!   transient servers (the paper: "⌊r⌋ is the number of transient servers
 //!   that can be used for the cost of one on-demand server").
@@ -51,11 +59,12 @@ impl Default for CoasterConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PartitionAction {
-    /// Add one transient server.
+    /// Add [`CoasterHint::servers`] transient servers.
     Grow,
     /// Drain and release one transient server.
     Shrink,
-    /// Nothing: grow wanted but the budget is spent, or nothing to release.
+    /// Nothing: grow wanted but the budget is spent, nothing to release,
+    /// or a release would push `l_r` over the threshold.
     Hold,
 }
 
@@ -65,6 +74,8 @@ pub struct CoasterHint {
     pub long_load_ratio: f64,
     pub threshold: f64,
     pub action: PartitionAction,
+    /// Servers to add (for `Grow`) or release (1, for `Shrink`); 0 to hold.
+    pub servers: u32,
     /// `K = ⌊r⌋·N·p`: transient servers the budget buys.
     pub transient_budget: u32,
     /// Transient servers in the partition now.
@@ -72,38 +83,49 @@ pub struct CoasterHint {
 }
 
 /// The CloudCoaster decision for a cluster with `long_servers` of
-/// `total_servers` running long tasks and `transient_servers` transient
-/// servers in the short partition. An empty cluster has `l_r = 0`.
+/// `total_servers` (transient ones included) running long tasks, and
+/// `transient_servers` transient servers in the short partition (see the
+/// [module docs](self) for the rule). An empty cluster has `l_r = 0`.
 pub fn coaster_hint(
     long_servers: u32,
     total_servers: u32,
     transient_servers: u32,
     config: &CoasterConfig,
 ) -> CoasterHint {
+    let long = f64::from(long_servers.min(total_servers));
     let long_load_ratio = if total_servers == 0 {
         0.0
     } else {
-        f64::from(long_servers.min(total_servers)) / f64::from(total_servers)
+        long / f64::from(total_servers)
     };
     let budget = (config.cost_ratio.floor().max(0.0)
         * f64::from(config.static_short_servers)
         * config.replaced_fraction.clamp(0.0, 1.0))
     .floor() as u32;
-    let action = if long_load_ratio > config.threshold {
-        if transient_servers < budget {
-            PartitionAction::Grow
+    let threshold = config.threshold;
+    let (action, servers) = if long_load_ratio > threshold {
+        // The fewest added servers that bring l_r to the threshold.
+        let wanted = ((long / threshold).ceil() - f64::from(total_servers)).max(1.0);
+        let room = budget.saturating_sub(transient_servers);
+        let add = (wanted.min(f64::from(u32::MAX)) as u32).min(room);
+        if add > 0 {
+            (PartitionAction::Grow, add)
         } else {
-            PartitionAction::Hold
+            (PartitionAction::Hold, 0)
         }
-    } else if transient_servers > 0 {
-        PartitionAction::Shrink
+    } else if transient_servers > 0
+        && total_servers > 1
+        && long / f64::from(total_servers - 1) <= threshold
+    {
+        (PartitionAction::Shrink, 1)
     } else {
-        PartitionAction::Hold
+        (PartitionAction::Hold, 0)
     };
     CoasterHint {
         long_load_ratio,
-        threshold: config.threshold,
+        threshold,
         action,
+        servers,
         transient_budget: budget,
         transient_servers,
     }
@@ -153,16 +175,23 @@ mod tests {
         let h = coaster_hint(3900, 4000, 10, &c);
         assert_eq!(h.transient_budget, 120);
         assert!((h.long_load_ratio - 0.975).abs() < 1e-15);
-        assert_eq!(h.action, PartitionAction::Grow);
+        // 3900 / 0.95 = 4105.3: 106 servers bring l_r to the threshold.
+        assert_eq!((h.action, h.servers), (PartitionAction::Grow, 106));
+        // ... within the budget's 110 left, else what is left.
+        let h = coaster_hint(3900, 4000, 100, &c);
+        assert_eq!((h.action, h.servers), (PartitionAction::Grow, 20));
         assert_eq!(
             coaster_hint(3900, 4000, 120, &c).action,
             PartitionAction::Hold
         );
-        // At the threshold exactly it does not grow ("above the threshold").
+        // At the threshold exactly it does not grow ("above the threshold"),
+        // nor release a server that would push it back over.
         assert_eq!(
             coaster_hint(3800, 4000, 10, &c).action,
-            PartitionAction::Shrink
+            PartitionAction::Hold
         );
+        let h = coaster_hint(3700, 4000, 10, &c);
+        assert_eq!((h.action, h.servers), (PartitionAction::Shrink, 1));
         assert_eq!(coaster_hint(100, 4000, 0, &c).action, PartitionAction::Hold);
         assert_eq!(coaster_hint(0, 0, 3, &c).long_load_ratio, 0.0);
         // ⌊2.7⌋ = 2 transient servers per on-demand one.

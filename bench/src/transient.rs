@@ -1,0 +1,259 @@
+//! `jobcast bench transient`: CloudCoaster's transient short partition
+//! against Eagle on the static cluster of the same budget, on a trace, with
+//! jobcast's job classes and the oracle's, and transient servers preempted
+//! with lifetimes drawn from measured ones
+//! ([`jobcast_replay::transient`]).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use jobcast_ingest::Format;
+use jobcast_predictor::history::HistoryConfig;
+use jobcast_predictor::preemption::Bathtub;
+use jobcast_predictor::preemption::fit::{FitConfig, fit_groups};
+use jobcast_predictor::preemption::kaplan_meier::{KaplanMeier, Observation};
+use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
+use jobcast_replay::risk_fit::Lifetimes as Measured;
+use jobcast_replay::transient::{
+    Comparison, Lifetimes, Run, TransientConfig, compare, default_cutoff_us,
+};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
+
+#[derive(clap::Args)]
+pub struct TransientArgs {
+    /// The trace: its second half is simulated, its first half is the
+    /// history jobcast classes jobs by.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Its format.
+    #[arg(long)]
+    format: Format,
+    /// Drop jobs with more tasks than this.
+    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
+    max_width: u32,
+    /// Measured preemptible-VM lifetimes (the GCE dataset's `data.json.gz`):
+    /// transient servers are preempted with lifetimes drawn from them.
+    /// Without it they live until released, as in the paper.
+    #[arg(long)]
+    lifetimes: Option<PathBuf>,
+    /// On-demand servers of the static cluster (the paper's 4,000).
+    #[arg(long, default_value_t = TransientConfig::default().servers)]
+    servers: u32,
+    /// `N`, the static short-only partition [default: 2 % of the servers,
+    /// the paper's 80 of 4,000].
+    #[arg(long)]
+    short_servers: Option<u32>,
+    /// The simulated jobs' arrivals are moved, in their order and
+    /// proportions, so that their average offered load on the servers is
+    /// this (SLearn's extraction, `evaluate --sample-jobs`, at another
+    /// load): a trace recorded on a cluster of another size runs on this
+    /// one with its bursts.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_load)]
+    load: f64,
+    /// `p`: the share of `N` CloudCoaster replaces by transient servers.
+    #[arg(long, default_value_t = TransientConfig::default().replaced_fraction)]
+    replaced_fraction: f64,
+    /// `r`: on-demand price over transient price.
+    #[arg(long, default_value_t = TransientConfig::default().cost_ratio)]
+    cost_ratio: f64,
+    /// The long-load ratio's threshold.
+    #[arg(long, default_value_t = TransientConfig::default().threshold)]
+    threshold: f64,
+    /// From a transient server's request until it takes tasks, seconds.
+    #[arg(long, default_value_t = TransientConfig::default().provisioning_us / 1_000_000)]
+    provisioning_s: u64,
+    /// Probes per short task.
+    #[arg(long, default_value_t = TransientConfig::default().probe_ratio)]
+    probe_ratio: u32,
+    /// Jobs with a longer mean task runtime are long, seconds [default:
+    /// the 90th percentile of the history jobs'].
+    #[arg(long)]
+    cutoff_s: Option<f64>,
+    /// Seed of the probes and the lifetimes drawn.
+    #[arg(long, default_value_t = TransientConfig::default().seed)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(serde::Serialize)]
+pub struct TransientReport {
+    trace: PathBuf,
+    jobs: usize,
+    servers: u32,
+    short_servers: u32,
+    load: f64,
+    cost_ratio: f64,
+    lifetimes: Option<PathBuf>,
+    #[serde(flatten)]
+    comparison: Comparison,
+}
+
+pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
+    let started = Instant::now();
+    let trace = jobcast_ingest::open(args.format, &args.trace)
+        .with_context(|| format!("opening {} trace", args.format.name()))?;
+    let mut workload = Workload::from_trace(trace, args.max_width)
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let servers = args.servers;
+    let short_servers = args.short_servers.unwrap_or_else(|| (servers / 50).max(1));
+    let load_slots = (f64::from(servers) * args.load).round().max(1.0) as u32;
+    workload.sample(workload.jobs.len(), args.seed, load_slots)?;
+    let cutoff_us = match args.cutoff_s {
+        Some(s) => s * 1e6,
+        None => default_cutoff_us(&workload.training).context("the history half has no jobs")?,
+    };
+    let config = TransientConfig {
+        servers,
+        short_servers,
+        replaced_fraction: args.replaced_fraction,
+        cost_ratio: args.cost_ratio,
+        threshold: args.threshold,
+        provisioning_us: args.provisioning_s * 1_000_000,
+        probe_ratio: args.probe_ratio,
+        cutoff_us,
+        seed: args.seed,
+    };
+    config.validate()?;
+    let measured = args
+        .lifetimes
+        .as_ref()
+        .map(|path| measured_lifetimes(path))
+        .transpose()?;
+    let lifetimes = Lifetimes {
+        measured: measured.as_ref().map(|(km, _)| km),
+        model: measured.as_ref().map(|(_, model)| model),
+    };
+    let history = workload.train(HistoryConfig::default());
+    eprintln!(
+        "read {}: {} jobs simulated on {servers} servers ({short_servers} short-only), \
+         cutoff {:.0} s, in {:.1} s",
+        args.trace.display(),
+        workload.jobs.len(),
+        cutoff_us / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    let comparison = compare(&workload.jobs, &history, &config, lifetimes)?;
+    eprintln!(
+        "jobcast bench transient: 4 runs in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(TransientReport {
+        trace: args.trace.clone(),
+        jobs: workload.jobs.len(),
+        servers,
+        short_servers,
+        load: args.load,
+        cost_ratio: args.cost_ratio,
+        lifetimes: args.lifetimes.clone(),
+        comparison,
+    })
+}
+
+/// The measured lifetimes at `path`: their Kaplan–Meier curve, which
+/// transient servers' lifetimes are drawn from, and the pooled bathtub
+/// fitted to them, which the controller releases servers by.
+fn measured_lifetimes(path: &std::path::Path) -> anyhow::Result<(KaplanMeier, Bathtub)> {
+    let measured =
+        Measured::read(path).with_context(|| format!("reading lifetimes {}", path.display()))?;
+    let observations: Vec<Observation> = measured
+        .records
+        .iter()
+        .map(|r| Observation {
+            time_h: r.lifetime_h,
+            event: r.preempted,
+        })
+        .collect();
+    let km = KaplanMeier::new(&observations)?;
+    let config = FitConfig {
+        models: vec![ModelKind::Bathtub],
+        groupings: Vec::new(),
+        ..FitConfig::default()
+    };
+    let fits = fit_groups(&measured.records, &config)?;
+    match fits.pooled().fit(ModelKind::Bathtub).map(|f| f.model) {
+        Some(LifetimeModel::Bathtub(b)) => Ok((km, b)),
+        _ => anyhow::bail!("the bathtub was not fitted to {}", path.display()),
+    }
+}
+
+fn parse_load(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("expected a positive load such as 0.9, got `{s}`")),
+    }
+}
+
+impl fmt::Display for TransientReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.comparison;
+        writeln!(
+            f,
+            "{} jobs on {} servers ({} short-only) at load {}, r = {}, cutoff {:.0} s; lifetimes: {}",
+            self.jobs,
+            self.servers,
+            self.short_servers,
+            self.load,
+            self.cost_ratio,
+            c.cutoff_s,
+            self.lifetimes
+                .as_ref()
+                .map_or("none (never preempted)".into(), |p| p.display().to_string())
+        )?;
+        writeln!(
+            f,
+            "{:<13} {:<8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>6} {:>9}",
+            "scheduler",
+            "classes",
+            "mean s",
+            "p50 s",
+            "p99 s",
+            "max s",
+            "short JCT",
+            "long JCT",
+            "avg VMs",
+            "max VMs",
+            "lost",
+            "misclass",
+        )?;
+        for r in &c.runs {
+            write_run(f, r)?;
+        }
+        writeln!(
+            f,
+            "short-task queueing delay {:.2} s against {:.2} s: {:.2}× (oracle's classes {:.2}×; \
+             jobcast's delay is {:.2}× the oracle's); short partition cost saved {:.1} %; \
+             {} preemptions",
+            c.short_queueing_delay_s,
+            c.baseline_short_queueing_delay_s,
+            c.queueing_delay_speedup,
+            c.oracle_queueing_delay_speedup,
+            1.0 / c.jobcast_vs_oracle,
+            c.cost_saved_pct,
+            c.preemptions
+        )
+    }
+}
+
+fn write_run(f: &mut fmt::Formatter<'_>, r: &Run) -> fmt::Result {
+    let opt = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+    writeln!(
+        f,
+        "{:<13} {:<8} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>10} {:>10} {:>8.1} {:>8} {:>6} {:>9}",
+        r.scheduler,
+        r.classes,
+        r.short_delay.mean_s,
+        r.short_delay.p50_s,
+        r.short_delay.p99_s,
+        r.short_delay.max_s,
+        opt(r.short_avg_jct_s),
+        opt(r.long_avg_jct_s),
+        r.avg_transient_servers,
+        r.max_transient_servers,
+        r.tasks_lost,
+        r.short_as_long + r.long_as_short,
+    )
+}
