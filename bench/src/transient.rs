@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use jobcast_ingest::Format;
+use jobcast_ingest::{Diagnostics, Format, Trace};
 use jobcast_predictor::history::HistoryConfig;
 use jobcast_predictor::preemption::Bathtub;
 use jobcast_predictor::preemption::fit::{FitConfig, fit_groups};
 use jobcast_predictor::preemption::kaplan_meier::{KaplanMeier, Observation};
 use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
+use jobcast_replay::WorkloadConfig;
 use jobcast_replay::risk_fit::Lifetimes as Measured;
 use jobcast_replay::transient::{
     Comparison, Lifetimes, Run, TransientConfig, compare, default_cutoff_us,
@@ -22,14 +23,30 @@ use jobcast_replay::transient::{
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["trace", "generate_jobs"])))]
 pub struct TransientArgs {
     /// The trace: its second half is simulated, its first half is the
     /// history jobcast classes jobs by.
-    #[arg(long)]
-    trace: PathBuf,
+    #[arg(long, requires = "format")]
+    trace: Option<PathBuf>,
     /// Its format.
-    #[arg(long)]
-    format: Format,
+    #[arg(long, requires = "trace")]
+    format: Option<Format>,
+    /// Instead of a trace, this many jobs of `jobcast generate`'s workload
+    /// (bags of tasks, no DAGs) at --load on the servers, arriving in
+    /// bursts; the first half is the history.
+    #[arg(long, conflicts_with = "trace")]
+    generate_jobs: Option<u64>,
+    /// Generated arrivals this many times faster in bursts than between
+    /// them, the average load unchanged.
+    #[arg(long, default_value_t = 4.0, requires = "generate_jobs")]
+    burst_factor: f64,
+    /// The share of time generated arrivals spend in bursts.
+    #[arg(long, default_value_t = WorkloadConfig::default().burst_share, requires = "generate_jobs")]
+    burst_share: f64,
+    /// The mean length of a burst of generated arrivals, minutes.
+    #[arg(long, default_value_t = WorkloadConfig::default().burst_minutes, requires = "generate_jobs")]
+    burst_minutes: f64,
     /// Drop jobs with more tasks than this.
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
     max_width: u32,
@@ -45,11 +62,11 @@ pub struct TransientArgs {
     /// the paper's 80 of 4,000].
     #[arg(long)]
     short_servers: Option<u32>,
-    /// The simulated jobs' arrivals are moved, in their order and
-    /// proportions, so that their average offered load on the servers is
-    /// this (SLearn's extraction, `evaluate --sample-jobs`, at another
-    /// load): a trace recorded on a cluster of another size runs on this
-    /// one with its bursts.
+    /// The average offered load on the servers. A trace's simulated jobs
+    /// have their arrivals moved, in their order and proportions, to reach
+    /// it (SLearn's extraction, `evaluate --sample-jobs`, at another load),
+    /// so that a trace recorded on a cluster of another size runs on this
+    /// one with its bursts; a generated workload is drawn at it.
     #[arg(long, default_value_t = 1.0, value_parser = parse_load)]
     load: f64,
     /// `p`: the share of `N` CloudCoaster replaces by transient servers.
@@ -81,7 +98,7 @@ pub struct TransientArgs {
 
 #[derive(serde::Serialize)]
 pub struct TransientReport {
-    trace: PathBuf,
+    workload: String,
     jobs: usize,
     servers: u32,
     short_servers: u32,
@@ -94,14 +111,42 @@ pub struct TransientReport {
 
 pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
     let started = Instant::now();
-    let trace = jobcast_ingest::open(args.format, &args.trace)
-        .with_context(|| format!("opening {} trace", args.format.name()))?;
-    let mut workload = Workload::from_trace(trace, args.max_width)
-        .with_context(|| format!("reading {}", args.trace.display()))?;
     let servers = args.servers;
     let short_servers = args.short_servers.unwrap_or_else(|| (servers / 50).max(1));
-    let load_slots = (f64::from(servers) * args.load).round().max(1.0) as u32;
-    workload.sample(workload.jobs.len(), args.seed, load_slots)?;
+    let (workload, source) = match (&args.trace, args.format, args.generate_jobs) {
+        (Some(path), Some(format), _) => {
+            let trace = jobcast_ingest::open(format, path)
+                .with_context(|| format!("opening {} trace", format.name()))?;
+            let mut workload = Workload::from_trace(trace, args.max_width)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let load_slots = (f64::from(servers) * args.load).round().max(1.0) as u32;
+            workload.sample(workload.jobs.len(), args.seed, load_slots)?;
+            (workload, path.display().to_string())
+        }
+        (_, _, Some(jobs)) => {
+            let config = WorkloadConfig {
+                seed: args.seed,
+                jobs: Some(jobs),
+                slots: servers,
+                load: args.load,
+                dag_fraction: 0.0,
+                max_width: args.max_width.max(3),
+                burst_factor: args.burst_factor,
+                burst_share: args.burst_share,
+                burst_minutes: args.burst_minutes,
+                ..WorkloadConfig::default()
+            };
+            let events = jobcast_replay::generate(&config)?.map(Ok);
+            let trace = Trace::new(events, Diagnostics::default(), 0);
+            let workload = Workload::from_trace(trace, args.max_width)?;
+            let source = format!(
+                "{jobs} generated jobs (seed {}, bursts {}× for {} of the time)",
+                args.seed, args.burst_factor, args.burst_share
+            );
+            (workload, source)
+        }
+        _ => unreachable!("clap requires a trace with its format, or --generate-jobs"),
+    };
     let cutoff_us = match args.cutoff_s {
         Some(s) => s * 1e6,
         None => default_cutoff_us(&workload.training).context("the history half has no jobs")?,
@@ -129,9 +174,8 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
     };
     let history = workload.train(HistoryConfig::default());
     eprintln!(
-        "read {}: {} jobs simulated on {servers} servers ({short_servers} short-only), \
+        "read {source}: {} jobs simulated on {servers} servers ({short_servers} short-only), \
          cutoff {:.0} s, in {:.1} s",
-        args.trace.display(),
         workload.jobs.len(),
         cutoff_us / 1e6,
         started.elapsed().as_secs_f64()
@@ -142,7 +186,7 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
         started.elapsed().as_secs_f64()
     );
     Ok(TransientReport {
-        trace: args.trace.clone(),
+        workload: source,
         jobs: workload.jobs.len(),
         servers,
         short_servers,
@@ -192,7 +236,8 @@ impl fmt::Display for TransientReport {
         let c = &self.comparison;
         writeln!(
             f,
-            "{} jobs on {} servers ({} short-only) at load {}, r = {}, cutoff {:.0} s; lifetimes: {}",
+            "{}: {} jobs on {} servers ({} short-only) at load {}, r = {}, cutoff {:.0} s; lifetimes: {}",
+            self.workload,
             self.jobs,
             self.servers,
             self.short_servers,

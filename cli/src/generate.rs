@@ -121,6 +121,16 @@ pub struct Args {
     /// Mean of the exponential user-stop time that censors VM lifetimes (hours) [default: no stops].
     #[arg(long)]
     vm_stop_mean_hours: Option<f64>,
+    /// Arrivals this many times faster in bursts than between them, the
+    /// average load unchanged (1: no bursts).
+    #[arg(long, default_value_t = defaults().burst_factor)]
+    burst_factor: f64,
+    /// The share of time spent in bursts.
+    #[arg(long, default_value_t = defaults().burst_share)]
+    burst_share: f64,
+    /// The mean length of a burst, minutes.
+    #[arg(long, default_value_t = defaults().burst_minutes)]
+    burst_minutes: f64,
 }
 
 impl Args {
@@ -168,6 +178,9 @@ impl Args {
             vms: self.vms,
             vm_lifetime,
             vm_stop_mean_hours: self.vm_stop_mean_hours,
+            burst_factor: self.burst_factor,
+            burst_share: self.burst_share,
+            burst_minutes: self.burst_minutes,
         })
     }
 }

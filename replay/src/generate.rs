@@ -40,7 +40,12 @@
 //! [`DurationDist::Normal`]). λ is fixed at the drift-free value, so a drift
 //! also scales the offered load by `(1 + drift)^(t / 1 day)`. Arrivals stop
 //! after `jobs` jobs or at `duration_hours`, whichever comes first (neither:
-//! an endless stream).
+//! an endless stream). With `burst_factor` F > 1 the arrivals are bursty:
+//! calm periods and bursts alternate, each of exponential length (bursts
+//! `burst_minutes` on average, a `burst_share` s of the time), arrivals
+//! F times faster in bursts, at rates `λ/(1 − s + s·F)` and F times that,
+//! so that the average load stays the target (a Markov-modulated Poisson
+//! process; the bursts draw from their own stream).
 //!
 //! **The trace** is the run on an unbounded cluster: each task is submitted
 //! and scheduled (`machine_id` absent) when its stage becomes ready and
@@ -85,6 +90,7 @@ const SECS_PER_DAY: f64 = 86_400.0;
 const FAMILY_STREAM: u64 = 0;
 const JOB_STREAM: u64 = 1;
 const VM_STREAM: u64 = 2;
+const BURST_STREAM: u64 = 3;
 /// Probability that a DAG stage depends on a given earlier stage beyond its
 /// one mandatory parent.
 const EXTRA_PARENT_PROBABILITY: f64 = 0.3;
@@ -191,6 +197,13 @@ pub struct WorkloadConfig {
     /// `--vm-stop-mean-hours`: mean of the exponential user-stop time that
     /// censors VM lifetimes. Default none (every VM runs until preempted).
     pub vm_stop_mean_hours: Option<f64>,
+    /// `--burst-factor`: arrivals come this many times faster during
+    /// bursts than between them. Default 1 (no bursts: plain Poisson).
+    pub burst_factor: f64,
+    /// `--burst-share`: the share of time spent in bursts. Default 0.1.
+    pub burst_share: f64,
+    /// `--burst-minutes`: the mean length of a burst. Default 30 min.
+    pub burst_minutes: f64,
 }
 
 impl Default for WorkloadConfig {
@@ -217,6 +230,9 @@ impl Default for WorkloadConfig {
             vms: 0,
             vm_lifetime: Bathtub::default(),
             vm_stop_mean_hours: None,
+            burst_factor: 1.0,
+            burst_share: 0.1,
+            burst_minutes: 30.0,
         }
     }
 }
@@ -338,6 +354,22 @@ impl WorkloadConfig {
         if let Some(mean) = self.vm_stop_mean_hours {
             positive("--vm-stop-mean-hours", mean)?;
         }
+        if !(self.burst_factor.is_finite() && self.burst_factor >= 1.0) {
+            return fail(
+                "--burst-factor",
+                format!(
+                    "must be a finite number ≥ 1 (1: no bursts), got {}",
+                    self.burst_factor
+                ),
+            );
+        }
+        if !(self.burst_share > 0.0 && self.burst_share < 1.0) {
+            return fail(
+                "--burst-share",
+                format!("must be in (0, 1), got {}", self.burst_share),
+            );
+        }
+        positive("--burst-minutes", self.burst_minutes)?;
         if self.vms > 0 && self.jobs.is_none_or(|n| n == 0) && self.duration_hours.is_none() {
             return fail(
                 "--vms",
@@ -527,6 +559,8 @@ pub struct Generator {
     /// ln(1 + drift): family means grow by this per day, in log space.
     log_drift_per_day: f64,
     arrival_rate_per_sec: f64,
+    /// Bursty arrivals, when `burst_factor` > 1.
+    bursts: Option<Bursts>,
     rng: ChaCha8Rng,
     jobs_left: Option<u64>,
     end_secs: Option<f64>,
@@ -537,6 +571,66 @@ pub struct Generator {
     vms: Option<VmLaunches>,
     pending: BinaryHeap<Reverse<Pending>>,
     seq: u64,
+}
+
+/// A two-state (Markov-modulated) Poisson process: calm periods and
+/// bursts, each of exponential length, with arrivals `factor` times faster
+/// in bursts and the average rate kept at the load's.
+struct Bursts {
+    rng: ChaCha8Rng,
+    factor: f64,
+    /// Mean lengths of a calm period and of a burst, seconds.
+    calm_mean_secs: f64,
+    burst_mean_secs: f64,
+    /// The calm rate over the average rate: `1 / (1 − s + s·factor)`.
+    calm_share_of_rate: f64,
+    in_burst: bool,
+    /// When the current period ends.
+    until_secs: f64,
+}
+
+impl Bursts {
+    fn new(config: &WorkloadConfig) -> Bursts {
+        let share = config.burst_share;
+        let burst_mean_secs = config.burst_minutes * 60.0;
+        let calm_mean_secs = burst_mean_secs * (1.0 - share) / share;
+        let mut rng = chacha(config.seed, BURST_STREAM);
+        let until_secs = calm_mean_secs * rng.sample::<f64, _>(Exp1);
+        Bursts {
+            rng,
+            factor: config.burst_factor,
+            calm_mean_secs,
+            burst_mean_secs,
+            calm_share_of_rate: 1.0 / (1.0 - share + share * config.burst_factor),
+            in_burst: false,
+            until_secs,
+        }
+    }
+
+    /// The first arrival after `now_secs` at average rate `rate_per_sec`:
+    /// drawn at the current period's rate, and drawn again from the
+    /// period's end if it falls past it (the exponential forgets).
+    fn next_arrival(&mut self, now_secs: f64, rate_per_sec: f64, rng: &mut ChaCha8Rng) -> f64 {
+        let mut t = now_secs;
+        loop {
+            while t >= self.until_secs {
+                self.in_burst = !self.in_burst;
+                let mean = if self.in_burst {
+                    self.burst_mean_secs
+                } else {
+                    self.calm_mean_secs
+                };
+                self.until_secs += mean * self.rng.sample::<f64, _>(Exp1);
+            }
+            let factor = if self.in_burst { self.factor } else { 1.0 };
+            let rate = rate_per_sec * self.calm_share_of_rate * factor;
+            let next = t + rng.sample::<f64, _>(Exp1) / rate;
+            if next < self.until_secs {
+                return next;
+            }
+            t = self.until_secs;
+        }
+    }
 }
 
 fn chacha(seed: u64, stream: u64) -> ChaCha8Rng {
@@ -611,6 +705,7 @@ impl Generator {
             dag_fraction: config.dag_fraction,
             log_drift_per_day: config.drift.ln_1p(),
             arrival_rate_per_sec,
+            bursts: (config.burst_factor > 1.0).then(|| Bursts::new(config)),
             rng: chacha(config.seed, JOB_STREAM),
             jobs_left: config.jobs,
             end_secs,
@@ -635,7 +730,10 @@ impl Generator {
             self.next_arrival_secs = None;
             return;
         }
-        let next = now_secs + self.rng.sample::<f64, _>(Exp1) / self.arrival_rate_per_sec;
+        let next = match &mut self.bursts {
+            None => now_secs + self.rng.sample::<f64, _>(Exp1) / self.arrival_rate_per_sec,
+            Some(bursts) => bursts.next_arrival(now_secs, self.arrival_rate_per_sec, &mut self.rng),
+        };
         self.next_arrival_secs = match self.end_secs {
             Some(end) if next >= end => None,
             _ => Some(next),

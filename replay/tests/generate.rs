@@ -453,6 +453,59 @@ fn offered_load_matches_the_target() {
     }
 }
 
+/// Bursts: arrivals in 10-minute windows are far more dispersed than a
+/// Poisson stream's (index of dispersion ≈ 1), the average rate is kept,
+/// and the busiest windows see about the burst factor times the calm rate.
+#[test]
+fn bursts_keep_the_average_rate_and_concentrate_arrivals() {
+    let hours = 200.0;
+    let arrivals = |burst_factor: f64| -> Vec<u64> {
+        let config = WorkloadConfig {
+            seed: 21,
+            jobs: None,
+            duration_hours: Some(hours),
+            slots: 300,
+            burst_factor,
+            ..WorkloadConfig::default()
+        };
+        let window_us = 600e6;
+        let mut counts = vec![0u64; (hours * 6.0) as usize];
+        for event in events(&config) {
+            if let Event::JobSubmitted(job) = event {
+                counts[(job.time_us as f64 / window_us) as usize] += 1;
+            }
+        }
+        counts
+    };
+    let stats = |counts: &[u64]| {
+        let n = counts.len() as f64;
+        let mean = counts.iter().sum::<u64>() as f64 / n;
+        let var = counts
+            .iter()
+            .map(|&c| (c as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        (mean, var / mean)
+    };
+    let (calm_mean, calm_dispersion) = stats(&arrivals(1.0));
+    let bursty = arrivals(5.0);
+    let (bursty_mean, bursty_dispersion) = stats(&bursty);
+    eprintln!(
+        "per 10 min: plain {calm_mean:.1} (dispersion {calm_dispersion:.2}), \
+         bursty {bursty_mean:.1} (dispersion {bursty_dispersion:.2})"
+    );
+    assert!((0.7..1.4).contains(&calm_dispersion), "{calm_dispersion}");
+    assert!(bursty_dispersion > 5.0, "{bursty_dispersion}");
+    assert!((bursty_mean / calm_mean - 1.0).abs() < 0.1);
+    // Calm rate λ/(1 − 0.1 + 0.5) = λ/1.4, bursts 5× that: 3.6λ.
+    let mut sorted = bursty.clone();
+    sorted.sort_unstable();
+    let top = sorted[sorted.len() * 97 / 100] as f64 / calm_mean;
+    let median = sorted[sorted.len() / 2] as f64 / calm_mean;
+    assert!(top > 2.5, "{top}");
+    assert!((0.55..0.9).contains(&median), "{median}");
+}
+
 /// `(lifetime hours, end reason)` of every VM, checking add/remove pairing.
 fn vm_lifetimes(events: &[Event]) -> Vec<(f64, EndReason)> {
     let mut launched: HashMap<u64, u64> = HashMap::new();
