@@ -190,7 +190,7 @@ pub enum Report {
     Recovery(recovery::RecoveryReport),
     Slurm(slurm::Report),
     Engine(engine::EngineReport),
-    Transient(transient::TransientReport),
+    Transient(Box<transient::TransientReport>),
 }
 
 impl std::fmt::Display for Report {
@@ -236,7 +236,7 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
             json: args.json,
         },
         BenchCommand::Transient(args) => Measured {
-            report: Report::Transient(transient::transient(args)?),
+            report: Report::Transient(Box::new(transient::transient(args)?)),
             json: args.json,
         },
     })
