@@ -2,6 +2,7 @@
 //! real binary (built by `cargo build --release --bins`, which
 //! `scripts/test.sh` does first) on real and hand-made inputs.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -167,5 +168,44 @@ impl Drop for Running {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
+    }
+}
+
+/// A tiny trace (canonical JSON lines) that places a task on a preemptible
+/// VM, so that the service publishes a risk score (the bundled excerpt has
+/// no transient VMs): a job runs 10 h, a VM starts at 9 h, and a job with
+/// the same features is placed on it just after the first ended. 7 events.
+pub fn risk_trace(path: &Path) {
+    const H: u64 = 3_600_000_000;
+    let job = |id: u64, t: u64| {
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":0.01,"mem_request":0.01,"num_tasks":1}}"#
+        )
+    };
+    let placed = 10 * H + 1_000_000;
+    let lines = [
+        job(10, 0),
+        r#"{"v":1,"type":"task","time_us":0,"job_id":10,"task_index":0,"kind":"schedule"}"#
+            .to_owned(),
+        format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{t}}}"#,
+            t = 9 * H
+        ),
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":10,"task_index":0,"kind":"finish"}}"#,
+            t = 10 * H
+        ),
+        format!(
+            r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":10,"outcome":"finish"}}"#,
+            t = 10 * H
+        ),
+        job(11, placed),
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{placed},"job_id":11,"task_index":0,"kind":"schedule","machine_id":1}}"#
+        ),
+    ];
+    let mut file = std::fs::File::create(path).expect("creates the trace");
+    for line in lines {
+        writeln!(file, "{line}").expect("writes the trace");
     }
 }

@@ -324,45 +324,6 @@ fn demo_metric_names(args: &[&str], wanted: &BTreeSet<String>) -> BTreeSet<Strin
     seen
 }
 
-/// A tiny trace that places a task on a preemptible VM, so that the demo
-/// publishes a risk score (the bundled excerpt has no transient VMs): a
-/// job runs 10 h, a VM starts at 9 h, and a job with the same features is
-/// placed on it just after the first ended.
-fn risk_trace(path: &Path) {
-    const H: u64 = 3_600_000_000;
-    let job = |id: u64, t: u64| {
-        format!(
-            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":0.01,"mem_request":0.01,"num_tasks":1}}"#
-        )
-    };
-    let placed = 10 * H + 1_000_000;
-    let lines = [
-        job(10, 0),
-        r#"{"v":1,"type":"task","time_us":0,"job_id":10,"task_index":0,"kind":"schedule"}"#
-            .to_owned(),
-        format!(
-            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{t}}}"#,
-            t = 9 * H
-        ),
-        format!(
-            r#"{{"v":1,"type":"task","time_us":{t},"job_id":10,"task_index":0,"kind":"finish"}}"#,
-            t = 10 * H
-        ),
-        format!(
-            r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":10,"outcome":"finish"}}"#,
-            t = 10 * H
-        ),
-        job(11, placed),
-        format!(
-            r#"{{"v":1,"type":"task","time_us":{placed},"job_id":11,"task_index":0,"kind":"schedule","machine_id":1}}"#
-        ),
-    ];
-    let mut file = std::fs::File::create(path).expect("creates the trace");
-    for line in lines {
-        writeln!(file, "{line}").expect("writes the trace");
-    }
-}
-
 #[test]
 fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
     let python = validator("venv/bin/python");
@@ -413,7 +374,7 @@ fn dashboard_and_alerts_use_only_metrics_jobcast_exports() {
     if !wanted.is_subset(&seen) {
         let dir = tempfile::tempdir().expect("temp dir");
         let trace = dir.path().join("risk.jsonl");
-        risk_trace(&trace);
+        jobcast_tests::risk_trace(&trace);
         let trace = trace.to_str().expect("UTF-8 path");
         let missing: BTreeSet<String> = wanted.difference(&seen).cloned().collect();
         // Up until every name is seen (then SIGTERM), not only until the

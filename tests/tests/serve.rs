@@ -272,6 +272,54 @@ fn a_dag_jobs_decisions_carry_its_stages_and_follow_its_root_pilots() {
 /// The first index from `from` on where event time moves on: a cut there
 /// puts every event before it ahead of every event after it in the merged
 /// order.
+/// A task placed on a preemptible VM, on the mock cluster: its risk score
+/// carries a checkpoint schedule, the same on the risk topic and at
+/// `GET /machines/{id}/risk`; with `checkpoint_cost_minutes` 0, none.
+#[test]
+fn a_risk_score_carries_its_checkpoint_schedule_unless_none_is_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("risk.jsonl");
+    jobcast_tests::risk_trace(&trace);
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    let published = |extra: &[&str]| {
+        let topics = Topics::default();
+        let cluster = Cluster::new(&topics, 1);
+        let input = messages(&events);
+        cluster.produce(&topics.events, &input);
+        let data = tempfile::tempdir().unwrap();
+        let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), extra);
+        serve.wait_stored_offsets(input.len() as u64, WAIT);
+        let risks = cluster.read_all(&topics.risk, 1);
+        assert_eq!(risks.len(), 1);
+        let risk: serde_json::Value = serde_json::from_slice(&risks[0].payload).unwrap();
+        let (status, body) = serve.get("/machines/1/risk");
+        assert_eq!(status, 200, "{body}");
+        let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(served["score"], risk["score"]);
+        serve.terminate();
+        risk
+    };
+    let risk = published(&[]);
+    let schedule = &risk["score"]["checkpoints"];
+    let work: f64 = schedule["intervals_h"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no schedule in {risk}"))
+        .iter()
+        .map(|i| i.as_f64().unwrap())
+        .sum();
+    let runtime = risk["score"]["runtime"]["mean_h"].as_f64().unwrap();
+    assert!((work - runtime).abs() <= 5.0 / 60.0, "{risk}");
+    let plain = published(&["--set", "engine.risk.checkpoint_cost_minutes=0"]);
+    assert!(plain["score"]["checkpoints"].is_null(), "{plain}");
+    assert_eq!(
+        plain["score"]["this_vm"], risk["score"]["this_vm"],
+        "the rest of the score is the same"
+    );
+}
+
 fn next_instant(events: &[Event], from: usize) -> usize {
     (from.max(1)..events.len())
         .find(|&i| events[i].time_us() > events[i - 1].time_us())

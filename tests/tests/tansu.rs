@@ -203,3 +203,71 @@ fn credentials_a_sasl_broker_refuses_leave_the_service_not_ready_saying_why() {
         "the password was logged"
     );
 }
+
+/// A task placed on a preemptible VM, through a real broker: the risk score
+/// on the risk topic carries the checkpoint schedule of the 10 h of work
+/// (on the 5-minute grid, split at checkpoints), and the HTTP API serves
+/// the same score.
+#[test]
+fn risk_scores_carry_their_checkpoint_schedule_on_a_real_broker() {
+    let tansu = Tansu::start();
+    let topics = Topics::default();
+    tansu.create_topic(&topics.events, 1);
+    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+        tansu.create_topic(topic, 1);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("risk.jsonl");
+    jobcast_tests::risk_trace(&trace);
+    let summary = jobcast_tests::jobcast_ok(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--topic",
+        &topics.events,
+        "--brokers",
+        &tansu.brokers,
+        "-X",
+        "batch.num.messages=1",
+        "--json",
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let total = summary["delivered"].as_u64().unwrap();
+    assert_eq!(total, 7);
+    let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &[]);
+    serve.wait_stored_offsets(total, WAIT);
+    let deadline = Instant::now() + WAIT;
+    let risks = loop {
+        let risks = read_all(&tansu.brokers, &topics.risk, 1);
+        if !risks.is_empty() {
+            break risks;
+        }
+        assert!(Instant::now() < deadline, "no risk score published");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(risks.len(), 1);
+    let risk: serde_json::Value = serde_json::from_slice(&risks[0].payload).unwrap();
+    assert_eq!(risk["machine_id"], 1);
+    let schedule = &risk["score"]["checkpoints"];
+    let intervals: Vec<f64> = schedule["intervals_h"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no schedule in {risk}"))
+        .iter()
+        .map(|i| i.as_f64().unwrap())
+        .collect();
+    let work: f64 = intervals.iter().sum();
+    let runtime = risk["score"]["runtime"]["mean_h"].as_f64().unwrap();
+    assert!((work - runtime).abs() <= 5.0 / 60.0, "{risk}");
+    assert!(intervals.len() > 1, "{risk}");
+    assert!(
+        schedule["expected_makespan_h"].as_f64().unwrap() > work,
+        "{risk}"
+    );
+    let (status, body) = serve.get("/machines/1/risk");
+    assert_eq!(status, 200, "{body}");
+    let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served["score"], risk["score"], "{served}");
+    serve.terminate();
+}

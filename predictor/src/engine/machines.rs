@@ -11,8 +11,10 @@ use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{MachineEvent, MachineKind, TaskEvent};
 
 use crate::decision::Estimate;
+use crate::preemption::Bathtub;
+use crate::preemption::checkpoint::{CheckpointSpec, CheckpointTable, SegmentPolicy};
 use crate::preemption::online::OnlineFitter;
-use crate::preemption::risk::{RuntimeEstimate, score};
+use crate::preemption::risk::{Recommendation, RuntimeEstimate, score};
 
 use super::config::RiskSettings;
 use super::effects::{Effects, Output};
@@ -32,6 +34,36 @@ pub(super) struct Machines {
     refresh: BTreeSet<(u64, u64)>,
     /// The CPUs of the machines up, as their events report them.
     capacity_cpus: f64,
+    /// Checkpoint schedules for the risk scores, if configured: one table
+    /// per lifetime model in use, built when first needed and dropped on a
+    /// refit (a function of the model, so never saved).
+    checkpoints: Option<Checkpoints>,
+}
+
+/// The checkpoint tables of the lifetime models risk scores use.
+#[derive(Debug)]
+struct Checkpoints {
+    spec: CheckpointSpec,
+    /// By the model's parameters (`Bathtub` as bits).
+    tables: HashMap<[u64; 5], CheckpointTable>,
+}
+
+impl Checkpoints {
+    /// The table of `model`, built now if it is the first use.
+    fn table(&mut self, model: &Bathtub) -> Option<&CheckpointTable> {
+        let key = [
+            model.a().to_bits(),
+            model.tau1().to_bits(),
+            model.tau2().to_bits(),
+            model.b().to_bits(),
+            model.max_lifetime_h().to_bits(),
+        ];
+        if !self.tables.contains_key(&key) {
+            let table = CheckpointTable::build(model, self.spec, SegmentPolicy::Optimal).ok()?;
+            self.tables.insert(key, table);
+        }
+        self.tables.get(&key)
+    }
 }
 
 /// A snapshot's view of [`Machines`], borrowed to save and owned to
@@ -66,9 +98,13 @@ impl Machines {
             records: HashMap::new(),
             seen: HashMap::new(),
             lifetimes,
-            risk,
             refresh: BTreeSet::new(),
             capacity_cpus: 0.0,
+            checkpoints: risk.checkpoint_spec().map(|spec| Checkpoints {
+                spec,
+                tables: HashMap::new(),
+            }),
+            risk,
         }
     }
 
@@ -104,6 +140,9 @@ impl Machines {
         self.lifetimes = state.lifetimes;
         self.refresh = state.refresh;
         self.capacity_cpus = state.capacity_cpus;
+        if let Some(checkpoints) = &mut self.checkpoints {
+            checkpoints.tables.clear();
+        }
     }
 
     /// A machine's CPUs toward the capacity went from `before` to `after`.
@@ -203,9 +242,22 @@ impl Machines {
         let age_h = now_us.saturating_sub(launch) as f64 / 3.6e9;
         // By type, zone and VM-local day/night of the launch, as fitted.
         let model = self.lifetimes.bathtub_for(&vm_type, &zone, launch);
-        let Ok(score) = score(&model, age_h, runtime, &self.risk.recommendation, None) else {
+        let Ok(mut score) = score(&model, age_h, runtime, &self.risk.recommendation, None) else {
             return;
         };
+        // The schedule on the VM the score recommends, for a task that
+        // checkpoints; the recommendation itself stays that of a task
+        // that does not.
+        let on = match score.recommendation {
+            Recommendation::Keep => Some(age_h),
+            Recommendation::FreshVm => Some(0.0),
+            Recommendation::OnDemand => None,
+        };
+        if let (Some(on_age_h), Some(checkpoints)) = (on, self.checkpoints.as_mut())
+            && let Some(table) = checkpoints.table(&model)
+        {
+            score.checkpoints = table.schedule(runtime.mean_h, on_age_h).ok();
+        }
         let risk = MachineRisk {
             machine_id,
             job_id,
@@ -314,6 +366,11 @@ impl Machines {
         self.capacity_changed(before, after);
         effects.machines.mark(event.machine_id);
         self.seen(event.machine_id, event.time_us);
-        self.lifetimes.observe(event);
+        if self.lifetimes.observe(event)
+            && let Some(checkpoints) = &mut self.checkpoints
+        {
+            // The models changed: their tables are built again when used.
+            checkpoints.tables.clear();
+        }
     }
 }

@@ -11,8 +11,9 @@ const AT: Origin = Origin {
 };
 use crate::decision::{Decision, Phase};
 use crate::preemption::Bathtub;
+use crate::preemption::checkpoint::{CheckpointTable, SegmentPolicy};
 use crate::preemption::online::OnlineConfig;
-use crate::preemption::risk::{RiskConfig, score};
+use crate::preemption::risk::{Recommendation, RiskConfig, score};
 
 #[test]
 fn changed_keys_settle_sorted_and_once() {
@@ -618,9 +619,11 @@ fn risk_scores_start_from_the_configured_prior() {
     let (_, _, by_custom) = placed_on_a_vm(&config);
     let (d, c) = (&by_default[0], &by_custom[0]);
     // No VM has ended, so there is no fit: each engine scores with its
-    // prior, exactly.
+    // prior, exactly, and schedules checkpoints on the VM it recommends
+    // by the prior's table.
+    let spec = RiskSettings::default().checkpoint_spec().unwrap();
     for (risk, prior) in [(d, Bathtub::default()), (c, custom.bathtub().unwrap())] {
-        let want = score(
+        let mut want = score(
             &prior,
             risk.score.this_vm.age_h,
             risk.score.runtime,
@@ -628,10 +631,41 @@ fn risk_scores_start_from_the_configured_prior() {
             None,
         )
         .unwrap();
+        let on_age_h = match want.recommendation {
+            Recommendation::Keep => want.this_vm.age_h,
+            _ => 0.0,
+        };
+        let table = CheckpointTable::build(&prior, spec, SegmentPolicy::Optimal).unwrap();
+        want.checkpoints = Some(table.schedule(want.runtime.mean_h, on_age_h).unwrap());
         assert_eq!(risk.score, want);
     }
     let p = |r: &MachineRisk| r.score.this_vm.preemption_probability;
     assert!(p(c) > p(d) + 0.1, "{} vs {}", p(c), p(d));
+}
+
+#[test]
+fn risk_scores_carry_a_checkpoint_schedule_unless_no_cost_is_set() {
+    let (_, _, scored) = placed_on_a_vm(&EngineConfig::default());
+    let risk = &scored[0];
+    let schedule = risk.score.checkpoints.as_ref().expect("a schedule");
+    // The 10 h of work, on the 5-minute grid, split at checkpoints; the
+    // expected makespan adds checkpoints and expected recomputation.
+    let work: f64 = schedule.intervals_h.iter().sum();
+    assert!(
+        (work - risk.score.runtime.mean_h).abs() <= 5.0 / 60.0,
+        "{schedule:?}"
+    );
+    assert!(schedule.intervals_h.len() > 1, "{schedule:?}");
+    assert!(schedule.expected_makespan_h > work, "{schedule:?}");
+    let mut config = EngineConfig::default();
+    config.risk.checkpoint_cost_minutes = 0.0;
+    let (_, _, plain) = placed_on_a_vm(&config);
+    assert_eq!(plain[0].score.checkpoints, None);
+    // The rest of the score is the same: a schedule is advice for tasks
+    // that checkpoint, not a change of recommendation.
+    let mut without = risk.score.clone();
+    without.checkpoints = None;
+    assert_eq!(plain[0].score, without);
 }
 
 #[test]
@@ -684,6 +718,16 @@ fn bad_online_fit_settings_are_refused_by_name() {
         ..RiskSettings::default()
     });
     assert!(err.contains("risk.refit_every"), "{err}");
+    let err = refused(RiskSettings {
+        checkpoint_step_minutes: 0.5,
+        ..RiskSettings::default()
+    });
+    assert!(err.contains("risk.checkpoint_step_minutes"), "{err}");
+    let err = refused(RiskSettings {
+        checkpoint_cost_minutes: -1.0,
+        ..RiskSettings::default()
+    });
+    assert!(err.contains("risk.checkpoint_cost_minutes"), "{err}");
     let err = refused(RiskSettings {
         window: 0,
         ..RiskSettings::default()
