@@ -201,8 +201,8 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
 /// transient servers' lifetimes are drawn from, and the pooled bathtub
 /// fitted to them, which the controller releases servers by.
 fn measured_lifetimes(path: &std::path::Path) -> anyhow::Result<(KaplanMeier, Bathtub)> {
-    let measured =
-        Measured::read(path).with_context(|| format!("reading lifetimes {}", path.display()))?;
+    let measured = Measured::read(path, Format::GceLifetimes)
+        .with_context(|| format!("reading lifetimes {}", path.display()))?;
     let observations: Vec<Observation> = measured
         .records
         .iter()

@@ -9,7 +9,7 @@ use jobcast_ingest::Format;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes,
+    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
     /// jsonl or tpch-dags.
     #[arg(long)]
     format: Format,

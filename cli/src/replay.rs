@@ -23,7 +23,7 @@ pub struct Args {
     /// tpch-dags) or a file.
     #[arg(long)]
     trace: PathBuf,
-    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes,
+    /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
     /// jsonl or tpch-dags.
     #[arg(long)]
     format: Format,

@@ -32,6 +32,7 @@ pub mod kafka;
 pub mod kafka_args;
 pub mod merge_by_key;
 pub mod source;
+pub mod spot;
 pub mod timeline;
 pub mod tpch_dags;
 pub mod truth;
@@ -54,6 +55,9 @@ pub enum Format {
     Alibaba2018,
     /// Measured lifetimes of GCE preemptible VMs (one JSON object per VM).
     GceLifetimes,
+    /// Measured spot-instance preemptions: SkyPilot's single-instance spot
+    /// traces ([`spot`]), with no lifetime cap.
+    SpotTraces,
     /// jobcast's canonical JSON lines.
     Jsonl,
     /// Decima's Spark TPC-H runs (`stages.jsonl.gz`): real DAG jobs with
@@ -67,6 +71,7 @@ impl Format {
         "google2019",
         "alibaba2018",
         "gce-lifetimes",
+        "spot-traces",
         "jsonl",
         "tpch-dags",
     ];
@@ -77,6 +82,7 @@ impl Format {
             Format::Google2019 => "google2019",
             Format::Alibaba2018 => "alibaba2018",
             Format::GceLifetimes => "gce-lifetimes",
+            Format::SpotTraces => "spot-traces",
             Format::Jsonl => "jsonl",
             Format::TpchDags => "tpch-dags",
         }
@@ -92,6 +98,7 @@ impl std::str::FromStr for Format {
             "google2019" => Ok(Format::Google2019),
             "alibaba2018" => Ok(Format::Alibaba2018),
             "gce-lifetimes" => Ok(Format::GceLifetimes),
+            "spot-traces" => Ok(Format::SpotTraces),
             "jsonl" => Ok(Format::Jsonl),
             "tpch-dags" => Ok(Format::TpchDags),
             other => Err(format!(
@@ -109,6 +116,7 @@ pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
         Format::Google2019 => google2019::open(input),
         Format::Alibaba2018 => alibaba2018::open(input),
         Format::GceLifetimes => gce::open(input),
+        Format::SpotTraces => spot::open(input),
         Format::Jsonl => jsonl::open(input),
         Format::TpchDags => tpch_dags::open(input),
     }

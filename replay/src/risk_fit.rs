@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use jobcast_ingest::Format;
 use jobcast_ingest::event::Event;
 use jobcast_ingest::source::{Diagnostics, TraceError};
 use jobcast_predictor::preemption::Bathtub;
@@ -36,7 +37,9 @@ pub enum RiskFitError {
     Plot { path: PathBuf, message: String },
 }
 
-/// The lifetimes of one GCE lifetimes file.
+/// The measured lifetimes of one trace: the GCE lifetimes file
+/// (`gce-lifetimes`), SkyPilot's spot traces (`spot-traces`), or any trace
+/// whose machine events carry VM lifetimes.
 pub struct Lifetimes {
     pub records: Vec<LifetimeRecord>,
     /// What the reader skipped, and why.
@@ -44,9 +47,9 @@ pub struct Lifetimes {
 }
 
 impl Lifetimes {
-    /// Read them via the `gce-lifetimes` adapter's machine events.
-    pub fn read(path: &Path) -> Result<Self, RiskFitError> {
-        let trace = jobcast_ingest::gce::open(path)?;
+    /// Read them from the machine events of the trace at `path`.
+    pub fn read(path: &Path, format: Format) -> Result<Self, RiskFitError> {
+        let trace = jobcast_ingest::open(format, path)?;
         let diagnostics = trace.diagnostics().clone();
         let mut records = Vec::new();
         for event in trace {
@@ -79,7 +82,7 @@ pub fn fitted_bathtub(
     zone: &str,
     max_lifetime_h: f64,
 ) -> Result<(Bathtub, GroupKey), RiskFitError> {
-    let lifetimes = Lifetimes::read(path)?;
+    let lifetimes = Lifetimes::read(path, Format::GceLifetimes)?;
     let config = FitConfig {
         max_lifetime_h,
         models: vec![ModelKind::Bathtub],
@@ -144,6 +147,7 @@ pub fn fits_json(fits: &FitSet) -> serde_json::Value {
                     "r2": f.r2,
                     "ks": f.ks,
                     "at_bounds": f.at_bounds(),
+                    "chosen": g.chosen().is_some_and(|c| std::ptr::eq(c, f)),
                 })
             })
         })
@@ -163,9 +167,16 @@ fn num(v: f64) -> String {
 /// The fits as a plain-text table, pooled group first, with the groups
 /// left unfitted.
 pub fn table(fits: &FitSet, config: &FitConfig) -> String {
+    let deadline = if fits.max_lifetime_h().is_finite() {
+        format!(
+            "L = {} h (lifetimes at or past L count as preempted at L)",
+            fits.max_lifetime_h()
+        )
+    } else {
+        "no deadline (the bathtub and the uniform model need one)".to_owned()
+    };
     let mut out = format!(
-        "L = {} h (lifetimes at or past L count as preempted at L); groups keep d/(d + {}) of their own fit\n",
-        fits.max_lifetime_h(),
+        "{deadline}; groups keep d/(d + {}) of their own fit; * marks the model each group's risks use\n",
         config.shrinkage_events
     );
     let mut rows = vec![vec![
@@ -210,7 +221,15 @@ pub fn table(fits: &FitSet, config: &FitConfig) -> String {
                 } else {
                     String::new()
                 },
-                f.model.kind().name().to_owned(),
+                format!(
+                    "{}{}",
+                    f.model.kind().name(),
+                    if g.chosen().is_some_and(|c| std::ptr::eq(c, f)) {
+                        "*"
+                    } else {
+                        ""
+                    }
+                ),
                 format!("{:.2}", f.weight),
                 // Undefined on a flat Kaplan–Meier curve (no variance).
                 if f.r2.is_finite() {
@@ -284,7 +303,13 @@ pub fn write_plots(fits: &FitSet, dir: &Path) -> Result<Vec<PathBuf>, RiskFitErr
             )
         };
         let path = dir.join(name);
-        cdf_plot(&path, g, fits.max_lifetime_h())?;
+        // Without a deadline, as far as the group's lifetimes were seen.
+        let horizon = if fits.max_lifetime_h().is_finite() {
+            fits.max_lifetime_h()
+        } else {
+            g.km.last_time_h()
+        };
+        cdf_plot(&path, g, horizon)?;
         written.push(path);
     }
     if let Some(LifetimeModel::Bathtub(fitted)) =
@@ -311,17 +336,20 @@ fn km_points(km: &KaplanMeier, max_lifetime_h: f64) -> Vec<(f64, f64)> {
     points
 }
 
-/// A model's CDF on `[0, L)`, then its jump to 1 at `L`.
-fn model_points(model: &LifetimeModel, max_lifetime_h: f64) -> Vec<(f64, f64)> {
+/// A model's CDF on `[0, horizon)`, then, when the horizon is its
+/// deadline `L`, its jump to 1 there.
+fn model_points(model: &LifetimeModel, horizon_h: f64) -> Vec<(f64, f64)> {
     let mut points: Vec<(f64, f64)> = (0..CURVE_POINTS)
         .map(|i| {
-            let t = f64::from(i) * max_lifetime_h / f64::from(CURVE_POINTS);
+            let t = f64::from(i) * horizon_h / f64::from(CURVE_POINTS);
             (t, model.cdf(t))
         })
         .collect();
-    let left = model.cdf(max_lifetime_h * (1.0 - 1e-9));
-    points.push((max_lifetime_h, left));
-    points.push((max_lifetime_h, 1.0));
+    let left = model.cdf(horizon_h * (1.0 - 1e-9));
+    points.push((horizon_h, left));
+    if model.max_lifetime_h() == horizon_h {
+        points.push((horizon_h, 1.0));
+    }
     points
 }
 

@@ -257,3 +257,65 @@ fn the_published_risks_are_scored_against_held_out_vms() {
         "{stderr}"
     );
 }
+
+/// SkyPilot's AWS spot traces (`--format spot-traces`) have no lifetime
+/// cap: the fit finds no deadline cluster, fits only the models that need
+/// no deadline, and says which it chose (Weibull, decreasing hazard); the
+/// GCE lifetimes keep the bathtub.
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn uncapped_spot_lifetimes_are_fitted_without_a_deadline_and_the_choice_is_named() {
+    let spot = shared_data("spot-traces/skypilot/preemption");
+    let args = [
+        "risk",
+        "fit",
+        "--lifetimes",
+        spot.to_str().unwrap(),
+        "--format",
+        "spot-traces",
+        "--json",
+    ];
+    let out = jobcast(&args);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no deadline"), "{stderr}");
+    assert!(stderr.contains("chosen for all VMs: weibull"), "{stderr}");
+    let fits: Vec<Value> = serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(
+        fits.iter()
+            .all(|f| f["model"] != "bathtub" && f["model"] != "uniform")
+    );
+    assert!(
+        fits.iter().all(|f| f["max_lifetime_h"].is_null()),
+        "no deadline"
+    );
+    let pooled = find(&fits, "all", "weibull");
+    assert_eq!(pooled["vms"], 428);
+    assert_eq!(pooled["chosen"], true);
+    // The shape below 1: preemptions come early, then thin out.
+    assert!(pooled["params"]["k"].as_f64().unwrap() < 0.8, "{pooled}");
+    // One chosen model per group.
+    let mut groups: std::collections::BTreeMap<&str, usize> = Default::default();
+    for f in &fits {
+        if f["chosen"] == true {
+            *groups.entry(f["group"].as_str().unwrap()).or_default() += 1;
+        }
+    }
+    assert!(
+        groups.len() > 3 && groups.values().all(|&n| n == 1),
+        "{groups:?}"
+    );
+    let data = lifetimes();
+    let (_, gce) = fit_json(&[
+        "risk",
+        "fit",
+        "--lifetimes",
+        data.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(find(&gce, "all", "bathtub")["chosen"], true);
+}

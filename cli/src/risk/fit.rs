@@ -13,7 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use jobcast_predictor::preemption::fit::{FitConfig, Grouping, LifetimeRecord, fit_groups};
+use jobcast_ingest::Format;
+use jobcast_predictor::preemption::fit::{
+    DEADLINE_WINDOW_H, DeadlineCheck, FitConfig, Grouping, LifetimeRecord, fit_groups,
+};
+use jobcast_predictor::preemption::models::ModelKind;
 use jobcast_replay::risk_fit::{Lifetimes, fits_json, table, write_plots};
 
 use crate::output::{print_json, print_out};
@@ -21,18 +25,24 @@ use crate::output::{print_json, print_out};
 #[derive(clap::Args)]
 pub struct FitArgs {
     /// Measured preemptible-VM lifetimes: the GCE dataset's `data.json` or
-    /// `data.json.gz`.
+    /// `data.json.gz`, or (`--format spot-traces`) SkyPilot's spot traces.
     #[arg(long)]
     lifetimes: PathBuf,
+    /// Their format: `gce-lifetimes`, `spot-traces`, or any trace whose
+    /// machine events carry VM lifetimes.
+    #[arg(long, default_value = "gce-lifetimes")]
+    format: Format,
     /// Groupings besides the pooled data, comma-separated: `type`, `zone`,
     /// `period` (day/night by VM-local launch time), or combinations such
     /// as `type+zone`.
     #[arg(long, value_delimiter = ',', default_value = "type,zone,period")]
     by: Vec<Grouping>,
     /// The provider's maximum lifetime `L`, hours; measured lifetimes at or
-    /// past it count as preempted at `L`.
-    #[arg(long, default_value_t = FitConfig::default().max_lifetime_h)]
-    max_lifetime_hours: f64,
+    /// past it count as preempted at `L` [default: 24 when the lifetimes
+    /// show a deadline cluster; else none, and only the models that need no
+    /// deadline are fitted].
+    #[arg(long)]
+    max_lifetime_hours: Option<f64>,
     /// Shrinkage `k`: a group with `d` preemptions keeps `d/(d + k)` of its
     /// own fit and takes the rest from the pooled one.
     #[arg(long, default_value_t = FitConfig::default().shrinkage_events)]
@@ -56,12 +66,44 @@ pub struct FitArgs {
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
-    let mut records = read_lifetimes(&args.lifetimes)?;
+    let mut records = read_lifetimes(&args.lifetimes, args.format)?;
     if args.preempted_only {
         records.retain(|r| r.preempted);
     }
+    let deadline = DeadlineCheck::of(&records);
+    eprintln!(
+        "{} of {} preemptions within {DEADLINE_WINDOW_H} h below the longest preempted lifetime ({:.2} h): {}",
+        deadline.near_longest,
+        deadline.preemptions,
+        deadline.longest_h,
+        if deadline.present {
+            "a deadline"
+        } else {
+            "no deadline"
+        }
+    );
+    let (max_lifetime_h, models) = match (args.max_lifetime_hours, deadline.present) {
+        (Some(l), _) => (l, ModelKind::ALL.to_vec()),
+        (None, true) => (FitConfig::default().max_lifetime_h, ModelKind::ALL.to_vec()),
+        (None, false) => {
+            let models: Vec<ModelKind> = ModelKind::ALL
+                .into_iter()
+                .filter(|m| !m.needs_deadline())
+                .collect();
+            eprintln!(
+                "fitting without a deadline: {} (the bathtub and the uniform model need one)",
+                models
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            (f64::INFINITY, models)
+        }
+    };
     let config = FitConfig {
-        max_lifetime_h: args.max_lifetime_hours,
+        max_lifetime_h,
+        models,
         groupings: args.by.clone(),
         shrinkage_events: args.shrinkage_events,
         min_events: args.min_events,
@@ -75,6 +117,13 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         fits.groups().len(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(chosen) = fits.pooled().chosen() {
+        eprintln!(
+            "chosen for all VMs: {} (KS {:.4})",
+            chosen.model.kind().name(),
+            chosen.ks
+        );
+    }
     if let Some(dir) = &args.plots {
         let written = write_plots(&fits, dir)?;
         eprintln!("wrote {} plots to {}", written.len(), dir.display());
@@ -86,11 +135,11 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The lifetimes in a GCE lifetimes file; skipped records and the counts
-/// are reported on stderr.
-fn read_lifetimes(path: &Path) -> anyhow::Result<Vec<LifetimeRecord>> {
-    let lifetimes =
-        Lifetimes::read(path).with_context(|| format!("reading lifetimes {}", path.display()))?;
+/// The lifetimes in a trace; skipped records and the counts are reported
+/// on stderr.
+fn read_lifetimes(path: &Path, format: Format) -> anyhow::Result<Vec<LifetimeRecord>> {
+    let lifetimes = Lifetimes::read(path, format)
+        .with_context(|| format!("reading lifetimes {}", path.display()))?;
     if lifetimes.diagnostics.skipped_total() > 0 {
         eprint!("{}", lifetimes.diagnostics.summary());
     }

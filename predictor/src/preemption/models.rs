@@ -46,6 +46,13 @@ impl ModelKind {
         ModelKind::Uniform,
     ];
 
+    /// Whether the model is defined by the provider's deadline `L` (the
+    /// bathtub's late phase, the uniform's range), so cannot be fitted to
+    /// lifetimes without one.
+    pub fn needs_deadline(self) -> bool {
+        matches!(self, ModelKind::Bathtub | ModelKind::Uniform)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ModelKind::Bathtub => "bathtub",

@@ -1,0 +1,242 @@
+//! Measured spot-instance preemptions: SkyPilot's spot traces
+//! (`skypilot-org/spot-traces`; Wu et al., "Can't Be Late", NSDI 2024).
+//!
+//! Each file is `{"metadata": {"gap_seconds": G}, "data": [n, n, …]}`: the
+//! spot instances alive at each tick of `G` seconds, for one instance type
+//! in one zone, named `ZONE_TYPE.json` (`us-east-1b_intel_64.json`) in a
+//! directory named for the provider and the day the collection started
+//! (`aws-04-19-2023`). In a preemption trace one instance was launched and
+//! relaunched as soon as it was taken back, so a run of 1s is one
+//! instance's life and the 0 after it its preemption.
+//!
+//! Each run becomes a `machine` `add` event at its first tick and a
+//! `remove` event at the tick after its last, `end_reason` `preempted`;
+//! the run still alive when the trace ends is removed at its end as
+//! `stopped`, a right-censored lifetime, as a user stop is. Lifetimes are
+//! known to one tick. Times start at midnight UTC of the directory's date
+//! (tick 0), or at 0 when the directory names none.
+//!
+//! Only single-instance traces are read: when more than one instance is
+//! alive, which one a decrease took is unknown, so such a file is skipped
+//! and reported. A file that is not such a trace is skipped by name; the
+//! other files go on.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::event::{EndReason, Event, MachineEvent, MachineKind, VmInfo};
+use crate::ids::stable_id;
+use crate::source::{Diagnostics, Location, Trace, TraceError, list_files, open_input, total_size};
+
+#[derive(Deserialize)]
+struct SpotTrace {
+    metadata: Metadata,
+    data: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct Metadata {
+    gap_seconds: f64,
+}
+
+/// Open one trace file, or a directory of them (every `.json` file under
+/// it).
+pub fn open(input: &Path) -> Result<Trace, TraceError> {
+    let files: Vec<PathBuf> = list_files(input, "")?
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    if files.is_empty() {
+        return Err(TraceError::invalid(input, "no `.json` spot trace under it"));
+    }
+    let diagnostics = Diagnostics::new();
+    let mut events = Vec::new();
+    for file in &files {
+        diagnostics.rows(1);
+        let at = Location {
+            file: file.clone(),
+            line: 0,
+            record: None,
+        };
+        match file_events(file, &diagnostics) {
+            Ok(all) => events.extend(
+                all.into_iter()
+                    .filter(|e| diagnostics.within_limits(e, |_| at.clone())),
+            ),
+            Err((class, detail)) => diagnostics.skip(at, class, detail),
+        }
+    }
+    events.sort_by_key(Event::time_us);
+    let size = total_size(&files);
+    Ok(Trace::new(events.into_iter().map(Ok), diagnostics, size))
+}
+
+fn file_events(
+    file: &Path,
+    diagnostics: &Diagnostics,
+) -> Result<Vec<Event>, (&'static str, String)> {
+    let reader = open_input(file, diagnostics).map_err(|e| ("io", e.to_string()))?;
+    let trace: SpotTrace = serde_json::from_reader(reader).map_err(|e| {
+        (
+            "invalid_record",
+            format!("not a spot trace (metadata.gap_seconds, data): {e}"),
+        )
+    })?;
+    let gap = trace.metadata.gap_seconds;
+    if !(gap.is_finite() && gap > 0.0) {
+        return Err((
+            "invalid_field",
+            format!("metadata.gap_seconds {gap} is not a positive duration"),
+        ));
+    }
+    if let Some(n) = trace.data.iter().find(|&&n| n > 1) {
+        return Err((
+            "multi_instance",
+            format!("{n} instances alive at once: which one a decrease took is unknown"),
+        ));
+    }
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let (zone, vm_type) = stem
+        .split_once('_')
+        .ok_or(("invalid_name", format!("`{stem}` is not ZONE_TYPE")))?;
+    let origin_us = match file
+        .parent()
+        .and_then(|d| d.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(day_of)
+    {
+        Some(us) => us,
+        None => {
+            diagnostics.note("spot traces without a dated directory (times from 0)");
+            0
+        }
+    };
+    let tick_us = |i: usize| origin_us + (i as f64 * gap * 1e6).round() as u64;
+    let vm = |launch_time_us: u64, end_reason: Option<EndReason>| VmInfo {
+        name: None,
+        vm_type: vm_type.to_owned(),
+        zone: zone.to_owned(),
+        preemptible: true,
+        launch_time_us,
+        end_reason,
+    };
+    let machine = |machine_id, time_us, kind, vm| {
+        Event::Machine(MachineEvent {
+            time_us,
+            machine_id,
+            kind,
+            platform: None,
+            cpus: None,
+            memory: None,
+            vm: Some(vm),
+        })
+    };
+    let mut events = Vec::new();
+    let mut start = None;
+    let ticks = trace.data.len();
+    for (i, &alive) in trace.data.iter().chain(std::iter::once(&0)).enumerate() {
+        match (start, alive) {
+            (None, 1) => start = Some(i),
+            (Some(first), 0) => {
+                let id = stable_id(format!("{}#{first}", file.display()).as_bytes());
+                let (launch, end) = (tick_us(first), tick_us(i));
+                // Past the last tick the trace ended, not the instance.
+                let reason = if i == ticks {
+                    EndReason::Stopped
+                } else {
+                    EndReason::Preempted
+                };
+                events.push(machine(id, launch, MachineKind::Add, vm(launch, None)));
+                events.push(machine(
+                    id,
+                    end,
+                    MachineKind::Remove,
+                    vm(launch, Some(reason)),
+                ));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    Ok(events)
+}
+
+/// Midnight UTC of the day a directory such as `aws-04-19-2023` names
+/// (month, day, year), in µs since the epoch.
+fn day_of(dir: &str) -> Option<u64> {
+    let mut parts = dir.rsplitn(4, '-');
+    let (year, day, month) = (parts.next()?, parts.next()?, parts.next()?);
+    let date = chrono::NaiveDate::from_ymd_opt(
+        year.parse().ok()?,
+        month.parse().ok()?,
+        day.parse().ok()?,
+    )?;
+    let midnight = date.and_hms_opt(0, 0, 0)?.and_utc();
+    u64::try_from(midnight.timestamp_micros()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_of_one_instance_become_lifetimes_and_the_last_is_censored() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = dir.path().join("aws-04-19-2023");
+        std::fs::create_dir(&day).unwrap();
+        std::fs::write(
+            day.join("us-east-1b_intel_64.json"),
+            r#"{"metadata": {"gap_seconds": 30}, "data": [0, 1, 1, 0, 0, 1, 1, 1]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            day.join("us-east-1c_v100_4.json"),
+            r#"{"metadata": {"gap_seconds": 30}, "data": [2, 1]}"#,
+        )
+        .unwrap();
+        std::fs::write(day.join("notes.json"), r#"{"x": 1}"#).unwrap();
+        let trace = open(dir.path()).unwrap();
+        let diags = trace.diagnostics().clone();
+        let events: Vec<Event> = trace.map(Result::unwrap).collect();
+        let machines: Vec<&MachineEvent> = events
+            .iter()
+            .map(|e| match e {
+                Event::Machine(m) => m,
+                _ => panic!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(machines.len(), 4);
+        let origin = 1_681_862_400_000_000; // 2023-04-19T00:00:00Z
+        let (add, remove) = (machines[0], machines[1]);
+        let vm = remove.vm.as_ref().unwrap();
+        assert_eq!(
+            (add.kind, remove.kind),
+            (MachineKind::Add, MachineKind::Remove)
+        );
+        assert_eq!(add.time_us, origin + 30_000_000);
+        assert_eq!(remove.time_us - vm.launch_time_us, 60_000_000);
+        assert_eq!(vm.end_reason, Some(EndReason::Preempted));
+        assert_eq!(
+            (vm.zone.as_str(), vm.vm_type.as_str()),
+            ("us-east-1b", "intel_64")
+        );
+        assert!(vm.preemptible);
+        // The run alive at the end: three ticks, censored.
+        let last = machines[3].vm.as_ref().unwrap();
+        assert_eq!(machines[3].time_us - last.launch_time_us, 90_000_000);
+        assert_eq!(last.end_reason, Some(EndReason::Stopped));
+        assert_ne!(machines[0].machine_id, machines[2].machine_id);
+        assert_eq!(diags.skipped_total(), 2, "{}", diags.summary());
+        let summary = diags.summary();
+        assert!(summary.contains("which one a decrease took"), "{summary}");
+        assert!(summary.contains("notes.json"), "{summary}");
+    }
+
+    #[test]
+    fn a_directory_without_a_date_starts_at_zero() {
+        assert_eq!(day_of("aws-04-22-2023"), Some(1_682_121_600_000_000));
+        assert_eq!(day_of("traces"), None);
+        assert_eq!(day_of("aws-13-40-2023"), None);
+    }
+}
