@@ -17,11 +17,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use jobcast_ingest::Format;
 use jobcast_ingest::event::{Event, MachineEvent};
 use jobcast_predictor::engine::RiskSettings;
-use jobcast_predictor::preemption::fit::LifetimeRecord;
+use jobcast_predictor::preemption::fit::{DeadlineCheck, LifetimeRecord};
 use jobcast_predictor::preemption::kaplan_meier::{KaplanMeier, Observation};
-use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
 use jobcast_predictor::preemption::online::OnlineFitter;
 use jobcast_predictor::preemption::running_time::{
     ReuseCriterion, ReuseFailureRow, reuse_monte_carlo,
@@ -97,15 +97,25 @@ pub struct Reuse {
 pub struct Calibration {
     pub fitted: Half,
     pub held_out: Half,
+    /// The model the risks were scored with (all VMs): `bathtub`, or where
+    /// the lifetimes show no deadline the one closest to them.
+    pub lifetime_model: &'static str,
+    /// What the fitter found of a deadline.
+    pub deadline: Option<DeadlineCheck>,
     /// Successful refits of the fitter on the fitted half.
     pub refits: u64,
     pub reliability: Reliability,
     pub reuse: Reuse,
 }
 
-/// Calibrate the risk scores on the GCE lifetimes at `path`.
-pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, RiskFitError> {
-    let events = machine_events(path)?;
+/// Calibrate the risk scores on the measured lifetimes at `path` (a
+/// trace of `format` whose machine events carry VM lifetimes).
+pub fn calibrate(
+    path: &Path,
+    format: Format,
+    config: &CalibrateConfig,
+) -> Result<Calibration, RiskFitError> {
+    let events = machine_events(path, format)?;
     let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
     let mut ids: Vec<u64> = events
         .iter()
@@ -134,7 +144,7 @@ pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, R
     let forecasts: Vec<(Forecast, &LifetimeRecord)> = held_out
         .iter()
         .flat_map(|vm| {
-            let model = fitter.bathtub_for(&vm.vm_type, &vm.zone, vm.launch_time_us);
+            let model = fitter.risk_model_for(&vm.vm_type, &vm.zone, vm.launch_time_us);
             forecasts_on(vm, &model, &mut runtimes, &config.risk.refresh_ages_h)
                 .into_iter()
                 .map(move |f| (f, vm))
@@ -142,14 +152,11 @@ pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, R
         .collect();
     let reliability = reliability(&forecasts, &censoring_curve(&held_out), config.bins);
 
-    let pooled = match fitter
+    let pooled = fitter
         .fits()
-        .and_then(|f| f.pooled().fit(ModelKind::Bathtub))
+        .and_then(|f| f.pooled().chosen())
         .map(|f| f.model)
-    {
-        Some(LifetimeModel::Bathtub(b)) => b,
-        _ => return Err(RiskFitError::NotFitted),
-    };
+        .ok_or(RiskFitError::NotFitted)?;
     let truth = KaplanMeier::new(
         &held_out
             .iter()
@@ -160,13 +167,15 @@ pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, R
             .collect::<Vec<_>>(),
     )
     .expect("measured lifetimes are finite and non-negative");
+    // Ages up to the deadline, or without one as far as VMs were seen.
+    let max_age_h = pooled.max_lifetime_h().min(truth.last_time_h());
     let simulate = |criterion| {
         reuse_monte_carlo(
             &pooled,
             &truth,
             criterion,
             &config.reuse_job_hours,
-            pooled.max_lifetime_h(),
+            max_age_h,
             config.reuse_samples,
             config.seed,
         )
@@ -184,6 +193,8 @@ pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, R
     Ok(Calibration {
         fitted: half(&fitted),
         held_out: half(&held_out),
+        lifetime_model: pooled.kind().name(),
+        deadline: fitter.deadline().copied(),
         refits: fitter.refits(),
         reliability,
         reuse: Reuse {
@@ -195,10 +206,10 @@ pub fn calibrate(path: &Path, config: &CalibrateConfig) -> Result<Calibration, R
     })
 }
 
-/// The machine events of the GCE lifetimes at `path`, in trace order.
-fn machine_events(path: &Path) -> Result<Vec<MachineEvent>, RiskFitError> {
+/// The machine events of the trace at `path`, in trace order.
+fn machine_events(path: &Path, format: Format) -> Result<Vec<MachineEvent>, RiskFitError> {
     let mut events = Vec::new();
-    for event in jobcast_ingest::gce::open(path)? {
+    for event in jobcast_ingest::open(format, path)? {
         if let Event::Machine(m) = event? {
             events.push(m);
         }

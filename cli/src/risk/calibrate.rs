@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
+use jobcast_ingest::Format;
 use jobcast_replay::risk_calibrate::{CalibrateConfig, calibrate, write_plot};
 use serde_json::json;
 
@@ -15,9 +16,13 @@ use crate::output::print_json;
 #[derive(clap::Args)]
 pub struct CalibrateArgs {
     /// Measured preemptible-VM lifetimes: the GCE dataset's `data.json` or
-    /// `data.json.gz`.
+    /// `data.json.gz`, or (`--format spot-traces`) SkyPilot's spot traces.
     #[arg(long)]
     lifetimes: PathBuf,
+    /// Their format: `gce-lifetimes`, `spot-traces`, or any trace whose
+    /// machine events carry VM lifetimes.
+    #[arg(long, default_value = "gce-lifetimes")]
+    format: Format,
     /// Seed of the split into fitted and held-out VMs, of the task
     /// runtimes and of the reuse simulation.
     #[arg(long, default_value_t = CalibrateConfig::default().seed)]
@@ -65,7 +70,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     };
     config.risk.prior.max_lifetime_h = args.max_lifetime_hours;
     let started = Instant::now();
-    let result = calibrate(&args.lifetimes, &config)
+    let result = calibrate(&args.lifetimes, args.format, &config)
         .with_context(|| format!("calibrating on {}", args.lifetimes.display()))?;
     eprintln!(
         "jobcast risk calibrate: {:.1} s",
@@ -82,6 +87,8 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             "task_hours": [config.task_hours.0, config.task_hours.1],
             "fitted": result.fitted,
             "held_out": result.held_out,
+            "lifetime_model": result.lifetime_model,
+            "deadline": result.deadline,
             "refits": result.refits,
             "forecasts": r.forecasts,
             "censored": r.censored,
@@ -99,12 +106,18 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "fitted on {} VMs ({} preempted), scored on {} held out ({} preempted), seed {}",
+        "fitted on {} VMs ({} preempted), scored on {} held out ({} preempted), seed {}; \
+         risks by the {} model{}",
         result.fitted.vms,
         result.fitted.preempted,
         result.held_out.vms,
         result.held_out.preempted,
-        config.seed
+        config.seed,
+        result.lifetime_model,
+        match result.deadline {
+            Some(d) if !d.present => " (no deadline cluster in the lifetimes)",
+            _ => "",
+        }
     )?;
     writeln!(
         out,

@@ -6,13 +6,14 @@
 //! given up on.
 
 use std::collections::BTreeSet;
+use std::collections::hash_map::Entry;
 
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{MachineEvent, MachineKind, TaskEvent};
 
 use crate::decision::Estimate;
-use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::{CheckpointSpec, CheckpointTable, SegmentPolicy};
+use crate::preemption::models::LifetimeModel;
 use crate::preemption::online::OnlineFitter;
 use crate::preemption::risk::{Recommendation, RuntimeEstimate, score};
 
@@ -44,25 +45,25 @@ pub(super) struct Machines {
 #[derive(Debug)]
 struct Checkpoints {
     spec: CheckpointSpec,
-    /// By the model's parameters (`Bathtub` as bits).
-    tables: HashMap<[u64; 5], CheckpointTable>,
+    /// By the model: its kind, deadline and parameters, as bits.
+    tables: HashMap<Vec<u64>, CheckpointTable>,
 }
 
 impl Checkpoints {
     /// The table of `model`, built now if it is the first use.
-    fn table(&mut self, model: &Bathtub) -> Option<&CheckpointTable> {
-        let key = [
-            model.a().to_bits(),
-            model.tau1().to_bits(),
-            model.tau2().to_bits(),
-            model.b().to_bits(),
-            model.max_lifetime_h().to_bits(),
-        ];
-        if !self.tables.contains_key(&key) {
-            let table = CheckpointTable::build(model, self.spec, SegmentPolicy::Optimal).ok()?;
-            self.tables.insert(key, table);
+    fn table(&mut self, model: &LifetimeModel) -> Option<&CheckpointTable> {
+        let key: Vec<u64> = [model.kind() as u64, model.max_lifetime_h().to_bits()]
+            .into_iter()
+            .chain(model.params().iter().map(|p| p.to_bits()))
+            .collect();
+        match self.tables.entry(key) {
+            Entry::Occupied(table) => Some(table.into_mut()),
+            Entry::Vacant(slot) => {
+                let table =
+                    CheckpointTable::build(model, self.spec, SegmentPolicy::Optimal).ok()?;
+                Some(slot.insert(table))
+            }
         }
-        self.tables.get(&key)
     }
 }
 
@@ -241,7 +242,7 @@ impl Machines {
         }
         let age_h = now_us.saturating_sub(launch) as f64 / 3.6e9;
         // By type, zone and VM-local day/night of the launch, as fitted.
-        let model = self.lifetimes.bathtub_for(&vm_type, &zone, launch);
+        let model = self.lifetimes.risk_model_for(&vm_type, &zone, launch);
         let Ok(mut score) = score(&model, age_h, runtime, &self.risk.recommendation, None) else {
             return;
         };
@@ -266,6 +267,7 @@ impl Machines {
             placed_us,
             vm_type,
             zone,
+            lifetime_model: model.kind().name().to_owned(),
             score,
         };
         machine.risk = Some(risk.clone());

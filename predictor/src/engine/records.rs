@@ -174,5 +174,9 @@ pub struct MachineRisk {
     pub placed_us: u64,
     pub vm_type: String,
     pub zone: String,
+    /// The lifetime model the score was computed with: `bathtub` while the
+    /// VMs' lifetimes show a deadline, else the model closest to them
+    /// (`weibull`, `exponential`, `gompertz-makeham`).
+    pub lifetime_model: String,
     pub score: RiskScore,
 }

@@ -656,13 +656,46 @@ macro_rules! impl_lifetime {
     )*};
 }
 
-impl_lifetime!(
-    Exponential,
-    Weibull,
-    GompertzMakeham,
-    Uniform,
-    LifetimeModel
-);
+impl_lifetime!(Exponential, Weibull, GompertzMakeham, Uniform);
+
+impl LifetimeModel {
+    /// The model inside, as a [`Lifetime`]: its closed forms where it has
+    /// them (the bathtub's partial expectations), not the numerical
+    /// defaults.
+    fn inner(&self) -> &dyn Lifetime {
+        match self {
+            LifetimeModel::Bathtub(m) => m,
+            LifetimeModel::Exponential(m) => m,
+            LifetimeModel::Weibull(m) => m,
+            LifetimeModel::GompertzMakeham(m) => m,
+            LifetimeModel::Uniform(m) => m,
+        }
+    }
+}
+
+impl Lifetime for LifetimeModel {
+    fn cdf(&self, t_h: f64) -> f64 {
+        self.inner().cdf(t_h)
+    }
+    fn density(&self, t_h: f64) -> f64 {
+        self.inner().density(t_h)
+    }
+    fn max_lifetime_h(&self) -> f64 {
+        self.inner().max_lifetime_h()
+    }
+    fn survival(&self, t_h: f64) -> f64 {
+        self.inner().survival(t_h)
+    }
+    fn mean_lifetime_h(&self) -> f64 {
+        self.inner().mean_lifetime_h()
+    }
+    fn partial_expectation(&self, a_h: f64, b_h: f64) -> f64 {
+        self.inner().partial_expectation(a_h, b_h)
+    }
+    fn lost_work_moment(&self, s_h: f64, u_h: f64) -> f64 {
+        self.inner().lost_work_moment(s_h, u_h)
+    }
+}
 
 /// `ln Γ(x)` for `x > 0` (Lanczos, g = 7, 9 terms; relative error ~1e-15).
 fn ln_gamma(x: f64) -> f64 {

@@ -37,7 +37,10 @@ use std::collections::{BTreeMap, VecDeque};
 use jobcast_ingest::event::{MachineEvent, MachineKind};
 
 use super::bathtub::Bathtub;
-use super::fit::{FitConfig, FitError, FitSet, Grouping, LifetimeRecord, fit_groups, local_period};
+use super::fit::{
+    DEADLINE_WINDOW_H, DeadlineCheck, FitConfig, FitError, FitSet, Grouping, LifetimeRecord,
+    fit_groups, local_period,
+};
 use super::models::{LifetimeModel, ModelKind};
 use serde::{Deserialize, Serialize};
 
@@ -89,7 +92,11 @@ pub struct OnlineFitter {
     finished: VecDeque<LifetimeRecord>,
     since_refit: usize,
     now_us: u64,
+    /// The earliest VM launch seen: whether a deadline could have shown.
+    first_launch_us: Option<u64>,
     fits: Option<FitSet>,
+    /// What the last refit found of a deadline.
+    deadline: Option<DeadlineCheck>,
     refits: u64,
 }
 
@@ -101,7 +108,9 @@ impl OnlineFitter {
             finished: VecDeque::new(),
             since_refit: 0,
             now_us: 0,
+            first_launch_us: None,
             fits: None,
+            deadline: None,
             refits: 0,
         }
     }
@@ -115,6 +124,10 @@ impl OnlineFitter {
         };
         match event.kind {
             MachineKind::Add => {
+                self.first_launch_us = Some(
+                    self.first_launch_us
+                        .map_or(vm.launch_time_us, |t| t.min(vm.launch_time_us)),
+                );
                 self.live.insert(
                     event.machine_id,
                     LiveVm {
@@ -146,12 +159,26 @@ impl OnlineFitter {
     /// Refit now, from the finished lifetimes and the running VMs censored
     /// at their current age. On error (too few preemptions) the previous
     /// fits stay in force.
+    ///
+    /// Lifetimes without a deadline cluster ([`DeadlineCheck`]) break the
+    /// bathtub's assumption, so they are fitted without a deadline by the
+    /// models that need none, and [`OnlineFitter::risk_model_for`] answers
+    /// with the one closest to the data. That is decided only once VMs have
+    /// been watched for longer than the configured deadline: before, the
+    /// absence of a cluster says nothing.
     pub fn refit(&mut self) -> Result<(), FitError> {
-        let deadline_us = self.config.fit.max_lifetime_h * 3.6e9;
+        let deadline_h = self.config.fit.max_lifetime_h;
         let now = self.now_us;
-        // A VM running past the deadline has lost its remove event.
-        self.live
-            .retain(|_, vm| ((now.saturating_sub(vm.launch_time_us)) as f64) < deadline_us);
+        let capped = self
+            .fits
+            .as_ref()
+            .is_none_or(|f| f.max_lifetime_h().is_finite());
+        if capped {
+            // A VM running past the deadline has lost its remove event.
+            self.live.retain(|_, vm| {
+                ((now.saturating_sub(vm.launch_time_us)) as f64) < deadline_h * 3.6e9
+            });
+        }
         let running = self.live.values().filter_map(|vm| {
             let age_us = now.checked_sub(vm.launch_time_us)?;
             Some(LifetimeRecord {
@@ -163,8 +190,27 @@ impl OnlineFitter {
             })
         });
         let records: Vec<LifetimeRecord> = self.finished.iter().cloned().chain(running).collect();
-        let fits = fit_groups(&records, &self.config.fit)?;
+        let deadline = DeadlineCheck::of(&records);
+        let watched_h = self
+            .first_launch_us
+            .map_or(0.0, |first| now.saturating_sub(first) as f64 / 3.6e9);
+        let uncapped = !deadline.present && watched_h > deadline_h + DEADLINE_WINDOW_H;
+        let fits = if uncapped {
+            let config = FitConfig {
+                max_lifetime_h: f64::INFINITY,
+                models: ModelKind::ALL
+                    .into_iter()
+                    .filter(|m| !m.needs_deadline())
+                    .collect(),
+                priors: Vec::new(),
+                ..self.config.fit.clone()
+            };
+            fit_groups(&records, &config)?
+        } else {
+            fit_groups(&records, &self.config.fit)?
+        };
         self.fits = Some(fits);
+        self.deadline = Some(deadline);
         self.since_refit = 0;
         self.refits += 1;
         Ok(())
@@ -209,6 +255,35 @@ impl OnlineFitter {
             Some(LifetimeModel::Bathtub(b)) => b,
             _ => Bathtub::default(),
         }
+    }
+
+    /// The model risks are scored with for a VM of this type in this zone
+    /// launched at `launch_time_us`: the bathtub ([`Self::bathtub_for`])
+    /// while the lifetimes show a deadline, or have not been watched long
+    /// enough to tell; else, in the most specific fitted group, the model
+    /// closest to its lifetimes ([`GroupFit::chosen`](super::fit::GroupFit::chosen)).
+    pub fn risk_model_for(&self, vm_type: &str, zone: &str, launch_time_us: u64) -> LifetimeModel {
+        let uncapped = self
+            .fits
+            .as_ref()
+            .filter(|f| f.max_lifetime_h().is_infinite());
+        let Some(fits) = uncapped else {
+            return LifetimeModel::Bathtub(self.bathtub_for(vm_type, zone, launch_time_us));
+        };
+        let period = local_period(zone, launch_time_us);
+        fits.pooled()
+            .chosen()
+            .and_then(|pooled| fits.lookup_group(pooled.model.kind(), vm_type, zone, period))
+            .and_then(|group| group.chosen())
+            .map(|fit| fit.model)
+            .unwrap_or_else(|| {
+                LifetimeModel::Bathtub(self.bathtub_for(vm_type, zone, launch_time_us))
+            })
+    }
+
+    /// What the last refit found of a deadline; `None` before one.
+    pub fn deadline(&self) -> Option<&DeadlineCheck> {
+        self.deadline.as_ref()
     }
 
     /// Successful refits so far.
@@ -492,5 +567,77 @@ mod tests {
         assert_eq!(stale.running(), 1);
         assert!(stale.refit().is_err());
         assert_eq!(stale.running(), 0);
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use jobcast_ingest::event::{EndReason, VmInfo};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+
+    /// Spot-like VMs, one launched every 10 minutes, each preempted after
+    /// an exponential lifetime of mean 1 h: no deadline, anywhere.
+    fn uncapped(vms: u64) -> Vec<MachineEvent> {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let mut events = Vec::new();
+        for id in 0..vms {
+            let launch = id * 600_000_000;
+            let life_us = (-(1.0 - rng.random::<f64>()).ln() * 3.6e9) as u64;
+            let vm = |end_reason| VmInfo {
+                name: None,
+                vm_type: "intel_64".into(),
+                zone: "us-east-1b".into(),
+                preemptible: true,
+                launch_time_us: launch,
+                end_reason,
+            };
+            let event = |time_us, kind, vm| MachineEvent {
+                time_us,
+                machine_id: id,
+                kind,
+                platform: None,
+                cpus: None,
+                memory: None,
+                vm: Some(vm),
+            };
+            events.push(event(launch, MachineKind::Add, vm(None)));
+            events.push(event(
+                launch + life_us,
+                MachineKind::Remove,
+                vm(Some(EndReason::Preempted)),
+            ));
+        }
+        events.sort_by_key(|e| e.time_us);
+        events
+    }
+
+    /// Lifetimes without a deadline cluster are scored by a model without
+    /// a deadline, but only once VMs have been watched for longer than the
+    /// configured deadline: in the first day the bathtub stays.
+    #[test]
+    fn uncapped_lifetimes_leave_the_bathtub_once_a_deadline_could_have_shown() {
+        let mut fitter = OnlineFitter::new(OnlineConfig::default());
+        let events = uncapped(400);
+        // 20 h of launches: not yet past the 24 h deadline.
+        for e in events.iter().filter(|e| e.time_us < 20 * 3_600_000_000) {
+            fitter.observe(e);
+        }
+        fitter.refit().unwrap();
+        assert!(!fitter.deadline().unwrap().present);
+        let early = fitter.risk_model_for("intel_64", "us-east-1b", 0);
+        assert_eq!(early.kind(), ModelKind::Bathtub);
+        // 66 h of them: no deadline, and the closest deadline-free model.
+        for e in events.iter().filter(|e| e.time_us >= 20 * 3_600_000_000) {
+            fitter.observe(e);
+        }
+        fitter.refit().unwrap();
+        let later = fitter.risk_model_for("intel_64", "us-east-1b", 0);
+        assert!(!later.kind().needs_deadline(), "{later:?}");
+        assert!(later.max_lifetime_h().is_infinite());
+        // About an hour on average, as drawn.
+        assert!((0.8..1.25).contains(&later.mean()), "{later:?}");
     }
 }
