@@ -11,8 +11,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use jobcast_ingest::{Diagnostics, Format, Trace};
 use jobcast_predictor::history::HistoryConfig;
-use jobcast_predictor::preemption::Bathtub;
-use jobcast_predictor::preemption::fit::{FitConfig, fit_groups};
+use jobcast_predictor::preemption::fit::{DeadlineCheck, FitConfig, fit_groups};
 use jobcast_predictor::preemption::kaplan_meier::{KaplanMeier, Observation};
 use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
 use jobcast_replay::WorkloadConfig;
@@ -50,11 +49,15 @@ pub struct TransientArgs {
     /// Drop jobs with more tasks than this.
     #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
     max_width: u32,
-    /// Measured preemptible-VM lifetimes (the GCE dataset's `data.json.gz`):
+    /// Measured preemptible-VM lifetimes (the GCE dataset's `data.json.gz`,
+    /// or SkyPilot's spot traces with `--lifetimes-format spot-traces`):
     /// transient servers are preempted with lifetimes drawn from them.
     /// Without it they live until released, as in the paper.
     #[arg(long)]
     lifetimes: Option<PathBuf>,
+    /// Their format.
+    #[arg(long, default_value = "gce-lifetimes", requires = "lifetimes")]
+    lifetimes_format: Format,
     /// On-demand servers of the static cluster (the paper's 4,000).
     #[arg(long, default_value_t = TransientConfig::default().servers)]
     servers: u32,
@@ -166,7 +169,7 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
     let measured = args
         .lifetimes
         .as_ref()
-        .map(|path| measured_lifetimes(path))
+        .map(|path| measured_lifetimes(path, args.lifetimes_format))
         .transpose()?;
     let lifetimes = Lifetimes {
         measured: measured.as_ref().map(|(km, _)| km),
@@ -198,10 +201,15 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
 }
 
 /// The measured lifetimes at `path`: their Kaplan–Meier curve, which
-/// transient servers' lifetimes are drawn from, and the pooled bathtub
-/// fitted to them, which the controller releases servers by.
-fn measured_lifetimes(path: &std::path::Path) -> anyhow::Result<(KaplanMeier, Bathtub)> {
-    let measured = Measured::read(path, Format::GceLifetimes)
+/// transient servers' lifetimes are drawn from, and the model the
+/// service's fitter would score them by (the bathtub, or without a
+/// deadline the closest other model), which the controller releases
+/// servers by.
+fn measured_lifetimes(
+    path: &std::path::Path,
+    format: Format,
+) -> anyhow::Result<(KaplanMeier, LifetimeModel)> {
+    let measured = Measured::read(path, format)
         .with_context(|| format!("reading lifetimes {}", path.display()))?;
     let observations: Vec<Observation> = measured
         .records
@@ -212,15 +220,18 @@ fn measured_lifetimes(path: &std::path::Path) -> anyhow::Result<(KaplanMeier, Ba
         })
         .collect();
     let km = KaplanMeier::new(&observations)?;
-    let config = FitConfig {
+    let mut config = FitConfig {
         models: vec![ModelKind::Bathtub],
         groupings: Vec::new(),
         ..FitConfig::default()
     };
+    if !DeadlineCheck::of(&measured.records).present {
+        config = config.without_deadline();
+    }
     let fits = fit_groups(&measured.records, &config)?;
-    match fits.pooled().fit(ModelKind::Bathtub).map(|f| f.model) {
-        Some(LifetimeModel::Bathtub(b)) => Ok((km, b)),
-        _ => anyhow::bail!("the bathtub was not fitted to {}", path.display()),
+    match fits.pooled().chosen() {
+        Some(chosen) => Ok((km, chosen.model)),
+        None => anyhow::bail!("no lifetime model was fitted to {}", path.display()),
     }
 }
 

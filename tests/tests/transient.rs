@@ -145,3 +145,37 @@ fn bad_partitions_are_named_by_their_flag() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--load"));
 }
+
+/// Transient servers preempted by AWS spot lifetimes (no cap, 1.6 h on
+/// average): far more preemptions, every job still finishes, and the
+/// controller's release model is the deadline-free one.
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn cloudcoaster_under_spot_preemptions() {
+    let spot = shared_data("spot-traces/skypilot/preemption");
+    let (out, v) = bench(&[
+        "--generate-jobs",
+        "6000",
+        "--servers",
+        "400",
+        "--lifetimes",
+        spot.to_str().unwrap(),
+        "--lifetimes-format",
+        "spot-traces",
+    ]);
+    let runs = v["runs"].as_array().unwrap();
+    assert!(runs.iter().all(|r| r["unfinished"] == 0), "{out}");
+    let gce = bench(&[
+        "--generate-jobs",
+        "6000",
+        "--servers",
+        "400",
+        "--lifetimes",
+        &lifetimes(),
+    ])
+    .1;
+    // Spot instances live 1.6 h on average, GCE's preemptible VMs most of
+    // a day: the same runs meet more preemptions.
+    assert!(f(&v, "preemptions") > f(&gce, "preemptions"), "{out}");
+    assert!(f(&runs[1], "tasks_lost") > 0.0, "{out}");
+}

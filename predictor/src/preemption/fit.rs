@@ -481,6 +481,30 @@ pub enum FitError {
 }
 
 impl FitConfig {
+    /// This configuration for lifetimes without a deadline
+    /// ([`DeadlineCheck`]): no deadline, only the models that need none,
+    /// and no priors (the configured ones are bathtubs).
+    pub fn without_deadline(&self) -> FitConfig {
+        FitConfig {
+            max_lifetime_h: f64::INFINITY,
+            models: self
+                .models
+                .iter()
+                .copied()
+                .filter(|m| !m.needs_deadline())
+                .chain(
+                    // Only deadline models asked for: fit the others.
+                    ModelKind::ALL
+                        .into_iter()
+                        .filter(|m| !m.needs_deadline())
+                        .filter(|_| self.models.iter().all(|m| m.needs_deadline())),
+                )
+                .collect(),
+            priors: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     /// Check that every prior shares the fit's deadline and has its
     /// parameters within the bounds the fit searches: the shrinkage blends
     /// on those bounds, so a prior outside them would be clamped silently.

@@ -196,16 +196,7 @@ impl OnlineFitter {
             .map_or(0.0, |first| now.saturating_sub(first) as f64 / 3.6e9);
         let uncapped = !deadline.present && watched_h > deadline_h + DEADLINE_WINDOW_H;
         let fits = if uncapped {
-            let config = FitConfig {
-                max_lifetime_h: f64::INFINITY,
-                models: ModelKind::ALL
-                    .into_iter()
-                    .filter(|m| !m.needs_deadline())
-                    .collect(),
-                priors: Vec::new(),
-                ..self.config.fit.clone()
-            };
-            fit_groups(&records, &config)?
+            fit_groups(&records, &self.config.fit.without_deadline())?
         } else {
             fit_groups(&records, &self.config.fit)?
         };

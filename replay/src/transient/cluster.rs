@@ -5,15 +5,13 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use jobcast_predictor::preemption::Bathtub;
 use jobcast_predictor::preemption::hints::{CoasterConfig, PartitionAction, coaster_hint};
-use jobcast_predictor::preemption::kaplan_meier::KaplanMeier;
 use jobcast_predictor::preemption::running_time::{LifetimeDraws, preemption_probability};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::classes::{Classifier, JobClass};
-use super::{Run, TransientConfig};
+use super::{Lifetimes, Run, TransientConfig};
 use crate::workload::SimJob;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,8 +130,7 @@ enum Ev {
 pub(super) struct Cluster<'a, 'c> {
     config: &'a TransientConfig,
     coaster: Option<CoasterConfig>,
-    lifetimes: Option<&'a KaplanMeier>,
-    release_model: Option<&'a Bathtub>,
+    lifetimes: Lifetimes<'a>,
     classifier: &'c mut dyn Classifier,
     rng: ChaCha8Rng,
     servers: Vec<Server>,
@@ -159,8 +156,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         jobs: &'a [SimJob],
         config: &'a TransientConfig,
         coaster: Option<CoasterConfig>,
-        lifetimes: Option<&'a KaplanMeier>,
-        release_model: Option<&'a Bathtub>,
+        lifetimes: Lifetimes<'a>,
         classifier: &'c mut dyn Classifier,
         run: Run,
     ) -> Self {
@@ -176,7 +172,6 @@ impl<'a, 'c> Cluster<'a, 'c> {
             config,
             coaster,
             lifetimes,
-            release_model,
             classifier,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             servers: Vec::new(),
@@ -411,7 +406,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         self.servers[server].up_us = now;
         self.provisioning.remove(server);
         self.transient_up.insert(server);
-        if let Some(truth) = self.lifetimes {
+        if let Some(truth) = self.lifetimes.measured {
             let hours = truth.draw_given_alive(0.0, &mut self.rng);
             let epoch = self.servers[server].epoch;
             self.push(
@@ -514,7 +509,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
             return;
         }
         let score = |s: &Server| -> (f64, Reverse<usize>) {
-            let risk = self.release_model.map_or(0.0, |m| {
+            let risk = self.lifetimes.model.map_or(0.0, |m| {
                 let age_h = (now - s.up_us) as f64 / 3.6e9;
                 preemption_probability(m, age_h, 1.0)
             });

@@ -37,8 +37,9 @@
 //! curve of measured preemptible VMs (`--lifetimes`); a preemption loses
 //! the running task's work (it goes back to its job), drops the probes
 //! queued there, and a job left with fewer probes than unstarted tasks
-//! probes again. The one released is the one the fitted bathtub gives the
-//! highest chance of a preemption within the hour.
+//! probes again. The one released is the one the fitted lifetime model
+//! (the bathtub, or for spot VMs without a deadline the closest other
+//! model) gives the highest chance of a preemption within the hour.
 //!
 //! # What is measured (§4)
 //! The queueing delay of every short task (its last start less its job's
@@ -54,9 +55,9 @@ mod cluster;
 
 pub use classes::{Classifier, JobClass, Jobcast, Oracle, default_cutoff_us};
 
-use jobcast_predictor::preemption::Bathtub;
 use jobcast_predictor::preemption::hints::CoasterConfig;
 use jobcast_predictor::preemption::kaplan_meier::KaplanMeier;
+use jobcast_predictor::preemption::models::LifetimeModel;
 use jobcast_predictor::stats::percentile;
 use serde::Serialize;
 
@@ -217,7 +218,7 @@ pub struct Lifetimes<'a> {
     /// preempted (the paper's setting).
     pub measured: Option<&'a KaplanMeier>,
     /// The fitted model the controller releases by.
-    pub model: Option<&'a Bathtub>,
+    pub model: Option<&'a LifetimeModel>,
 }
 
 /// Simulate `jobs` (in any order) on the cluster: CloudCoaster if
@@ -238,16 +239,8 @@ pub fn simulate(
         classes: classifier.name(),
         ..Run::default()
     };
-    let mut run = cluster::Cluster::new(
-        &order,
-        config,
-        coaster_config,
-        lifetimes.measured,
-        lifetimes.model,
-        classifier,
-        run,
-    )
-    .simulate();
+    let mut run = cluster::Cluster::new(&order, config, coaster_config, lifetimes, classifier, run)
+        .simulate();
     if coaster {
         let replaced = f64::from(config.short_servers) * config.replaced_fraction;
         run.cost_saved_pct =
