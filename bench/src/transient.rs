@@ -17,7 +17,7 @@ use jobcast_predictor::preemption::models::{LifetimeModel, ModelKind};
 use jobcast_replay::WorkloadConfig;
 use jobcast_replay::risk_fit::Lifetimes as Measured;
 use jobcast_replay::transient::{
-    Comparison, Lifetimes, Run, TransientConfig, compare, default_cutoff_us,
+    Comparison, Lifetimes, Run, TransientConfig, compare, default_cutoff_us, write_plot,
 };
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 
@@ -97,6 +97,10 @@ pub struct TransientArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Draw the short tasks' queueing delays of the four runs as CDFs
+    /// (`short_delay_cdf.svg`) in this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 #[derive(serde::Serialize)]
@@ -184,6 +188,10 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
         started.elapsed().as_secs_f64()
     );
     let comparison = compare(&workload.jobs, &history, &config, lifetimes)?;
+    if let Some(dir) = &args.plots {
+        let path = write_plot(&comparison, dir).map_err(anyhow::Error::msg)?;
+        eprintln!("wrote {}", path.display());
+    }
     eprintln!(
         "jobcast bench transient: 4 runs in {:.1} s",
         started.elapsed().as_secs_f64()

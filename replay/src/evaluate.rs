@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::report::{PALETTE, align, axes, canvas, finish, frame, legend_line};
+use crate::report::{PALETTE, align, axes, canvas, cdf_plot, finish, frame, legend_line};
 use jobcast_ingest::config::ConfigError;
 pub use jobcast_predictor::decision::PolicyKind;
 use jobcast_predictor::decision::Quantiles;
@@ -520,9 +520,11 @@ impl Evaluation {
             &path,
             "Job runtime prediction error",
             "error (%)",
+            "CDF of jobs",
             &errors,
             0.1,
-        )?;
+        )
+        .map_err(plot_error(&path))?;
         written.push(path);
         let coverage: Vec<(String, Quantiles)> = self
             .reports
@@ -554,9 +556,11 @@ impl Evaluation {
                 &path,
                 "Per-job JCT speedup of SLearn",
                 "speedup (baseline JCT / SLearn JCT)",
+                "CDF of jobs",
                 &speedups,
                 1e-3,
-            )?;
+            )
+            .map_err(plot_error(&path))?;
             written.push(path);
         }
         if let Some(b) = self.breakdown() {
@@ -570,9 +574,11 @@ impl Evaluation {
                 &path,
                 "Normalized waiting time of wide jobs",
                 "mean task wait / mean task runtime",
+                "CDF of jobs",
                 &series,
                 1e-3,
-            )?;
+            )
+            .map_err(plot_error(&path))?;
             written.push(path);
         }
         Ok(written)
@@ -678,93 +684,12 @@ fn reliability_plot(path: &Path, series: &[(String, Quantiles)]) -> Result<(), E
     finish(&mut chart, &root, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))
 }
 
-/// Steps of at most this many rises are drawn per CDF; more jobs are
-/// drawn at evenly spaced quantiles, which keeps the SVG small.
-const CDF_STEPS: usize = 500;
-
-/// The empirical CDF of ascending `sorted` values as a staircase.
-fn cdf_points(sorted: &[f64]) -> Vec<(f64, f64)> {
-    let n = sorted.len();
-    let steps = n.min(CDF_STEPS);
-    let mut points = Vec::with_capacity(2 * steps);
-    for k in 0..steps {
-        // The last value of the k-th of `steps` equal shares of the jobs.
-        let rank = (k + 1) * n / steps;
-        let x = sorted[rank - 1];
-        points.push((x, points.last().map_or(0.0, |&(_, y)| y)));
-        points.push((x, rank as f64 / n as f64));
-    }
-    points
-}
-
-/// `series` with those of the same values (in any order) merged into one
-/// named `a = b`, each name followed by its number of values (`slearn =
-/// slearn-dag (N=57)`), and the values ascending: the lines of a CDF plot,
-/// where identical series would hide one another.
-fn legend_series(series: &[(String, Vec<f64>)]) -> Vec<(String, Vec<f64>)> {
-    let mut merged: Vec<(Vec<&str>, Vec<f64>)> = Vec::new();
-    for (name, values) in series {
-        let mut sorted = values.clone();
-        sorted.sort_by(f64::total_cmp);
-        match merged.iter_mut().find(|(_, v)| *v == sorted) {
-            Some((names, _)) => names.push(name.as_str()),
-            None => merged.push((vec![name.as_str()], sorted)),
-        }
-    }
-    merged
-        .into_iter()
-        .map(|(names, v)| (format!("{} (N={})", names.join(" = "), v.len()), v))
-        .collect()
-}
-
-/// Empirical CDFs of several series on a log x axis, one line per
-/// distinct series ([`legend_series`]). Values below `floor` (e.g. the
-/// Oracle's zero errors) are drawn at `floor`.
-fn cdf_plot(
-    path: &Path,
-    title: &str,
-    x_desc: &str,
-    series: &[(String, Vec<f64>)],
-    floor: f64,
-) -> Result<(), EvalError> {
-    let err = |e: &dyn std::fmt::Display| EvalError::Plot {
+/// A plotting failure at `path` as an [`EvalError`].
+fn plot_error(path: &Path) -> impl Fn(String) -> EvalError + '_ {
+    move |message| EvalError::Plot {
         path: path.to_owned(),
-        message: e.to_string(),
-    };
-    let series = legend_series(series);
-    let finite = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().copied())
-        .filter(|x| x.is_finite());
-    let (lo, hi) = finite.fold((f64::INFINITY, 0f64), |(lo, hi), x| {
-        (lo.min(x.max(floor)), hi.max(x))
-    });
-    // Whole decades around the data, at least one wide.
-    let lo = if lo.is_finite() {
-        10f64.powf(lo.log10().floor())
-    } else {
-        floor
-    };
-    let hi = 10f64.powf(hi.max(lo * 10.0).log10().ceil());
-    let root = canvas(path, (900, 560)).map_err(|e| err(&e))?;
-    let mut chart = frame(&root, title, 56)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1f64)
-        .map_err(|e| err(&e))?;
-    axes(&mut chart.configure_mesh(), x_desc, "CDF of jobs")
-        .x_label_formatter(&|x| format!("{}", (x * 1e6).round() / 1e6))
-        .draw()
-        .map_err(|e| err(&e))?;
-    for (i, (name, values)) in series.iter().enumerate() {
-        // Still ascending: clamping keeps the order.
-        let v: Vec<f64> = values.iter().map(|x| x.clamp(lo, hi)).collect();
-        let color = PALETTE[i % PALETTE.len()].to_rgba();
-        chart
-            .draw_series(LineSeries::new(cdf_points(&v), color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(name.as_str())
-            .legend(legend_line(color.stroke_width(2)));
+        message,
     }
-    finish(&mut chart, &root, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))
 }
 
 #[cfg(test)]
@@ -773,19 +698,6 @@ mod tests {
     use crate::sim::{JobResult, Phase, Summary};
     use jobcast_predictor::decision::RuntimeQuantiles;
     use jobcast_predictor::eta::Eta;
-
-    #[test]
-    fn cdf_points_are_a_staircase() {
-        assert_eq!(
-            cdf_points(&[1.0, 2.0]),
-            vec![(1.0, 0.0), (1.0, 0.5), (2.0, 0.5), (2.0, 1.0)]
-        );
-        let many: Vec<f64> = (0..2000).map(f64::from).collect();
-        let points = cdf_points(&many);
-        assert_eq!(points.len(), 2 * CDF_STEPS);
-        assert_eq!(points[1], (3.0, 4.0 / 2000.0));
-        assert_eq!(points.last(), Some(&(1999.0, 1.0)));
-    }
 
     #[test]
     fn columns_are_aligned() {
@@ -957,22 +869,6 @@ mod tests {
         assert!(
             table.contains("each N is the number of jobs the figures after it are over"),
             "{table}"
-        );
-    }
-
-    #[test]
-    fn identical_series_share_one_line_named_with_its_n() {
-        let series = [
-            ("slearn".to_owned(), vec![10.0, 30.0]),
-            ("3sigma".to_owned(), vec![20.0, 30.0, 50.0]),
-            ("slearn-dag".to_owned(), vec![30.0, 10.0]),
-        ];
-        assert_eq!(
-            legend_series(&series),
-            [
-                ("slearn = slearn-dag (N=2)".to_owned(), vec![10.0, 30.0]),
-                ("3sigma (N=3)".to_owned(), vec![20.0, 30.0, 50.0]),
-            ]
         );
     }
 

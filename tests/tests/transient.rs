@@ -93,7 +93,14 @@ fn cloudcoaster_beside_eagle_on_bursty_generated_jobs_with_measured_preemptions(
     // Measured: 2.31× (oracle 2.61×), 9.1 % saved: transient servers help
     // in the bursts.
     assert!(speedup > 1.5 && oracle > 1.5, "{out}");
-    assert_eq!(bench(&args).0, out);
+    // The same bytes again, and the four runs' delays drawn.
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let mut again = args.to_vec();
+    again.extend(["--plots", plots.to_str().unwrap()]);
+    assert_eq!(bench(&again).0, out);
+    let svg = std::fs::read_to_string(plots.join("short_delay_cdf.svg")).unwrap();
+    assert!(svg.contains("cloudcoaster, oracle") && svg.contains("eagle, jobcast"));
 }
 
 /// The shared Google window on a cluster it loads to 1 at 100 servers,

@@ -551,6 +551,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         }
         self.run.unfinished = self.jobs.iter().filter(|j| j.end_us.is_none()).count();
         self.run.short_delay = super::Delays::of(&mut short_delays);
+        self.run.short_delays_s = short_delays;
         let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
         self.run.short_jobs = short_jct.len();
         self.run.long_jobs = long_jct.len();

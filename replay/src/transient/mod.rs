@@ -182,6 +182,9 @@ pub struct Run {
     /// Who classed the jobs: `jobcast` or `oracle`.
     pub classes: &'static str,
     pub short_delay: Delays,
+    /// Every short task's queueing delay, ascending, seconds (for plots).
+    #[serde(skip)]
+    pub short_delays_s: Vec<f64>,
     pub short_jobs: usize,
     pub long_jobs: usize,
     pub short_avg_jct_s: Option<f64>,
@@ -310,6 +313,36 @@ pub fn compare(
         preemptions: runs[1].preemptions,
         runs,
     })
+}
+
+/// Draw the short tasks' queueing delays of the four runs as CDFs
+/// (`short_delay_cdf.svg` in `dir`).
+pub fn write_plot(
+    comparison: &Comparison,
+    dir: &std::path::Path,
+) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("short_delay_cdf.svg");
+    let series: Vec<(String, Vec<f64>)> = comparison
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                format!("{}, {}'s classes", r.scheduler, r.classes),
+                r.short_delays_s.clone(),
+            )
+        })
+        .collect();
+    crate::report::cdf_plot(
+        &path,
+        "Queueing delay of short tasks",
+        "delay (s; under 0.1 s drawn at 0.1)",
+        "CDF of short tasks",
+        &series,
+        0.1,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
 }
 
 #[cfg(test)]
