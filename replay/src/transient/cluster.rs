@@ -1,16 +1,18 @@
 //! The simulated cluster: servers with per-server queues, Eagle's hybrid
 //! placement, CloudCoaster's transient short partition, and preemptions.
-//! See the [module docs](super) for the model; this file is its event loop.
+//! See the [module docs](super) for the model; this file is its event loop,
+//! and `partitions.rs` says which servers take which work.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use jobcast_predictor::preemption::hints::{CoasterConfig, PartitionAction, coaster_hint};
 use jobcast_predictor::preemption::running_time::{LifetimeDraws, preemption_probability};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::classes::{Classifier, JobClass};
+use super::partitions::Partitions;
 use super::{Lifetimes, Run, TransientConfig};
 use crate::workload::SimJob;
 
@@ -55,11 +57,6 @@ struct Server {
     state: State,
     queue: VecDeque<Entry>,
     running: Option<Running>,
-    /// Long tasks queued or running here.
-    long_tasks: u32,
-    /// The estimated work of those long tasks, µs (the central scheduler's
-    /// view).
-    backlog_us: u64,
     /// Bumped on a preemption: events of the server before it are stale.
     epoch: u32,
     requested_us: u64,
@@ -67,41 +64,6 @@ struct Server {
     ended_us: Option<u64>,
     /// The short job whose task it ran last (sticky batch probing).
     sticky: Option<usize>,
-}
-
-/// Servers a probe may be sent to, each once, drawn uniformly.
-#[derive(Default)]
-struct Pool {
-    items: Vec<usize>,
-    /// By server: its index in `items`, or `usize::MAX`.
-    at: Vec<usize>,
-}
-
-impl Pool {
-    fn insert(&mut self, server: usize) {
-        if self.at.len() <= server {
-            self.at.resize(server + 1, usize::MAX);
-        }
-        if self.at[server] == usize::MAX {
-            self.at[server] = self.items.len();
-            self.items.push(server);
-        }
-    }
-
-    fn remove(&mut self, server: usize) {
-        let Some(&i) = self.at.get(server).filter(|&&i| i != usize::MAX) else {
-            return;
-        };
-        self.items.swap_remove(i);
-        if let Some(&moved) = self.items.get(i) {
-            self.at[moved] = i;
-        }
-        self.at[server] = usize::MAX;
-    }
-
-    fn len(&self) -> usize {
-        self.items.len()
-    }
 }
 
 struct Job<'a> {
@@ -137,17 +99,9 @@ pub(super) struct Cluster<'a, 'c> {
     jobs: Vec<Job<'a>>,
     events: BinaryHeap<Reverse<(u64, Ev, u64)>>,
     seq: u64,
-    general: usize,
-    static_short: Pool,
-    free_general: Pool,
-    transient_up: Pool,
-    /// Transient servers requested and not yet up.
-    provisioning: Pool,
-    /// Transient servers provisioning or up (not draining): the partition.
-    transient_active: u32,
+    /// Which servers take which work.
+    partitions: Partitions,
     unfinished_jobs: usize,
-    /// General servers by (backlog, id): the central scheduler's choice.
-    by_backlog: std::collections::BTreeSet<(u64, usize)>,
     run: Run,
 }
 
@@ -192,14 +146,8 @@ impl<'a, 'c> Cluster<'a, 'c> {
                 .collect(),
             events: BinaryHeap::new(),
             seq: 0,
-            general,
-            static_short: Pool::default(),
-            free_general: Pool::default(),
-            transient_up: Pool::default(),
-            provisioning: Pool::default(),
-            transient_active: 0,
+            partitions: Partitions::new(general, short_static as usize),
             unfinished_jobs: jobs.len(),
-            by_backlog: Default::default(),
             run,
         };
         for i in 0..general + short_static as usize {
@@ -209,13 +157,6 @@ impl<'a, 'c> Cluster<'a, 'c> {
                 Kind::Short
             };
             cluster.servers.push(Server::new(kind, State::Up, 0));
-            match kind {
-                Kind::General => {
-                    cluster.free_general.insert(i);
-                    cluster.by_backlog.insert((0, i));
-                }
-                _ => cluster.static_short.insert(i),
-            }
         }
         for (i, job) in jobs.iter().enumerate() {
             cluster.push(job.arrival_us(), Ev::Arrive { job: i });
@@ -262,14 +203,8 @@ impl<'a, 'c> Cluster<'a, 'c> {
             let tasks: Vec<u32> = std::mem::take(&mut self.jobs[job].unstarted);
             let mut touched = Vec::new();
             for task in tasks.into_iter().rev() {
-                let &(backlog, server) = self.by_backlog.first().expect("a general server");
-                self.by_backlog.remove(&(backlog, server));
-                let s = &mut self.servers[server];
-                s.backlog_us = backlog + est;
-                s.long_tasks += 1;
-                s.queue.push_back(Entry::Long(job, task));
-                self.by_backlog.insert((s.backlog_us, server));
-                self.free_general.remove(server);
+                let server = self.partitions.bind_long(est);
+                self.servers[server].queue.push_back(Entry::Long(job, task));
                 touched.push(server);
             }
             for server in touched {
@@ -286,30 +221,11 @@ impl<'a, 'c> Cluster<'a, 'c> {
         }
     }
 
-    /// Send one probe of `job` to a random server: an on-demand one (the
-    /// static short partition or a general server with no long task), or
-    /// any short-task server, transient ones included.
+    /// Send one probe of `job` to a random server: an on-demand one if
+    /// `on_demand`, else any that takes short tasks
+    /// ([`Partitions::probe_target`]).
     fn probe(&mut self, job: usize, on_demand: bool, now: u64) {
-        let (a, b) = (self.static_short.len(), self.free_general.len());
-        let c = if on_demand {
-            0
-        } else {
-            self.transient_up.len()
-        };
-        let server = if a + b + c == 0 {
-            // Every general server holds a long task and there is no
-            // short partition: queue behind the least loaded one.
-            self.by_backlog.first().expect("a general server").1
-        } else {
-            let pick = self.rng.random_range(0..a + b + c);
-            if pick < a {
-                self.static_short.items[pick]
-            } else if pick < a + b {
-                self.free_general.items[pick - a]
-            } else {
-                self.transient_up.items[pick - a - b]
-            }
-        };
+        let server = self.partitions.probe_target(on_demand, &mut self.rng);
         self.jobs[job].probes += 1;
         self.servers[server].queue.push_back(Entry::Probe(job));
         self.run.probes += 1;
@@ -381,14 +297,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         }
         if long {
             let est = self.jobs[job].class.task_us.max(1.0).round() as u64;
-            let s = &mut self.servers[server];
-            self.by_backlog.remove(&(s.backlog_us, server));
-            s.backlog_us = s.backlog_us.saturating_sub(est);
-            s.long_tasks -= 1;
-            self.by_backlog.insert((s.backlog_us, server));
-            if s.long_tasks == 0 {
-                self.free_general.insert(server);
-            }
+            self.partitions.long_done(server, est);
             self.control(now);
         } else {
             self.servers[server].sticky = Some(job);
@@ -404,8 +313,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         }
         self.servers[server].state = State::Up;
         self.servers[server].up_us = now;
-        self.provisioning.remove(server);
-        self.transient_up.insert(server);
+        self.partitions.up(server);
         if let Some(truth) = self.lifetimes.measured {
             let hours = truth.draw_given_alive(0.0, &mut self.rng);
             let epoch = self.servers[server].epoch;
@@ -426,9 +334,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
             return;
         }
         s.epoch += 1;
-        if s.state == State::Up {
-            self.transient_active -= 1;
-        }
+        self.partitions.preempted(server, s.state == State::Up);
         self.run.preemptions += 1;
         let mut affected = Vec::new();
         if let Some(lost) = s.running.take() {
@@ -461,7 +367,6 @@ impl<'a, 'c> Cluster<'a, 'c> {
         let s = &mut self.servers[server];
         s.state = State::Gone;
         s.ended_us = Some(now);
-        self.transient_up.remove(server);
     }
 
     /// CloudCoaster's controller: `l_r` against the threshold, after every
@@ -470,9 +375,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
         let Some(coaster) = self.coaster else {
             return;
         };
-        let transient = self.transient_active;
-        let long = (self.general - self.free_general.len()) as u32;
-        let total = (self.general + self.static_short.len()) as u32 + transient;
+        let (long, total, transient) = self.partitions.load();
         let hint = coaster_hint(long, total, transient, &coaster);
         self.run.max_long_load_ratio = self.run.max_long_load_ratio.max(hint.long_load_ratio);
         match hint.action {
@@ -482,12 +385,13 @@ impl<'a, 'c> Cluster<'a, 'c> {
                     let server = self.servers.len();
                     self.servers
                         .push(Server::new(Kind::Transient, State::Provisioning, now));
-                    self.provisioning.insert(server);
+                    self.partitions.requested(server);
                     self.push(now + self.config.provisioning_us, Ev::Ready { server });
                 }
-                self.transient_active += hint.servers;
-                self.run.max_transient_servers =
-                    self.run.max_transient_servers.max(self.transient_active);
+                self.run.max_transient_servers = self
+                    .run
+                    .max_transient_servers
+                    .max(self.partitions.transient_active());
             }
             PartitionAction::Shrink => {
                 self.run.released += 1;
@@ -502,9 +406,8 @@ impl<'a, 'c> Cluster<'a, 'c> {
     /// to be preempted within the next hour (the early-failure phase or the
     /// deadline), else the one with the shortest queue; it drains first.
     fn release(&mut self, now: u64) {
-        self.transient_active -= 1;
-        if let Some(&server) = self.provisioning.items.last() {
-            self.provisioning.remove(server);
+        if let Some(server) = self.partitions.last_provisioning() {
+            self.partitions.released(server);
             self.gone(server, now);
             return;
         }
@@ -515,13 +418,18 @@ impl<'a, 'c> Cluster<'a, 'c> {
             });
             (risk, Reverse(s.queue.len()))
         };
-        let victim = self.transient_up.items.iter().copied().max_by(|&a, &b| {
-            let (sa, sb) = (score(&self.servers[a]), score(&self.servers[b]));
-            sa.0.total_cmp(&sb.0).then(sa.1.cmp(&sb.1)).then(b.cmp(&a))
-        });
+        let victim = self
+            .partitions
+            .transient_up()
+            .iter()
+            .copied()
+            .max_by(|&a, &b| {
+                let (sa, sb) = (score(&self.servers[a]), score(&self.servers[b]));
+                sa.0.total_cmp(&sb.0).then(sa.1.cmp(&sb.1)).then(b.cmp(&a))
+            });
         if let Some(server) = victim {
+            self.partitions.released(server);
             self.servers[server].state = State::Draining;
-            self.transient_up.remove(server);
             self.serve(server, now);
         }
     }
@@ -568,8 +476,6 @@ impl Server {
             state,
             queue: VecDeque::new(),
             running: None,
-            long_tasks: 0,
-            backlog_us: 0,
             epoch: 0,
             requested_us: now,
             up_us: now,

@@ -52,6 +52,7 @@
 
 mod classes;
 mod cluster;
+mod partitions;
 
 pub use classes::{Classifier, JobClass, Jobcast, Oracle, default_cutoff_us};
 
