@@ -85,13 +85,33 @@ start_munge() {
     local key=/etc/munge/munge.key
     [[ -s $key ]] || mungekey --create --keyfile="$key"
     chown munge:munge "$key" && chmod 0400 "$key"
-    if ! { munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; }; then
-        # Forks once its socket is up; without the lock, which it would
-        # otherwise hold for as long as it runs.
-        runuser -u munge -- munged {lock}>&-
-        cp /run/munge/munged.pid "$munge_pid"
+    if ! munge_answers; then
+        local tries
+        for ((tries = 0; tries < 40; tries++)); do
+            # Forks once its socket is up; without the lock, which it would
+            # otherwise hold for as long as it runs.
+            if runuser -u munge -- munged {lock}>&- 2>"$dir/munged.err"; then
+                cp /run/munge/munged.pid "$munge_pid"
+                break
+            fi
+            # Another munged holds the socket: one too busy to answer the
+            # check in time, or one a cluster's `down` is still stopping.
+            # Use it if it answers now, else start ours once it is gone.
+            sleep 0.5
+            munge_answers && break
+        done
+        if ! munge_answers; then
+            cat "$dir/munged.err" >&2
+            exec {lock}>&-
+            return 1
+        fi
     fi
     exec {lock}>&-
+}
+
+# Whether a munged answers: a credential it makes can be decoded.
+munge_answers() {
+    munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1
 }
 
 # This cluster no longer uses munged; the last user stops the munged that
