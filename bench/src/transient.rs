@@ -120,6 +120,22 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
     let started = Instant::now();
     let servers = args.servers;
     let short_servers = args.short_servers.unwrap_or_else(|| (servers / 50).max(1));
+    // Bad flags are refused before any workload is read; the default
+    // cutoff comes from the workload's history.
+    let mut config = TransientConfig {
+        servers,
+        short_servers,
+        replaced_fraction: args.replaced_fraction,
+        cost_ratio: args.cost_ratio,
+        threshold: args.threshold,
+        provisioning_us: args.provisioning_s * 1_000_000,
+        probe_ratio: args.probe_ratio,
+        cutoff_us: args
+            .cutoff_s
+            .map_or(TransientConfig::default().cutoff_us, |s| s * 1e6),
+        seed: args.seed,
+    };
+    config.validate()?;
     let (workload, source) = match (&args.trace, args.format, args.generate_jobs) {
         (Some(path), Some(format), _) => {
             let trace = jobcast_ingest::open(format, path)
@@ -154,22 +170,11 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
         }
         _ => unreachable!("clap requires a trace with its format, or --generate-jobs"),
     };
-    let cutoff_us = match args.cutoff_s {
-        Some(s) => s * 1e6,
-        None => default_cutoff_us(&workload.training).context("the history half has no jobs")?,
-    };
-    let config = TransientConfig {
-        servers,
-        short_servers,
-        replaced_fraction: args.replaced_fraction,
-        cost_ratio: args.cost_ratio,
-        threshold: args.threshold,
-        provisioning_us: args.provisioning_s * 1_000_000,
-        probe_ratio: args.probe_ratio,
-        cutoff_us,
-        seed: args.seed,
-    };
-    config.validate()?;
+    if args.cutoff_s.is_none() {
+        config.cutoff_us =
+            default_cutoff_us(&workload.training).context("the history half has no jobs")?;
+    }
+    let cutoff_us = config.cutoff_us;
     let measured = args
         .lifetimes
         .as_ref()

@@ -151,6 +151,12 @@ fn bad_partitions_are_named_by_their_flag() {
     let out = jobcast(&["bench", "transient", "--generate-jobs", "10", "--load", "0"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--load"));
+    for (flag, value) in [("--cutoff-s", "0"), ("--probe-ratio", "0")] {
+        let out = jobcast(&["bench", "transient", "--generate-jobs", "10", flag, value]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(flag), "{flag}: {stderr}");
+    }
 }
 
 /// Transient servers preempted by AWS spot lifetimes (no cap, 1.6 h on

@@ -107,7 +107,7 @@ pub(super) struct Cluster<'a, 'c> {
 
 impl<'a, 'c> Cluster<'a, 'c> {
     pub(super) fn new(
-        jobs: &'a [SimJob],
+        jobs: &[&'a SimJob],
         config: &'a TransientConfig,
         coaster: Option<CoasterConfig>,
         lifetimes: Lifetimes<'a>,
@@ -215,7 +215,7 @@ impl<'a, 'c> Cluster<'a, 'c> {
             let width = self.jobs[job].spec.width();
             // One probe per task on an on-demand server (§3.3), the rest
             // anywhere short tasks may go.
-            for i in 0..width * self.config.probe_ratio.max(1) {
+            for i in 0..width * self.config.probe_ratio {
                 self.probe(job, i < width, now);
             }
         }

@@ -116,6 +116,10 @@ pub enum TransientError {
     Fraction(&'static str),
     #[error("--cost-ratio must be at least 1, got {0}")]
     CostRatio(f64),
+    #[error("--probe-ratio must be at least 1 probe per task")]
+    NoProbes,
+    #[error("--cutoff-s must be a positive number of seconds, got {0}")]
+    Cutoff(f64),
 }
 
 impl TransientConfig {
@@ -137,6 +141,12 @@ impl TransientConfig {
         }
         if !(self.cost_ratio.is_finite() && self.cost_ratio >= 1.0) {
             return Err(TransientError::CostRatio(self.cost_ratio));
+        }
+        if self.probe_ratio == 0 {
+            return Err(TransientError::NoProbes);
+        }
+        if !(self.cutoff_us.is_finite() && self.cutoff_us > 0.0) {
+            return Err(TransientError::Cutoff(self.cutoff_us / 1e6));
         }
         Ok(())
     }
@@ -235,7 +245,7 @@ pub fn simulate(
     classifier: &mut dyn Classifier,
 ) -> Result<Run, TransientError> {
     config.validate()?;
-    let mut order: Vec<SimJob> = jobs.to_vec();
+    let mut order: Vec<&SimJob> = jobs.iter().collect();
     order.sort_by_key(|j| (j.arrival_us(), j.job_id()));
     let coaster_config = coaster.then(|| config.coaster());
     let run = Run {
