@@ -259,6 +259,7 @@ fn fresh_config(label: &str, service: &ServiceArgs) -> anyhow::Result<(ServeConf
         events: format!("jobcast-bench-{run_id}.events"),
         decisions: format!("jobcast-bench-{run_id}.decisions"),
         risk: format!("jobcast-bench-{run_id}.risk"),
+        capacity: format!("jobcast-bench-{run_id}.capacity"),
         dead_letter: format!("jobcast-bench-{run_id}.dead-letter"),
     };
     let state = tempfile::tempdir().context("creating the RocksDB directory")?;
@@ -296,6 +297,7 @@ fn on_cluster<T>(
         (t.events.clone(), service.partitions),
         (t.decisions.clone(), service.output_partitions()),
         (t.risk.clone(), service.output_partitions()),
+        (t.capacity.clone(), 1),
         (t.dead_letter.clone(), 1),
     ];
     for suffix in more_inputs {

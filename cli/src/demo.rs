@@ -114,7 +114,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     config.engine.policy = args.policy;
     let t = &config.topics;
     mock.create_topic(&t.events, args.partitions, 1)?;
-    for topic in [&t.decisions, &t.risk, &t.dead_letter] {
+    for topic in t.outputs() {
         mock.create_topic(topic, 1, 1)?;
     }
     config.validate()?;

@@ -45,6 +45,9 @@ pub struct Args {
     /// Output topic of preemption-risk scores [default: jobcast.risk].
     #[arg(long, env = "JOBCAST_RISK_TOPIC")]
     risk_topic: Option<String>,
+    /// Output topic of capacity decisions [default: jobcast.capacity].
+    #[arg(long, env = "JOBCAST_CAPACITY_TOPIC")]
+    capacity_topic: Option<String>,
     /// Output topic of unusable input messages [default:
     /// jobcast.dead-letter].
     #[arg(long, env = "JOBCAST_DEAD_LETTER_TOPIC")]
@@ -115,6 +118,7 @@ impl Args {
             (&self.events_topic, &mut topics.events),
             (&self.decisions_topic, &mut topics.decisions),
             (&self.risk_topic, &mut topics.risk),
+            (&self.capacity_topic, &mut topics.capacity),
             (&self.dead_letter_topic, &mut topics.dead_letter),
         ] {
             if let Some(name) = flag {

@@ -179,6 +179,8 @@ pub struct Topics {
     pub decisions: String,
     /// Preemption-risk scores out, keyed by machine id.
     pub risk: String,
+    /// CloudCoaster's capacity decisions out, keyed `capacity`.
+    pub capacity: String,
     /// Input messages that could not be used, bytes untouched, with the
     /// reason in headers.
     pub dead_letter: String,
@@ -190,8 +192,21 @@ impl Default for Topics {
             events: "jobcast.events".into(),
             decisions: "jobcast.decisions".into(),
             risk: "jobcast.risk".into(),
+            capacity: "jobcast.capacity".into(),
             dead_letter: "jobcast.dead-letter".into(),
         }
+    }
+}
+
+impl Topics {
+    /// The topics the service writes.
+    pub fn outputs(&self) -> [&String; 4] {
+        [
+            &self.decisions,
+            &self.risk,
+            &self.capacity,
+            &self.dead_letter,
+        ]
     }
 }
 
@@ -229,6 +244,9 @@ pub mod headers {
     pub const VERSION: &str = "jobcast.version";
     /// On risk scores: the machine.
     pub const MACHINE_ID: &str = "jobcast.machine_id";
+    /// The key of every capacity decision: one stream, in one partition,
+    /// in order (the version goes in [`VERSION`]).
+    pub const CAPACITY_KEY: &str = "capacity";
     /// On dead letters: a machine-readable reason class (`syntax`,
     /// `missing_field`, …).
     pub const REASON: &str = "jobcast.reason";

@@ -446,12 +446,8 @@ impl ServeConfig {
         if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
             return Err(ConfigError::new(*key, "must be positive"));
         }
-        let topics = [
-            &self.topics.events,
-            &self.topics.decisions,
-            &self.topics.risk,
-            &self.topics.dead_letter,
-        ];
+        let mut topics = vec![&self.topics.events];
+        topics.extend(self.topics.outputs());
         for (i, topic) in topics.iter().enumerate() {
             if topic.is_empty() {
                 return Err(ConfigError::new("topics", "names must not be empty"));

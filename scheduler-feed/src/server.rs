@@ -106,6 +106,7 @@ pub async fn create_topics(config: &ServeConfig, partitions: i32) -> Result<(), 
             (&t.events, partitions),
             (&t.decisions, partitions),
             (&t.risk, partitions),
+            (&t.capacity, 1),
             (&t.dead_letter, 1),
         ])
         .await

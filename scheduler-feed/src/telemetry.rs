@@ -43,6 +43,8 @@ pub const OUTPUTS_PARKED: &str = "jobcast_outputs_parked_total";
 pub const PRODUCERS_RECREATED: &str = "jobcast_producers_recreated_total";
 pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
+pub const CAPACITY_DECISIONS: &str = "jobcast_capacity_decisions_total";
+pub const CAPACITY_LONG_LOAD_RATIO: &str = "jobcast_capacity_long_load_ratio";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
 pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
 pub const INPUT_BUFFERED_BYTES: &str = "jobcast_input_buffered_bytes";
@@ -416,6 +418,15 @@ fn describe() {
     describe_histogram!(
         RISK_PREEMPTION_PROBABILITY,
         "Probability that a task placed on a transient VM is preempted before it completes, per published risk score"
+    );
+    describe_counter!(
+        CAPACITY_DECISIONS,
+        Unit::Count,
+        "Capacity decisions of CloudCoaster's controller published, by action (grow, shrink, hold)"
+    );
+    describe_gauge!(
+        CAPACITY_LONG_LOAD_RATIO,
+        "Share of the machines up running a long task (l_r), as of the latest capacity decision published"
     );
     describe_counter!(
         RECOVERED_EVENTS,

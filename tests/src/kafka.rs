@@ -41,7 +41,7 @@ impl Cluster {
         let mock = MockCluster::new(brokers).expect("mock cluster starts");
         mock.create_topic(&topics.events, partitions, 1)
             .expect("topic created");
-        for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+        for topic in topics.outputs() {
             mock.create_topic(topic, 1, 1).expect("topic created");
         }
         Cluster { mock }

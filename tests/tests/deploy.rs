@@ -850,6 +850,7 @@ fn serve_help_shows_the_configurations_defaults() {
         defaults.topics.events.clone(),
         defaults.topics.decisions.clone(),
         defaults.topics.risk.clone(),
+        defaults.topics.capacity.clone(),
         defaults.topics.dead_letter.clone(),
     ] {
         assert!(

@@ -357,13 +357,14 @@ fn run(cluster: &Cluster, name: &str, input: &[Input]) -> Outcome {
         events: format!("{name}.events"),
         decisions: format!("{name}.decisions"),
         risk: format!("{name}.risk"),
+        capacity: format!("{name}.capacity"),
         dead_letter: format!("{name}.dead-letter"),
     };
     cluster
         .mock
         .create_topic(&topics.events, PARTITIONS, 1)
         .unwrap();
-    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+    for topic in topics.outputs() {
         cluster.mock.create_topic(topic, 1, 1).unwrap();
     }
     produce(&cluster.brokers(), &topics.events, input);

@@ -24,7 +24,7 @@ fn replay_serve_and_query_on_a_real_broker() {
     let tansu = Tansu::start();
     let topics = Topics::default();
     tansu.create_topic(&topics.events, PARTITIONS);
-    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+    for topic in topics.outputs() {
         tansu.create_topic(topic, 1);
     }
     let total = tansu.replay_excerpt(&topics.events);
@@ -213,7 +213,7 @@ fn risk_scores_carry_their_checkpoint_schedule_on_a_real_broker() {
     let tansu = Tansu::start();
     let topics = Topics::default();
     tansu.create_topic(&topics.events, 1);
-    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+    for topic in topics.outputs() {
         tansu.create_topic(topic, 1);
     }
     let dir = tempfile::tempdir().unwrap();

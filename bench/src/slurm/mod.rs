@@ -371,7 +371,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
         MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
     let topics = Topics::default();
     mock.create_topic(&topics.events, 2, 1)?;
-    for topic in [&topics.decisions, &topics.risk, &topics.dead_letter] {
+    for topic in topics.outputs() {
         mock.create_topic(topic, 1, 1)?;
     }
     let settings = KafkaSettings::new(mock.bootstrap_servers());

@@ -14,6 +14,7 @@ use crate::policies::PolicyConfig;
 use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::CheckpointSpec;
 use crate::preemption::fit::FitConfig;
+use crate::preemption::hints::CoasterConfig;
 use crate::preemption::models::LifetimeModel;
 use crate::preemption::online::OnlineConfig;
 use crate::preemption::risk::RiskConfig;
@@ -58,6 +59,8 @@ pub struct EngineConfig {
     pub history: HistoryConfig,
     pub queues: QueueConfig,
     pub risk: RiskSettings,
+    /// CloudCoaster's controller of the transient short partition.
+    pub capacity: CapacitySettings,
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
     /// How far (seconds) an event's time may be ahead of the latest event
@@ -127,6 +130,7 @@ impl Default for EngineConfig {
             history: HistoryConfig::default(),
             queues: QueueConfig::default(),
             risk: RiskSettings::default(),
+            capacity: CapacitySettings::default(),
             expiry: ExpirySettings::default(),
             eta: EtaSettings::default(),
             max_future_skew_secs: 86_400,
@@ -265,6 +269,98 @@ impl RiskSettings {
             max_job_h: deadline_h,
             max_start_age_h: deadline_h,
         })
+    }
+}
+
+/// CloudCoaster's controller (`capacity.rs`): when it runs, which jobs are
+/// long, and the partition's threshold and budget (its §3.1–3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapacitySettings {
+    /// Publish capacity decisions (off: the cluster has no transient short
+    /// partition to resize).
+    pub enabled: bool,
+    /// A task is long when its job's estimated mean task runtime is above
+    /// this, seconds.
+    pub long_cutoff_secs: f64,
+    /// Grow the partition while `l_r` is above this, in (0, 1].
+    pub threshold: f64,
+    /// `r`: on-demand price / transient price, at least 1.
+    pub cost_ratio: f64,
+    /// `N`: the on-demand servers of the purely static short partition the
+    /// transient one is budgeted against.
+    pub static_short_servers: u32,
+    /// `p`: the share of them the transient servers replace, in [0, 1].
+    pub replaced_fraction: f64,
+    /// A release names the transient servers likeliest to be preempted
+    /// within this many minutes.
+    pub release_horizon_minutes: f64,
+}
+
+impl Default for CapacitySettings {
+    /// Off; when on, the paper's threshold and budget
+    /// ([`CoasterConfig::default`]) and a cutoff of an hour.
+    fn default() -> Self {
+        let coaster = CoasterConfig::default();
+        CapacitySettings {
+            enabled: false,
+            long_cutoff_secs: 3_600.0,
+            threshold: coaster.threshold,
+            cost_ratio: coaster.cost_ratio,
+            static_short_servers: coaster.static_short_servers,
+            replaced_fraction: coaster.replaced_fraction,
+            release_horizon_minutes: 60.0,
+        }
+    }
+}
+
+impl CapacitySettings {
+    /// Check every setting; an error names it (within `capacity`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::new(
+                    key,
+                    format!("must be finite and positive, got {value}"),
+                ))
+            }
+        };
+        positive("long_cutoff_secs", self.long_cutoff_secs)?;
+        positive("release_horizon_minutes", self.release_horizon_minutes)?;
+        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+            return Err(ConfigError::new(
+                "threshold",
+                format!("must be in (0, 1], got {}", self.threshold),
+            ));
+        }
+        if !(self.cost_ratio.is_finite() && self.cost_ratio >= 1.0) {
+            return Err(ConfigError::new(
+                "cost_ratio",
+                format!(
+                    "must be at least 1 (transient servers cost less), got {}",
+                    self.cost_ratio
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.replaced_fraction) {
+            return Err(ConfigError::new(
+                "replaced_fraction",
+                format!("must be in [0, 1], got {}", self.replaced_fraction),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The rule's configuration.
+    pub fn coaster(&self) -> CoasterConfig {
+        CoasterConfig {
+            threshold: self.threshold,
+            cost_ratio: self.cost_ratio,
+            static_short_servers: self.static_short_servers,
+            replaced_fraction: self.replaced_fraction,
+        }
     }
 }
 

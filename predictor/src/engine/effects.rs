@@ -5,7 +5,7 @@ use crate::decision::{Decision, PolicyKind};
 use crate::history::HistoryKey;
 
 use super::clock::Refused;
-use super::records::{MachineRisk, PredictionError};
+use super::records::{CapacityDecision, MachineRisk, PredictionError};
 
 /// Why an event was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,6 +27,8 @@ pub enum Output {
     Decision(Decision),
     /// A transient VM's risk, newly scored.
     Risk(MachineRisk),
+    /// A new decision of CloudCoaster's controller (`capacity.rs`).
+    Capacity(CapacityDecision),
     /// A policy's error on a job that just finished.
     Scored {
         policy: PolicyKind,

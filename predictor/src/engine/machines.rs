@@ -16,6 +16,7 @@ use crate::preemption::checkpoint::{CheckpointSpec, CheckpointTable, SegmentPoli
 use crate::preemption::models::LifetimeModel;
 use crate::preemption::online::OnlineFitter;
 use crate::preemption::risk::{Recommendation, RuntimeEstimate, score};
+use crate::preemption::running_time::preemption_probability;
 
 use super::config::RiskSettings;
 use super::effects::{Effects, Output};
@@ -35,10 +36,38 @@ pub(super) struct Machines {
     refresh: BTreeSet<(u64, u64)>,
     /// The CPUs of the machines up, as their events report them.
     capacity_cpus: f64,
+    /// The machines up, and the preemptible ones among them.
+    up: Servers,
     /// Checkpoint schedules for the risk scores, if configured: one table
     /// per lifetime model in use, built when first needed and dropped on a
     /// refit (a function of the model, so never saved).
     checkpoints: Option<Checkpoints>,
+}
+
+/// Machines up, counted as their records change.
+#[derive(Debug, Clone, Copy, Default)]
+struct Servers {
+    up: u32,
+    transient: u32,
+}
+
+impl Servers {
+    /// What `machine` adds to the counts.
+    fn of(machine: Option<&MachineRecord>) -> Servers {
+        match machine {
+            Some(m) if m.up => Servers {
+                up: 1,
+                transient: u32::from(m.preemptible),
+            },
+            _ => Servers::default(),
+        }
+    }
+
+    /// A machine went from counting `before` to `after`.
+    fn changed(&mut self, before: Servers, after: Servers) {
+        self.up = self.up + after.up - before.up;
+        self.transient = self.transient + after.transient - before.transient;
+    }
 }
 
 /// The checkpoint tables of the lifetime models risk scores use.
@@ -101,6 +130,7 @@ impl Machines {
             lifetimes,
             refresh: BTreeSet::new(),
             capacity_cpus: 0.0,
+            up: Servers::default(),
             checkpoints: risk.checkpoint_spec().map(|spec| Checkpoints {
                 spec,
                 tables: HashMap::new(),
@@ -116,6 +146,50 @@ impl Machines {
     /// The CPUs of the machines up.
     pub(super) fn capacity_cpus(&self) -> f64 {
         self.capacity_cpus
+    }
+
+    /// How many machines are up.
+    pub(super) fn servers_up(&self) -> u32 {
+        self.up.up
+    }
+
+    /// How many preemptible machines are up.
+    pub(super) fn transient_up(&self) -> u32 {
+        self.up.transient
+    }
+
+    pub(super) fn is_up(&self, machine_id: u64) -> bool {
+        self.records.get(&machine_id).is_some_and(|m| m.up)
+    }
+
+    /// The `n` preemptible machines up likeliest to be preempted within
+    /// `horizon_h` of `now_us` by their fitted lifetime model (the
+    /// likeliest first, then by id): `(machine, age_h, probability)`.
+    pub(super) fn release_candidates(
+        &self,
+        now_us: u64,
+        horizon_h: f64,
+        n: usize,
+    ) -> Vec<(u64, f64, f64)> {
+        let mut candidates: Vec<(u64, f64, f64)> = self
+            .records
+            .values()
+            .filter(|m| m.up && m.preemptible)
+            .map(|m| {
+                let launch = m.launch_time_us.or(m.added_us).unwrap_or(now_us);
+                let age_h = now_us.saturating_sub(launch) as f64 / 3.6e9;
+                let model = self.lifetimes.risk_model_for(
+                    m.vm_type.as_deref().unwrap_or_default(),
+                    m.zone.as_deref().unwrap_or_default(),
+                    launch,
+                );
+                let p = preemption_probability(&model, age_h, horizon_h);
+                (m.machine_id, age_h, p)
+            })
+            .collect();
+        candidates.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+        candidates.truncate(n);
+        candidates
     }
 
     #[cfg(test)]
@@ -141,6 +215,11 @@ impl Machines {
         self.lifetimes = state.lifetimes;
         self.refresh = state.refresh;
         self.capacity_cpus = state.capacity_cpus;
+        self.up = Servers::default();
+        for machine in self.records.values() {
+            self.up
+                .changed(Servers::default(), Servers::of(Some(machine)));
+        }
         if let Some(checkpoints) = &mut self.checkpoints {
             checkpoints.tables.clear();
         }
@@ -177,6 +256,8 @@ impl Machines {
             self.seen.remove(&machine_id);
             let gone = self.records.remove(&machine_id);
             self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
+            self.up
+                .changed(Servers::of(gone.as_ref()), Servers::default());
             effects.machines.mark(machine_id);
             effects.expired_machines.push(machine_id);
         }
@@ -322,6 +403,7 @@ impl Machines {
     /// and the lifetime fit.
     pub(super) fn event(&mut self, event: &MachineEvent, effects: &mut Effects) {
         let before = MachineRecord::capacity(self.records.get(&event.machine_id));
+        let counted = Servers::of(self.records.get(&event.machine_id));
         let record = self
             .records
             .entry(event.machine_id)
@@ -365,7 +447,9 @@ impl Machines {
             record.cpus = event.cpus;
         }
         let after = MachineRecord::capacity(Some(record));
+        let counts = Servers::of(Some(record));
         self.capacity_changed(before, after);
+        self.up.changed(counted, counts);
         effects.machines.mark(event.machine_id);
         self.seen(event.machine_id, event.time_us);
         if self.lifetimes.observe(event)

@@ -35,6 +35,7 @@
 //! produces) and `snapshot` (the whole state as one value, which a
 //! restarted service restores instead of applying all its input again).
 
+mod capacity;
 mod clock;
 mod config;
 mod effects;
@@ -56,7 +57,7 @@ use std::collections::BTreeMap;
 use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::{Event, JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskKind};
 
-use crate::decision::{Decision, PolicyKind};
+use crate::decision::{Decision, Estimate, PolicyKind};
 use crate::eta;
 use crate::finished::FinishedJob;
 use crate::history::{History, HistoryKey};
@@ -66,15 +67,15 @@ use crate::queues::QueueConfig;
 use jobcast_ingest::config::ConfigError;
 
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
-pub use config::{BathtubPrior, EngineConfig, RiskSettings, live_policies};
+pub use config::{BathtubPrior, CapacitySettings, EngineConfig, RiskSettings, live_policies};
 use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use expiry::ExpirySettings;
 use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
-    ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PolicyErrors,
-    PredictionError, TaskRecord,
+    CapacityDecision, ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk,
+    PolicyErrors, PredictionError, TaskRecord,
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
@@ -106,6 +107,8 @@ pub struct Engine {
     /// Machines and VMs, the cluster's capacity, the risk of tasks on
     /// transient VMs.
     machines: machines::Machines,
+    /// CloudCoaster's controller of the transient short partition.
+    capacity: capacity::Capacity,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
     /// When to look next for jobs and machines that stopped reporting.
@@ -136,6 +139,10 @@ impl Engine {
         config.expiry.validate().map_err(|e| e.within("expiry"))?;
         config.queues.validate().map_err(|e| e.within("queues"))?;
         config.eta.validate().map_err(|e| e.within("eta"))?;
+        config
+            .capacity
+            .validate()
+            .map_err(|e| e.within("capacity"))?;
         let max_future_skew_us = config.max_future_skew_us()?;
         for (key, max) in [
             ("max_live_jobs", config.max_live_jobs),
@@ -176,6 +183,7 @@ impl Engine {
             tasks: HashMap::new(),
             ended: HashMap::new(),
             machines: machines::Machines::new(OnlineFitter::new(online), config.risk.clone()),
+            capacity: capacity::Capacity::new(&config.capacity),
             policy_errors: BTreeMap::new(),
             events: 0,
             expiry: expiry::Expiry::new(config.expiry),
@@ -221,6 +229,12 @@ impl Engine {
 
     pub fn machine(&self, machine_id: u64) -> Option<&MachineRecord> {
         self.machines.get(machine_id)
+    }
+
+    /// The last decision of CloudCoaster's controller, if it runs and has
+    /// made one.
+    pub fn capacity(&self) -> Option<&CapacityDecision> {
+        self.capacity.last()
     }
 
     /// Release the records of jobs that have ended (and their tasks') once
@@ -323,13 +337,19 @@ impl Engine {
                 of_job = Some(task.job_id);
             }
             Event::JobEnded(end) => self.end(end, effects)?,
-            Event::Machine(machine) => self.machines.event(machine, effects),
+            Event::Machine(machine) => {
+                self.machines.event(machine, effects);
+                if !self.machines.is_up(machine.machine_id) {
+                    self.capacity.machine_gone(machine.machine_id);
+                }
+            }
         }
         self.clock.applied(origin.partition, event.time_us());
         let now_us = self.clock.cap_us(event.time_us());
         self.publish_due(origin.partition, now_us, of_job, effects);
         self.machines.refresh_risks(now_us, effects);
         self.expire_silent(effects);
+        self.capacity.decide(now_us, &self.machines, effects);
         self.history.drain_changes(&mut effects.history.0);
         self.events += 1;
         Ok(())
@@ -476,6 +496,7 @@ impl Engine {
         if event.kind == TaskKind::Schedule {
             self.place_on_vm(event, effects);
         }
+        self.count_long(event);
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
@@ -520,6 +541,7 @@ impl Engine {
         self.forget_pacing(end.job_id, effects);
         let mut job = self.jobs.remove(&end.job_id).expect("checked above");
         self.etas.forget(end.job_id);
+        self.capacity.job_ended(end.job_id);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -628,6 +650,7 @@ impl Engine {
             self.clock.state(),
             self.expiry.next_sweep_us(),
             self.etas.calibration(),
+            self.capacity.state(),
         )
         .encode(out)
     }
@@ -661,6 +684,7 @@ impl Engine {
             .map_err(|reason| SnapshotError::Chain { reason })?;
         engine.expiry.restore(state.next_sweep_us);
         engine.etas.restore(state.etas);
+        engine.capacity.restore(state.capacity);
         engine.pacer.rebuild(
             engine
                 .jobs
@@ -672,19 +696,30 @@ impl Engine {
     }
 
     /// Score the task just placed, if on a transient VM and its job has
-    /// an estimate to score with: the driving policy's, or else (a thin
-    /// job placed without one) the history's.
+    /// an estimate to score with.
     fn place_on_vm(&mut self, task: &TaskEvent, effects: &mut Effects) {
-        let Some(job) = self.jobs.get(&task.job_id) else {
-            return;
-        };
-        let estimate = job
-            .record
-            .estimates
-            .get(&self.driver)
-            .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma));
-        if let Some(estimate) = estimate {
+        if let Some(estimate) = placement_estimate(&self.jobs, self.driver, task.job_id) {
             self.machines.placed(task, estimate, effects);
+        }
+    }
+
+    /// Keep CloudCoaster's controller's count of long tasks running: a
+    /// task placed on a machine up counts if its job is long now (a job
+    /// without an estimate is not); an ended attempt counts no more.
+    fn count_long(&mut self, task: &TaskEvent) {
+        let key = (task.job_id, task.task_index);
+        if task.kind == TaskKind::Schedule {
+            let estimate = placement_estimate(&self.jobs, self.driver, task.job_id)
+                .map(|e| e.mean_task_runtime_us);
+            let Some(long) = self.capacity.is_long(estimate) else {
+                return;
+            };
+            match task.machine_id.filter(|&m| self.machines.is_up(m)) {
+                Some(machine_id) => self.capacity.started(key, machine_id, long),
+                None => self.capacity.ended(key),
+            }
+        } else if task.kind.ends_attempt() {
+            self.capacity.ended(key);
         }
     }
 
@@ -806,6 +841,7 @@ impl Engine {
                 self.forget_pacing(job_id, effects);
                 let mut job = self.jobs.remove(&job_id).expect("listed above");
                 self.etas.forget(job_id);
+                self.capacity.job_ended(job_id);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {
@@ -817,7 +853,11 @@ impl Engine {
             }
         }
         if let Some(bound) = sweep.machines_before {
+            let before = effects.expired_machines.len();
             self.machines.expire_silent(bound, effects);
+            for &machine_id in &effects.expired_machines[before..] {
+                self.capacity.machine_gone(machine_id);
+            }
         }
     }
 }
@@ -828,6 +868,20 @@ pub enum Applied {
     Now,
     /// Held, far ahead of the clock (`clock.rs`).
     Held,
+}
+
+/// The estimate a job's placed tasks are judged by: the driving policy's,
+/// or else (a thin job placed without one) the history's.
+fn placement_estimate(
+    jobs: &HashMap<u64, LiveJob>,
+    driver: PolicyKind,
+    job_id: u64,
+) -> Option<&Estimate> {
+    let job = jobs.get(&job_id)?;
+    job.record
+        .estimates
+        .get(&driver)
+        .or_else(|| job.record.estimates.get(&PolicyKind::ThreeSigma))
 }
 
 /// Keep a policy's estimate on the job's record; the driving policy's

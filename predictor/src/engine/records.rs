@@ -8,6 +8,7 @@ use jobcast_ingest::event::{EndReason, TaskKind};
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{Completion, Estimate, PolicyKind};
+use crate::preemption::hints::PartitionAction;
 use crate::preemption::risk::RiskScore;
 
 /// Where a job is in its life.
@@ -179,4 +180,44 @@ pub struct MachineRisk {
     /// (`weibull`, `exponential`, `gompertz-makeham`).
     pub lifetime_model: String,
     pub score: RiskScore,
+}
+
+/// A decision of CloudCoaster's controller (`capacity.rs`): the `capacity`
+/// topic's messages and `GET /capacity`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityDecision {
+    /// Grows by one with each decision; a consumer keeps the highest.
+    pub version: u64,
+    /// Event time of the decision, µs.
+    pub time_us: u64,
+    /// Grow or shrink the transient short partition, or hold it.
+    pub action: PartitionAction,
+    /// Transient servers to add (`grow`) or release (`shrink`); 0 to hold.
+    pub servers: u32,
+    /// For `shrink`: the servers to release, likeliest to be preempted
+    /// soon first.
+    pub release: Vec<ReleaseCandidate>,
+    /// `l_r`: machines up running a long task / machines up.
+    pub long_load_ratio: f64,
+    pub threshold: f64,
+    pub long_servers: u32,
+    pub servers_up: u32,
+    /// Preemptible machines up: the transient short partition.
+    pub transient_servers: u32,
+    /// `K = ⌊r⌋·N·p`: the transient servers the budget buys.
+    pub transient_budget: u32,
+    /// A task is long when its job's estimated mean task runtime is above
+    /// this.
+    pub long_cutoff_us: u64,
+}
+
+/// A transient server a shrink releases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseCandidate {
+    pub machine_id: u64,
+    /// Its age, hours since launch.
+    pub age_h: f64,
+    /// Its chance of a preemption within `release_horizon_minutes`, by the
+    /// fitted lifetime model.
+    pub preemption_probability: f64,
 }

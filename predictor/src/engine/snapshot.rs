@@ -6,7 +6,8 @@
 //! history, every policy (SLearn's adaptive ratio and pilot sets with their
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
 //! the ETAs' calibration and the capacity they divide by, pending risk
-//! refreshes, the policies' error statistics, the event count
+//! refreshes, CloudCoaster's controller (the long tasks running and its
+//! last decision), the policies' error statistics, the event count
 //! and the event clock (each partition's time, and the events held far
 //! ahead of it). An engine restored from it applies
 //! the next events exactly as the engine that wrote it would have (the
@@ -21,6 +22,7 @@ use foldhash::HashMap;
 use jobcast_ingest::event::{JobSubmitted, Stage};
 use serde::{Deserialize, Serialize};
 
+use super::capacity::CapacityState;
 use super::clock::ClockState;
 use super::live_task::LiveTask;
 use super::machines::{self, MachinesState};
@@ -34,7 +36,7 @@ use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 16;
+pub const SNAPSHOT_FORMAT: u32 = 17;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +76,7 @@ pub(super) struct State<'a> {
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
     capacity_cpus: f64,
+    capacity: Cow<'a, CapacityState>,
 }
 
 /// The 3Sigma history, nearly all of a snapshot's bytes once its window is
@@ -221,6 +224,7 @@ impl<'a> State<'a> {
         clock: ClockState,
         next_sweep_us: u64,
         etas: &'a EtaCalibration,
+        capacity: &'a CapacityState,
     ) -> Self {
         State {
             format: SNAPSHOT_FORMAT,
@@ -241,6 +245,7 @@ impl<'a> State<'a> {
             next_sweep_us,
             etas: Cow::Borrowed(etas),
             capacity_cpus: machines.capacity_cpus,
+            capacity: Cow::Borrowed(capacity),
         }
     }
 
@@ -263,6 +268,7 @@ pub(super) struct Restored {
     pub(super) clock: ClockState,
     pub(super) next_sweep_us: u64,
     pub(super) etas: EtaCalibration,
+    pub(super) capacity: CapacityState,
 }
 
 /// The state of `chain`: the first a whole snapshot, each after it taken
@@ -329,6 +335,7 @@ pub(super) fn restore_chain(
         clock: state.clock,
         next_sweep_us: state.next_sweep_us,
         etas: state.etas.into_owned(),
+        capacity: state.capacity.into_owned(),
     })
 }
 

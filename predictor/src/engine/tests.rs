@@ -12,6 +12,7 @@ const AT: Origin = Origin {
 use crate::decision::{Decision, Phase};
 use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::{CheckpointTable, SegmentPolicy};
+use crate::preemption::hints::PartitionAction;
 use crate::preemption::online::OnlineConfig;
 use crate::preemption::risk::{Recommendation, RiskConfig, score};
 
@@ -832,6 +833,11 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
             refit_every: 3,
             ..RiskSettings::default()
         },
+        capacity: CapacitySettings {
+            enabled: true,
+            long_cutoff_secs: 60.0,
+            ..CapacitySettings::default()
+        },
         ..EngineConfig::default()
     };
     let events = excerpt_with_vms();
@@ -878,6 +884,8 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
     // ETAs from the machines' CPUs, and their scores, are in what must match.
     assert!(expected.iter().any(|o| o.contains("eta: Some(Completion")));
     assert!(expected.iter().any(|o| o.starts_with("EtaScored")));
+    // So are the capacity controller's decisions, and their versions.
+    assert!(expected.iter().any(|o| o.starts_with("Capacity")));
     for (cut, mut copy) in restored {
         apply_all(&mut copy, &events[cut..done]);
         let (rest, _) = apply_all(&mut copy, &events[done..]);
@@ -904,6 +912,7 @@ fn a_restored_engine_continues_exactly_as_the_one_it_was_taken_of() {
             );
         }
         assert_eq!(copy.events(), original.events());
+        assert_eq!(copy.capacity(), original.capacity());
     }
 }
 
@@ -1415,4 +1424,235 @@ fn eta_rows_follow_every_job_through_submissions_tasks_ends_and_a_restore() {
         }
     }
     assert!(with_eta > 40, "{with_eta} decisions carried an ETA");
+}
+
+/// A capacity trace's events: four on-demand machines, a job of 10 h
+/// that teaches the history, then four like it placed one per machine.
+fn crowded_by_long_tasks(engine: &mut Engine, effects: &mut Effects) {
+    for m in 1..=4 {
+        engine.apply(AT, &plain_machine(m, 0), effects).unwrap();
+    }
+    engine.apply(AT, &submit(10, 0, 1), effects).unwrap();
+    engine
+        .apply(AT, &task(10, 0, 0, "schedule"), effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(10, 0, 10 * HOUR, "finish"), effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(10, 10 * HOUR, "finish"), effects)
+        .unwrap();
+    for (job, machine) in (11..=14).zip(1..=4) {
+        let t = 10 * HOUR + job;
+        engine.apply(AT, &submit(job, t, 1), effects).unwrap();
+        engine
+            .apply(
+                AT,
+                &event(&format!(
+                    r#"{{"v":1,"type":"task","time_us":{t},"job_id":{job},"task_index":0,"kind":"schedule","machine_id":{machine}}}"#
+                )),
+                effects,
+            )
+            .unwrap();
+    }
+}
+
+fn capacity_decisions(effects: &Effects) -> Vec<CapacityDecision> {
+    effects
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Capacity(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A preemptible VM launched at `launch`, joining at `t`.
+fn transient_vm(id: u64, t: u64, launch: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{launch}}}"#
+    ))
+}
+
+#[test]
+fn long_tasks_crowding_the_cluster_grow_the_transient_partition_and_their_end_shrinks_it() {
+    let config = EngineConfig {
+        capacity: CapacitySettings {
+            enabled: true,
+            long_cutoff_secs: 3_600.0,
+            // K = ⌊3⌋·2·0.5 = 3 transient servers.
+            static_short_servers: 2,
+            ..CapacitySettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    crowded_by_long_tasks(&mut engine, &mut effects);
+    // Job 10 had no estimate when placed: short. Its successors, long
+    // by the history, hold all four machines: l_r = 1, and one server
+    // brings it to 0.8 ≤ 0.95.
+    let decided = capacity_decisions(&effects);
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    let grow = &decided[0];
+    assert_eq!(
+        (grow.action, grow.servers, grow.version),
+        (PartitionAction::Grow, 1, 1)
+    );
+    assert_eq!(
+        (grow.long_servers, grow.servers_up, grow.transient_servers),
+        (4, 4, 0)
+    );
+    assert_eq!(grow.transient_budget, 3);
+    assert_eq!(grow.long_load_ratio, 1.0);
+    assert_eq!(engine.capacity(), Some(grow));
+
+    // The server joins: l_r = 0.8, and releasing it would take l_r back
+    // over: hold.
+    effects.clear();
+    let t = 11 * HOUR;
+    engine
+        .apply(AT, &transient_vm(5, t, t), &mut effects)
+        .unwrap();
+    let decided = capacity_decisions(&effects);
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(
+        (decided[0].action, decided[0].version),
+        (PartitionAction::Hold, 2)
+    );
+    assert_eq!(decided[0].transient_servers, 1);
+
+    // A second, launched 23 h ago, near GCE's 24 h deadline: with it
+    // l_r = 4/6, and one may go. The old one goes, not the other in the
+    // flat middle of its life.
+    effects.clear();
+    let t = 25 * HOUR;
+    engine
+        .apply(AT, &transient_vm(6, t, t - 23 * HOUR), &mut effects)
+        .unwrap();
+    let decided = capacity_decisions(&effects);
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    let shrink = &decided[0];
+    assert_eq!(
+        (shrink.action, shrink.servers, shrink.version),
+        (PartitionAction::Shrink, 1, 3)
+    );
+    assert_eq!(shrink.release.len(), 1);
+    assert_eq!(shrink.release[0].machine_id, 6);
+    assert!((shrink.release[0].age_h - 23.0).abs() < 1e-9);
+    assert!(shrink.release[0].preemption_probability > 0.5, "{shrink:?}");
+
+    // Nothing new asked while the same holds: another long task, on a
+    // machine that runs one already.
+    effects.clear();
+    engine
+        .apply(AT, &submit(20, t + 1, 1), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(20, 0, t + 2, "schedule"), &mut effects)
+        .unwrap();
+    assert!(capacity_decisions(&effects).is_empty());
+
+    // The long tasks end (one by a job's end, one by its machine's
+    // leave, two by their attempts' ends): l_r falls to 0 and the
+    // partition shrinks on; the snapshot keeps where the controller is.
+    effects.clear();
+    let t = 26 * HOUR;
+    engine
+        .apply(AT, &task(11, 0, t, "finish"), &mut effects)
+        .unwrap();
+    engine.apply(AT, &end(12, t, "kill"), &mut effects).unwrap();
+    engine.apply(AT, &end(20, t, "kill"), &mut effects).unwrap();
+    engine
+        .apply(
+            AT,
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":3,"kind":"remove"}}"#
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    engine
+        .apply(AT, &task(14, 0, t, "evict"), &mut effects)
+        .unwrap();
+    // Still one to release, of the same two: nothing new to say.
+    assert!(capacity_decisions(&effects).is_empty());
+    engine.release_ended();
+    let mut restored = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(restored.capacity(), engine.capacity());
+    // The old VM is released; the restored engine decides as the original.
+    let released = event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":6,"kind":"remove"}}"#,
+        t = t + 1
+    ));
+    effects.clear();
+    let mut again = Effects::default();
+    engine.apply(AT, &released, &mut effects).unwrap();
+    restored.apply(AT, &released, &mut again).unwrap();
+    let decided = capacity_decisions(&effects);
+    assert_eq!(capacity_decisions(&again), decided);
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    let last = &decided[0];
+    assert_eq!((last.action, last.version), (PartitionAction::Shrink, 4));
+    assert_eq!(
+        (last.long_servers, last.servers_up, last.transient_servers),
+        (0, 4, 1)
+    );
+    assert_eq!(last.release[0].machine_id, 5);
+
+    // Off, nothing is decided.
+    let mut off = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    crowded_by_long_tasks(&mut off, &mut effects);
+    assert!(capacity_decisions(&effects).is_empty());
+    assert_eq!(off.capacity(), None);
+}
+
+#[test]
+fn bad_capacity_settings_are_refused_by_name() {
+    for (bad, key) in [
+        (
+            CapacitySettings {
+                threshold: 0.0,
+                ..CapacitySettings::default()
+            },
+            "capacity.threshold",
+        ),
+        (
+            CapacitySettings {
+                cost_ratio: 0.5,
+                ..CapacitySettings::default()
+            },
+            "capacity.cost_ratio",
+        ),
+        (
+            CapacitySettings {
+                replaced_fraction: 1.5,
+                ..CapacitySettings::default()
+            },
+            "capacity.replaced_fraction",
+        ),
+        (
+            CapacitySettings {
+                long_cutoff_secs: f64::NAN,
+                ..CapacitySettings::default()
+            },
+            "capacity.long_cutoff_secs",
+        ),
+        (
+            CapacitySettings {
+                release_horizon_minutes: 0.0,
+                ..CapacitySettings::default()
+            },
+            "capacity.release_horizon_minutes",
+        ),
+    ] {
+        let config = EngineConfig {
+            capacity: bad,
+            ..EngineConfig::default()
+        };
+        let err = Engine::new(&config).err().expect("refused");
+        assert!(err.to_string().contains(key), "{err}");
+    }
 }

@@ -1,7 +1,8 @@
 //! Cluster-level hints for the schedulers downstream of the risk scores:
 //! the rules the transient-capacity (CloudCoaster) and spot-deadline
 //! (Teylo et al.) schedulers act on. The simulator's CloudCoaster
-//! (`jobcast_replay::transient`) resizes its transient partition by
+//! (`jobcast_replay::transient`) and the engine's live controller
+//! (`engine/capacity.rs`) resize the transient partition by
 //! [`coaster_hint`]; nothing calls [`hibernation_hint`] yet but its tests.
 //!
 //! - CloudCoaster (Ogden and Guo): a hybrid scheduler keeps a short-job-only
@@ -66,6 +67,17 @@ pub enum PartitionAction {
     /// Nothing: grow wanted but the budget is spent, nothing to release,
     /// or a release would push `l_r` over the threshold.
     Hold,
+}
+
+impl PartitionAction {
+    /// Its name in JSON and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionAction::Grow => "grow",
+            PartitionAction::Shrink => "shrink",
+            PartitionAction::Hold => "hold",
+        }
+    }
 }
 
 /// The CloudCoaster hint.

@@ -87,6 +87,7 @@ pub fn router(
         .route("/jobs/{id}", get(job))
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
+        .route("/capacity", get(capacity))
         .route("/policies", get(policies))
         .route("/metrics", get(metrics));
     if let Some(token) = http.token.clone() {
@@ -111,7 +112,7 @@ pub fn router(
 }
 
 /// Every route, with what it answers: `GET /`.
-const ROUTES: [(&str, &str); 9] = [
+const ROUTES: [(&str, &str); 10] = [
     (
         "GET /healthz",
         "alive: the pipeline is not stuck (no token needed)",
@@ -135,6 +136,10 @@ const ROUTES: [(&str, &str); 9] = [
     (
         "GET /machines/{id}/risk",
         "a transient VM's preemption risk now",
+    ),
+    (
+        "GET /capacity",
+        "the latest capacity decision for the transient short partition (engine.capacity)",
     ),
     ("GET /policies", "each policy's prediction errors so far"),
     ("GET /metrics", "Prometheus metrics"),
@@ -455,6 +460,25 @@ async fn machine_risk(State(api): State<Api>, Path(raw): Path<String>) -> Respon
                 ),
             ),
             Ok(None) => error(StatusCode::NOT_FOUND, format!("no machine {id}")),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        })
+        .await
+}
+
+/// `GET /capacity`: the latest decision of CloudCoaster's controller.
+async fn capacity(State(api): State<Api>) -> Response {
+    let shared = api.shared;
+    api.reads
+        .run(move || match shared.store.capacity_json() {
+            Ok(Some(json)) => (
+                [(header::CONTENT_TYPE, "application/json")],
+                json,
+            )
+                .into_response(),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                "no capacity decision yet: the controller runs with engine.capacity.enabled, and decides once the transient partition should change".into(),
+            ),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         })
         .await

@@ -134,6 +134,11 @@ impl BatchTally {
                     metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
                         .record(r.score.this_vm.preemption_probability);
                 }
+                Output::Capacity(c) => {
+                    metrics::counter!(telemetry::CAPACITY_DECISIONS, "action" => c.action.as_str())
+                        .increment(1);
+                    metrics::gauge!(telemetry::CAPACITY_LONG_LOAD_RATIO).set(c.long_load_ratio);
+                }
                 Output::Scored {
                     policy,
                     error,

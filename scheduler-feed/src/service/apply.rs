@@ -307,8 +307,8 @@ impl<'a> Applier<'a> {
     }
 
     /// Write what the predictor learnt from the batch (every instance
-    /// learns from every partition): the history distributions it changed
-    /// and the policies' error statistics.
+    /// learns from every partition): the history distributions it changed,
+    /// the policies' error statistics and the latest capacity decision.
     pub fn write_learnt(&self, effects: &Effects, write: &mut StateBatch<'_>) {
         for &key in &effects.history {
             match self.engine.history().record(key) {
@@ -320,6 +320,12 @@ impl<'a> Applier<'a> {
             if let Some(errors) = self.engine.policy_errors(policy) {
                 write.put_policy(policy, errors);
             }
+        }
+        if let Some(decision) = effects.outputs.iter().rev().find_map(|o| match o {
+            Output::Capacity(d) => Some(d),
+            _ => None,
+        }) {
+            write.put_capacity(decision);
         }
     }
     /// Whether retention's bound has moved a step since the last deletion.

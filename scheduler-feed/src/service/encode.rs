@@ -1,5 +1,6 @@
 //! What the service publishes, as Kafka messages: a decision keyed by its
-//! job, a risk score keyed by its machine, a dead letter carrying the
+//! job, a risk score keyed by its machine, a capacity decision on the one
+//! key `capacity`, a dead letter carrying the
 //! unusable input unchanged, with headers that say why and where it came
 //! from. Header names are part of the topic contract and live with it
 //! ([`jobcast_ingest::kafka::headers`]).
@@ -9,13 +10,14 @@ use std::time::Instant;
 use jobcast_ingest::event;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key, headers};
 use jobcast_predictor::decision::Decision;
-use jobcast_predictor::engine::{MachineRisk, Output, Refused};
+use jobcast_predictor::engine::{CapacityDecision, MachineRisk, Output, Refused};
 
 use super::sink::Outgoing;
 use crate::error::DeadLetter;
 use crate::source::Consumed;
 
-/// Append the messages for the decisions and risk scores among `outputs`
+/// Append the messages for the decisions, risk scores and capacity
+/// decisions among `outputs`
 /// (scores of policies' errors are metrics, not messages). `polled_at` is
 /// when the input that caused them was consumed, for the latency metric.
 pub(super) fn outputs(
@@ -28,6 +30,7 @@ pub(super) fn outputs(
         match output {
             Output::Decision(d) => outgoing.push(decision(topics, d, polled_at)),
             Output::Risk(r) => outgoing.push(risk(topics, r)),
+            Output::Capacity(c) => outgoing.push(capacity(topics, c)),
             Output::Scored { .. } | Output::EtaScored { .. } => {}
         }
     }
@@ -87,6 +90,21 @@ pub(super) fn risk(topics: &Topics, risk: &MachineRisk) -> Outgoing {
         headers: vec![(
             headers::MACHINE_ID.into(),
             risk.machine_id.to_string().into_bytes(),
+        )],
+        caused_at: None,
+    }
+}
+
+/// A capacity decision, on one key so that the decisions stay in order in
+/// one partition; its version in a header as a decision's.
+pub(super) fn capacity(topics: &Topics, decision: &CapacityDecision) -> Outgoing {
+    Outgoing {
+        topic: topics.capacity.clone(),
+        key: headers::CAPACITY_KEY.as_bytes().to_vec(),
+        payload: serde_json::to_vec(decision).expect("capacity decisions serialise"),
+        headers: vec![(
+            headers::VERSION.into(),
+            decision.version.to_string().into_bytes(),
         )],
         caused_at: None,
     }

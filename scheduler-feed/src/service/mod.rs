@@ -250,7 +250,7 @@ mod tests {
         config.storage.path = dir.path().join("state");
         let t = &config.topics;
         mock.create_topic(&t.events, 2, 1).unwrap();
-        for topic in [&t.decisions, &t.risk, &t.dead_letter] {
+        for topic in t.outputs() {
             mock.create_topic(topic, 1, 1).unwrap();
         }
         config

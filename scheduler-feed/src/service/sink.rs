@@ -228,8 +228,7 @@ impl Sink {
     /// it fails as any failed delivery does. Each topic's count of parked
     /// outputs starts here, at 0.
     pub(super) fn warm_up(&self, topics: &Topics) {
-        let outputs = [&topics.decisions, &topics.risk, &topics.dead_letter];
-        for topic in outputs {
+        for topic in topics.outputs() {
             // At 0 from the start, so that `increase()` sees the first.
             for reason in REFUSALS {
                 metrics::counter!(telemetry::OUTPUTS_PARKED, "topic" => topic.clone(), "reason" => reason)
@@ -260,7 +259,7 @@ impl Sink {
             );
             return;
         }
-        for topic in outputs {
+        for topic in topics.outputs() {
             if let Err(e) = self
                 .producer
                 .client()

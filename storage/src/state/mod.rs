@@ -120,6 +120,8 @@ const WRITTEN_BY_KEY: &str = "written_by";
 pub const JOBCAST_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The engine configuration a store was built with (JSON).
 const ENGINE_CONFIG_KEY: &str = "engine_config";
+/// The latest decision of CloudCoaster's controller (JSON).
+const CAPACITY_KEY: &str = "capacity";
 /// The input partitions whose records the store holds (JSON list), kept
 /// current with every batch that changes them.
 const STORED_PARTITIONS_KEY: &str = "stored_partitions";
@@ -719,6 +721,12 @@ impl StateStore {
             .collect()
     }
 
+    /// The latest decision of CloudCoaster's controller, as JSON
+    /// ([`StateBatch::put_capacity`]).
+    pub fn capacity_json(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.meta(CAPACITY_KEY)
+    }
+
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.get_raw(META, name.as_bytes())
     }
@@ -1077,6 +1085,13 @@ impl StateBatch<'_> {
         self.batch.put_cf(self.store.cf(SNAPSHOTS), key, snapshot);
         self.batch
             .delete_range_cf(self.store.cf(LOG), &zero[..], &key[..]);
+    }
+
+    /// Store the latest decision of CloudCoaster's controller (JSON; every
+    /// instance holds the same, learnt from every partition).
+    pub fn put_capacity<T: Serialize>(&mut self, decision: &T) {
+        let bytes = serde_json::to_vec(decision).expect("records serialise to JSON");
+        self.set_meta(CAPACITY_KEY, &bytes);
     }
 
     pub fn set_meta(&mut self, name: &str, value: &[u8]) {
