@@ -171,6 +171,103 @@ impl Drop for Running {
     }
 }
 
+/// A tiny trace (canonical JSON lines) that drives CloudCoaster's
+/// controller (`engine.capacity`, on with [`CAPACITY_SETTINGS`]) through
+/// a grow, a hold, a release and a hold again: four on-demand machines;
+/// a job of 10 h that teaches the history; four like it, long by their
+/// estimate, on all four machines (`l_r` = 1: grow by one); a transient VM
+/// joins (hold: releasing it would push `l_r` over the threshold); a
+/// second, launched 23 h before, joins (`l_r` = 4/6: release one, the old
+/// one, near GCE's 24 h deadline); it leaves (hold). 16 events; the
+/// decisions are [`CAPACITY_DECISIONS`].
+pub fn capacity_trace(path: &Path) -> usize {
+    const H: u64 = 3_600_000_000;
+    let job = |id: u64, t: u64| {
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":0.01,"mem_request":0.01,"num_tasks":1}}"#
+        )
+    };
+    let task = |id: u64, t: u64, kind: &str, machine: u64| {
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":{id},"task_index":0,"kind":"{kind}","machine_id":{machine}}}"#
+        )
+    };
+    let machine = |id: u64, t: u64, kind: &str| {
+        format!(r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}"}}"#)
+    };
+    let vm = |id: u64, t: u64, launch: u64, kind: &str| {
+        format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{launch}}}"#
+        )
+    };
+    let mut lines: Vec<String> = (1..=4).map(|m| machine(m, 0, "add")).collect();
+    lines.extend([
+        job(10, 0),
+        task(10, 0, "schedule", 1),
+        task(10, 10 * H, "finish", 1),
+        format!(
+            r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":10,"outcome":"finish"}}"#,
+            t = 10 * H
+        ),
+    ]);
+    for id in 11..=14 {
+        let t = 10 * H + id;
+        lines.extend([job(id, t), task(id, t, "schedule", id - 10)]);
+    }
+    lines.extend([
+        vm(5, 11 * H, 11 * H, "add"),
+        vm(6, 25 * H, 2 * H, "add"),
+        vm(6, 25 * H + 1_000_000, 2 * H, "remove"),
+    ]);
+    let mut file = std::fs::File::create(path).expect("creates the trace");
+    for line in &lines {
+        writeln!(file, "{line}").expect("writes the trace");
+    }
+    lines.len()
+}
+
+/// The settings [`capacity_trace`] is run with: a cutoff of an hour and
+/// a budget of `⌊3⌋·2·0.5` = 3 transient servers.
+pub const CAPACITY_SETTINGS: [&str; 3] = [
+    "engine.capacity.enabled=true",
+    "engine.capacity.long_cutoff_secs=3600",
+    "engine.capacity.static_short_servers=2",
+];
+
+/// The decisions [`capacity_trace`] gives, in order: version, action,
+/// servers, and the machine released.
+pub const CAPACITY_DECISIONS: [(u64, &str, u64, Option<u64>); 4] = [
+    (1, "grow", 1, None),
+    (2, "hold", 0, None),
+    (3, "shrink", 1, Some(6)),
+    (4, "hold", 0, None),
+];
+
+/// Check `published` (the capacity topic's payloads, in order) against
+/// [`CAPACITY_DECISIONS`]; the last decision, parsed.
+pub fn check_capacity_decisions(published: &[Vec<u8>]) -> serde_json::Value {
+    let decisions: Vec<serde_json::Value> = published
+        .iter()
+        .map(|p| serde_json::from_slice(p).expect("a capacity decision is JSON"))
+        .collect();
+    assert_eq!(decisions.len(), CAPACITY_DECISIONS.len(), "{decisions:?}");
+    for (d, &(version, action, servers, released)) in decisions.iter().zip(&CAPACITY_DECISIONS) {
+        assert_eq!(d["version"], version, "{d}");
+        assert_eq!(d["action"], action, "{d}");
+        assert_eq!(d["servers"], servers, "{d}");
+        let release: Vec<u64> = d["release"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no release list in {d}"))
+            .iter()
+            .map(|r| r["machine_id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(release, released.into_iter().collect::<Vec<_>>(), "{d}");
+    }
+    assert_eq!(decisions[0]["long_load_ratio"], 1.0);
+    assert_eq!(decisions[2]["transient_servers"], 2);
+    decisions.last().expect("four decisions").clone()
+}
+
 /// A tiny trace (canonical JSON lines) that places a task on a preemptible
 /// VM, so that the service publishes a risk score (the bundled excerpt has
 /// no transient VMs): a job runs 10 h, a VM starts at 9 h, and a job with

@@ -269,9 +269,6 @@ fn a_dag_jobs_decisions_carry_its_stages_and_follow_its_root_pilots() {
     serve.terminate();
 }
 
-/// The first index from `from` on where event time moves on: a cut there
-/// puts every event before it ahead of every event after it in the merged
-/// order.
 /// A task placed on a preemptible VM, on the mock cluster: its risk score
 /// carries a checkpoint schedule, the same on the risk topic and at
 /// `GET /machines/{id}/risk`; with `checkpoint_cost_minutes` 0, none.
@@ -320,6 +317,65 @@ fn a_risk_score_carries_its_checkpoint_schedule_unless_none_is_configured() {
     );
 }
 
+/// CloudCoaster's controller on the mock cluster: long tasks crowd the
+/// cluster, transient VMs join and one leaves; the capacity topic carries
+/// each decision once, in order, with its version in a header, and
+/// `GET /capacity` serves the last.
+#[test]
+fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("capacity.jsonl");
+    let lines = jobcast_tests::capacity_trace(&trace);
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(events.len(), lines);
+    // The capacity topic's messages, and GET /capacity's status and body.
+    let run = |args: &[&str]| {
+        let topics = Topics::default();
+        let cluster = Cluster::new(&topics, 1);
+        let input = messages(&events);
+        cluster.produce(&topics.events, &input);
+        let data = tempfile::tempdir().unwrap();
+        let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), args);
+        serve.wait_stored_offsets(input.len() as u64, WAIT);
+        let published = cluster.read_all(&topics.capacity, 1);
+        let (status, body) = serve.get("/capacity");
+        let (_, metrics) = serve.get("/metrics");
+        serve.terminate();
+        (published, status, body, metrics)
+    };
+    let mut args = Vec::new();
+    for setting in jobcast_tests::CAPACITY_SETTINGS {
+        args.extend(["--set", setting]);
+    }
+    let (published, status, body, metrics) = run(&args);
+    for (i, message) in published.iter().enumerate() {
+        assert_eq!(message.key, b"capacity");
+        let version = message.headers.get("jobcast.version");
+        assert_eq!(version, Some(&(i + 1).to_string()));
+    }
+    let payloads: Vec<Vec<u8>> = published.into_iter().map(|m| m.payload).collect();
+    let last = jobcast_tests::check_capacity_decisions(&payloads);
+    assert_eq!(status, 200, "{body}");
+    let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served, last);
+    assert!(
+        metrics.contains(r#"jobcast_capacity_decisions_total{action="shrink"} 1"#),
+        "{metrics}"
+    );
+
+    // Off (the default), nothing is decided and the route says why.
+    let (published, status, body, _) = run(&[]);
+    assert!(published.is_empty());
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("engine.capacity.enabled"), "{body}");
+}
+
+/// The first index from `from` on where event time moves on: a cut there
+/// puts every event before it ahead of every event after it in the merged
+/// order.
 fn next_instant(events: &[Event], from: usize) -> usize {
     (from.max(1)..events.len())
         .find(|&i| events[i].time_us() > events[i - 1].time_us())

@@ -271,3 +271,57 @@ fn risk_scores_carry_their_checkpoint_schedule_on_a_real_broker() {
     assert_eq!(served["score"], risk["score"], "{served}");
     serve.terminate();
 }
+
+/// CloudCoaster's controller on the real broker: the same decisions as on
+/// the mock cluster, in order, and the last at `GET /capacity`.
+#[test]
+fn capacity_decisions_on_a_real_broker() {
+    let tansu = Tansu::start();
+    let topics = Topics::default();
+    tansu.create_topic(&topics.events, 1);
+    for topic in topics.outputs() {
+        tansu.create_topic(topic, 1);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("capacity.jsonl");
+    let lines = jobcast_tests::capacity_trace(&trace) as u64;
+    jobcast_tests::jobcast_ok(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--topic",
+        &topics.events,
+        "--brokers",
+        &tansu.brokers,
+        "-X",
+        "batch.num.messages=1",
+    ]);
+    let mut args = Vec::new();
+    for setting in jobcast_tests::CAPACITY_SETTINGS {
+        args.extend(["--set", setting]);
+    }
+    let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &args);
+    serve.wait_stored_offsets(lines, WAIT);
+    let deadline = Instant::now() + WAIT;
+    let published = loop {
+        let published = read_all(&tansu.brokers, &topics.capacity, 1);
+        if published.len() >= jobcast_tests::CAPACITY_DECISIONS.len() {
+            break published;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} capacity decisions published",
+            published.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let payloads: Vec<Vec<u8>> = published.into_iter().map(|m| m.payload).collect();
+    let last = jobcast_tests::check_capacity_decisions(&payloads);
+    let (status, body) = serve.get("/capacity");
+    assert_eq!(status, 200, "{body}");
+    let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served, last);
+    serve.terminate();
+}
