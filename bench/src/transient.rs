@@ -87,6 +87,9 @@ pub struct TransientArgs {
     /// Probes per short task.
     #[arg(long, default_value_t = TransientConfig::default().probe_ratio)]
     probe_ratio: u32,
+    /// Probes per short job, at least.
+    #[arg(long, default_value_t = TransientConfig::default().min_probes)]
+    min_probes: u32,
     /// Jobs with a longer mean task runtime are long, seconds [default:
     /// the 90th percentile of the history jobs'].
     #[arg(long)]
@@ -130,6 +133,7 @@ pub fn transient(args: &TransientArgs) -> anyhow::Result<TransientReport> {
         threshold: args.threshold,
         provisioning_us: args.provisioning_s * 1_000_000,
         probe_ratio: args.probe_ratio,
+        min_probes: args.min_probes,
         cutoff_us: args
             .cutoff_s
             .map_or(TransientConfig::default().cutoff_us, |s| s * 1e6),

@@ -62,8 +62,6 @@ struct Server {
     requested_us: u64,
     up_us: u64,
     ended_us: Option<u64>,
-    /// The short job whose task it ran last (sticky batch probing).
-    sticky: Option<usize>,
 }
 
 struct Job<'a> {
@@ -213,9 +211,10 @@ impl<'a, 'c> Cluster<'a, 'c> {
             self.control(now);
         } else {
             let width = self.jobs[job].spec.width();
+            let probes = (width * self.config.probe_ratio).max(self.config.min_probes);
             // One probe per task on an on-demand server (§3.3), the rest
             // anywhere short tasks may go.
-            for i in 0..width * self.config.probe_ratio {
+            for i in 0..probes {
                 self.probe(job, i < width, now);
             }
         }
@@ -238,15 +237,11 @@ impl<'a, 'c> Cluster<'a, 'c> {
         if self.servers[server].running.is_some() {
             return;
         }
-        // Sticky batch probing: the short job it just served, while it has
-        // tasks left.
-        if let Some(job) = self.servers[server].sticky.take()
-            && let Some(task) = self.jobs[job].unstarted.pop()
-        {
-            self.start(server, job, task, now);
-            return;
-        }
-        while let Some(entry) = self.servers[server].queue.pop_front() {
+        while let Some(at) = self.next_entry(server) {
+            let entry = self.servers[server]
+                .queue
+                .remove(at)
+                .expect("chosen from the queue");
             match entry {
                 Entry::Probe(job) => {
                     self.jobs[job].probes -= 1;
@@ -264,6 +259,34 @@ impl<'a, 'c> Cluster<'a, 'c> {
         if self.servers[server].state == State::Draining {
             self.gone(server, now);
         }
+    }
+
+    /// Where in `server`'s queue the entry to run next is: a long task at
+    /// the head, else the entry of least remaining estimated work (SRPT),
+    /// the earlier on a tie; a probe whose job has no task left to start
+    /// costs nothing and goes first, to be dropped.
+    fn next_entry(&self, server: usize) -> Option<usize> {
+        let queue = &self.servers[server].queue;
+        if let Some(Entry::Long(..)) = queue.front() {
+            return Some(0);
+        }
+        let remaining = |entry: &Entry| -> f64 {
+            match *entry {
+                Entry::Probe(job) => {
+                    let j = &self.jobs[job];
+                    j.class.task_us * j.unstarted.len() as f64
+                }
+                Entry::Long(job, _) => {
+                    let j = &self.jobs[job];
+                    j.class.task_us * f64::from(j.unfinished)
+                }
+            }
+        };
+        queue
+            .iter()
+            .enumerate()
+            .min_by(|(i, a), (k, b)| remaining(a).total_cmp(&remaining(b)).then(i.cmp(k)))
+            .map(|(i, _)| i)
     }
 
     fn start(&mut self, server: usize, job: usize, task: u32, now: u64) {
@@ -299,8 +322,14 @@ impl<'a, 'c> Cluster<'a, 'c> {
             let est = self.jobs[job].class.task_us.max(1.0).round() as u64;
             self.partitions.long_done(server, est);
             self.control(now);
-        } else {
-            self.servers[server].sticky = Some(job);
+        } else if !self.jobs[job].unstarted.is_empty() {
+            // Sticky batch probing: the probe goes back to the head (behind
+            // a long task there, which runs first) and competes for the
+            // job's next task.
+            self.jobs[job].probes += 1;
+            let queue = &mut self.servers[server].queue;
+            let at = usize::from(matches!(queue.front(), Some(Entry::Long(..))));
+            queue.insert(at, Entry::Probe(job));
         }
         self.serve(server, now);
     }
@@ -480,7 +509,6 @@ impl Server {
             requested_us: now,
             up_us: now,
             ended_us: None,
-            sticky: None,
         }
     }
 }
