@@ -9,7 +9,11 @@
 //! the engine would publish for them (at placement and at each refresh
 //! age; `jobcast_predictor::preemption::scoring`) is scored against what
 //! happened to that VM: Brier score and reliability by equal-count bins,
-//! censored outcomes weighted out. The bathtub paper's VM reuse policy is
+//! censored outcomes weighted out. The engine publishes the model's
+//! probability recalibrated on the outcomes of the scores before it
+//! (`preemption::recalibration`); here the recalibration learns from the
+//! same tasks run on the fitted half, and the model's own scores are
+//! reported beside the published ones. The bathtub paper's VM reuse policy is
 //! measured the same way: it decides by the fitted pooled bathtub, and the
 //! lifetimes it meets are drawn from the Kaplan–Meier curve of the
 //! held-out VMs, against the memoryless policy on the same draws.
@@ -23,11 +27,12 @@ use jobcast_predictor::engine::RiskSettings;
 use jobcast_predictor::preemption::fit::{DeadlineCheck, LifetimeRecord};
 use jobcast_predictor::preemption::kaplan_meier::{KaplanMeier, Observation};
 use jobcast_predictor::preemption::online::OnlineFitter;
+use jobcast_predictor::preemption::recalibration::Recalibration;
 use jobcast_predictor::preemption::running_time::{
     ReuseCriterion, ReuseFailureRow, reuse_monte_carlo,
 };
 use jobcast_predictor::preemption::scoring::{
-    Forecast, Reliability, censoring_curve, forecasts_on, reliability,
+    Forecast, Outcome, Reliability, censoring_curve, forecasts_on, reliability, weight,
 };
 use plotters::prelude::*;
 use rand::seq::SliceRandom;
@@ -104,7 +109,13 @@ pub struct Calibration {
     pub deadline: Option<DeadlineCheck>,
     /// Successful refits of the fitter on the fitted half.
     pub refits: u64,
+    /// The published scores: the model's, recalibrated on the outcomes of
+    /// the fitted half's.
     pub reliability: Reliability,
+    /// The model's own scores.
+    pub model_reliability: Reliability,
+    /// Outcomes (censoring-weighted) the recalibration learnt from.
+    pub recalibration_outcomes: f64,
     pub reuse: Reuse,
 }
 
@@ -141,16 +152,48 @@ pub fn calibrate(
 
     let (low, high) = config.task_hours;
     let mut runtimes = std::iter::repeat_with(|| low * (high / low).powf(rng.random::<f64>()));
-    let forecasts: Vec<(Forecast, &LifetimeRecord)> = held_out
+    let mut forecasts_of = |vms: &'_ [LifetimeRecord]| -> Vec<(Forecast, usize)> {
+        vms.iter()
+            .enumerate()
+            .flat_map(|(i, vm)| {
+                let model = fitter.risk_model_for(&vm.vm_type, &vm.zone, vm.launch_time_us);
+                forecasts_on(vm, &model, &mut runtimes, &config.risk.refresh_ages_h)
+                    .into_iter()
+                    .map(move |f| (f, i))
+            })
+            .collect()
+    };
+    // The engine learns its recalibration from the outcomes of the scores
+    // it published before: here, those of tasks on the fitted half's VMs,
+    // weighted by the fitter's curve of the stops.
+    let learnt = forecasts_of(&fitted);
+    let model = forecasts_of(&held_out);
+    let mut recalibration = Recalibration::new(
+        config.risk.recalibration_bins,
+        config.risk.recalibration_min_outcomes,
+    );
+    if let Some(stops) = fitter.censoring() {
+        for (f, i) in &learnt {
+            if let Some(w) = weight(stops, &fitted[*i], f) {
+                let failed = Outcome::of(&fitted[*i], f.end_h) == Outcome::Failed;
+                recalibration.observe(f.p, failed, w);
+            }
+        }
+    }
+    recalibration.refit();
+    let model: Vec<(Forecast, &LifetimeRecord)> =
+        model.into_iter().map(|(f, i)| (f, &held_out[i])).collect();
+    let published: Vec<(Forecast, &LifetimeRecord)> = model
         .iter()
-        .flat_map(|vm| {
-            let model = fitter.risk_model_for(&vm.vm_type, &vm.zone, vm.launch_time_us);
-            forecasts_on(vm, &model, &mut runtimes, &config.risk.refresh_ages_h)
-                .into_iter()
-                .map(move |f| (f, vm))
+        .map(|&(f, vm)| {
+            let p = recalibration.map(f.p);
+            (Forecast { p, ..f }, vm)
         })
         .collect();
-    let reliability = reliability(&forecasts, &censoring_curve(&held_out), config.bins);
+    let held_out_stops = censoring_curve(&held_out);
+    let reliability = reliability(&published, &held_out_stops, config.bins);
+    let model_reliability =
+        jobcast_predictor::preemption::scoring::reliability(&model, &held_out_stops, config.bins);
 
     let pooled = fitter
         .fits()
@@ -197,6 +240,8 @@ pub fn calibrate(
         deadline: fitter.deadline().copied(),
         refits: fitter.refits(),
         reliability,
+        model_reliability,
+        recalibration_outcomes: recalibration.outcomes(),
         reuse: Reuse {
             failure_ratio: ratio(&by_time),
             failure_ratio_min_p: ratio(&by_failure),

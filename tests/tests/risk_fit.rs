@@ -225,21 +225,30 @@ fn the_published_risks_are_scored_against_held_out_vms() {
     assert_eq!(reuse["expected_running_time"].as_array().unwrap().len(), 23);
     let svg = std::fs::read_to_string(plots.join("reliability.svg")).unwrap();
     assert!(svg.contains("<svg"));
-    // Measured: Brier 0.062 against 0.137 for the base rate, the largest
-    // decile gap 12.3 points (the tasks that run past 24 h), reuse 1.69×.
+    // Measured: the model's own scores, Brier 0.059 against 0.140 for
+    // the base rate and a largest decile gap of 7.2 points (the tasks
+    // that run past 24 h); published, recalibrated on the fitted half's
+    // 4,267 outcomes, 0.058 and 7.0 points; reuse 1.69×.
     assert!(n(&nominal, "brier") < 0.07, "{out}");
     assert!(n(&nominal, "brier_skill") > 0.5, "{out}");
-    assert!(n(&nominal, "max_decile_gap_pts") > 10.0, "{out}");
+    assert!(n(&nominal, "recalibration_outcomes") > 1000.0, "{out}");
+    assert!(n(&nominal, "brier") < n(&nominal, "model_brier"), "{out}");
+    assert!(n(&nominal, "model_max_decile_gap_pts") > 5.0, "{out}");
+    assert!(n(&nominal, "max_decile_gap_pts") < 8.0, "{out}");
+    assert_eq!(nominal["model_deciles"].as_array().unwrap().len(), 10);
     let ratio = n(&nominal, "reuse_failure_ratio");
     assert!((1.5..1.9).contains(&ratio), "{out}");
     assert!(n(&nominal, "reuse_failure_ratio_min_p") > 2.0, "{out}");
     // Same seed, same bytes.
     assert_eq!(calibrate_json("24", None).0, out);
-    // A deadline past the measured lifetimes: better scores, and the
-    // paper's rule halves the failures (measured 0.053, 6.0 points, 2.1×).
+    // A deadline past the measured lifetimes: a better model, and the
+    // paper's rule halves the failures (measured 0.054, 4.2 points, 2.2×).
     let (_, past) = calibrate_json("25", None);
-    assert!(n(&past, "brier") < n(&nominal, "brier") - 0.005, "{past}");
-    assert!(n(&past, "max_decile_gap_pts") < 8.0, "{past}");
+    assert!(
+        n(&past, "model_brier") < n(&nominal, "model_brier") - 0.004,
+        "{past}"
+    );
+    assert!(n(&past, "model_max_decile_gap_pts") < 6.0, "{past}");
     assert!(n(&past, "reuse_failure_ratio") > 2.0, "{past}");
     let data = lifetimes();
     let bad = jobcast(&[

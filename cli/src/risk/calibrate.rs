@@ -98,6 +98,10 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             "brier_skill": r.brier_skill,
             "max_decile_gap_pts": r.max_gap_pts,
             "deciles": r.bins,
+            "model_brier": result.model_reliability.brier,
+            "model_max_decile_gap_pts": result.model_reliability.max_gap_pts,
+            "model_deciles": result.model_reliability.bins,
+            "recalibration_outcomes": result.recalibration_outcomes,
             "reuse_failure_ratio": result.reuse.failure_ratio,
             "reuse_failure_ratio_min_p": result.reuse.failure_ratio_min_p,
             "reuse": result.reuse,
@@ -121,8 +125,16 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "{} forecasts, {} with a censored outcome; Brier {:.4} (always the base rate: {:.4}; skill {:.3}); largest decile gap {:.1} points",
-        r.forecasts, r.censored, r.brier, r.brier_reference, r.brier_skill, r.max_gap_pts
+        "{} forecasts, {} with a censored outcome; published (recalibrated on {:.0} outcomes): Brier {:.4} (always the base rate: {:.4}; skill {:.3}), largest decile gap {:.1} points; the model's own: Brier {:.4}, largest gap {:.1} points",
+        r.forecasts,
+        r.censored,
+        result.recalibration_outcomes,
+        r.brier,
+        r.brier_reference,
+        r.brier_skill,
+        r.max_gap_pts,
+        result.model_reliability.brier,
+        result.model_reliability.max_gap_pts
     )?;
     writeln!(
         out,

@@ -174,6 +174,12 @@ pub struct RiskSettings {
     /// with the cube of the steps (`risk checkpoints` builds a day's table
     /// and Young–Daly's in 0.055 s at 5 minutes, 9.9 s at 1).
     pub checkpoint_step_minutes: f64,
+    /// Equal-width bins of probability in which the outcomes of published
+    /// scores are counted to recalibrate the next ones.
+    pub recalibration_bins: usize,
+    /// Outcomes (censoring-weighted) counted before scores are
+    /// recalibrated; until then they are the model's.
+    pub recalibration_min_outcomes: f64,
 }
 
 impl Default for RiskSettings {
@@ -188,6 +194,8 @@ impl Default for RiskSettings {
             shrinkage_events: online.fit.shrinkage_events,
             checkpoint_cost_minutes: 5.0,
             checkpoint_step_minutes: 5.0,
+            recalibration_bins: 50,
+            recalibration_min_outcomes: 1_000.0,
         }
     }
 }
@@ -233,6 +241,19 @@ impl RiskSettings {
                     "must be 1 to 60 (a finer grid costs seconds per table), got {}",
                     self.checkpoint_step_minutes
                 ),
+            ));
+        }
+        if !(1..=10_000).contains(&self.recalibration_bins) {
+            return Err(ConfigError::new(
+                "recalibration_bins",
+                format!("must be 1 to 10000, got {}", self.recalibration_bins),
+            ));
+        }
+        let min = self.recalibration_min_outcomes;
+        if !(min.is_finite() && min >= 0.0) {
+            return Err(ConfigError::new(
+                "recalibration_min_outcomes",
+                format!("must be finite and ≥ 0, got {min}"),
             ));
         }
         let defaults = OnlineConfig::default();

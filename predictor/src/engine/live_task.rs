@@ -53,6 +53,11 @@ impl LiveTask {
         }
     }
 
+    /// The machine of its latest attempt, if an event named one.
+    pub(super) fn machine_id(&self) -> Option<u64> {
+        self.get(MACHINE)
+    }
+
     /// Start of the attempt running now, if one is.
     pub(super) fn running_since_us(&self) -> Option<u64> {
         self.get(RUNNING_SINCE)

@@ -5,18 +5,22 @@
 //! ages past the bathtub's turning points; a machine silent too long is
 //! given up on.
 
-use std::collections::BTreeSet;
 use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 
 use foldhash::{HashMap, HashMapExt};
-use jobcast_ingest::event::{MachineEvent, MachineKind, TaskEvent};
+use jobcast_ingest::event::{EndReason, MachineEvent, MachineKind, TaskEvent, TaskKind};
 
 use crate::decision::Estimate;
 use crate::preemption::checkpoint::{CheckpointSpec, CheckpointTable, SegmentPolicy};
+use crate::preemption::kaplan_meier::KaplanMeier;
 use crate::preemption::models::LifetimeModel;
 use crate::preemption::online::OnlineFitter;
+use crate::preemption::recalibration::Recalibration;
 use crate::preemption::risk::{Recommendation, RuntimeEstimate, score};
 use crate::preemption::running_time::preemption_probability;
+use crate::preemption::scoring::ipcw;
+use serde::{Deserialize, Serialize};
 
 use super::config::RiskSettings;
 use super::effects::{Effects, Output};
@@ -42,6 +46,82 @@ pub(super) struct Machines {
     /// per lifetime model in use, built when first needed and dropped on a
     /// refit (a function of the model, so never saved).
     checkpoints: Option<Checkpoints>,
+    /// The scores of the task running on each VM, until its outcome is
+    /// known, and what past outcomes say of the model's probabilities.
+    outcomes: Outcomes,
+}
+
+/// The scores awaiting their outcome, and the recalibration they teach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Outcomes {
+    /// By VM: the task scored on it, and each score's VM age (hours) and
+    /// the model's probability.
+    pending: BTreeMap<u64, Pending>,
+    recalibration: Recalibration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pending {
+    job_id: u64,
+    task_index: u32,
+    scores: Vec<(f64, f64)>,
+}
+
+impl Outcomes {
+    fn new(risk: &RiskSettings) -> Self {
+        Outcomes {
+            pending: BTreeMap::new(),
+            recalibration: Recalibration::new(
+                risk.recalibration_bins,
+                risk.recalibration_min_outcomes,
+            ),
+        }
+    }
+
+    /// A score of the model's `p` at VM age `age_h` for the task on
+    /// `machine_id`; a score of another task replaces the pending ones
+    /// (their outcome will not be seen).
+    fn scored(&mut self, machine_id: u64, job_id: u64, task_index: u32, age_h: f64, p: f64) {
+        let pending = self.pending.entry(machine_id).or_insert(Pending {
+            job_id,
+            task_index,
+            scores: Vec::new(),
+        });
+        if (pending.job_id, pending.task_index) != (job_id, task_index) {
+            *pending = Pending {
+                job_id,
+                task_index,
+                scores: Vec::new(),
+            };
+        }
+        pending.scores.push((age_h, p));
+    }
+
+    /// The pending scores of `machine_id` learn that the VM was up, or
+    /// preempted, at age `seen_h`; `censoring` is `Ĝ`, which weighs them
+    /// (unweighted before the fitter has one).
+    fn resolved(
+        &mut self,
+        machine_id: u64,
+        failed: bool,
+        seen_h: f64,
+        censoring: Option<&KaplanMeier>,
+    ) {
+        let Some(pending) = self.pending.remove(&machine_id) else {
+            return;
+        };
+        for (age_h, p) in pending.scores {
+            let weight = match censoring {
+                Some(g) => match ipcw(g, age_h, seen_h) {
+                    Some(w) => w,
+                    None => continue,
+                },
+                None => 1.0,
+            };
+            self.recalibration.observe(p, failed, weight);
+        }
+        self.recalibration.refit();
+    }
 }
 
 /// Machines up, counted as their records change.
@@ -98,12 +178,13 @@ impl Checkpoints {
 
 /// A snapshot's view of [`Machines`], borrowed to save and owned to
 /// restore.
-pub(super) struct MachinesState<R, S, L, F> {
+pub(super) struct MachinesState<R, S, L, F, O> {
     pub records: R,
     pub seen: S,
     pub lifetimes: L,
     pub refresh: F,
     pub capacity_cpus: f64,
+    pub outcomes: O,
 }
 
 /// [`Machines`] as a snapshot saves it.
@@ -112,6 +193,7 @@ pub(super) type Saved<'a> = MachinesState<
     &'a HashMap<u64, u64>,
     &'a OnlineFitter,
     &'a BTreeSet<(u64, u64)>,
+    &'a Outcomes,
 >;
 
 /// [`Machines`] as a snapshot restores it.
@@ -120,6 +202,7 @@ pub(super) type Restored = MachinesState<
     HashMap<u64, u64>,
     OnlineFitter,
     BTreeSet<(u64, u64)>,
+    Outcomes,
 >;
 
 impl Machines {
@@ -135,6 +218,7 @@ impl Machines {
                 spec,
                 tables: HashMap::new(),
             }),
+            outcomes: Outcomes::new(&risk),
             risk,
         }
     }
@@ -205,6 +289,7 @@ impl Machines {
             lifetimes: &self.lifetimes,
             refresh: &self.refresh,
             capacity_cpus: self.capacity_cpus,
+            outcomes: &self.outcomes,
         }
     }
 
@@ -215,6 +300,7 @@ impl Machines {
         self.lifetimes = state.lifetimes;
         self.refresh = state.refresh;
         self.capacity_cpus = state.capacity_cpus;
+        self.outcomes = state.outcomes;
         self.up = Servers::default();
         for machine in self.records.values() {
             self.up
@@ -255,6 +341,7 @@ impl Machines {
         for machine_id in silent {
             self.seen.remove(&machine_id);
             let gone = self.records.remove(&machine_id);
+            self.outcomes.pending.remove(&machine_id);
             self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
             self.up
                 .changed(Servers::of(gone.as_ref()), Servers::default());
@@ -340,6 +427,9 @@ impl Machines {
         {
             score.checkpoints = table.schedule(runtime.mean_h, on_age_h).ok();
         }
+        let p = score.this_vm.preemption_probability;
+        self.outcomes
+            .scored(machine_id, job_id, task_index, age_h, p);
         let risk = MachineRisk {
             machine_id,
             job_id,
@@ -349,6 +439,7 @@ impl Machines {
             vm_type,
             zone,
             lifetime_model: model.kind().name().to_owned(),
+            preemption_probability: self.outcomes.recalibration.map(p),
             score,
         };
         machine.risk = Some(risk.clone());
@@ -364,6 +455,35 @@ impl Machines {
         {
             self.refresh
                 .insert((launch.saturating_add((next * 3.6e9) as u64), machine_id));
+        }
+    }
+
+    /// A task's attempt on `machine_id` ended with `task`: a finish is the
+    /// outcome its scores wait for (the VM outlived it); a failure, kill or
+    /// timeout of its own says nothing of the VM, and its scores are
+    /// dropped; an eviction or loss may be the VM's preemption, which the
+    /// VM's remove event tells.
+    pub(super) fn attempt_ended(&mut self, machine_id: u64, task: &TaskEvent) {
+        let Some(pending) = self.outcomes.pending.get(&machine_id) else {
+            return;
+        };
+        if (pending.job_id, pending.task_index) != (task.job_id, task.task_index) {
+            return;
+        }
+        match task.kind {
+            TaskKind::Finish => {
+                let Some(launch) = self.records.get(&machine_id).and_then(|m| m.launch_time_us)
+                else {
+                    return;
+                };
+                let age_h = task.time_us.saturating_sub(launch) as f64 / 3.6e9;
+                self.outcomes
+                    .resolved(machine_id, false, age_h, self.lifetimes.censoring());
+            }
+            TaskKind::Evict | TaskKind::Lost => {}
+            _ => {
+                self.outcomes.pending.remove(&machine_id);
+            }
         }
     }
 
@@ -452,6 +572,24 @@ impl Machines {
         self.up.changed(counted, counts);
         effects.machines.mark(event.machine_id);
         self.seen(event.machine_id, event.time_us);
+        if event.kind == MachineKind::Remove {
+            // The task on it, if still running, met its end with the VM.
+            let record = &self.records[&event.machine_id];
+            match (record.end_reason, record.launch_time_us) {
+                (Some(EndReason::Preempted), Some(launch)) => {
+                    let lifetime_h = event.time_us.saturating_sub(launch) as f64 / 3.6e9;
+                    self.outcomes.resolved(
+                        event.machine_id,
+                        true,
+                        lifetime_h.next_down(),
+                        self.lifetimes.censoring(),
+                    );
+                }
+                _ => {
+                    self.outcomes.pending.remove(&event.machine_id);
+                }
+            }
+        }
         if self.lifetimes.observe(event)
             && let Some(checkpoints) = &mut self.checkpoints
         {

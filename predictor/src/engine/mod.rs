@@ -489,6 +489,11 @@ impl Engine {
         let mut task = previous.copied().unwrap_or(LiveTask::new(event.kind));
         task.apply(event.kind, event.time_us, event.machine_id, runtime_us);
         self.tasks.insert(key, task);
+        if event.kind.ends_attempt()
+            && let Some(machine_id) = task.machine_id()
+        {
+            self.machines.attempt_ended(machine_id, event);
+        }
         effects.tasks.mark(key);
         if let Some(machine_id) = event.machine_id {
             self.machines.seen(machine_id, event.time_us);

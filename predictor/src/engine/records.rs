@@ -179,6 +179,10 @@ pub struct MachineRisk {
     /// VMs' lifetimes show a deadline, else the model closest to them
     /// (`weibull`, `exponential`, `gompertz-makeham`).
     pub lifetime_model: String,
+    /// The chance the VM is preempted before the task ends: the model's
+    /// (`score.this_vm.preemption_probability`) recalibrated on what
+    /// happened to the scores before it (`preemption/recalibration.rs`).
+    pub preemption_probability: f64,
     pub score: RiskScore,
 }
 

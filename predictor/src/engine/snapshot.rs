@@ -6,7 +6,8 @@
 //! history, every policy (SLearn's adaptive ratio and pilot sets with their
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
 //! the ETAs' calibration and the capacity they divide by, pending risk
-//! refreshes, CloudCoaster's controller (the long tasks running and its
+//! refreshes and the risk scores awaiting their outcome with the
+//! recalibration they teach, CloudCoaster's controller (the long tasks running and its
 //! last decision), the policies' error statistics, the event count
 //! and the event clock (each partition's time, and the events held far
 //! ahead of it). An engine restored from it applies
@@ -25,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::capacity::CapacityState;
 use super::clock::ClockState;
 use super::live_task::LiveTask;
-use super::machines::{self, MachinesState};
+use super::machines::{self, MachinesState, Outcomes};
 use super::pacing::Pacing;
 use super::progress::Progress;
 use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors};
@@ -76,6 +77,7 @@ pub(super) struct State<'a> {
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
     capacity_cpus: f64,
+    risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
 }
 
@@ -245,6 +247,7 @@ impl<'a> State<'a> {
             next_sweep_us,
             etas: Cow::Borrowed(etas),
             capacity_cpus: machines.capacity_cpus,
+            risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
         }
     }
@@ -325,6 +328,7 @@ pub(super) fn restore_chain(
             lifetimes: state.lifetimes.into_owned(),
             refresh: state.risk_refresh.into_owned(),
             capacity_cpus: state.capacity_cpus,
+            outcomes: state.risk_outcomes.into_owned(),
         },
         policy_errors: state
             .policy_errors

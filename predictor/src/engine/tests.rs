@@ -1656,3 +1656,116 @@ fn bad_capacity_settings_are_refused_by_name() {
         assert!(err.to_string().contains(key), "{err}");
     }
 }
+
+/// A task event of `job` on `machine`.
+fn task_on(job: u64, t: u64, kind: &str, machine: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"task","time_us":{t},"job_id":{job},"task_index":0,"kind":"{kind}","machine_id":{machine}}}"#
+    ))
+}
+
+#[test]
+fn published_risks_are_recalibrated_on_what_happened_to_the_scores_before() {
+    let config = EngineConfig {
+        risk: RiskSettings {
+            recalibration_bins: 10,
+            recalibration_min_outcomes: 6.0,
+            ..RiskSettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    // History: a similar job ran 2 h.
+    engine.apply(AT, &submit(10, 0, 1), &mut effects).unwrap();
+    engine
+        .apply(AT, &task(10, 0, 0, "schedule"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(10, 0, 2 * HOUR, "finish"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(10, 2 * HOUR, "finish"), &mut effects)
+        .unwrap();
+    // Tasks of 2 h placed on fresh VMs, every one of which is preempted an
+    // hour later: the model says a few per cent, the outcomes say all.
+    let mut t = 3 * HOUR;
+    let mut published = Vec::new();
+    for k in 0..8u64 {
+        let (vm, job) = (100 + k, 20 + k);
+        effects.clear();
+        engine
+            .apply(AT, &transient_vm(vm, t, t), &mut effects)
+            .unwrap();
+        engine.apply(AT, &submit(job, t, 1), &mut effects).unwrap();
+        engine
+            .apply(AT, &task_on(job, t, "schedule", vm), &mut effects)
+            .unwrap();
+        let risk = risks(&effects).pop().expect("scored");
+        published.push((
+            risk.score.this_vm.preemption_probability,
+            risk.preemption_probability,
+        ));
+        let gone = t + HOUR;
+        engine
+            .apply(
+                AT,
+                &event(&format!(
+                    r#"{{"v":1,"type":"machine","time_us":{gone},"machine_id":{vm},"kind":"remove","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{t},"end_reason":"preempted"}}"#
+                )),
+                &mut effects,
+            )
+            .unwrap();
+        engine
+            .apply(AT, &task_on(job, gone, "lost", vm), &mut effects)
+            .unwrap();
+        engine
+            .apply(AT, &end(job, gone, "lost"), &mut effects)
+            .unwrap();
+        engine.release_ended();
+        t += 2 * HOUR;
+    }
+    // The model's own until six outcomes are in; then what they say.
+    for (i, &(model, published)) in published.iter().enumerate() {
+        assert!(model < 0.5, "{published:?}");
+        if i < 6 {
+            assert_eq!(published, model, "score {i}");
+        } else {
+            assert_eq!(published, 1.0, "score {i}");
+        }
+    }
+    // A VM that outlives its task teaches the other way, and a restored
+    // engine has learnt the same.
+    let vm = 200;
+    effects.clear();
+    engine
+        .apply(AT, &transient_vm(vm, t, t), &mut effects)
+        .unwrap();
+    engine.apply(AT, &submit(30, t, 1), &mut effects).unwrap();
+    engine
+        .apply(AT, &task_on(30, t, "schedule", vm), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_on(30, t + 2 * HOUR, "finish", vm), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(30, t + 2 * HOUR, "finish"), &mut effects)
+        .unwrap();
+    engine.release_ended();
+    let mut restored = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    let t = t + 3 * HOUR;
+    let mut scored = Vec::new();
+    for e in [&mut engine, &mut restored] {
+        let mut effects = Effects::default();
+        e.apply(AT, &submit(31, t, 1), &mut effects).unwrap();
+        e.apply(AT, &task_on(31, t, "schedule", 200), &mut effects)
+            .unwrap();
+        scored.push(risks(&effects).pop().expect("scored"));
+    }
+    assert_eq!(scored[0], scored[1]);
+    let p = scored[0].preemption_probability;
+    assert!(
+        p < 1.0 && p > scored[0].score.this_vm.preemption_probability,
+        "{p}"
+    );
+}

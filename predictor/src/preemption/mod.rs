@@ -18,6 +18,7 @@ pub mod kaplan_meier;
 pub mod lifetime;
 pub mod models;
 pub mod online;
+pub mod recalibration;
 pub mod risk;
 pub mod running_time;
 pub mod scoring;

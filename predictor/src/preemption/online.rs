@@ -41,6 +41,7 @@ use super::fit::{
     DEADLINE_WINDOW_H, DeadlineCheck, FitConfig, FitError, FitSet, Grouping, LifetimeRecord,
     fit_groups, local_period,
 };
+use super::kaplan_meier::{KaplanMeier, Observation};
 use super::models::{LifetimeModel, ModelKind};
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +98,10 @@ pub struct OnlineFitter {
     fits: Option<FitSet>,
     /// What the last refit found of a deadline.
     deadline: Option<DeadlineCheck>,
+    /// `Ĝ` at the last refit: the Kaplan–Meier curve of the users' stops
+    /// (preemptions and running VMs censored), which weighs the outcomes
+    /// risk scores are recalibrated on (`scoring::ipcw`).
+    censoring: Option<KaplanMeier>,
     refits: u64,
 }
 
@@ -111,6 +116,7 @@ impl OnlineFitter {
             first_launch_us: None,
             fits: None,
             deadline: None,
+            censoring: None,
             refits: 0,
         }
     }
@@ -190,6 +196,16 @@ impl OnlineFitter {
             })
         });
         let records: Vec<LifetimeRecord> = self.finished.iter().cloned().chain(running).collect();
+        let stops: Vec<Observation> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Observation {
+                time_h: r.lifetime_h,
+                // A finished VM that was not preempted was stopped; the
+                // running ones are censored.
+                event: i < self.finished.len() && !r.preempted,
+            })
+            .collect();
         let deadline = DeadlineCheck::of(&records);
         let watched_h = self
             .first_launch_us
@@ -202,9 +218,16 @@ impl OnlineFitter {
         };
         self.fits = Some(fits);
         self.deadline = Some(deadline);
+        self.censoring = KaplanMeier::new(&stops).ok();
         self.since_refit = 0;
         self.refits += 1;
         Ok(())
+    }
+
+    /// `Ĝ`, the curve of the users' stops at the last refit; `None` before
+    /// the first.
+    pub fn censoring(&self) -> Option<&KaplanMeier> {
+        self.censoring.as_ref()
     }
 
     /// The current fits; `None` before the first successful refit.

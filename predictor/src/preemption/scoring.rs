@@ -122,13 +122,19 @@ pub fn censoring_curve(vms: &[LifetimeRecord]) -> KaplanMeier {
 /// `Ĝ(a) / Ĝ(end)` for a survival; `None` for a censored outcome, or where
 /// `Ĝ` says nothing.
 pub fn weight(censoring: &KaplanMeier, vm: &LifetimeRecord, forecast: &Forecast) -> Option<f64> {
-    let seen = match Outcome::of(vm, forecast.end_h) {
+    let seen_h = match Outcome::of(vm, forecast.end_h) {
         Outcome::Censored => return None,
-        Outcome::Failed => censoring.survival(vm.lifetime_h.next_down()),
-        Outcome::Survived => censoring.survival(forecast.end_h),
+        Outcome::Failed => vm.lifetime_h.next_down(),
+        Outcome::Survived => forecast.end_h,
     };
-    let from = censoring.survival(forecast.age_h);
-    let w = from / seen;
+    ipcw(censoring, forecast.age_h, seen_h)
+}
+
+/// `Ĝ(a) / Ĝ(u)`: the weight of an outcome seen at VM age `seen_h` of a
+/// forecast made at `age_h`, the inverse of the chance that the VM was
+/// still watched then; `None` where `Ĝ` says nothing.
+pub fn ipcw(censoring: &KaplanMeier, age_h: f64, seen_h: f64) -> Option<f64> {
+    let w = censoring.survival(age_h) / censoring.survival(seen_h);
     (w.is_finite() && w > 0.0).then_some(w)
 }
 

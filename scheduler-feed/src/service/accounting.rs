@@ -132,7 +132,7 @@ impl BatchTally {
                 }
                 Output::Risk(r) => {
                     metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
-                        .record(r.score.this_vm.preemption_probability);
+                        .record(r.preemption_probability);
                 }
                 Output::Capacity(c) => {
                     metrics::counter!(telemetry::CAPACITY_DECISIONS, "action" => c.action.as_str())
