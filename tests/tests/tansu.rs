@@ -211,30 +211,11 @@ fn credentials_a_sasl_broker_refuses_leave_the_service_not_ready_saying_why() {
 #[test]
 fn risk_scores_carry_their_checkpoint_schedule_on_a_real_broker() {
     let tansu = Tansu::start();
-    let topics = Topics::default();
-    tansu.create_topic(&topics.events, 1);
-    for topic in topics.outputs() {
-        tansu.create_topic(topic, 1);
-    }
+    let topics = one_partition_topics(&tansu);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("risk.jsonl");
     jobcast_tests::risk_trace(&trace);
-    let summary = jobcast_tests::jobcast_ok(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "jsonl",
-        "--topic",
-        &topics.events,
-        "--brokers",
-        &tansu.brokers,
-        "-X",
-        "batch.num.messages=1",
-        "--json",
-    ]);
-    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
-    let total = summary["delivered"].as_u64().unwrap();
+    let total = replay_jsonl(&tansu, &trace, &topics.events);
     assert_eq!(total, 7);
     let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &[]);
     serve.wait_stored_offsets(total, WAIT);
@@ -277,27 +258,11 @@ fn risk_scores_carry_their_checkpoint_schedule_on_a_real_broker() {
 #[test]
 fn capacity_decisions_on_a_real_broker() {
     let tansu = Tansu::start();
-    let topics = Topics::default();
-    tansu.create_topic(&topics.events, 1);
-    for topic in topics.outputs() {
-        tansu.create_topic(topic, 1);
-    }
+    let topics = one_partition_topics(&tansu);
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("capacity.jsonl");
     let lines = jobcast_tests::capacity_trace(&trace) as u64;
-    jobcast_tests::jobcast_ok(&[
-        "replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "jsonl",
-        "--topic",
-        &topics.events,
-        "--brokers",
-        &tansu.brokers,
-        "-X",
-        "batch.num.messages=1",
-    ]);
+    assert_eq!(replay_jsonl(&tansu, &trace, &topics.events), lines);
     let mut args = Vec::new();
     for setting in jobcast_tests::CAPACITY_SETTINGS {
         args.extend(["--set", setting]);
@@ -324,4 +289,35 @@ fn capacity_decisions_on_a_real_broker() {
     let served: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(served, last);
     serve.terminate();
+}
+
+/// The default topics, each of one partition.
+fn one_partition_topics(tansu: &Tansu) -> Topics {
+    let topics = Topics::default();
+    tansu.create_topic(&topics.events, 1);
+    for topic in topics.outputs() {
+        tansu.create_topic(topic, 1);
+    }
+    topics
+}
+
+/// `jobcast replay` of the canonical JSON lines at `trace` into `topic`,
+/// one record per batch; the events delivered.
+fn replay_jsonl(tansu: &Tansu, trace: &std::path::Path, topic: &str) -> u64 {
+    let summary = jobcast_tests::jobcast_ok(&[
+        "replay",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--topic",
+        topic,
+        "--brokers",
+        &tansu.brokers,
+        "-X",
+        "batch.num.messages=1",
+        "--json",
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    summary["delivered"].as_u64().unwrap()
 }

@@ -523,6 +523,22 @@ fn risks(effects: &Effects) -> Vec<MachineRisk> {
         .collect()
 }
 
+/// Teach the history job 10: one task that ran `hours` on machine 1,
+/// from time 0.
+fn learnt_one_job(engine: &mut Engine, hours: u64, effects: &mut Effects) {
+    let ended = hours * HOUR;
+    engine.apply(AT, &submit(10, 0, 1), effects).unwrap();
+    engine
+        .apply(AT, &task(10, 0, 0, "schedule"), effects)
+        .unwrap();
+    engine
+        .apply(AT, &task(10, 0, ended, "finish"), effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(10, ended, "finish"), effects)
+        .unwrap();
+}
+
 /// An engine of `config` that has seen a 10 h job, a preemptible VM
 /// launched at 9 h (03:00 CST, night, in us-central1-c), a plain
 /// machine, and a similar job placed on the VM at 10 h; with the risk
@@ -532,16 +548,7 @@ fn placed_on_a_vm(config: &EngineConfig) -> (Engine, Effects, Vec<MachineRisk>) 
     let mut engine = Engine::new(config).unwrap();
     let mut effects = Effects::default();
     // History: a similar job ran 10 h.
-    engine.apply(AT, &submit(10, 0, 1), &mut effects).unwrap();
-    engine
-        .apply(AT, &task(10, 0, 0, "schedule"), &mut effects)
-        .unwrap();
-    engine
-        .apply(AT, &task(10, 0, 10 * hour, "finish"), &mut effects)
-        .unwrap();
-    engine
-        .apply(AT, &end(10, 10 * hour, "finish"), &mut effects)
-        .unwrap();
+    learnt_one_job(&mut engine, 10, &mut effects);
     // A preemptible VM launched at 9 h; a plain machine.
     let t = 9 * hour;
     engine
@@ -1432,16 +1439,7 @@ fn crowded_by_long_tasks(engine: &mut Engine, effects: &mut Effects) {
     for m in 1..=4 {
         engine.apply(AT, &plain_machine(m, 0), effects).unwrap();
     }
-    engine.apply(AT, &submit(10, 0, 1), effects).unwrap();
-    engine
-        .apply(AT, &task(10, 0, 0, "schedule"), effects)
-        .unwrap();
-    engine
-        .apply(AT, &task(10, 0, 10 * HOUR, "finish"), effects)
-        .unwrap();
-    engine
-        .apply(AT, &end(10, 10 * HOUR, "finish"), effects)
-        .unwrap();
+    learnt_one_job(engine, 10, effects);
     for (job, machine) in (11..=14).zip(1..=4) {
         let t = 10 * HOUR + job;
         engine.apply(AT, &submit(job, t, 1), effects).unwrap();
@@ -1677,16 +1675,7 @@ fn published_risks_are_recalibrated_on_what_happened_to_the_scores_before() {
     let mut engine = Engine::new(&config).unwrap();
     let mut effects = Effects::default();
     // History: a similar job ran 2 h.
-    engine.apply(AT, &submit(10, 0, 1), &mut effects).unwrap();
-    engine
-        .apply(AT, &task(10, 0, 0, "schedule"), &mut effects)
-        .unwrap();
-    engine
-        .apply(AT, &task(10, 0, 2 * HOUR, "finish"), &mut effects)
-        .unwrap();
-    engine
-        .apply(AT, &end(10, 2 * HOUR, "finish"), &mut effects)
-        .unwrap();
+    learnt_one_job(&mut engine, 2, &mut effects);
     // Tasks of 2 h placed on fresh VMs, every one of which is preempted an
     // hour later: the model says a few per cent, the outcomes say all.
     let mut t = 3 * HOUR;
