@@ -123,12 +123,22 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<()> {
             _ => "",
         }
     )?;
+    let published = if result.recalibration_outcomes >= config.risk.recalibration_min_outcomes {
+        format!(
+            "recalibrated on {:.0} outcomes",
+            result.recalibration_outcomes
+        )
+    } else {
+        format!(
+            "the model's own: {:.0} outcomes, recalibration waits for {:.0}",
+            result.recalibration_outcomes, config.risk.recalibration_min_outcomes
+        )
+    };
     writeln!(
         out,
-        "{} forecasts, {} with a censored outcome; published (recalibrated on {:.0} outcomes): Brier {:.4} (always the base rate: {:.4}; skill {:.3}), largest decile gap {:.1} points; the model's own: Brier {:.4}, largest gap {:.1} points",
+        "{} forecasts, {} with a censored outcome; published ({published}): Brier {:.4} (always the base rate: {:.4}; skill {:.3}), largest decile gap {:.1} points; the model's own: Brier {:.4}, largest gap {:.1} points",
         r.forecasts,
         r.censored,
-        result.recalibration_outcomes,
         r.brier,
         r.brier_reference,
         r.brier_skill,

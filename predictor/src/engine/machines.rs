@@ -60,12 +60,23 @@ pub(super) struct Outcomes {
     recalibration: Recalibration,
 }
 
+/// The scores of one attempt of a task on a VM.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Pending {
     job_id: u64,
     task_index: u32,
+    /// The attempt's placement, µs.
+    placed_us: u64,
+    /// When the attempt was evicted or lost, if it was: the VM's
+    /// preemption soon after says why.
+    lost_us: Option<u64>,
+    /// Each score's VM age, hours, and the model's probability.
     scores: Vec<(f64, f64)>,
 }
+
+/// How long after an attempt is evicted or lost the VM's preemption still
+/// counts as its cause: the provider's notice and the events' paths apart.
+const LOST_WITH_PREEMPTION_US: u64 = 10 * 60 * 1_000_000;
 
 impl Outcomes {
     fn new(risk: &RiskSettings) -> Self {
@@ -78,21 +89,21 @@ impl Outcomes {
         }
     }
 
-    /// A score of the model's `p` at VM age `age_h` for the task on
-    /// `machine_id`; a score of another task replaces the pending ones
-    /// (their outcome will not be seen).
-    fn scored(&mut self, machine_id: u64, job_id: u64, task_index: u32, age_h: f64, p: f64) {
-        let pending = self.pending.entry(machine_id).or_insert(Pending {
+    /// A score of the model's `p` at VM age `age_h` for the attempt of a
+    /// task placed on `machine_id` at `placed_us`; a score of another
+    /// attempt replaces the pending ones (their outcome will not be seen).
+    fn scored(&mut self, machine_id: u64, attempt: (u64, u32, u64), age_h: f64, p: f64) {
+        let (job_id, task_index, placed_us) = attempt;
+        let fresh = Pending {
             job_id,
             task_index,
+            placed_us,
+            lost_us: None,
             scores: Vec::new(),
-        });
-        if (pending.job_id, pending.task_index) != (job_id, task_index) {
-            *pending = Pending {
-                job_id,
-                task_index,
-                scores: Vec::new(),
-            };
+        };
+        let pending = self.pending.entry(machine_id).or_insert(fresh.clone());
+        if (pending.job_id, pending.task_index, pending.placed_us) != attempt {
+            *pending = fresh;
         }
         pending.scores.push((age_h, p));
     }
@@ -281,6 +292,12 @@ impl Machines {
         &self.lifetimes
     }
 
+    /// Outcomes the recalibration has counted, by weight.
+    #[cfg(test)]
+    pub(super) fn outcomes_counted(&self) -> f64 {
+        self.outcomes.recalibration.outcomes()
+    }
+
     /// What a snapshot saves.
     pub(super) fn state(&self) -> Saved<'_> {
         MachinesState {
@@ -429,7 +446,7 @@ impl Machines {
         }
         let p = score.this_vm.preemption_probability;
         self.outcomes
-            .scored(machine_id, job_id, task_index, age_h, p);
+            .scored(machine_id, (job_id, task_index, placed_us), age_h, p);
         let risk = MachineRisk {
             machine_id,
             job_id,
@@ -458,16 +475,32 @@ impl Machines {
         }
     }
 
-    /// A task's attempt on `machine_id` ended with `task`: a finish is the
-    /// outcome its scores wait for (the VM outlived it); a failure, kill or
-    /// timeout of its own says nothing of the VM, and its scores are
-    /// dropped; an eviction or loss may be the VM's preemption, which the
-    /// VM's remove event tells.
-    pub(super) fn attempt_ended(&mut self, machine_id: u64, task: &TaskEvent) {
-        let Some(pending) = self.outcomes.pending.get(&machine_id) else {
+    /// A task's attempt on `machine_id` ended with `task`. Its scores are
+    /// refreshed no more. A finish is the outcome they wait for (the VM
+    /// outlived it); an eviction or loss may be the VM's preemption, which
+    /// the VM's remove event tells ([`Self::vm_left`]); a failure, kill or
+    /// timeout of the task's own says nothing of the VM, and they are
+    /// dropped.
+    pub(super) fn attempt_ended(
+        &mut self,
+        machine_id: u64,
+        task: &TaskEvent,
+        effects: &mut Effects,
+    ) {
+        let attempt = (task.job_id, task.task_index);
+        if let Some(record) = self.records.get_mut(&machine_id)
+            && record
+                .risk
+                .as_ref()
+                .is_some_and(|r| (r.job_id, r.task_index) == attempt)
+        {
+            record.risk = None;
+            effects.machines.mark(machine_id);
+        }
+        let Some(pending) = self.outcomes.pending.get_mut(&machine_id) else {
             return;
         };
-        if (pending.job_id, pending.task_index) != (task.job_id, task.task_index) {
+        if (pending.job_id, pending.task_index) != attempt {
             return;
         }
         match task.kind {
@@ -480,9 +513,49 @@ impl Machines {
                 self.outcomes
                     .resolved(machine_id, false, age_h, self.lifetimes.censoring());
             }
-            TaskKind::Evict | TaskKind::Lost => {}
+            TaskKind::Evict | TaskKind::Lost => pending.lost_us = Some(task.time_us),
             _ => {
                 self.outcomes.pending.remove(&machine_id);
+            }
+        }
+    }
+
+    /// The task whose scores on `machine_id` wait for their outcome.
+    pub(super) fn pending_task(&self, machine_id: u64) -> Option<(u64, u32)> {
+        self.outcomes
+            .pending
+            .get(&machine_id)
+            .map(|p| (p.job_id, p.task_index))
+    }
+
+    /// `event` removed a VM whose pending task was `running` on it then
+    /// (the engine's records say). A preemption fails the task's scores if
+    /// the task ran until it, or was evicted or lost just before; any other
+    /// end leaves their outcome unknown.
+    pub(super) fn vm_left(&mut self, event: &MachineEvent, running: bool) {
+        let Some(pending) = self.outcomes.pending.get(&event.machine_id) else {
+            return;
+        };
+        let lost_with_it = running
+            || pending
+                .lost_us
+                .is_some_and(|t| event.time_us.saturating_sub(t) <= LOST_WITH_PREEMPTION_US);
+        let record = self.records.get(&event.machine_id);
+        match (
+            record.and_then(|r| r.end_reason),
+            record.and_then(|r| r.launch_time_us),
+        ) {
+            (Some(EndReason::Preempted), Some(launch)) if lost_with_it => {
+                let lifetime_h = event.time_us.saturating_sub(launch) as f64 / 3.6e9;
+                self.outcomes.resolved(
+                    event.machine_id,
+                    true,
+                    lifetime_h.next_down(),
+                    self.lifetimes.censoring(),
+                );
+            }
+            _ => {
+                self.outcomes.pending.remove(&event.machine_id);
             }
         }
     }
@@ -572,24 +645,6 @@ impl Machines {
         self.up.changed(counted, counts);
         effects.machines.mark(event.machine_id);
         self.seen(event.machine_id, event.time_us);
-        if event.kind == MachineKind::Remove {
-            // The task on it, if still running, met its end with the VM.
-            let record = &self.records[&event.machine_id];
-            match (record.end_reason, record.launch_time_us) {
-                (Some(EndReason::Preempted), Some(launch)) => {
-                    let lifetime_h = event.time_us.saturating_sub(launch) as f64 / 3.6e9;
-                    self.outcomes.resolved(
-                        event.machine_id,
-                        true,
-                        lifetime_h.next_down(),
-                        self.lifetimes.censoring(),
-                    );
-                }
-                _ => {
-                    self.outcomes.pending.remove(&event.machine_id);
-                }
-            }
-        }
         if self.lifetimes.observe(event)
             && let Some(checkpoints) = &mut self.checkpoints
         {

@@ -55,7 +55,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use foldhash::{HashMap, HashMapExt};
-use jobcast_ingest::event::{Event, JobEnded, JobOutcome, JobSubmitted, TaskEvent, TaskKind};
+use jobcast_ingest::event::{
+    Event, JobEnded, JobOutcome, JobSubmitted, MachineKind, TaskEvent, TaskKind,
+};
 
 use crate::decision::{Decision, Estimate, PolicyKind};
 use crate::eta;
@@ -338,9 +340,19 @@ impl Engine {
             }
             Event::JobEnded(end) => self.end(end, effects)?,
             Event::Machine(machine) => {
+                let id = machine.machine_id;
+                // Whether the task scored on the VM still runs there.
+                let running = self.machines.pending_task(id).is_some_and(|key| {
+                    self.tasks.get(&key).is_some_and(|t| {
+                        t.running_since_us().is_some() && t.machine_id() == Some(id)
+                    })
+                });
                 self.machines.event(machine, effects);
-                if !self.machines.is_up(machine.machine_id) {
-                    self.capacity.machine_gone(machine.machine_id);
+                if machine.kind == MachineKind::Remove {
+                    self.machines.vm_left(machine, running);
+                }
+                if !self.machines.is_up(id) {
+                    self.capacity.machine_gone(id);
                 }
             }
         }
@@ -492,7 +504,7 @@ impl Engine {
         if event.kind.ends_attempt()
             && let Some(machine_id) = task.machine_id()
         {
-            self.machines.attempt_ended(machine_id, event);
+            self.machines.attempt_ended(machine_id, event, effects);
         }
         effects.tasks.mark(key);
         if let Some(machine_id) = event.machine_id {

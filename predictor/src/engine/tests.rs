@@ -1757,4 +1757,41 @@ fn published_risks_are_recalibrated_on_what_happened_to_the_scores_before() {
         p < 1.0 && p > scored[0].score.this_vm.preemption_probability,
         "{p}"
     );
+
+    // A task killed is scored no more and its VM's later preemption says
+    // nothing of it; one evicted just before its VM's preemption failed.
+    let counted = engine.machines.outcomes_counted();
+    let gone = |vm: u64, at: u64, launch: u64| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{at},"machine_id":{vm},"kind":"remove","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{launch},"end_reason":"preempted"}}"#
+        ))
+    };
+    let mut effects = Effects::default();
+    engine
+        .apply(AT, &task_on(31, t + HOUR, "kill", 200), &mut effects)
+        .unwrap();
+    assert!(engine.machine(200).unwrap().risk.is_none());
+    engine
+        .apply(AT, &gone(200, t + 20 * HOUR, t - 5 * HOUR), &mut effects)
+        .unwrap();
+    assert!(
+        risks(&effects).is_empty(),
+        "no refresh of a task that ended"
+    );
+    assert_eq!(engine.machines.outcomes_counted(), counted);
+    let t = t + 21 * HOUR;
+    engine
+        .apply(AT, &transient_vm(201, t, t), &mut effects)
+        .unwrap();
+    engine.apply(AT, &submit(32, t, 1), &mut effects).unwrap();
+    engine
+        .apply(AT, &task_on(32, t, "schedule", 201), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_on(32, t + HOUR, "evict", 201), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &gone(201, t + HOUR + 60_000_000, t), &mut effects)
+        .unwrap();
+    assert_eq!(engine.machines.outcomes_counted(), counted + 1.0);
 }

@@ -216,8 +216,12 @@ trait Truncated: Base {
         if end <= s {
             return 0.0;
         }
+        let tail = self.survival_at(u_h);
         match self.integrated_base_survival(s, end) {
-            Some(area) => (area - (end - s) * self.survival_at(u_h)).max(0.0),
+            // No tail beyond `u` (`u` past the deadline, or infinite): the
+            // whole area.
+            Some(area) if tail <= 0.0 => area,
+            Some(area) => (area - (end - s) * tail).max(0.0),
             None => numeric_lost_work_moment(self, s_h, u_h),
         }
     }
@@ -392,13 +396,17 @@ impl Base for Weibull {
         (-(self.lambda * t).powf(self.k)).exp()
     }
     /// `Γ(1/k)/(λk)·[P(1/k, (λb)^k) − P(1/k, (λa)^k)]`, with `P` the
-    /// regularised lower incomplete gamma function.
+    /// regularised lower incomplete gamma function (`= Q(1/k, (λa)^k) −
+    /// Q(1/k, (λb)^k)` with the upper one).
     fn integrated_base_survival(&self, a: f64, b: f64) -> Option<f64> {
         let shape = 1.0 / self.k;
-        let x = |t: f64| (self.lambda * t).powf(self.k);
-        let scale = (ln_gamma(shape)).exp() / (self.lambda * self.k);
-        let area = scale * (lower_gamma_p(shape, x(b)) - lower_gamma_p(shape, x(a)));
-        area.is_finite().then_some(area)
+        let gamma = |t: f64| incomplete_gamma(shape, (self.lambda * t).powf(self.k));
+        let ((p_a, q_a), (p_b, q_b)) = (gamma(a), gamma(b));
+        // The difference of the small ones: of `P` in the body, of `Q` in
+        // the tail, where `P` is 1 to round-off.
+        let between = if q_a < p_a { q_a - q_b } else { p_b - p_a };
+        let area = ln_gamma(shape).exp() / (self.lambda * self.k) * between;
+        area.is_finite().then_some(area.max(0.0))
     }
     fn base_hazard(&self, t: f64) -> f64 {
         self.k * self.lambda * (self.lambda * t).powf(self.k - 1.0)
@@ -742,16 +750,18 @@ impl Lifetime for LifetimeModel {
     }
 }
 
-/// `P(a, x) = γ(a, x)/Γ(a)`, the regularised lower incomplete gamma
-/// function, for `a > 0`, `x ≥ 0`: its series below `x = a + 1`, the
-/// continued fraction of `Q = 1 − P` (modified Lentz) above (Press et al.,
-/// Numerical Recipes, §6.2), each to round-off.
-fn lower_gamma_p(a: f64, x: f64) -> f64 {
+/// `(P(a, x), Q(a, x))`: the regularised lower and upper incomplete gamma
+/// functions `γ(a, x)/Γ(a)` and `Γ(a, x)/Γ(a)`, for `a > 0`, `x ≥ 0`. `P`
+/// by its series below `x = a + 1`, `Q` by its continued fraction
+/// (modified Lentz) above (Press et al., Numerical Recipes, §6.2), each to
+/// round-off; the other as its complement, so that the small one of the
+/// two is always accurate.
+fn incomplete_gamma(a: f64, x: f64) -> (f64, f64) {
     if x <= 0.0 {
-        return 0.0;
+        return (0.0, 1.0);
     }
     if x.is_infinite() {
-        return 1.0;
+        return (1.0, 0.0);
     }
     let prefix = (-x + a * x.ln() - ln_gamma(a)).exp();
     if x < a + 1.0 {
@@ -764,7 +774,8 @@ fn lower_gamma_p(a: f64, x: f64) -> f64 {
                 break;
             }
         }
-        (sum * prefix).min(1.0)
+        let p = (sum * prefix).min(1.0);
+        (p, 1.0 - p)
     } else {
         const TINY: f64 = 1e-300;
         let mut b = x + 1.0 - a;
@@ -789,7 +800,8 @@ fn lower_gamma_p(a: f64, x: f64) -> f64 {
                 break;
             }
         }
-        (1.0 - prefix * h).max(0.0)
+        let q = (prefix * h).clamp(0.0, 1.0);
+        (1.0 - q, q)
     }
 }
 
@@ -852,10 +864,21 @@ mod tests {
                 );
             }
         }
+        // Far in the tail, where P is 1 to round-off: λ = 1, k = 2, from 7
+        // to 8 h loses √π/2·(erfc 7 − erfc 8) − e^(−64) h, with S(7) =
+        // e^(−49): 0.0707 h once alive at 7 h.
+        let w = Weibull::new(1.0, 2.0, f64::INFINITY).unwrap();
+        let conditional = w.lost_work_moment(7.0, 8.0) / w.survival(7.0);
+        assert!((conditional - 0.070_7).abs() < 1e-3, "{conditional}");
+        // Without a tail the whole area: ∫_2^∞ e^(−0.6t) dt = e^(−1.2)/0.6.
+        let e = Exponential::new(0.6, f64::INFINITY).unwrap();
+        let whole = e.lost_work_moment(2.0, f64::INFINITY);
+        assert!((whole - (-1.2f64).exp() / 0.6).abs() < 1e-12, "{whole}");
         // P(a, x) at known points: P(1, x) = 1 − e^(−x); P(0.5, x) = erf(√x).
-        assert!((lower_gamma_p(1.0, 2.0) - (1.0 - (-2f64).exp())).abs() < 1e-14);
-        assert!((lower_gamma_p(0.5, 1.0) - 0.842_700_792_949_714_9).abs() < 1e-13);
-        assert_eq!(lower_gamma_p(2.0, 0.0), 0.0);
+        assert!((incomplete_gamma(1.0, 2.0).0 - (1.0 - (-2f64).exp())).abs() < 1e-14);
+        assert!((incomplete_gamma(0.5, 1.0).0 - 0.842_700_792_949_714_9).abs() < 1e-13);
+        assert!((incomplete_gamma(1.0, 40.0).1 - (-40f64).exp()).abs() < 1e-28);
+        assert_eq!(incomplete_gamma(2.0, 0.0), (0.0, 1.0));
     }
 
     fn models() -> Vec<LifetimeModel> {

@@ -103,6 +103,9 @@ impl Recalibration {
         let (Some(&first), Some(&last)) = (self.knots.first(), self.knots.last()) else {
             return p;
         };
+        if p.is_nan() {
+            return p;
+        }
         if p <= first.0 {
             return first.1;
         }

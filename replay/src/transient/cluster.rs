@@ -322,10 +322,12 @@ impl<'a, 'c> Cluster<'a, 'c> {
             let est = self.jobs[job].class.task_us.max(1.0).round() as u64;
             self.partitions.long_done(server, est);
             self.control(now);
-        } else if !self.jobs[job].unstarted.is_empty() {
+        } else if !self.jobs[job].unstarted.is_empty()
+            && self.servers[server].state != State::Draining
+        {
             // Sticky batch probing: the probe goes back to the head (behind
             // a long task there, which runs first) and competes for the
-            // job's next task.
+            // job's next task. A released server only finishes its queue.
             self.jobs[job].probes += 1;
             let queue = &mut self.servers[server].queue;
             let at = usize::from(matches!(queue.front(), Some(Entry::Long(..))));
