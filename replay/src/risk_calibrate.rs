@@ -295,25 +295,37 @@ pub fn write_plot(calibration: &Calibration, dir: &Path) -> Result<PathBuf, Risk
         .map_err(|e| plot_err(&e))?
         .label("perfect calibration")
         .legend(legend_line(grey.stroke_width(1)));
-    let points: Vec<(f64, f64)> = r.bins.iter().map(|b| (b.mean_p, b.observed)).collect();
-    let color = PALETTE[0];
-    chart
-        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-        .map_err(|e| plot_err(&e))?
-        .label(format!(
-            "{} bins of {} forecasts; largest gap {:.1} points",
-            r.bins.len(),
-            r.forecasts - r.censored,
-            r.max_gap_pts
-        ))
-        .legend(legend_line(color.stroke_width(2)));
-    chart
-        .draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 4, color.filled())),
-        )
-        .map_err(|e| plot_err(&e))?;
+    for (reliability, what, color) in [
+        (
+            &calibration.model_reliability,
+            "the model's own",
+            PALETTE[1],
+        ),
+        (r, "published", PALETTE[0]),
+    ] {
+        let points: Vec<(f64, f64)> = reliability
+            .bins
+            .iter()
+            .map(|b| (b.mean_p, b.observed))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| plot_err(&e))?
+            .label(format!(
+                "{what}: {} bins of {} forecasts; largest gap {:.1} points",
+                reliability.bins.len(),
+                reliability.forecasts - reliability.censored,
+                reliability.max_gap_pts
+            ))
+            .legend(legend_line(color.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, color.filled())),
+            )
+            .map_err(|e| plot_err(&e))?;
+    }
     finish(&mut chart, &root, SeriesLabelPosition::UpperLeft).map_err(|e| plot_err(&e))?;
     drop(chart);
     drop(root);
