@@ -226,6 +226,22 @@ pub struct MachineEvent {
     pub vm: Option<VmInfo>,
 }
 
+impl MachineEvent {
+    /// An event of the cloud VM `vm`, its size unsaid (the lifetime
+    /// sources report none).
+    pub fn of_vm(time_us: u64, machine_id: u64, kind: MachineKind, vm: VmInfo) -> Self {
+        MachineEvent {
+            time_us,
+            machine_id,
+            kind,
+            platform: None,
+            cpus: None,
+            memory: None,
+            vm: Some(vm),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MachineKind {

@@ -145,27 +145,21 @@ fn vm_events(
     // Saturating (as is the float cast): an absurd lifetime ends beyond
     // `MAX_TIME_US`, which the limits check then refuses.
     let end_time_us = launch_time_us.saturating_add((rec.time_in_sec * 1e6).round() as u64);
-    let add = Event::Machine(MachineEvent {
-        time_us: launch_time_us,
+    let add = Event::Machine(MachineEvent::of_vm(
+        launch_time_us,
         machine_id,
-        kind: MachineKind::Add,
-        platform: None,
-        cpus: None,
-        memory: None,
-        vm: Some(vm.clone()),
-    });
-    let remove = Event::Machine(MachineEvent {
-        time_us: end_time_us,
+        MachineKind::Add,
+        vm.clone(),
+    ));
+    let remove = Event::Machine(MachineEvent::of_vm(
+        end_time_us,
         machine_id,
-        kind: MachineKind::Remove,
-        platform: None,
-        cpus: None,
-        memory: None,
-        vm: Some(VmInfo {
+        MachineKind::Remove,
+        VmInfo {
             end_reason: Some(end_reason),
             ..vm
-        }),
-    });
+        },
+    ));
     Ok([add, remove])
 }
 

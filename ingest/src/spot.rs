@@ -122,15 +122,7 @@ fn file_events(
         end_reason,
     };
     let machine = |machine_id, time_us, kind, vm| {
-        Event::Machine(MachineEvent {
-            time_us,
-            machine_id,
-            kind,
-            platform: None,
-            cpus: None,
-            memory: None,
-            vm: Some(vm),
-        })
+        Event::Machine(MachineEvent::of_vm(time_us, machine_id, kind, vm))
     };
     let mut events = Vec::new();
     let mut start = None;

@@ -59,6 +59,11 @@ impl Capacity {
         }
     }
 
+    /// Whether the controller runs (`engine.capacity.enabled`).
+    pub(super) fn enabled(&self) -> bool {
+        self.settings.is_some()
+    }
+
     /// Whether a task of a job whose mean task runtime is estimated at
     /// `mean_task_runtime_us` counts as long; `None` when the controller
     /// is off.

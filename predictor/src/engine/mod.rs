@@ -724,6 +724,9 @@ impl Engine {
     /// task placed on a machine up counts if its job is long now (a job
     /// without an estimate is not); an ended attempt counts no more.
     fn count_long(&mut self, task: &TaskEvent) {
+        if !self.capacity.enabled() {
+            return;
+        }
         let key = (task.job_id, task.task_index);
         if task.kind == TaskKind::Schedule {
             let estimate = placement_estimate(&self.jobs, self.driver, task.job_id)

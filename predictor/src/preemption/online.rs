@@ -341,15 +341,7 @@ mod tests {
     }
 
     fn event(time_us: u64, machine_id: u64, kind: MachineKind, vm: VmInfo) -> MachineEvent {
-        MachineEvent {
-            time_us,
-            machine_id,
-            kind,
-            platform: None,
-            cpus: None,
-            memory: None,
-            vm: Some(vm),
-        }
+        MachineEvent::of_vm(time_us, machine_id, kind, vm)
     }
 
     /// Add and remove events of VMs in `zone`, each launched at its time
