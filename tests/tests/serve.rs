@@ -269,6 +269,20 @@ fn a_dag_jobs_decisions_carry_its_stages_and_follow_its_root_pilots() {
     serve.terminate();
 }
 
+/// `events` on a mock cluster of one partition, served by `jobcast serve`
+/// with `args` until every one is stored; the state directory lives as
+/// long as the returned guard.
+fn served(events: &[Event], args: &[&str]) -> (Topics, Cluster, tempfile::TempDir, Serve) {
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, 1);
+    let input = messages(events);
+    cluster.produce(&topics.events, &input);
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), args);
+    serve.wait_stored_offsets(input.len() as u64, WAIT);
+    (topics, cluster, data, serve)
+}
+
 /// A task placed on a preemptible VM, on the mock cluster: its risk score
 /// carries a checkpoint schedule, the same on the risk topic and at
 /// `GET /machines/{id}/risk`; with `checkpoint_cost_minutes` 0, none.
@@ -282,13 +296,7 @@ fn a_risk_score_carries_its_checkpoint_schedule_unless_none_is_configured() {
         .map(|e| e.unwrap())
         .collect();
     let published = |extra: &[&str]| {
-        let topics = Topics::default();
-        let cluster = Cluster::new(&topics, 1);
-        let input = messages(&events);
-        cluster.produce(&topics.events, &input);
-        let data = tempfile::tempdir().unwrap();
-        let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), extra);
-        serve.wait_stored_offsets(input.len() as u64, WAIT);
+        let (topics, cluster, _data, serve) = served(&events, extra);
         let risks = cluster.read_all(&topics.risk, 1);
         assert_eq!(risks.len(), 1);
         let risk: serde_json::Value = serde_json::from_slice(&risks[0].payload).unwrap();
@@ -333,13 +341,7 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
     assert_eq!(events.len(), lines);
     // The capacity topic's messages, and GET /capacity's status and body.
     let run = |args: &[&str]| {
-        let topics = Topics::default();
-        let cluster = Cluster::new(&topics, 1);
-        let input = messages(&events);
-        cluster.produce(&topics.events, &input);
-        let data = tempfile::tempdir().unwrap();
-        let mut serve = Serve::start(&cluster.brokers(), &data.path().join("state"), args);
-        serve.wait_stored_offsets(input.len() as u64, WAIT);
+        let (topics, cluster, _data, serve) = served(&events, args);
         let published = cluster.read_all(&topics.capacity, 1);
         let (status, body) = serve.get("/capacity");
         let (_, metrics) = serve.get("/metrics");
