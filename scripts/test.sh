@@ -18,7 +18,7 @@ source scripts/tansu.sh
 if [ -d ../shared/data ]; then
     cargo nextest run --release --locked --workspace --run-ignored all
 else
-    echo "test.sh: ../shared/data is absent: the tests over the shared traces (10, marked ignored) will not run" >&2
+    echo "test.sh: ../shared/data is absent: the tests over the shared traces (marked ignored) will not run" >&2
     cargo nextest run --release --locked --workspace
     cargo nextest run --release --locked --workspace --run-ignored only -E 'binary(crash)'
 fi

@@ -34,7 +34,9 @@
 //! `jobcast bench recovery` ([`recovery`]) times a restart and sizes the
 //! store. `jobcast bench slurm` ([`slurm`]) measures job completion times
 //! on a real Slurm cluster, with and without jobcast. `jobcast bench
-//! transient` ([`transient`]) runs CloudCoaster in the simulator.
+//! transient` ([`transient`]) runs CloudCoaster in the simulator, and
+//! `jobcast bench deadlines` ([`deadlines`]) Teylo et al.'s spot-deadline
+//! maps.
 
 use std::error::Error as StdError;
 use std::path::PathBuf;
@@ -63,6 +65,7 @@ use latency::{LatencyArgs, latency};
 use pipeline::{PipelineArgs, pipeline};
 use recovery::{RecoveryArgs, recovery};
 
+mod deadlines;
 mod engine;
 mod latency;
 mod pipeline;
@@ -106,6 +109,12 @@ enum BenchCommand {
     /// queueing delay and the partition's cost, with jobcast's job classes
     /// and the oracle's, transient servers preempted by measured lifetimes.
     Transient(transient::TransientArgs),
+    /// Teylo et al.'s primary and backup maps of bags of tasks with
+    /// deadlines on hibernating spot VMs, drawn from jobcast's estimates
+    /// at a quantile and run against the truth: cost, makespan and
+    /// deadline misses per strategy (§IV), and misses against cost across
+    /// the quantiles.
+    Deadlines(deadlines::DeadlinesArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -191,6 +200,7 @@ pub enum Report {
     Slurm(slurm::Report),
     Engine(engine::EngineReport),
     Transient(Box<transient::TransientReport>),
+    Deadlines(Box<deadlines::DeadlinesReport>),
 }
 
 impl std::fmt::Display for Report {
@@ -202,6 +212,7 @@ impl std::fmt::Display for Report {
             Report::Slurm(report) => report.fmt(f),
             Report::Engine(report) => report.fmt(f),
             Report::Transient(report) => report.fmt(f),
+            Report::Deadlines(report) => report.fmt(f),
         }
     }
 }
@@ -237,6 +248,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Transient(args) => Measured {
             report: Report::Transient(Box::new(transient::transient(args)?)),
+            json: args.json,
+        },
+        BenchCommand::Deadlines(args) => Measured {
+            report: Report::Deadlines(Box::new(deadlines::deadlines(args)?)),
             json: args.json,
         },
     })

@@ -651,6 +651,7 @@ fn emit_job(job: JobInput, paths: &[PathBuf], diagnostics: &Diagnostics, items: 
         mem_request: max_plan(|t| t.plan_mem),
         partition: String::new(),
         time_limit_us: None,
+        deadline_us: None,
         num_tasks,
         stages: Some(dag.stages),
     });

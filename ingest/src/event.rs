@@ -71,6 +71,11 @@ pub struct JobSubmitted {
     /// has none or the job is unlimited. In HPC runtime models the
     /// requested time is the strongest single predictor.
     pub time_limit_us: Option<u64>,
+    /// When the whole job must have ended, µs on the events' clock; none
+    /// where the source has none. A bag of tasks with a deadline is
+    /// scheduled on spot VMs by Teylo et al.'s maps
+    /// (`jobcast_predictor::deadlines`).
+    pub deadline_us: Option<u64>,
     /// Present for DAG jobs: the stages and their dependencies. Tasks are
     /// numbered stage by stage in this order: the first stage's tasks are
     /// `0..n₀`, the next stage's `n₀..n₀+n₁`, …
@@ -95,6 +100,7 @@ impl JobSubmitted {
             num_tasks,
             partition: String::new(),
             time_limit_us: None,
+            deadline_us: None,
             stages: None,
         }
     }
@@ -248,6 +254,11 @@ pub enum MachineKind {
     Add,
     Remove,
     Update,
+    /// A spot VM paused by its provider, memory and disk kept: its tasks
+    /// stop until it resumes. Not the end of its life.
+    Hibernate,
+    /// A hibernated VM running again.
+    Resume,
 }
 
 impl MachineKind {
@@ -256,6 +267,8 @@ impl MachineKind {
             MachineKind::Add => "add",
             MachineKind::Remove => "remove",
             MachineKind::Update => "update",
+            MachineKind::Hibernate => "hibernate",
+            MachineKind::Resume => "resume",
         }
     }
 }
@@ -337,6 +350,9 @@ impl Event {
                 check_len("partition", &j.partition)?;
                 if let Some(limit) = j.time_limit_us {
                     check_time("time_limit_us", limit)?;
+                }
+                if let Some(deadline) = j.deadline_us {
+                    check_time("deadline_us", deadline)?;
                 }
                 if j.num_tasks > MAX_TASKS_PER_JOB {
                     return Err(DecodeError::new(
@@ -573,6 +589,8 @@ struct WireEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     time_limit_us: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    deadline_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     task_index: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stage: Option<u32>,
@@ -653,6 +671,7 @@ const JOB_SUBMITTED_FIELDS: &[&str] = &[
     "stages",
     "partition",
     "time_limit_us",
+    "deadline_us",
 ];
 const TASK_FIELDS: &[&str] = &["job_id", "task_index", "stage", "kind", "machine_id"];
 const JOB_ENDED_FIELDS: &[&str] = &["job_id", "outcome"];
@@ -672,7 +691,7 @@ const MACHINE_FIELDS: &[&str] = &[
 
 impl WireEvent<'_> {
     /// Every optional field and whether it is set.
-    fn presence(&self) -> [(&'static str, bool); 26] {
+    fn presence(&self) -> [(&'static str, bool); 27] {
         [
             ("job_id", self.job_id.is_some()),
             ("user", self.user.is_some()),
@@ -686,6 +705,7 @@ impl WireEvent<'_> {
             ("stages", self.stages.is_some()),
             ("partition", self.partition.is_some()),
             ("time_limit_us", self.time_limit_us.is_some()),
+            ("deadline_us", self.deadline_us.is_some()),
             ("task_index", self.task_index.is_some()),
             ("stage", self.stage.is_some()),
             ("kind", self.kind.is_some()),
@@ -791,6 +811,7 @@ impl TryFrom<WireEvent<'_>> for Event {
                     num_tasks,
                     partition: w.partition.unwrap_or_default(),
                     time_limit_us: w.time_limit_us,
+                    deadline_us: w.deadline_us,
                     stages: w.stages,
                 })
             }
@@ -901,6 +922,7 @@ impl<'a> From<&'a Event> for WireEvent<'a> {
                 w.stages = j.stages.clone();
                 w.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
                 w.time_limit_us = j.time_limit_us;
+                w.deadline_us = j.deadline_us;
             }
             Event::Task(t) => {
                 w.task_index = Some(t.task_index);

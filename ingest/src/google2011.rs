@@ -87,6 +87,7 @@ impl JobInfo {
             mem_request: self.mem_request,
             partition: String::new(),
             time_limit_us: None,
+            deadline_us: None,
             num_tasks: self.num_tasks,
             stages: None,
         }

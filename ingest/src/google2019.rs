@@ -931,6 +931,7 @@ impl Mapper {
             mem_request,
             partition: String::new(),
             time_limit_us: None,
+            deadline_us: None,
             num_tasks: known.map_or(0, |c| u32::try_from(c.instances.len()).unwrap_or(u32::MAX)),
             stages: None,
         });

@@ -296,6 +296,8 @@ impl TruthBuilder {
                     }
                     None => self.anomalies.removes_of_absent_machines += 1,
                 },
+                // A hibernated VM is still the same presence.
+                MachineKind::Hibernate | MachineKind::Resume => {}
             },
         }
     }

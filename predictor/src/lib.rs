@@ -14,6 +14,8 @@
 //! - [`finished`]: a finished job's truth and the one step by which the
 //!   history and every policy learn from it;
 //! - [`preemption`]: lifetime models of transient VMs (the bathtub model);
+//! - [`deadlines`]: the primary and backup maps of a bag of tasks with a
+//!   deadline on hibernating spot VMs (Teylo et al.);
 //! - [`engine`]: the live transform that drives them all: canonical events
 //!   in, every policy run in shadow, the driving policy's decisions, risk
 //!   scores, each policy's errors and the changed records out;
@@ -30,6 +32,7 @@
 
 pub mod calibration;
 pub mod codec;
+pub mod deadlines;
 pub mod decision;
 pub mod engine;
 pub mod eta;

@@ -837,6 +837,7 @@ impl Generator {
             mem_request: family.mem_request,
             partition: String::new(),
             time_limit_us: None,
+            deadline_us: None,
             num_tasks,
             stages: stages.clone(),
         };

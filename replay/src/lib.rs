@@ -12,6 +12,9 @@
 //!   GS multi-level queues on the decisions of one prediction policy;
 //! - [`transient`]: CloudCoaster's transient short partition on an Eagle
 //!   hybrid cluster, with jobcast's job classes and measured preemptions;
+//! - [`deadlines`]: Teylo et al.'s primary and backup maps of a bag of
+//!   tasks with a deadline, carried out against the truth on spot VMs that
+//!   hibernate (at set times, or as measured spot capacity says);
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
 //! - [`breakdown`]: where SLearn's JCT gain over 3Sigma comes from, by
@@ -28,6 +31,7 @@
 
 pub mod breakdown;
 pub mod closed_loop;
+pub mod deadlines;
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;

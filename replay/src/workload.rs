@@ -592,6 +592,7 @@ fn classify(done: CompletedJob, max_width: u32) -> Result<SimJob, (Reason, u64)>
         mem_request: job.mem_request,
         partition: String::new(),
         time_limit_us: None,
+        deadline_us: None,
         num_tasks: runtimes.len() as u32,
         stages: job.stages,
     };

@@ -531,7 +531,7 @@ fn vm_lifetimes(events: &[Event]) -> Vec<(f64, EndReason)> {
                     vm.end_reason.expect("end reason"),
                 ));
             }
-            MachineKind::Update => panic!("unexpected update"),
+            other => panic!("unexpected {}", other.as_str()),
         }
     }
     assert!(launched.is_empty(), "VMs never removed");

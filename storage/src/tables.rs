@@ -70,6 +70,7 @@ struct EventRow {
     stages: Option<String>,
     partition: Option<String>,
     time_limit_us: Option<i64>,
+    deadline_us: Option<i64>,
     platform: Option<String>,
     cpus: Option<f64>,
     memory: Option<f64>,
@@ -309,6 +310,7 @@ impl EventRow {
             stages: None,
             partition: None,
             time_limit_us: None,
+            deadline_us: None,
             platform: None,
             cpus: None,
             memory: None,
@@ -335,6 +337,7 @@ impl EventRow {
                     .map(|s| serde_json::to_string(s).expect("stages always serialise"));
                 row.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
                 row.time_limit_us = j.time_limit_us.map(t);
+                row.deadline_us = j.deadline_us.map(t);
             }
             Event::Task(k) => {
                 row.task_index = Some(k.task_index);

@@ -258,7 +258,16 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         "--wrap",
         "sleep 1",
     ]);
-    let plain = slurm.sbatch(&["-J", "plain", "--time=1", "-c", "2", "--wrap", "sleep 3"]);
+    let plain = slurm.sbatch(&[
+        "-J",
+        "plain",
+        "--time=1",
+        "--deadline=now+2hours",
+        "-c",
+        "2",
+        "--wrap",
+        "sleep 3",
+    ]);
     let failing = slurm.sbatch(&["-J", "failing", "--time=1", "--wrap", "sleep 1; exit 3"]);
     let held = slurm.sbatch(&["-J", "held", "--time=1", "--hold", "--wrap", "sleep 1"]);
     std::thread::sleep(Duration::from_secs(3));
@@ -321,6 +330,28 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         (held, &[0], JobOutcome::Kill),
     ] {
         assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, (indices, 1), outcome);
+    }
+    // `sbatch --deadline` is the job's deadline, on the events' clock;
+    // the jobs without one have none.
+    let deadlines: BTreeMap<u64, (u64, Option<u64>)> = by_job
+        .iter()
+        .flat_map(|(&job, events)| {
+            events.iter().filter_map(move |e| match e {
+                Event::JobSubmitted(j) => Some((job, (j.time_us, j.deadline_us))),
+                _ => None,
+            })
+        })
+        .collect();
+    for (&job, &(submit_us, deadline_us)) in &deadlines {
+        if job == plain {
+            let after = deadline_us.expect("plain has a deadline") as i64 - submit_us as i64;
+            assert!(
+                (after - 7_200_000_000).abs() <= 120_000_000,
+                "deadline {after} µs after the submission"
+            );
+        } else {
+            assert_eq!(deadline_us, None, "job {job}");
+        }
     }
 
     // The service applies every event (none dead-lettered) and holds each

@@ -1457,6 +1457,7 @@ mod tests {
                 num_tasks: tasks,
                 partition: String::new(),
                 time_limit_us: None,
+                deadline_us: None,
                 stages: None,
             };
             SimJob::new(submitted, vec![1_000_000; tasks as usize], 0).unwrap()

@@ -136,6 +136,7 @@ impl SlurmShape {
             num_tasks: job.width(),
             partition: self.partition.clone(),
             time_limit_us: Some(self.time_limit_minutes * 60_000_000),
+            deadline_us: None,
             stages: None,
         }
     }
@@ -468,6 +469,7 @@ mod tests {
             restart_cnt: 0,
             priority: Some(1),
             time_limit: Some(1440),
+            deadline: 0,
         };
         let events = SlurmTracker::default().observe(&vec![record].into()).events;
         let Some(Event::JobSubmitted(read)) = events.first() else {

@@ -56,6 +56,10 @@ pub struct SqueueJob {
     /// The job's time limit, minutes; none when unlimited.
     #[serde(default)]
     pub time_limit: Option<u32>,
+    /// The latest the job may end (`sbatch --deadline`), Unix seconds; 0
+    /// when it has none.
+    #[serde(default)]
+    pub deadline: u64,
 }
 
 impl SqueueJob {

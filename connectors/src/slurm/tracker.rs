@@ -213,6 +213,11 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
         mem_request: mem_mb as f64,
         partition: first.partition.clone(),
         time_limit_us: first.time_limit.map(|minutes| u64::from(minutes) * 60 * US),
+        deadline_us: records
+            .iter()
+            .map(|r| r.deadline)
+            .find(|&d| d > 0)
+            .map(|s| s.saturating_mul(US)),
         num_tasks: num_tasks as u32,
         stages: None,
     };
@@ -575,6 +580,7 @@ mod tests {
             restart_cnt: restarts,
             priority: None,
             time_limit: None,
+            deadline: 0,
         };
         let mut tracker = SlurmTracker::default();
         let events = observe_all(
@@ -630,6 +636,7 @@ mod tests {
             restart_cnt: 0,
             priority: None,
             time_limit: Some(1),
+            deadline: 0,
         };
         let events = observe_all(
             &mut SlurmTracker::default(),

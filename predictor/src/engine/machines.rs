@@ -612,6 +612,7 @@ impl Machines {
                 end_reason: None,
                 risk: None,
                 cpus: None,
+                hibernated_since_us: None,
             });
         match event.kind {
             MachineKind::Add => {
@@ -624,7 +625,12 @@ impl Machines {
                 record.up = false;
                 record.removed_us = Some(event.time_us);
                 record.risk = None;
+                record.hibernated_since_us = None;
             }
+            MachineKind::Hibernate => {
+                record.hibernated_since_us.get_or_insert(event.time_us);
+            }
+            MachineKind::Resume => record.hibernated_since_us = None,
             MachineKind::Update => {}
         }
         if let Some(vm) = &event.vm {

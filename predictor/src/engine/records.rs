@@ -160,6 +160,10 @@ pub struct MachineRecord {
     /// The latest preemption-risk score of the task placed on it (transient
     /// VMs only).
     pub risk: Option<MachineRisk>,
+    /// Since when it is hibernated (a spot VM paused by its provider),
+    /// µs; none while it runs.
+    #[serde(default)]
+    pub hibernated_since_us: Option<u64>,
 }
 
 /// A preemption-risk score for the task last placed on a transient VM: the

@@ -37,7 +37,7 @@ use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 17;
+pub const SNAPSHOT_FORMAT: u32 = 18;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +120,7 @@ struct SubmittedState {
     num_tasks: u32,
     partition: String,
     time_limit_us: Option<u64>,
+    deadline_us: Option<u64>,
     stages: Option<Vec<StageState>>,
 }
 
@@ -141,6 +142,7 @@ impl From<&JobSubmitted> for SubmittedState {
             num_tasks: j.num_tasks,
             partition: j.partition.clone(),
             time_limit_us: j.time_limit_us,
+            deadline_us: j.deadline_us,
             stages: j.stages.as_ref().map(|stages| {
                 stages
                     .iter()
@@ -165,6 +167,7 @@ impl From<SubmittedState> for JobSubmitted {
             mem_request: s.mem_request,
             partition: s.partition,
             time_limit_us: s.time_limit_us,
+            deadline_us: s.deadline_us,
             num_tasks: s.num_tasks,
             stages: s.stages.map(|stages| {
                 stages

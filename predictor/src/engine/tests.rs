@@ -1795,3 +1795,53 @@ fn published_risks_are_recalibrated_on_what_happened_to_the_scores_before() {
         .unwrap();
     assert_eq!(engine.machines.outcomes_counted(), counted + 1.0);
 }
+
+/// A spot VM's hibernation is kept on its record until it resumes, and is
+/// no end of its life; a job's deadline survives a snapshot.
+#[test]
+fn a_hibernated_vm_stays_up_and_a_deadline_survives_a_snapshot() {
+    let hour = HOUR;
+    let (mut engine, mut effects, _) = placed_on_a_vm(&EngineConfig::default());
+    let vm = |t: u64, kind: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"{kind}","vm_type":"n1-highcpu-16","zone":"us-central1-c","preemptible":true,"launch_time_us":{}}}"#,
+            9 * hour
+        ))
+    };
+    engine
+        .apply(AT, &vm(11 * hour, "hibernate"), &mut effects)
+        .unwrap();
+    let m = engine.machine(1).unwrap();
+    assert_eq!((m.up, m.hibernated_since_us), (true, Some(11 * hour)));
+    // A second hibernate keeps the first's time.
+    engine
+        .apply(AT, &vm(11 * hour + 5, "hibernate"), &mut effects)
+        .unwrap();
+    assert_eq!(
+        engine.machine(1).unwrap().hibernated_since_us,
+        Some(11 * hour)
+    );
+    engine
+        .apply(AT, &vm(12 * hour, "resume"), &mut effects)
+        .unwrap();
+    let m = engine.machine(1).unwrap();
+    assert_eq!(
+        (m.up, m.hibernated_since_us, m.removed_us),
+        (true, None, None)
+    );
+
+    let with_deadline = event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{},"job_id":2,"num_tasks":3,"deadline_us":{}}}"#,
+        12 * hour,
+        30 * hour
+    ));
+    engine.apply(AT, &with_deadline, &mut effects).unwrap();
+    engine.release_ended();
+    let restored = Engine::restore(&EngineConfig::default(), &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(
+        restored.jobs[&2].submitted.deadline_us,
+        Some(30 * hour),
+        "the deadline is in the snapshot"
+    );
+    assert_eq!(restored.machine(1), engine.machine(1));
+}

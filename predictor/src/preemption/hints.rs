@@ -3,7 +3,9 @@
 //! (Teylo et al.) schedulers act on. The simulator's CloudCoaster
 //! (`jobcast_replay::transient`) and the engine's live controller
 //! (`engine/capacity.rs`) resize the transient partition by
-//! [`coaster_hint`]; nothing calls [`hibernation_hint`] yet but its tests.
+//! [`coaster_hint`]; the spot-deadline maps (`crate::deadlines`) and the
+//! simulator's hibernations (`jobcast_replay::deadlines`) time a recovery
+//! group's migration by [`hibernation_hint`].
 //!
 //! - CloudCoaster (Ogden and Guo): a hybrid scheduler keeps a short-job-only
 //!   partition and grows it with cheap transient servers while long tasks
@@ -147,32 +149,33 @@ pub fn coaster_hint(
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HibernationHint {
     /// `start_bkp`: the latest time to start the backup and still meet `D`.
-    pub start_backup_h: f64,
-    /// How long a hibernation starting at `hibernated_since_h` may last
+    pub start_backup: f64,
+    /// How long a hibernation starting at `hibernated_since` may last
     /// before the backup must start (negative: already too late).
-    pub tolerable_hibernation_h: Option<f64>,
+    pub tolerable_hibernation: Option<f64>,
     /// The VM is hibernated and `now ≥ start_bkp`: migrate the recovery
     /// group to its backup VMs now.
     pub migrate_now: bool,
 }
 
-/// Teylo et al.'s backup start for a job with deadline `deadline_h`, whose
-/// recovery group takes `recovery_runtime_h` on the backup VMs (boot
-/// included), with scheduling periods of `period_h` (the "− 1" of the paper
-/// is one period). `hibernated_since_h` is when the VM hibernated, if it is
-/// hibernated now; all times on the same clock, in hours.
+/// Teylo et al.'s backup start for a job with deadline `deadline`, whose
+/// recovery group takes `recovery_runtime` on the backup VMs (boot
+/// included), with scheduling periods of `period` (the "− 1" of the paper
+/// is one period). `hibernated_since` is when the VM hibernated, if it is
+/// hibernated now. All times on one clock, in one unit (hours, or the
+/// maps' periods).
 pub fn hibernation_hint(
-    deadline_h: f64,
-    recovery_runtime_h: f64,
-    period_h: f64,
-    now_h: f64,
-    hibernated_since_h: Option<f64>,
+    deadline: f64,
+    recovery_runtime: f64,
+    period: f64,
+    now: f64,
+    hibernated_since: Option<f64>,
 ) -> HibernationHint {
-    let start_backup_h = deadline_h - recovery_runtime_h - period_h;
+    let start_backup = deadline - recovery_runtime - period;
     HibernationHint {
-        start_backup_h,
-        tolerable_hibernation_h: hibernated_since_h.map(|since| start_backup_h - since),
-        migrate_now: hibernated_since_h.is_some() && now_h >= start_backup_h,
+        start_backup,
+        tolerable_hibernation: hibernated_since.map(|since| start_backup - since),
+        migrate_now: hibernated_since.is_some() && now >= start_backup,
     }
 }
 
@@ -219,11 +222,11 @@ mod tests {
         // D = 10 h, recovery 3 h with boot, periods of 1 min.
         let period = 1.0 / 60.0;
         let h = hibernation_hint(10.0, 3.0, period, 6.0, None);
-        assert!((h.start_backup_h - (7.0 - period)).abs() < 1e-12);
-        assert_eq!(h.tolerable_hibernation_h, None);
+        assert!((h.start_backup - (7.0 - period)).abs() < 1e-12);
+        assert_eq!(h.tolerable_hibernation, None);
         assert!(!h.migrate_now);
         let h = hibernation_hint(10.0, 3.0, period, 6.9, Some(6.0));
-        assert!((h.tolerable_hibernation_h.unwrap() - (1.0 - period)).abs() < 1e-12);
+        assert!((h.tolerable_hibernation.unwrap() - (1.0 - period)).abs() < 1e-12);
         assert!(!h.migrate_now);
         let h = hibernation_hint(10.0, 3.0, period, 7.0, Some(6.0));
         assert!(h.migrate_now);

@@ -158,7 +158,8 @@ impl OnlineFitter {
                 // try again with the next lifetime.
                 self.since_refit >= self.config.refit_every && self.refit().is_ok()
             }
-            MachineKind::Update => false,
+            // A pause is not the end of a lifetime: the VM lives on.
+            MachineKind::Update | MachineKind::Hibernate | MachineKind::Resume => false,
         }
     }
 
@@ -376,6 +377,23 @@ mod tests {
         }
         events.sort_by_key(|e| e.time_us);
         events
+    }
+
+    #[test]
+    fn a_hibernation_is_no_end_of_a_lifetime() {
+        let mut fitter = OnlineFitter::new(OnlineConfig::default());
+        let hour = HOUR_US as u64;
+        fitter.observe(&event(0, 1, MachineKind::Add, vm(0, None)));
+        fitter.observe(&event(hour, 1, MachineKind::Hibernate, vm(0, None)));
+        fitter.observe(&event(2 * hour, 1, MachineKind::Resume, vm(0, None)));
+        assert_eq!((fitter.running(), fitter.finished()), (1, 0));
+        fitter.observe(&event(
+            3 * hour,
+            1,
+            MachineKind::Remove,
+            vm(0, Some(EndReason::Preempted)),
+        ));
+        assert_eq!((fitter.running(), fitter.finished()), (0, 1));
     }
 
     /// `n` VMs in us-east1-b launched a minute apart from the epoch, with

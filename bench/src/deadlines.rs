@@ -1,0 +1,645 @@
+//! `jobcast bench deadlines`: Teylo et al.'s scheduler of bags of tasks
+//! with deadlines on hibernating spot VMs (§IV), on a trace's bags, with
+//! maps drawn from jobcast's runtime estimates at a quantile and run
+//! against the truth ([`jobcast_replay::deadlines`]).
+//!
+//! Method, as §IV: each bag's tasks with their runtimes and memory from the
+//! trace; the VM catalogue of Table VI, the trace's runtimes taken as the
+//! baseline core's; the deadline `D` the shortest, in steps of an hour,
+//! at which Algorithms 1 and 2 give valid maps on the true runtimes
+//! (`VM_timelimit` 0.5). The strategies at that `D`:
+//!
+//! - `no_hibernation`: the primary map, no spot VM hibernating;
+//! - `proposal`: one spot VM, chosen at random among those with work
+//!   left, hibernates a tenth of `D` after the start for 15 % of `D`, and
+//!   the scheduler waits until `start_bkp` (the paper: 2 h after the start
+//!   for 3 h, with deadlines of 16 to 40 h; the bags here are shorter, so
+//!   the hibernation is set by their deadline);
+//! - `proposal_migration`: the same for 1,000 h, so the tasks migrate;
+//! - `immediate_migration`: the short hibernation, migrating at once;
+//! - `on_demand`: Algorithm 1 with on-demand VMs only;
+//! - `proposal_true_runtimes`: `proposal` on maps drawn from the true
+//!   runtimes (the paper's assumption), the yardstick of the estimates.
+//!
+//! Every strategy but the last draws its maps from jobcast's estimate: a
+//! quantile of the job's mean task runtime, from the policy run on the
+//! workload as `jobcast evaluate` runs it (history from the trace's first
+//! half, quantiles calibrated on it). jobcast estimates jobs, not tasks,
+//! so every task of a bag is planned at the same runtime. The quantile is
+//! the highest, up to `--quantile`, whose maps are valid at `D`: a level
+//! that says the deadline cannot be met would otherwise spread the bag
+//! one task per VM (Algorithm 1 buys the fastest VM for each task that
+//! fits no other); when none is valid, the median.
+//!
+//! With `--availability`, each spot VM instead hibernates through the
+//! outages of a measured spot market (SkyPilot's availability traces),
+//! `--availability-runs` times per bag, as §IV-B did with price peaks.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use jobcast_ingest::Format;
+use jobcast_predictor::deadlines::{
+    Catalogue, Clock, Maps, Task, backup_map, primary_map, shortest_deadline,
+};
+use jobcast_predictor::decision::{PolicyKind, Quantiles};
+use jobcast_replay::deadlines::{
+    Availability, Hibernation, Outcome, Response, one_hibernation, run,
+};
+use jobcast_replay::evaluate::{EvalConfig, run_policy};
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
+use serde::Serialize;
+
+#[derive(clap::Args)]
+pub struct DeadlinesArgs {
+    /// The trace whose bags of tasks are scheduled (its first half is the
+    /// history jobcast estimates from).
+    #[arg(long)]
+    trace: PathBuf,
+    /// Its format.
+    #[arg(long)]
+    format: Format,
+    /// The policy whose estimates draw the maps.
+    #[arg(long, default_value = "3sigma")]
+    policy: PolicyKind,
+    /// The quantile of its estimate the maps plan each task at: p50, p90,
+    /// p95 or p99.
+    #[arg(long, default_value = "p90", value_parser = parse_quantile)]
+    quantile: usize,
+    /// Bags of at least this many tasks (the paper's had 31 to 103).
+    #[arg(long, default_value_t = 20)]
+    min_tasks: u32,
+    /// Drop jobs with more tasks than this.
+    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
+    max_width: u32,
+    /// Runtimes are multiplied by this, so that bags of minutes run as
+    /// long as the paper's (7 to 120 h) against hour slots.
+    #[arg(long, default_value_t = 60.0)]
+    time_scale: f64,
+    /// GB of memory per unit of the trace's request (Google's are
+    /// normalised to its largest machine).
+    #[arg(long, default_value_t = 64.0)]
+    memory_gb_per_unit: f64,
+    /// `VM_timelimit`: the share of `D` a primary VM may be busy.
+    #[arg(long, default_value_t = 0.5)]
+    time_limit: f64,
+    /// Deadlines are searched in steps of this many hours.
+    #[arg(long, default_value_t = 1.0)]
+    deadline_step_hours: f64,
+    /// ... up to this many.
+    #[arg(long, default_value_t = 1000.0)]
+    max_deadline_hours: f64,
+    /// The deadline given is the shortest valid one plus this share of it
+    /// (0: the paper's shortest, which leaves an estimate no room).
+    #[arg(long, default_value_t = 0.0)]
+    deadline_slack: f64,
+    /// The §IV-A hibernation starts this share of the deadline after the
+    /// job (the paper: 2 h of 16 to 40).
+    #[arg(long, default_value_t = 0.1)]
+    hibernate_at: f64,
+    /// ... and lasts this share of it (the paper: 3 h, which its proposal
+    /// waits out).
+    #[arg(long, default_value_t = 0.15)]
+    hibernate_for: f64,
+    /// ... or this many (the proposal migrates).
+    #[arg(long, default_value_t = 1000.0)]
+    long_hibernation_hours: f64,
+    /// SkyPilot spot availability traces (a directory of them): spot VMs
+    /// hibernate through their markets' outages.
+    #[arg(long)]
+    availability: Option<PathBuf>,
+    /// Runs per bag on the availability traces, each in markets and at a
+    /// start drawn anew.
+    #[arg(long, default_value_t = 10)]
+    availability_runs: u64,
+    /// Seed of the hibernating VM and of the availability draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn parse_quantile(s: &str) -> Result<usize, String> {
+    Quantiles::index_of(s)
+}
+
+/// What the strategies did over every bag.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub runs: usize,
+    pub cost_usd: f64,
+    /// The mean over runs, seconds of scaled time.
+    pub makespan_s: f64,
+    pub deadline_misses: usize,
+    pub hibernations: u32,
+    pub migrations: u32,
+}
+
+impl Summary {
+    fn add(&mut self, o: &Outcome, clock: &Clock) {
+        let n = self.runs as f64;
+        let makespan_s = (o.makespan * clock.period_s) as f64;
+        self.makespan_s = (self.makespan_s * n + makespan_s) / (n + 1.0);
+        self.runs += 1;
+        self.cost_usd += o.cost_usd;
+        self.deadline_misses += usize::from(o.missed);
+        self.hibernations += o.hibernations;
+        self.migrations += o.migrations;
+    }
+}
+
+/// One bag.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BagRow {
+    pub job_id: u64,
+    pub tasks: usize,
+    pub memory_gb: f64,
+    pub mean_task_h: f64,
+    pub max_task_h: f64,
+    /// The quantile its maps are drawn at: the highest up to the one asked
+    /// for whose maps are valid.
+    pub planned_quantile: &'static str,
+    /// The runtime every task is planned at, hours.
+    pub planned_task_h: f64,
+    pub deadline_h: f64,
+    /// The maps drawn from the estimate are valid at `D`.
+    pub planned_valid: bool,
+    pub spot_vms: usize,
+    pub on_demand_vms: usize,
+}
+
+/// Deadline misses and cost at one quantile of the estimates.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TradeOff {
+    /// `p50` … `p99`, or `true` for the true runtimes.
+    pub quantile: &'static str,
+    pub proposal: Summary,
+    /// Its cost over the true runtimes' maps', %.
+    pub cost_vs_true_pct: f64,
+    /// The same on the availability traces, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability: Option<Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability_cost_vs_true_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadlinesReport {
+    pub trace: PathBuf,
+    pub deadline_slack: f64,
+    pub policy: PolicyKind,
+    pub quantile: &'static str,
+    pub time_scale: f64,
+    pub memory_gb_per_unit: f64,
+    pub bags: Vec<BagRow>,
+    /// Bags left out: no estimate, or no valid deadline by the maximum.
+    pub skipped: BTreeMap<&'static str, usize>,
+    /// §IV-A, by strategy.
+    pub strategies: BTreeMap<&'static str, Summary>,
+    /// The paper's comparisons, %.
+    pub relative: BTreeMap<&'static str, f64>,
+    /// On the availability traces, by strategy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability: Option<BTreeMap<&'static str, Summary>>,
+    pub tradeoff: Vec<TradeOff>,
+}
+
+/// A bag ready to schedule: its true tasks, its deadline, and its maps
+/// drawn at each quantile of the estimate (then on the true runtimes,
+/// [`TRUE`]), with the On-demand baseline's.
+struct Bag {
+    row: BagRow,
+    truth: Vec<Task>,
+    deadline: u64,
+    maps: Vec<Maps>,
+    on_demand: Vec<Maps>,
+}
+
+/// The index of the maps drawn on the true runtimes in [`Bag::maps`].
+const TRUE: usize = Quantiles::NAMES.len();
+
+impl Bag {
+    /// The level its maps are drawn at under the cap `level` (an index
+    /// into [`Quantiles::NAMES`], or [`TRUE`]): the highest up to it whose
+    /// maps are valid, else the median.
+    fn level(&self, cap: usize) -> usize {
+        if cap == TRUE {
+            return TRUE;
+        }
+        (0..=cap).rev().find(|&l| self.maps[l].valid()).unwrap_or(0)
+    }
+}
+
+pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
+    let started = Instant::now();
+    let catalogue = Catalogue::teylo_2018();
+    let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+    anyhow::ensure!(
+        args.time_scale.is_finite() && args.time_scale > 0.0,
+        "--time-scale must be positive"
+    );
+    anyhow::ensure!(
+        args.time_limit > 0.0 && args.time_limit <= 1.0,
+        "--time-limit must be in (0, 1]"
+    );
+    anyhow::ensure!(
+        args.deadline_slack.is_finite() && args.deadline_slack >= 0.0,
+        "--deadline-slack must be a non-negative share"
+    );
+    let hours = |h: f64| clock.periods(h * 3600.0);
+    let trace = jobcast_ingest::open(args.format, &args.trace)
+        .with_context(|| format!("opening {} trace", args.format.name()))?;
+    let workload = Workload::from_trace(trace, args.max_width)
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let config = EvalConfig::default();
+    let slots = config.slots_for(&workload)?;
+    let report = run_policy(&workload, args.policy, &config, slots)?;
+    let estimates: BTreeMap<u64, _> = report
+        .jobs
+        .iter()
+        .filter_map(|j| Some((j.job_id, j.quantiles?)))
+        .collect();
+    eprintln!(
+        "read {}: {} jobs, {} estimated by {} in {:.1} s",
+        args.trace.display(),
+        workload.jobs.len(),
+        estimates.len(),
+        args.policy,
+        started.elapsed().as_secs_f64()
+    );
+    let mut skipped = BTreeMap::from([("no_estimate", 0), ("no_deadline", 0)]);
+    let mut bags = Vec::new();
+    for job in workload
+        .jobs
+        .iter()
+        .filter(|j| j.width() >= args.min_tasks && j.job().stages.is_none())
+    {
+        let Some(quantiles) = estimates.get(&job.job_id()) else {
+            *skipped.get_mut("no_estimate").expect("listed") += 1;
+            continue;
+        };
+        let memory_gb = job.job().mem_request * args.memory_gb_per_unit;
+        let truth: Vec<Task> = job
+            .runtimes_us()
+            .iter()
+            .zip(0..)
+            .map(|(&us, id)| Task {
+                id,
+                base_s: us as f64 / 1e6 * args.time_scale,
+                memory_gb,
+            })
+            .collect();
+        let levels = quantiles.mean_task_runtime_us.to_array();
+        let planned = levels.map(|us| {
+            truth
+                .iter()
+                .map(|t| Task {
+                    base_s: us / 1e6 * args.time_scale,
+                    ..*t
+                })
+                .collect::<Vec<_>>()
+        });
+        let Some((shortest, _)) = shortest_deadline(
+            &truth,
+            &catalogue,
+            &clock,
+            args.time_limit,
+            hours(args.deadline_step_hours),
+            hours(args.max_deadline_hours),
+        ) else {
+            *skipped.get_mut("no_deadline").expect("listed") += 1;
+            continue;
+        };
+        let step = hours(args.deadline_step_hours).max(1);
+        let deadline =
+            ((shortest as f64 * (1.0 + args.deadline_slack) / step as f64).ceil() as u64) * step;
+        let (maps, on_demand): (Vec<Maps>, Vec<Maps>) = planned
+            .iter()
+            .chain([&truth])
+            .map(|tasks| {
+                (
+                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit),
+                    on_demand(tasks, &catalogue, &clock, deadline, args.time_limit),
+                )
+            })
+            .unzip();
+        let level = (0..=args.quantile)
+            .rev()
+            .find(|&l| maps[l].valid())
+            .unwrap_or(0);
+        let chosen = &maps[level];
+        let spot_vms = chosen
+            .primary
+            .vms
+            .iter()
+            .filter(|v| v.market == jobcast_predictor::deadlines::Market::Spot)
+            .count();
+        let h = |s: f64| s / 3600.0;
+        bags.push(Bag {
+            row: BagRow {
+                job_id: job.job_id(),
+                tasks: truth.len(),
+                memory_gb,
+                mean_task_h: h(truth.iter().map(|t| t.base_s).sum::<f64>() / truth.len() as f64),
+                max_task_h: h(truth.iter().map(|t| t.base_s).fold(0.0, f64::max)),
+                planned_quantile: Quantiles::NAMES[level],
+                planned_task_h: h(planned[level][0].base_s),
+                deadline_h: clock.hours(deadline),
+                planned_valid: chosen.valid(),
+                spot_vms,
+                on_demand_vms: chosen.primary.vms.len() - spot_vms,
+            },
+            truth,
+            deadline,
+            maps,
+            on_demand,
+        });
+    }
+    anyhow::ensure!(
+        !bags.is_empty(),
+        "no bag of {} or more tasks with an estimate and a valid deadline in {}",
+        args.min_tasks,
+        args.trace.display()
+    );
+    let availability = args
+        .availability
+        .as_ref()
+        .map(|path| -> anyhow::Result<Availability> {
+            let trace = jobcast_ingest::open(Format::SpotTraces, path)
+                .with_context(|| format!("opening spot traces {}", path.display()))?;
+            let events = trace
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("reading {}", path.display()))?;
+            let a = Availability::from_events(events);
+            anyhow::ensure!(!a.markets.is_empty(), "{}: no spot market", path.display());
+            Ok(a)
+        })
+        .transpose()?;
+
+    anyhow::ensure!(
+        args.hibernate_at >= 0.0 && args.hibernate_for > 0.0,
+        "--hibernate-at must be a share of the deadline, --hibernate-for a positive one"
+    );
+    let long = hours(args.long_hibernation_hours);
+    let share = |deadline: u64, x: f64| (deadline as f64 * x).round() as u64;
+    let at = |bag: &Bag| share(bag.deadline, args.hibernate_at);
+    let short = |bag: &Bag| share(bag.deadline, args.hibernate_for).max(1);
+    let seed_of = |bag: &Bag| args.seed ^ bag.row.job_id;
+    let mut strategies: BTreeMap<&'static str, Summary> = BTreeMap::new();
+    let mut add = |name, o: Outcome| strategies.entry(name).or_default().add(&o, &clock);
+    for bag in &bags {
+        let level = bag.level(args.quantile);
+        let (maps, truth_maps) = (&bag.maps[level], &bag.maps[TRUE]);
+        let go = |maps: &Maps, h: &[Vec<Hibernation>], r| {
+            run(maps, &bag.truth, &catalogue, &clock, h, r)
+        };
+        let one = |maps: &Maps, length| {
+            one_hibernation(maps, seed_of(bag), at(bag), length).unwrap_or_default()
+        };
+        add("no_hibernation", go(maps, &[], Response::Wait));
+        add("proposal", go(maps, &one(maps, short(bag)), Response::Wait));
+        add(
+            "proposal_migration",
+            go(maps, &one(maps, long), Response::Wait),
+        );
+        add(
+            "immediate_migration",
+            go(maps, &one(maps, short(bag)), Response::Immediate),
+        );
+        add("on_demand", go(&bag.on_demand[level], &[], Response::Wait));
+        add(
+            "proposal_true_runtimes",
+            go(truth_maps, &one(truth_maps, short(bag)), Response::Wait),
+        );
+    }
+    let pct = |a: f64, b: f64| (a / b - 1.0) * 100.0;
+    let s = |name: &str| &strategies[name];
+    let mut relative = BTreeMap::from([
+        (
+            "immediate_migration_cost_over_proposal",
+            pct(s("immediate_migration").cost_usd, s("proposal").cost_usd),
+        ),
+        (
+            "immediate_migration_cost_vs_on_demand",
+            pct(s("immediate_migration").cost_usd, s("on_demand").cost_usd),
+        ),
+        (
+            "proposal_migration_cost_over_no_hibernation",
+            pct(
+                s("proposal_migration").cost_usd,
+                s("no_hibernation").cost_usd,
+            ),
+        ),
+        (
+            "proposal_cost_vs_true_runtimes",
+            pct(s("proposal").cost_usd, s("proposal_true_runtimes").cost_usd),
+        ),
+    ]);
+
+    // §IV-B: hibernations from measured capacity.
+    let measured = |level: usize| -> Option<BTreeMap<&'static str, Summary>> {
+        let a = availability.as_ref()?;
+        let mut out: BTreeMap<&'static str, Summary> = BTreeMap::new();
+        for bag in &bags {
+            let level = bag.level(level);
+            let (maps, od) = (&bag.maps[level], &bag.on_demand[level]);
+            for k in 0..args.availability_runs {
+                let Some(h) =
+                    a.hibernations(maps, &clock, bag.deadline, seed_of(bag).wrapping_add(k))
+                else {
+                    continue;
+                };
+                let go = |maps: &Maps, h: &[Vec<Hibernation>], r| {
+                    run(maps, &bag.truth, &catalogue, &clock, h, r)
+                };
+                out.entry("proposal")
+                    .or_default()
+                    .add(&go(maps, &h, Response::Wait), &clock);
+                out.entry("immediate_migration")
+                    .or_default()
+                    .add(&go(maps, &h, Response::Immediate), &clock);
+                out.entry("on_demand")
+                    .or_default()
+                    .add(&go(od, &[], Response::Wait), &clock);
+            }
+        }
+        Some(out)
+    };
+    let availability_summary = measured(args.quantile);
+    if let Some(a) = &availability_summary
+        && let (Some(p), Some(i), Some(o)) = (
+            a.get("proposal"),
+            a.get("immediate_migration"),
+            a.get("on_demand"),
+        )
+    {
+        relative.insert(
+            "availability_proposal_makespan_vs_on_demand",
+            pct(p.makespan_s, o.makespan_s),
+        );
+        relative.insert(
+            "availability_proposal_makespan_vs_immediate_migration",
+            pct(p.makespan_s, i.makespan_s),
+        );
+        relative.insert(
+            "availability_immediate_migration_cost_over_proposal",
+            pct(i.cost_usd, p.cost_usd),
+        );
+        relative.insert(
+            "availability_on_demand_cost_over_proposal",
+            pct(o.cost_usd, p.cost_usd),
+        );
+    }
+
+    // Misses against cost across the quantiles.
+    let true_proposal = s("proposal_true_runtimes").clone();
+    let true_measured = measured(TRUE).and_then(|m| m.get("proposal").cloned());
+    let mut tradeoff = Vec::new();
+    for level in 0..=TRUE {
+        let mut proposal = Summary::default();
+        for bag in &bags {
+            let maps = &bag.maps[bag.level(level)];
+            let h = one_hibernation(maps, seed_of(bag), at(bag), short(bag)).unwrap_or_default();
+            proposal.add(
+                &run(maps, &bag.truth, &catalogue, &clock, &h, Response::Wait),
+                &clock,
+            );
+        }
+        let on_measured = measured(level).and_then(|m| m.get("proposal").cloned());
+        tradeoff.push(TradeOff {
+            quantile: Quantiles::NAMES.get(level).copied().unwrap_or("true"),
+            cost_vs_true_pct: pct(proposal.cost_usd, true_proposal.cost_usd),
+            proposal,
+            availability_cost_vs_true_pct: on_measured
+                .as_ref()
+                .zip(true_measured.as_ref())
+                .map(|(m, t)| pct(m.cost_usd, t.cost_usd)),
+            availability: on_measured,
+        });
+    }
+    eprintln!(
+        "jobcast bench deadlines: {} bags in {:.1} s",
+        bags.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(DeadlinesReport {
+        trace: args.trace.clone(),
+        deadline_slack: args.deadline_slack,
+        policy: args.policy,
+        quantile: Quantiles::NAMES[args.quantile],
+        time_scale: args.time_scale,
+        memory_gb_per_unit: args.memory_gb_per_unit,
+        bags: bags.into_iter().map(|b| b.row).collect(),
+        skipped,
+        strategies,
+        relative,
+        availability: availability_summary,
+        tradeoff,
+    })
+}
+
+/// The On-demand baseline: Algorithm 1 with no spot VM (nothing to back
+/// up).
+fn on_demand(
+    tasks: &[Task],
+    catalogue: &Catalogue,
+    clock: &Clock,
+    deadline: u64,
+    time_limit: f64,
+) -> Maps {
+    let primary = primary_map(tasks, catalogue, clock, deadline, time_limit, false);
+    let backup = backup_map(&primary, tasks, catalogue, clock);
+    Maps { primary, backup }
+}
+
+impl fmt::Display for DeadlinesReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} bags, maps planned at {}'s {} (runtimes ×{}, {} GB per memory unit); skipped {:?}",
+            self.trace.display(),
+            self.bags.len(),
+            self.policy,
+            self.quantile,
+            self.time_scale,
+            self.memory_gb_per_unit,
+            self.skipped
+        )?;
+        writeln!(
+            f,
+            "{:>20} {:>6} {:>8} {:>8} {:>5} {:>8} {:>8} {:>6} {:>9}",
+            "job", "tasks", "mean h", "max h", "at", "plan h", "D h", "valid", "spot/od"
+        )?;
+        for b in &self.bags {
+            writeln!(
+                f,
+                "{:>20} {:>6} {:>8.2} {:>8.2} {:>5} {:>8.2} {:>8.1} {:>6} {:>5}/{}",
+                b.job_id,
+                b.tasks,
+                b.mean_task_h,
+                b.max_task_h,
+                b.planned_quantile,
+                b.planned_task_h,
+                b.deadline_h,
+                b.planned_valid,
+                b.spot_vms,
+                b.on_demand_vms
+            )?;
+        }
+        let table =
+            |f: &mut fmt::Formatter<'_>, title: &str, s: &BTreeMap<&'static str, Summary>| {
+                writeln!(f, "{title}")?;
+                writeln!(
+                    f,
+                    "{:<24} {:>6} {:>10} {:>12} {:>7} {:>6} {:>6}",
+                    "strategy", "runs", "cost $", "makespan h", "missed", "hib", "migr"
+                )?;
+                for (name, x) in s {
+                    writeln!(
+                        f,
+                        "{:<24} {:>6} {:>10.2} {:>12.2} {:>7} {:>6} {:>6}",
+                        name,
+                        x.runs,
+                        x.cost_usd,
+                        x.makespan_s / 3600.0,
+                        x.deadline_misses,
+                        x.hibernations,
+                        x.migrations
+                    )?;
+                }
+                Ok(())
+            };
+        table(f, "§IV-A: one spot VM hibernates", &self.strategies)?;
+        if let Some(a) = &self.availability {
+            table(f, "§IV-B: spot VMs hibernate through measured outages", a)?;
+        }
+        for (name, v) in &self.relative {
+            writeln!(f, "{name}: {v:+.1} %")?;
+        }
+        writeln!(f, "quantile trade-off (proposal):")?;
+        for t in &self.tradeoff {
+            write!(
+                f,
+                "  {:<5} missed {:>3}/{:<4} cost ${:>9.2} ({:+.1} % vs true)",
+                t.quantile,
+                t.proposal.deadline_misses,
+                t.proposal.runs,
+                t.proposal.cost_usd,
+                t.cost_vs_true_pct
+            )?;
+            if let (Some(a), Some(p)) = (&t.availability, t.availability_cost_vs_true_pct) {
+                write!(
+                    f,
+                    "; measured outages: missed {}/{} cost ${:.2} ({p:+.1} %)",
+                    a.deadline_misses, a.runs, a.cost_usd
+                )?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,475 @@
+//! Teylo et al.'s maps carried out against the truth, with spot VMs that
+//! hibernate ([`jobcast_predictor::deadlines`] draws the maps).
+//!
+//! Each VM of the primary map runs its cores' tasks in the map's order,
+//! with their true runtimes: a task starts when its core is free, and no
+//! earlier than the map planned (so that a map run on the runtimes it was
+//! drawn on runs exactly as drawn, memory gaps included). A spot VM's
+//! hibernation stops all its cores; what happens then is the strategy's
+//! ([`Response`]):
+//!
+//! - [`Response::Wait`], the paper's proposal: wait, and if the VM has not
+//!   resumed by `start_bkp` (Eq. 3, of the recovery group of the task it
+//!   was running), migrate then;
+//! - [`Response::Immediate`]: migrate as soon as it hibernates.
+//!
+//! A migration ends the spot VM and runs its unfinished tasks (a running
+//! one from its start) on the recovery group's on-demand VMs, booted at
+//! the migration, each task on the VM the backup map chose (a task the map
+//! did not foresee in the group, because the truth moved the VM's tasks,
+//! on the backup VM that can start it first), each at the earliest moment
+//! a core and the memory are free. Spot VMs are billed for the time they
+//! run (not while hibernated, as AWS bills since December 2017), every VM
+//! in whole slots; the makespan is the end of the last task, and a job
+//! whose makespan passes `D` has missed its deadline.
+//!
+//! Hibernations come from the paper's §IV-A scenarios ([`one_hibernation`]:
+//! one spot VM chosen at random, from a given time for a given length) or
+//! from measured spot availability ([`Availability`]: a spot VM is
+//! hibernated while its market has no capacity).
+
+use std::collections::BTreeMap;
+
+use jobcast_ingest::event::{Event, MachineKind};
+use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Market, Task, Vm};
+use jobcast_predictor::preemption::hints::hibernation_hint;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// A spot VM's hibernation, `[start, end)` in periods from the job's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hibernation {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What a strategy does when a spot VM hibernates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Response {
+    /// Wait until `start_bkp`, then migrate (the proposal).
+    Wait,
+    /// Migrate at once (Immediate Migration).
+    Immediate,
+}
+
+/// One run of one job.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Outcome {
+    pub cost_usd: f64,
+    /// Periods from the job's start to its last task's end.
+    pub makespan: u64,
+    pub missed: bool,
+    /// Hibernations that hit a VM with work left.
+    pub hibernations: u32,
+    pub migrations: u32,
+}
+
+/// Run `maps` on the `truth` (the bag's tasks with their true runtimes),
+/// the primary map's VM `j` hibernating as `hibernations[j]` says (sorted,
+/// disjoint; a VM past the end of the list never hibernates; on-demand VMs
+/// never do).
+pub fn run(
+    maps: &Maps,
+    truth: &[Task],
+    catalogue: &Catalogue,
+    clock: &Clock,
+    hibernations: &[Vec<Hibernation>],
+    response: Response,
+) -> Outcome {
+    let true_task = |id: u32| {
+        truth
+            .iter()
+            .find(|t| t.id == id)
+            .expect("the maps place only the bag's tasks")
+    };
+    let deadline = maps.primary.deadline;
+    let mut outcome = Outcome {
+        cost_usd: 0.0,
+        makespan: 0,
+        missed: false,
+        hibernations: 0,
+        migrations: 0,
+    };
+    for (j, vm) in maps.primary.vms.iter().enumerate() {
+        let vm_type = &catalogue.types[vm.kind];
+        // Each task's run on the VM's own clock (which stops while it
+        // hibernates), in the map's order per core.
+        let mut order: Vec<_> = vm.placements.iter().collect();
+        order.sort_by_key(|p| (p.core, p.start));
+        let mut free: BTreeMap<u16, u64> = BTreeMap::new();
+        let runs: Vec<(u32, u64, u64)> = order
+            .iter()
+            .map(|p| {
+                let start = free.get(&p.core).copied().unwrap_or(0).max(p.start);
+                let end = start + true_task(p.task).periods_on(vm_type, clock);
+                free.insert(p.core, end);
+                (p.task, start, end)
+            })
+            .collect();
+        let run_end = runs.iter().map(|r| r.2).max().unwrap_or(0);
+        let price = match vm.market {
+            Market::Spot => vm_type.spot_usd_h.unwrap_or(vm_type.on_demand_usd_h),
+            Market::OnDemand => vm_type.on_demand_usd_h,
+        };
+        let none = Vec::new();
+        let hibernating = match vm.market {
+            Market::Spot => hibernations.get(j).unwrap_or(&none),
+            Market::OnDemand => &none,
+        };
+        // Periods the VM spent hibernated so far: its clock's lag.
+        let mut paused = 0;
+        let mut migrated = None;
+        for h in hibernating {
+            let at = h.start.saturating_sub(paused);
+            if at >= run_end {
+                break;
+            }
+            outcome.hibernations += 1;
+            // The group of the running task with the earliest start_bkp,
+            // else of the next task to start.
+            let running = runs.iter().filter(|r| r.1 <= at && at < r.2);
+            let next = runs.iter().filter(|r| r.1 > at).min_by_key(|r| r.1);
+            let group = running
+                .chain(next.filter(|_| !runs.iter().any(|r| r.1 <= at && at < r.2)))
+                .filter_map(|r| maps.backup.group(j, r.0))
+                .min_by_key(|g| g.start_backup)
+                .expect("every task on a spot VM has a recovery group");
+            let migrate_at = match response {
+                Response::Immediate => Some(h.start),
+                Response::Wait => {
+                    let hint = hibernation_hint(
+                        deadline as f64,
+                        group.runtime as f64,
+                        1.0,
+                        h.start as f64,
+                        Some(h.start as f64),
+                    );
+                    let tolerable = hint.tolerable_hibernation.unwrap_or(0.0).max(0.0) as u64;
+                    (h.end - h.start > tolerable).then_some(h.start + tolerable)
+                }
+            };
+            match migrate_at {
+                Some(when) => {
+                    migrated = Some((when, at, group));
+                    break;
+                }
+                None => paused += h.end - h.start,
+            }
+        }
+        match migrated {
+            None => {
+                outcome.cost_usd += clock.cost(clock.slots(run_end), price);
+                outcome.makespan = outcome.makespan.max(run_end + paused);
+            }
+            Some((when, ran, group)) => {
+                outcome.migrations += 1;
+                outcome.cost_usd += clock.cost(clock.slots(ran), price);
+                // Unfinished tasks, in the group's order (the map's
+                // longest first), then any the map did not foresee.
+                let mut left: Vec<u32> = runs.iter().filter(|r| r.2 > ran).map(|r| r.0).collect();
+                left.sort_by_key(|id| {
+                    group
+                        .tasks
+                        .iter()
+                        .position(|t| t == id)
+                        .unwrap_or(usize::MAX)
+                });
+                let boot = clock.periods(catalogue.boot_s as f64);
+                let mut backups: Vec<Vm> = group
+                    .backups
+                    .iter()
+                    .map(|b| Vm::new(b.kind, Market::OnDemand, boot))
+                    .collect();
+                for id in left {
+                    let task = true_task(id);
+                    let planned = group
+                        .backups
+                        .iter()
+                        .position(|b| b.placement_of(id).is_some());
+                    let fit = |i: usize, backups: &[Vm]| {
+                        let t = &catalogue.types[backups[i].kind];
+                        let periods = task.periods_on(t, clock);
+                        backups[i]
+                            .earliest_start(t, task.memory_gb, periods)
+                            .map(|(core, start)| (i, core, start, periods))
+                    };
+                    let placed = planned.and_then(|i| fit(i, &backups)).or_else(|| {
+                        (0..backups.len())
+                            .filter_map(|i| fit(i, &backups))
+                            .min_by_key(|&(i, _, start, _)| (start, i))
+                    });
+                    let (i, core, start, periods) = placed.unwrap_or_else(|| {
+                        // No backup VM has the memory: the type the
+                        // primary map ran it on, on demand.
+                        backups.push(Vm::new(vm.kind, Market::OnDemand, boot));
+                        let periods = task.periods_on(vm_type, clock);
+                        (backups.len() - 1, 0, boot, periods)
+                    });
+                    backups[i].place(task, core, start, periods, clock);
+                }
+                for b in &backups {
+                    outcome.cost_usd += b.cost(catalogue, clock);
+                    outcome.makespan = outcome.makespan.max(when + b.last_end());
+                }
+            }
+        }
+    }
+    outcome.missed = outcome.makespan > deadline;
+    outcome
+}
+
+/// §IV-A: one spot VM of the primary map, chosen with `seed` among those
+/// the map still has working at `at`, hibernates from `at` for `length`
+/// periods; `None` when the map has no spot VM.
+pub fn one_hibernation(
+    maps: &Maps,
+    seed: u64,
+    at: u64,
+    length: u64,
+) -> Option<Vec<Vec<Hibernation>>> {
+    let spot = |busy: bool| -> Vec<usize> {
+        (0..maps.primary.vms.len())
+            .filter(|&j| maps.primary.vms[j].market == Market::Spot)
+            .filter(|&j| !busy || maps.primary.vms[j].last_end() > at)
+            .collect()
+    };
+    let busy = spot(true);
+    let spot = if busy.is_empty() { spot(false) } else { busy };
+    if spot.is_empty() {
+        return None;
+    }
+    let chosen = spot[ChaCha8Rng::seed_from_u64(seed).random_range(0..spot.len())];
+    let mut all = vec![Vec::new(); maps.primary.vms.len()];
+    all[chosen].push(Hibernation {
+        start: at,
+        end: at.saturating_add(length),
+    });
+    Some(all)
+}
+
+/// Measured spot capacity: per market (a zone and an instance type), the
+/// span observed and the outages within it, µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Availability {
+    pub markets: Vec<MarketSeries>,
+}
+
+/// One market's availability series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MarketSeries {
+    pub zone: String,
+    pub vm_type: String,
+    /// From its first capacity to its last, µs.
+    pub span_us: (u64, u64),
+    /// `[start, end)` without capacity, µs, sorted.
+    pub outages_us: Vec<(u64, u64)>,
+}
+
+impl Availability {
+    /// From a spot trace's machine events (`jobcast_ingest`'s
+    /// `spot-traces` adapter: a run of capacity is a VM's `add` and
+    /// `remove`), the gaps between runs of each zone and type.
+    pub fn from_events(events: impl IntoIterator<Item = Event>) -> Availability {
+        let mut runs: BTreeMap<(String, String), Vec<(u64, u64)>> = BTreeMap::new();
+        let mut open: BTreeMap<u64, u64> = BTreeMap::new();
+        for event in events {
+            let Event::Machine(m) = event else { continue };
+            let Some(vm) = &m.vm else { continue };
+            match m.kind {
+                MachineKind::Add => {
+                    open.insert(m.machine_id, m.time_us);
+                }
+                MachineKind::Remove => {
+                    if let Some(start) = open.remove(&m.machine_id) {
+                        runs.entry((vm.zone.clone(), vm.vm_type.clone()))
+                            .or_default()
+                            .push((start, m.time_us));
+                    }
+                }
+                MachineKind::Update | MachineKind::Hibernate | MachineKind::Resume => {}
+            }
+        }
+        let markets = runs
+            .into_iter()
+            .filter_map(|((zone, vm_type), mut up)| {
+                up.sort_unstable();
+                let span_us = (up.first()?.0, up.last()?.1);
+                let outages_us = up
+                    .windows(2)
+                    .filter(|w| w[1].0 > w[0].1)
+                    .map(|w| (w[0].1, w[1].0))
+                    .collect();
+                Some(MarketSeries {
+                    zone,
+                    vm_type,
+                    span_us,
+                    outages_us,
+                })
+            })
+            .collect();
+        Availability { markets }
+    }
+
+    /// Hibernations for each of `maps`' VMs over a job of `horizon`
+    /// periods: each spot VM in a market drawn with `seed`, the job
+    /// starting at a moment drawn in the markets' common span; a spot VM
+    /// hibernates through each outage of its market (from the job's start
+    /// if its market has no capacity then). `None` if no market's span
+    /// holds the horizon.
+    pub fn hibernations(
+        &self,
+        maps: &Maps,
+        clock: &Clock,
+        horizon: u64,
+        seed: u64,
+    ) -> Option<Vec<Vec<Hibernation>>> {
+        let period_us = clock.period_s * 1_000_000;
+        let horizon_us = horizon * period_us;
+        let usable: Vec<&MarketSeries> = self
+            .markets
+            .iter()
+            .filter(|m| m.span_us.1 - m.span_us.0 > horizon_us)
+            .collect();
+        if usable.is_empty() {
+            return None;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let from = usable.iter().map(|m| m.span_us.0).max()?;
+        let to = usable.iter().map(|m| m.span_us.1).min()?;
+        let start_us = if to > from + horizon_us {
+            rng.random_range(from..to - horizon_us)
+        } else {
+            // No common span holds the job: each market from its own start.
+            from
+        };
+        Some(
+            maps.primary
+                .vms
+                .iter()
+                .map(|vm| {
+                    let market = usable[rng.random_range(0..usable.len())];
+                    if vm.market != Market::Spot {
+                        return Vec::new();
+                    }
+                    let origin = start_us.clamp(market.span_us.0, market.span_us.1 - horizon_us);
+                    market
+                        .outages_us
+                        .iter()
+                        .filter(|(s, e)| *e > origin && *s < origin + horizon_us)
+                        .map(|&(s, e)| Hibernation {
+                            start: s.saturating_sub(origin) / period_us,
+                            end: (e - origin).div_ceil(period_us),
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jobcast_ingest::event::{MachineEvent, VmInfo};
+
+    use super::*;
+
+    fn bag(n: u32, hours: f64) -> Vec<Task> {
+        (0..n)
+            .map(|id| Task {
+                id,
+                base_s: hours * 3600.0,
+                memory_gb: 1.0,
+            })
+            .collect()
+    }
+
+    fn setup() -> (Vec<Task>, Catalogue, Clock, Maps) {
+        let cat = Catalogue::teylo_2018();
+        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+        let tasks = bag(20, 10.0);
+        let maps = Maps::draw(&tasks, &cat, &clock, 8 * 60, 0.5);
+        assert!(maps.valid());
+        (tasks, cat, clock, maps)
+    }
+
+    #[test]
+    fn undisturbed_runs_as_drawn() {
+        let (tasks, cat, clock, maps) = setup();
+        let out = run(&maps, &tasks, &cat, &clock, &[], Response::Wait);
+        assert_eq!(out.makespan, maps.primary.makespan());
+        assert!((out.cost_usd - maps.primary.cost(&cat, &clock)).abs() < 1e-9);
+        assert!(!out.missed);
+        assert_eq!((out.hibernations, out.migrations), (0, 0));
+    }
+
+    #[test]
+    fn a_short_hibernation_is_waited_out_and_a_long_one_migrates_at_start_bkp() {
+        let (tasks, cat, clock, maps) = setup();
+        let g = &maps.backup.groups[0];
+        let short = one_hibernation(&maps, 1, 30, 60).unwrap();
+        let out = run(&maps, &tasks, &cat, &clock, &short, Response::Wait);
+        assert_eq!((out.hibernations, out.migrations), (1, 0));
+        assert_eq!(out.makespan, maps.primary.makespan() + 60);
+        // Hibernation is not billed.
+        assert!((out.cost_usd - maps.primary.cost(&cat, &clock)).abs() < 1e-9);
+        // Too long: migrate at start_bkp, and still meet D.
+        let long = one_hibernation(&maps, 1, 30, 60_000).unwrap();
+        let out = run(&maps, &tasks, &cat, &clock, &long, Response::Wait);
+        assert_eq!(out.migrations, 1);
+        assert!(!out.missed, "{out:?}");
+        assert_eq!(out.makespan, g.start_backup as u64 + g.runtime);
+        // Immediate migration: earlier, and on the same backup VMs.
+        let now = run(&maps, &tasks, &cat, &clock, &long, Response::Immediate);
+        assert_eq!(now.migrations, 1);
+        assert_eq!(now.makespan, 30 + g.runtime);
+        assert!(now.cost_usd < out.cost_usd + 1e-9);
+        // Both pay for the spot VM's first slot and the backups.
+        assert!(now.cost_usd > maps.primary.cost(&cat, &clock));
+    }
+
+    #[test]
+    fn longer_true_runtimes_miss_the_deadline() {
+        let (_, cat, clock, maps) = setup();
+        let truth = bag(20, 80.0);
+        let out = run(&maps, &truth, &cat, &clock, &[], Response::Wait);
+        assert!(out.missed);
+        assert!(out.makespan > maps.primary.deadline);
+    }
+
+    #[test]
+    fn outages_of_a_measured_market_become_hibernations() {
+        let (_, _, clock, maps) = setup();
+        let vm = |t: u64| VmInfo {
+            name: None,
+            vm_type: "v100_1".into(),
+            zone: "z".into(),
+            preemptible: true,
+            launch_time_us: t,
+            end_reason: None,
+        };
+        let hour = 3_600_000_000;
+        let ev = |t, id, kind| Event::Machine(MachineEvent::of_vm(t, id, kind, vm(t)));
+        // Capacity for 100 h, but none from hour 10 to hour 12.
+        let events = vec![
+            ev(0, 1, MachineKind::Add),
+            ev(10 * hour, 1, MachineKind::Remove),
+            ev(12 * hour, 2, MachineKind::Add),
+            ev(100 * hour, 2, MachineKind::Remove),
+        ];
+        let a = Availability::from_events(events);
+        assert_eq!(a.markets.len(), 1);
+        assert_eq!(a.markets[0].outages_us, [(10 * hour, 12 * hour)]);
+        let h = a.hibernations(&maps, &clock, 8 * 60, 3).unwrap();
+        assert_eq!(h.len(), maps.primary.vms.len());
+        // The job's 8 h land somewhere in the 100: the outage, if it falls
+        // within, lasts at most 2 h.
+        for vm in &h {
+            for x in vm {
+                assert!(x.end - x.start <= 121 && x.start < 8 * 60, "{x:?}");
+            }
+        }
+        // Too long a job for the series.
+        assert!(a.hibernations(&maps, &clock, 200 * 60, 3).is_none());
+    }
+}

@@ -1,0 +1,115 @@
+//! `jobcast bench deadlines` end to end: Teylo et al.'s maps of the Google
+//! 2011 window's bags of tasks, drawn from jobcast's estimates and run
+//! against the truth, with one spot VM hibernating (§IV-A) and with spot
+//! VMs hibernating through SkyPilot's measured outages (§IV-B).
+
+use jobcast_tests::{jobcast_ok, shared_data};
+use serde_json::Value;
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn teylo_strategies_on_google_bags_with_measured_outages() {
+    let trace = shared_data("google-clusterdata-2011-2");
+    let availability = shared_data("spot-traces/skypilot/availability");
+    let args = [
+        "bench",
+        "deadlines",
+        "--json",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "google2011",
+        "--availability",
+        availability.to_str().unwrap(),
+        "--availability-runs",
+        "3",
+    ];
+    let out = jobcast_ok(&args);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let bags = v["bags"].as_array().unwrap();
+    assert!(bags.len() >= 5, "{} bags", bags.len());
+    for b in bags {
+        assert!(f(b, "tasks") >= 20.0, "{b}");
+        // The shortest valid deadline on hour steps, and the maps hold
+        // spot VMs.
+        assert_eq!(f(b, "deadline_h").fract(), 0.0, "{b}");
+        assert!(f(b, "deadline_h") >= 1.0, "{b}");
+        assert!(f(b, "spot_vms") >= 1.0, "{b}");
+        // Planned at the highest quantile up to p90 whose maps are valid,
+        // else the median.
+        let at = b["planned_quantile"].as_str().unwrap();
+        assert!(["p50", "p90"].contains(&at), "{b}");
+        assert!(b["planned_valid"] == true || at == "p50", "{b}");
+    }
+    let s = &v["strategies"];
+    let names: Vec<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "immediate_migration",
+            "no_hibernation",
+            "on_demand",
+            "proposal",
+            "proposal_migration",
+            "proposal_true_runtimes"
+        ]
+    );
+    let n = bags.len() as f64;
+    for (name, x) in s.as_object().unwrap() {
+        assert_eq!(f(x, "runs"), n, "{name}");
+        assert!(
+            f(x, "cost_usd") > 0.0 && f(x, "makespan_s") > 0.0,
+            "{name}: {x}"
+        );
+    }
+    assert_eq!(f(&s["no_hibernation"], "hibernations"), 0.0);
+    assert_eq!(f(&s["on_demand"], "hibernations"), 0.0);
+    // One VM per bag hibernates: a 1,000-h hibernation migrates wherever
+    // Immediate Migration does (the VM had work left).
+    let migrations = f(&s["immediate_migration"], "migrations");
+    assert!(migrations > 0.0);
+    assert_eq!(f(&s["proposal_migration"], "migrations"), migrations);
+    // On the true runtimes the paper's guarantee holds: a hibernation is
+    // waited out or migrated in time.
+    assert_eq!(f(&s["proposal_true_runtimes"], "deadline_misses"), 0.0);
+    // Migration costs the backups on top; spot is cheaper than on demand;
+    // waiting out a 3-h hibernation costs less than migrating at once.
+    let cost = |name: &str| f(&s[name], "cost_usd");
+    assert!(cost("proposal_migration") > cost("no_hibernation"));
+    assert!(cost("on_demand") > cost("no_hibernation"));
+    assert!(cost("immediate_migration") >= cost("proposal"));
+    let rel = &v["relative"];
+    let pct = (cost("proposal_migration") / cost("no_hibernation") - 1.0) * 100.0;
+    assert!((f(rel, "proposal_migration_cost_over_no_hibernation") - pct).abs() < 1e-6);
+
+    // Misses against cost across the quantiles, then the true runtimes.
+    let t = v["tradeoff"].as_array().unwrap();
+    let levels: Vec<&str> = t.iter().map(|x| x["quantile"].as_str().unwrap()).collect();
+    assert_eq!(levels, ["p50", "p90", "p95", "p99", "true"]);
+    assert_eq!(t[4]["proposal"], s["proposal_true_runtimes"]);
+    assert_eq!(f(&t[4], "cost_vs_true_pct"), 0.0);
+    assert_eq!(
+        t[1]["proposal"], s["proposal"],
+        "p90 is the default quantile"
+    );
+    // Planning higher never misses more.
+    let misses = |i: usize| f(&t[i]["proposal"], "deadline_misses");
+    assert!(misses(3) <= misses(0), "{t:?}");
+
+    // §IV-B: every bag run three times in measured markets.
+    let a = &v["availability"];
+    for name in ["proposal", "immediate_migration", "on_demand"] {
+        assert_eq!(f(&a[name], "runs"), 3.0 * n, "{name}");
+    }
+    assert!(f(&a["proposal"], "hibernations") > 0.0, "{a}");
+    assert_eq!(f(&a["on_demand"], "hibernations"), 0.0);
+    assert!(f(&a["immediate_migration"], "migrations") >= f(&a["proposal"], "migrations"));
+    assert!(t[4]["availability"].is_object());
+
+    // The same flags give the same report.
+    assert_eq!(jobcast_ok(&args), out);
+}
