@@ -42,9 +42,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use jobcast_ingest::Format;
-use jobcast_predictor::deadlines::{
-    Catalogue, Clock, Maps, Task, backup_map, primary_map, shortest_deadline,
-};
+use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Task, shortest_deadline};
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
     Availability, Hibernation, Outcome, Response, one_hibernation, run,
@@ -322,8 +320,8 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             .chain([&truth])
             .map(|tasks| {
                 (
-                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit),
-                    on_demand(tasks, &catalogue, &clock, deadline, args.time_limit),
+                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit, true),
+                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit, false),
                 )
             })
             .unzip();
@@ -540,20 +538,6 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         availability: availability_summary,
         tradeoff,
     })
-}
-
-/// The On-demand baseline: Algorithm 1 with no spot VM (nothing to back
-/// up).
-fn on_demand(
-    tasks: &[Task],
-    catalogue: &Catalogue,
-    clock: &Clock,
-    deadline: u64,
-    time_limit: f64,
-) -> Maps {
-    let primary = primary_map(tasks, catalogue, clock, deadline, time_limit, false);
-    let backup = backup_map(&primary, tasks, catalogue, clock);
-    Maps { primary, backup }
 }
 
 impl fmt::Display for DeadlinesReport {

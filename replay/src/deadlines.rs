@@ -388,7 +388,7 @@ mod tests {
         let cat = Catalogue::teylo_2018();
         let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
         let tasks = bag(20, 10.0);
-        let maps = Maps::draw(&tasks, &cat, &clock, 8 * 60, 0.5);
+        let maps = Maps::draw(&tasks, &cat, &clock, 8 * 60, 0.5, true);
         assert!(maps.valid());
         (tasks, cat, clock, maps)
     }

@@ -37,15 +37,18 @@ pub struct Maps {
 }
 
 impl Maps {
-    /// Algorithms 1 and 2 for `tasks` at `deadline` periods.
+    /// Algorithms 1 and 2 for `tasks` at `deadline` periods; with `spot`
+    /// false, on on-demand VMs only (the paper's On-demand baseline, with
+    /// nothing to back up).
     pub fn draw(
         tasks: &[Task],
         catalogue: &Catalogue,
         clock: &Clock,
         deadline: u64,
         time_limit: f64,
+        spot: bool,
     ) -> Maps {
-        let primary = primary_map(tasks, catalogue, clock, deadline, time_limit, true);
+        let primary = primary_map(tasks, catalogue, clock, deadline, time_limit, spot);
         let backup = backup_map(&primary, tasks, catalogue, clock);
         Maps { primary, backup }
     }
@@ -99,7 +102,7 @@ mod tests {
         assert!(maps.valid());
         assert_eq!(d % 60, 0);
         // One hour less is not valid.
-        assert!(!Maps::draw(&tasks, &cat, &clock, d - 60, 0.5).valid());
+        assert!(!Maps::draw(&tasks, &cat, &clock, d - 60, 0.5, true).valid());
         // Every task is placed once, and the spot VMs' tasks have groups.
         let placed: usize = maps.primary.vms.iter().map(|v| v.placements.len()).sum();
         assert_eq!(placed, 50);
