@@ -45,7 +45,7 @@ use jobcast_ingest::Format;
 use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Task, shortest_deadline};
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
-    Availability, Hibernation, Outcome, Response, one_hibernation, run,
+    Availability, Hibernation, Outcome, Response, one_hibernation, run, write_tradeoff_plot,
 };
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
@@ -119,6 +119,10 @@ pub struct DeadlinesArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Draw deadline misses against cost across the quantiles
+    /// (`deadline_tradeoff.svg`) in this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 fn parse_quantile(s: &str) -> Result<usize, String> {
@@ -518,6 +522,32 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                 .map(|(m, t)| pct(m.cost_usd, t.cost_usd)),
             availability: on_measured,
         });
+    }
+    if let Some(dir) = &args.plots {
+        let line = |name: &str, of: &dyn Fn(&TradeOff) -> Option<(f64, &Summary)>| {
+            let points: Vec<(String, f64, f64)> = tradeoff
+                .iter()
+                .filter_map(|t| {
+                    let (cost_pct, s) = of(t)?;
+                    let missed_pct = s.deadline_misses as f64 / s.runs.max(1) as f64 * 100.0;
+                    Some((t.quantile.to_owned(), cost_pct, missed_pct))
+                })
+                .collect();
+            (!points.is_empty()).then(|| (name.to_owned(), points))
+        };
+        let lines: Vec<_> = [
+            line("one hibernation (§IV-A)", &|t| {
+                Some((t.cost_vs_true_pct, &t.proposal))
+            }),
+            line("measured outages (§IV-B)", &|t| {
+                Some((t.availability_cost_vs_true_pct?, t.availability.as_ref()?))
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let path = write_tradeoff_plot(dir, &lines).map_err(anyhow::Error::msg)?;
+        eprintln!("wrote {}", path.display());
     }
     eprintln!(
         "jobcast bench deadlines: {} bags in {:.1} s",

@@ -368,6 +368,63 @@ impl Availability {
     }
 }
 
+/// One line of the trade-off plot: its name, and per quantile its label,
+/// its cost over the maps on the true runtimes (%) and the share of runs
+/// that missed their deadline (%).
+pub type TradeOffLine = (String, Vec<(String, f64, f64)>);
+
+/// Deadline misses against cost across the quantiles the maps were drawn
+/// at, one line per hibernation scenario, each point labelled with its
+/// quantile: `deadline_tradeoff.svg` in `dir`.
+pub fn write_tradeoff_plot(
+    dir: &std::path::Path,
+    lines: &[TradeOffLine],
+) -> Result<std::path::PathBuf, String> {
+    use plotters::prelude::*;
+
+    use crate::report::{PALETTE, axes, canvas, finish, frame, legend_line};
+
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("deadline_tradeoff.svg");
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let points = || lines.iter().flat_map(|(_, p)| p.iter());
+    let x_hi = points().map(|p| p.1).fold(10.0, f64::max) * 1.1;
+    let x_lo = points().map(|p| p.1).fold(0.0, f64::min) * 1.1;
+    let y_hi = points().map(|p| p.2).fold(10.0, f64::max) * 1.1;
+    let root = canvas(&path, (900, 560)).map_err(|e| err(&e))?;
+    let mut chart = frame(&root, "Deadlines missed against cost, by quantile planned at", 56)
+        .build_cartesian_2d(x_lo..x_hi, 0f64..y_hi)
+        .map_err(|e| err(&e))?;
+    axes(
+        &mut chart.configure_mesh(),
+        "cost over the maps on the true runtimes (%)",
+        "runs that missed their deadline (%)",
+    )
+    .draw()
+    .map_err(|e| err(&e))?;
+    for (i, (name, line)) in lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()].to_rgba();
+        chart
+            .draw_series(LineSeries::new(
+                line.iter().map(|&(_, x, y)| (x, y)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label(name.as_str())
+            .legend(legend_line(color.stroke_width(2)));
+        chart
+            .draw_series(line.iter().map(|&(_, x, y)| Circle::new((x, y), 4, color.filled())))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(line.iter().map(|(label, x, y)| {
+                Text::new(label.clone(), (*x, *y), ("sans-serif", 14).into_font())
+            }))
+            .map_err(|e| err(&e))?;
+    }
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use jobcast_ingest::event::{MachineEvent, VmInfo};

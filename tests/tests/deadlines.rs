@@ -15,6 +15,7 @@ fn f(v: &Value, key: &str) -> f64 {
 fn teylo_strategies_on_google_bags_with_measured_outages() {
     let trace = shared_data("google-clusterdata-2011-2");
     let availability = shared_data("spot-traces/skypilot/availability");
+    let plots = tempfile::tempdir().unwrap();
     let args = [
         "bench",
         "deadlines",
@@ -29,6 +30,14 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
         "3",
     ];
     let out = jobcast_ok(&args);
+    // The trade-off drawn: both lines, every quantile labelled.
+    let mut drawn = args.to_vec();
+    drawn.extend(["--plots", plots.path().to_str().unwrap()]);
+    assert_eq!(jobcast_ok(&drawn), out);
+    let svg = std::fs::read_to_string(plots.path().join("deadline_tradeoff.svg")).unwrap();
+    for label in ["p50", "p90", "p99", "true", "one hibernation", "measured outages"] {
+        assert!(svg.contains(label), "{label} not drawn");
+    }
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let bags = v["bags"].as_array().unwrap();
     assert!(bags.len() >= 5, "{} bags", bags.len());
