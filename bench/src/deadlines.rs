@@ -479,22 +479,24 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             a.get("on_demand"),
         )
     {
-        relative.insert(
-            "availability_proposal_makespan_vs_on_demand",
-            pct(p.makespan_s, o.makespan_s),
-        );
-        relative.insert(
-            "availability_proposal_makespan_vs_immediate_migration",
-            pct(p.makespan_s, i.makespan_s),
-        );
-        relative.insert(
-            "availability_immediate_migration_cost_over_proposal",
-            pct(i.cost_usd, p.cost_usd),
-        );
-        relative.insert(
-            "availability_on_demand_cost_over_proposal",
-            pct(o.cost_usd, p.cost_usd),
-        );
+        relative.extend([
+            (
+                "availability_proposal_makespan_vs_on_demand",
+                pct(p.makespan_s, o.makespan_s),
+            ),
+            (
+                "availability_proposal_makespan_vs_immediate_migration",
+                pct(p.makespan_s, i.makespan_s),
+            ),
+            (
+                "availability_immediate_migration_cost_over_proposal",
+                pct(i.cost_usd, p.cost_usd),
+            ),
+            (
+                "availability_on_demand_cost_over_proposal",
+                pct(o.cost_usd, p.cost_usd),
+            ),
+        ]);
     }
 
     // Misses against cost across the quantiles.
@@ -525,14 +527,18 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
     }
     if let Some(dir) = &args.plots {
         let line = |name: &str, of: &dyn Fn(&TradeOff) -> Option<(f64, &Summary)>| {
-            let points: Vec<(String, f64, f64)> = tradeoff
-                .iter()
-                .filter_map(|t| {
-                    let (cost_pct, s) = of(t)?;
-                    let missed_pct = s.deadline_misses as f64 / s.runs.max(1) as f64 * 100.0;
-                    Some((t.quantile.to_owned(), cost_pct, missed_pct))
-                })
-                .collect();
+            let mut points: Vec<(String, f64, f64)> = Vec::new();
+            for t in &tradeoff {
+                let Some((cost_pct, s)) = of(t) else { continue };
+                let missed_pct = s.deadline_misses as f64 / s.runs.max(1) as f64 * 100.0;
+                // Quantiles whose maps are the same share one point.
+                match points.last_mut() {
+                    Some(last) if (last.1, last.2) == (cost_pct, missed_pct) => {
+                        last.0 = format!("{} = {}", last.0, t.quantile);
+                    }
+                    _ => points.push((t.quantile.to_owned(), cost_pct, missed_pct)),
+                }
+            }
             (!points.is_empty()).then(|| (name.to_owned(), points))
         };
         let lines: Vec<_> = [

@@ -391,37 +391,47 @@ pub fn write_tradeoff_plot(
     let x_hi = points().map(|p| p.1).fold(10.0, f64::max) * 1.1;
     let x_lo = points().map(|p| p.1).fold(0.0, f64::min) * 1.1;
     let y_hi = points().map(|p| p.2).fold(10.0, f64::max) * 1.1;
-    let root = canvas(&path, (900, 560)).map_err(|e| err(&e))?;
-    let mut chart = frame(&root, "Deadlines missed against cost, by quantile planned at", 56)
+    // The drawing borrows the path: it ends before the path is returned.
+    {
+        let root = canvas(&path, (900, 560)).map_err(|e| err(&e))?;
+        let mut chart = frame(
+            &root,
+            "Deadlines missed against cost, by quantile planned at",
+            56,
+        )
         .build_cartesian_2d(x_lo..x_hi, 0f64..y_hi)
         .map_err(|e| err(&e))?;
-    axes(
-        &mut chart.configure_mesh(),
-        "cost over the maps on the true runtimes (%)",
-        "runs that missed their deadline (%)",
-    )
-    .draw()
-    .map_err(|e| err(&e))?;
-    for (i, (name, line)) in lines.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()].to_rgba();
-        chart
-            .draw_series(LineSeries::new(
-                line.iter().map(|&(_, x, y)| (x, y)),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label(name.as_str())
-            .legend(legend_line(color.stroke_width(2)));
-        chart
-            .draw_series(line.iter().map(|&(_, x, y)| Circle::new((x, y), 4, color.filled())))
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(line.iter().map(|(label, x, y)| {
-                Text::new(label.clone(), (*x, *y), ("sans-serif", 14).into_font())
-            }))
-            .map_err(|e| err(&e))?;
+        axes(
+            &mut chart.configure_mesh(),
+            "cost over the maps on the true runtimes (%)",
+            "runs that missed their deadline (%)",
+        )
+        .draw()
+        .map_err(|e| err(&e))?;
+        for (i, (name, line)) in lines.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()].to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    line.iter().map(|&(_, x, y)| (x, y)),
+                    color.stroke_width(2),
+                ))
+                .map_err(|e| err(&e))?
+                .label(name.as_str())
+                .legend(legend_line(color.stroke_width(2)));
+            chart
+                .draw_series(
+                    line.iter()
+                        .map(|&(_, x, y)| Circle::new((x, y), 4, color.filled())),
+                )
+                .map_err(|e| err(&e))?;
+            chart
+                .draw_series(line.iter().map(|(label, x, y)| {
+                    Text::new(label.clone(), (*x, *y), ("sans-serif", 14).into_font())
+                }))
+                .map_err(|e| err(&e))?;
+        }
+        finish(&mut chart, &root, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     }
-    finish(&mut chart, &root, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     Ok(path)
 }
 

@@ -35,7 +35,14 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
     drawn.extend(["--plots", plots.path().to_str().unwrap()]);
     assert_eq!(jobcast_ok(&drawn), out);
     let svg = std::fs::read_to_string(plots.path().join("deadline_tradeoff.svg")).unwrap();
-    for label in ["p50", "p90", "p99", "true", "one hibernation", "measured outages"] {
+    for label in [
+        "p50",
+        "p90",
+        "p99",
+        "true",
+        "one hibernation",
+        "measured outages",
+    ] {
         assert!(svg.contains(label), "{label} not drawn");
     }
     let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
