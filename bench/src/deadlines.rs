@@ -236,22 +236,44 @@ impl Bag {
     }
 }
 
+/// Refuse a bad flag by name and value, before anything is read.
+fn check_flags(args: &DeadlinesArgs) -> anyhow::Result<()> {
+    let positive = [
+        ("--time-scale", args.time_scale),
+        ("--memory-gb-per-unit", args.memory_gb_per_unit),
+        ("--deadline-step-hours", args.deadline_step_hours),
+        ("--max-deadline-hours", args.max_deadline_hours),
+        ("--hibernate-for", args.hibernate_for),
+        ("--long-hibernation-hours", args.long_hibernation_hours),
+    ];
+    for (flag, value) in positive {
+        anyhow::ensure!(
+            value.is_finite() && value > 0.0,
+            "{flag} {value}: must be positive"
+        );
+    }
+    for (flag, value) in [
+        ("--deadline-slack", args.deadline_slack),
+        ("--hibernate-at", args.hibernate_at),
+    ] {
+        anyhow::ensure!(
+            value.is_finite() && value >= 0.0,
+            "{flag} {value}: must be a share of the deadline, 0 or more"
+        );
+    }
+    anyhow::ensure!(
+        args.time_limit > 0.0 && args.time_limit <= 1.0,
+        "--time-limit {}: must be in (0, 1]",
+        args.time_limit
+    );
+    Ok(())
+}
+
 pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
     let started = Instant::now();
     let catalogue = Catalogue::teylo_2018();
     let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
-    anyhow::ensure!(
-        args.time_scale.is_finite() && args.time_scale > 0.0,
-        "--time-scale must be positive"
-    );
-    anyhow::ensure!(
-        args.time_limit > 0.0 && args.time_limit <= 1.0,
-        "--time-limit must be in (0, 1]"
-    );
-    anyhow::ensure!(
-        args.deadline_slack.is_finite() && args.deadline_slack >= 0.0,
-        "--deadline-slack must be a non-negative share"
-    );
+    check_flags(args)?;
     let hours = |h: f64| clock.periods(h * 3600.0);
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
@@ -382,10 +404,6 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         })
         .transpose()?;
 
-    anyhow::ensure!(
-        args.hibernate_at >= 0.0 && args.hibernate_for > 0.0,
-        "--hibernate-at must be a share of the deadline, --hibernate-for a positive one"
-    );
     let long = hours(args.long_hibernation_hours);
     let share = |deadline: u64, x: f64| (deadline as f64 * x).round() as u64;
     let at = |bag: &Bag| share(bag.deadline, args.hibernate_at);

@@ -3,7 +3,7 @@
 //! against the truth, with one spot VM hibernating (§IV-A) and with spot
 //! VMs hibernating through SkyPilot's measured outages (§IV-B).
 
-use jobcast_tests::{jobcast_ok, shared_data};
+use jobcast_tests::{jobcast, jobcast_ok, shared_data};
 use serde_json::Value;
 
 fn f(v: &Value, key: &str) -> f64 {
@@ -128,4 +128,50 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
 
     // The same flags give the same report.
     assert_eq!(jobcast_ok(&args), out);
+}
+
+/// A bad flag is refused by name and value before any trace is read; a
+/// missing trace is named.
+#[test]
+fn bench_deadlines_refuses_bad_flags_by_name() {
+    let cases = [
+        ("--time-scale", "0", "--time-scale 0: must be positive"),
+        (
+            "--memory-gb-per-unit",
+            "0",
+            "--memory-gb-per-unit 0: must be positive",
+        ),
+        ("--time-limit", "1.5", "--time-limit 1.5: must be in (0, 1]"),
+        (
+            "--deadline-slack",
+            "NaN",
+            "--deadline-slack NaN: must be a share",
+        ),
+        (
+            "--hibernate-for",
+            "0",
+            "--hibernate-for 0: must be positive",
+        ),
+        (
+            "--quantile",
+            "p80",
+            "`p80`: expected one of p50, p90, p95, p99",
+        ),
+        ("--seed", "1", "none.jsonl"),
+    ];
+    for (flag, value, expected) in cases {
+        let out = jobcast(&[
+            "bench",
+            "deadlines",
+            "--trace",
+            "none.jsonl",
+            "--format",
+            "jsonl",
+            flag,
+            value,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag} {value} was taken");
+        assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
+    }
 }
