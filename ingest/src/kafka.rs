@@ -242,6 +242,12 @@ pub mod headers {
     /// the highest version per job).
     pub const JOB_ID: &str = "jobcast.job_id";
     pub const VERSION: &str = "jobcast.version";
+    /// On decisions: what the message holds, [`DECISION`] (a runtime
+    /// decision: queue, pilots, estimate) or [`DEADLINE`] (a deadline
+    /// job's plan or recovery); each kind has versions of its own.
+    pub const KIND: &str = "jobcast.kind";
+    pub const DECISION: &str = "decision";
+    pub const DEADLINE: &str = "deadline";
     /// On risk scores: the machine.
     pub const MACHINE_ID: &str = "jobcast.machine_id";
     /// The key of every capacity decision: one stream, in one partition,
@@ -264,6 +270,19 @@ pub mod headers {
 /// The key an event is produced with: its job id, or its machine id for
 /// machine events, in decimal. Keying by job keeps every event of a job in
 /// one partition, in order.
+/// Whether a message of the decisions topic is a runtime decision: its
+/// [`headers::KIND`] says so, or it has none (the only kind there was).
+/// A consumer of runtime decisions skips the others.
+pub fn is_runtime_decision<M: Message>(message: &M) -> bool {
+    use rdkafka::message::Headers;
+    message.headers().is_none_or(|headers| {
+        headers
+            .iter()
+            .find(|h| h.key == headers::KIND)
+            .is_none_or(|h| h.value == Some(headers::DECISION.as_bytes()))
+    })
+}
+
 pub fn event_key(event: &Event) -> String {
     match event {
         Event::Machine(m) => format!("m{}", m.machine_id),

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use jobcast_ingest::deliveries::{Deliveries, send_when_room};
 use jobcast_ingest::encode;
-use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key};
+use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key, is_runtime_decision};
 use jobcast_predictor::decision::{Decision, Newest, PolicyKind};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -451,6 +451,9 @@ impl<'p> Service<'p> {
             };
             self.read_to
                 .insert(message.partition(), message.offset() + 1);
+            if !is_runtime_decision(&message) {
+                continue;
+            }
             let place = || {
                 format!(
                     "{topic} partition {} offset {}",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use serde::Deserialize;
 
 /// The fields a scheduler acts on; the message carries more (see
@@ -53,6 +53,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         };
         let message = message?;
+        // The topic also carries deadline jobs' plans (`jobcast.kind:
+        // deadline`), with versions of their own.
+        let deadline = message.headers().is_some_and(|headers| {
+            headers
+                .iter()
+                .any(|h| h.key == "jobcast.kind" && h.value == Some(&b"deadline"[..]))
+        });
+        if deadline {
+            continue;
+        }
         let Some(payload) = message.payload() else {
             continue;
         };

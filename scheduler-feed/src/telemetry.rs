@@ -45,6 +45,7 @@ pub const RECOVERED_EVENTS: &str = "jobcast_recovered_events_total";
 pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probability";
 pub const CAPACITY_DECISIONS: &str = "jobcast_capacity_decisions_total";
 pub const CAPACITY_LONG_LOAD_RATIO: &str = "jobcast_capacity_long_load_ratio";
+pub const DEADLINE_DECISIONS: &str = "jobcast_deadline_decisions_total";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
 pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
 pub const INPUT_BUFFERED_BYTES: &str = "jobcast_input_buffered_bytes";
@@ -423,6 +424,11 @@ fn describe() {
         CAPACITY_DECISIONS,
         Unit::Count,
         "Capacity decisions of CloudCoaster's controller published, by action (grow, shrink, hold)"
+    );
+    describe_counter!(
+        DEADLINE_DECISIONS,
+        Unit::Count,
+        "Decisions about deadline jobs on spot VMs published, by action (plan, unplanned, wait, migrate, resume)"
     );
     describe_gauge!(
         CAPACITY_LONG_LOAD_RATIO,

@@ -157,7 +157,8 @@ pub fn decisions(brokers: &str, topic: &str) -> BTreeMap<(u64, u64), serde_json:
     decisions_across(brokers, topic, 1)
 }
 
-/// [`decisions`] of a topic with `partitions` partitions. A decision
+/// [`decisions`] of a topic with `partitions` partitions: the runtime
+/// decisions (deadline jobs' plans have versions of their own). A decision
 /// published twice (again after a restart, or by a partition's old and new
 /// owner) must be identical both times.
 pub fn decisions_across(
@@ -167,6 +168,12 @@ pub fn decisions_across(
 ) -> BTreeMap<(u64, u64), serde_json::Value> {
     let mut out = BTreeMap::new();
     for m in read_all(brokers, topic, partitions) {
+        if m.headers
+            .get("jobcast.kind")
+            .is_some_and(|k| k != "decision")
+        {
+            continue;
+        }
         let d: serde_json::Value = serde_json::from_slice(&m.payload).expect("decisions are JSON");
         let key = (
             d["job_id"].as_u64().expect("job_id"),

@@ -268,6 +268,108 @@ pub fn check_capacity_decisions(published: &[Vec<u8>]) -> serde_json::Value {
     decisions.last().expect("four decisions").clone()
 }
 
+/// A deadline job on a spot VM (canonical JSON lines): a job of the same
+/// features ran 10 h; job 20 (4 tasks, 1 GB each, deadline 100 h after its
+/// submission at 11 h) runs on VM 1, which hibernates at 12 h, resumes at
+/// 13 h and hibernates again at 14 h for good; event time then reaches
+/// the deadline's last second, past `start_bkp`, and the job is killed.
+/// The events' count.
+pub fn deadline_trace(path: &Path) -> usize {
+    const H: u64 = 3_600_000_000;
+    let job = |id: u64, t: u64, tasks: u32, extra: &str| {
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":1,"mem_request":1024,"num_tasks":{tasks}{extra}}}"#
+        )
+    };
+    let task = |id: u64, index: u32, t: u64, kind: &str| {
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":{id},"task_index":{index},"kind":"{kind}","machine_id":1}}"#
+        )
+    };
+    let machine = |id: u64, t: u64, kind: &str| {
+        format!(r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}"}}"#)
+    };
+    let ended = |id: u64, t: u64, outcome: &str| {
+        format!(r#"{{"v":1,"type":"job_ended","time_us":{t},"job_id":{id},"outcome":"{outcome}"}}"#)
+    };
+    let deadline = 111 * H;
+    let mut lines = vec![
+        job(10, 0, 1, ""),
+        task(10, 0, 0, "schedule"),
+        task(10, 0, 10 * H, "finish"),
+        ended(10, 10 * H, "finish"),
+        format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"c4.large","zone":"us-east-1a","preemptible":true,"launch_time_us":{t}}}"#,
+            t = 10 * H
+        ),
+        job(20, 11 * H, 4, &format!(r#","deadline_us":{deadline}"#)),
+    ];
+    lines.extend((0..4).map(|i| task(20, i, 11 * H + 1_000_000, "schedule")));
+    lines.extend([
+        machine(1, 12 * H, "hibernate"),
+        machine(1, 13 * H, "resume"),
+        machine(1, 14 * H, "hibernate"),
+        machine(2, deadline - 1_000_000, "add"),
+        ended(20, deadline - 1_000_000, "kill"),
+    ]);
+    let mut file = std::fs::File::create(path).expect("creates the trace");
+    for line in &lines {
+        writeln!(file, "{line}").expect("writes the trace");
+    }
+    lines.len()
+}
+
+/// The settings [`deadline_trace`] is run with: deadlines on, and event
+/// time free to leap (the trace jumps days).
+pub const DEADLINE_SETTINGS: [&str; 2] = [
+    "engine.deadlines.enabled=true",
+    "engine.max_future_skew_secs=0",
+];
+
+/// Check `published` (the decisions topic's messages of kind `deadline`,
+/// in order, as JSON) against what [`deadline_trace`] gives: plan, wait,
+/// resume, wait, migrate, versions 1 to 5; the last, parsed.
+pub fn check_deadline_decisions(published: &[Vec<u8>]) -> serde_json::Value {
+    let decisions: Vec<serde_json::Value> = published
+        .iter()
+        .map(|p| serde_json::from_slice(p).expect("a deadline decision is JSON"))
+        .collect();
+    let actions: Vec<(u64, &str)> = decisions
+        .iter()
+        .map(|d| {
+            (
+                d["version"].as_u64().unwrap(),
+                d["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (1, "plan"),
+            (2, "wait"),
+            (3, "resume"),
+            (4, "wait"),
+            (5, "migrate")
+        ],
+        "{decisions:?}"
+    );
+    const H: u64 = 3_600_000_000;
+    let plan = &decisions[0]["plan"];
+    assert_eq!(plan["quantile"], "p90", "{plan}");
+    assert_eq!(plan["valid"], true, "{plan}");
+    let migrate = &decisions[4];
+    let group = &migrate["recovery"];
+    assert_eq!(group["tasks"], serde_json::json!([0, 1, 2, 3]), "{group}");
+    assert_eq!(group["hibernated_us"], 14 * H, "{group}");
+    assert_eq!(group["state"], "migrated", "{group}");
+    let start = group["start_backup_us"].as_u64().unwrap();
+    let runtime = group["runtime_us"].as_u64().unwrap();
+    assert_eq!(start, 111 * H - runtime - 60_000_000, "{group}");
+    assert_eq!(migrate["time_us"], 111 * H - 1_000_000, "{migrate}");
+    migrate.clone()
+}
+
 /// A tiny trace (canonical JSON lines) that places a task on a preemptible
 /// VM, so that the service publishes a risk score (the bundled excerpt has
 /// no transient VMs): a job runs 10 h, a VM starts at 9 h, and a job with

@@ -375,6 +375,77 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
     assert!(body.contains("engine.capacity.enabled"), "{body}");
 }
 
+/// A deadline job on a hibernating spot VM, on the mock cluster: its plan,
+/// waits, resume and migration go out on the decisions topic under the
+/// `deadline` kind, beside its runtime decisions (kind `decision`), and
+/// `GET /jobs/{id}` serves its plan and recoveries; the metric counts them
+/// by action.
+#[test]
+fn deadline_decisions_plan_wait_resume_and_migrate_on_the_decisions_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("deadline.jsonl");
+    let lines = jobcast_tests::deadline_trace(&trace);
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(events.len(), lines);
+    let mut args = Vec::new();
+    for setting in jobcast_tests::DEADLINE_SETTINGS {
+        args.extend(["--set", setting]);
+    }
+    let (topics, cluster, _data, serve) = served(&events, &args);
+    let published = cluster.read_all(&topics.decisions, 1);
+    let kind = |m: &jobcast_tests::kafka::Record| m.headers.get("jobcast.kind").cloned();
+    assert!(
+        published
+            .iter()
+            .any(|m| kind(m).as_deref() == Some("decision")),
+        "the runtime decisions go on"
+    );
+    let deadline: Vec<Vec<u8>> = published
+        .iter()
+        .filter(|m| kind(m).as_deref() == Some("deadline"))
+        .inspect(|m| {
+            assert_eq!(m.key, b"20");
+            assert_eq!(
+                m.headers.get("jobcast.job_id").map(String::as_str),
+                Some("20")
+            );
+        })
+        .map(|m| m.payload.clone())
+        .collect();
+    let last = jobcast_tests::check_deadline_decisions(&deadline);
+    let (status, body) = serve.get("/jobs/20");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let stored = &job["deadline"];
+    assert_eq!(stored["version"], 5, "{job}");
+    assert_eq!(stored["recoveries"][0], last["recovery"], "{job}");
+    let first: serde_json::Value = serde_json::from_slice(&deadline[0]).unwrap();
+    assert_eq!(stored["plan"], first["plan"], "{job}");
+    let (_, metrics) = serve.get("/metrics");
+    assert!(
+        metrics.contains(r#"jobcast_deadline_decisions_total{action="wait"} 2"#),
+        "{metrics}"
+    );
+    serve.terminate();
+
+    // Off (the default): no deadline decision, and no plan at the job.
+    let (topics, cluster, _data, serve) =
+        served(&events, &["--set", "engine.max_future_skew_secs=0"]);
+    let published = cluster.read_all(&topics.decisions, 1);
+    assert!(
+        published
+            .iter()
+            .all(|m| kind(m).as_deref() == Some("decision"))
+    );
+    let (status, body) = serve.get("/jobs/20");
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("\"deadline\""), "{body}");
+    serve.terminate();
+}
+
 /// The first index from `from` on where event time moves on: a cut there
 /// puts every event before it ahead of every event after it in the merged
 /// order.

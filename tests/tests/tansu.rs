@@ -291,6 +291,47 @@ fn capacity_decisions_on_a_real_broker() {
     serve.terminate();
 }
 
+/// A deadline job's plan, waits, resume and migration on the real broker:
+/// the same as on the mock cluster, and the job's plan at `GET /jobs/{id}`.
+#[test]
+fn deadline_decisions_on_a_real_broker() {
+    let tansu = Tansu::start();
+    let topics = one_partition_topics(&tansu);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("deadline.jsonl");
+    let lines = jobcast_tests::deadline_trace(&trace) as u64;
+    assert_eq!(replay_jsonl(&tansu, &trace, &topics.events), lines);
+    let mut args = Vec::new();
+    for setting in jobcast_tests::DEADLINE_SETTINGS {
+        args.extend(["--set", setting]);
+    }
+    let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &args);
+    serve.wait_stored_offsets(lines, WAIT);
+    let deadline = Instant::now() + WAIT;
+    let published = loop {
+        let published: Vec<Vec<u8>> = read_all(&tansu.brokers, &topics.decisions, 1)
+            .into_iter()
+            .filter(|m| m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline"))
+            .map(|m| m.payload)
+            .collect();
+        if published.len() >= 5 {
+            break published;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} deadline decisions published",
+            published.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let last = jobcast_tests::check_deadline_decisions(&published);
+    let (status, body) = serve.get("/jobs/20");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(job["deadline"]["recoveries"][0], last["recovery"], "{job}");
+    serve.terminate();
+}
+
 /// The default topics, each of one partition.
 fn one_partition_topics(tansu: &Tansu) -> Topics {
     let topics = Topics::default();

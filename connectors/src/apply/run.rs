@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jobcast_ingest::kafka::{KafkaSettings, ReadError, partitions, read_to_end};
+use jobcast_ingest::kafka::{
+    KafkaSettings, ReadError, is_runtime_decision, partitions, read_to_end,
+};
 use jobcast_predictor::decision::{Decision, Newest};
 use jobcast_predictor::queues::QueueConfig;
 use rdkafka::Message;
@@ -185,6 +187,10 @@ impl<S: Scheduler> Applier<S> {
             &mut saved.next,
             (BROKER_TIMEOUT, self.options.read_timeout),
             |message| {
+                if !is_runtime_decision(message) {
+                    // A deadline job's plan or recovery: not this applier's.
+                    return;
+                }
                 let payload = message.payload().unwrap_or_default();
                 let published_ms = message.timestamp().to_millis();
                 match serde_json::from_slice::<Decision>(payload) {

@@ -109,10 +109,11 @@ pub fn backup_map(
     BackupMap { groups }
 }
 
-/// Lines 8-17: the group's tasks, longest first, each on the backup VM
-/// where it costs least within `budget` periods, a new one when none of
-/// those can take it; and whether every task made the budget.
-fn place_group<'a>(
+/// Lines 8-17: the group's tasks (`members`, longest first), each on the
+/// backup VM where it costs least within `budget` periods, a new one (ready
+/// after `boot` periods) when none of those can take it; and whether every
+/// task made the budget. Times count from the migration.
+pub fn place_group<'a>(
     members: &[u32],
     by_id: &impl Fn(u32) -> &'a Task,
     catalogue: &Catalogue,

@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decision::PolicyKind;
+use crate::deadlines::{Catalogue, Clock};
+use crate::decision::{PolicyKind, Quantiles};
 use crate::history::HistoryConfig;
 use jobcast_ingest::config::ConfigError;
 
@@ -61,6 +62,8 @@ pub struct EngineConfig {
     pub risk: RiskSettings,
     /// CloudCoaster's controller of the transient short partition.
     pub capacity: CapacitySettings,
+    /// Teylo et al.'s maps for deadline jobs on hibernating spot VMs.
+    pub deadlines: DeadlineSettings,
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
     /// How far (seconds) an event's time may be ahead of the latest event
@@ -131,6 +134,7 @@ impl Default for EngineConfig {
             queues: QueueConfig::default(),
             risk: RiskSettings::default(),
             capacity: CapacitySettings::default(),
+            deadlines: DeadlineSettings::default(),
             expiry: ExpirySettings::default(),
             eta: EtaSettings::default(),
             max_future_skew_secs: 86_400,
@@ -381,6 +385,96 @@ impl CapacitySettings {
             cost_ratio: self.cost_ratio,
             static_short_servers: self.static_short_servers,
             replaced_fraction: self.replaced_fraction,
+        }
+    }
+}
+
+/// Deadline jobs on hibernating spot VMs (`deadlines.rs`): the VM
+/// catalogue, the clock of the maps, and the quantile of the estimates
+/// they plan at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeadlineSettings {
+    /// Draw maps for jobs with a deadline, and publish their decisions.
+    pub enabled: bool,
+    /// The quantile of the estimated task runtime the maps plan at (p50,
+    /// p90, p95 or p99); a lower one where its maps are not valid.
+    pub quantile: String,
+    /// `VM_timelimit`: no VM of the primary map is busy past this share
+    /// of the time to the deadline, in (0, 1].
+    pub time_limit: f64,
+    /// A period of the maps, seconds (the paper: a minute).
+    pub period_secs: u64,
+    /// Periods billed as one slot (the paper: an hour of minutes).
+    pub slot_periods: u64,
+    /// GB in one unit of a job's `mem_request`: Slurm reports MB.
+    pub memory_gb_per_unit: f64,
+    /// Jobs of more tasks get no map (`unplanned`): a map lists every
+    /// task, and a decision is one Kafka message.
+    pub max_tasks: u32,
+    /// The VM types on offer and their boot time (default: Table VI of
+    /// the paper, 2 minutes' boot).
+    pub catalogue: Catalogue,
+}
+
+impl Default for DeadlineSettings {
+    fn default() -> Self {
+        DeadlineSettings {
+            enabled: false,
+            quantile: "p90".into(),
+            time_limit: 0.5,
+            period_secs: 60,
+            slot_periods: 60,
+            memory_gb_per_unit: 1.0 / 1024.0,
+            max_tasks: 2_000,
+            catalogue: Catalogue::teylo_2018(),
+        }
+    }
+}
+
+impl DeadlineSettings {
+    /// Check every setting; an error names it (within `deadlines`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.quantile_index()?;
+        if !(self.time_limit > 0.0 && self.time_limit <= 1.0) {
+            return Err(ConfigError::new(
+                "time_limit",
+                format!("must be in (0, 1], got {}", self.time_limit),
+            ));
+        }
+        for (key, value) in [
+            ("period_secs", self.period_secs),
+            ("slot_periods", self.slot_periods),
+            ("max_tasks", u64::from(self.max_tasks)),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::new(key, "must be positive"));
+            }
+        }
+        if !(self.memory_gb_per_unit.is_finite() && self.memory_gb_per_unit >= 0.0) {
+            return Err(ConfigError::new(
+                "memory_gb_per_unit",
+                format!(
+                    "must be finite and not negative, got {}",
+                    self.memory_gb_per_unit
+                ),
+            ));
+        }
+        self.catalogue
+            .validate()
+            .map_err(|e| ConfigError::new("catalogue", e.to_string()))
+    }
+
+    /// The quantile's index in [`Quantiles::NAMES`].
+    pub fn quantile_index(&self) -> Result<usize, ConfigError> {
+        Quantiles::index_of(&self.quantile).map_err(|e| ConfigError::new("quantile", e))
+    }
+
+    /// The clock the maps are drawn on.
+    pub fn clock(&self) -> Clock {
+        Clock {
+            period_s: self.period_secs,
+            slot_periods: self.slot_periods,
         }
     }
 }

@@ -5,7 +5,9 @@ use crate::decision::{Decision, PolicyKind};
 use crate::history::HistoryKey;
 
 use super::clock::Refused;
-use super::records::{CapacityDecision, MachineRisk, PredictionError};
+use super::records::{
+    CapacityDecision, DeadlineDecision, DeadlineRecord, MachineRisk, PredictionError,
+};
 
 /// Why an event was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,6 +31,12 @@ pub enum Output {
     Risk(MachineRisk),
     /// A new decision of CloudCoaster's controller (`capacity.rs`).
     Capacity(CapacityDecision),
+    /// A decision about a deadline job on spot VMs (`deadlines.rs`), with
+    /// the job's plan and recoveries as they now stand.
+    Deadline {
+        decision: DeadlineDecision,
+        record: DeadlineRecord,
+    },
     /// A policy's error on a job that just finished.
     Scored {
         policy: PolicyKind,

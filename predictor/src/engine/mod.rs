@@ -38,6 +38,7 @@
 mod capacity;
 mod clock;
 mod config;
+mod deadlines;
 mod effects;
 mod expiry;
 pub mod layout;
@@ -69,15 +70,18 @@ use crate::queues::QueueConfig;
 use jobcast_ingest::config::ConfigError;
 
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
-pub use config::{BathtubPrior, CapacitySettings, EngineConfig, RiskSettings, live_policies};
+pub use config::{
+    BathtubPrior, CapacitySettings, DeadlineSettings, EngineConfig, RiskSettings, live_policies,
+};
 use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use expiry::ExpirySettings;
 use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
-    CapacityDecision, ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk,
-    PolicyErrors, PredictionError, TaskRecord,
+    CapacityDecision, DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord,
+    ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask, PlannedVm,
+    PolicyErrors, PredictionError, Recovery, RecoveryState, TaskRecord,
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
@@ -111,6 +115,9 @@ pub struct Engine {
     machines: machines::Machines,
     /// CloudCoaster's controller of the transient short partition.
     capacity: capacity::Capacity,
+    /// Teylo et al.'s maps of deadline jobs, and the hibernated VMs'
+    /// recovery groups.
+    deadlines: deadlines::Deadlines,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
     /// When to look next for jobs and machines that stopped reporting.
@@ -145,6 +152,10 @@ impl Engine {
             .capacity
             .validate()
             .map_err(|e| e.within("capacity"))?;
+        config
+            .deadlines
+            .validate()
+            .map_err(|e| e.within("deadlines"))?;
         let max_future_skew_us = config.max_future_skew_us()?;
         for (key, max) in [
             ("max_live_jobs", config.max_live_jobs),
@@ -186,6 +197,7 @@ impl Engine {
             ended: HashMap::new(),
             machines: machines::Machines::new(OnlineFitter::new(online), config.risk.clone()),
             capacity: capacity::Capacity::new(&config.capacity),
+            deadlines: deadlines::Deadlines::new(&config.deadlines),
             policy_errors: BTreeMap::new(),
             events: 0,
             expiry: expiry::Expiry::new(config.expiry),
@@ -237,6 +249,11 @@ impl Engine {
     /// made one.
     pub fn capacity(&self) -> Option<&CapacityDecision> {
         self.capacity.last()
+    }
+
+    /// A live deadline job's plan and recoveries (`deadlines.rs`).
+    pub fn deadline(&self, job_id: u64) -> Option<&DeadlineRecord> {
+        self.deadlines.record(job_id)
     }
 
     /// Release the records of jobs that have ended (and their tasks') once
@@ -332,11 +349,16 @@ impl Engine {
         effects: &mut Effects,
     ) -> Result<(), Rejection> {
         let mut of_job = None;
+        let mut to_plan = None;
         match event {
-            Event::JobSubmitted(job) => self.submit(origin.partition, job, effects)?,
+            Event::JobSubmitted(job) => {
+                self.submit(origin.partition, job, effects)?;
+                to_plan = Some(job.job_id);
+            }
             Event::Task(task) => {
                 self.task_event(task, effects)?;
                 of_job = Some(task.job_id);
+                to_plan = of_job;
             }
             Event::JobEnded(end) => self.end(end, effects)?,
             Event::Machine(machine) => {
@@ -354,10 +376,15 @@ impl Engine {
                 if !self.machines.is_up(id) {
                     self.capacity.machine_gone(id);
                 }
+                self.hibernation(machine.kind, id, machine.time_us, effects);
             }
         }
         self.clock.applied(origin.partition, event.time_us());
         let now_us = self.clock.cap_us(event.time_us());
+        if let Some(job_id) = to_plan {
+            self.plan_deadline(job_id, now_us, effects);
+        }
+        self.deadlines.due(now_us, effects);
         self.publish_due(origin.partition, now_us, of_job, effects);
         self.machines.refresh_risks(now_us, effects);
         self.expire_silent(effects);
@@ -514,6 +541,7 @@ impl Engine {
             self.place_on_vm(event, effects);
         }
         self.count_long(event);
+        self.track_deadline_task(event);
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
@@ -559,6 +587,7 @@ impl Engine {
         let mut job = self.jobs.remove(&end.job_id).expect("checked above");
         self.etas.forget(end.job_id);
         self.capacity.job_ended(end.job_id);
+        self.deadlines.job_ended(end.job_id);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -668,6 +697,7 @@ impl Engine {
             self.expiry.next_sweep_us(),
             self.etas.calibration(),
             self.capacity.state(),
+            self.deadlines.state(),
         )
         .encode(out)
     }
@@ -702,6 +732,7 @@ impl Engine {
         engine.expiry.restore(state.next_sweep_us);
         engine.etas.restore(state.etas);
         engine.capacity.restore(state.capacity);
+        engine.deadlines.restore(state.deadlines);
         engine.pacer.rebuild(
             engine
                 .jobs
@@ -740,6 +771,59 @@ impl Engine {
             }
         } else if task.kind.ends_attempt() {
             self.capacity.ended(key);
+        }
+    }
+
+    /// Follow where a deadline job's tasks run (`deadlines.rs`).
+    fn track_deadline_task(&mut self, task: &TaskEvent) {
+        let key = (task.job_id, task.task_index);
+        if task.kind == TaskKind::Schedule {
+            self.deadlines.task_started(key, task.machine_id);
+        } else if task.kind.ends_attempt() {
+            self.deadlines
+                .task_ended(key, task.kind == TaskKind::Finish);
+        }
+    }
+
+    /// Draw the maps of the deadline job `job_id` once it has an estimate
+    /// with quantiles: the driving policy's, else 3Sigma's.
+    fn plan_deadline(&mut self, job_id: u64, now_us: u64, effects: &mut Effects) {
+        let Some(job) = self.jobs.get(&job_id) else {
+            return;
+        };
+        if !self.deadlines.wants_plan(job_id, job.submitted.deadline_us) {
+            return;
+        }
+        let estimate = [self.driver, PolicyKind::ThreeSigma]
+            .into_iter()
+            .find_map(|kind| {
+                let estimate = job.record.estimates.get(&kind)?;
+                estimate.quantiles.is_some().then_some((kind, estimate))
+            });
+        self.deadlines
+            .plan(&job.submitted, estimate, now_us, effects);
+    }
+
+    /// A VM hibernated, resumed or left: the recovery groups of the
+    /// deadline jobs on it start, end their wait, or move.
+    fn hibernation(
+        &mut self,
+        kind: MachineKind,
+        machine_id: u64,
+        time_us: u64,
+        effects: &mut Effects,
+    ) {
+        let (jobs, driver) = (&self.jobs, self.driver);
+        match kind {
+            MachineKind::Hibernate => self.deadlines.hibernated(
+                machine_id,
+                time_us,
+                |job_id| placement_estimate(jobs, driver, job_id),
+                effects,
+            ),
+            MachineKind::Resume => self.deadlines.resumed(machine_id, time_us, effects),
+            MachineKind::Remove => self.deadlines.machine_gone(machine_id, time_us, effects),
+            MachineKind::Add | MachineKind::Update => {}
         }
     }
 
@@ -862,6 +946,7 @@ impl Engine {
                 let mut job = self.jobs.remove(&job_id).expect("listed above");
                 self.etas.forget(job_id);
                 self.capacity.job_ended(job_id);
+                self.deadlines.job_ended(job_id);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {
@@ -875,8 +960,10 @@ impl Engine {
         if let Some(bound) = sweep.machines_before {
             let before = effects.expired_machines.len();
             self.machines.expire_silent(bound, effects);
-            for &machine_id in &effects.expired_machines[before..] {
+            let gone = effects.expired_machines[before..].to_vec();
+            for machine_id in gone {
                 self.capacity.machine_gone(machine_id);
+                self.deadlines.machine_gone(machine_id, watermark, effects);
             }
         }
     }

@@ -229,3 +229,141 @@ pub struct ReleaseCandidate {
     /// fitted lifetime model.
     pub preemption_probability: f64,
 }
+
+/// A decision about a deadline job on spot VMs (`deadlines.rs`): the
+/// `deadline` kind of the decisions topic's messages, keyed by the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadlineDecision {
+    pub job_id: u64,
+    /// Grows by one with each of the job's deadline decisions (apart from
+    /// its runtime decisions' versions); a consumer keeps the highest.
+    pub version: u32,
+    /// Event time of the decision, µs.
+    pub time_us: u64,
+    /// When the job must have ended, µs.
+    pub deadline_us: u64,
+    pub action: DeadlineAction,
+    /// For `plan`: the primary map.
+    pub plan: Option<DeadlinePlan>,
+    /// For `wait`, `migrate` and `resume`: the hibernated VM's recovery
+    /// group and where it runs if it migrates.
+    pub recovery: Option<Recovery>,
+    /// For `unplanned`: why no map was drawn.
+    pub reason: Option<String>,
+}
+
+/// What a deadline decision asks of the scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadlineAction {
+    /// Run the job on these VMs (Algorithm 1's primary map).
+    Plan,
+    /// No map could be drawn for the job (`reason` says why).
+    Unplanned,
+    /// A spot VM running the job's tasks hibernated: wait for it to resume
+    /// until `start_backup_us`, the latest moment the recovery group can
+    /// still move and meet the deadline (Eq. 3).
+    Wait,
+    /// Move the recovery group to its on-demand VMs now.
+    Migrate,
+    /// The VM resumed before `start_backup_us`: the waiting is over and
+    /// nothing moves.
+    Resume,
+}
+
+impl DeadlineAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadlineAction::Plan => "plan",
+            DeadlineAction::Unplanned => "unplanned",
+            DeadlineAction::Wait => "wait",
+            DeadlineAction::Migrate => "migrate",
+            DeadlineAction::Resume => "resume",
+        }
+    }
+}
+
+/// The primary map of a deadline job, as published.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadlinePlan {
+    /// The policy whose estimate the runtimes come from.
+    pub policy: PolicyKind,
+    /// The estimate's quantile every task is planned at: the highest, up
+    /// to `engine.deadlines.quantile`, whose maps are valid; else `p50`.
+    pub quantile: String,
+    /// The planned runtime of each task on the baseline core, µs.
+    pub task_runtime_us: u64,
+    /// The primary map keeps within `D · time_limit` and every recovery
+    /// group of the backup map meets the deadline.
+    pub valid: bool,
+    /// What the primary map's contracted slots cost, USD.
+    pub cost_usd: f64,
+    /// When the primary map's last task ends, µs of event time.
+    pub end_us: u64,
+    /// The VMs to start, spot ones first as Algorithm 1 bought them.
+    pub vms: Vec<PlannedVm>,
+}
+
+/// A VM of a map: its type, market and tasks, each with its planned start
+/// and end (µs of event time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedVm {
+    pub vm_type: String,
+    pub market: crate::deadlines::Market,
+    pub tasks: Vec<PlannedTask>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PlannedTask {
+    pub task_index: u32,
+    pub start_us: u64,
+    pub end_us: u64,
+}
+
+/// The recovery group of a hibernated VM (Eq. 2, from the tasks running
+/// on it and those the primary map put after them), placed on on-demand
+/// VMs (Algorithm 2) at the hibernation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recovery {
+    pub machine_id: u64,
+    pub hibernated_us: u64,
+    pub tasks: Vec<u32>,
+    /// The on-demand VMs to move them to; task times count from the
+    /// migration, boot included.
+    pub backups: Vec<PlannedVm>,
+    /// How long the group takes there, boot included, µs.
+    pub runtime_us: u64,
+    /// `start_bkp` (Eq. 3): the deadline less the group's runtime and one
+    /// period, µs of event time.
+    pub start_backup_us: u64,
+    /// Migrating at `start_backup_us` still meets the deadline.
+    pub meets_deadline: bool,
+    /// Where the group stands.
+    pub state: RecoveryState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecoveryState {
+    /// The VM is hibernated; the group moves at `start_backup_us`.
+    Waiting,
+    /// The group was moved.
+    Migrated,
+    /// The VM resumed in time.
+    Resumed,
+}
+
+/// A deadline job's plan and its recoveries so far: stored in the
+/// `deadlines` column family and served at `GET /jobs/{id}` as `deadline`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadlineRecord {
+    pub job_id: u64,
+    pub deadline_us: u64,
+    /// The latest deadline decision's version.
+    pub version: u32,
+    pub plan: Option<DeadlinePlan>,
+    /// Why no map was drawn, if none was.
+    pub reason: Option<String>,
+    /// By hibernated VM, the latest hibernation's group.
+    pub recoveries: Vec<Recovery>,
+}

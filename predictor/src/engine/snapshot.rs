@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::CapacityState;
 use super::clock::ClockState;
+use super::deadlines::DeadlineState;
 use super::live_task::LiveTask;
 use super::machines::{self, MachinesState, Outcomes};
 use super::pacing::Pacing;
@@ -37,7 +38,7 @@ use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 18;
+pub const SNAPSHOT_FORMAT: u32 = 19;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +80,7 @@ pub(super) struct State<'a> {
     capacity_cpus: f64,
     risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
+    deadlines: Cow<'a, DeadlineState>,
 }
 
 /// The 3Sigma history, nearly all of a snapshot's bytes once its window is
@@ -230,6 +232,7 @@ impl<'a> State<'a> {
         next_sweep_us: u64,
         etas: &'a EtaCalibration,
         capacity: &'a CapacityState,
+        deadlines: &'a DeadlineState,
     ) -> Self {
         State {
             format: SNAPSHOT_FORMAT,
@@ -252,6 +255,7 @@ impl<'a> State<'a> {
             capacity_cpus: machines.capacity_cpus,
             risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
+            deadlines: Cow::Borrowed(deadlines),
         }
     }
 
@@ -275,6 +279,7 @@ pub(super) struct Restored {
     pub(super) next_sweep_us: u64,
     pub(super) etas: EtaCalibration,
     pub(super) capacity: CapacityState,
+    pub(super) deadlines: DeadlineState,
 }
 
 /// The state of `chain`: the first a whole snapshot, each after it taken
@@ -343,6 +348,7 @@ pub(super) fn restore_chain(
         next_sweep_us: state.next_sweep_us,
         etas: state.etas.into_owned(),
         capacity: state.capacity.into_owned(),
+        deadlines: state.deadlines.into_owned(),
     })
 }
 

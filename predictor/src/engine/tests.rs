@@ -1845,3 +1845,296 @@ fn a_hibernated_vm_stays_up_and_a_deadline_survives_a_snapshot() {
     );
     assert_eq!(restored.machine(1), engine.machine(1));
 }
+
+fn deadline_decisions(effects: &Effects) -> Vec<&DeadlineDecision> {
+    effects
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Deadline { decision, .. } => Some(decision),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `engine.deadlines` on; event time may leap (the tests jump hours).
+fn deadline_config() -> EngineConfig {
+    EngineConfig {
+        deadlines: DeadlineSettings {
+            enabled: true,
+            ..DeadlineSettings::default()
+        },
+        max_future_skew_secs: 0,
+        ..EngineConfig::default()
+    }
+}
+
+/// An engine of [`deadline_config`] that has learnt a job of 10 h, with a
+/// preemptible VM (machine 1) up.
+fn deadline_engine() -> (Engine, Effects) {
+    let mut engine = Engine::new(&deadline_config()).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    engine
+        .apply(
+            AT,
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"add","vm_type":"c4.large","zone":"us-east-1a","preemptible":true,"launch_time_us":{t}}}"#,
+                t = 10 * HOUR
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    effects.clear();
+    (engine, effects)
+}
+
+fn with_deadline(job: u64, t: u64, tasks: u32, deadline_us: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":1024,"num_tasks":{tasks},"deadline_us":{deadline_us}}}"#
+    ))
+}
+
+fn vm_event(t: u64, kind: &str) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":1,"kind":"{kind}"}}"#
+    ))
+}
+
+/// A deadline job is planned from 3Sigma's estimate; a hibernation of the
+/// VM its tasks run on waits until `start_bkp`, a resume ends the wait,
+/// and a second hibernation left to run migrates the group when event
+/// time reaches it, after a snapshot and restore as without.
+#[test]
+fn a_deadline_job_is_planned_and_a_hibernation_waits_then_migrates() {
+    let (mut engine, mut effects) = deadline_engine();
+    let t0 = 11 * HOUR;
+    let deadline_us = t0 + 100 * HOUR;
+    engine
+        .apply(AT, &with_deadline(2, t0, 4, deadline_us), &mut effects)
+        .unwrap();
+    let plan = deadline_decisions(&effects);
+    assert_eq!(plan.len(), 1, "{:?}", effects.outputs);
+    let plan = plan[0].clone();
+    assert_eq!(
+        (plan.job_id, plan.version, plan.action),
+        (2, 1, DeadlineAction::Plan)
+    );
+    let map = plan.plan.as_ref().unwrap();
+    assert_eq!(map.policy, PolicyKind::ThreeSigma);
+    assert_eq!(map.quantile, "p90");
+    assert!(map.valid);
+    // 3Sigma's p90 of the job's mean task runtime (one job of 10 h seen:
+    // the model's own spread).
+    let p90 = engine.job(2).unwrap().estimates[&PolicyKind::ThreeSigma]
+        .quantiles
+        .unwrap()
+        .mean_task_runtime_us
+        .p90;
+    assert_eq!(map.task_runtime_us, p90.round() as u64);
+    assert!(p90 > 10.0 * HOUR as f64);
+    let planned: BTreeSet<u32> = map
+        .vms
+        .iter()
+        .flat_map(|vm| vm.tasks.iter().map(|t| t.task_index))
+        .collect();
+    assert_eq!(planned, BTreeSet::from([0, 1, 2, 3]));
+    assert!(
+        map.vms
+            .iter()
+            .all(|vm| vm.market == crate::deadlines::Market::Spot)
+    );
+    assert!(map.end_us <= t0 + 50 * HOUR, "within D · time_limit");
+    assert_eq!(engine.deadline(2).unwrap().plan.as_ref(), Some(map));
+
+    // Every task runs on the VM; it hibernates, and resumes in time.
+    for i in 0..4 {
+        engine
+            .apply(AT, &task(2, i, t0 + 60_000_000, "schedule"), &mut effects)
+            .unwrap();
+    }
+    effects.clear();
+    let t1 = t0 + HOUR;
+    engine
+        .apply(AT, &vm_event(t1, "hibernate"), &mut effects)
+        .unwrap();
+    let wait = deadline_decisions(&effects)[0].clone();
+    assert_eq!((wait.version, wait.action), (2, DeadlineAction::Wait));
+    let group = wait.recovery.as_ref().unwrap();
+    assert_eq!(group.tasks, [0, 1, 2, 3]);
+    assert_eq!(group.hibernated_us, t1);
+    // The p90 on the fastest types, boot included.
+    assert!(group.runtime_us > 2 * 60_000_000 && group.runtime_us < map.task_runtime_us);
+    assert_eq!(
+        group.start_backup_us,
+        deadline_us - group.runtime_us - 60_000_000
+    );
+    assert!(group.meets_deadline && group.start_backup_us > t1);
+    let placed: BTreeSet<u32> = group
+        .backups
+        .iter()
+        .flat_map(|vm| vm.tasks.iter().map(|t| t.task_index))
+        .collect();
+    assert_eq!(placed, BTreeSet::from([0, 1, 2, 3]));
+    // A second hibernate of the same VM changes nothing.
+    effects.clear();
+    engine
+        .apply(AT, &vm_event(t1 + 5, "hibernate"), &mut effects)
+        .unwrap();
+    assert!(deadline_decisions(&effects).is_empty());
+
+    engine
+        .apply(AT, &vm_event(t1 + HOUR, "resume"), &mut effects)
+        .unwrap();
+    let resume = deadline_decisions(&effects)[0];
+    assert_eq!((resume.version, resume.action), (3, DeadlineAction::Resume));
+    assert_eq!(
+        engine.deadline(2).unwrap().recoveries[0].state,
+        RecoveryState::Resumed
+    );
+
+    // Hibernated again, past start_bkp: the group moves when event time
+    // reaches it, whatever event brings it there.
+    let t2 = t1 + 2 * HOUR;
+    engine
+        .apply(AT, &vm_event(t2, "hibernate"), &mut effects)
+        .unwrap();
+    let start = engine.deadline(2).unwrap().recoveries[0].start_backup_us;
+    engine.release_ended();
+    let snapshot = engine.snapshot().unwrap();
+    let mut restored = Engine::restore(&deadline_config(), &snapshot).unwrap();
+    let mut outcomes = Vec::new();
+    for engine in [&mut engine, &mut restored] {
+        let mut effects = Effects::default();
+        engine
+            .apply(AT, &plain_machine(5, start - 1), &mut effects)
+            .unwrap();
+        assert!(deadline_decisions(&effects).is_empty(), "not yet due");
+        engine
+            .apply(AT, &plain_machine(6, start), &mut effects)
+            .unwrap();
+        let migrate = deadline_decisions(&effects)[0].clone();
+        assert_eq!(
+            (migrate.version, migrate.action),
+            (5, DeadlineAction::Migrate)
+        );
+        assert_eq!(migrate.time_us, start);
+        assert_eq!(
+            migrate.recovery.as_ref().unwrap().state,
+            RecoveryState::Migrated
+        );
+        // A resume after the move ends no wait.
+        effects.clear();
+        engine
+            .apply(AT, &vm_event(start + 1, "resume"), &mut effects)
+            .unwrap();
+        assert!(deadline_decisions(&effects).is_empty());
+        outcomes.push(migrate);
+    }
+    assert_eq!(outcomes[0], outcomes[1], "the snapshot holds the wait");
+
+    // The job's end forgets it.
+    let mut effects = Effects::default();
+    engine
+        .apply(AT, &end(2, start + 2, "kill"), &mut effects)
+        .unwrap();
+    assert!(engine.deadline(2).is_none());
+}
+
+/// Jobs no map can be drawn for are told why; a VM removed while
+/// hibernated moves its group at once; without `engine.deadlines` nothing
+/// is decided.
+#[test]
+fn unplannable_jobs_say_why_and_a_removed_vm_migrates_at_once() {
+    let (mut engine, mut effects) = deadline_engine();
+    let t0 = 11 * HOUR;
+    engine
+        .apply(
+            AT,
+            &with_deadline(3, t0, 5_000, t0 + 100 * HOUR),
+            &mut effects,
+        )
+        .unwrap();
+    engine
+        .apply(AT, &with_deadline(4, t0, 2, t0 - 1), &mut effects)
+        .unwrap();
+    let refused: Vec<(u64, DeadlineAction, String)> = deadline_decisions(&effects)
+        .iter()
+        .map(|d| (d.job_id, d.action, d.reason.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (
+                3,
+                DeadlineAction::Unplanned,
+                "5000 tasks, more than engine.deadlines.max_tasks (2000)".to_owned()
+            ),
+            (
+                4,
+                DeadlineAction::Unplanned,
+                "the deadline has passed".to_owned()
+            )
+        ]
+    );
+    // Their tasks are not followed.
+    engine
+        .apply(AT, &task(3, 0, t0 + 1, "schedule"), &mut effects)
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &vm_event(t0 + 2, "hibernate"), &mut effects)
+        .unwrap();
+    assert!(deadline_decisions(&effects).is_empty());
+
+    // A planned job's VM hibernates, then is removed before start_bkp.
+    engine
+        .apply(
+            AT,
+            &with_deadline(5, t0 + 3, 2, t0 + 200 * HOUR),
+            &mut effects,
+        )
+        .unwrap();
+    engine
+        .apply(AT, &vm_event(t0 + 4, "resume"), &mut effects)
+        .unwrap();
+    for i in 0..2 {
+        engine
+            .apply(AT, &task(5, i, t0 + 5, "schedule"), &mut effects)
+            .unwrap();
+    }
+    engine
+        .apply(AT, &task(5, 1, t0 + 6, "finish"), &mut effects)
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &vm_event(t0 + 7, "hibernate"), &mut effects)
+        .unwrap();
+    let wait = deadline_decisions(&effects)[0].clone();
+    assert_eq!(wait.action, DeadlineAction::Wait);
+    assert_eq!(
+        wait.recovery.unwrap().tasks,
+        [0],
+        "the finished task stays out"
+    );
+    effects.clear();
+    engine
+        .apply(AT, &vm_event(t0 + 8, "remove"), &mut effects)
+        .unwrap();
+    let moved = deadline_decisions(&effects);
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        (moved[0].action, moved[0].time_us),
+        (DeadlineAction::Migrate, t0 + 8)
+    );
+
+    // Off: nothing.
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    engine
+        .apply(AT, &with_deadline(2, t0, 4, t0 + 100 * HOUR), &mut effects)
+        .unwrap();
+    assert!(deadline_decisions(&effects).is_empty());
+    assert!(engine.deadline(2).is_none());
+}

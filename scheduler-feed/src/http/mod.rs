@@ -127,7 +127,7 @@ const ROUTES: [(&str, &str); 10] = [
     ),
     (
         "GET /jobs/{id}",
-        "a job: its state, each policy's estimate, its decisions (decisions_from, decisions_limit page them)",
+        "a job: its state, each policy's estimate, its deadline plan if it has one, its decisions (decisions_from, decisions_limit page them)",
     ),
     (
         "GET /machines/{id}",
@@ -387,7 +387,8 @@ async fn job(
                     limit,
                     DECISION_PAGE_BYTES,
                 )?;
-                Ok(Some(with_decisions(record, decisions, next)))
+                let deadline = shared.store.deadline::<Box<RawValue>>(id)?;
+                Ok(Some(with_decisions(record, deadline, decisions, next)))
             })
         })
         .await;
@@ -416,16 +417,25 @@ async fn job(
 }
 
 /// The job's record with a page of its decisions (stored apart) added.
-fn with_decisions(record: JobRecord, decisions: Vec<Box<RawValue>>, next: Option<u32>) -> Vec<u8> {
+fn with_decisions(
+    record: JobRecord,
+    deadline: Option<Box<RawValue>>,
+    decisions: Vec<Box<RawValue>>,
+    next: Option<u32>,
+) -> Vec<u8> {
     #[derive(serde::Serialize)]
     struct WithDecisions {
         #[serde(flatten)]
         record: JobRecord,
+        /// A deadline job's plan and recoveries (`engine.deadlines`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        deadline: Option<Box<RawValue>>,
         decisions: Vec<Box<RawValue>>,
         decisions_next: Option<u32>,
     }
     serde_json::to_vec(&WithDecisions {
         record,
+        deadline,
         decisions,
         decisions_next: next,
     })

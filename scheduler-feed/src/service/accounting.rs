@@ -134,6 +134,10 @@ impl BatchTally {
                     metrics::histogram!(telemetry::RISK_PREEMPTION_PROBABILITY)
                         .record(r.preemption_probability);
                 }
+                Output::Deadline { decision, .. } => {
+                    metrics::counter!(telemetry::DEADLINE_DECISIONS, "action" => decision.action.as_str())
+                        .increment(1);
+                }
                 Output::Capacity(c) => {
                     metrics::counter!(telemetry::CAPACITY_DECISIONS, "action" => c.action.as_str())
                         .increment(1);

@@ -249,10 +249,15 @@ impl<'a> Applier<'a> {
                 .is_some_and(|p| partitions.contains(&p))
         };
         for output in &effects.outputs {
-            if let Output::Decision(d) = output
-                && ours(d.job_id)
-            {
-                write.put_decision(d.job_id, d.version, d);
+            match output {
+                Output::Decision(d) if ours(d.job_id) => {
+                    write.put_decision(d.job_id, d.version, d);
+                }
+                // The latest of a batch is written last.
+                Output::Deadline { record, .. } if ours(record.job_id) => {
+                    write.put_deadline(record.job_id, record);
+                }
+                _ => {}
             }
         }
         for &(job_id, task_index) in effects.tasks.iter().filter(|t| ours(t.0)) {
@@ -393,6 +398,9 @@ impl<'a> Applier<'a> {
                     write.put_task(job_id, index, &task.to_bytes());
                 }
             }
+            if let Some(deadline) = self.engine.deadline(job_id) {
+                write.put_deadline(job_id, deadline);
+            }
         }
         for machine_id in self.record_owners.machines_of(partitions) {
             if let Some(record) = self.engine.machine(machine_id) {
@@ -401,8 +409,8 @@ impl<'a> Applier<'a> {
         }
     }
 
-    /// Stage the deletion of `partitions`' live jobs' records, their tasks
-    /// and machines: their new owner keeps them current now. What is
+    /// Stage the deletion of `partitions`' live jobs' records (with their
+    /// deadline plans), their tasks and machines: their new owner keeps them current now. What is
     /// final stays: ended jobs' records, and the decisions made while this
     /// instance owned the partition (until the job has ended:
     /// `retention.rs`).

@@ -1,5 +1,6 @@
 //! What the service publishes, as Kafka messages: a decision keyed by its
-//! job, a risk score keyed by its machine, a capacity decision on the one
+//! job (a runtime decision, or a deadline job's plan or recovery, told
+//! apart by a `kind` header), a risk score keyed by its machine, a capacity decision on the one
 //! key `capacity`, a dead letter carrying the
 //! unusable input unchanged, with headers that say why and where it came
 //! from. Header names are part of the topic contract and live with it
@@ -10,7 +11,7 @@ use std::time::Instant;
 use jobcast_ingest::event;
 use jobcast_ingest::kafka::{KafkaSettings, Topics, event_key, headers};
 use jobcast_predictor::decision::Decision;
-use jobcast_predictor::engine::{CapacityDecision, MachineRisk, Output, Refused};
+use jobcast_predictor::engine::{CapacityDecision, DeadlineDecision, MachineRisk, Output, Refused};
 
 use super::sink::Outgoing;
 use crate::error::DeadLetter;
@@ -31,6 +32,7 @@ pub(super) fn outputs(
             Output::Decision(d) => outgoing.push(decision(topics, d, polled_at)),
             Output::Risk(r) => outgoing.push(risk(topics, r)),
             Output::Capacity(c) => outgoing.push(capacity(topics, c)),
+            Output::Deadline { decision, .. } => outgoing.push(deadline(topics, decision)),
             Output::Scored { .. } | Output::EtaScored { .. } => {}
         }
     }
@@ -76,8 +78,26 @@ pub(super) fn decision(topics: &Topics, d: &Decision, polled_at: Option<Instant>
         headers: vec![
             (headers::JOB_ID.into(), d.job_id.to_string().into_bytes()),
             (headers::VERSION.into(), d.version.to_string().into_bytes()),
+            (headers::KIND.into(), headers::DECISION.as_bytes().to_vec()),
         ],
         caused_at: polled_at,
+    }
+}
+
+/// A deadline job's plan or recovery, on the decisions topic keyed by its
+/// job as its runtime decisions are, so that a scheduler reads them in
+/// order; its own `kind` and versions.
+pub(super) fn deadline(topics: &Topics, d: &DeadlineDecision) -> Outgoing {
+    Outgoing {
+        topic: topics.decisions.clone(),
+        key: d.job_id.to_string().into_bytes(),
+        payload: serde_json::to_vec(d).expect("deadline decisions serialise"),
+        headers: vec![
+            (headers::JOB_ID.into(), d.job_id.to_string().into_bytes()),
+            (headers::VERSION.into(), d.version.to_string().into_bytes()),
+            (headers::KIND.into(), headers::DEADLINE.as_bytes().to_vec()),
+        ],
+        caused_at: None,
     }
 }
 
@@ -270,6 +290,7 @@ mod tests {
         assert_eq!(message.key, b"42");
         assert_eq!(header(&message, headers::JOB_ID), "42");
         assert_eq!(header(&message, headers::VERSION), "3");
+        assert_eq!(header(&message, headers::KIND), headers::DECISION);
         assert_eq!(message.caused_at, Some(polled));
         let back: Decision = serde_json::from_slice(&message.payload).unwrap();
         assert_eq!(back, d);

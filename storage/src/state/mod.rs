@@ -9,6 +9,7 @@
 //! | `decisions`   | job id, version (u64, u32 BE) | a published decision (JSON)   |
 //! | `tasks`       | job id, task index (u64, u32 BE) | task record (binary, `TaskRecord::to_bytes`) |
 //! | `machines`    | machine id (u64 BE)          | machine record (JSON)          |
+//! | `deadlines`   | job id (u64 BE)              | a deadline job's plan and recoveries (JSON) |
 //! | `policies`    | policy name                  | its error statistics (JSON)    |
 //! | `history`     | `global`, or feature, `/`, value hash (u64 BE) | 3Sigma distribution (binary, `HistoryRecord::to_bytes`) |
 //! | `offsets`     | topic, 0, partition (i32 BE) | next offset to consume (i64 BE)|
@@ -81,6 +82,7 @@ pub const JOBS: &str = "jobs";
 pub const DECISIONS: &str = "decisions";
 pub const TASKS: &str = "tasks";
 pub const MACHINES: &str = "machines";
+pub const DEADLINES: &str = "deadlines";
 pub const HISTORY: &str = "history";
 pub const POLICIES: &str = "policies";
 pub const OFFSETS: &str = "offsets";
@@ -90,14 +92,15 @@ pub const EXPIRY: &str = "expiry";
 pub const PARKED: &str = "parked";
 pub const META: &str = "meta";
 
-const COLUMN_FAMILIES: [&str; 12] = [
-    JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS, EXPIRY, PARKED,
-    META,
+const COLUMN_FAMILIES: [&str; 13] = [
+    JOBS, DECISIONS, TASKS, MACHINES, DEADLINES, HISTORY, POLICIES, OFFSETS, LOG, SNAPSHOTS,
+    EXPIRY, PARKED, META,
 ];
 
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
-/// The store's layout version. 13: a snapshot holds the outputs kept for
+/// The store's layout version. 16: the `deadlines` family holds deadline
+/// jobs' plans; 13: a snapshot holds the outputs kept for
 /// other owners' partitions; 12: a job carries its ETA, a machine its
 /// CPUs; 11: a job's estimates carry their quantiles; 10: jobs carry their partition and requested time limit; 9: a snapshot holds the engine's after the
 /// pipeline's parts, its history values as bytes; 8: a snapshot may hold only the history
@@ -110,7 +113,7 @@ const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 /// job's decisions are stored apart from its record; 2: the log holds every
 /// consumed message with its partition, offset and key; 1: the log held
 /// applied events only.
-pub const STORE_FORMAT: &[u8] = b"15";
+pub const STORE_FORMAT: &[u8] = b"16";
 const STORE_FORMAT_KEY: &str = "store_format";
 /// The jobcast release that created the store, and the one that last
 /// opened it to write ([`StateStore::stamp_version`]).
@@ -128,7 +131,9 @@ const STORED_PARTITIONS_KEY: &str = "stored_partitions";
 
 /// The column families that hold derived state (what two equivalent runs
 /// must agree on), as opposed to bookkeeping (offsets, log, meta).
-pub const STATE_FAMILIES: [&str; 6] = [JOBS, DECISIONS, TASKS, MACHINES, HISTORY, POLICIES];
+pub const STATE_FAMILIES: [&str; 7] = [
+    JOBS, DECISIONS, TASKS, MACHINES, DEADLINES, HISTORY, POLICIES,
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -486,6 +491,11 @@ impl StateStore {
     /// A machine's record as stored (JSON bytes).
     pub fn machine_json(&self, machine_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
         self.get_raw(MACHINES, &machine_id.to_be_bytes())
+    }
+
+    /// A deadline job's plan and recoveries, read as `T`.
+    pub fn deadline<T: DeserializeOwned>(&self, job_id: u64) -> Result<Option<T>, StoreError> {
+        self.get_json(DEADLINES, &job_id.to_be_bytes())
     }
 
     /// A job's record, read with `decode` (`JobRecord::from_bytes`).
@@ -961,6 +971,11 @@ impl StateBatch<'_> {
             .put_cf(self.store.cf(TASKS), task_key(job_id, task_index), record);
     }
 
+    /// Store a deadline job's plan and recoveries.
+    pub fn put_deadline<T: Serialize>(&mut self, job_id: u64, record: &T) {
+        self.put_json(DEADLINES, &job_id.to_be_bytes(), record);
+    }
+
     pub fn put_machine<T: Serialize>(&mut self, machine_id: u64, record: &T) {
         self.put_json(MACHINES, &machine_id.to_be_bytes(), record);
     }
@@ -976,10 +991,9 @@ impl StateBatch<'_> {
         self.put_json(POLICIES, name.as_bytes(), record);
     }
 
-    /// Delete a job's record and its decisions.
+    /// Delete a job's record, its deadline plan and its decisions.
     pub fn delete_job(&mut self, job_id: u64) {
-        self.batch
-            .delete_cf(self.store.cf(JOBS), job_id.to_be_bytes());
+        self.delete_job_record(job_id);
         // The end is exclusive: one byte past the job's last possible key.
         let mut end = task_key(job_id, u32::MAX).to_vec();
         end.push(0);
@@ -1020,10 +1034,13 @@ impl StateBatch<'_> {
             .delete_cf(self.store.cf(EXPIRY), expiry_key(end_us, job_id));
     }
 
-    /// Delete a job's record, keeping its decisions.
+    /// Delete a job's record and its deadline plan, keeping its
+    /// decisions.
     pub fn delete_job_record(&mut self, job_id: u64) {
         self.batch
             .delete_cf(self.store.cf(JOBS), job_id.to_be_bytes());
+        self.batch
+            .delete_cf(self.store.cf(DEADLINES), job_id.to_be_bytes());
     }
 
     pub fn delete_task(&mut self, job_id: u64, task_index: u32) {

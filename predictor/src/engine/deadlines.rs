@@ -1,0 +1,607 @@
+//! Teylo et al.'s scheduler of deadline jobs on hibernating spot VMs, live
+//! ([`Deadlines`]): the maps of [`crate::deadlines`] drawn from jobcast's
+//! estimates, and the `start_bkp` clock of every hibernated VM.
+//!
+//! - **Plan.** A job with a deadline, of independent tasks, gets its maps
+//!   once an estimate with quantiles is known (the driving policy's, else
+//!   3Sigma's): every task at the estimate's quantile
+//!   (`engine.deadlines.quantile`, lowered to the highest whose maps are
+//!   valid, else `p50`), the deadline counted from that moment. The
+//!   primary map is published (`plan`); a job no map can be drawn for
+//!   gets `unplanned` and why.
+//! - **Hibernation.** When a VM running a planned job's tasks hibernates,
+//!   its recovery group is Eq. 2 on the primary map: the tasks running on
+//!   the VM, and those the map put after them on their cores that have not
+//!   started elsewhere. Algorithm 2 places the group on on-demand VMs with
+//!   the time left (the latest estimate, boot included); Eq. 3 gives
+//!   `start_bkp`. The group waits (`wait`) until then, or migrates at once
+//!   when it is already due.
+//! - **Due.** Event time reaching a waiting group's `start_bkp` with its
+//!   VM still hibernated migrates it (`migrate`); a resume first ends the
+//!   wait (`resume`); a VM removed while hibernated migrates its group at
+//!   once (its tasks are lost).
+//!
+//! Each decision has a version that grows by one per job, apart from the
+//! job's runtime decisions; the job's record of plan and recoveries
+//! ([`DeadlineRecord`]) rides with it, for the store and `GET /jobs/{id}`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jobcast_ingest::event::JobSubmitted;
+use serde::{Deserialize, Serialize};
+
+use crate::deadlines::{Catalogue, Clock, Maps, Market, PrimaryMap, Task, Vm};
+use crate::deadlines::{place_group, recovery_group};
+use crate::decision::{Estimate, PolicyKind, Quantiles};
+use crate::preemption::hints::hibernation_hint;
+
+use super::config::DeadlineSettings;
+use super::effects::{Effects, Output};
+use super::records::{
+    DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord, PlannedTask, PlannedVm,
+    Recovery, RecoveryState,
+};
+
+const US: u64 = 1_000_000;
+
+/// The deadline jobs, their maps and the hibernated VMs' recovery groups.
+#[derive(Debug)]
+pub(super) struct Deadlines {
+    planner: Option<Planner>,
+    state: DeadlineState,
+}
+
+/// The settings, checked.
+#[derive(Debug)]
+struct Planner {
+    catalogue: Catalogue,
+    clock: Clock,
+    /// Index into [`Quantiles::NAMES`] of the highest quantile planned at.
+    quantile: usize,
+    time_limit: f64,
+    memory_gb_per_unit: f64,
+    max_tasks: u32,
+}
+
+impl Planner {
+    fn period_us(&self) -> u64 {
+        self.clock.period_s * US
+    }
+
+    /// Periods of the maps to µs.
+    fn us(&self, periods: u64) -> u64 {
+        periods * self.period_us()
+    }
+}
+
+/// What [`Deadlines`] saves in a snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct DeadlineState {
+    /// Every live job with a deadline that was planned or refused a plan.
+    jobs: BTreeMap<u64, DeadlineJob>,
+    /// Running attempts of planned jobs' tasks: their machine.
+    running: BTreeMap<(u64, u32), u64>,
+    /// The same, by machine.
+    on_machine: BTreeMap<u64, BTreeSet<(u64, u32)>>,
+    /// Recovery groups waiting for their `start_bkp`: (`start_backup_us`,
+    /// job, machine).
+    waiting: BTreeSet<(u64, u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct DeadlineJob {
+    record: DeadlineRecord,
+    /// The primary map, its periods counted from `planned_us`; none when
+    /// unplanned.
+    primary: Option<PrimaryMap>,
+    planned_us: u64,
+    /// Memory each task holds, GB.
+    memory_gb: f64,
+    finished: BTreeSet<u32>,
+}
+
+impl Deadlines {
+    /// Off unless `settings.enabled` (checked by the caller).
+    pub(super) fn new(settings: &DeadlineSettings) -> Self {
+        let planner = settings.enabled.then(|| Planner {
+            catalogue: settings.catalogue.clone(),
+            clock: settings.clock(),
+            quantile: settings.quantile_index().expect("checked by Engine::new"),
+            time_limit: settings.time_limit,
+            memory_gb_per_unit: settings.memory_gb_per_unit,
+            max_tasks: settings.max_tasks,
+        });
+        Deadlines {
+            planner,
+            state: DeadlineState::default(),
+        }
+    }
+
+    /// Whether the job `job_id` with deadline `deadline_us` still waits
+    /// for its maps.
+    pub(super) fn wants_plan(&self, job_id: u64, deadline_us: Option<u64>) -> bool {
+        self.planner.is_some() && deadline_us.is_some() && !self.state.jobs.contains_key(&job_id)
+    }
+
+    /// The record of a job's plan and recoveries, while it is live.
+    pub(super) fn record(&self, job_id: u64) -> Option<&DeadlineRecord> {
+        self.state.jobs.get(&job_id).map(|j| &j.record)
+    }
+
+    /// Draw the maps of `job` (which [`Self::wants_plan`]) at `now_us` from
+    /// `estimate` (the policy's whose it is); without quantiles, wait for
+    /// a later one.
+    pub(super) fn plan(
+        &mut self,
+        job: &JobSubmitted,
+        estimate: Option<(PolicyKind, &Estimate)>,
+        now_us: u64,
+        effects: &mut Effects,
+    ) {
+        let Some(planner) = &self.planner else {
+            return;
+        };
+        let Some(deadline_us) = job.deadline_us else {
+            return;
+        };
+        let refusal = if job.stages.is_some() {
+            Some("a DAG job: its tasks are not independent".to_owned())
+        } else if job.num_tasks > planner.max_tasks {
+            Some(format!(
+                "{} tasks, more than engine.deadlines.max_tasks ({})",
+                job.num_tasks, planner.max_tasks
+            ))
+        } else if deadline_us <= now_us {
+            Some("the deadline has passed".to_owned())
+        } else {
+            None
+        };
+        let memory_gb = job.mem_request * planner.memory_gb_per_unit;
+        let mut entry = DeadlineJob {
+            record: DeadlineRecord {
+                job_id: job.job_id,
+                deadline_us,
+                version: 0,
+                plan: None,
+                reason: None,
+                recoveries: Vec::new(),
+            },
+            primary: None,
+            planned_us: now_us,
+            memory_gb,
+            finished: BTreeSet::new(),
+        };
+        if let Some(reason) = refusal {
+            entry.record.reason = Some(reason.clone());
+            self.publish(entry, DeadlineAction::Unplanned, now_us, None, effects);
+            return;
+        }
+        let Some((policy, estimate)) = estimate else {
+            return;
+        };
+        let Some(quantiles) = estimate.quantiles else {
+            return;
+        };
+        let levels = quantiles.mean_task_runtime_us.to_array();
+        let deadline = (deadline_us - now_us) / planner.period_us();
+        let draw = |level: usize| {
+            let base_s = levels[level] / 1e6;
+            let tasks: Vec<Task> = (0..job.num_tasks)
+                .map(|id| Task {
+                    id,
+                    base_s,
+                    memory_gb,
+                })
+                .collect();
+            Maps::draw(
+                &tasks,
+                &planner.catalogue,
+                &planner.clock,
+                deadline,
+                planner.time_limit,
+                true,
+            )
+        };
+        // The highest quantile whose maps are valid, else the median's.
+        let (level, maps) = (0..=planner.quantile)
+            .rev()
+            .map(|level| (level, draw(level)))
+            .find(|(_, maps)| maps.valid())
+            .unwrap_or_else(|| (0, draw(0)));
+        let planned = |vm: &Vm| PlannedVm {
+            vm_type: planner.catalogue.types[vm.kind].name.clone(),
+            market: vm.market,
+            tasks: vm
+                .placements
+                .iter()
+                .map(|p| PlannedTask {
+                    task_index: p.task,
+                    start_us: now_us + planner.us(p.start),
+                    end_us: now_us + planner.us(p.end),
+                })
+                .collect(),
+        };
+        entry.record.plan = Some(DeadlinePlan {
+            policy,
+            quantile: Quantiles::NAMES[level].to_owned(),
+            task_runtime_us: levels[level].round() as u64,
+            valid: maps.valid(),
+            cost_usd: maps.primary.cost(&planner.catalogue, &planner.clock),
+            end_us: now_us + planner.us(maps.primary.makespan()),
+            vms: maps.primary.vms.iter().map(planned).collect(),
+        });
+        entry.primary = Some(maps.primary);
+        self.publish(entry, DeadlineAction::Plan, now_us, None, effects);
+    }
+
+    /// A task's attempt started on `machine_id`.
+    pub(super) fn task_started(&mut self, task: (u64, u32), machine_id: Option<u64>) {
+        if !self.planned(task.0) {
+            return;
+        }
+        self.task_ended(task, false);
+        if let Some(machine_id) = machine_id {
+            self.state.running.insert(task, machine_id);
+            self.state
+                .on_machine
+                .entry(machine_id)
+                .or_default()
+                .insert(task);
+        }
+    }
+
+    /// A task's running attempt ended; `finished` if the task is done.
+    pub(super) fn task_ended(&mut self, task: (u64, u32), finished: bool) {
+        if let Some(machine_id) = self.state.running.remove(&task)
+            && let Some(tasks) = self.state.on_machine.get_mut(&machine_id)
+        {
+            tasks.remove(&task);
+            if tasks.is_empty() {
+                self.state.on_machine.remove(&machine_id);
+            }
+        }
+        if finished && let Some(job) = self.state.jobs.get_mut(&task.0) {
+            job.finished.insert(task.1);
+        }
+    }
+
+    fn planned(&self, job_id: u64) -> bool {
+        self.state
+            .jobs
+            .get(&job_id)
+            .is_some_and(|j| j.primary.is_some())
+    }
+
+    /// A job ended, or was given up on: nothing of it waits any more.
+    pub(super) fn job_ended(&mut self, job_id: u64) {
+        if self.state.jobs.remove(&job_id).is_none() {
+            return;
+        }
+        let tasks: Vec<(u64, u32)> = self
+            .state
+            .running
+            .range((job_id, 0)..=(job_id, u32::MAX))
+            .map(|(&task, _)| task)
+            .collect();
+        for task in tasks {
+            self.task_ended(task, false);
+        }
+        self.state.waiting.retain(|&(_, job, _)| job != job_id);
+    }
+
+    /// `machine_id` hibernated at `now_us`: each planned job running tasks
+    /// on it gets its recovery group, placed with the job's latest
+    /// estimate (`estimate_of`).
+    pub(super) fn hibernated<'a>(
+        &mut self,
+        machine_id: u64,
+        now_us: u64,
+        estimate_of: impl Fn(u64) -> Option<&'a Estimate>,
+        effects: &mut Effects,
+    ) {
+        if self.planner.is_none() {
+            return;
+        }
+        let jobs: BTreeSet<u64> = self
+            .state
+            .on_machine
+            .get(&machine_id)
+            .map(|tasks| tasks.iter().map(|&(job, _)| job).collect())
+            .unwrap_or_default();
+        for job_id in jobs {
+            let waiting = self
+                .state
+                .jobs
+                .get(&job_id)
+                .and_then(|j| j.waiting_recovery(machine_id));
+            if waiting.is_some() {
+                // Hibernated already: its clock runs.
+                continue;
+            }
+            let Some(recovery) = self.recovery(job_id, machine_id, now_us, estimate_of(job_id))
+            else {
+                continue;
+            };
+            let due = recovery.start_backup_us <= now_us;
+            let job = self.state.jobs.remove(&job_id).expect("planned");
+            if due {
+                self.migrate(job, recovery, now_us, effects);
+            } else {
+                self.state
+                    .waiting
+                    .insert((recovery.start_backup_us, job_id, machine_id));
+                self.publish(job, DeadlineAction::Wait, now_us, Some(recovery), effects);
+            }
+        }
+    }
+
+    /// `machine_id` runs again: its waiting groups stay where they are.
+    pub(super) fn resumed(&mut self, machine_id: u64, now_us: u64, effects: &mut Effects) {
+        for (job, recovery) in self.take_waiting(machine_id) {
+            let recovery = Recovery {
+                state: RecoveryState::Resumed,
+                ..recovery
+            };
+            self.publish(job, DeadlineAction::Resume, now_us, Some(recovery), effects);
+        }
+    }
+
+    /// `machine_id` is gone: its waiting groups move now.
+    pub(super) fn machine_gone(&mut self, machine_id: u64, now_us: u64, effects: &mut Effects) {
+        for (job, recovery) in self.take_waiting(machine_id) {
+            self.migrate(job, recovery, now_us, effects);
+        }
+    }
+
+    /// Migrate the groups whose `start_bkp` event time has reached.
+    pub(super) fn due(&mut self, now_us: u64, effects: &mut Effects) {
+        while let Some(&(start_us, job_id, machine_id)) = self.state.waiting.first() {
+            if start_us > now_us {
+                return;
+            }
+            self.state.waiting.pop_first();
+            let job = self
+                .state
+                .jobs
+                .remove(&job_id)
+                .expect("a waiting job is live");
+            let recovery = job.waiting_recovery(machine_id).expect("a waiting group");
+            self.migrate(job, recovery, now_us, effects);
+        }
+    }
+
+    /// The waiting groups of `machine_id`, out of the wait, with their jobs
+    /// taken out of the state (the caller publishes, which puts them back).
+    fn take_waiting(&mut self, machine_id: u64) -> Vec<(DeadlineJob, Recovery)> {
+        let keys: Vec<(u64, u64, u64)> = self
+            .state
+            .waiting
+            .iter()
+            .filter(|k| k.2 == machine_id)
+            .copied()
+            .collect();
+        keys.into_iter()
+            .map(|key| {
+                self.state.waiting.remove(&key);
+                let job = self
+                    .state
+                    .jobs
+                    .remove(&key.1)
+                    .expect("a waiting job is live");
+                let recovery = job.waiting_recovery(machine_id).expect("a waiting group");
+                (job, recovery)
+            })
+            .collect()
+    }
+
+    fn migrate(
+        &mut self,
+        job: DeadlineJob,
+        recovery: Recovery,
+        now_us: u64,
+        effects: &mut Effects,
+    ) {
+        let recovery = Recovery {
+            state: RecoveryState::Migrated,
+            ..recovery
+        };
+        self.publish(
+            job,
+            DeadlineAction::Migrate,
+            now_us,
+            Some(recovery),
+            effects,
+        );
+    }
+
+    /// Eq. 2 for the tasks of `job_id` on `machine_id`, placed by
+    /// Algorithm 2 with the time left at `now_us`; `None` if nothing of
+    /// the job is left to move.
+    fn recovery(
+        &self,
+        job_id: u64,
+        machine_id: u64,
+        now_us: u64,
+        latest: Option<&Estimate>,
+    ) -> Option<Recovery> {
+        let planner = self.planner.as_ref()?;
+        let job = self.state.jobs.get(&job_id)?;
+        let (primary, plan) = (job.primary.as_ref()?, job.record.plan.as_ref()?);
+        let here: Vec<u32> = self
+            .state
+            .on_machine
+            .get(&machine_id)?
+            .iter()
+            .filter(|&&(job, _)| job == job_id)
+            .map(|&(_, task)| task)
+            .collect();
+        // The map's VM this machine plays: the one planned for most of
+        // the tasks running on it.
+        let mut votes: BTreeMap<usize, usize> = BTreeMap::new();
+        for &task in &here {
+            if let Some(vm) = primary
+                .vms
+                .iter()
+                .position(|vm| vm.placement_of(task).is_some())
+            {
+                *votes.entry(vm).or_default() += 1;
+            }
+        }
+        let planned_vm = votes
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(&vm, _)| &primary.vms[vm]);
+        let mut members: BTreeSet<u32> = here.iter().copied().collect();
+        if let Some(vm) = planned_vm {
+            for &task in &here {
+                if vm.placement_of(task).is_some() {
+                    members.extend(recovery_group(vm, task));
+                }
+            }
+        }
+        // What finished, or runs on another machine, stays out.
+        members.retain(|&task| {
+            !job.finished.contains(&task)
+                && self
+                    .state
+                    .running
+                    .get(&(job_id, task))
+                    .is_none_or(|&m| m == machine_id)
+        });
+        if members.is_empty() {
+            return None;
+        }
+        let level = Quantiles::index_of(&plan.quantile).unwrap_or(0);
+        let runtime_us = latest
+            .and_then(|e| e.quantiles)
+            .map_or(plan.task_runtime_us as f64, |q| {
+                q.mean_task_runtime_us.to_array()[level]
+            });
+        let tasks: Vec<Task> = members
+            .iter()
+            .map(|&id| Task {
+                id,
+                base_s: runtime_us / 1e6,
+                memory_gb: job.memory_gb,
+            })
+            .collect();
+        let by_id = |id: u32| {
+            tasks
+                .iter()
+                .find(|t| t.id == id)
+                .expect("a member of the group")
+        };
+        let period_us = planner.period_us();
+        let boot = planner.clock.periods(planner.catalogue.boot_s as f64);
+        let left = job.record.deadline_us.saturating_sub(now_us) / period_us;
+        let order: Vec<u32> = members.iter().copied().collect();
+        let (backups, fits) = place_group(
+            &order,
+            &by_id,
+            &planner.catalogue,
+            &planner.clock,
+            boot,
+            left.saturating_sub(1),
+        );
+        let runtime = backups.iter().map(Vm::last_end).max().unwrap_or(0);
+        let runtime_us = planner.us(runtime);
+        let hint = hibernation_hint(
+            job.record.deadline_us as f64,
+            runtime_us as f64,
+            period_us as f64,
+            now_us as f64,
+            Some(now_us as f64),
+        );
+        let start_backup_us = hint.start_backup.max(0.0) as u64;
+        let backups = backups
+            .iter()
+            .map(|vm| PlannedVm {
+                vm_type: planner.catalogue.types[vm.kind].name.clone(),
+                market: Market::OnDemand,
+                tasks: vm
+                    .placements
+                    .iter()
+                    .map(|p| PlannedTask {
+                        task_index: p.task,
+                        start_us: planner.us(p.start),
+                        end_us: planner.us(p.end),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Some(Recovery {
+            machine_id,
+            hibernated_us: now_us,
+            tasks: order,
+            backups,
+            runtime_us,
+            start_backup_us,
+            meets_deadline: fits
+                && now_us.max(start_backup_us) + runtime_us < job.record.deadline_us,
+            state: RecoveryState::Waiting,
+        })
+    }
+
+    /// Publish a decision of `job` and keep it in the state.
+    fn publish(
+        &mut self,
+        mut job: DeadlineJob,
+        action: DeadlineAction,
+        now_us: u64,
+        recovery: Option<Recovery>,
+        effects: &mut Effects,
+    ) {
+        job.record.version += 1;
+        if let Some(recovery) = &recovery {
+            job.set_recovery(recovery.clone());
+        }
+        let record = &job.record;
+        let decision = DeadlineDecision {
+            job_id: record.job_id,
+            version: record.version,
+            time_us: now_us,
+            deadline_us: record.deadline_us,
+            action,
+            plan: (action == DeadlineAction::Plan)
+                .then(|| record.plan.clone())
+                .flatten(),
+            recovery,
+            reason: (action == DeadlineAction::Unplanned)
+                .then(|| record.reason.clone())
+                .flatten(),
+        };
+        effects.outputs.push(Output::Deadline {
+            decision,
+            record: record.clone(),
+        });
+        self.state.jobs.insert(record.job_id, job);
+    }
+
+    pub(super) fn state(&self) -> &DeadlineState {
+        &self.state
+    }
+
+    pub(super) fn restore(&mut self, state: DeadlineState) {
+        self.state = state;
+    }
+}
+
+impl DeadlineJob {
+    /// Keep `recovery` as its machine's latest.
+    fn set_recovery(&mut self, recovery: Recovery) {
+        let recoveries = &mut self.record.recoveries;
+        match recoveries.binary_search_by_key(&recovery.machine_id, |r| r.machine_id) {
+            Ok(i) => recoveries[i] = recovery,
+            Err(i) => recoveries.insert(i, recovery),
+        }
+    }
+
+    /// The waiting group of `machine_id`.
+    fn waiting_recovery(&self, machine_id: u64) -> Option<Recovery> {
+        self.record
+            .recoveries
+            .iter()
+            .find(|r| r.machine_id == machine_id && r.state == RecoveryState::Waiting)
+            .cloned()
+    }
+}
