@@ -177,7 +177,8 @@ pub struct BagRow {
 /// Deadline misses and cost at one quantile of the estimates.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TradeOff {
-    /// `p50` … `p99`, or `true` for the true runtimes.
+    /// `p50` … `p99`; `true_mean` for every task at the true mean, `true`
+    /// for the true runtimes.
     pub quantile: &'static str,
     pub proposal: Summary,
     /// Its cost over the true runtimes' maps', %.
@@ -211,8 +212,9 @@ pub struct DeadlinesReport {
 }
 
 /// A bag ready to schedule: its true tasks, its deadline, and its maps
-/// drawn at each quantile of the estimate (then on the true runtimes,
-/// [`TRUE`]), with the On-demand baseline's.
+/// drawn at each quantile of the estimate (then every task at the true
+/// mean, [`TRUE_MEAN`], and on the true runtimes, [`TRUE`]), with the
+/// On-demand baseline's.
 struct Bag {
     row: BagRow,
     truth: Vec<Task>,
@@ -221,16 +223,21 @@ struct Bag {
     on_demand: Vec<Maps>,
 }
 
-/// The index of the maps drawn on the true runtimes in [`Bag::maps`].
-const TRUE: usize = Quantiles::NAMES.len();
+/// The index in [`Bag::maps`] of the maps drawn with every task at the
+/// bag's true mean runtime: a perfect estimate of the job.
+const TRUE_MEAN: usize = Quantiles::NAMES.len();
+/// The index of the maps drawn on the true runtimes.
+const TRUE: usize = TRUE_MEAN + 1;
+/// The names of the levels of [`Bag::maps`].
+const LEVELS: [&str; TRUE + 1] = ["p50", "p90", "p95", "p99", "true_mean", "true"];
 
 impl Bag {
     /// The level its maps are drawn at under the cap `level` (an index
-    /// into [`Quantiles::NAMES`], or [`TRUE`]): the highest up to it whose
-    /// maps are valid, else the median.
+    /// into [`LEVELS`]): the highest quantile up to it whose maps are
+    /// valid, else the median; the truth's as they are.
     fn level(&self, cap: usize) -> usize {
-        if cap == TRUE {
-            return TRUE;
+        if cap >= TRUE_MEAN {
+            return cap;
         }
         (0..=cap).rev().find(|&l| self.maps[l].valid()).unwrap_or(0)
     }
@@ -318,15 +325,16 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             })
             .collect();
         let levels = quantiles.mean_task_runtime_us.to_array();
-        let planned = levels.map(|us| {
+        let uniform = |base_s: f64| {
             truth
                 .iter()
-                .map(|t| Task {
-                    base_s: us / 1e6 * args.time_scale,
-                    ..*t
-                })
+                .map(|t| Task { base_s, ..*t })
                 .collect::<Vec<_>>()
-        });
+        };
+        let planned = levels.map(|us| uniform(us / 1e6 * args.time_scale));
+        // The best any estimate of the job can do: every task at the true
+        // mean.
+        let true_mean = uniform(truth.iter().map(|t| t.base_s).sum::<f64>() / truth.len() as f64);
         let Some((shortest, _)) = shortest_deadline(
             &truth,
             &catalogue,
@@ -343,7 +351,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             ((shortest as f64 * (1.0 + args.deadline_slack) / step as f64).ceil() as u64) * step;
         let (maps, on_demand): (Vec<Maps>, Vec<Maps>) = planned
             .iter()
-            .chain([&truth])
+            .chain([&true_mean, &truth])
             .map(|tasks| {
                 (
                     Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit, true),
@@ -521,7 +529,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
     let true_proposal = s("proposal_true_runtimes").clone();
     let true_measured = measured(TRUE).and_then(|m| m.get("proposal").cloned());
     let mut tradeoff = Vec::new();
-    for level in 0..=TRUE {
+    for (level, &name) in LEVELS.iter().enumerate() {
         let mut proposal = Summary::default();
         for bag in &bags {
             let maps = &bag.maps[bag.level(level)];
@@ -533,7 +541,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         }
         let on_measured = measured(level).and_then(|m| m.get("proposal").cloned());
         tradeoff.push(TradeOff {
-            quantile: Quantiles::NAMES.get(level).copied().unwrap_or("true"),
+            quantile: name,
             cost_vs_true_pct: pct(proposal.cost_usd, true_proposal.cost_usd),
             proposal,
             availability_cost_vs_true_pct: on_measured

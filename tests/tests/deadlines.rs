@@ -102,12 +102,14 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
     let pct = (cost("proposal_migration") / cost("no_hibernation") - 1.0) * 100.0;
     assert!((f(rel, "proposal_migration_cost_over_no_hibernation") - pct).abs() < 1e-6);
 
-    // Misses against cost across the quantiles, then the true runtimes.
+    // Misses against cost across the quantiles, then every task at the
+    // true mean, then the true runtimes.
     let t = v["tradeoff"].as_array().unwrap();
     let levels: Vec<&str> = t.iter().map(|x| x["quantile"].as_str().unwrap()).collect();
-    assert_eq!(levels, ["p50", "p90", "p95", "p99", "true"]);
-    assert_eq!(t[4]["proposal"], s["proposal_true_runtimes"]);
-    assert_eq!(f(&t[4], "cost_vs_true_pct"), 0.0);
+    assert_eq!(levels, ["p50", "p90", "p95", "p99", "true_mean", "true"]);
+    assert_eq!(t[5]["proposal"], s["proposal_true_runtimes"]);
+    assert_eq!(f(&t[5], "cost_vs_true_pct"), 0.0);
+    assert_eq!(f(&t[4]["proposal"], "runs"), n);
     assert_eq!(
         t[1]["proposal"], s["proposal"],
         "p90 is the default quantile"
@@ -124,7 +126,7 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
     assert!(f(&a["proposal"], "hibernations") > 0.0, "{a}");
     assert_eq!(f(&a["on_demand"], "hibernations"), 0.0);
     assert!(f(&a["immediate_migration"], "migrations") >= f(&a["proposal"], "migrations"));
-    assert!(t[4]["availability"].is_object());
+    assert!(t[5]["availability"].is_object());
 
     // The same flags give the same report.
     assert_eq!(jobcast_ok(&args), out);
