@@ -654,6 +654,7 @@ fn emit_job(job: JobInput, paths: &[PathBuf], diagnostics: &Diagnostics, items: 
         deadline_us: None,
         num_tasks,
         stages: Some(dag.stages),
+        cluster: String::new(),
     });
     let at = |err: &DecodeError| {
         // `stages[i]` is the stage with the i-th smallest id; find its task.

@@ -67,6 +67,9 @@ pub struct JobSubmitted {
     /// The scheduler partition (queue) the job was submitted to; empty
     /// where the source has none.
     pub partition: String,
+    /// The cluster the job runs on, in a federation of clusters served by
+    /// one jobcast; empty for the one cluster of a source that names none.
+    pub cluster: String,
     /// The wall-clock limit the user asked for, µs; none where the source
     /// has none or the job is unlimited. In HPC runtime models the
     /// requested time is the strongest single predictor.
@@ -99,6 +102,7 @@ impl JobSubmitted {
             mem_request: 0.0,
             num_tasks,
             partition: String::new(),
+            cluster: String::new(),
             time_limit_us: None,
             deadline_us: None,
             stages: None,
@@ -230,6 +234,9 @@ pub struct MachineEvent {
     pub memory: Option<f64>,
     /// Present for cloud VMs.
     pub vm: Option<VmInfo>,
+    /// The cluster the machine belongs to; empty for the one cluster of a
+    /// source that names none.
+    pub cluster: String,
 }
 
 impl MachineEvent {
@@ -244,6 +251,7 @@ impl MachineEvent {
             cpus: None,
             memory: None,
             vm: Some(vm),
+            cluster: String::new(),
         }
     }
 }
@@ -348,6 +356,7 @@ impl Event {
                 check_len("job_name", &j.job_name)?;
                 check_len("logical_name", &j.logical_name)?;
                 check_len("partition", &j.partition)?;
+                check_len("cluster", &j.cluster)?;
                 if let Some(limit) = j.time_limit_us {
                     check_time("time_limit_us", limit)?;
                 }
@@ -390,6 +399,7 @@ impl Event {
                 if let Some(platform) = &m.platform {
                     check_len("platform", platform)?;
                 }
+                check_len("cluster", &m.cluster)?;
                 check_nonneg("cpus", m.cpus)?;
                 check_nonneg("memory", m.memory)?;
                 if let Some(vm) = &m.vm {
@@ -587,6 +597,8 @@ struct WireEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     partition: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     time_limit_us: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     deadline_us: Option<u64>,
@@ -670,6 +682,7 @@ const JOB_SUBMITTED_FIELDS: &[&str] = &[
     "num_tasks",
     "stages",
     "partition",
+    "cluster",
     "time_limit_us",
     "deadline_us",
 ];
@@ -687,11 +700,12 @@ const MACHINE_FIELDS: &[&str] = &[
     "preemptible",
     "launch_time_us",
     "end_reason",
+    "cluster",
 ];
 
 impl WireEvent<'_> {
     /// Every optional field and whether it is set.
-    fn presence(&self) -> [(&'static str, bool); 27] {
+    fn presence(&self) -> [(&'static str, bool); 28] {
         [
             ("job_id", self.job_id.is_some()),
             ("user", self.user.is_some()),
@@ -704,6 +718,7 @@ impl WireEvent<'_> {
             ("num_tasks", self.num_tasks.is_some()),
             ("stages", self.stages.is_some()),
             ("partition", self.partition.is_some()),
+            ("cluster", self.cluster.is_some()),
             ("time_limit_us", self.time_limit_us.is_some()),
             ("deadline_us", self.deadline_us.is_some()),
             ("task_index", self.task_index.is_some()),
@@ -810,6 +825,7 @@ impl TryFrom<WireEvent<'_>> for Event {
                     mem_request: w.mem_request.unwrap_or(0.0),
                     num_tasks,
                     partition: w.partition.unwrap_or_default(),
+                    cluster: w.cluster.unwrap_or_default(),
                     time_limit_us: w.time_limit_us,
                     deadline_us: w.deadline_us,
                     stages: w.stages,
@@ -883,6 +899,7 @@ impl TryFrom<WireEvent<'_>> for Event {
                     cpus: w.cpus,
                     memory: w.memory,
                     vm,
+                    cluster: w.cluster.unwrap_or_default(),
                 })
             }
             other => {
@@ -921,6 +938,7 @@ impl<'a> From<&'a Event> for WireEvent<'a> {
                 w.num_tasks = Some(j.num_tasks);
                 w.stages = j.stages.clone();
                 w.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
+                w.cluster = (!j.cluster.is_empty()).then(|| j.cluster.clone());
                 w.time_limit_us = j.time_limit_us;
                 w.deadline_us = j.deadline_us;
             }
@@ -937,6 +955,7 @@ impl<'a> From<&'a Event> for WireEvent<'a> {
                 w.platform = m.platform.clone();
                 w.cpus = m.cpus;
                 w.memory = m.memory;
+                w.cluster = (!m.cluster.is_empty()).then(|| m.cluster.clone());
                 if let Some(vm) = &m.vm {
                     w.vm_name = vm.name.clone();
                     w.vm_type = Some(vm.vm_type.clone());
@@ -964,6 +983,7 @@ mod tests {
             priority: 9,
             cpu_request: 0.125,
             mem_request: 0.0625,
+            cluster: "west".into(),
             stages: Some(vec![
                 Stage {
                     id: 1,
@@ -1014,6 +1034,7 @@ mod tests {
                     launch_time_us: 0,
                     end_reason: Some(EndReason::Preempted),
                 }),
+                cluster: "east".into(),
             }),
         ];
         for e in events {
@@ -1250,6 +1271,7 @@ mod tests {
                     launch_time_us,
                     end_reason: None,
                 }),
+                cluster: String::new(),
             })
         };
         assert_eq!(

@@ -90,6 +90,7 @@ impl JobInfo {
             deadline_us: None,
             num_tasks: self.num_tasks,
             stages: None,
+            cluster: String::new(),
         }
     }
 }
@@ -394,6 +395,7 @@ impl PartRows {
                     cpus: opt_f64(rec, 4, "CPUs")?,
                     memory: opt_f64(rec, 5, "memory")?,
                     vm: None,
+                    cluster: String::new(),
                 })))
             }
             Table::Job => {

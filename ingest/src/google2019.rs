@@ -934,6 +934,7 @@ impl Mapper {
             deadline_us: None,
             num_tasks: known.map_or(0, |c| u32::try_from(c.instances.len()).unwrap_or(u32::MAX)),
             stages: None,
+            cluster: String::new(),
         });
         self.emit(submit, at);
     }

@@ -434,6 +434,7 @@ mod tests {
                 cpus: Some(1.0),
                 memory: None,
                 vm,
+                cluster: String::new(),
             })
         };
         let mut b = TruthBuilder::new();

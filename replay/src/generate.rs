@@ -840,6 +840,7 @@ impl Generator {
             deadline_us: None,
             num_tasks,
             stages: stages.clone(),
+            cluster: String::new(),
         };
         self.push(Event::JobSubmitted(submitted));
 
@@ -933,6 +934,7 @@ impl Generator {
                     launch_time_us: launch_us,
                     end_reason,
                 }),
+                cluster: String::new(),
             })
         };
         let add = machine(launch_us, MachineKind::Add, None);

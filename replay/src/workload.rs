@@ -595,6 +595,7 @@ fn classify(done: CompletedJob, max_width: u32) -> Result<SimJob, (Reason, u64)>
         deadline_us: None,
         num_tasks: runtimes.len() as u32,
         stages: job.stages,
+        cluster: String::new(),
     };
     let end = job.end_time_us.unwrap_or(arrival);
     SimJob::new(submitted, runtimes, end).map_err(|_| (Reason::Invalid, arrival))

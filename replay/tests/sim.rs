@@ -546,6 +546,7 @@ fn the_trace_splits_into_history_and_evaluated_halves() {
         cpus: None,
         memory: None,
         vm: None,
+        cluster: String::new(),
     }));
     events.sort_by_key(Event::time_us);
     let trace = Trace::new(events.into_iter().map(Ok), Diagnostics::new(), 0);

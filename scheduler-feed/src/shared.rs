@@ -3,13 +3,16 @@
 //! outcomes for live summaries. The pipeline thread writes it; the source
 //! thread, the HTTP server and whoever started the service read it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use jobcast_predictor::engine::ClusterRecord;
 use jobcast_predictor::stats::percentile;
 use jobcast_storage::state::StateStore;
+
+use crate::telemetry;
 
 /// State shared between the pipeline thread, the HTTP server and whoever
 /// started the service.
@@ -41,6 +44,9 @@ pub struct Shared {
     pub recent: Mutex<Recent>,
     /// Whether the pipeline is stuck (`/healthz`).
     pub liveness: Liveness,
+    /// The clusters the `jobcast_cluster_*` gauges were last set for: one
+    /// that holds nothing any more is set to 0 once.
+    cluster_labels: Mutex<BTreeSet<String>>,
 }
 
 /// Whether the pipeline thread still comes round its loop, which it does
@@ -261,6 +267,7 @@ impl Shared {
             owners: Mutex::new(BTreeMap::new()),
             counters: Counters::default(),
             recent: Mutex::new(Recent::default()),
+            cluster_labels: Mutex::new(BTreeSet::new()),
             liveness: Liveness::new(crate::config::HttpConfig::default().stall_timeout()),
         })
     }
@@ -273,6 +280,31 @@ impl Shared {
     /// The latest client-wide Kafka error, if any was reported.
     pub fn last_kafka_error(&self) -> Option<String> {
         self.kafka_error.lock().expect("not poisoned").clone()
+    }
+
+    /// Set the `jobcast_cluster_*` gauges to `clusters`, and to 0 those of
+    /// clusters that hold nothing any more.
+    pub fn set_cluster_gauges(&self, clusters: &[ClusterRecord]) {
+        let mut labels = self.cluster_labels.lock().expect("not poisoned");
+        let now: BTreeSet<String> = clusters.iter().map(|c| c.cluster.clone()).collect();
+        for gone in labels.difference(&now) {
+            for name in [
+                telemetry::CLUSTER_MACHINES_UP,
+                telemetry::CLUSTER_CPUS,
+                telemetry::CLUSTER_LIVE_JOBS,
+            ] {
+                metrics::gauge!(name, "cluster" => gone.clone()).set(0.0);
+            }
+        }
+        for c in clusters {
+            let cluster = c.cluster.clone();
+            metrics::gauge!(telemetry::CLUSTER_MACHINES_UP, "cluster" => cluster.clone())
+                .set(f64::from(c.machines_up));
+            metrics::gauge!(telemetry::CLUSTER_CPUS, "cluster" => cluster.clone()).set(c.cpus);
+            metrics::gauge!(telemetry::CLUSTER_LIVE_JOBS, "cluster" => cluster)
+                .set(c.live_jobs as f64);
+        }
+        *labels = now;
     }
 
     /// Ready to serve: recovered, in the group, brokers reachable.

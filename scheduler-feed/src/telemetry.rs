@@ -46,6 +46,9 @@ pub const RISK_PREEMPTION_PROBABILITY: &str = "jobcast_risk_preemption_probabili
 pub const CAPACITY_DECISIONS: &str = "jobcast_capacity_decisions_total";
 pub const CAPACITY_LONG_LOAD_RATIO: &str = "jobcast_capacity_long_load_ratio";
 pub const DEADLINE_DECISIONS: &str = "jobcast_deadline_decisions_total";
+pub const CLUSTER_MACHINES_UP: &str = "jobcast_cluster_machines_up";
+pub const CLUSTER_CPUS: &str = "jobcast_cluster_cpus";
+pub const CLUSTER_LIVE_JOBS: &str = "jobcast_cluster_live_jobs";
 pub const INPUT_OFFSETS_SKIPPED: &str = "jobcast_input_offsets_skipped_total";
 pub const INPUT_BUFFERED: &str = "jobcast_input_buffered_events";
 pub const INPUT_BUFFERED_BYTES: &str = "jobcast_input_buffered_bytes";
@@ -425,6 +428,12 @@ fn describe() {
         Unit::Count,
         "Capacity decisions of CloudCoaster's controller published, by action (grow, shrink, hold)"
     );
+    describe_gauge!(
+        CLUSTER_MACHINES_UP,
+        "Machines up per cluster (events name their cluster; empty: the one cluster of a source that names none)"
+    );
+    describe_gauge!(CLUSTER_CPUS, "CPUs of the machines up per cluster");
+    describe_gauge!(CLUSTER_LIVE_JOBS, "Live jobs per cluster");
     describe_counter!(
         DEADLINE_DECISIONS,
         Unit::Count,

@@ -71,6 +71,8 @@ struct EventRow {
     partition: Option<String>,
     time_limit_us: Option<i64>,
     deadline_us: Option<i64>,
+    /// The cluster a job or machine event names.
+    cluster: Option<String>,
     platform: Option<String>,
     cpus: Option<f64>,
     memory: Option<f64>,
@@ -311,6 +313,7 @@ impl EventRow {
             partition: None,
             time_limit_us: None,
             deadline_us: None,
+            cluster: None,
             platform: None,
             cpus: None,
             memory: None,
@@ -338,6 +341,7 @@ impl EventRow {
                 row.partition = (!j.partition.is_empty()).then(|| j.partition.clone());
                 row.time_limit_us = j.time_limit_us.map(t);
                 row.deadline_us = j.deadline_us.map(t);
+                row.cluster = (!j.cluster.is_empty()).then(|| j.cluster.clone());
             }
             Event::Task(k) => {
                 row.task_index = Some(k.task_index);
@@ -352,6 +356,7 @@ impl EventRow {
                 row.platform = m.platform.clone();
                 row.cpus = m.cpus;
                 row.memory = m.memory;
+                row.cluster = (!m.cluster.is_empty()).then(|| m.cluster.clone());
                 if let Some(vm) = &m.vm {
                     row.vm_name = vm.name.clone();
                     row.vm_type = Some(vm.vm_type.clone());

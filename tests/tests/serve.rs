@@ -446,6 +446,49 @@ fn deadline_decisions_plan_wait_resume_and_migrate_on_the_decisions_topic() {
     serve.terminate();
 }
 
+/// Jobs and machines of two clusters, on the mock cluster: `GET /clusters`
+/// lists what each holds, a job's record names its cluster, and the
+/// `jobcast_cluster_*` gauges carry the cluster as a label.
+#[test]
+fn clusters_are_listed_at_get_clusters_and_labelled_in_metrics() {
+    let lines = [
+        r#"{"v":1,"type":"machine","time_us":1,"machine_id":1,"kind":"add","cpus":8,"cluster":"east"}"#,
+        r#"{"v":1,"type":"machine","time_us":1,"machine_id":2,"kind":"add","cpus":4,"cluster":"west"}"#,
+        r#"{"v":1,"type":"machine","time_us":1,"machine_id":3,"kind":"add","cpus":4,"cluster":"west"}"#,
+        r#"{"v":1,"type":"job_submitted","time_us":2,"job_id":1,"num_tasks":1,"cluster":"east"}"#,
+        r#"{"v":1,"type":"job_submitted","time_us":2,"job_id":2,"num_tasks":1,"cluster":"west"}"#,
+        r#"{"v":1,"type":"job_submitted","time_us":3,"job_id":3,"num_tasks":1}"#,
+    ];
+    let events: Vec<Event> = lines
+        .iter()
+        .map(|l| jobcast_ingest::decode(l.as_bytes()).unwrap())
+        .collect();
+    let (_topics, _cluster, _data, serve) = served(&events, &[]);
+    let (status, body) = serve.get("/clusters");
+    assert_eq!(status, 200, "{body}");
+    let clusters: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        clusters,
+        serde_json::json!([
+            {"cluster": "", "machines_up": 0, "cpus": 0.0, "live_jobs": 1},
+            {"cluster": "east", "machines_up": 1, "cpus": 8.0, "live_jobs": 1},
+            {"cluster": "west", "machines_up": 2, "cpus": 8.0, "live_jobs": 1}
+        ])
+    );
+    let (_, job) = serve.get("/jobs/2");
+    let job: serde_json::Value = serde_json::from_str(&job).unwrap();
+    assert_eq!(job["cluster"], "west", "{job}");
+    let (_, metrics) = serve.get("/metrics");
+    for line in [
+        r#"jobcast_cluster_machines_up{cluster="west"} 2"#,
+        r#"jobcast_cluster_cpus{cluster="east"} 8"#,
+        r#"jobcast_cluster_live_jobs{cluster="east"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
+    serve.terminate();
+}
+
 /// The first index from `from` on where event time moves on: a cut there
 /// puts every event before it ahead of every event after it in the merged
 /// order.

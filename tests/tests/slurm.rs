@@ -148,8 +148,9 @@ fn job_outcomes(events: &[Event]) -> Vec<JobOutcome> {
 }
 
 /// `events` (one job's, from the topic) say what Slurm's own record of the
-/// job says: one `job_submitted` with its width, partition `debug` and its
-/// time limit (`limit_min`, as the job asked); for each task (by array
+/// job says: one `job_submitted` with its width, partition `debug`, its
+/// cluster (`ClusterName` of `scripts/slurm.sh`) and its time limit
+/// (`limit_min`, as the job asked); for each task (by array
 /// index), a start if it ran and one end, at Slurm's times; one
 /// `job_ended`, with `outcome`.
 fn assert_as_slurm_ended(
@@ -159,16 +160,26 @@ fn assert_as_slurm_ended(
     (indices, limit_min): (&[u32], u64),
     outcome: JobOutcome,
 ) {
-    let submitted: Vec<(u32, &str, Option<u64>)> = events
+    let submitted: Vec<(u32, &str, &str, Option<u64>)> = events
         .iter()
         .filter_map(|e| match e {
-            Event::JobSubmitted(j) => Some((j.num_tasks, j.partition.as_str(), j.time_limit_us)),
+            Event::JobSubmitted(j) => Some((
+                j.num_tasks,
+                j.partition.as_str(),
+                j.cluster.as_str(),
+                j.time_limit_us,
+            )),
             _ => None,
         })
         .collect();
     assert_eq!(
         submitted,
-        [(indices.len() as u32, "debug", Some(limit_min * 60_000_000))],
+        [(
+            indices.len() as u32,
+            "debug",
+            "jobcast",
+            Some(limit_min * 60_000_000)
+        )],
         "job {job}: {events:?}"
     );
     for (task, array_index) in indices.iter().enumerate() {

@@ -1459,6 +1459,7 @@ mod tests {
                 time_limit_us: None,
                 deadline_us: None,
                 stages: None,
+                cluster: String::new(),
             };
             SimJob::new(submitted, vec![1_000_000; tasks as usize], 0).unwrap()
         };

@@ -138,6 +138,7 @@ impl SlurmShape {
             time_limit_us: Some(self.time_limit_minutes * 60_000_000),
             deadline_us: None,
             stages: None,
+            cluster: String::new(),
         }
     }
 
@@ -458,6 +459,7 @@ mod tests {
             name: "j7".into(),
             user_name: "root".into(),
             partition: "debug".into(),
+            cluster: String::new(),
             account: String::new(),
             job_state: "PENDING".into(),
             submit_time: 1_700_000_000,

@@ -30,6 +30,9 @@ pub struct SqueueJob {
     pub user_name: String,
     #[serde(default)]
     pub partition: String,
+    /// The cluster (`ClusterName` of `slurm.conf`).
+    #[serde(default)]
+    pub cluster: String,
     #[serde(default)]
     pub account: String,
     pub job_state: String,

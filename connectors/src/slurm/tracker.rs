@@ -220,6 +220,7 @@ fn first_sight(job_id: u64, records: &[&SqueueJob]) -> Result<(JobSaid, JobSubmi
             .map(|s| s.saturating_mul(US)),
         num_tasks: num_tasks as u32,
         stages: None,
+        cluster: first.cluster.clone(),
     };
     let said = JobSaid {
         array,
@@ -569,6 +570,7 @@ mod tests {
             name: "rq".into(),
             user_name: "root".into(),
             partition: "debug".into(),
+            cluster: String::new(),
             account: String::new(),
             job_state: state.into(),
             submit_time: submit,
@@ -625,6 +627,7 @@ mod tests {
             name: "t".into(),
             user_name: "root".into(),
             partition: "debug".into(),
+            cluster: String::new(),
             account: String::new(),
             job_state: state.into(),
             submit_time: 100,

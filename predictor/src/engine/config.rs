@@ -84,6 +84,10 @@ pub struct EngineConfig {
     /// it is refused (`over_budget`). A job's declared width costs nothing
     /// until its tasks report.
     pub max_live_tasks: u64,
+    /// The most clusters holding live jobs or machines up at once (events
+    /// may name their cluster): an event that would add one beyond it is
+    /// refused (`over_budget`).
+    pub max_clusters: u32,
     /// The least event time (ms) between two published decisions of a job
     /// that differ only in their estimate or pilots (same phase, same
     /// queue): a newer one waits for it, and only the newest goes out
@@ -140,6 +144,7 @@ impl Default for EngineConfig {
             max_future_skew_secs: 86_400,
             max_live_jobs: 500_000,
             max_live_tasks: 5_000_000,
+            max_clusters: 64,
             min_republish_ms: 1_000,
         }
     }

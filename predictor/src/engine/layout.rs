@@ -15,7 +15,7 @@ use crate::features::FeatureKind;
 use super::records::{JobRecord, JobState, PredictionError, TaskRecord};
 
 /// First byte of [`JobRecord::to_bytes`], changed with the layout.
-const JOB_LAYOUT: u8 = 3;
+const JOB_LAYOUT: u8 = 4;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 /// First byte of [`Decision::to_bytes`], changed with the layout.
@@ -31,8 +31,9 @@ const JOB_STATES: [JobState; 6] = [
 ];
 
 impl JobRecord {
-    /// The stored form, in field order: layout (3), `job_id`, `submit_us`
-    /// (u64), `user`, `job_name`, `logical_name` (strings), `width` (u32),
+    /// The stored form, in field order: layout (4), `job_id`, `submit_us`
+    /// (u64), `user`, `job_name`, `logical_name`, `cluster` (strings),
+    /// `width` (u32),
     /// `state` (u8), `end_us` (optional u64), `tasks_finished` (u32),
     /// `estimates` (u8 count, then per policy its index in
     /// [`PolicyKind::ALL`], the estimate's three f64 and its source: a tag
@@ -42,7 +43,8 @@ impl JobRecord {
     /// then per policy its index and two f64), `eta` (0, or 1 and its four
     /// u64).
     pub fn to_bytes(&self) -> Vec<u8> {
-        let strings = self.user.len() + self.job_name.len() + self.logical_name.len();
+        let strings =
+            self.user.len() + self.job_name.len() + self.logical_name.len() + self.cluster.len();
         let mut out = Vec::with_capacity(64 + strings + 104 * self.estimates.len());
         out.put_u8(JOB_LAYOUT);
         out.put_u64(self.job_id);
@@ -50,6 +52,7 @@ impl JobRecord {
         out.put_str(&self.user);
         out.put_str(&self.job_name);
         out.put_str(&self.logical_name);
+        out.put_str(&self.cluster);
         out.put_u32(self.width);
         out.put_u8(index(&JOB_STATES, self.state));
         out.put_opt_u64(self.end_us);
@@ -81,6 +84,7 @@ impl JobRecord {
             user: r.str()?,
             job_name: r.str()?,
             logical_name: r.str()?,
+            cluster: r.str()?,
             width: r.u32()?,
             state: r.index_of(&JOB_STATES, "job state")?,
             end_us: r.opt_u64()?,
@@ -397,7 +401,7 @@ mod tests {
     prop_compose! {
         fn job()(
             ids in any::<(u64, u64, u32, u32)>(),
-            names in any::<(String, String, String)>(),
+            names in any::<(String, String, String, String)>(),
             state in proptest::sample::select(JOB_STATES.to_vec()),
             end_us in any::<Option<u64>>(),
             estimates in proptest::collection::btree_map(policy(), estimate(), 0..10),
@@ -411,6 +415,7 @@ mod tests {
                 user: names.0,
                 job_name: names.1,
                 logical_name: names.2,
+                cluster: names.3,
                 width: ids.2,
                 state,
                 end_us,
@@ -527,6 +532,7 @@ mod tests {
             user: "u".into(),
             job_name: "n".into(),
             logical_name: String::new(),
+            cluster: String::new(),
             width: 3,
             state: JobState::Finished,
             end_us: Some(4),
@@ -542,8 +548,9 @@ mod tests {
         };
         let mut bytes = record.to_bytes();
         assert_eq!(JobRecord::from_bytes(&bytes), Ok(record.clone()));
-        // layout, two ids, three strings (4 + 1, 4 + 1, 4), width: the state.
-        let state_at = 1 + 16 + 5 + 5 + 4 + 4;
+        // layout, two ids, four strings (4 + 1, 4 + 1, 4, 4), width: the
+        // state.
+        let state_at = 1 + 16 + 5 + 5 + 4 + 4 + 4;
         bytes[state_at] = 9;
         assert_eq!(
             JobRecord::from_bytes(&bytes),

@@ -370,7 +370,7 @@ impl Machines {
 
 impl MachineRecord {
     /// The CPUs it adds to the cluster's capacity: its own while it is up.
-    fn capacity(machine: Option<&MachineRecord>) -> f64 {
+    pub(super) fn capacity(machine: Option<&MachineRecord>) -> f64 {
         machine.filter(|m| m.up).and_then(|m| m.cpus).unwrap_or(0.0)
     }
 }
@@ -613,6 +613,7 @@ impl Machines {
                 risk: None,
                 cpus: None,
                 hibernated_since_us: None,
+                cluster: String::new(),
             });
         match event.kind {
             MachineKind::Add => {
@@ -644,6 +645,9 @@ impl Machines {
         }
         if event.cpus.is_some() {
             record.cpus = event.cpus;
+        }
+        if !event.cluster.is_empty() && event.cluster != record.cluster {
+            record.cluster.clone_from(&event.cluster);
         }
         let after = MachineRecord::capacity(Some(record));
         let counts = Servers::of(Some(record));

@@ -37,6 +37,7 @@
 
 mod capacity;
 mod clock;
+mod clusters;
 mod config;
 mod deadlines;
 mod effects;
@@ -79,9 +80,9 @@ pub use expiry::ExpirySettings;
 use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
-    CapacityDecision, DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord,
-    ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask, PlannedVm,
-    PolicyErrors, PredictionError, Recovery, RecoveryState, TaskRecord,
+    CapacityDecision, ClusterRecord, DeadlineAction, DeadlineDecision, DeadlinePlan,
+    DeadlineRecord, ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask,
+    PlannedVm, PolicyErrors, PredictionError, Recovery, RecoveryState, TaskRecord,
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
@@ -118,6 +119,8 @@ pub struct Engine {
     /// Teylo et al.'s maps of deadline jobs, and the hibernated VMs'
     /// recovery groups.
     deadlines: deadlines::Deadlines,
+    /// What each cluster of a federation holds.
+    clusters: clusters::Clusters,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
     /// When to look next for jobs and machines that stopped reporting.
@@ -160,6 +163,7 @@ impl Engine {
         for (key, max) in [
             ("max_live_jobs", config.max_live_jobs),
             ("max_live_tasks", config.max_live_tasks),
+            ("max_clusters", u64::from(config.max_clusters)),
         ] {
             if max == 0 {
                 return Err(ConfigError::new(key, "must be positive"));
@@ -198,6 +202,7 @@ impl Engine {
             machines: machines::Machines::new(OnlineFitter::new(online), config.risk.clone()),
             capacity: capacity::Capacity::new(&config.capacity),
             deadlines: deadlines::Deadlines::new(&config.deadlines),
+            clusters: clusters::Clusters::new(config.max_clusters),
             policy_errors: BTreeMap::new(),
             events: 0,
             expiry: expiry::Expiry::new(config.expiry),
@@ -249,6 +254,12 @@ impl Engine {
     /// made one.
     pub fn capacity(&self) -> Option<&CapacityDecision> {
         self.capacity.last()
+    }
+
+    /// Every cluster holding a live job or a machine up, by name
+    /// (`clusters.rs`).
+    pub fn clusters(&self) -> Vec<ClusterRecord> {
+        self.clusters.records()
     }
 
     /// A live deadline job's plan and recoveries (`deadlines.rs`).
@@ -363,6 +374,19 @@ impl Engine {
             Event::JobEnded(end) => self.end(end, effects)?,
             Event::Machine(machine) => {
                 let id = machine.machine_id;
+                let before = self.machines.get(id);
+                let cluster = match (&machine.cluster, before) {
+                    (named, _) if !named.is_empty() => named.as_str(),
+                    (_, Some(record)) => record.cluster.as_str(),
+                    (_, None) => "",
+                };
+                if machine.kind != MachineKind::Remove && !self.clusters.admits(cluster) {
+                    return Err(self.too_many_clusters(&format!("machine {id}"), cluster));
+                }
+                let before = before.map(|m| {
+                    let (cluster, up, cpus) = clusters::counted(m);
+                    (cluster.to_owned(), up, cpus)
+                });
                 // Whether the task scored on the VM still runs there.
                 let running = self.machines.pending_task(id).is_some_and(|key| {
                     self.tasks.get(&key).is_some_and(|t| {
@@ -370,6 +394,12 @@ impl Engine {
                     })
                 });
                 self.machines.event(machine, effects);
+                self.clusters.machine_changed(
+                    before
+                        .as_ref()
+                        .map(|(c, up, cpus)| (c.as_str(), *up, *cpus)),
+                    self.machines.get(id).map(clusters::counted),
+                );
                 if machine.kind == MachineKind::Remove {
                     self.machines.vm_left(machine, running);
                 }
@@ -406,6 +436,9 @@ impl Engine {
                 format!("job {} was already submitted", job.job_id),
             ));
         }
+        if !self.clusters.admits(&job.cluster) {
+            return Err(self.too_many_clusters(&format!("job {}", job.job_id), &job.cluster));
+        }
         if self.jobs.len() as u64 >= self.max_live_jobs {
             return Err(reject(
                 "over_budget",
@@ -422,6 +455,7 @@ impl Engine {
             user: job.user.clone(),
             job_name: job.job_name.clone(),
             logical_name: job.logical_name.clone(),
+            cluster: job.cluster.clone(),
             width: job.num_tasks,
             state: JobState::Running,
             end_us: None,
@@ -431,6 +465,7 @@ impl Engine {
             errors: BTreeMap::new(),
             eta: None,
         };
+        self.clusters.job_started(&job.cluster);
         let progress =
             progress::Progress::submitted(eta::size_hint_us(&self.history, job, job.time_us));
         self.jobs.insert(
@@ -588,6 +623,7 @@ impl Engine {
         self.etas.forget(end.job_id);
         self.capacity.job_ended(end.job_id);
         self.deadlines.job_ended(end.job_id);
+        self.clusters.job_ended(&job.submitted.cluster);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -740,7 +776,28 @@ impl Engine {
                 .map(|(&id, job)| (id, job.partition, &job.pacing)),
         );
         engine.etas.rebuild(engine.jobs.values(), engine.driver);
+        engine.rebuild_clusters();
         Ok(engine)
+    }
+
+    /// Count each cluster's jobs and machines again from the records.
+    fn rebuild_clusters(&mut self) {
+        self.clusters.rebuild(
+            self.jobs.values().map(|j| j.submitted.cluster.as_str()),
+            self.machines.state().records.values(),
+        );
+    }
+
+    /// The refusal of an event (`what`) that names a cluster beyond
+    /// `engine.max_clusters`.
+    fn too_many_clusters(&self, what: &str, cluster: &str) -> Rejection {
+        reject(
+            "over_budget",
+            format!(
+                "{what}: cluster `{cluster}` would be one more than the {} clusters holding jobs or machines, engine.max_clusters",
+                self.clusters.max()
+            ),
+        )
     }
 
     /// Score the task just placed, if on a transient VM and its job has
@@ -947,6 +1004,7 @@ impl Engine {
                 self.etas.forget(job_id);
                 self.capacity.job_ended(job_id);
                 self.deadlines.job_ended(job_id);
+                self.clusters.job_ended(&job.submitted.cluster);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {
@@ -961,6 +1019,9 @@ impl Engine {
             let before = effects.expired_machines.len();
             self.machines.expire_silent(bound, effects);
             let gone = effects.expired_machines[before..].to_vec();
+            if !gone.is_empty() {
+                self.rebuild_clusters();
+            }
             for machine_id in gone {
                 self.capacity.machine_gone(machine_id);
                 self.deadlines.machine_gone(machine_id, watermark, effects);

@@ -101,6 +101,9 @@ pub struct JobRecord {
     pub user: String,
     pub job_name: String,
     pub logical_name: String,
+    /// The cluster it runs on; empty for the one cluster of a source that
+    /// names none.
+    pub cluster: String,
     pub width: u32,
     pub state: JobState,
     pub end_us: Option<u64>,
@@ -164,6 +167,10 @@ pub struct MachineRecord {
     /// µs; none while it runs.
     #[serde(default)]
     pub hibernated_since_us: Option<u64>,
+    /// The cluster it belongs to, as its events last named it; empty for
+    /// the one cluster of a source that names none.
+    #[serde(default)]
+    pub cluster: String,
 }
 
 /// A preemption-risk score for the task last placed on a transient VM: the
@@ -366,4 +373,16 @@ pub struct DeadlineRecord {
     pub reason: Option<String>,
     /// By hibernated VM, the latest hibernation's group.
     pub recoveries: Vec<Recovery>,
+}
+
+/// What one cluster of a federation holds now: `GET /clusters`, and the
+/// `jobcast_cluster_*` gauges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterRecord {
+    /// Its name; empty for the one cluster of a source that names none.
+    pub cluster: String,
+    pub machines_up: u32,
+    /// The CPUs of its machines up (those whose events give them).
+    pub cpus: f64,
+    pub live_jobs: u64,
 }

@@ -121,6 +121,7 @@ struct SubmittedState {
     mem_request: f64,
     num_tasks: u32,
     partition: String,
+    cluster: String,
     time_limit_us: Option<u64>,
     deadline_us: Option<u64>,
     stages: Option<Vec<StageState>>,
@@ -143,6 +144,7 @@ impl From<&JobSubmitted> for SubmittedState {
             mem_request: j.mem_request,
             num_tasks: j.num_tasks,
             partition: j.partition.clone(),
+            cluster: j.cluster.clone(),
             time_limit_us: j.time_limit_us,
             deadline_us: j.deadline_us,
             stages: j.stages.as_ref().map(|stages| {
@@ -182,6 +184,7 @@ impl From<SubmittedState> for JobSubmitted {
                     })
                     .collect()
             }),
+            cluster: s.cluster,
         }
     }
 }

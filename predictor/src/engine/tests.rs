@@ -2138,3 +2138,96 @@ fn unplannable_jobs_say_why_and_a_removed_vm_migrates_at_once() {
     assert!(deadline_decisions(&effects).is_empty());
     assert!(engine.deadline(2).is_none());
 }
+
+/// Jobs and machines that name their cluster are counted per cluster, a
+/// cluster is listed while it holds something, the same after a restore;
+/// one cluster past `engine.max_clusters` is refused.
+#[test]
+fn clusters_count_their_jobs_and_machines_and_are_bounded() {
+    let config = EngineConfig {
+        max_clusters: 2,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let machine = |id: u64, t: u64, kind: &str, cluster: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}","cpus":8{cluster}}}"#,
+            cluster = if cluster.is_empty() {
+                String::new()
+            } else {
+                format!(r#","cluster":"{cluster}""#)
+            }
+        ))
+    };
+    let job = |id: u64, t: u64, cluster: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"num_tasks":1,"cluster":"{cluster}"}}"#
+        ))
+    };
+    for (i, cluster) in ["east", "east", "west"].iter().enumerate() {
+        engine
+            .apply(AT, &machine(i as u64 + 1, 1, "add", cluster), &mut effects)
+            .unwrap();
+    }
+    engine.apply(AT, &job(1, 2, "east"), &mut effects).unwrap();
+    engine.apply(AT, &job(2, 2, "west"), &mut effects).unwrap();
+    engine.apply(AT, &job(3, 2, "west"), &mut effects).unwrap();
+    // A machine event that names no cluster keeps the machine's.
+    engine
+        .apply(AT, &machine(3, 3, "update", ""), &mut effects)
+        .unwrap();
+    let held = |engine: &Engine| -> Vec<(String, u32, f64, u64)> {
+        engine
+            .clusters()
+            .into_iter()
+            .map(|c| (c.cluster, c.machines_up, c.cpus, c.live_jobs))
+            .collect()
+    };
+    assert_eq!(
+        held(&engine),
+        [
+            ("east".to_owned(), 2, 16.0, 1),
+            ("west".to_owned(), 1, 8.0, 2)
+        ]
+    );
+    assert_eq!(engine.job(2).unwrap().cluster, "west");
+    assert_eq!(engine.machine(3).unwrap().cluster, "west");
+
+    // A third cluster is refused, by job or machine, and changes nothing.
+    let refused = engine
+        .apply(AT, &job(4, 4, "north"), &mut effects)
+        .unwrap_err();
+    assert_eq!(refused.reason, "over_budget");
+    assert!(refused.message.contains("`north`"), "{}", refused.message);
+    assert_eq!(
+        engine
+            .apply(AT, &machine(9, 4, "add", "north"), &mut effects)
+            .unwrap_err()
+            .reason,
+        "over_budget"
+    );
+    assert!(engine.job(4).is_none() && engine.machine(9).is_none());
+
+    // East empties (its job ends, its machines leave) and is dropped:
+    // room for north.
+    engine
+        .apply(AT, &end(1, 5, "finish"), &mut effects)
+        .unwrap();
+    for id in [1, 2] {
+        engine
+            .apply(AT, &machine(id, 5, "remove", ""), &mut effects)
+            .unwrap();
+    }
+    engine.apply(AT, &job(4, 6, "north"), &mut effects).unwrap();
+    assert_eq!(
+        held(&engine),
+        [
+            ("north".to_owned(), 0, 0.0, 1),
+            ("west".to_owned(), 1, 8.0, 2)
+        ]
+    );
+    engine.release_ended();
+    let restored = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(held(&restored), held(&engine));
+}

@@ -1608,6 +1608,7 @@ mod tests {
             cpus: None,
             memory: None,
             vm,
+            cluster: String::new(),
         };
         let r = LifetimeRecord::from_machine_event(&event(MachineKind::Remove, Some(vm.clone())))
             .unwrap();

@@ -626,6 +626,7 @@ mod deadline_tests {
                 cpus: None,
                 memory: None,
                 vm: Some(vm),
+                cluster: String::new(),
             };
             events.push(event(launch, MachineKind::Add, vm(None)));
             events.push(event(

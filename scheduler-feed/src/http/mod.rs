@@ -37,7 +37,7 @@ use crate::telemetry;
 use elsewhere::Elsewhere;
 pub use elsewhere::{LOCAL_HEADER, PARTITIONS_HEADER};
 use jobcast_predictor::engine::{
-    ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, PolicyErrors,
+    ClusterRecord, ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, PolicyErrors,
 };
 use reads::Reads;
 
@@ -88,6 +88,7 @@ pub fn router(
         .route("/machines/{id}", get(machine))
         .route("/machines/{id}/risk", get(machine_risk))
         .route("/capacity", get(capacity))
+        .route("/clusters", get(clusters))
         .route("/policies", get(policies))
         .route("/metrics", get(metrics));
     if let Some(token) = http.token.clone() {
@@ -112,7 +113,7 @@ pub fn router(
 }
 
 /// Every route, with what it answers: `GET /`.
-const ROUTES: [(&str, &str); 10] = [
+const ROUTES: [(&str, &str); 11] = [
     (
         "GET /healthz",
         "alive: the pipeline is not stuck (no token needed)",
@@ -140,6 +141,10 @@ const ROUTES: [(&str, &str); 10] = [
     (
         "GET /capacity",
         "the latest capacity decision for the transient short partition (engine.capacity)",
+    ),
+    (
+        "GET /clusters",
+        "each cluster holding a live job or a machine up: machines up, their CPUs, live jobs",
     ),
     ("GET /policies", "each policy's prediction errors so far"),
     ("GET /metrics", "Prometheus metrics"),
@@ -475,6 +480,22 @@ async fn machine_risk(State(api): State<Api>, Path(raw): Path<String>) -> Respon
         .await
 }
 
+/// `GET /clusters`: what each cluster holds, as of the last batch that
+/// changed a job or machine; `[]` before any.
+async fn clusters(State(api): State<Api>) -> Response {
+    let shared = api.shared;
+    api.reads
+        .run(move || match shared.store.clusters_json() {
+            Ok(json) => (
+                [(header::CONTENT_TYPE, "application/json")],
+                json.unwrap_or_else(|| b"[]".to_vec()),
+            )
+                .into_response(),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        })
+        .await
+}
+
 /// `GET /capacity`: the latest decision of CloudCoaster's controller.
 async fn capacity(State(api): State<Api>) -> Response {
     let shared = api.shared;
@@ -608,6 +629,11 @@ fn render_metrics(shared: &Shared) -> Response {
         if jobcast_storage::state::STATE_FAMILIES.contains(&family) {
             metrics::gauge!(telemetry::STATE_RECORDS, "family" => family).set(size.keys as f64);
         }
+    }
+    if let Ok(Some(json)) = shared.store.clusters_json()
+        && let Ok(clusters) = serde_json::from_slice::<Vec<ClusterRecord>>(&json)
+    {
+        shared.set_cluster_gauges(&clusters);
     }
     if let Some(stalled) = shared.liveness.stalled_for() {
         metrics::gauge!(telemetry::PIPELINE_STALLED).set(stalled.as_secs_f64());

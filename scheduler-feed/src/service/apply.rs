@@ -332,7 +332,11 @@ impl<'a> Applier<'a> {
         }) {
             write.put_capacity(decision);
         }
+        if effects.jobs.iter().next().is_some() || effects.machines.iter().next().is_some() {
+            write.put_clusters(&self.engine.clusters());
+        }
     }
+
     /// Whether retention's bound has moved a step since the last deletion.
     pub(super) fn expiry_due(&self) -> bool {
         self.retention.due(self.engine.now_us())

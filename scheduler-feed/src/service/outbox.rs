@@ -391,6 +391,7 @@ mod tests {
             user: "u".into(),
             job_name: "n".into(),
             logical_name: String::new(),
+            cluster: String::new(),
             width: 1,
             state: JobState::Finished,
             end_us: Some(5),

@@ -100,7 +100,7 @@ const COLUMN_FAMILIES: [&str; 13] = [
 const MAX_TOTAL_WAL_BYTES: u64 = 256 << 20;
 
 /// The store's layout version. 16: the `deadlines` family holds deadline
-/// jobs' plans; 13: a snapshot holds the outputs kept for
+/// jobs' plans, job records their cluster, `meta` the clusters; 13: a snapshot holds the outputs kept for
 /// other owners' partitions; 12: a job carries its ETA, a machine its
 /// CPUs; 11: a job's estimates carry their quantiles; 10: jobs carry their partition and requested time limit; 9: a snapshot holds the engine's after the
 /// pipeline's parts, its history values as bytes; 8: a snapshot may hold only the history
@@ -125,6 +125,8 @@ pub const JOBCAST_VERSION: &str = env!("CARGO_PKG_VERSION");
 const ENGINE_CONFIG_KEY: &str = "engine_config";
 /// The latest decision of CloudCoaster's controller (JSON).
 const CAPACITY_KEY: &str = "capacity";
+/// The clusters of a federation and what each holds ([`StateBatch::put_clusters`]).
+const CLUSTERS_KEY: &str = "clusters";
 /// The input partitions whose records the store holds (JSON list), kept
 /// current with every batch that changes them.
 const STORED_PARTITIONS_KEY: &str = "stored_partitions";
@@ -737,6 +739,11 @@ impl StateStore {
         self.meta(CAPACITY_KEY)
     }
 
+    /// The clusters as last stored ([`StateBatch::put_clusters`]), JSON.
+    pub fn clusters_json(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.meta(CLUSTERS_KEY)
+    }
+
     pub fn meta(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.get_raw(META, name.as_bytes())
     }
@@ -1109,6 +1116,12 @@ impl StateBatch<'_> {
     pub fn put_capacity<T: Serialize>(&mut self, decision: &T) {
         let bytes = serde_json::to_vec(decision).expect("records serialise to JSON");
         self.set_meta(CAPACITY_KEY, &bytes);
+    }
+
+    /// Store the clusters and what each holds.
+    pub fn put_clusters<T: Serialize>(&mut self, clusters: &T) {
+        let bytes = serde_json::to_vec(clusters).expect("records serialise to JSON");
+        self.set_meta(CLUSTERS_KEY, &bytes);
     }
 
     pub fn set_meta(&mut self, name: &str, value: &[u8]) {
