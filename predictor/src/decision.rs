@@ -438,6 +438,21 @@ pub struct Decision {
     /// policies; empty for flat jobs and decisions without an estimate).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageEstimate>,
+    /// Where jobcast serves several clusters (events name their cluster):
+    /// the job's predicted completion on each cluster with capacity, were
+    /// it queued there now (its own cluster: as `eta`), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterCompletion>,
+    /// The cluster among `clusters` of the earliest median completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_cluster: Option<String>,
+}
+
+/// A job's predicted completion on one cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterCompletion {
+    pub cluster: String,
+    pub eta: Completion,
 }
 
 impl Decision {
@@ -455,6 +470,8 @@ impl Decision {
             pilots: Vec::new(),
             eta: None,
             stages: Vec::new(),
+            clusters: Vec::new(),
+            recommended_cluster: None,
         }
     }
 }

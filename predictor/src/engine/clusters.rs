@@ -24,8 +24,16 @@ pub(super) struct Clusters {
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct Held {
     machines_up: u32,
-    cpus: f64,
+    /// CPUs of its machines up, in millionths: an integer sum, the same in
+    /// whatever order machines come and go (a restore counts them again
+    /// in another order, and ETAs divide by it).
+    micro_cpus: u64,
     live_jobs: u64,
+}
+
+/// `cpus` in millionths.
+fn micro(cpus: f64) -> u64 {
+    (cpus * 1e6).round() as u64
 }
 
 impl Held {
@@ -80,13 +88,13 @@ impl Clusters {
         if let Some((cluster, true, cpus)) = before {
             self.change(cluster, |held| {
                 held.machines_up = held.machines_up.saturating_sub(1);
-                held.cpus = (held.cpus - cpus).max(0.0);
+                held.micro_cpus = held.micro_cpus.saturating_sub(micro(cpus));
             });
         }
         if let Some((cluster, true, cpus)) = after {
             let held = self.held.entry(cluster.to_owned()).or_default();
             held.machines_up += 1;
-            held.cpus += cpus;
+            held.micro_cpus += micro(cpus);
         }
     }
 
@@ -115,6 +123,18 @@ impl Clusters {
         }
     }
 
+    /// How many clusters are listed.
+    pub(super) fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Every cluster listed with the CPUs of its machines up, by name.
+    pub(super) fn cpus(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.held
+            .iter()
+            .map(|(name, held)| (name.as_str(), held.micro_cpus as f64 / 1e6))
+    }
+
     /// Every cluster listed, by name.
     pub(super) fn records(&self) -> Vec<ClusterRecord> {
         self.held
@@ -122,7 +142,7 @@ impl Clusters {
             .map(|(cluster, held)| ClusterRecord {
                 cluster: cluster.clone(),
                 machines_up: held.machines_up,
-                cpus: held.cpus,
+                cpus: held.micro_cpus as f64 / 1e6,
                 live_jobs: held.live_jobs,
             })
             .collect()

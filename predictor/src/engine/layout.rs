@@ -7,8 +7,8 @@ use jobcast_ingest::event::TaskKind;
 
 use crate::codec::{Reader, Writer};
 use crate::decision::{
-    Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind, Quantiles, RuntimeQuantiles,
-    StageEstimate,
+    ClusterCompletion, Completion, Decision, Estimate, EstimateSource, Phase, PolicyKind,
+    Quantiles, RuntimeQuantiles, StageEstimate,
 };
 use crate::features::FeatureKind;
 
@@ -19,7 +19,7 @@ const JOB_LAYOUT: u8 = 4;
 /// First byte of [`TaskRecord::to_bytes`], changed with the layout.
 const TASK_LAYOUT: u8 = 1;
 /// First byte of [`Decision::to_bytes`], changed with the layout.
-const DECISION_LAYOUT: u8 = 2;
+const DECISION_LAYOUT: u8 = 3;
 
 const JOB_STATES: [JobState; 6] = [
     JobState::Running,
@@ -119,7 +119,9 @@ impl Decision {
     /// [`Phase::ALL`]), `estimate` (0, or 1 and the estimate as in a job
     /// record), `policy` (its index in [`PolicyKind::ALL`]), `pilots` (u32
     /// count, then each u32), `eta` (as in a job record), `stages` (u32
-    /// count, then each stage's id (u32) and two f64). The engine's
+    /// count, then each stage's id (u32) and two f64), `clusters` (u32
+    /// count, then each cluster's name and completion, as `eta`), and
+    /// `recommended_cluster` (0, or 1 and the name). The engine's
     /// snapshot keeps decisions waiting to be published in it.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(160 + 4 * self.pilots.len() + 20 * self.stages.len());
@@ -146,6 +148,18 @@ impl Decision {
             out.put_u32(stage.id);
             out.put_f64(stage.mean_task_runtime_us);
             out.put_f64(stage.size_us);
+        }
+        out.put_u32(self.clusters.len() as u32);
+        for c in &self.clusters {
+            out.put_str(&c.cluster);
+            put_completion(&mut out, Some(&c.eta));
+        }
+        match &self.recommended_cluster {
+            None => out.put_u8(0),
+            Some(cluster) => {
+                out.put_u8(1);
+                out.put_str(cluster);
+            }
         }
         out
     }
@@ -179,6 +193,21 @@ impl Decision {
                 })
             })
             .collect::<Result<Vec<StageEstimate>, String>>()?;
+        let clusters = (0..r.u32()?)
+            .map(|_| {
+                let cluster = r.str()?;
+                let at = r.at();
+                let eta = read_completion(&mut r)?
+                    .ok_or_else(|| format!("byte {at}: a cluster without its completion"))?;
+                Ok(ClusterCompletion { cluster, eta })
+            })
+            .collect::<Result<Vec<ClusterCompletion>, String>>()?;
+        let at = r.at();
+        let recommended_cluster = match r.u8()? {
+            0 => None,
+            1 => Some(r.str()?),
+            tag => return Err(format!("byte {at}: no recommended cluster with tag {tag}")),
+        };
         r.finish()?;
         Ok(Decision {
             job_id,
@@ -190,6 +219,8 @@ impl Decision {
             pilots,
             eta,
             stages,
+            clusters,
+            recommended_cluster,
         })
     }
 }
@@ -464,8 +495,23 @@ mod tests {
             pilots in proptest::collection::vec(any::<u32>(), 0..50),
             eta in any::<Option<(u64, u64, u64, u64)>>(),
             stages in proptest::collection::vec(any::<(u32, f64, f64)>(), 0..20),
+            clusters in proptest::collection::vec(any::<(String, (u64, u64, u64, u64))>(), 0..5),
+            recommended_cluster in any::<Option<String>>(),
         ) -> Decision {
             Decision {
+                clusters: clusters
+                    .into_iter()
+                    .map(|(cluster, (at_us, p10_us, p50_us, p90_us))| ClusterCompletion {
+                        cluster,
+                        eta: Completion {
+                            at_us,
+                            p10_us,
+                            p50_us,
+                            p90_us,
+                        },
+                    })
+                    .collect(),
+                recommended_cluster,
                 stages: stages
                     .into_iter()
                     .map(|(id, mean_task_runtime_us, size_us)| StageEstimate {

@@ -971,8 +971,13 @@ impl Engine {
     /// (`progress.rs`).
     fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
         let job = self.jobs.get_mut(&decision.job_id);
-        self.etas
-            .place(&mut decision, job, self.driver, &self.machines, now_us);
+        self.etas.place(
+            &mut decision,
+            job,
+            self.driver,
+            (&self.machines, &self.clusters),
+            now_us,
+        );
         effects.outputs.push(Output::Decision(decision));
     }
 

@@ -7,6 +7,12 @@
 //! finishes teaches the calibration how far off every ETA it was given
 //! was, and scores the first.
 //!
+//! Where jobcast serves several clusters (events name their cluster),
+//! each cluster has its own queues and capacity: a job's ETA is its own
+//! cluster's, and a decision also carries what the job's ETA would be on
+//! every other cluster with capacity, were it queued there now, and the
+//! cluster that would finish it first.
+//!
 //! An ETA is the state's view at its decision: the jobs that arrive or
 //! move ahead later are not in it, which the calibration learns as bias
 //! per queue. The time already run is kept per job as sums (finished task
@@ -15,14 +21,17 @@
 //! task running and takes the sums of the rest before its own job
 //! ([`EtaRows`]).
 
+use std::collections::BTreeMap;
+
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Completion, Decision, PolicyKind};
+use crate::decision::{ClusterCompletion, Completion, Decision, PolicyKind};
 use crate::eta::{Ahead, Around, Eta, EtaCalibration, JobProgress, Predicted, Queued};
 use jobcast_ingest::config::ConfigError;
 
 use super::LiveJob;
+use super::clusters::Clusters;
 use super::effects::{Effects, Output};
 use super::machines::Machines;
 use super::order_sums::OrderSums;
@@ -34,7 +43,8 @@ use super::order_sums::OrderSums;
 pub(super) struct Etas {
     settings: EtaSettings,
     calibration: EtaCalibration,
-    rows: EtaRows,
+    /// The rows of the live jobs, by their cluster.
+    rows: BTreeMap<String, EtaRows>,
 }
 
 impl Etas {
@@ -42,7 +52,7 @@ impl Etas {
         Etas {
             settings,
             calibration: EtaCalibration::default(),
-            rows: EtaRows::default(),
+            rows: BTreeMap::new(),
         }
     }
 
@@ -67,16 +77,29 @@ impl Etas {
     /// its placement, size, tasks; no row while it is not placed and
     /// sized.
     pub(super) fn reindex(&mut self, job_id: u64, job: Option<&LiveJob>, driver: PolicyKind) {
+        let Some(job) = job else {
+            return self.forget(job_id);
+        };
         let per_cpu = self.per_cpu();
-        match job.and_then(|job| job.eta_row(driver, per_cpu)) {
-            Some(row) => self.rows.put(row),
-            None => self.rows.remove(job_id),
+        let cluster = job.submitted.cluster.as_str();
+        match (job.eta_row(driver, per_cpu), self.rows.get_mut(cluster)) {
+            (Some(row), Some(rows)) => rows.put(row),
+            (Some(row), None) => {
+                let mut rows = EtaRows::default();
+                rows.put(row);
+                self.rows.insert(cluster.to_owned(), rows);
+            }
+            (None, Some(rows)) => rows.remove(job_id),
+            (None, None) => {}
         }
     }
 
     /// A job gone from the engine: its row with it.
     pub(super) fn forget(&mut self, job_id: u64) {
-        self.rows.remove(job_id);
+        for rows in self.rows.values_mut() {
+            rows.remove(job_id);
+        }
+        self.rows.retain(|_, rows| !rows.at.is_empty());
     }
 
     /// Every live job's row, after a restore.
@@ -85,10 +108,29 @@ impl Etas {
         jobs: impl Iterator<Item = &'a LiveJob>,
         driver: PolicyKind,
     ) {
-        self.rows = EtaRows::default();
+        self.rows = BTreeMap::new();
         let per_cpu = self.per_cpu();
-        for row in jobs.filter_map(|job| job.eta_row(driver, per_cpu)) {
-            self.rows.put(row);
+        for job in jobs {
+            if let Some(row) = job.eta_row(driver, per_cpu) {
+                self.rows
+                    .entry(job.submitted.cluster.clone())
+                    .or_default()
+                    .put(row);
+            }
+        }
+    }
+
+    /// The capacity ETAs on `cluster` divide by: `engine.eta.slots` if
+    /// set, else the CPUs of its machines up (of every machine up while
+    /// jobcast knows one cluster, the running sum ETAs always took).
+    fn capacity(&self, cluster: &str, machines: &Machines, clusters: &Clusters) -> f64 {
+        match self.settings.slots {
+            Some(slots) => f64::from(slots),
+            None if clusters.len() <= 1 => machines.capacity_cpus(),
+            None => clusters
+                .cpus()
+                .find(|&(name, _)| name == cluster)
+                .map_or(0.0, |(_, cpus)| cpus),
         }
     }
 
@@ -99,20 +141,72 @@ impl Etas {
         &self,
         job: &LiveJob,
         driver: PolicyKind,
-        machines: &Machines,
+        (machines, clusters): (&Machines, &Clusters),
         now_us: u64,
     ) -> Option<(Predicted, Eta)> {
-        let (capacity, per_cpu) = match self.settings.slots {
-            Some(slots) => (f64::from(slots), false),
-            None => (machines.capacity_cpus(), true),
-        };
+        let cluster = job.submitted.cluster.as_str();
+        let capacity = self.capacity(cluster, machines, clusters);
         if capacity < MIN_CAPACITY {
             return None;
         }
-        let predicted = self
-            .rows
-            .predict(&job.eta_row(driver, per_cpu)?, capacity, now_us);
+        let predicted = self.rows.get(cluster)?.predict(
+            &job.eta_row(driver, self.per_cpu())?,
+            capacity,
+            now_us,
+        );
         Some((predicted, self.calibration.eta(predicted)))
+    }
+
+    /// With several clusters: `job`'s completion on each cluster with
+    /// capacity (its own: `own`; another: were it queued there at
+    /// `now_us`, behind its queue, with nothing of it running), by name,
+    /// and the cluster of the earliest median.
+    fn across(
+        &self,
+        job: &LiveJob,
+        own: Option<Completion>,
+        driver: PolicyKind,
+        (machines, clusters): (&Machines, &Clusters),
+        now_us: u64,
+    ) -> (Vec<ClusterCompletion>, Option<String>) {
+        if clusters.len() < 2 {
+            return (Vec::new(), None);
+        }
+        let Some(row) = job.eta_row(driver, self.per_cpu()) else {
+            return (Vec::new(), None);
+        };
+        let moved = Row {
+            since_us: now_us,
+            running: 0,
+            running_since_sum_us: 0,
+            ..row
+        };
+        let empty = EtaRows::default();
+        let mut out = Vec::new();
+        for (name, _) in clusters.cpus() {
+            let capacity = self.capacity(name, machines, clusters);
+            if capacity < MIN_CAPACITY {
+                continue;
+            }
+            let eta = if name == job.submitted.cluster {
+                own
+            } else {
+                let rows = self.rows.get(name).unwrap_or(&empty);
+                let eta = self.calibration.eta(rows.predict(&moved, capacity, now_us));
+                Some(completion(now_us, eta))
+            };
+            if let Some(eta) = eta {
+                out.push(ClusterCompletion {
+                    cluster: name.to_owned(),
+                    eta,
+                });
+            }
+        }
+        let recommended = out
+            .iter()
+            .min_by_key(|c| c.eta.p50_us)
+            .map(|c| c.cluster.clone());
+        (out, recommended)
     }
 
     /// Publish the driving policy's `decision` for `job` (none if it is
@@ -124,7 +218,7 @@ impl Etas {
         decision: &mut Decision,
         job: Option<&mut LiveJob>,
         driver: PolicyKind,
-        machines: &Machines,
+        state: (&Machines, &Clusters),
         now_us: u64,
     ) {
         let Some(job) = job else {
@@ -136,13 +230,8 @@ impl Etas {
             *placed = Some((decision.queue, now_us));
         }
         self.reindex(decision.job_id, Some(job), driver);
-        if let Some((predicted, eta)) = self.of(job, driver, machines, now_us) {
-            let completion = Completion {
-                at_us: now_us,
-                p10_us: later(now_us, eta.p10_us),
-                p50_us: later(now_us, eta.p50_us),
-                p90_us: later(now_us, eta.p90_us),
-            };
+        if let Some((predicted, eta)) = self.of(job, driver, state, now_us) {
+            let completion = completion(now_us, eta);
             decision.eta = Some(completion);
             job.record.eta = Some(completion);
             job.progress.given.push(Given {
@@ -151,6 +240,8 @@ impl Etas {
                 eta,
             });
         }
+        (decision.clusters, decision.recommended_cluster) =
+            self.across(job, decision.eta, driver, state, now_us);
     }
 
     /// A job finished at `end_us`: every ETA it was given teaches the
@@ -182,14 +273,16 @@ impl Etas {
         let mut expected: Vec<Row> = jobs
             .filter_map(|job| job.eta_row(driver, per_cpu))
             .collect();
-        let mut held = self.rows.all();
+        let mut held: Vec<Row> = self.rows.values().flat_map(EtaRows::all).collect();
         expected.sort_by_key(|r| r.job_id);
         held.sort_by_key(|r| r.job_id);
-        let indexed = held.len() == self.rows.at.len()
-            && self.rows.at.iter().all(|(id, slot)| match *slot {
-                Slot::Running(i) => self.rows.running[i].job_id == *id,
-                Slot::Idle(row, _) => row.job_id == *id,
-            });
+        let indexed = self.rows.values().all(|rows| {
+            rows.all().len() == rows.at.len()
+                && rows.at.iter().all(|(id, slot)| match *slot {
+                    Slot::Running(i) => rows.running[i].job_id == *id,
+                    Slot::Idle(row, _) => row.job_id == *id,
+                })
+        });
         held == expected && indexed
     }
 }
@@ -470,6 +563,16 @@ impl LiveJob {
                 1.0
             },
         })
+    }
+}
+
+/// The completion `eta` (µs from `now_us`) gives, as event times.
+fn completion(now_us: u64, eta: Eta) -> Completion {
+    Completion {
+        at_us: now_us,
+        p10_us: later(now_us, eta.p10_us),
+        p50_us: later(now_us, eta.p50_us),
+        p90_us: later(now_us, eta.p90_us),
     }
 }
 

@@ -9,7 +9,7 @@ const AT: Origin = Origin {
     partition: 0,
     offset: 0,
 };
-use crate::decision::{Decision, Phase};
+use crate::decision::{Completion, Decision, Phase};
 use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::{CheckpointTable, SegmentPolicy};
 use crate::preemption::hints::PartitionAction;
@@ -2230,4 +2230,80 @@ fn clusters_count_their_jobs_and_machines_and_are_bounded() {
     engine.release_ended();
     let restored = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
     assert_eq!(held(&restored), held(&engine));
+}
+
+/// With two clusters, a decision carries the job's completion on each:
+/// its own cluster's as its ETA, the other's as if queued there now; the
+/// cluster that would finish it first is recommended.
+#[test]
+fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    let t0 = 11 * HOUR;
+    for (id, cluster) in [(1, "east"), (2, "west")] {
+        engine
+            .apply(
+                AT,
+                &event(&format!(
+                    r#"{{"v":1,"type":"machine","time_us":{t0},"machine_id":{id},"kind":"add","cpus":8,"cluster":"{cluster}"}}"#
+                )),
+                &mut effects,
+            )
+            .unwrap();
+    }
+    let job = |id: u64, t: u64, cluster: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"n","logical_name":"l","cpu_request":2,"num_tasks":4,"cluster":"{cluster}"}}"#
+        ))
+    };
+    // East is busy: four jobs of 4 two-CPU tasks, every task running.
+    for id in 20..24 {
+        engine
+            .apply(AT, &job(id, t0 + 1, "east"), &mut effects)
+            .unwrap();
+        for i in 0..4 {
+            engine
+                .apply(AT, &task(id, i, t0 + 2, "schedule"), &mut effects)
+                .unwrap();
+        }
+    }
+    effects.clear();
+    engine
+        .apply(AT, &job(30, t0 + 3, "east"), &mut effects)
+        .unwrap();
+    let d = decisions(&effects)[0].clone();
+    let eta = d.eta.expect("an ETA on its own cluster");
+    let by_name: BTreeMap<&str, Completion> = d
+        .clusters
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.eta))
+        .collect();
+    assert_eq!(by_name.len(), 2, "{d:?}");
+    assert_eq!(by_name["east"], eta, "its own cluster's is its ETA");
+    assert!(
+        by_name["west"].p50_us < eta.p50_us,
+        "the idle cluster finishes it first: {by_name:?}"
+    );
+    assert_eq!(d.recommended_cluster.as_deref(), Some("west"));
+
+    // One cluster: nothing of the kind.
+    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    engine
+        .apply(
+            AT,
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t0},"machine_id":1,"kind":"add","cpus":8}}"#
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &submit(30, t0 + 3, 4), &mut effects)
+        .unwrap();
+    let d = decisions(&effects)[0].clone();
+    assert!(d.eta.is_some() && d.clusters.is_empty() && d.recommended_cluster.is_none());
 }
