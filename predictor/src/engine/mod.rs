@@ -28,8 +28,10 @@
 //! a job's decisions go out), `progress` (when each live job should
 //! finish, carried by its decisions) with `order_sums` (the sums its ETA
 //! takes of the jobs queued), `machines` (machines, and the preemption
-//! risk of tasks on transient VMs), `expiry` (when to give up on jobs and
-//! machines that stopped reporting). Beside them: `config` (what the
+//! risk of tasks on transient VMs), `capacity` (CloudCoaster's
+//! controller), `deadlines` (Teylo et al.'s maps of deadline jobs),
+//! `clusters` (what each cluster of a federation holds), `expiry` (when
+//! to give up on jobs and machines that stopped reporting). Beside them: `config` (what the
 //! engine runs), `records` (what it knows, as stored and served) and
 //! [`layout`] (their binary form), `effects` (what applying events
 //! produces) and `snapshot` (the whole state as one value, which a
