@@ -30,6 +30,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use jobcast_ingest::event::Event;
 use jobcast_ingest::kafka::event_key;
 use jobcast_predictor::engine::Effects;
 use jobcast_scheduler_feed::Consumed;
@@ -53,6 +54,11 @@ pub struct EngineArgs {
     /// them as the service's does.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: u32,
+    /// Spread the workload over this many clusters, each job and machine
+    /// on cluster `c{id mod N}` (1: the workload's own, unnamed): what a
+    /// federation's per-cluster ETAs cost one instance.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    clusters: u32,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -71,6 +77,7 @@ pub struct Steps {
 pub struct EngineReport {
     events: u64,
     partitions: u32,
+    clusters: u32,
     batches: u64,
     /// Messages the sink would have produced.
     messages: u64,
@@ -93,7 +100,10 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     let reading = progress(None, "{spinner} reading the workload: {pos} events");
     let mut messages: Vec<(i32, Vec<u8>, Vec<u8>)> = Vec::new();
     for event in events {
-        let event = event?;
+        let mut event = event?;
+        if args.clusters > 1 {
+            spread(&mut event, args.clusters);
+        }
         let key = event_key(&event);
         let partition = partition_of(&key, args.partitions);
         messages.push((partition, key.into_bytes(), event.to_json().into_bytes()));
@@ -180,6 +190,7 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
     Ok(EngineReport {
         events,
         partitions: args.partitions,
+        clusters: args.clusters,
         batches,
         messages: produced,
         dead_lettered: dead,
@@ -189,6 +200,16 @@ pub(super) fn engine(args: &EngineArgs) -> anyhow::Result<EngineReport> {
         two_core_ceiling_events_per_sec: pipeline_thread.min(2.0 * one_thread),
         steps,
     })
+}
+
+/// Name the cluster of a job's or machine's event `c{id mod clusters}`.
+fn spread(event: &mut Event, clusters: u32) {
+    let name = |id: u64| format!("c{}", id % u64::from(clusters));
+    match event {
+        Event::JobSubmitted(job) => job.cluster = name(job.job_id),
+        Event::Machine(machine) => machine.cluster = name(machine.machine_id),
+        Event::Task(_) | Event::JobEnded(_) => {}
+    }
 }
 
 /// The partition a key lands on among `partitions`: any stable spread
@@ -217,9 +238,10 @@ impl std::fmt::Display for EngineReport {
         let per_event = |secs: f64| secs * 1e9 / self.events.max(1) as f64;
         writeln!(
             f,
-            "jobcast bench engine: {} events from {} partitions in {} batches, {} messages to publish, {} dead-lettered, {} jobs live at the end\n",
+            "jobcast bench engine: {} events from {} partitions on {} clusters in {} batches, {} messages to publish, {} dead-lettered, {} jobs live at the end\n",
             self.events,
             self.partitions,
+            self.clusters,
             self.batches,
             self.messages,
             self.dead_lettered,
