@@ -372,6 +372,14 @@ fn bench_engine_runs_every_event_through_the_services_steps() {
     assert_eq!(spread["dead_lettered"].as_u64(), Some(0), "{spread}");
     assert!(spread["messages"].as_u64().unwrap_or(0) > 0, "{spread}");
 
+    // Spread over the most clusters an engine holds by default, every
+    // event is still applied.
+    let clusters = bench_on("engine", 1, &["--batch", "64", "--clusters", "64"]);
+    assert_eq!(clusters["clusters"].as_u64(), Some(64), "{clusters}");
+    assert_eq!(clusters["events"], report["events"], "{clusters}");
+    assert_eq!(clusters["dead_lettered"].as_u64(), Some(0), "{clusters}");
+    assert_eq!(clusters["messages"], report["messages"], "{clusters}");
+
     let service = bench_on("pipeline", 1, &[]);
     assert_eq!(report["events"], service["events"], "{report}\n{service}");
     assert_eq!(
