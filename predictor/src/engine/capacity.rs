@@ -20,9 +20,6 @@
 //!   its servers, or the transient servers it was decided for), with a
 //!   version that grows by one each time: a consumer keeps the highest.
 
-use std::collections::BTreeMap;
-
-use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::preemption::hints::{PartitionAction, coaster_hint};
@@ -31,6 +28,7 @@ use super::config::CapacitySettings;
 use super::effects::{Effects, Output};
 use super::machines::Machines;
 use super::records::{CapacityDecision, ReleaseCandidate};
+use super::running::RunningTasks;
 
 /// The controller: which long tasks run where, and the last decision.
 #[derive(Debug)]
@@ -42,10 +40,8 @@ pub(super) struct Capacity {
 /// What [`Capacity`] saves in a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct CapacityState {
-    /// The running attempts of long tasks, by (job, task): their machine.
-    running: BTreeMap<(u64, u32), u64>,
-    /// Long tasks running, by machine (machines with none have no entry).
-    long_tasks: HashMap<u64, u32>,
+    /// The running attempts of long tasks.
+    running: RunningTasks,
     /// The last decision published.
     last: Option<CapacityDecision>,
 }
@@ -76,47 +72,26 @@ impl Capacity {
     /// the machine is up, which the caller checks). A placement over a
     /// running attempt replaces it.
     pub(super) fn started(&mut self, task: (u64, u32), machine_id: u64, long: bool) {
-        self.ended(task);
         if long {
-            self.state.running.insert(task, machine_id);
-            *self.state.long_tasks.entry(machine_id).or_insert(0) += 1;
+            self.state.running.start(task, machine_id);
+        } else {
+            self.state.running.end(task);
         }
     }
 
     /// A task's running attempt ended.
     pub(super) fn ended(&mut self, task: (u64, u32)) {
-        if let Some(machine_id) = self.state.running.remove(&task) {
-            self.uncount(machine_id);
-        }
+        self.state.running.end(task);
     }
 
     /// A job ended, or was given up on: its tasks run no more.
     pub(super) fn job_ended(&mut self, job_id: u64) {
-        let tasks: Vec<(u64, u32)> = self
-            .state
-            .running
-            .range((job_id, 0)..=(job_id, u32::MAX))
-            .map(|(&task, _)| task)
-            .collect();
-        for task in tasks {
-            self.ended(task);
-        }
+        self.state.running.end_job(job_id);
     }
 
     /// A machine went away: what ran on it runs no more.
     pub(super) fn machine_gone(&mut self, machine_id: u64) {
-        if self.state.long_tasks.remove(&machine_id).is_some() {
-            self.state.running.retain(|_, &mut m| m != machine_id);
-        }
-    }
-
-    fn uncount(&mut self, machine_id: u64) {
-        if let Some(count) = self.state.long_tasks.get_mut(&machine_id) {
-            *count -= 1;
-            if *count == 0 {
-                self.state.long_tasks.remove(&machine_id);
-            }
-        }
+        self.state.running.machine_gone(machine_id);
     }
 
     /// Decide again at `now_us` from the machines up; publish the decision
@@ -129,7 +104,7 @@ impl Capacity {
         let transient = machines.transient_up();
         // Long tasks are counted on machines up only, and a machine's
         // leave forgets them.
-        let long = self.state.long_tasks.len() as u32;
+        let long = self.state.running.machines() as u32;
         let hint = coaster_hint(long, servers, transient, &settings.coaster());
         let unchanged = match &self.state.last {
             Some(last) => {

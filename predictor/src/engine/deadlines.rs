@@ -41,6 +41,7 @@ use super::records::{
     DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord, PlannedTask, PlannedVm,
     Recovery, RecoveryState,
 };
+use super::running::RunningTasks;
 
 const US: u64 = 1_000_000;
 
@@ -79,10 +80,8 @@ impl Planner {
 pub(super) struct DeadlineState {
     /// Every live job with a deadline that was planned or refused a plan.
     jobs: BTreeMap<u64, DeadlineJob>,
-    /// Running attempts of planned jobs' tasks: their machine.
-    running: BTreeMap<(u64, u32), u64>,
-    /// The same, by machine.
-    on_machine: BTreeMap<u64, BTreeSet<(u64, u32)>>,
+    /// Running attempts of planned jobs' tasks.
+    running: RunningTasks,
     /// Recovery groups waiting for their `start_bkp`: (`start_backup_us`,
     /// job, machine).
     waiting: BTreeSet<(u64, u64, u64)>,
@@ -239,27 +238,17 @@ impl Deadlines {
         if !self.planned(task.0) {
             return;
         }
-        self.task_ended(task, false);
-        if let Some(machine_id) = machine_id {
-            self.state.running.insert(task, machine_id);
-            self.state
-                .on_machine
-                .entry(machine_id)
-                .or_default()
-                .insert(task);
+        match machine_id {
+            Some(machine_id) => self.state.running.start(task, machine_id),
+            None => {
+                self.state.running.end(task);
+            }
         }
     }
 
     /// A task's running attempt ended; `finished` if the task is done.
     pub(super) fn task_ended(&mut self, task: (u64, u32), finished: bool) {
-        if let Some(machine_id) = self.state.running.remove(&task)
-            && let Some(tasks) = self.state.on_machine.get_mut(&machine_id)
-        {
-            tasks.remove(&task);
-            if tasks.is_empty() {
-                self.state.on_machine.remove(&machine_id);
-            }
-        }
+        self.state.running.end(task);
         if finished && let Some(job) = self.state.jobs.get_mut(&task.0) {
             job.finished.insert(task.1);
         }
@@ -277,15 +266,7 @@ impl Deadlines {
         if self.state.jobs.remove(&job_id).is_none() {
             return;
         }
-        let tasks: Vec<(u64, u32)> = self
-            .state
-            .running
-            .range((job_id, 0)..=(job_id, u32::MAX))
-            .map(|(&task, _)| task)
-            .collect();
-        for task in tasks {
-            self.task_ended(task, false);
-        }
+        self.state.running.end_job(job_id);
         self.state.waiting.retain(|&(_, job, _)| job != job_id);
     }
 
@@ -304,10 +285,10 @@ impl Deadlines {
         }
         let jobs: BTreeSet<u64> = self
             .state
-            .on_machine
-            .get(&machine_id)
-            .map(|tasks| tasks.iter().map(|&(job, _)| job).collect())
-            .unwrap_or_default();
+            .running
+            .on(machine_id)
+            .map(|(job, _)| job)
+            .collect();
         for job_id in jobs {
             let waiting = self
                 .state
@@ -429,11 +410,10 @@ impl Deadlines {
         let (primary, plan) = (job.primary.as_ref()?, job.record.plan.as_ref()?);
         let here: Vec<u32> = self
             .state
-            .on_machine
-            .get(&machine_id)?
-            .iter()
-            .filter(|&&(job, _)| job == job_id)
-            .map(|&(_, task)| task)
+            .running
+            .on(machine_id)
+            .filter(|&(job, _)| job == job_id)
+            .map(|(_, task)| task)
             .collect();
         // The map's VM this machine plays: the one planned for most of
         // the tasks running on it.
@@ -465,8 +445,8 @@ impl Deadlines {
                 && self
                     .state
                     .running
-                    .get(&(job_id, task))
-                    .is_none_or(|&m| m == machine_id)
+                    .machine_of((job_id, task))
+                    .is_none_or(|m| m == machine_id)
         });
         if members.is_empty() {
             return None;

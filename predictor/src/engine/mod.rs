@@ -51,6 +51,7 @@ mod order_sums;
 mod pacing;
 mod progress;
 mod records;
+mod running;
 mod snapshot;
 #[cfg(test)]
 mod tests;
