@@ -260,29 +260,19 @@ fn capacity_decisions_on_a_real_broker() {
     let tansu = Tansu::start();
     let topics = one_partition_topics(&tansu);
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("capacity.jsonl");
-    let lines = jobcast_tests::capacity_trace(&trace) as u64;
-    assert_eq!(replay_jsonl(&tansu, &trace, &topics.events), lines);
-    let mut args = Vec::new();
-    for setting in jobcast_tests::CAPACITY_SETTINGS {
-        args.extend(["--set", setting]);
-    }
-    let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &args);
-    serve.wait_stored_offsets(lines, WAIT);
-    let deadline = Instant::now() + WAIT;
-    let published = loop {
-        let published = read_all(&tansu.brokers, &topics.capacity, 1);
-        if published.len() >= jobcast_tests::CAPACITY_DECISIONS.len() {
-            break published;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} capacity decisions published",
-            published.len()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let payloads: Vec<Vec<u8>> = published.into_iter().map(|m| m.payload).collect();
+    let serve = serve_trace(
+        &tansu,
+        &topics,
+        dir.path(),
+        jobcast_tests::capacity_trace,
+        &jobcast_tests::CAPACITY_SETTINGS,
+    );
+    let payloads = published(
+        &tansu,
+        &topics.capacity,
+        jobcast_tests::CAPACITY_DECISIONS.len(),
+        |_| true,
+    );
     let last = jobcast_tests::check_capacity_decisions(&payloads);
     let (status, body) = serve.get("/capacity");
     assert_eq!(status, 200, "{body}");
@@ -298,38 +288,70 @@ fn deadline_decisions_on_a_real_broker() {
     let tansu = Tansu::start();
     let topics = one_partition_topics(&tansu);
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("deadline.jsonl");
-    let lines = jobcast_tests::deadline_trace(&trace) as u64;
-    assert_eq!(replay_jsonl(&tansu, &trace, &topics.events), lines);
-    let mut args = Vec::new();
-    for setting in jobcast_tests::DEADLINE_SETTINGS {
-        args.extend(["--set", setting]);
-    }
-    let mut serve = Serve::start(&tansu.brokers, &dir.path().join("state"), &args);
-    serve.wait_stored_offsets(lines, WAIT);
-    let deadline = Instant::now() + WAIT;
-    let published = loop {
-        let published: Vec<Vec<u8>> = read_all(&tansu.brokers, &topics.decisions, 1)
-            .into_iter()
-            .filter(|m| m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline"))
-            .map(|m| m.payload)
-            .collect();
-        if published.len() >= 5 {
-            break published;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} deadline decisions published",
-            published.len()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let last = jobcast_tests::check_deadline_decisions(&published);
+    let serve = serve_trace(
+        &tansu,
+        &topics,
+        dir.path(),
+        jobcast_tests::deadline_trace,
+        &jobcast_tests::DEADLINE_SETTINGS,
+    );
+    let payloads = published(&tansu, &topics.decisions, 5, |m| {
+        m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline")
+    });
+    let last = jobcast_tests::check_deadline_decisions(&payloads);
     let (status, body) = serve.get("/jobs/20");
     assert_eq!(status, 200, "{body}");
     let job: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(job["deadline"]["recoveries"][0], last["recovery"], "{job}");
     serve.terminate();
+}
+
+/// The trace `write` writes in `dir`, replayed into the events topic and
+/// served with `settings` until every event is stored.
+fn serve_trace(
+    tansu: &Tansu,
+    topics: &Topics,
+    dir: &std::path::Path,
+    write: fn(&std::path::Path) -> usize,
+    settings: &[&str],
+) -> Serve {
+    let trace = dir.join("trace.jsonl");
+    let lines = write(&trace) as u64;
+    assert_eq!(replay_jsonl(tansu, &trace, &topics.events), lines);
+    let mut args = Vec::new();
+    for setting in settings {
+        args.extend(["--set", setting]);
+    }
+    let mut serve = Serve::start(&tansu.brokers, &dir.join("state"), &args);
+    serve.wait_stored_offsets(lines, WAIT);
+    serve
+}
+
+/// The payloads of `topic`'s messages that `keep` keeps, once there are
+/// `n` of them.
+fn published(
+    tansu: &Tansu,
+    topic: &str,
+    n: usize,
+    keep: impl Fn(&jobcast_tests::kafka::Record) -> bool,
+) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let published: Vec<Vec<u8>> = read_all(&tansu.brokers, topic, 1)
+            .into_iter()
+            .filter(|m| keep(m))
+            .map(|m| m.payload)
+            .collect();
+        if published.len() >= n {
+            return published;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} messages published on {topic}",
+            published.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The default topics, each of one partition.

@@ -71,33 +71,49 @@ pub(super) fn of_message(
 /// A decision, keyed by its job so that a job's decisions stay in order
 /// in one partition.
 pub(super) fn decision(topics: &Topics, d: &Decision, polled_at: Option<Instant>) -> Outgoing {
-    Outgoing {
-        topic: topics.decisions.clone(),
-        key: d.job_id.to_string().into_bytes(),
-        payload: serde_json::to_vec(d).expect("decisions serialise"),
-        headers: vec![
-            (headers::JOB_ID.into(), d.job_id.to_string().into_bytes()),
-            (headers::VERSION.into(), d.version.to_string().into_bytes()),
-            (headers::KIND.into(), headers::DECISION.as_bytes().to_vec()),
-        ],
-        caused_at: polled_at,
-    }
+    let payload = serde_json::to_vec(d).expect("decisions serialise");
+    of_job(
+        topics,
+        (d.job_id, d.version),
+        headers::DECISION,
+        payload,
+        polled_at,
+    )
 }
 
 /// A deadline job's plan or recovery, on the decisions topic keyed by its
 /// job as its runtime decisions are, so that a scheduler reads them in
 /// order; its own `kind` and versions.
 pub(super) fn deadline(topics: &Topics, d: &DeadlineDecision) -> Outgoing {
+    let payload = serde_json::to_vec(d).expect("deadline decisions serialise");
+    of_job(
+        topics,
+        (d.job_id, d.version),
+        headers::DEADLINE,
+        payload,
+        None,
+    )
+}
+
+/// A message of the decisions topic about a job: keyed by the job, with
+/// its id, the (`job_id`, `version`) and the `kind` in headers.
+fn of_job(
+    topics: &Topics,
+    (job_id, version): (u64, u32),
+    kind: &str,
+    payload: Vec<u8>,
+    caused_at: Option<Instant>,
+) -> Outgoing {
     Outgoing {
         topic: topics.decisions.clone(),
-        key: d.job_id.to_string().into_bytes(),
-        payload: serde_json::to_vec(d).expect("deadline decisions serialise"),
+        key: job_id.to_string().into_bytes(),
+        payload,
         headers: vec![
-            (headers::JOB_ID.into(), d.job_id.to_string().into_bytes()),
-            (headers::VERSION.into(), d.version.to_string().into_bytes()),
-            (headers::KIND.into(), headers::DEADLINE.as_bytes().to_vec()),
+            (headers::JOB_ID.into(), job_id.to_string().into_bytes()),
+            (headers::VERSION.into(), version.to_string().into_bytes()),
+            (headers::KIND.into(), kind.as_bytes().to_vec()),
         ],
-        caused_at: None,
+        caused_at,
     }
 }
 
