@@ -12,7 +12,10 @@
 # config, state (kept by `down`: job IDs go on; remove DIR to start afresh),
 # spool, logs and PID files. The node offers
 # JOBCAST_SLURM_CPUS (8) CPUs and JOBCAST_SLURM_MEMORY_MB (8000) MB whatever
-# the machine has. Slurm's fixed ports (6817, 6818): one cluster at a time.
+# the machine has. The cluster is JOBCAST_SLURM_CLUSTER (jobcast), its
+# controller listens on JOBCAST_SLURM_PORT (6817) and its node on the port
+# after; its job IDs start at JOBCAST_SLURM_FIRST_JOB_ID (1). Two clusters
+# side by side (a federation) take other ports and job ID ranges.
 set -euo pipefail
 
 cmd=${1:-}
@@ -21,6 +24,9 @@ export SLURM_CONF=$dir/slurm.conf
 node=$(hostname -s)
 cpus=${JOBCAST_SLURM_CPUS:-8}
 mem=${JOBCAST_SLURM_MEMORY_MB:-8000}
+cluster=${JOBCAST_SLURM_CLUSTER:-jobcast}
+port=${JOBCAST_SLURM_PORT:-6817}
+first_job_id=${JOBCAST_SLURM_FIRST_JOB_ID:-1}
 
 log() { echo "slurm: $*" >&2; }
 need_root() { [[ $(id -u) -eq 0 ]] || { log "must run as root"; exit 1; }; }
@@ -141,8 +147,11 @@ write_conf() {
     mkdir -p "$dir/state" "$dir/spool"
     cat >"$SLURM_CONF" <<EOF
 # Written by scripts/slurm.sh: a throwaway single-node cluster.
-ClusterName=jobcast
+ClusterName=$cluster
 SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+FirstJobId=$first_job_id
 SlurmUser=root
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
@@ -209,7 +218,7 @@ up() {
             exit 1
         fi
     fi
-    log "up: $cpus CPUs, $mem MB on node $node, partition debug; for sinfo, squeue, sbatch:"
+    log "up: cluster $cluster, $cpus CPUs, $mem MB on node $node, partition debug; for sinfo, squeue, sbatch:"
     echo "export SLURM_CONF=$SLURM_CONF"
 }
 

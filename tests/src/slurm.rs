@@ -1,31 +1,67 @@
 //! A throwaway single-node Slurm cluster for a test (`scripts/slurm.sh`):
 //! started in its own directory, stopped (only the processes it started)
-//! when dropped. Slurm's ports are fixed: each cluster holds an exclusive
-//! lock on one file, so one runs at a time, whether the tests share a
-//! process (`cargo test`) or not (`cargo nextest`).
+//! when dropped. A test's clusters (one, or a federation of two on other
+//! ports) hold an exclusive lock on one file, so one test's run at a time,
+//! whether the tests share a process (`cargo test`) or not (`cargo
+//! nextest`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::repo;
 
 pub struct Slurm {
     dir: tempfile::TempDir,
-    /// Locked while the cluster runs; unlocked when closed.
-    _one: std::fs::File,
+    /// The cluster's name, ports and job IDs (`scripts/slurm.sh`'s
+    /// variables), for every call of the script.
+    env: Vec<(&'static str, String)>,
+    /// Locked while the test's clusters run; unlocked when the last closes.
+    _one: Arc<std::fs::File>,
+}
+
+/// The lock every Slurm test holds while its clusters run.
+fn lock() -> Arc<std::fs::File> {
+    let one = std::fs::File::create(std::env::temp_dir().join("jobcast-slurm-tests.lock"))
+        .expect("the Slurm tests' lock file");
+    one.lock().expect("the Slurm tests' lock");
+    Arc::new(one)
 }
 
 impl Slurm {
-    /// Start a cluster (`scripts/slurm.sh up`), failing the test with the
-    /// script's output if it cannot: `scripts/test.sh` installs Slurm.
+    /// Start a cluster (`scripts/slurm.sh up`), named `jobcast`, failing
+    /// the test with the script's output if it cannot: `scripts/test.sh`
+    /// installs Slurm.
     pub fn up() -> Slurm {
-        let one = std::fs::File::create(std::env::temp_dir().join("jobcast-slurm-tests.lock"))
-            .expect("the Slurm tests' lock file");
-        one.lock().expect("the Slurm tests' lock");
+        Slurm::start(lock(), Vec::new())
+    }
+
+    /// Two clusters side by side: `east` (ports 6817–6818, job IDs from 1)
+    /// and `west` (ports 6827–6828, job IDs from 1,000,000, so that the
+    /// two never name one job alike).
+    pub fn federation() -> (Slurm, Slurm) {
+        let one = lock();
+        let east = Slurm::start(one.clone(), vec![("JOBCAST_SLURM_CLUSTER", "east".into())]);
+        let west = Slurm::start(
+            one,
+            vec![
+                ("JOBCAST_SLURM_CLUSTER", "west".into()),
+                ("JOBCAST_SLURM_PORT", "6827".into()),
+                ("JOBCAST_SLURM_FIRST_JOB_ID", "1000000".into()),
+            ],
+        );
+        (east, west)
+    }
+
+    fn start(one: Arc<std::fs::File>, env: Vec<(&'static str, String)>) -> Slurm {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let slurm = Slurm { dir, _one: one };
+        let slurm = Slurm {
+            dir,
+            env,
+            _one: one,
+        };
         let out = slurm.script("up");
         assert!(
             out.status.success(),
@@ -68,6 +104,7 @@ impl Slurm {
             .arg(repo().join("scripts/slurm.sh"))
             .arg(command)
             .arg(self.dir.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("bash runs")
     }

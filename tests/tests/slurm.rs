@@ -239,6 +239,115 @@ fn wait_ended(
     }
 }
 
+/// Two real clusters, `east` and `west`, watched into one jobcast: each
+/// job comes with its cluster, `GET /clusters` holds each cluster's live
+/// jobs apart, and once a job of the same name has finished (the history
+/// learns across clusters), a job's decision carries its completion on
+/// both clusters and recommends the earlier.
+#[test]
+fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
+    let (east, west) = Slurm::federation();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let since = since_now();
+    let brokers = cluster.brokers();
+    let _watchers = [(&east, "east.json"), (&west, "west.json")].map(|(slurm, state)| {
+        start_watcher(
+            slurm,
+            &brokers,
+            &dir.path().join(state),
+            free_port(),
+            Some(since),
+        )
+    });
+    let serve = Serve::start(
+        &brokers,
+        &dir.path().join("serve"),
+        &["--set", "engine.eta.slots=8"],
+    );
+    // The history's first job: on west.
+    let first = west.sbatch(&["--job-name=federated", "--wrap", "sleep 1"]);
+    assert!(first >= 1_000_000, "west's job IDs: {first}");
+    wait_ended(&cluster, &topics.events, &[first], Duration::from_secs(60));
+    // East busy, west idle.
+    let long: Vec<u64> = (0..3)
+        .map(|_| east.sbatch(&["--job-name=federated", "--wrap", "sleep 120"]))
+        .collect();
+    let waiting = west.sbatch(&["--job-name=federated", "--wrap", "sleep 120"]);
+    let asked = east.sbatch(&["--job-name=federated", "--wrap", "sleep 1"]);
+    assert!(asked < 1_000_000 && long.iter().all(|&j| j < 1_000_000));
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let clusters = loop {
+        let (status, body) = serve.get("/clusters");
+        assert_eq!(status, 200, "{body}");
+        let clusters: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let live = |name: &str| {
+            clusters
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["cluster"] == name)
+                .map(|c| c["live_jobs"].as_u64().unwrap())
+        };
+        if live("east") >= Some(4) && live("west") >= Some(1) {
+            break clusters;
+        }
+        assert!(Instant::now() < deadline, "{clusters}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let (_, job) = serve.get(&format!("/jobs/{waiting}"));
+    let job: serde_json::Value = serde_json::from_str(&job).unwrap();
+    assert_eq!(job["cluster"], "west", "{job}\n{clusters}");
+
+    // The decision of the job asked about, with both clusters.
+    let decision = loop {
+        let found = cluster
+            .read_all(&topics.decisions, 1)
+            .into_iter()
+            .map(|m| serde_json::from_slice::<serde_json::Value>(&m.payload).unwrap())
+            .find(|d| d["job_id"] == asked && d["clusters"].is_array());
+        if let Some(d) = found {
+            break d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no decision of job {asked} with clusters: {:?}",
+            cluster
+                .read_all(&topics.decisions, 1)
+                .into_iter()
+                .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let completions: BTreeMap<String, u64> = decision["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["cluster"].as_str().unwrap().to_owned(),
+                c["eta"]["p50_us"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        completions.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["east", "west"],
+        "{decision}"
+    );
+    assert_eq!(decision["eta"]["p50_us"], completions["east"], "{decision}");
+    let earliest = completions.iter().min_by_key(|&(_, p50)| *p50).unwrap().0;
+    assert_eq!(
+        decision["recommended_cluster"],
+        earliest.as_str(),
+        "{decision}"
+    );
+    serve.terminate();
+}
+
 /// Arrays (one sparse), a plain job, a failing one and one cancelled while
 /// held, with the watcher killed (SIGKILL) mid-run and started again: every
 /// job reaches the topic once, each task with one start (if it ran) and one

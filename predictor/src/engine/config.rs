@@ -84,9 +84,9 @@ pub struct EngineConfig {
     /// it is refused (`over_budget`). A job's declared width costs nothing
     /// until its tasks report.
     pub max_live_tasks: u64,
-    /// The most clusters holding live jobs or machines up at once (events
-    /// may name their cluster): an event that would add one beyond it is
-    /// refused (`over_budget`).
+    /// The most clusters listed at once (events may name their cluster;
+    /// an idle one stays listed until the expiry sweep): an event that
+    /// would add one beyond it is refused (`over_budget`).
     pub max_clusters: u32,
     /// The least event time (ms) between two published decisions of a job
     /// that differ only in their estimate or pilots (same phase, same

@@ -259,7 +259,8 @@ impl Engine {
         self.capacity.last()
     }
 
-    /// Every cluster holding a live job or a machine up, by name
+    /// Every cluster listed (holding jobs or machines, or idle until the
+    /// expiry sweep), by name
     /// (`clusters.rs`).
     pub fn clusters(&self) -> Vec<ClusterRecord> {
         self.clusters.records()
@@ -402,6 +403,7 @@ impl Engine {
                         .as_ref()
                         .map(|(c, up, cpus)| (c.as_str(), *up, *cpus)),
                     self.machines.get(id).map(clusters::counted),
+                    machine.time_us,
                 );
                 if machine.kind == MachineKind::Remove {
                     self.machines.vm_left(machine, running);
@@ -468,7 +470,7 @@ impl Engine {
             errors: BTreeMap::new(),
             eta: None,
         };
-        self.clusters.job_started(&job.cluster);
+        self.clusters.job_started(&job.cluster, job.time_us);
         let progress =
             progress::Progress::submitted(eta::size_hint_us(&self.history, job, job.time_us));
         self.jobs.insert(
@@ -626,7 +628,7 @@ impl Engine {
         self.etas.forget(end.job_id);
         self.capacity.job_ended(end.job_id);
         self.deadlines.job_ended(end.job_id);
-        self.clusters.job_ended(&job.submitted.cluster);
+        self.clusters.job_ended(&job.submitted.cluster, end.time_us);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -737,6 +739,7 @@ impl Engine {
             self.etas.calibration(),
             self.capacity.state(),
             self.deadlines.state(),
+            self.clusters.state(),
         )
         .encode(out)
     }
@@ -779,16 +782,8 @@ impl Engine {
                 .map(|(&id, job)| (id, job.partition, &job.pacing)),
         );
         engine.etas.rebuild(engine.jobs.values(), engine.driver);
-        engine.rebuild_clusters();
+        engine.clusters.restore(state.clusters);
         Ok(engine)
-    }
-
-    /// Count each cluster's jobs and machines again from the records.
-    fn rebuild_clusters(&mut self) {
-        self.clusters.rebuild(
-            self.jobs.values().map(|j| j.submitted.cluster.as_str()),
-            self.machines.state().records.values(),
-        );
     }
 
     /// The refusal of an event (`what`) that names a cluster beyond
@@ -797,7 +792,7 @@ impl Engine {
         reject(
             "over_budget",
             format!(
-                "{what}: cluster `{cluster}` would be one more than the {} clusters holding jobs or machines, engine.max_clusters",
+                "{what}: cluster `{cluster}` would be one more than the {} clusters listed, engine.max_clusters",
                 self.clusters.max()
             ),
         )
@@ -999,6 +994,7 @@ impl Engine {
             return;
         };
         if let Some(bound) = sweep.jobs_before {
+            self.clusters.forget_idle(bound);
             let mut silent: Vec<u64> = self
                 .jobs
                 .iter()
@@ -1012,7 +1008,7 @@ impl Engine {
                 self.etas.forget(job_id);
                 self.capacity.job_ended(job_id);
                 self.deadlines.job_ended(job_id);
-                self.clusters.job_ended(&job.submitted.cluster);
+                self.clusters.job_ended(&job.submitted.cluster, watermark);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {
@@ -1028,7 +1024,8 @@ impl Engine {
             self.machines.expire_silent(bound, effects);
             let gone = effects.expired_machines[before..].to_vec();
             if !gone.is_empty() {
-                self.rebuild_clusters();
+                self.clusters
+                    .recount_machines(self.machines.state().records.values(), watermark);
             }
             for machine_id in gone {
                 self.capacity.machine_gone(machine_id);

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::capacity::CapacityState;
 use super::clock::ClockState;
+use super::clusters::ClustersState;
 use super::deadlines::DeadlineState;
 use super::live_task::LiveTask;
 use super::machines::{self, MachinesState, Outcomes};
@@ -81,6 +82,7 @@ pub(super) struct State<'a> {
     risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
     deadlines: Cow<'a, DeadlineState>,
+    clusters: Cow<'a, ClustersState>,
 }
 
 /// The 3Sigma history, nearly all of a snapshot's bytes once its window is
@@ -236,6 +238,7 @@ impl<'a> State<'a> {
         etas: &'a EtaCalibration,
         capacity: &'a CapacityState,
         deadlines: &'a DeadlineState,
+        clusters: &'a ClustersState,
     ) -> Self {
         State {
             format: SNAPSHOT_FORMAT,
@@ -259,6 +262,7 @@ impl<'a> State<'a> {
             risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
             deadlines: Cow::Borrowed(deadlines),
+            clusters: Cow::Borrowed(clusters),
         }
     }
 
@@ -283,6 +287,7 @@ pub(super) struct Restored {
     pub(super) etas: EtaCalibration,
     pub(super) capacity: CapacityState,
     pub(super) deadlines: DeadlineState,
+    pub(super) clusters: ClustersState,
 }
 
 /// The state of `chain`: the first a whole snapshot, each after it taken
@@ -352,6 +357,7 @@ pub(super) fn restore_chain(
         etas: state.etas.into_owned(),
         capacity: state.capacity.into_owned(),
         deadlines: state.deadlines.into_owned(),
+        clusters: state.clusters.into_owned(),
     })
 }
 

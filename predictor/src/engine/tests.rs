@@ -2139,13 +2139,19 @@ fn unplannable_jobs_say_why_and_a_removed_vm_migrates_at_once() {
     assert!(engine.deadline(2).is_none());
 }
 
-/// Jobs and machines that name their cluster are counted per cluster, a
-/// cluster is listed while it holds something, the same after a restore;
-/// one cluster past `engine.max_clusters` is refused.
+/// Jobs and machines that name their cluster are counted per cluster, the
+/// same after a restore; one cluster past `engine.max_clusters` is
+/// refused; a cluster that holds nothing stays listed until the expiry
+/// sweep finds it idle past the silent-job window.
 #[test]
 fn clusters_count_their_jobs_and_machines_and_are_bounded() {
     let config = EngineConfig {
         max_clusters: 2,
+        expiry: ExpirySettings {
+            live_job_idle_hours: 1,
+            machine_silent_hours: 1000,
+        },
+        max_future_skew_secs: 0,
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(&config).unwrap();
@@ -2209,8 +2215,8 @@ fn clusters_count_their_jobs_and_machines_and_are_bounded() {
     );
     assert!(engine.job(4).is_none() && engine.machine(9).is_none());
 
-    // East empties (its job ends, its machines leave) and is dropped:
-    // room for north.
+    // East empties (its job ends, its machines leave) and stays listed,
+    // idle: north is still refused...
     engine
         .apply(AT, &end(1, 5, "finish"), &mut effects)
         .unwrap();
@@ -2219,12 +2225,28 @@ fn clusters_count_their_jobs_and_machines_and_are_bounded() {
             .apply(AT, &machine(id, 5, "remove", ""), &mut effects)
             .unwrap();
     }
-    engine.apply(AT, &job(4, 6, "north"), &mut effects).unwrap();
+    assert_eq!(
+        held(&engine),
+        [
+            ("east".to_owned(), 0, 0.0, 0),
+            ("west".to_owned(), 1, 8.0, 2)
+        ]
+    );
+    assert!(engine.apply(AT, &job(4, 6, "north"), &mut effects).is_err());
+    // ... until the sweep, past the hour a silent job is kept, forgets it
+    // (and west's silent jobs).
+    let later = 5 + 2 * HOUR;
+    engine
+        .apply(AT, &machine(3, later, "update", ""), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &job(4, later + 1, "north"), &mut effects)
+        .unwrap();
     assert_eq!(
         held(&engine),
         [
             ("north".to_owned(), 0, 0.0, 1),
-            ("west".to_owned(), 1, 8.0, 2)
+            ("west".to_owned(), 1, 8.0, 0)
         ]
     );
     engine.release_ended();

@@ -144,7 +144,7 @@ const ROUTES: [(&str, &str); 11] = [
     ),
     (
         "GET /clusters",
-        "each cluster holding a live job or a machine up: machines up, their CPUs, live jobs",
+        "each cluster listed (idle ones until the expiry sweep): machines up, their CPUs, live jobs",
     ),
     ("GET /policies", "each policy's prediction errors so far"),
     ("GET /metrics", "Prometheus metrics"),
