@@ -857,6 +857,27 @@ impl Engine {
             });
         self.deadlines
             .plan(&job.submitted, estimate, now_us, effects);
+        // What already ran or runs, where the estimate came late (SLearn's,
+        // once its pilots ended); a planned job has at most
+        // `engine.deadlines.max_tasks`.
+        if self
+            .deadlines
+            .record(job_id)
+            .is_none_or(|r| r.plan.is_none())
+        {
+            return;
+        }
+        for index in 0..job.submitted.num_tasks {
+            let key = (job_id, index);
+            if let Some(task) = self.tasks.get(&key)
+                && task.running_since_us().is_some()
+            {
+                self.deadlines.task_started(key, task.machine_id());
+            }
+        }
+        for &index in job.runtimes.keys() {
+            self.deadlines.task_ended((job_id, index), true);
+        }
     }
 
     /// A VM hibernated, resumed or left: the recovery groups of the

@@ -2329,3 +2329,64 @@ fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
     let d = decisions(&effects)[0].clone();
     assert!(d.eta.is_some() && d.clusters.is_empty() && d.recommended_cluster.is_none());
 }
+
+/// A deadline job under SLearn alone (no 3Sigma in shadow) is planned
+/// once its pilots give an estimate; what already runs is followed from
+/// then on, so a hibernation moves the tasks still running, not the
+/// pilots that finished.
+#[test]
+fn a_deadline_job_planned_late_follows_the_tasks_already_running() {
+    let config = EngineConfig {
+        shadow: Vec::new(),
+        ..deadline_config()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let t0 = 11 * HOUR;
+    engine
+        .apply(
+            AT,
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{t0},"machine_id":1,"kind":"add","vm_type":"c4.large","zone":"us-east-1a","preemptible":true,"launch_time_us":{t0}}}"#
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &with_deadline(7, t0, 8, t0 + 100 * HOUR), &mut effects)
+        .unwrap();
+    assert!(
+        deadline_decisions(&effects).is_empty(),
+        "no estimate with quantiles yet"
+    );
+    let pilots = decisions(&effects)[0].pilots.clone();
+    assert!(!pilots.is_empty() && pilots.len() < 8);
+    for i in 0..8 {
+        engine
+            .apply(AT, &task(7, i, t0 + 1, "schedule"), &mut effects)
+            .unwrap();
+    }
+    effects.clear();
+    for &p in &pilots {
+        engine
+            .apply(AT, &task(7, p, t0 + HOUR, "finish"), &mut effects)
+            .unwrap();
+    }
+    let planned = deadline_decisions(&effects);
+    assert_eq!(planned.len(), 1, "{:?}", effects.outputs);
+    assert_eq!(planned[0].action, DeadlineAction::Plan);
+    assert_eq!(planned[0].plan.as_ref().unwrap().policy, PolicyKind::SLearn);
+    effects.clear();
+    engine
+        .apply(AT, &vm_event(t0 + 2 * HOUR, "hibernate"), &mut effects)
+        .unwrap();
+    let wait = deadline_decisions(&effects);
+    assert_eq!(wait.len(), 1, "{:?}", effects.outputs);
+    let running: Vec<u32> = (0..8).filter(|i| !pilots.contains(i)).collect();
+    let group = &wait[0].recovery.as_ref().unwrap().tasks;
+    assert!(
+        running.iter().all(|t| group.contains(t)) && pilots.iter().all(|p| !group.contains(p)),
+        "{group:?}, pilots {pilots:?}"
+    );
+}
