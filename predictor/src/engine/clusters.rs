@@ -171,6 +171,14 @@ impl Clusters {
             .map(|(name, held)| (name.as_str(), held.micro_cpus as f64 / 1e6))
     }
 
+    /// The CPUs of `cluster`'s machines up (0 if it is not listed).
+    pub(super) fn cpus_of(&self, cluster: &str) -> f64 {
+        self.state
+            .held
+            .get(cluster)
+            .map_or(0.0, |held| held.micro_cpus as f64 / 1e6)
+    }
+
     /// Every cluster listed, by name.
     pub(super) fn records(&self) -> Vec<ClusterRecord> {
         self.state

@@ -1,6 +1,7 @@
 //! Machines and the preemption risk of the tasks placed on transient VMs
-//! ([`Machines`]): machine events keep the records, the cluster's capacity
-//! and when each machine last reported, and feed the online lifetime fit;
+//! ([`Machines`]): machine events keep the records (each cluster's
+//! capacity is counted from them, `clusters.rs`) and when each machine last
+//! reported, and feed the online lifetime fit;
 //! a task placed on a preemptible VM is scored, and scored again as the VM
 //! ages past the bathtub's turning points; a machine silent too long is
 //! given up on.
@@ -38,8 +39,6 @@ pub(super) struct Machines {
     risk: RiskSettings,
     /// (when, machine): the risk scores to refresh as VMs age.
     refresh: BTreeSet<(u64, u64)>,
-    /// The CPUs of the machines up, as their events report them.
-    capacity_cpus: f64,
     /// The machines up, and the preemptible ones among them.
     up: Servers,
     /// Checkpoint schedules for the risk scores, if configured: one table
@@ -194,7 +193,6 @@ pub(super) struct MachinesState<R, S, L, F, O> {
     pub seen: S,
     pub lifetimes: L,
     pub refresh: F,
-    pub capacity_cpus: f64,
     pub outcomes: O,
 }
 
@@ -223,7 +221,6 @@ impl Machines {
             seen: HashMap::new(),
             lifetimes,
             refresh: BTreeSet::new(),
-            capacity_cpus: 0.0,
             up: Servers::default(),
             checkpoints: risk.checkpoint_spec().map(|spec| Checkpoints {
                 spec,
@@ -236,11 +233,6 @@ impl Machines {
 
     pub(super) fn get(&self, machine_id: u64) -> Option<&MachineRecord> {
         self.records.get(&machine_id)
-    }
-
-    /// The CPUs of the machines up.
-    pub(super) fn capacity_cpus(&self) -> f64 {
-        self.capacity_cpus
     }
 
     /// How many machines are up.
@@ -305,7 +297,6 @@ impl Machines {
             seen: &self.seen,
             lifetimes: &self.lifetimes,
             refresh: &self.refresh,
-            capacity_cpus: self.capacity_cpus,
             outcomes: &self.outcomes,
         }
     }
@@ -316,7 +307,6 @@ impl Machines {
         self.seen = state.seen;
         self.lifetimes = state.lifetimes;
         self.refresh = state.refresh;
-        self.capacity_cpus = state.capacity_cpus;
         self.outcomes = state.outcomes;
         self.up = Servers::default();
         for machine in self.records.values() {
@@ -326,11 +316,6 @@ impl Machines {
         if let Some(checkpoints) = &mut self.checkpoints {
             checkpoints.tables.clear();
         }
-    }
-
-    /// A machine's CPUs toward the capacity went from `before` to `after`.
-    fn capacity_changed(&mut self, before: f64, after: f64) {
-        self.capacity_cpus = (self.capacity_cpus - before + after).max(0.0);
     }
 
     /// Note that a machine the engine knows reported at `time_us`.
@@ -359,7 +344,6 @@ impl Machines {
             self.seen.remove(&machine_id);
             let gone = self.records.remove(&machine_id);
             self.outcomes.pending.remove(&machine_id);
-            self.capacity_changed(MachineRecord::capacity(gone.as_ref()), 0.0);
             self.up
                 .changed(Servers::of(gone.as_ref()), Servers::default());
             effects.machines.mark(machine_id);
@@ -592,10 +576,9 @@ impl Machines {
         }
     }
 
-    /// A machine event: its record, the capacity, when it last reported,
-    /// and the lifetime fit.
+    /// A machine event: its record, when it last reported, and the
+    /// lifetime fit.
     pub(super) fn event(&mut self, event: &MachineEvent, effects: &mut Effects) {
-        let before = MachineRecord::capacity(self.records.get(&event.machine_id));
         let counted = Servers::of(self.records.get(&event.machine_id));
         let record = self
             .records
@@ -649,9 +632,7 @@ impl Machines {
         if !event.cluster.is_empty() && event.cluster != record.cluster {
             record.cluster.clone_from(&event.cluster);
         }
-        let after = MachineRecord::capacity(Some(record));
         let counts = Servers::of(Some(record));
-        self.capacity_changed(before, after);
         self.up.changed(counted, counts);
         effects.machines.mark(event.machine_id);
         self.seen(event.machine_id, event.time_us);

@@ -114,15 +114,15 @@ pub struct Engine {
     tasks: HashMap<(u64, u32), LiveTask>,
     /// Ended jobs' records, until the caller has stored them.
     ended: HashMap<u64, JobRecord>,
-    /// Machines and VMs, the cluster's capacity, the risk of tasks on
-    /// transient VMs.
+    /// Machines and VMs, and the risk of tasks on transient VMs.
     machines: machines::Machines,
     /// CloudCoaster's controller of the transient short partition.
     capacity: capacity::Capacity,
     /// Teylo et al.'s maps of deadline jobs, and the hibernated VMs'
     /// recovery groups.
     deadlines: deadlines::Deadlines,
-    /// What each cluster of a federation holds.
+    /// What each cluster holds: its machines up and their CPUs (the
+    /// capacity its ETAs divide by), its live jobs.
     clusters: clusters::Clusters,
     policy_errors: BTreeMap<&'static str, PolicyErrors>,
     events: u64,
@@ -990,13 +990,8 @@ impl Engine {
     /// (`progress.rs`).
     fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
         let job = self.jobs.get_mut(&decision.job_id);
-        self.etas.place(
-            &mut decision,
-            job,
-            self.driver,
-            (&self.machines, &self.clusters),
-            now_us,
-        );
+        self.etas
+            .place(&mut decision, job, self.driver, &self.clusters, now_us);
         effects.outputs.push(Output::Decision(decision));
     }
 

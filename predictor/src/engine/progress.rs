@@ -33,7 +33,6 @@ use jobcast_ingest::config::ConfigError;
 use super::LiveJob;
 use super::clusters::Clusters;
 use super::effects::{Effects, Output};
-use super::machines::Machines;
 use super::order_sums::OrderSums;
 
 /// The ETAs the engine gives: the capacity they assume, how far off the
@@ -120,18 +119,10 @@ impl Etas {
         }
     }
 
-    /// The capacity ETAs on `cluster` divide by: `engine.eta.slots` if
-    /// set, else the CPUs of its machines up (of every machine up while
-    /// jobcast knows one cluster, the running sum ETAs always took).
-    fn capacity(&self, cluster: &str, machines: &Machines, clusters: &Clusters) -> f64 {
-        match self.settings.slots {
-            Some(slots) => f64::from(slots),
-            None if clusters.len() <= 1 => machines.capacity_cpus(),
-            None => clusters
-                .cpus()
-                .find(|&(name, _)| name == cluster)
-                .map_or(0.0, |(_, cpus)| cpus),
-        }
+    /// The capacity ETAs on a cluster whose machines up have `cpus` CPUs
+    /// divide by: `engine.eta.slots` if set, else those CPUs.
+    fn capacity(&self, cpus: f64) -> f64 {
+        self.settings.slots.map_or(cpus, f64::from)
     }
 
     /// The model's prediction for `job` at `now_us` and its calibrated
@@ -141,11 +132,11 @@ impl Etas {
         &self,
         job: &LiveJob,
         driver: PolicyKind,
-        (machines, clusters): (&Machines, &Clusters),
+        clusters: &Clusters,
         now_us: u64,
     ) -> Option<(Predicted, Eta)> {
         let cluster = job.submitted.cluster.as_str();
-        let capacity = self.capacity(cluster, machines, clusters);
+        let capacity = self.capacity(clusters.cpus_of(cluster));
         if capacity < MIN_CAPACITY {
             return None;
         }
@@ -166,7 +157,7 @@ impl Etas {
         job: &LiveJob,
         own: Option<Completion>,
         driver: PolicyKind,
-        (machines, clusters): (&Machines, &Clusters),
+        clusters: &Clusters,
         now_us: u64,
     ) -> (Vec<ClusterCompletion>, Option<String>) {
         if clusters.len() < 2 {
@@ -183,8 +174,8 @@ impl Etas {
         };
         let empty = EtaRows::default();
         let mut out = Vec::new();
-        for (name, _) in clusters.cpus() {
-            let capacity = self.capacity(name, machines, clusters);
+        for (name, cpus) in clusters.cpus() {
+            let capacity = self.capacity(cpus);
             if capacity < MIN_CAPACITY {
                 continue;
             }
@@ -218,7 +209,7 @@ impl Etas {
         decision: &mut Decision,
         job: Option<&mut LiveJob>,
         driver: PolicyKind,
-        state: (&Machines, &Clusters),
+        clusters: &Clusters,
         now_us: u64,
     ) {
         let Some(job) = job else {
@@ -230,7 +221,7 @@ impl Etas {
             *placed = Some((decision.queue, now_us));
         }
         self.reindex(decision.job_id, Some(job), driver);
-        if let Some((predicted, eta)) = self.of(job, driver, state, now_us) {
+        if let Some((predicted, eta)) = self.of(job, driver, clusters, now_us) {
             let completion = completion(now_us, eta);
             decision.eta = Some(completion);
             job.record.eta = Some(completion);
@@ -241,7 +232,7 @@ impl Etas {
             });
         }
         (decision.clusters, decision.recommended_cluster) =
-            self.across(job, decision.eta, driver, state, now_us);
+            self.across(job, decision.eta, driver, clusters, now_us);
     }
 
     /// A job finished at `end_us`: every ETA it was given teaches the

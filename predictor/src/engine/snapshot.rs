@@ -78,7 +78,6 @@ pub(super) struct State<'a> {
     clock: ClockState,
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
-    capacity_cpus: f64,
     risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
     deadlines: Cow<'a, DeadlineState>,
@@ -258,7 +257,6 @@ impl<'a> State<'a> {
             clock,
             next_sweep_us,
             etas: Cow::Borrowed(etas),
-            capacity_cpus: machines.capacity_cpus,
             risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
             deadlines: Cow::Borrowed(deadlines),
@@ -343,7 +341,6 @@ pub(super) fn restore_chain(
             seen: state.machines_seen.into_owned(),
             lifetimes: state.lifetimes.into_owned(),
             refresh: state.risk_refresh.into_owned(),
-            capacity_cpus: state.capacity_cpus,
             outcomes: state.risk_outcomes.into_owned(),
         },
         policy_errors: state
