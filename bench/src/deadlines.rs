@@ -401,7 +401,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         .availability
         .as_ref()
         .map(|path| -> anyhow::Result<Availability> {
-            let trace = jobcast_ingest::open(Format::SpotTraces, path)
+            let trace = jobcast_ingest::open(Format::SpotHibernation, path)
                 .with_context(|| format!("opening spot traces {}", path.display()))?;
             let events = trace
                 .collect::<Result<Vec<_>, _>>()

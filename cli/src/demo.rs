@@ -44,8 +44,8 @@ pub struct Args {
     /// The trace to replay (default: the bundled Google 2011 excerpt).
     #[arg(long, requires = "format")]
     trace: Option<PathBuf>,
-    /// Its format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces, jsonl
-    /// or tpch-dags.
+    /// Its format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
+    /// spot-hibernation, jsonl or tpch-dags.
     #[arg(long, requires = "trace")]
     format: Option<Format>,
     /// `max`, or an event-time speed-up factor.

@@ -58,6 +58,10 @@ pub enum Format {
     /// Measured spot-instance preemptions: SkyPilot's single-instance spot
     /// traces ([`spot`]), with no lifetime cap.
     SpotTraces,
+    /// The same spot traces, each file one spot VM that hibernates while
+    /// its market has no capacity and resumes when it has
+    /// ([`spot::Reading::Hibernation`]).
+    SpotHibernation,
     /// jobcast's canonical JSON lines.
     Jsonl,
     /// Decima's Spark TPC-H runs (`stages.jsonl.gz`): real DAG jobs with
@@ -72,6 +76,7 @@ impl Format {
         "alibaba2018",
         "gce-lifetimes",
         "spot-traces",
+        "spot-hibernation",
         "jsonl",
         "tpch-dags",
     ];
@@ -83,6 +88,7 @@ impl Format {
             Format::Alibaba2018 => "alibaba2018",
             Format::GceLifetimes => "gce-lifetimes",
             Format::SpotTraces => "spot-traces",
+            Format::SpotHibernation => "spot-hibernation",
             Format::Jsonl => "jsonl",
             Format::TpchDags => "tpch-dags",
         }
@@ -99,6 +105,7 @@ impl std::str::FromStr for Format {
             "alibaba2018" => Ok(Format::Alibaba2018),
             "gce-lifetimes" => Ok(Format::GceLifetimes),
             "spot-traces" => Ok(Format::SpotTraces),
+            "spot-hibernation" => Ok(Format::SpotHibernation),
             "jsonl" => Ok(Format::Jsonl),
             "tpch-dags" => Ok(Format::TpchDags),
             other => Err(format!(
@@ -116,7 +123,8 @@ pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
         Format::Google2019 => google2019::open(input),
         Format::Alibaba2018 => alibaba2018::open(input),
         Format::GceLifetimes => gce::open(input),
-        Format::SpotTraces => spot::open(input),
+        Format::SpotTraces => spot::open(input, spot::Reading::Lifetimes),
+        Format::SpotHibernation => spot::open(input, spot::Reading::Hibernation),
         Format::Jsonl => jsonl::open(input),
         Format::TpchDags => tpch_dags::open(input),
     }

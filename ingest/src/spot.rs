@@ -16,10 +16,19 @@
 //! known to one tick. Times start at midnight UTC of the directory's date
 //! (tick 0), or at 0 when the directory names none.
 //!
-//! Only single-instance traces are read: when more than one instance is
-//! alive, which one a decrease took is unknown, so such a file is skipped
-//! and reported. A file that is not such a trace is skipped by name; the
-//! other files go on.
+//! Only single-instance traces are read this way: when more than one
+//! instance is alive, which one a decrease took is unknown, so such a file
+//! is skipped and reported. A file that is not such a trace is skipped by
+//! name; the other files go on.
+//!
+//! [`Reading::Hibernation`] reads the same files as a spot VM that
+//! hibernates instead of dying (Teylo et al.; EC2's `hibernate`
+//! interruption behaviour): one VM per file, its market's capacity being
+//! any instance alive. The VM is added at the first tick with capacity,
+//! `hibernate`s at each tick its market has none after having some, and
+//! `resume`s at the tick capacity comes back; at the trace's end it is
+//! removed as `stopped`. Here a multi-instance (availability) trace is
+//! read as well: the count only says whether the market has capacity.
 
 use std::path::{Path, PathBuf};
 
@@ -40,9 +49,18 @@ struct Metadata {
     gap_seconds: f64,
 }
 
+/// What a spot trace's runs of capacity are taken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Each run is one instance's life, ended by a preemption.
+    Lifetimes,
+    /// Each file is one VM, hibernated between runs.
+    Hibernation,
+}
+
 /// Open one trace file, or a directory of them (every `.json` file under
-/// it).
-pub fn open(input: &Path) -> Result<Trace, TraceError> {
+/// it), read as `reading` says.
+pub fn open(input: &Path, reading: Reading) -> Result<Trace, TraceError> {
     let files: Vec<PathBuf> = list_files(input, "")?
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
@@ -59,7 +77,7 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
             line: 0,
             record: None,
         };
-        match file_events(file, &diagnostics) {
+        match file_events(file, reading, &diagnostics) {
             Ok(all) => events.extend(
                 all.into_iter()
                     .filter(|e| diagnostics.within_limits(e, |_| at.clone())),
@@ -74,6 +92,7 @@ pub fn open(input: &Path) -> Result<Trace, TraceError> {
 
 fn file_events(
     file: &Path,
+    reading: Reading,
     diagnostics: &Diagnostics,
 ) -> Result<Vec<Event>, (&'static str, String)> {
     let reader = open_input(file, diagnostics).map_err(|e| ("io", e.to_string()))?;
@@ -90,7 +109,9 @@ fn file_events(
             format!("metadata.gap_seconds {gap} is not a positive duration"),
         ));
     }
-    if let Some(n) = trace.data.iter().find(|&&n| n > 1) {
+    if let Some(n) = trace.data.iter().find(|&&n| n > 1)
+        && reading == Reading::Lifetimes
+    {
         return Err((
             "multi_instance",
             format!("{n} instances alive at once: which one a decrease took is unknown"),
@@ -124,33 +145,64 @@ fn file_events(
     let machine = |machine_id, time_us, kind, vm| {
         Event::Machine(MachineEvent::of_vm(time_us, machine_id, kind, vm))
     };
-    let mut events = Vec::new();
-    let mut start = None;
     let ticks = trace.data.len();
-    for (i, &alive) in trace.data.iter().chain(std::iter::once(&0)).enumerate() {
-        match (start, alive) {
-            (None, 1) => start = Some(i),
-            (Some(first), 0) => {
-                let id = stable_id(format!("{}#{first}", file.display()).as_bytes());
-                let (launch, end) = (tick_us(first), tick_us(i));
-                // Past the last tick the trace ended, not the instance.
-                let reason = if i == ticks {
-                    EndReason::Stopped
-                } else {
-                    EndReason::Preempted
-                };
-                events.push(machine(id, launch, MachineKind::Add, vm(launch, None)));
-                events.push(machine(
-                    id,
-                    end,
-                    MachineKind::Remove,
-                    vm(launch, Some(reason)),
-                ));
-                start = None;
+    let events = match reading {
+        Reading::Lifetimes => {
+            let mut events = Vec::new();
+            let mut start = None;
+            for (i, &alive) in trace.data.iter().chain(std::iter::once(&0)).enumerate() {
+                match (start, alive) {
+                    (None, 1) => start = Some(i),
+                    (Some(first), 0) => {
+                        let id = stable_id(format!("{}#{first}", file.display()).as_bytes());
+                        let (launch, end) = (tick_us(first), tick_us(i));
+                        // Past the last tick the trace ended, not the instance.
+                        let reason = if i == ticks {
+                            EndReason::Stopped
+                        } else {
+                            EndReason::Preempted
+                        };
+                        events.push(machine(id, launch, MachineKind::Add, vm(launch, None)));
+                        events.push(machine(
+                            id,
+                            end,
+                            MachineKind::Remove,
+                            vm(launch, Some(reason)),
+                        ));
+                        start = None;
+                    }
+                    _ => {}
+                }
             }
-            _ => {}
+            events
         }
-    }
+        Reading::Hibernation => {
+            let Some(first) = trace.data.iter().position(|&n| n > 0) else {
+                return Err((
+                    "no_capacity",
+                    "the market never had capacity: no VM to hibernate".to_owned(),
+                ));
+            };
+            let id = stable_id(file.display().to_string().as_bytes());
+            let launch = tick_us(first);
+            let mut events = vec![machine(id, launch, MachineKind::Add, vm(launch, None))];
+            for (i, pair) in trace.data.windows(2).enumerate().skip(first) {
+                let kind = match (pair[0] > 0, pair[1] > 0) {
+                    (true, false) => MachineKind::Hibernate,
+                    (false, true) => MachineKind::Resume,
+                    _ => continue,
+                };
+                events.push(machine(id, tick_us(i + 1), kind, vm(launch, None)));
+            }
+            events.push(machine(
+                id,
+                tick_us(ticks),
+                MachineKind::Remove,
+                vm(launch, Some(EndReason::Stopped)),
+            ));
+            events
+        }
+    };
     Ok(events)
 }
 
@@ -188,7 +240,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(day.join("notes.json"), r#"{"x": 1}"#).unwrap();
-        let trace = open(dir.path()).unwrap();
+        let trace = open(dir.path(), Reading::Lifetimes).unwrap();
         let diags = trace.diagnostics().clone();
         let events: Vec<Event> = trace.map(Result::unwrap).collect();
         let machines: Vec<&MachineEvent> = events
@@ -223,6 +275,65 @@ mod tests {
         let summary = diags.summary();
         assert!(summary.contains("which one a decrease took"), "{summary}");
         assert!(summary.contains("notes.json"), "{summary}");
+    }
+
+    #[test]
+    fn read_for_hibernation_each_file_is_one_vm_paused_while_its_market_has_no_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = dir.path().join("aws-02-15-2023");
+        std::fs::create_dir(&day).unwrap();
+        std::fs::write(
+            day.join("us-east-1a_v100_1.json"),
+            r#"{"metadata": {"gap_seconds": 60}, "data": [0, 1, 3, 0, 0, 2, 0]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            day.join("us-east-1b_v100_1.json"),
+            r#"{"metadata": {"gap_seconds": 60}, "data": [0, 0]}"#,
+        )
+        .unwrap();
+        let trace = open(dir.path(), Reading::Hibernation).unwrap();
+        let diags = trace.diagnostics().clone();
+        let machines: Vec<MachineEvent> = trace
+            .map(|e| match e.unwrap() {
+                Event::Machine(m) => m,
+                e => panic!("{e:?}"),
+            })
+            .collect();
+        let origin = 1_676_419_200_000_000; // 2023-02-15T00:00:00Z
+        let minute = 60_000_000;
+        let seen: Vec<(MachineKind, u64)> = machines
+            .iter()
+            .map(|m| (m.kind, (m.time_us - origin) / minute))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (MachineKind::Add, 1),
+                (MachineKind::Hibernate, 3),
+                (MachineKind::Resume, 5),
+                (MachineKind::Hibernate, 6),
+                (MachineKind::Remove, 7),
+            ]
+        );
+        assert!(
+            machines
+                .iter()
+                .all(|m| m.machine_id == machines[0].machine_id)
+        );
+        let vm = machines[4].vm.as_ref().unwrap();
+        assert_eq!(
+            (vm.zone.as_str(), vm.vm_type.as_str()),
+            ("us-east-1a", "v100_1")
+        );
+        assert_eq!(vm.launch_time_us, origin + minute);
+        assert_eq!(vm.end_reason, Some(EndReason::Stopped));
+        assert_eq!(diags.skipped_total(), 1, "{}", diags.summary());
+        assert!(
+            diags.summary().contains("never had capacity"),
+            "{}",
+            diags.summary()
+        );
     }
 
     #[test]

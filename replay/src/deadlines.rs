@@ -267,47 +267,64 @@ pub struct MarketSeries {
 }
 
 impl Availability {
-    /// From a spot trace's machine events (`jobcast_ingest`'s
-    /// `spot-traces` adapter: a run of capacity is a VM's `add` and
-    /// `remove`), the gaps between runs of each zone and type.
+    /// From a spot trace read for hibernation (`jobcast_ingest`'s
+    /// `spot-hibernation` adapter: each VM is added at its market's first
+    /// capacity, hibernates and resumes with it, and is removed at the
+    /// trace's end), each VM's market: from its first capacity to its
+    /// last, and the hibernations between.
     pub fn from_events(events: impl IntoIterator<Item = Event>) -> Availability {
-        let mut runs: BTreeMap<(String, String), Vec<(u64, u64)>> = BTreeMap::new();
-        let mut open: BTreeMap<u64, u64> = BTreeMap::new();
+        struct Open {
+            added: u64,
+            hibernated: Option<u64>,
+            outages: Vec<(u64, u64)>,
+        }
+        let mut open: BTreeMap<u64, Open> = BTreeMap::new();
+        let mut markets = Vec::new();
         for event in events {
             let Event::Machine(m) = event else { continue };
             let Some(vm) = &m.vm else { continue };
             match m.kind {
                 MachineKind::Add => {
-                    open.insert(m.machine_id, m.time_us);
+                    open.insert(
+                        m.machine_id,
+                        Open {
+                            added: m.time_us,
+                            hibernated: None,
+                            outages: Vec::new(),
+                        },
+                    );
                 }
-                MachineKind::Remove => {
-                    if let Some(start) = open.remove(&m.machine_id) {
-                        runs.entry((vm.zone.clone(), vm.vm_type.clone()))
-                            .or_default()
-                            .push((start, m.time_us));
+                MachineKind::Hibernate => {
+                    if let Some(o) = open.get_mut(&m.machine_id) {
+                        o.hibernated.get_or_insert(m.time_us);
                     }
                 }
-                MachineKind::Update | MachineKind::Hibernate | MachineKind::Resume => {}
+                MachineKind::Resume => {
+                    if let Some(o) = open.get_mut(&m.machine_id)
+                        && let Some(since) = o.hibernated.take()
+                    {
+                        o.outages.push((since, m.time_us));
+                    }
+                }
+                MachineKind::Remove => {
+                    if let Some(o) = open.remove(&m.machine_id) {
+                        // A VM still hibernated when the trace ends had its
+                        // last capacity when it hibernated.
+                        let last = o.hibernated.unwrap_or(m.time_us);
+                        markets.push(MarketSeries {
+                            zone: vm.zone.clone(),
+                            vm_type: vm.vm_type.clone(),
+                            span_us: (o.added, last),
+                            outages_us: o.outages,
+                        });
+                    }
+                }
+                MachineKind::Update => {}
             }
         }
-        let markets = runs
-            .into_iter()
-            .filter_map(|((zone, vm_type), mut up)| {
-                up.sort_unstable();
-                let span_us = (up.first()?.0, up.last()?.1);
-                let outages_us = up
-                    .windows(2)
-                    .filter(|w| w[1].0 > w[0].1)
-                    .map(|w| (w[0].1, w[1].0))
-                    .collect();
-                Some(MarketSeries {
-                    zone,
-                    vm_type,
-                    span_us,
-                    outages_us,
-                })
-            })
-            .collect();
+        markets.sort_by(|a, b| {
+            (&a.zone, &a.vm_type, a.span_us).cmp(&(&b.zone, &b.vm_type, b.span_us))
+        });
         Availability { markets }
     }
 
@@ -517,16 +534,19 @@ mod tests {
         };
         let hour = 3_600_000_000;
         let ev = |t, id, kind| Event::Machine(MachineEvent::of_vm(t, id, kind, vm(t)));
-        // Capacity for 100 h, but none from hour 10 to hour 12.
+        // Capacity for 100 h, but none from hour 10 to hour 12, nor after
+        // hour 100 until the trace ends.
         let events = vec![
             ev(0, 1, MachineKind::Add),
-            ev(10 * hour, 1, MachineKind::Remove),
-            ev(12 * hour, 2, MachineKind::Add),
-            ev(100 * hour, 2, MachineKind::Remove),
+            ev(10 * hour, 1, MachineKind::Hibernate),
+            ev(12 * hour, 1, MachineKind::Resume),
+            ev(100 * hour, 1, MachineKind::Hibernate),
+            ev(101 * hour, 1, MachineKind::Remove),
         ];
         let a = Availability::from_events(events);
         assert_eq!(a.markets.len(), 1);
         assert_eq!(a.markets[0].outages_us, [(10 * hour, 12 * hour)]);
+        assert_eq!(a.markets[0].span_us, (0, 100 * hour));
         let h = a.hibernations(&maps, &clock, 8 * 60, 3).unwrap();
         assert_eq!(h.len(), maps.primary.vms.len());
         // The job's 8 h land somewhere in the 100: the outage, if it falls

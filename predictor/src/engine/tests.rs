@@ -2041,6 +2041,82 @@ fn a_deadline_job_is_planned_and_a_hibernation_waits_then_migrates() {
     assert!(engine.deadline(2).is_none());
 }
 
+/// Hibernations as the `spot-hibernation` adapter reads them from a
+/// spot trace drive the same decisions: the VM its market's capacity
+/// left waits, and resumes when the capacity comes back.
+#[test]
+fn a_spot_trace_read_for_hibernation_drives_wait_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hourly ticks from 0 (an undated directory): capacity from hour 10,
+    // none at hour 12, back at hour 13, until hour 20.
+    let mut capacity = vec![0; 10];
+    capacity.extend([1, 1, 0]);
+    capacity.extend([1; 7]);
+    std::fs::write(
+        dir.path().join("us-east-1a_c4.large.json"),
+        serde_json::json!({"metadata": {"gap_seconds": 3600}, "data": capacity}).to_string(),
+    )
+    .unwrap();
+    let vm_events: Vec<Event> =
+        jobcast_ingest::open(jobcast_ingest::Format::SpotHibernation, dir.path())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+    let kinds: Vec<(u64, &str)> = vm_events
+        .iter()
+        .map(|e| match e {
+            Event::Machine(m) => (m.time_us / HOUR, m.kind.as_str()),
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (10, "add"),
+            (12, "hibernate"),
+            (13, "resume"),
+            (20, "remove")
+        ]
+    );
+    let Event::Machine(added) = &vm_events[0] else {
+        unreachable!()
+    };
+    let vm = added.machine_id;
+
+    let mut engine = Engine::new(&deadline_config()).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    let t0 = 11 * HOUR;
+    let mut job = vec![with_deadline(2, t0, 2, t0 + 100 * HOUR)];
+    job.extend((0..2).map(|i| {
+        event(&format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":2,"task_index":{i},"kind":"schedule","machine_id":{vm}}}"#,
+            t = t0 + 60_000_000
+        ))
+    }));
+    let mut all: Vec<Event> = vm_events[..3].iter().cloned().chain(job).collect();
+    all.sort_by_key(Event::time_us);
+    effects.clear();
+    for e in &all {
+        engine.apply(AT, e, &mut effects).unwrap();
+    }
+    let actions: Vec<DeadlineAction> = deadline_decisions(&effects)
+        .iter()
+        .map(|d| d.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            DeadlineAction::Plan,
+            DeadlineAction::Wait,
+            DeadlineAction::Resume
+        ]
+    );
+    let record = engine.deadline(2).unwrap();
+    assert_eq!(record.recoveries[0].hibernated_us, 12 * HOUR);
+    assert_eq!(record.recoveries[0].state, RecoveryState::Resumed);
+}
+
 /// Jobs no map can be drawn for are told why; a VM removed while
 /// hibernated moves its group at once; without `engine.deadlines` nothing
 /// is decided.
