@@ -34,6 +34,11 @@
 //! With `--availability`, each spot VM instead hibernates through the
 //! outages of a measured spot market (SkyPilot's availability traces),
 //! `--availability-runs` times per bag, as §IV-B did with price peaks.
+//!
+//! With `--spot-prices` (AWS's spot price history, one zone), the spot
+//! prices are that history's instead of Table VI's: every bag starts at
+//! the history's first change, its maps are drawn at the prices then, and
+//! each spot slot is billed at the price in effect when it begins.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,7 +47,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use jobcast_ingest::Format;
-use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Task, shortest_deadline};
+use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, SpotPrice, Task, shortest_deadline};
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
     Availability, Hibernation, Outcome, Response, one_hibernation, run, write_tradeoff_plot,
@@ -113,6 +118,17 @@ pub struct DeadlinesArgs {
     /// start drawn anew.
     #[arg(long, default_value_t = 10)]
     availability_runs: u64,
+    /// AWS spot price history (`describe-spot-price-history` JSON, or its
+    /// tab-separated archive): the catalogue's spot prices over time.
+    #[arg(long, requires = "spot_zone")]
+    spot_prices: Option<PathBuf>,
+    /// The zone whose prices are read (a name such as `us-east-1a` or an
+    /// ID such as `use1-az2`).
+    #[arg(long, requires = "spot_prices")]
+    spot_zone: Option<String>,
+    /// The product whose prices are read.
+    #[arg(long, default_value = "Linux/UNIX")]
+    spot_product: String,
     /// Seed of the hibernating VM and of the availability draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -209,6 +225,24 @@ pub struct DeadlinesReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub availability: Option<BTreeMap<&'static str, Summary>>,
     pub tradeoff: Vec<TradeOff>,
+    /// The spot price history the catalogue was priced with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spot_prices: Option<SpotPricing>,
+}
+
+/// Where the spot prices came from, when not from Table VI.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpotPricing {
+    pub file: PathBuf,
+    pub zone: String,
+    /// The catalogue's types the history prices; the others keep Table
+    /// VI's spot price.
+    pub types: Vec<String>,
+    /// Price changes read for them.
+    pub changes: usize,
+    /// Every bag starts here: the history's first change, µs since the
+    /// epoch.
+    pub start_us: u64,
 }
 
 /// A bag ready to schedule: its true tasks, its deadline, and its maps
@@ -278,9 +312,21 @@ fn check_flags(args: &DeadlinesArgs) -> anyhow::Result<()> {
 
 pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
     let started = Instant::now();
-    let catalogue = Catalogue::teylo_2018();
+    let mut catalogue = Catalogue::teylo_2018();
     let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
     check_flags(args)?;
+    let spot_prices = match (&args.spot_prices, &args.spot_zone) {
+        (Some(file), Some(zone)) => Some(price_catalogue(
+            &mut catalogue,
+            file,
+            zone,
+            &args.spot_product,
+        )?),
+        _ => None,
+    };
+    let start_us = spot_prices.as_ref().map_or(0, |p| p.start_us);
+    // What the maps are drawn with: the prices when the bags start.
+    let planned_catalogue = catalogue.priced_at(start_us);
     let hours = |h: f64| clock.periods(h * 3600.0);
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
@@ -337,7 +383,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         let true_mean = uniform(truth.iter().map(|t| t.base_s).sum::<f64>() / truth.len() as f64);
         let Some((shortest, _)) = shortest_deadline(
             &truth,
-            &catalogue,
+            &planned_catalogue,
             &clock,
             args.time_limit,
             hours(args.deadline_step_hours),
@@ -354,8 +400,22 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             .chain([&true_mean, &truth])
             .map(|tasks| {
                 (
-                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit, true),
-                    Maps::draw(tasks, &catalogue, &clock, deadline, args.time_limit, false),
+                    Maps::draw(
+                        tasks,
+                        &planned_catalogue,
+                        &clock,
+                        deadline,
+                        args.time_limit,
+                        true,
+                    ),
+                    Maps::draw(
+                        tasks,
+                        &planned_catalogue,
+                        &clock,
+                        deadline,
+                        args.time_limit,
+                        false,
+                    ),
                 )
             })
             .unzip();
@@ -423,7 +483,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         let level = bag.level(args.quantile);
         let (maps, truth_maps) = (&bag.maps[level], &bag.maps[TRUE]);
         let go = |maps: &Maps, h: &[Vec<Hibernation>], r| {
-            run(maps, &bag.truth, &catalogue, &clock, h, r)
+            run(maps, &bag.truth, &catalogue, &clock, h, r, start_us)
         };
         let one = |maps: &Maps, length| {
             one_hibernation(maps, seed_of(bag), at(bag), length).unwrap_or_default()
@@ -482,7 +542,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                     continue;
                 };
                 let go = |maps: &Maps, h: &[Vec<Hibernation>], r| {
-                    run(maps, &bag.truth, &catalogue, &clock, h, r)
+                    run(maps, &bag.truth, &catalogue, &clock, h, r, start_us)
                 };
                 out.entry("proposal")
                     .or_default()
@@ -535,7 +595,15 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             let maps = &bag.maps[bag.level(level)];
             let h = one_hibernation(maps, seed_of(bag), at(bag), short(bag)).unwrap_or_default();
             proposal.add(
-                &run(maps, &bag.truth, &catalogue, &clock, &h, Response::Wait),
+                &run(
+                    maps,
+                    &bag.truth,
+                    &catalogue,
+                    &clock,
+                    &h,
+                    Response::Wait,
+                    start_us,
+                ),
                 &clock,
             );
         }
@@ -599,6 +667,55 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         relative,
         availability: availability_summary,
         tradeoff,
+        spot_prices,
+    })
+}
+
+/// Give `catalogue` the spot price history of `zone` in `file`.
+fn price_catalogue(
+    catalogue: &mut Catalogue,
+    file: &std::path::Path,
+    zone: &str,
+    product: &str,
+) -> anyhow::Result<SpotPricing> {
+    let (history, diagnostics) = jobcast_ingest::spot_prices::read(file, zone, product)
+        .with_context(|| format!("reading spot prices {}", file.display()))?;
+    if diagnostics.skipped_total() > 0 {
+        eprintln!("{}: {}", file.display(), diagnostics.summary());
+    }
+    let series: BTreeMap<String, Vec<SpotPrice>> = history
+        .by_type
+        .into_iter()
+        .map(|(name, changes)| {
+            let changes = changes
+                .into_iter()
+                .map(|c| SpotPrice {
+                    from_us: c.time_us,
+                    usd_h: c.usd_h,
+                })
+                .collect();
+            (name, changes)
+        })
+        .collect();
+    let types = catalogue.set_spot_prices(&series);
+    anyhow::ensure!(
+        !types.is_empty(),
+        "{}: no price in zone {zone} for a type of the catalogue",
+        file.display()
+    );
+    let priced: Vec<&Vec<SpotPrice>> = types.iter().map(|t| &series[t]).collect();
+    let start_us = priced
+        .iter()
+        .filter_map(|c| c.first())
+        .map(|c| c.from_us)
+        .min()
+        .expect("every matched type has a change");
+    Ok(SpotPricing {
+        file: file.to_owned(),
+        zone: zone.to_owned(),
+        changes: priced.iter().map(|c| c.len()).sum(),
+        types,
+        start_us,
     })
 }
 
@@ -615,6 +732,18 @@ impl fmt::Display for DeadlinesReport {
             self.memory_gb_per_unit,
             self.skipped
         )?;
+        if let Some(p) = &self.spot_prices {
+            writeln!(
+                f,
+                "spot prices of {} in {} ({} changes), from {}: {}",
+                p.file.display(),
+                p.zone,
+                p.changes,
+                chrono::DateTime::from_timestamp_micros(p.start_us as i64)
+                    .map_or_else(|| p.start_us.to_string(), |t| t.to_rfc3339()),
+                p.types.join(", ")
+            )?;
+        }
         writeln!(
             f,
             "{:>20} {:>6} {:>8} {:>8} {:>5} {:>8} {:>8} {:>6} {:>9}",

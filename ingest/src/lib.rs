@@ -33,6 +33,7 @@ pub mod kafka_args;
 pub mod merge_by_key;
 pub mod source;
 pub mod spot;
+pub mod spot_prices;
 pub mod timeline;
 pub mod tpch_dags;
 pub mod truth;

@@ -1,6 +1,6 @@
-//! What every trace adapter shares: opening (possibly gzipped) files while
-//! counting the bytes read for progress bars, and the [`Diagnostics`] that
-//! collect the rows an adapter had to skip, so a run can go on and end with
+//! What every trace adapter shares: opening (possibly gzipped or
+//! zstd-compressed) files while counting the bytes read for progress bars,
+//! and the [`Diagnostics`] that collect the rows an adapter had to skip, so a run can go on and end with
 //! a summary of what was skipped and why.
 
 use std::collections::BTreeMap;
@@ -205,8 +205,8 @@ impl<R: Read> Read for CountingReader<R> {
     }
 }
 
-/// Open a file for buffered reading, decompressing it if it is gzip (told by
-/// its magic bytes, not its name). Bytes read from disk are added to
+/// Open a file for buffered reading, decompressing it if it is gzip or
+/// zstd (told by its magic bytes, not its name). Bytes read from disk are added to
 /// `diagnostics.bytes_read()`.
 pub fn open_input(
     path: &Path,
@@ -220,15 +220,16 @@ pub fn open_input(
             counter: diagnostics.byte_counter(),
         },
     );
-    let is_gzip = raw
-        .fill_buf()
-        .map_err(|e| TraceError::io(path, e))?
-        .starts_with(&[0x1f, 0x8b]);
-    if is_gzip {
+    let head = raw.fill_buf().map_err(|e| TraceError::io(path, e))?;
+    if head.starts_with(&[0x1f, 0x8b]) {
         Ok(Box::new(BufReader::with_capacity(
             256 * 1024,
             flate2::bufread::MultiGzDecoder::new(raw),
         )))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let decoder =
+            zstd::stream::read::Decoder::with_buffer(raw).map_err(|e| TraceError::io(path, e))?;
+        Ok(Box::new(BufReader::with_capacity(256 * 1024, decoder)))
     } else {
         Ok(Box::new(raw))
     }

@@ -68,7 +68,9 @@ pub struct Outcome {
 /// Run `maps` on the `truth` (the bag's tasks with their true runtimes),
 /// the primary map's VM `j` hibernating as `hibernations[j]` says (sorted,
 /// disjoint; a VM past the end of the list never hibernates; on-demand VMs
-/// never do).
+/// never do). The job starts at `start_us` of event time: a spot slot is
+/// billed at the price in effect when it begins (the catalogue's price
+/// series, [`jobcast_predictor::deadlines::VmType::spot_at`]).
 pub fn run(
     maps: &Maps,
     truth: &[Task],
@@ -76,6 +78,7 @@ pub fn run(
     clock: &Clock,
     hibernations: &[Vec<Hibernation>],
     response: Response,
+    start_us: u64,
 ) -> Outcome {
     let true_task = |id: u32| {
         truth
@@ -108,14 +111,28 @@ pub fn run(
             })
             .collect();
         let run_end = runs.iter().map(|r| r.2).max().unwrap_or(0);
-        let price = match vm.market {
-            Market::Spot => vm_type.spot_usd_h.unwrap_or(vm_type.on_demand_usd_h),
-            Market::OnDemand => vm_type.on_demand_usd_h,
-        };
         let none = Vec::new();
         let hibernating = match vm.market {
             Market::Spot => hibernations.get(j).unwrap_or(&none),
             Market::OnDemand => &none,
+        };
+        // The first `slots` slots of the VM's running time; a slot begins
+        // later on the wall clock by the hibernations before it.
+        let bill = |slots: u64| match vm.market {
+            Market::OnDemand => clock.cost(slots, vm_type.on_demand_usd_h),
+            Market::Spot => (0..slots)
+                .map(|k| {
+                    let mut wall = k * clock.slot_periods;
+                    for h in hibernating {
+                        if h.start > wall {
+                            break;
+                        }
+                        wall += h.end - h.start;
+                    }
+                    let at = start_us + wall * clock.period_s * 1_000_000;
+                    clock.cost(1, vm_type.spot_at(at).unwrap_or(vm_type.on_demand_usd_h))
+                })
+                .sum(),
         };
         // Periods the VM spent hibernated so far: its clock's lag.
         let mut paused = 0;
@@ -159,12 +176,12 @@ pub fn run(
         }
         match migrated {
             None => {
-                outcome.cost_usd += clock.cost(clock.slots(run_end), price);
+                outcome.cost_usd += bill(clock.slots(run_end));
                 outcome.makespan = outcome.makespan.max(run_end + paused);
             }
             Some((when, ran, group)) => {
                 outcome.migrations += 1;
-                outcome.cost_usd += clock.cost(clock.slots(ran), price);
+                outcome.cost_usd += bill(clock.slots(ran));
                 // Unfinished tasks, in the group's order (the map's
                 // longest first), then any the map did not foresee.
                 let mut left: Vec<u32> = runs.iter().filter(|r| r.2 > ran).map(|r| r.0).collect();
@@ -455,6 +472,7 @@ pub fn write_tradeoff_plot(
 #[cfg(test)]
 mod tests {
     use jobcast_ingest::event::{MachineEvent, VmInfo};
+    use jobcast_predictor::deadlines::SpotPrice;
 
     use super::*;
 
@@ -477,10 +495,69 @@ mod tests {
         (tasks, cat, clock, maps)
     }
 
+    /// A spot slot is billed at the price in effect when it begins on
+    /// the wall clock: from the job's start, later by the hibernations
+    /// before it.
+    #[test]
+    fn spot_slots_are_billed_at_the_price_of_their_start() {
+        let (tasks, cat, clock, maps) = setup();
+        let hour = 3_600_000_000;
+        let priced = |changes: &dyn Fn(f64) -> Vec<SpotPrice>| {
+            let mut c = cat.clone();
+            let series = c
+                .types
+                .iter()
+                .map(|t| (t.name.clone(), changes(t.spot_usd_h.unwrap())))
+                .collect();
+            c.set_spot_prices(&series);
+            c
+        };
+        let at = |from_us, usd_h| SpotPrice { from_us, usd_h };
+        let fixed = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
+        let doubled = {
+            let mut c = cat.clone();
+            for t in &mut c.types {
+                t.spot_usd_h = t.spot_usd_h.map(|p| 2.0 * p);
+            }
+            run(&maps, &tasks, &c, &clock, &[], Response::Wait, 0)
+        };
+        assert!(doubled.cost_usd > fixed.cost_usd);
+        // Doubling 100 h on: the job of 8 h pays the first price, unless
+        // it starts past the change.
+        let later = priced(&|p| vec![at(0, p), at(100 * hour, 2.0 * p)]);
+        let cost = |start_us, h: &[Vec<Hibernation>]| {
+            run(&maps, &tasks, &later, &clock, h, Response::Wait, start_us).cost_usd
+        };
+        assert!((cost(0, &[]) - fixed.cost_usd).abs() < 1e-9);
+        assert!((cost(100 * hour, &[]) - doubled.cost_usd).abs() < 1e-9);
+        // Starting an hour before the change, a spot VM hibernated from the
+        // start for an hour begins its first slot at the new price.
+        let spot = maps
+            .primary
+            .vms
+            .iter()
+            .position(|v| v.market == Market::Spot)
+            .unwrap();
+        let mut h = vec![Vec::new(); maps.primary.vms.len()];
+        h[spot].push(Hibernation { start: 0, end: 60 });
+        let hibernated = run(&maps, &tasks, &later, &clock, &h, Response::Wait, 99 * hour);
+        assert_eq!(hibernated.migrations, 0, "an hour is waited out");
+        let hibernated = hibernated.cost_usd;
+        let first_slot = clock.cost(
+            1,
+            cat.types[maps.primary.vms[spot].kind].spot_usd_h.unwrap(),
+        );
+        let expected = cost(99 * hour, &[]) + first_slot;
+        assert!(
+            (hibernated - expected).abs() < 1e-9,
+            "{hibernated} {expected}"
+        );
+    }
+
     #[test]
     fn undisturbed_runs_as_drawn() {
         let (tasks, cat, clock, maps) = setup();
-        let out = run(&maps, &tasks, &cat, &clock, &[], Response::Wait);
+        let out = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
         assert_eq!(out.makespan, maps.primary.makespan());
         assert!((out.cost_usd - maps.primary.cost(&cat, &clock)).abs() < 1e-9);
         assert!(!out.missed);
@@ -492,19 +569,19 @@ mod tests {
         let (tasks, cat, clock, maps) = setup();
         let g = &maps.backup.groups[0];
         let short = one_hibernation(&maps, 1, 30, 60).unwrap();
-        let out = run(&maps, &tasks, &cat, &clock, &short, Response::Wait);
+        let out = run(&maps, &tasks, &cat, &clock, &short, Response::Wait, 0);
         assert_eq!((out.hibernations, out.migrations), (1, 0));
         assert_eq!(out.makespan, maps.primary.makespan() + 60);
         // Hibernation is not billed.
         assert!((out.cost_usd - maps.primary.cost(&cat, &clock)).abs() < 1e-9);
         // Too long: migrate at start_bkp, and still meet D.
         let long = one_hibernation(&maps, 1, 30, 60_000).unwrap();
-        let out = run(&maps, &tasks, &cat, &clock, &long, Response::Wait);
+        let out = run(&maps, &tasks, &cat, &clock, &long, Response::Wait, 0);
         assert_eq!(out.migrations, 1);
         assert!(!out.missed, "{out:?}");
         assert_eq!(out.makespan, g.start_backup as u64 + g.runtime);
         // Immediate migration: earlier, and on the same backup VMs.
-        let now = run(&maps, &tasks, &cat, &clock, &long, Response::Immediate);
+        let now = run(&maps, &tasks, &cat, &clock, &long, Response::Immediate, 0);
         assert_eq!(now.migrations, 1);
         assert_eq!(now.makespan, 30 + g.runtime);
         assert!(now.cost_usd < out.cost_usd + 1e-9);
@@ -516,7 +593,7 @@ mod tests {
     fn longer_true_runtimes_miss_the_deadline() {
         let (_, cat, clock, maps) = setup();
         let truth = bag(20, 80.0);
-        let out = run(&maps, &truth, &cat, &clock, &[], Response::Wait);
+        let out = run(&maps, &truth, &cat, &clock, &[], Response::Wait, 0);
         assert!(out.missed);
         assert!(out.makespan > maps.primary.deadline);
     }

@@ -130,6 +130,46 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
 
     // The same flags give the same report.
     assert_eq!(jobcast_ok(&args), out);
+
+    // Priced by AWS's measured spot prices of one zone instead of Table
+    // VI's: the types the history has are named, and the spot maps cost
+    // what those prices say (on-demand prices stay).
+    let prices = shared_data("spot-traces/aws-spot-price-history/2022-05.tsv.zst");
+    let mut priced = args.to_vec();
+    priced.extend([
+        "--spot-prices",
+        prices.to_str().unwrap(),
+        "--spot-zone",
+        "use1-az2",
+    ]);
+    let p: Value = serde_json::from_str(&jobcast_ok(&priced)).unwrap();
+    let types: Vec<&str> = p["spot_prices"]["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        types.contains(&"c4.2xlarge") && !types.contains(&"c4.large"),
+        "{types:?}"
+    );
+    assert!(
+        f(&p["spot_prices"], "start_us") >= 1.654e15,
+        "{}",
+        p["spot_prices"]
+    );
+    let cost = |v: &Value, s: &str| f(&v["strategies"][s], "cost_usd");
+    assert_ne!(cost(&p, "proposal"), cost(&v, "proposal"));
+    assert_eq!(cost(&p, "on_demand"), cost(&v, "on_demand"));
+    priced.pop();
+    priced.push("use1-az99");
+    let out = jobcast(&priced);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no `Linux/UNIX` spot price in zone `use1-az99`"),
+        "{stderr}"
+    );
 }
 
 /// A bad flag is refused by name and value before any trace is read; a

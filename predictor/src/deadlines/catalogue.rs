@@ -1,6 +1,8 @@
 //! The VM types a deadline job may run on, and the clock its maps are
 //! drawn on.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// One VM type, as Table VI of Teylo et al. describes it.
@@ -17,6 +19,33 @@ pub struct VmType {
     /// A task's runtime here over its runtime on the baseline core
     /// (`P_B / P_vm`: below 1 is faster).
     pub slowdown: f64,
+    /// The spot price's changes over time, in time order; when given they
+    /// set the spot price ([`VmType::spot_at`]) and `spot_usd_h` only
+    /// says the type is on the spot market.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spot_prices: Vec<SpotPrice>,
+}
+
+/// A spot price from `from_us` (µs of event time) until the next change.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpotPrice {
+    pub from_us: u64,
+    pub usd_h: f64,
+}
+
+impl VmType {
+    /// The spot price in effect at `time_us`: the last change at or before
+    /// it (the first change before the series begins, the price then being
+    /// unknown), else the fixed `spot_usd_h`. `None` off the spot market.
+    pub fn spot_at(&self, time_us: u64) -> Option<f64> {
+        self.spot_usd_h?;
+        let after = self.spot_prices.partition_point(|p| p.from_us <= time_us);
+        match self.spot_prices.get(after.saturating_sub(1)) {
+            Some(p) => Some(p.usd_h),
+            None => self.spot_usd_h,
+        }
+    }
 }
 
 /// The VM types on offer, and how long one takes to boot.
@@ -49,6 +78,7 @@ impl Catalogue {
             on_demand_usd_h: od,
             spot_usd_h: Some(spot),
             slowdown,
+            spot_prices: Vec::new(),
         };
         Catalogue {
             types: vec![
@@ -71,6 +101,31 @@ impl Catalogue {
         }
     }
 
+    /// The catalogue as a planner at `time_us` sees it: each spot price
+    /// the one then in effect ([`VmType::spot_at`]).
+    pub fn priced_at(&self, time_us: u64) -> Catalogue {
+        let mut priced = self.clone();
+        for t in &mut priced.types {
+            t.spot_usd_h = t.spot_at(time_us);
+        }
+        priced
+    }
+
+    /// Give each type named in `series` (type name to its changes) those
+    /// spot price changes, putting it on the spot market; the names
+    /// matched, in the catalogue's order.
+    pub fn set_spot_prices(&mut self, series: &BTreeMap<String, Vec<SpotPrice>>) -> Vec<String> {
+        let mut matched = Vec::new();
+        for t in &mut self.types {
+            if let Some(changes) = series.get(&t.name).filter(|c| !c.is_empty()) {
+                t.spot_prices = changes.clone();
+                t.spot_usd_h = Some(changes[0].usd_h);
+                matched.push(t.name.clone());
+            }
+        }
+        matched
+    }
+
     /// Refuse a catalogue no map can be drawn on.
     pub fn validate(&self) -> Result<(), CatalogueError> {
         if self.types.is_empty() {
@@ -87,6 +142,20 @@ impl Catalogue {
                 "spot price must be a price"
             } else if !(t.slowdown.is_finite() && t.slowdown > 0.0) {
                 "slowdown must be positive"
+            } else if t
+                .spot_prices
+                .iter()
+                .any(|p| !(p.usd_h.is_finite() && p.usd_h >= 0.0))
+            {
+                "every spot price change must be a price"
+            } else if t
+                .spot_prices
+                .windows(2)
+                .any(|w| w[0].from_us >= w[1].from_us)
+            {
+                "spot price changes must be in time order, one per instant"
+            } else if !t.spot_prices.is_empty() && t.spot_usd_h.is_none() {
+                "spot price changes need `spot_usd_h`: the type is on the spot market"
             } else {
                 continue;
             };
@@ -142,6 +211,49 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_price_series_prices_the_catalogue_at_each_instant() {
+        let mut c = Catalogue::teylo_2018();
+        let change = |from_us, usd_h| SpotPrice { from_us, usd_h };
+        let series = BTreeMap::from([
+            (
+                "c4.large".to_owned(),
+                vec![change(100, 0.03), change(200, 0.05)],
+            ),
+            ("x9.huge".to_owned(), vec![change(100, 9.0)]),
+        ]);
+        assert_eq!(c.set_spot_prices(&series), ["c4.large"]);
+        c.validate().unwrap();
+        let at = |t| {
+            let priced = c.priced_at(t);
+            priced
+                .types
+                .iter()
+                .find(|v| v.name == "c4.large")
+                .unwrap()
+                .spot_usd_h
+        };
+        // Before the series: its first price; then each change in turn.
+        assert_eq!(
+            [at(0), at(100), at(199), at(200), at(900)],
+            [Some(0.03), Some(0.03), Some(0.03), Some(0.05), Some(0.05)]
+        );
+        // A type without a series keeps its price; one off the market, none.
+        assert_eq!(c.priced_at(150).types[0].spot_usd_h, Some(0.0324));
+        let mut off = c.types[2].clone();
+        off.spot_usd_h = None;
+        assert_eq!(off.spot_at(150), None);
+        // A series out of order is refused by name.
+        c.types[2].spot_prices.reverse();
+        assert_eq!(
+            c.validate(),
+            Err(CatalogueError::Type {
+                name: "c4.large".into(),
+                reason: "spot price changes must be in time order, one per instant"
+            })
+        );
+    }
 
     #[test]
     fn table_vi_is_valid_and_refusals_name_the_type() {

@@ -25,7 +25,7 @@ pub mod primary;
 pub mod vm;
 
 pub use backup::{BackupMap, RecoveryGroup, backup_map, place_group, recovery_group};
-pub use catalogue::{Catalogue, CatalogueError, Clock, VmType};
+pub use catalogue::{Catalogue, CatalogueError, Clock, SpotPrice, VmType};
 pub use primary::{PrimaryMap, primary_map};
 pub use vm::{Market, Placement, Task, Vm};
 

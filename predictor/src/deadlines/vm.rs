@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::catalogue::{Catalogue, Clock, VmType};
 
 /// Where a VM is bought.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Market {
     /// Cheap, and may hibernate.
@@ -203,6 +203,7 @@ mod tests {
             on_demand_usd_h: 1.0,
             spot_usd_h: Some(0.3),
             slowdown: 1.0,
+            spot_prices: Vec::new(),
         }
     }
 

@@ -183,6 +183,8 @@ impl Deadlines {
         };
         let levels = quantiles.mean_task_runtime_us.to_array();
         let deadline = (deadline_us - now_us) / planner.period_us();
+        // The spot prices now, of the catalogue's series where it has one.
+        let catalogue = planner.catalogue.priced_at(now_us);
         let draw = |level: usize| {
             let base_s = levels[level] / 1e6;
             let tasks: Vec<Task> = (0..job.num_tasks)
@@ -194,7 +196,7 @@ impl Deadlines {
                 .collect();
             Maps::draw(
                 &tasks,
-                &planner.catalogue,
+                &catalogue,
                 &planner.clock,
                 deadline,
                 planner.time_limit,
@@ -225,7 +227,7 @@ impl Deadlines {
             quantile: Quantiles::NAMES[level].to_owned(),
             task_runtime_us: levels[level].round() as u64,
             valid: maps.valid(),
-            cost_usd: maps.primary.cost(&planner.catalogue, &planner.clock),
+            cost_usd: maps.primary.cost(&catalogue, &planner.clock),
             end_us: now_us + planner.us(maps.primary.makespan()),
             vms: maps.primary.vms.iter().map(planned).collect(),
         });

@@ -2041,6 +2041,59 @@ fn a_deadline_job_is_planned_and_a_hibernation_waits_then_migrates() {
     assert!(engine.deadline(2).is_none());
 }
 
+/// With a spot price series in the catalogue, a plan is drawn at the
+/// prices in effect when it is made: once spot is dearer than on demand,
+/// the map buys on demand.
+#[test]
+fn a_plan_is_drawn_at_the_spot_prices_of_its_time() {
+    use crate::deadlines::{Market, SpotPrice};
+    let mut config = deadline_config();
+    let series = config
+        .deadlines
+        .catalogue
+        .types
+        .iter()
+        .map(|t| {
+            let change = |from_us, usd_h| SpotPrice { from_us, usd_h };
+            let changes = vec![
+                change(0, t.spot_usd_h.unwrap()),
+                change(11 * HOUR, 10.0 * t.on_demand_usd_h),
+            ];
+            (t.name.clone(), changes)
+        })
+        .collect();
+    config.deadlines.catalogue.set_spot_prices(&series);
+    config.deadlines.validate().unwrap();
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    effects.clear();
+    for (job, t) in [(2, 10 * HOUR + 1), (3, 12 * HOUR)] {
+        engine
+            .apply(AT, &with_deadline(job, t, 4, t + 100 * HOUR), &mut effects)
+            .unwrap();
+    }
+    let markets: Vec<BTreeSet<Market>> = deadline_decisions(&effects)
+        .iter()
+        .map(|d| {
+            d.plan
+                .as_ref()
+                .unwrap()
+                .vms
+                .iter()
+                .map(|v| v.market)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        markets,
+        [
+            BTreeSet::from([Market::Spot]),
+            BTreeSet::from([Market::OnDemand])
+        ]
+    );
+}
+
 /// Hibernations as the `spot-hibernation` adapter reads them from a
 /// spot trace drive the same decisions: the VM its market's capacity
 /// left waits, and resumes when the capacity comes back.
