@@ -2,6 +2,9 @@
 //! cluster simulation; a summary table, or JSON with every job. With
 //! `--via-kafka` the policy runs in a live `jobcast serve` and the
 //! simulator is its downstream scheduler (`jobcast_replay::closed_loop`).
+//! With `--scheduler megha` the trace's tasks run instead on Megha's
+//! federated clusters, under each of its configurations
+//! (`jobcast_replay::megha`).
 
 use std::time::Duration;
 
@@ -10,6 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobcast_ingest::kafka::Topics;
 use jobcast_replay::closed_loop::{self, ClosedLoopConfig, LoopSummary};
 use jobcast_replay::evaluate::{PolicyKind, run_policy};
+use jobcast_replay::megha::{self, MeghaConfig, Scheduler};
 use jobcast_replay::sim::SimReport;
 use jobcast_replay::workload::Workload;
 use jobcast_scheduler_feed::config::ConsumerConfig;
@@ -25,8 +29,15 @@ pub struct Args {
     common: Common,
     /// The policy: slearn, 3sigma, 3sigma-tl, point, slearn-dag, 3sigma-dag,
     /// bayes, las, fifo or oracle.
-    #[arg(long)]
-    policy: PolicyKind,
+    #[arg(long, required_unless_present = "scheduler")]
+    policy: Option<PolicyKind>,
+    /// A downstream scheduler to run the trace's tasks on instead of the
+    /// GS queues: `megha` (federated clusters, against a centralised
+    /// master and a sampler, with and without jobcast).
+    #[arg(long, value_parser = ["megha"], conflicts_with_all = ["policy", "via_kafka"])]
+    scheduler: Option<String>,
+    #[command(flatten)]
+    megha: MeghaArgs,
     /// Close the loop through Kafka: the policy runs in a `jobcast serve`
     /// (started with the same policy, settings and seed, on an empty state);
     /// the simulator sends it task and job events and schedules by the
@@ -48,6 +59,117 @@ pub struct Args {
     catch_up_timeout: f64,
 }
 
+/// Megha's data centre (`--scheduler megha`).
+#[derive(clap::Args)]
+struct MeghaArgs {
+    /// Workers (64 cores and 16 GB each, as the paper's).
+    #[arg(long, default_value_t = 1_000)]
+    workers: u32,
+    /// Clusters, one Local Master each.
+    #[arg(long, default_value_t = 10)]
+    lms: u32,
+    /// Global Masters.
+    #[arg(long, default_value_t = 10)]
+    gms: u32,
+    /// Seconds between an LM's heartbeats.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_secs)]
+    heartbeat_secs: f64,
+    /// One-way message delay, milliseconds.
+    #[arg(long, default_value_t = 0.5)]
+    network_ms: f64,
+    /// Sampling's reservations per task.
+    #[arg(long, default_value_t = 2)]
+    probes: u32,
+    /// Arrivals come this many times faster than in the trace (the load
+    /// grows by as much; runtimes stay).
+    #[arg(long, default_value_t = 1.0)]
+    arrival_speedup: f64,
+}
+
+fn megha(args: &Args) -> anyhow::Result<()> {
+    let m = &args.megha;
+    anyhow::ensure!(
+        m.network_ms.is_finite() && m.network_ms >= 0.0,
+        "--network-ms {}: must be 0 or more",
+        m.network_ms
+    );
+    anyhow::ensure!(
+        m.arrival_speedup.is_finite() && m.arrival_speedup >= 1.0,
+        "--arrival-speedup {}: must be 1 or more",
+        m.arrival_speedup
+    );
+    let workload = args.common.workload()?;
+    let history = args.common.config().history_for(&workload)?;
+    let jobs = megha::speed_up_arrivals(&workload.jobs, m.arrival_speedup);
+    let config = MeghaConfig {
+        workers: m.workers,
+        lms: m.lms,
+        gms: m.gms,
+        heartbeat_us: (m.heartbeat_secs * 1e6).round() as u64,
+        network_us: (m.network_ms * 1e3).round() as u64,
+        probes: m.probes,
+        seed: args.common.seed,
+        ..MeghaConfig::default()
+    };
+    let bar = ProgressBar::with_draw_target(
+        Some(Scheduler::ALL.len() as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    let mut runs = Vec::new();
+    for scheduler in Scheduler::ALL {
+        bar.set_message(scheduler.name());
+        runs.push(megha::simulate(&jobs, &history, &config, scheduler)?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if args.common.json {
+        let by_name: serde_json::Map<String, serde_json::Value> = runs
+            .iter()
+            .map(|r| Ok((r.scheduler.name().to_owned(), serde_json::to_value(r)?)))
+            .collect::<Result<_, serde_json::Error>>()?;
+        return print_json(&json!({
+            "workers": config.workers,
+            "lms": config.lms,
+            "gms": config.gms,
+            "heartbeat_secs": m.heartbeat_secs,
+            "network_ms": m.network_ms,
+            "arrival_speedup": m.arrival_speedup,
+            "configurations": by_name,
+        }));
+    }
+    let mut table = format!(
+        "{} workers, {} clusters, {} GMs, heartbeat {} s\n{:<14} {:>7} {:>10} {:>10} {:>11} {:>10} {:>10} {:>8} {:>8}\n",
+        config.workers,
+        config.lms,
+        config.gms,
+        m.heartbeat_secs,
+        "scheduler",
+        "tasks",
+        "alloc p50",
+        "alloc p99",
+        "alloc max",
+        "avg JCT",
+        "P50 JCT",
+        "refused",
+        "repart"
+    );
+    for r in &runs {
+        table.push_str(&format!(
+            "{:<14} {:>7} {:>8.1}ms {:>8.1}ms {:>9.1}ms {:>9.1}s {:>9.1}s {:>8} {:>8}\n",
+            r.scheduler.name(),
+            r.tasks,
+            r.allocation_p50_ms,
+            r.allocation_p99_ms,
+            r.allocation_max_ms,
+            r.avg_jct_s,
+            r.p50_jct_s,
+            r.inconsistencies,
+            r.repartitions
+        ));
+    }
+    print_out(&table)
+}
+
 fn parse_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
@@ -56,14 +178,18 @@ fn parse_secs(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
+    if args.scheduler.is_some() {
+        return megha(&args);
+    }
+    let policy = args.policy.expect("clap requires --policy without --scheduler");
     args.common.cold_start |= args.via_kafka;
     let workload = args.common.workload()?;
     let config = args.common.config();
     let slots = config.slots_for(&workload)?;
     let report = if args.via_kafka {
-        via_kafka(&args, &workload, config.sim_config(slots))?
+        via_kafka(&args, policy, &workload, config.sim_config(slots))?
     } else {
-        run_policy(&workload, args.policy, &config, slots)?
+        run_policy(&workload, policy, &config, slots)?
     };
     if args.common.json {
         let out = json!({
@@ -110,10 +236,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
 /// simulated jobs and a summary of the exchange on stderr.
 fn via_kafka(
     args: &Args,
+    policy: PolicyKind,
     workload: &Workload,
     sim: jobcast_replay::sim::SimConfig,
 ) -> anyhow::Result<SimReport> {
-    if args.policy == PolicyKind::Oracle {
+    if policy == PolicyKind::Oracle {
         anyhow::bail!(
             "--via-kafka: the oracle needs true runtimes, which `jobcast serve` does not have"
         );
@@ -136,7 +263,7 @@ fn via_kafka(
     {
         bar.set_style(style);
     }
-    let result = closed_loop::simulate(&workload.jobs, args.policy, &sim, &config, &mut |p| {
+    let result = closed_loop::simulate(&workload.jobs, policy, &sim, &config, &mut |p| {
         bar.set_position(p.jobs_done);
         bar.set_message(format!(
             "instant {}, simulated time {:.0} s",

@@ -15,6 +15,10 @@
 //! - [`deadlines`]: Teylo et al.'s primary and backup maps of a bag of
 //!   tasks with a deadline, carried out against the truth on spot VMs that
 //!   hibernate (at set times, or as measured spot capacity says);
+//! - [`megha`]: Megha's federated clusters (Global Masters with stale
+//!   views, Local Masters that check them) against a centralised master
+//!   and a Sparrow-like sampler, with and without jobcast's order and
+//!   cluster choice;
 //! - [`evaluate`]: every policy on the same workload, with tables, JSON and
 //!   plots;
 //! - [`breakdown`]: where SLearn's JCT gain over 3Sigma comes from, by
@@ -35,6 +39,7 @@ pub mod deadlines;
 pub mod evaluate;
 pub mod generate;
 pub mod kafka;
+pub mod megha;
 pub mod recurring_dags;
 pub mod report;
 pub mod risk_calibrate;

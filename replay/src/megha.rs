@@ -1,0 +1,992 @@
+//! Megha (Thiyyakat et al., `../shared/papers/megha-federated-scheduling.txt`)
+//! as a downstream scheduler of the simulator: federated clusters under
+//! Local Masters, scheduled by Global Masters that hold an eventually
+//! consistent view of every cluster; against a centralised configuration
+//! and a Sparrow-like sampler, and with jobcast's estimates deciding the
+//! order of each GM's queue and the cluster each job tries first.
+//!
+//! # The data centre (§IV, §V)
+//! `workers` workers of `worker_cores` cores and `worker_memory_gb` GB (the
+//! paper: 64 and 16), in `lms` clusters of equal size, each under a Local
+//! Master. Every cluster is split into one partition per Global Master.
+//! The LMs hold the true state; each GM holds a copy of every worker's free
+//! resources, refreshed by each LM's heartbeat (every `heartbeat_us`, the
+//! paper's 10 s) and by the LM's state carried on every answer to a
+//! request, so a GM's view of a cluster is stale by up to a heartbeat.
+//!
+//! # A task's way (§IV-B)
+//! Jobs are handed to the GMs in turn; a GM takes the tasks of its queue
+//! one at a time. It looks for a worker with room for the task first in
+//! its internal partitions, cluster by cluster in round-robin, then in the
+//! other GMs' partitions, again round-robin over the clusters: first fit
+//! on its view. A worker found in an external partition is a repartition:
+//! the LM lends the GM the resources. The GM sends the LM a launch request
+//! and counts the resources as taken in its view. The LM checks the
+//! request against its true state: a worker without room (taken by another
+//! GM's repartition or launch the GM did not yet know of) is refused, with
+//! the LM's state, and the GM takes the task again first. A task that
+//! fits nowhere in the GM's view waits, as the paper's requeue at the tail,
+//! until the view changes (a heartbeat or an answer): retrying on the same
+//! view would find the same nothing.
+//!
+//! # Costs
+//! Every message takes `network_us` one way (Sparrow's simulator: 0.5 ms).
+//! A GM is one server: a decision costs `gm_request_us` plus `scan_ns` per
+//! worker it examined, and folding an LM's state into its view `scan_ns`
+//! per worker of the cluster. An LM is one server too, `lm_request_us` a
+//! request. These stand for the prototype's measured overheads, which the
+//! paper reports only as a share of the allocation time (communication
+//! over 90 %, processing under 3 %, queueing about 7 %).
+//!
+//! # The configurations
+//! - [`Scheduler::Megha`]: `gms` GMs, `lms` LMs, each GM's queue in order of
+//!   arrival.
+//! - [`Scheduler::MeghaJobcast`]: the same GMs, each queue ordered by
+//!   jobcast's estimate of the job's work (the 3Sigma history estimate of
+//!   its mean task runtime times its tasks, learning from every job that
+//!   ends: the order of jobcast's decisions), each job tried first on the
+//!   cluster of earliest estimated completion (least estimated work
+//!   running there per core).
+//! - [`Scheduler::Centralised`]: one GM and one LM over every worker.
+//! - [`Scheduler::Sampling`]: Sparrow's batch sampling with late binding:
+//!   `probes` reservations a task on random workers, each worker serving
+//!   its reservations in order, asking the job's scheduler for a task when
+//!   the head's task fits (a round trip), which sends one if any is left.
+//!
+//! # What is measured
+//! A task's allocation time: its start on a worker less its job's arrival
+//! (§III). A job's completion time (JCT): its last task's end less its
+//! arrival.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
+
+use jobcast_predictor::features::JobFeatures;
+use jobcast_predictor::history::{Estimator, History};
+use jobcast_predictor::stats::percentile;
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use crate::workload::SimJob;
+
+/// The data centre and the costs of its messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeghaConfig {
+    pub workers: u32,
+    /// Clusters, one Local Master each.
+    pub lms: u32,
+    /// Global Masters; each cluster has one partition per GM.
+    pub gms: u32,
+    pub worker_cores: f64,
+    pub worker_memory_gb: f64,
+    /// A job's CPU and memory requests are shares of these (Google's are
+    /// normalised to its largest machine).
+    pub request_cores: f64,
+    pub request_memory_gb: f64,
+    pub heartbeat_us: u64,
+    pub network_us: u64,
+    pub gm_request_us: u64,
+    pub scan_ns: u64,
+    pub lm_request_us: u64,
+    /// Sampling: reservations per task (Sparrow's 2).
+    pub probes: u32,
+    pub seed: u64,
+}
+
+impl Default for MeghaConfig {
+    fn default() -> Self {
+        MeghaConfig {
+            workers: 1_000,
+            lms: 10,
+            gms: 10,
+            worker_cores: 64.0,
+            worker_memory_gb: 16.0,
+            request_cores: 64.0,
+            request_memory_gb: 16.0,
+            heartbeat_us: 10_000_000,
+            network_us: 500,
+            gm_request_us: 1_000,
+            scan_ns: 100,
+            lm_request_us: 1_000,
+            probes: 2,
+            seed: 1,
+        }
+    }
+}
+
+/// Why a configuration cannot run.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MeghaError {
+    #[error("{0}")]
+    Config(String),
+    #[error("no job to schedule")]
+    NoJobs,
+}
+
+impl MeghaConfig {
+    fn validate(&self) -> Result<(), MeghaError> {
+        let bad = |m: String| Err(MeghaError::Config(m));
+        if self.lms == 0 || self.gms == 0 || self.probes == 0 {
+            return bad("--lms, --gms and --probes must be positive".into());
+        }
+        if self.workers < self.lms * self.gms {
+            return bad(format!(
+                "--workers {}: fewer than one per partition ({} clusters × {} GMs)",
+                self.workers, self.lms, self.gms
+            ));
+        }
+        for (flag, v) in [
+            ("--worker-cores", self.worker_cores),
+            ("--worker-memory-gb", self.worker_memory_gb),
+            ("--request-cores", self.request_cores),
+            ("--request-memory-gb", self.request_memory_gb),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(format!("{flag} {v}: must be positive"));
+            }
+        }
+        if self.heartbeat_us == 0 {
+            return bad("the heartbeat period must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Which scheduler runs the data centre.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduler {
+    Megha,
+    MeghaJobcast,
+    Centralised,
+    Sampling,
+}
+
+impl Scheduler {
+    pub const ALL: [Scheduler; 4] = [
+        Scheduler::Megha,
+        Scheduler::MeghaJobcast,
+        Scheduler::Centralised,
+        Scheduler::Sampling,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduler::Megha => "megha",
+            Scheduler::MeghaJobcast => "megha_jobcast",
+            Scheduler::Centralised => "centralised",
+            Scheduler::Sampling => "sampling",
+        }
+    }
+}
+
+/// One configuration's run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeghaRun {
+    pub scheduler: Scheduler,
+    pub workers: u32,
+    pub lms: u32,
+    pub gms: u32,
+    pub jobs: usize,
+    pub tasks: usize,
+    pub allocation_p50_ms: f64,
+    pub allocation_p99_ms: f64,
+    pub allocation_max_ms: f64,
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    /// Launch requests an LM refused: the GM's view was stale.
+    pub inconsistencies: u64,
+    /// Launches in another GM's partition.
+    pub repartitions: u64,
+    /// Tasks that found no room in their GM's view and waited for it to
+    /// change.
+    pub requeues: u64,
+}
+
+/// Run `jobs` (in order of arrival) under `scheduler`; `history` is what
+/// jobcast knows before the first arrives (only
+/// [`Scheduler::MeghaJobcast`] uses it).
+pub fn simulate(
+    jobs: &[SimJob],
+    history: &History,
+    config: &MeghaConfig,
+    scheduler: Scheduler,
+) -> Result<MeghaRun, MeghaError> {
+    config.validate()?;
+    if jobs.is_empty() {
+        return Err(MeghaError::NoJobs);
+    }
+    let mut config = config.clone();
+    if scheduler == Scheduler::Centralised {
+        config.lms = 1;
+        config.gms = 1;
+    }
+    let mut sim = Sim::new(jobs, &config, scheduler, history.clone());
+    sim.run();
+    Ok(sim.report())
+}
+
+/// A task: its job's index in the run and its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct TaskRef {
+    job: u32,
+    task: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Arrive(u32),
+    GmTurn(u32),
+    AtLm {
+        gm: u32,
+        task: TaskRef,
+        worker: u32,
+        external: bool,
+    },
+    LmDecide {
+        gm: u32,
+        task: TaskRef,
+        worker: u32,
+        external: bool,
+    },
+    Answer {
+        gm: u32,
+        lm: u32,
+        task: TaskRef,
+        ok: bool,
+    },
+    Heartbeat(u32),
+    Start {
+        task: TaskRef,
+        worker: u32,
+    },
+    End {
+        task: TaskRef,
+        worker: u32,
+    },
+    Probe {
+        job: u32,
+        worker: u32,
+    },
+    TaskReply {
+        job: u32,
+        worker: u32,
+    },
+}
+
+struct Scheduled {
+    at: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    /// The earliest first, from a max-heap.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Free resources of every worker.
+#[derive(Debug, Clone)]
+struct Room {
+    cores: Vec<f64>,
+    memory: Vec<f64>,
+}
+
+impl Room {
+    fn fits(&self, w: usize, need: (f64, f64)) -> bool {
+        self.cores[w] >= need.0 - 1e-9 && self.memory[w] >= need.1 - 1e-9
+    }
+
+    fn take(&mut self, w: usize, need: (f64, f64)) {
+        self.cores[w] -= need.0;
+        self.memory[w] -= need.1;
+    }
+
+    fn give(&mut self, w: usize, need: (f64, f64)) {
+        self.cores[w] += need.0;
+        self.memory[w] += need.1;
+    }
+
+    fn copy_range(&mut self, from: &Room, range: std::ops::Range<usize>) {
+        self.cores[range.clone()].copy_from_slice(&from.cores[range.clone()]);
+        self.memory[range.clone()].copy_from_slice(&from.memory[range]);
+    }
+}
+
+/// A Global Master: its queue (by key: arrival order, or jobcast's
+/// estimate then arrival), the tasks waiting for its view to change, and
+/// its view.
+struct Gm {
+    queue: BTreeSet<(u64, u64, TaskRef)>,
+    waiting: Vec<(u64, u64, TaskRef)>,
+    view: Room,
+    busy_until: u64,
+    turn_pending: bool,
+    next_internal: usize,
+    next_external: usize,
+}
+
+struct JobState {
+    arrival_us: u64,
+    need: (f64, f64),
+    /// Queue key under jobcast (estimated work), else 0.
+    key: u64,
+    estimated_task_us: f64,
+    home_lm: usize,
+    launched: u32,
+    ended: u32,
+    end_us: u64,
+}
+
+/// A Sparrow worker's reservations, and whether it is asking for a task.
+#[derive(Default)]
+struct SamplingWorker {
+    reservations: VecDeque<u32>,
+    asking: bool,
+}
+
+struct Sim<'a> {
+    jobs: &'a [SimJob],
+    config: MeghaConfig,
+    scheduler: Scheduler,
+    history: History,
+    rng: ChaCha8Rng,
+    events: BinaryHeap<Scheduled>,
+    seq: u64,
+    now: u64,
+    real: Room,
+    gms: Vec<Gm>,
+    lm_busy_until: Vec<u64>,
+    /// jobcast's estimated work running on each cluster, µs.
+    lm_estimated_work_us: Vec<f64>,
+    state: Vec<JobState>,
+    sampling: Vec<SamplingWorker>,
+    allocation_us: Vec<u64>,
+    inconsistencies: u64,
+    repartitions: u64,
+    requeues: u64,
+    next_gm: u32,
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        jobs: &'a [SimJob],
+        config: &MeghaConfig,
+        scheduler: Scheduler,
+        history: History,
+    ) -> Sim<'a> {
+        let n = config.workers as usize;
+        let real = Room {
+            cores: vec![config.worker_cores; n],
+            memory: vec![config.worker_memory_gb; n],
+        };
+        let gms = (0..config.gms)
+            .map(|_| Gm {
+                queue: BTreeSet::new(),
+                waiting: Vec::new(),
+                view: real.clone(),
+                busy_until: 0,
+                turn_pending: false,
+                next_internal: 0,
+                next_external: 0,
+            })
+            .collect();
+        let state = jobs
+            .iter()
+            .map(|j| {
+                let job = j.job();
+                let need = (
+                    (job.cpu_request * config.request_cores).clamp(0.01, config.worker_cores),
+                    (job.mem_request * config.request_memory_gb)
+                        .clamp(0.0, config.worker_memory_gb),
+                );
+                JobState {
+                    arrival_us: job.time_us,
+                    need,
+                    key: 0,
+                    estimated_task_us: 0.0,
+                    home_lm: 0,
+                    launched: 0,
+                    ended: 0,
+                    end_us: 0,
+                }
+            })
+            .collect();
+        let mut sim = Sim {
+            jobs,
+            config: config.clone(),
+            scheduler,
+            history,
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            events: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            real,
+            gms,
+            lm_busy_until: vec![0; config.lms as usize],
+            lm_estimated_work_us: vec![0.0; config.lms as usize],
+            state,
+            sampling: (0..n).map(|_| SamplingWorker::default()).collect(),
+            allocation_us: Vec::new(),
+            inconsistencies: 0,
+            repartitions: 0,
+            requeues: 0,
+            next_gm: 0,
+        };
+        for (i, j) in jobs.iter().enumerate() {
+            sim.at(j.job().time_us, Ev::Arrive(i as u32));
+        }
+        if scheduler != Scheduler::Sampling {
+            let first = jobs.iter().map(|j| j.job().time_us).min().unwrap_or(0);
+            // Heartbeats spread over the period, one cluster after another.
+            for lm in 0..config.lms {
+                let offset = config.heartbeat_us * u64::from(lm) / u64::from(config.lms);
+                sim.at(first + offset, Ev::Heartbeat(lm));
+            }
+        }
+        sim
+    }
+
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Scheduled {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    fn per_lm(&self) -> usize {
+        self.config.workers as usize / self.config.lms as usize
+    }
+
+    /// The workers of cluster `lm`'s partition of GM `gm`.
+    fn partition(&self, lm: usize, gm: usize) -> std::ops::Range<usize> {
+        let per_lm = self.per_lm();
+        let per_part = per_lm / self.config.gms as usize;
+        let start = lm * per_lm + gm * per_part;
+        let end = if gm + 1 == self.config.gms as usize {
+            (lm + 1) * per_lm
+        } else {
+            start + per_part
+        };
+        start..end
+    }
+
+    fn lm_of(&self, worker: usize) -> usize {
+        (worker / self.per_lm()).min(self.config.lms as usize - 1)
+    }
+
+    fn lm_range(&self, lm: usize) -> std::ops::Range<usize> {
+        let per_lm = self.per_lm();
+        let end = if lm + 1 == self.config.lms as usize {
+            self.config.workers as usize
+        } else {
+            (lm + 1) * per_lm
+        };
+        lm * per_lm..end
+    }
+
+    fn run(&mut self) {
+        let total: usize = self.jobs.iter().map(|j| j.runtimes_us().len()).sum();
+        while let Some(Scheduled { at, ev, .. }) = self.events.pop() {
+            self.now = at;
+            match ev {
+                Ev::Arrive(job) => self.arrive(job),
+                Ev::GmTurn(gm) => self.gm_turn(gm as usize),
+                Ev::AtLm {
+                    gm,
+                    task,
+                    worker,
+                    external,
+                } => {
+                    let lm = self.lm_of(worker as usize);
+                    let done = self.lm_busy_until[lm].max(at) + self.config.lm_request_us;
+                    self.lm_busy_until[lm] = done;
+                    self.at(
+                        done,
+                        Ev::LmDecide {
+                            gm,
+                            task,
+                            worker,
+                            external,
+                        },
+                    );
+                }
+                Ev::LmDecide {
+                    gm,
+                    task,
+                    worker,
+                    external,
+                } => self.lm_decide(gm, task, worker, external),
+                Ev::Answer { gm, lm, task, ok } => self.answer(gm as usize, lm as usize, task, ok),
+                Ev::Heartbeat(lm) => {
+                    for gm in 0..self.gms.len() {
+                        self.refresh(gm, lm as usize);
+                    }
+                    if self.allocation_us.len() < total {
+                        self.at(at + self.config.heartbeat_us, Ev::Heartbeat(lm));
+                    }
+                }
+                Ev::Start { task, worker } => self.start(task, worker),
+                Ev::End { task, worker } => self.end(task, worker),
+                Ev::Probe { job, worker } => {
+                    self.sampling[worker as usize].reservations.push_back(job);
+                    self.serve_reservations(worker as usize);
+                }
+                Ev::TaskReply { job, worker } => self.task_reply(job, worker),
+            }
+        }
+    }
+
+    fn arrive(&mut self, job: u32) {
+        let j = job as usize;
+        let width = self.jobs[j].runtimes_us().len() as u32;
+        if self.scheduler == Scheduler::Sampling {
+            // `probes` reservations a task on distinct workers; a job with
+            // more than there are workers gets every worker more than once.
+            let n = self.config.workers as usize;
+            let probes = (self.config.probes * width) as usize;
+            let delay = self.config.network_us;
+            let mut workers: Vec<usize> = (0..probes / n).flat_map(|_| 0..n).collect();
+            workers.extend(sample(&mut self.rng, n, probes % n));
+            for w in workers {
+                self.at(
+                    self.now + delay,
+                    Ev::Probe {
+                        job,
+                        worker: w as u32,
+                    },
+                );
+            }
+            return;
+        }
+        if self.scheduler == Scheduler::MeghaJobcast {
+            let estimate = self.history.estimate(
+                &JobFeatures::of(self.jobs[j].job()),
+                self.now,
+                Estimator::Utility,
+            );
+            let task_us = estimate.mean_task_runtime_us.max(1.0);
+            let lms = self.config.lms as usize;
+            // The clusters are of one size: least work is earliest done.
+            let home = (0..lms)
+                .min_by(|&a, &b| {
+                    self.lm_estimated_work_us[a]
+                        .total_cmp(&self.lm_estimated_work_us[b])
+                        .then(a.cmp(&b))
+                })
+                .unwrap_or(0);
+            let s = &mut self.state[j];
+            s.estimated_task_us = task_us;
+            s.key = (task_us * f64::from(width)).min(u64::MAX as f64 / 2.0) as u64;
+            s.home_lm = home;
+        }
+        // Jobs go to the GMs in turn, after a message's delay.
+        let gm = self.next_gm as usize;
+        self.next_gm = (self.next_gm + 1) % self.config.gms;
+        let key = self.state[j].key;
+        for task in 0..width {
+            self.seq += 1;
+            self.gms[gm]
+                .queue
+                .insert((key, self.seq, TaskRef { job, task }));
+        }
+        self.wake(gm, self.now + self.config.network_us);
+    }
+
+    /// Have GM `gm` take its next task no earlier than `at`.
+    fn wake(&mut self, gm: usize, at: u64) {
+        if !self.gms[gm].turn_pending && !self.gms[gm].queue.is_empty() {
+            self.gms[gm].turn_pending = true;
+            let at = at.max(self.gms[gm].busy_until);
+            self.at(at, Ev::GmTurn(gm as u32));
+        }
+    }
+
+    fn gm_turn(&mut self, g: usize) {
+        self.gms[g].turn_pending = false;
+        if self.gms[g].busy_until > self.now {
+            let at = self.gms[g].busy_until;
+            self.gms[g].turn_pending = true;
+            self.at(at, Ev::GmTurn(g as u32));
+            return;
+        }
+        let Some(entry) = self.gms[g].queue.pop_first() else {
+            return;
+        };
+        let task = entry.2;
+        let need = self.state[task.job as usize].need;
+        let (found, scanned) = self.find(g, task);
+        let cost = self.config.gm_request_us + scanned as u64 * self.config.scan_ns / 1_000;
+        let done = self.now + cost;
+        self.gms[g].busy_until = done;
+        match found {
+            Some((worker, external)) => {
+                self.gms[g].view.take(worker, need);
+                self.at(
+                    done + self.config.network_us,
+                    Ev::AtLm {
+                        gm: g as u32,
+                        task,
+                        worker: worker as u32,
+                        external,
+                    },
+                );
+            }
+            None => {
+                self.requeues += 1;
+                self.gms[g].waiting.push(entry);
+            }
+        }
+        self.wake(g, done);
+    }
+
+    /// First fit for `task` on GM `g`'s view: internal partitions
+    /// round-robin over the clusters (under jobcast, from the job's
+    /// cluster), then external ones; the worker, whether it is external,
+    /// and how many workers were examined.
+    fn find(&mut self, g: usize, task: TaskRef) -> (Option<(usize, bool)>, usize) {
+        let lms = self.config.lms as usize;
+        let gms = self.config.gms as usize;
+        let s = &self.state[task.job as usize];
+        let need = s.need;
+        let first_lm = match self.scheduler {
+            Scheduler::MeghaJobcast => s.home_lm,
+            _ => self.gms[g].next_internal,
+        };
+        let mut scanned = 0;
+        for k in 0..lms {
+            let lm = (first_lm + k) % lms;
+            for w in self.partition(lm, g) {
+                scanned += 1;
+                if self.gms[g].view.fits(w, need) {
+                    self.gms[g].next_internal = (lm + 1) % lms;
+                    return (Some((w, false)), scanned);
+                }
+            }
+        }
+        let first_lm = match self.scheduler {
+            Scheduler::MeghaJobcast => s.home_lm,
+            _ => self.gms[g].next_external,
+        };
+        for k in 0..lms {
+            let lm = (first_lm + k) % lms;
+            for other in (0..gms).filter(|&o| o != g) {
+                for w in self.partition(lm, other) {
+                    scanned += 1;
+                    if self.gms[g].view.fits(w, need) {
+                        self.gms[g].next_external = (lm + 1) % lms;
+                        return (Some((w, true)), scanned);
+                    }
+                }
+            }
+        }
+        (None, scanned)
+    }
+
+    fn lm_decide(&mut self, gm: u32, task: TaskRef, worker: u32, external: bool) {
+        let w = worker as usize;
+        let need = self.state[task.job as usize].need;
+        let ok = self.real.fits(w, need);
+        if ok {
+            self.real.take(w, need);
+            if external {
+                self.repartitions += 1;
+            }
+            self.at(self.now + self.config.network_us, Ev::Start { task, worker });
+        } else {
+            self.inconsistencies += 1;
+        }
+        let lm = self.lm_of(w) as u32;
+        self.at(
+            self.now + self.config.network_us,
+            Ev::Answer { gm, lm, task, ok },
+        );
+    }
+
+    /// An LM's answer: its state refreshes the GM's view; a refused task is
+    /// taken again first.
+    fn answer(&mut self, g: usize, lm: usize, task: TaskRef, ok: bool) {
+        if !ok {
+            let key = self.state[task.job as usize].key;
+            self.gms[g].queue.insert((key, 0, task));
+        }
+        self.refresh(g, lm);
+    }
+
+    /// Fold cluster `lm`'s true state into GM `g`'s view; the tasks that
+    /// waited for a change go back to its queue.
+    fn refresh(&mut self, g: usize, lm: usize) {
+        let range = self.lm_range(lm);
+        let cost = range.len() as u64 * self.config.scan_ns / 1_000;
+        let real = &self.real;
+        let gm = &mut self.gms[g];
+        gm.view.copy_range(real, range);
+        gm.busy_until = gm.busy_until.max(self.now) + cost;
+        let waiting = std::mem::take(&mut gm.waiting);
+        gm.queue.extend(waiting);
+        self.wake(g, self.now);
+    }
+
+    fn start(&mut self, task: TaskRef, worker: u32) {
+        let j = task.job as usize;
+        let runtime = self.jobs[j].runtimes_us()[task.task as usize];
+        self.allocation_us
+            .push(self.now.saturating_sub(self.state[j].arrival_us));
+        self.state[j].launched += 1;
+        if self.scheduler == Scheduler::MeghaJobcast {
+            let lm = self.lm_of(worker as usize);
+            self.lm_estimated_work_us[lm] += self.state[j].estimated_task_us;
+        }
+        self.at(self.now + runtime, Ev::End { task, worker });
+    }
+
+    fn end(&mut self, task: TaskRef, worker: u32) {
+        let j = task.job as usize;
+        let w = worker as usize;
+        let need = self.state[j].need;
+        self.real.give(w, need);
+        let s = &mut self.state[j];
+        s.ended += 1;
+        if s.ended as usize == self.jobs[j].runtimes_us().len() {
+            s.end_us = self.now;
+            if self.scheduler == Scheduler::MeghaJobcast {
+                self.jobs[j].observe_into(&mut self.history, self.now);
+            }
+        }
+        match self.scheduler {
+            Scheduler::Sampling => self.serve_reservations(w),
+            Scheduler::MeghaJobcast => {
+                let lm = self.lm_of(w);
+                let est = self.state[j].estimated_task_us;
+                self.lm_estimated_work_us[lm] = (self.lm_estimated_work_us[lm] - est).max(0.0);
+            }
+            _ => {}
+        }
+    }
+
+    /// A Sparrow worker asks the head reservation's scheduler for a task
+    /// once that job's task fits (one request at a time).
+    fn serve_reservations(&mut self, w: usize) {
+        if self.sampling[w].asking {
+            return;
+        }
+        let Some(&job) = self.sampling[w].reservations.front() else {
+            return;
+        };
+        if self.real.fits(w, self.state[job as usize].need) {
+            self.sampling[w].asking = true;
+            self.at(
+                self.now + 2 * self.config.network_us,
+                Ev::TaskReply {
+                    job,
+                    worker: w as u32,
+                },
+            );
+        }
+    }
+
+    /// The scheduler's answer: the job's next task, if it has one left
+    /// (late binding); the reservation is used either way.
+    fn task_reply(&mut self, job: u32, worker: u32) {
+        let w = worker as usize;
+        self.sampling[w].asking = false;
+        self.sampling[w].reservations.pop_front();
+        let j = job as usize;
+        let s = &mut self.state[j];
+        let width = self.jobs[j].runtimes_us().len() as u32;
+        if s.launched < width {
+            let task = TaskRef {
+                job,
+                task: s.launched,
+            };
+            let need = s.need;
+            self.real.take(w, need);
+            self.start(task, worker);
+        }
+        self.serve_reservations(w);
+    }
+
+    fn report(&self) -> MeghaRun {
+        let mut allocation: Vec<f64> = self.allocation_us.iter().map(|&u| u as f64).collect();
+        allocation.sort_by(f64::total_cmp);
+        let mut jct: Vec<f64> = self
+            .state
+            .iter()
+            .map(|s| s.end_us.saturating_sub(s.arrival_us) as f64 / 1e6)
+            .collect();
+        jct.sort_by(f64::total_cmp);
+        let ms = |p: f64| percentile(&allocation, p).unwrap_or(0.0) / 1e3;
+        MeghaRun {
+            scheduler: self.scheduler,
+            workers: self.config.workers,
+            lms: self.config.lms,
+            gms: self.config.gms,
+            jobs: self.jobs.len(),
+            tasks: allocation.len(),
+            allocation_p50_ms: ms(50.0),
+            allocation_p99_ms: ms(99.0),
+            allocation_max_ms: allocation.last().copied().unwrap_or(0.0) / 1e3,
+            avg_jct_s: jct.iter().sum::<f64>() / jct.len().max(1) as f64,
+            p50_jct_s: percentile(&jct, 50.0).unwrap_or(0.0),
+            inconsistencies: self.inconsistencies,
+            repartitions: self.repartitions,
+            requeues: self.requeues,
+        }
+    }
+}
+
+/// `jobs` arriving `speedup` times faster, from the first's arrival: the
+/// load multiplied by as much, each job as it was.
+pub fn speed_up_arrivals(jobs: &[SimJob], speedup: f64) -> Vec<SimJob> {
+    let first = jobs.iter().map(|j| j.job().time_us).min().unwrap_or(0);
+    jobs.iter()
+        .map(|j| {
+            let after = (j.job().time_us - first) as f64 / speedup;
+            j.arriving_at(first + after.round() as u64)
+        })
+        .collect()
+}
+
+/// Every configuration on the same jobs.
+pub fn compare(
+    jobs: &[SimJob],
+    history: &History,
+    config: &MeghaConfig,
+) -> Result<Vec<MeghaRun>, MeghaError> {
+    Scheduler::ALL
+        .iter()
+        .map(|&s| simulate(jobs, history, config, s))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use jobcast_ingest::event::JobSubmitted;
+    use jobcast_predictor::history::HistoryConfig;
+
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    /// A job of `name` at `at_ms`, each task taking `share` of a worker's
+    /// cores for its runtime (s).
+    fn job(id: u64, at_ms: u64, name: &str, share: f64, runtimes_s: &[u64]) -> SimJob {
+        let runtimes: Vec<u64> = runtimes_s.iter().map(|r| r * S).collect();
+        let mut submitted = JobSubmitted::new(id, at_ms * 1_000, runtimes.len() as u32);
+        submitted.user = "u".into();
+        submitted.job_name = name.into();
+        submitted.logical_name = name.into();
+        submitted.cpu_request = share;
+        SimJob::new(submitted, runtimes, at_ms * 1_000).unwrap()
+    }
+
+    fn config(workers: u32, lms: u32, gms: u32) -> MeghaConfig {
+        MeghaConfig {
+            workers,
+            lms,
+            gms,
+            ..MeghaConfig::default()
+        }
+    }
+
+    fn empty() -> History {
+        History::new(HistoryConfig::default())
+    }
+
+    #[test]
+    fn every_configuration_runs_every_task() {
+        let jobs: Vec<SimJob> = (0..10)
+            .map(|i| job(i, i * 500, "etl", 0.5, &[30, 20, 10]))
+            .collect();
+        let runs = compare(&jobs, &empty(), &config(4, 2, 2)).unwrap();
+        assert_eq!(runs.len(), 4);
+        for r in &runs {
+            assert_eq!((r.jobs, r.tasks), (10, 30), "{r:?}");
+            // Two tasks a worker: 8 at once, so some wait.
+            assert!(r.avg_jct_s >= 30.0 && r.allocation_max_ms > 1_000.0, "{r:?}");
+            assert!(r.allocation_p50_ms <= r.allocation_p99_ms);
+        }
+        let central = &runs[2];
+        assert_eq!((central.scheduler, central.lms, central.gms), (Scheduler::Centralised, 1, 1));
+        assert_eq!(central.repartitions, 0, "one GM has no external partition");
+    }
+
+    /// Two GMs, one worker each in one cluster. GM 0 takes both workers
+    /// for a job of two whole-worker tasks (the second a repartition of GM
+    /// 1's); GM 1, not yet told, sends its own job's task to its worker and
+    /// the LM refuses one of the two. Everything still runs.
+    #[test]
+    fn a_stale_view_is_refused_by_the_lm_and_the_task_runs_later() {
+        let jobs = vec![
+            job(1, 0, "a", 1.0, &[100, 100]),
+            job(2, 1, "b", 1.0, &[100]),
+        ];
+        let r = simulate(&jobs, &empty(), &config(2, 1, 2), Scheduler::Megha).unwrap();
+        assert_eq!(r.tasks, 3);
+        assert_eq!(r.inconsistencies, 1, "{r:?}");
+        assert_eq!(r.repartitions, 1, "{r:?}");
+        // The refused task waits for a worker: a task's 100 s.
+        assert!(r.allocation_max_ms >= 100_000.0, "{r:?}");
+    }
+
+    /// One worker. A long job's three tasks queue ahead of a short job's
+    /// in arrival order; jobcast, having seen both kinds, runs the short
+    /// one first, and the average completion falls.
+    #[test]
+    fn jobcast_takes_the_job_of_least_estimated_work_first() {
+        let mut history = empty();
+        for i in 0..5 {
+            job(100 + i, 0, "long", 1.0, &[1000]).observe_into(&mut history, 1_000 * S);
+            job(200 + i, 0, "short", 1.0, &[10]).observe_into(&mut history, 1_000 * S);
+        }
+        let jobs = vec![
+            job(1, 2_000_000, "long", 1.0, &[1000, 1000, 1000]),
+            job(2, 2_000_001, "short", 1.0, &[10]),
+        ];
+        let c = config(1, 1, 1);
+        let fifo = simulate(&jobs, &history, &c, Scheduler::Megha).unwrap();
+        let jobcast = simulate(&jobs, &history, &c, Scheduler::MeghaJobcast).unwrap();
+        // FIFO: the short job waits for 3,000 s; jobcast: for the long
+        // job's first task only (it arrived first and started at once).
+        // The long job ends at 3,000 s either way.
+        assert!(fifo.avg_jct_s > 3_000.0, "{fifo:?}");
+        assert!(jobcast.avg_jct_s < 2_100.0, "{jobcast:?}");
+    }
+
+    #[test]
+    fn arrivals_sped_up_keep_the_first_and_the_jobs() {
+        let jobs = vec![job(1, 10_000, "a", 0.1, &[5]), job(2, 30_000, "a", 0.1, &[7])];
+        let fast = speed_up_arrivals(&jobs, 4.0);
+        assert_eq!(fast[0].job().time_us, 10 * S);
+        assert_eq!(fast[1].job().time_us, 15 * S);
+        assert_eq!(fast[1].runtimes_us(), jobs[1].runtimes_us());
+    }
+
+    #[test]
+    fn a_data_centre_too_small_for_its_partitions_is_refused() {
+        let jobs = vec![job(1, 0, "a", 0.1, &[5])];
+        let err = simulate(&jobs, &empty(), &config(3, 2, 2), Scheduler::Megha).unwrap_err();
+        assert!(err.to_string().contains("fewer than one per partition"), "{err}");
+        assert_eq!(
+            simulate(&[], &empty(), &config(4, 2, 2), Scheduler::Megha).unwrap_err(),
+            MeghaError::NoJobs
+        );
+    }
+}
