@@ -181,7 +181,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     if args.scheduler.is_some() {
         return megha(&args);
     }
-    let policy = args.policy.expect("clap requires --policy without --scheduler");
+    let policy = args
+        .policy
+        .expect("clap requires --policy without --scheduler");
     args.common.cold_start |= args.via_kafka;
     let workload = args.common.workload()?;
     let config = args.common.config();

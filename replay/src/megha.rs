@@ -64,8 +64,8 @@ use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use jobcast_predictor::features::JobFeatures;
 use jobcast_predictor::history::{Estimator, History};
 use jobcast_predictor::stats::percentile;
-use rand::seq::index::sample;
 use rand::SeedableRng;
+use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
@@ -709,7 +709,10 @@ impl<'a> Sim<'a> {
             if external {
                 self.repartitions += 1;
             }
-            self.at(self.now + self.config.network_us, Ev::Start { task, worker });
+            self.at(
+                self.now + self.config.network_us,
+                Ev::Start { task, worker },
+            );
         } else {
             self.inconsistencies += 1;
         }
@@ -920,11 +923,17 @@ mod tests {
         for r in &runs {
             assert_eq!((r.jobs, r.tasks), (10, 30), "{r:?}");
             // Two tasks a worker: 8 at once, so some wait.
-            assert!(r.avg_jct_s >= 30.0 && r.allocation_max_ms > 1_000.0, "{r:?}");
+            assert!(
+                r.avg_jct_s >= 30.0 && r.allocation_max_ms > 1_000.0,
+                "{r:?}"
+            );
             assert!(r.allocation_p50_ms <= r.allocation_p99_ms);
         }
         let central = &runs[2];
-        assert_eq!((central.scheduler, central.lms, central.gms), (Scheduler::Centralised, 1, 1));
+        assert_eq!(
+            (central.scheduler, central.lms, central.gms),
+            (Scheduler::Centralised, 1, 1)
+        );
         assert_eq!(central.repartitions, 0, "one GM has no external partition");
     }
 
@@ -972,7 +981,10 @@ mod tests {
 
     #[test]
     fn arrivals_sped_up_keep_the_first_and_the_jobs() {
-        let jobs = vec![job(1, 10_000, "a", 0.1, &[5]), job(2, 30_000, "a", 0.1, &[7])];
+        let jobs = vec![
+            job(1, 10_000, "a", 0.1, &[5]),
+            job(2, 30_000, "a", 0.1, &[7]),
+        ];
         let fast = speed_up_arrivals(&jobs, 4.0);
         assert_eq!(fast[0].job().time_us, 10 * S);
         assert_eq!(fast[1].job().time_us, 15 * S);
@@ -983,7 +995,10 @@ mod tests {
     fn a_data_centre_too_small_for_its_partitions_is_refused() {
         let jobs = vec![job(1, 0, "a", 0.1, &[5])];
         let err = simulate(&jobs, &empty(), &config(3, 2, 2), Scheduler::Megha).unwrap_err();
-        assert!(err.to_string().contains("fewer than one per partition"), "{err}");
+        assert!(
+            err.to_string().contains("fewer than one per partition"),
+            "{err}"
+        );
         assert_eq!(
             simulate(&[], &empty(), &config(4, 2, 2), Scheduler::Megha).unwrap_err(),
             MeghaError::NoJobs
