@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobcast_ingest::kafka::Topics;
 use jobcast_replay::closed_loop::{self, ClosedLoopConfig, LoopSummary};
 use jobcast_replay::evaluate::{PolicyKind, run_policy};
-use jobcast_replay::megha::{self, MeghaConfig, Scheduler};
+use jobcast_replay::megha::{self, MeghaConfig, Scheduler, UserQueue};
 use jobcast_replay::sim::SimReport;
 use jobcast_replay::workload::Workload;
 use jobcast_scheduler_feed::config::ConsumerConfig;
@@ -84,6 +84,15 @@ struct MeghaArgs {
     /// grows by as much; runtimes stay).
     #[arg(long, default_value_t = 1.0)]
     arrival_speedup: f64,
+    /// User queues with fairness: each one's share of the cores, comma
+    /// separated (the paper's fairness runs: 0.1,0.25,0.15,0.5). Users are
+    /// assigned queues by a hash of their name.
+    #[arg(long, value_delimiter = ',')]
+    queue_shares: Vec<f64>,
+    /// The GM serving each queue, counting from 0 [default: queue i to GM
+    /// i modulo --gms].
+    #[arg(long, value_delimiter = ',', requires = "queue_shares")]
+    queue_gms: Vec<u32>,
 }
 
 fn megha(args: &Args) -> anyhow::Result<()> {
@@ -98,6 +107,25 @@ fn megha(args: &Args) -> anyhow::Result<()> {
         "--arrival-speedup {}: must be 1 or more",
         m.arrival_speedup
     );
+    anyhow::ensure!(
+        m.queue_gms.is_empty() || m.queue_gms.len() == m.queue_shares.len(),
+        "--queue-gms names {} GMs for {} queues",
+        m.queue_gms.len(),
+        m.queue_shares.len()
+    );
+    let queues = m
+        .queue_shares
+        .iter()
+        .enumerate()
+        .map(|(i, &share)| UserQueue {
+            share,
+            gm: m
+                .queue_gms
+                .get(i)
+                .copied()
+                .unwrap_or(i as u32 % m.gms.max(1)),
+        })
+        .collect();
     let workload = args.common.workload()?;
     let history = args.common.config().history_for(&workload)?;
     let jobs = megha::speed_up_arrivals(&workload.jobs, m.arrival_speedup);
@@ -108,6 +136,7 @@ fn megha(args: &Args) -> anyhow::Result<()> {
         heartbeat_us: (m.heartbeat_secs * 1e6).round() as u64,
         network_us: (m.network_ms * 1e3).round() as u64,
         probes: m.probes,
+        queues,
         seed: args.common.seed,
         ..MeghaConfig::default()
     };
@@ -166,6 +195,35 @@ fn megha(args: &Args) -> anyhow::Result<()> {
             r.inconsistencies,
             r.repartitions
         ));
+    }
+    if runs.iter().any(|r| !r.share_attainment.is_empty()) {
+        table.push_str(
+            "share attainment while waiting (queue: share → attained, tasks preempted)\n",
+        );
+        for r in &runs {
+            let queues: Vec<String> = r
+                .share_attainment
+                .iter()
+                .map(|q| {
+                    let got = q
+                        .attainment
+                        .map_or_else(|| "-".into(), |a| format!("{:.0} %", a * 100.0));
+                    format!(
+                        "{}: {:.0} % → {got}, {}",
+                        q.queue,
+                        q.share * 100.0,
+                        q.preempted
+                    )
+                })
+                .collect();
+            table.push_str(&format!(
+                "{:<14} {} (preemptions {} of {} tried)\n",
+                r.scheduler.name(),
+                queues.join("; "),
+                r.preemptions,
+                r.preemption_attempts
+            ));
+        }
     }
     print_out(&table)
 }

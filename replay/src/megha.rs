@@ -29,6 +29,19 @@
 //! until the view changes (a heartbeat or an answer): retrying on the same
 //! view would find the same nothing.
 //!
+//! # Fairness (§IV-C)
+//! With user queues configured, each job's user is assigned a queue (by a
+//! hash of the name), each queue has a share of the data centre's cores
+//! and is served by one GM, and a GM takes its queues in turn. Fairness
+//! acts only under contention: a task that finds no room anywhere, whose
+//! queue uses less than its share, asks the LM to preempt tasks of the
+//! queue furthest over its share on a worker where that frees enough room
+//! (the GM's view of free room, the queues' use as the LMs report it); the
+//! LM checks the victim is still over its share and the room is there, or
+//! refuses. A preempted task goes back to the front of its queue and
+//! starts over. A task whose queue has its share waits, as without
+//! fairness. Without user queues, jobs go to the GMs in turn.
+//!
 //! # Costs
 //! Every message takes `network_us` one way (Sparrow's simulator: 0.5 ms).
 //! A GM is one server: a decision costs `gm_request_us` plus `scan_ns` per
@@ -55,8 +68,10 @@
 //!
 //! # What is measured
 //! A task's allocation time: its start on a worker less its job's arrival
-//! (§III). A job's completion time (JCT): its last task's end less its
-//! arrival.
+//! (§III), at its first start. A job's completion time (JCT): its last
+//! task's end less its arrival. A queue's share attainment: over the time
+//! it had tasks waiting, the mean of its cores in use over its share (at
+//! most 1).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, BinaryHeap, VecDeque};
@@ -92,7 +107,16 @@ pub struct MeghaConfig {
     pub lm_request_us: u64,
     /// Sampling: reservations per task (Sparrow's 2).
     pub probes: u32,
+    /// User queues, with fairness; none: jobs go to the GMs in turn.
+    pub queues: Vec<UserQueue>,
     pub seed: u64,
+}
+
+/// A user queue: its share of the data centre's cores and its GM.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct UserQueue {
+    pub share: f64,
+    pub gm: u32,
 }
 
 impl Default for MeghaConfig {
@@ -111,6 +135,7 @@ impl Default for MeghaConfig {
             scan_ns: 100,
             lm_request_us: 1_000,
             probes: 2,
+            queues: Vec::new(),
             seed: 1,
         }
     }
@@ -149,6 +174,21 @@ impl MeghaConfig {
         }
         if self.heartbeat_us == 0 {
             return bad("the heartbeat period must be positive".into());
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            if !(q.share.is_finite() && q.share > 0.0) {
+                return bad(format!("queue {i}: share {} must be positive", q.share));
+            }
+            if q.gm >= self.gms {
+                return bad(format!(
+                    "queue {i}: GM {} of {} (GMs count from 0)",
+                    q.gm, self.gms
+                ));
+            }
+        }
+        let total: f64 = self.queues.iter().map(|q| q.share).sum();
+        if total > 1.0 + 1e-9 {
+            return bad(format!("the queues' shares add up to {total}, over 1"));
         }
         Ok(())
     }
@@ -203,6 +243,27 @@ pub struct MeghaRun {
     /// Tasks that found no room in their GM's view and waited for it to
     /// change.
     pub requeues: u64,
+    /// Preemption requests sent to an LM, and tasks preempted.
+    pub preemption_attempts: u64,
+    pub preemptions: u64,
+    /// Per user queue, when queues are configured.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub share_attainment: Vec<QueueAttainment>,
+}
+
+/// What one user queue got.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueAttainment {
+    pub queue: usize,
+    pub share: f64,
+    pub gm: u32,
+    pub tasks: u64,
+    /// Over the time it had tasks waiting, its cores in use over its
+    /// share, at most 1; none if it never waited.
+    pub attainment: Option<f64>,
+    pub waiting_s: f64,
+    /// Its tasks preempted.
+    pub preempted: u64,
 }
 
 /// Run `jobs` (in order of arrival) under `scheduler`; `history` is what
@@ -222,6 +283,9 @@ pub fn simulate(
     if scheduler == Scheduler::Centralised {
         config.lms = 1;
         config.gms = 1;
+        for q in &mut config.queues {
+            q.gm = 0;
+        }
     }
     let mut sim = Sim::new(jobs, &config, scheduler, history.clone());
     sim.run();
@@ -239,23 +303,14 @@ struct TaskRef {
 enum Ev {
     Arrive(u32),
     GmTurn(u32),
-    AtLm {
-        gm: u32,
-        task: TaskRef,
-        worker: u32,
-        external: bool,
-    },
-    LmDecide {
-        gm: u32,
-        task: TaskRef,
-        worker: u32,
-        external: bool,
-    },
+    AtLm(Request),
+    LmDecide(Request),
     Answer {
         gm: u32,
         lm: u32,
         task: TaskRef,
         ok: bool,
+        preempt: bool,
     },
     Heartbeat(u32),
     Start {
@@ -265,6 +320,7 @@ enum Ev {
     End {
         task: TaskRef,
         worker: u32,
+        attempt: u32,
     },
     Probe {
         job: u32,
@@ -274,6 +330,17 @@ enum Ev {
         job: u32,
         worker: u32,
     },
+}
+
+/// A GM's request to an LM: launch `task` on `worker`, after preempting
+/// tasks of queue `preempt` there if it names one.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    gm: u32,
+    task: TaskRef,
+    worker: u32,
+    external: bool,
+    preempt: Option<u32>,
 }
 
 struct Scheduled {
@@ -328,17 +395,34 @@ impl Room {
     }
 }
 
-/// A Global Master: its queue (by key: arrival order, or jobcast's
-/// estimate then arrival), the tasks waiting for its view to change, and
-/// its view.
+/// A Global Master: the user queues it serves (in turn), the tasks
+/// waiting for its view to change, and its view.
 struct Gm {
-    queue: BTreeSet<(u64, u64, TaskRef)>,
-    waiting: Vec<(u64, u64, TaskRef)>,
+    queues: Vec<usize>,
+    next_queue: usize,
+    waiting: Vec<(usize, Entry)>,
     view: Room,
     busy_until: u64,
     turn_pending: bool,
     next_internal: usize,
     next_external: usize,
+}
+
+/// A queued task: its key (0, or jobcast's estimate of its job's work),
+/// its order of arrival (0 for a task taken again first), the task.
+type Entry = (u64, u64, TaskRef);
+
+/// A user queue's tasks, in order of key, and what it holds and got.
+struct Queue {
+    spec: UserQueue,
+    tasks: BTreeSet<Entry>,
+    used_cores: f64,
+    /// Tasks arrived and not started.
+    pending: u64,
+    waited_us: u64,
+    attained_us: f64,
+    started: u64,
+    preempted: u64,
 }
 
 struct JobState {
@@ -351,6 +435,9 @@ struct JobState {
     launched: u32,
     ended: u32,
     end_us: u64,
+    queue: usize,
+    /// Per task: times it was preempted.
+    attempts: Vec<u32>,
 }
 
 /// A Sparrow worker's reservations, and whether it is asking for a task.
@@ -375,12 +462,20 @@ struct Sim<'a> {
     /// jobcast's estimated work running on each cluster, µs.
     lm_estimated_work_us: Vec<f64>,
     state: Vec<JobState>,
+    queues: Vec<Queue>,
+    fairness: bool,
+    /// Per worker: the tasks running there, with their attempt, in order
+    /// of start.
+    running: Vec<Vec<(TaskRef, u32)>>,
+    last_event_us: u64,
+    tasks_ended: usize,
+    preemption_attempts: u64,
+    preemptions: u64,
     sampling: Vec<SamplingWorker>,
     allocation_us: Vec<u64>,
     inconsistencies: u64,
     repartitions: u64,
     requeues: u64,
-    next_gm: u32,
 }
 
 impl<'a> Sim<'a> {
@@ -395,9 +490,21 @@ impl<'a> Sim<'a> {
             cores: vec![config.worker_cores; n],
             memory: vec![config.worker_memory_gb; n],
         };
+        let fairness = !config.queues.is_empty();
+        let specs: Vec<UserQueue> = if fairness {
+            config.queues.clone()
+        } else {
+            (0..config.gms)
+                .map(|gm| UserQueue {
+                    share: 1.0 / f64::from(config.gms),
+                    gm,
+                })
+                .collect()
+        };
         let gms = (0..config.gms)
-            .map(|_| Gm {
-                queue: BTreeSet::new(),
+            .map(|g| Gm {
+                queues: (0..specs.len()).filter(|&q| specs[q].gm == g).collect(),
+                next_queue: 0,
                 waiting: Vec::new(),
                 view: real.clone(),
                 busy_until: 0,
@@ -406,10 +513,32 @@ impl<'a> Sim<'a> {
                 next_external: 0,
             })
             .collect();
+        let queues: Vec<Queue> = specs
+            .iter()
+            .map(|&spec| Queue {
+                spec,
+                tasks: BTreeSet::new(),
+                used_cores: 0.0,
+                pending: 0,
+                waited_us: 0,
+                attained_us: 0.0,
+                started: 0,
+                preempted: 0,
+            })
+            .collect();
         let state = jobs
             .iter()
-            .map(|j| {
+            .enumerate()
+            .map(|(i, j)| {
                 let job = j.job();
+                // A user's queue by a hash of the name; without queues,
+                // the GMs in turn.
+                let queue = if fairness {
+                    (jobcast_ingest::ids::stable_id(job.user.as_bytes()) % queues.len() as u64)
+                        as usize
+                } else {
+                    i % queues.len()
+                };
                 let need = (
                     (job.cpu_request * config.request_cores).clamp(0.01, config.worker_cores),
                     (job.mem_request * config.request_memory_gb)
@@ -424,6 +553,8 @@ impl<'a> Sim<'a> {
                     launched: 0,
                     ended: 0,
                     end_us: 0,
+                    queue,
+                    attempts: vec![0; j.runtimes_us().len()],
                 }
             })
             .collect();
@@ -441,12 +572,18 @@ impl<'a> Sim<'a> {
             lm_busy_until: vec![0; config.lms as usize],
             lm_estimated_work_us: vec![0.0; config.lms as usize],
             state,
+            queues,
+            fairness,
+            running: vec![Vec::new(); n],
+            last_event_us: 0,
+            tasks_ended: 0,
+            preemption_attempts: 0,
+            preemptions: 0,
             sampling: (0..n).map(|_| SamplingWorker::default()).collect(),
             allocation_us: Vec::new(),
             inconsistencies: 0,
             repartitions: 0,
             requeues: 0,
-            next_gm: 0,
         };
         for (i, j) in jobs.iter().enumerate() {
             sim.at(j.job().time_us, Ev::Arrive(i as u32));
@@ -505,46 +642,38 @@ impl<'a> Sim<'a> {
     fn run(&mut self) {
         let total: usize = self.jobs.iter().map(|j| j.runtimes_us().len()).sum();
         while let Some(Scheduled { at, ev, .. }) = self.events.pop() {
-            self.now = at;
+            self.advance(at);
             match ev {
                 Ev::Arrive(job) => self.arrive(job),
                 Ev::GmTurn(gm) => self.gm_turn(gm as usize),
-                Ev::AtLm {
-                    gm,
-                    task,
-                    worker,
-                    external,
-                } => {
-                    let lm = self.lm_of(worker as usize);
+                Ev::AtLm(request) => {
+                    let lm = self.lm_of(request.worker as usize);
                     let done = self.lm_busy_until[lm].max(at) + self.config.lm_request_us;
                     self.lm_busy_until[lm] = done;
-                    self.at(
-                        done,
-                        Ev::LmDecide {
-                            gm,
-                            task,
-                            worker,
-                            external,
-                        },
-                    );
+                    self.at(done, Ev::LmDecide(request));
                 }
-                Ev::LmDecide {
+                Ev::LmDecide(request) => self.lm_decide(request),
+                Ev::Answer {
                     gm,
+                    lm,
                     task,
-                    worker,
-                    external,
-                } => self.lm_decide(gm, task, worker, external),
-                Ev::Answer { gm, lm, task, ok } => self.answer(gm as usize, lm as usize, task, ok),
+                    ok,
+                    preempt,
+                } => self.answer(gm as usize, lm as usize, task, ok, preempt),
                 Ev::Heartbeat(lm) => {
                     for gm in 0..self.gms.len() {
                         self.refresh(gm, lm as usize);
                     }
-                    if self.allocation_us.len() < total {
+                    if self.tasks_ended < total {
                         self.at(at + self.config.heartbeat_us, Ev::Heartbeat(lm));
                     }
                 }
                 Ev::Start { task, worker } => self.start(task, worker),
-                Ev::End { task, worker } => self.end(task, worker),
+                Ev::End {
+                    task,
+                    worker,
+                    attempt,
+                } => self.end(task, worker, attempt),
                 Ev::Probe { job, worker } => {
                     self.sampling[worker as usize].reservations.push_back(job);
                     self.serve_reservations(worker as usize);
@@ -554,9 +683,28 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Event time moves to `at`: each queue with tasks waiting adds what
+    /// it got meanwhile.
+    fn advance(&mut self, at: u64) {
+        let dt = at.saturating_sub(self.last_event_us);
+        if dt > 0 {
+            let total = f64::from(self.config.workers) * self.config.worker_cores;
+            for q in &mut self.queues {
+                if q.pending > 0 {
+                    q.waited_us += dt;
+                    q.attained_us += dt as f64 * (q.used_cores / (q.spec.share * total)).min(1.0);
+                }
+            }
+        }
+        self.last_event_us = at;
+        self.now = at;
+    }
+
     fn arrive(&mut self, job: u32) {
         let j = job as usize;
         let width = self.jobs[j].runtimes_us().len() as u32;
+        let q = self.state[j].queue;
+        self.queues[q].pending += u64::from(width);
         if self.scheduler == Scheduler::Sampling {
             // `probes` reservations a task on distinct workers; a job with
             // more than there are workers gets every worker more than once.
@@ -597,22 +745,26 @@ impl<'a> Sim<'a> {
             s.key = (task_us * f64::from(width)).min(u64::MAX as f64 / 2.0) as u64;
             s.home_lm = home;
         }
-        // Jobs go to the GMs in turn, after a message's delay.
-        let gm = self.next_gm as usize;
-        self.next_gm = (self.next_gm + 1) % self.config.gms;
+        // The tasks join the user's queue at its GM, after a message's
+        // delay.
         let key = self.state[j].key;
         for task in 0..width {
             self.seq += 1;
-            self.gms[gm]
-                .queue
+            self.queues[q]
+                .tasks
                 .insert((key, self.seq, TaskRef { job, task }));
         }
+        let gm = self.queues[q].spec.gm as usize;
         self.wake(gm, self.now + self.config.network_us);
     }
 
     /// Have GM `gm` take its next task no earlier than `at`.
     fn wake(&mut self, gm: usize, at: u64) {
-        if !self.gms[gm].turn_pending && !self.gms[gm].queue.is_empty() {
+        let has_tasks = self.gms[gm]
+            .queues
+            .iter()
+            .any(|&q| !self.queues[q].tasks.is_empty());
+        if !self.gms[gm].turn_pending && has_tasks {
             self.gms[gm].turn_pending = true;
             let at = at.max(self.gms[gm].busy_until);
             self.at(at, Ev::GmTurn(gm as u32));
@@ -627,34 +779,93 @@ impl<'a> Sim<'a> {
             self.at(at, Ev::GmTurn(g as u32));
             return;
         }
-        let Some(entry) = self.gms[g].queue.pop_first() else {
+        // The GM's queues in turn: the next one holding a task.
+        let served = self.gms[g].queues.len();
+        let Some(q) = (0..served)
+            .map(|k| self.gms[g].queues[(self.gms[g].next_queue + k) % served])
+            .find(|&q| !self.queues[q].tasks.is_empty())
+        else {
             return;
         };
+        let at = self.gms[g].queues.iter().position(|&x| x == q).unwrap_or(0);
+        self.gms[g].next_queue = (at + 1) % served;
+        let entry = self.queues[q].tasks.pop_first().expect("not empty");
         let task = entry.2;
         let need = self.state[task.job as usize].need;
-        let (found, scanned) = self.find(g, task);
+        let (mut found, mut scanned) = self.find(g, task);
+        let mut preempt = None;
+        if found.is_none() && self.fairness {
+            let (victim, looked) = self.victim(g, q, need);
+            scanned += looked;
+            if let Some((worker, v)) = victim {
+                found = Some((worker, false));
+                preempt = Some(v as u32);
+                self.preemption_attempts += 1;
+            }
+        }
         let cost = self.config.gm_request_us + scanned as u64 * self.config.scan_ns / 1_000;
         let done = self.now + cost;
         self.gms[g].busy_until = done;
         match found {
             Some((worker, external)) => {
-                self.gms[g].view.take(worker, need);
+                if preempt.is_none() {
+                    self.gms[g].view.take(worker, need);
+                }
                 self.at(
                     done + self.config.network_us,
-                    Ev::AtLm {
+                    Ev::AtLm(Request {
                         gm: g as u32,
                         task,
                         worker: worker as u32,
                         external,
-                    },
+                        preempt,
+                    }),
                 );
             }
             None => {
                 self.requeues += 1;
-                self.gms[g].waiting.push(entry);
+                self.gms[g].waiting.push((q, entry));
             }
         }
         self.wake(g, done);
+    }
+
+    /// Fairness: for a task of queue `q` that found no room, the worker
+    /// where preempting the queue furthest over its share frees enough,
+    /// if `q` is under its share; and how many workers were examined.
+    fn victim(&self, g: usize, q: usize, need: (f64, f64)) -> (Option<(usize, usize)>, usize) {
+        let total = f64::from(self.config.workers) * self.config.worker_cores;
+        let over = |v: usize| self.queues[v].used_cores - self.queues[v].spec.share * total;
+        if over(q) >= 0.0 {
+            return (None, 0);
+        }
+        // A victim keeps at least its share: preempting one below it
+        // would have it preempt back.
+        let Some(v) = (0..self.queues.len())
+            .filter(|&v| v != q && over(v) >= need.0)
+            .max_by(|&a, &b| over(a).total_cmp(&over(b)))
+        else {
+            return (None, 0);
+        };
+        let view = &self.gms[g].view;
+        let mut scanned = 0;
+        for (w, running) in self.running.iter().enumerate() {
+            scanned += 1;
+            let (cores, memory) = running
+                .iter()
+                .filter(|(t, _)| self.state[t.job as usize].queue == v)
+                .fold((0.0, 0.0), |(c, m), (t, _)| {
+                    let n = self.state[t.job as usize].need;
+                    (c + n.0, m + n.1)
+                });
+            if cores > 0.0
+                && view.cores[w] + cores >= need.0 - 1e-9
+                && view.memory[w] + memory >= need.1 - 1e-9
+            {
+                return (Some((w, v)), scanned);
+            }
+        }
+        (None, scanned)
     }
 
     /// First fit for `task` on GM `g`'s view: internal partitions
@@ -700,18 +911,24 @@ impl<'a> Sim<'a> {
         (None, scanned)
     }
 
-    fn lm_decide(&mut self, gm: u32, task: TaskRef, worker: u32, external: bool) {
-        let w = worker as usize;
-        let need = self.state[task.job as usize].need;
+    fn lm_decide(&mut self, r: Request) {
+        let w = r.worker as usize;
+        let need = self.state[r.task.job as usize].need;
+        if let Some(victim) = r.preempt {
+            self.preempt_for(victim as usize, w, need);
+        }
         let ok = self.real.fits(w, need);
         if ok {
             self.real.take(w, need);
-            if external {
+            if r.external {
                 self.repartitions += 1;
             }
             self.at(
                 self.now + self.config.network_us,
-                Ev::Start { task, worker },
+                Ev::Start {
+                    task: r.task,
+                    worker: r.worker,
+                },
             );
         } else {
             self.inconsistencies += 1;
@@ -719,16 +936,89 @@ impl<'a> Sim<'a> {
         let lm = self.lm_of(w) as u32;
         self.at(
             self.now + self.config.network_us,
-            Ev::Answer { gm, lm, task, ok },
+            Ev::Answer {
+                gm: r.gm,
+                lm,
+                task: r.task,
+                ok,
+                preempt: r.preempt.is_some(),
+            },
         );
     }
 
-    /// An LM's answer: its state refreshes the GM's view; a refused task is
-    /// taken again first.
-    fn answer(&mut self, g: usize, lm: usize, task: TaskRef, ok: bool) {
+    /// The LM preempts tasks of queue `victim` on worker `w`, the latest
+    /// started first, until `need` fits, if the queue is still over its
+    /// share and that frees enough; a preempted task goes back to the
+    /// front of its queue.
+    fn preempt_for(&mut self, victim: usize, w: usize, need: (f64, f64)) {
+        let total = f64::from(self.config.workers) * self.config.worker_cores;
+        let queue = &self.queues[victim];
+        if queue.used_cores - need.0 < queue.spec.share * total {
+            return;
+        }
+        let of_victim: Vec<(TaskRef, u32)> = self.running[w]
+            .iter()
+            .rev()
+            .filter(|(t, _)| self.state[t.job as usize].queue == victim)
+            .copied()
+            .collect();
+        let freed = of_victim.iter().fold(
+            (self.real.cores[w], self.real.memory[w]),
+            |(c, m), (t, _)| {
+                let n = self.state[t.job as usize].need;
+                (c + n.0, m + n.1)
+            },
+        );
+        if freed.0 < need.0 - 1e-9 || freed.1 < need.1 - 1e-9 {
+            return;
+        }
+        for (task, _) in of_victim {
+            if self.real.fits(w, need) {
+                break;
+            }
+            self.stop(task, w);
+            let j = task.job as usize;
+            self.state[j].attempts[task.task as usize] += 1;
+            let q = self.state[j].queue;
+            let key = self.state[j].key;
+            self.queues[q].tasks.insert((key, 0, task));
+            self.queues[q].pending += 1;
+            self.queues[q].preempted += 1;
+            self.preemptions += 1;
+            let gm = self.queues[q].spec.gm as usize;
+            self.wake(gm, self.now + self.config.network_us);
+        }
+    }
+
+    /// `task` leaves worker `w`: its room and its queue's use given back.
+    fn stop(&mut self, task: TaskRef, w: usize) {
+        let j = task.job as usize;
+        let need = self.state[j].need;
+        self.real.give(w, need);
+        self.running[w].retain(|(t, _)| *t != task);
+        let q = self.state[j].queue;
+        self.queues[q].used_cores = (self.queues[q].used_cores - need.0).max(0.0);
+        if self.scheduler == Scheduler::MeghaJobcast {
+            let lm = self.lm_of(w);
+            let est = self.state[j].estimated_task_us;
+            self.lm_estimated_work_us[lm] = (self.lm_estimated_work_us[lm] - est).max(0.0);
+        }
+    }
+
+    /// An LM's answer: its state refreshes the GM's view. A refused
+    /// launch is taken again first; a refused preemption waits for the
+    /// GM's view to change again (the queues' use moves only with it).
+    fn answer(&mut self, g: usize, lm: usize, task: TaskRef, ok: bool, preempt: bool) {
         if !ok {
-            let key = self.state[task.job as usize].key;
-            self.gms[g].queue.insert((key, 0, task));
+            let j = task.job as usize;
+            let q = self.state[j].queue;
+            let key = self.state[j].key;
+            if preempt {
+                self.refresh(g, lm);
+                self.gms[g].waiting.push((q, (key, 0, task)));
+                return;
+            }
+            self.queues[q].tasks.insert((key, 0, task));
         }
         self.refresh(g, lm);
     }
@@ -743,28 +1033,53 @@ impl<'a> Sim<'a> {
         gm.view.copy_range(real, range);
         gm.busy_until = gm.busy_until.max(self.now) + cost;
         let waiting = std::mem::take(&mut gm.waiting);
-        gm.queue.extend(waiting);
+        for (q, entry) in waiting {
+            self.queues[q].tasks.insert(entry);
+        }
         self.wake(g, self.now);
     }
 
+    /// `task` starts on `worker` (its room already taken): its
+    /// allocation time counts at its first start.
     fn start(&mut self, task: TaskRef, worker: u32) {
         let j = task.job as usize;
+        let w = worker as usize;
         let runtime = self.jobs[j].runtimes_us()[task.task as usize];
-        self.allocation_us
-            .push(self.now.saturating_sub(self.state[j].arrival_us));
+        let attempt = self.state[j].attempts[task.task as usize];
+        if attempt == 0 {
+            self.allocation_us
+                .push(self.now.saturating_sub(self.state[j].arrival_us));
+        }
         self.state[j].launched += 1;
+        let q = self.state[j].queue;
+        self.queues[q].used_cores += self.state[j].need.0;
+        self.queues[q].pending = self.queues[q].pending.saturating_sub(1);
+        self.queues[q].started += 1;
+        self.running[w].push((task, attempt));
         if self.scheduler == Scheduler::MeghaJobcast {
-            let lm = self.lm_of(worker as usize);
+            let lm = self.lm_of(w);
             self.lm_estimated_work_us[lm] += self.state[j].estimated_task_us;
         }
-        self.at(self.now + runtime, Ev::End { task, worker });
+        self.at(
+            self.now + runtime,
+            Ev::End {
+                task,
+                worker,
+                attempt,
+            },
+        );
     }
 
-    fn end(&mut self, task: TaskRef, worker: u32) {
+    /// `task` ends on `worker`, unless it was preempted since it started
+    /// (that attempt's end is void).
+    fn end(&mut self, task: TaskRef, worker: u32, attempt: u32) {
         let j = task.job as usize;
+        if self.state[j].attempts[task.task as usize] != attempt {
+            return;
+        }
         let w = worker as usize;
-        let need = self.state[j].need;
-        self.real.give(w, need);
+        self.stop(task, w);
+        self.tasks_ended += 1;
         let s = &mut self.state[j];
         s.ended += 1;
         if s.ended as usize == self.jobs[j].runtimes_us().len() {
@@ -773,14 +1088,8 @@ impl<'a> Sim<'a> {
                 self.jobs[j].observe_into(&mut self.history, self.now);
             }
         }
-        match self.scheduler {
-            Scheduler::Sampling => self.serve_reservations(w),
-            Scheduler::MeghaJobcast => {
-                let lm = self.lm_of(w);
-                let est = self.state[j].estimated_task_us;
-                self.lm_estimated_work_us[lm] = (self.lm_estimated_work_us[lm] - est).max(0.0);
-            }
-            _ => {}
+        if self.scheduler == Scheduler::Sampling {
+            self.serve_reservations(w);
         }
     }
 
@@ -851,6 +1160,25 @@ impl<'a> Sim<'a> {
             inconsistencies: self.inconsistencies,
             repartitions: self.repartitions,
             requeues: self.requeues,
+            preemption_attempts: self.preemption_attempts,
+            preemptions: self.preemptions,
+            share_attainment: if self.fairness {
+                self.queues
+                    .iter()
+                    .enumerate()
+                    .map(|(i, q)| QueueAttainment {
+                        queue: i,
+                        share: q.spec.share,
+                        gm: q.spec.gm,
+                        tasks: q.started - q.preempted,
+                        attainment: (q.waited_us > 0).then(|| q.attained_us / q.waited_us as f64),
+                        waiting_s: q.waited_us as f64 / 1e6,
+                        preempted: q.preempted,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -977,6 +1305,70 @@ mod tests {
         // The long job ends at 3,000 s either way.
         assert!(fifo.avg_jct_s > 3_000.0, "{fifo:?}");
         assert!(jobcast.avg_jct_s < 2_100.0, "{jobcast:?}");
+    }
+
+    /// Two queues of half the cores each on one GM. Queue A's job takes
+    /// both workers; queue B's task, under its share, has one of A's tasks
+    /// preempted and starts at once; A's task starts over later. Without
+    /// queues B waits for A.
+    #[test]
+    fn a_queue_under_its_share_preempts_the_one_over_it() {
+        let queue_of = |user: &str| jobcast_ingest::ids::stable_id(user.as_bytes()) % 2;
+        let user = |q: u64| {
+            (0..)
+                .map(|i| format!("user{i}"))
+                .find(|u| queue_of(u) == q)
+                .unwrap()
+        };
+        let with_user = |mut j: SimJob, u: &str| {
+            let mut submitted = j.job().clone();
+            submitted.user = u.to_owned();
+            j = SimJob::new(submitted, j.runtimes_us().to_vec(), j.end_us()).unwrap();
+            j
+        };
+        let jobs = vec![
+            with_user(job(1, 0, "a", 1.0, &[1000, 1000]), &user(0)),
+            with_user(job(2, 10_000, "b", 1.0, &[100]), &user(1)),
+        ];
+        let mut c = config(2, 1, 1);
+        c.queues = vec![UserQueue { share: 0.5, gm: 0 }; 2];
+        let fair = simulate(&jobs, &empty(), &c, Scheduler::Megha).unwrap();
+        assert_eq!(
+            (fair.preemption_attempts, fair.preemptions),
+            (1, 1),
+            "{fair:?}"
+        );
+        assert!(
+            fair.allocation_max_ms < 10_100.0,
+            "B starts as it arrives: {fair:?}"
+        );
+        let b = &fair.share_attainment[1];
+        assert_eq!((b.share, b.gm, b.tasks), (0.5, 0, 1));
+        assert!(b.attainment.unwrap() < 0.01, "B waited with nothing: {b:?}");
+        assert_eq!(fair.share_attainment[0].preempted, 1);
+        // A's preempted task runs again in full once B's ends (at 110 s)
+        // and the next heartbeat (120 s) tells the GM: A ends near 1,120
+        // s, B took 100 s.
+        assert!((fair.avg_jct_s - 610.0).abs() < 2.0, "{fair:?}");
+        let unfair = simulate(&jobs, &empty(), &config(2, 1, 1), Scheduler::Megha).unwrap();
+        assert_eq!(unfair.preemptions, 0);
+        assert!(unfair.allocation_max_ms > 990_000.0, "{unfair:?}");
+        assert!(unfair.share_attainment.is_empty());
+    }
+
+    #[test]
+    fn queues_must_fit_the_data_centre() {
+        let jobs = vec![job(1, 0, "a", 0.1, &[5])];
+        let mut c = config(4, 2, 2);
+        c.queues = vec![
+            UserQueue { share: 0.7, gm: 0 },
+            UserQueue { share: 0.7, gm: 1 },
+        ];
+        let err = simulate(&jobs, &empty(), &c, Scheduler::Megha).unwrap_err();
+        assert!(err.to_string().contains("add up to 1.4"), "{err}");
+        c.queues = vec![UserQueue { share: 0.5, gm: 2 }];
+        let err = simulate(&jobs, &empty(), &c, Scheduler::Megha).unwrap_err();
+        assert!(err.to_string().contains("queue 0: GM 2 of 2"), "{err}");
     }
 
     #[test]

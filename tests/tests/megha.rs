@@ -75,6 +75,31 @@ fn megha_configurations_on_a_generated_trace() {
     );
     // The same seed, the same runs.
     assert_eq!(jobcast_ok(&args), out);
+
+    // With the paper's four user queues: every queue served near its
+    // share while it waits, by preempting the queues over theirs; the
+    // sampler, which has no fairness, serves the worst one less.
+    let mut fair = args.to_vec();
+    fair.extend([
+        "--queue-shares",
+        "0.1,0.25,0.15,0.5",
+        "--queue-gms",
+        "0,1,1,0",
+    ]);
+    let v: Value = serde_json::from_str(&jobcast_ok(&fair)).unwrap();
+    let c = &v["configurations"];
+    let worst = |name: &str| {
+        let queues = c[name]["share_attainment"].as_array().unwrap();
+        assert_eq!(queues.len(), 4, "{name}");
+        queues
+            .iter()
+            .filter_map(|q| q["attainment"].as_f64())
+            .fold(f64::INFINITY, f64::min)
+    };
+    assert!(f(&c["megha"], "preemptions") > 0.0, "{c}");
+    assert!(worst("megha") > 0.8, "{c}");
+    assert!(worst("megha") > worst("sampling"), "{c}");
+    assert_eq!(f(&c["sampling"], "preemptions"), 0.0);
 }
 
 #[test]
