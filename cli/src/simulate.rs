@@ -228,7 +228,7 @@ fn megha(args: &Args) -> anyhow::Result<()> {
     print_out(&table)
 }
 
-fn parse_secs(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
         _ => Err(format!("expected a positive number of seconds, got `{s}`")),

@@ -345,6 +345,70 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
         earliest.as_str(),
         "{decision}"
     );
+
+    // `jobcast slurm submit`: held on east while jobcast is asked, then
+    // released there or moved to the cluster it recommends. East's queue
+    // now holds more jobs than its 8 slots: the job moves to west.
+    for _ in 0..8 {
+        east.sbatch(&["--job-name=federated", "--wrap", "sleep 120"]);
+    }
+    let east_conf = format!("east={}", east.conf().display());
+    let west_conf = format!("west={}", west.conf().display());
+    let workdir = dir.path().to_str().unwrap();
+    let submit = |url: &str, timeout: &str| -> serde_json::Value {
+        let out = jobcast_tests::jobcast_ok(&[
+            "slurm",
+            "submit",
+            "--jobcast",
+            url,
+            "--cluster",
+            &east_conf,
+            "--cluster",
+            &west_conf,
+            "--timeout-secs",
+            timeout,
+            "--json",
+            "--",
+            "--job-name=federated",
+            "--chdir",
+            workdir,
+            "--wrap",
+            "sleep 1",
+        ]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let state = |slurm: &Slurm, job: u64| {
+        let out = slurm.run("scontrol", &["show", "job", &job.to_string()]);
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix("JobState="))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let chosen = submit(&serve.http, "60");
+    eprintln!("jobcast slurm submit: {chosen}");
+    let held = chosen["held_job_id"].as_u64().unwrap();
+    let job = chosen["job_id"].as_u64().unwrap();
+    let completions = chosen["completions"].as_array().unwrap();
+    assert_eq!(completions.len(), 2, "{chosen}");
+    let best = completions
+        .iter()
+        .min_by_key(|c| c["p50_us"].as_u64().unwrap())
+        .unwrap();
+    assert_eq!(chosen["cluster"], best["cluster"], "{chosen}");
+    assert_eq!(chosen["cluster"], "west", "{chosen}");
+    assert!(job >= 1_000_000 && held < 1_000_000, "{chosen}");
+    assert_eq!(state(&east, held), "CANCELLED", "{chosen}");
+    assert_ne!(state(&west, job), "", "{chosen}");
+    // With no service to ask, the job is released where it waits.
+    let alone = submit("http://127.0.0.1:9", "1");
+    assert_eq!(alone["cluster"], "east", "{alone}");
+    assert_eq!(alone["job_id"], alone["held_job_id"], "{alone}");
+    assert!(
+        alone["why"].as_str().unwrap().contains("no decision"),
+        "{alone}"
+    );
+    let line = east.run("scontrol", &["show", "job", &alone["job_id"].to_string()]);
+    assert!(!line.contains("JobHeldUser"), "released: {line}");
     serve.terminate();
 }
 

@@ -1,9 +1,11 @@
 //! `jobcast slurm`: a real Slurm cluster in the loop. `watch` follows the
 //! cluster's jobs into the input topic; `apply` carries jobcast's
-//! decisions out on it (both `jobcast_connectors::slurm`). These modules add the flags, the
+//! decisions out on it (both `jobcast_connectors::slurm`); `submit` sends
+//! a job to the cluster jobcast expects to finish it first. These modules add the flags, the
 //! signals, the metrics and the log lines (docs/schedulers.md).
 
 pub(crate) mod apply;
+mod submit;
 mod watch;
 
 use std::net::SocketAddr;
@@ -30,6 +32,10 @@ enum Command {
     /// pending tasks get the priority that makes Slurm serve them as GS
     /// would, every interval, until SIGTERM or Ctrl-C.
     Apply(apply::ApplyArgs),
+    /// sbatch to the cluster jobcast expects to finish the job first:
+    /// submitted held to the first --cluster, moved or released once
+    /// jobcast has decided.
+    Submit(submit::SubmitArgs),
 }
 
 /// A command line, as words.
@@ -41,6 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Watch(args) => watch::run(args),
         Command::Apply(args) => apply::run(args),
+        Command::Submit(args) => submit::run(args),
     }
 }
 
