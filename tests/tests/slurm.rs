@@ -355,7 +355,7 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
     let east_conf = format!("east={}", east.conf().display());
     let west_conf = format!("west={}", west.conf().display());
     let workdir = dir.path().to_str().unwrap();
-    let submit = |url: &str, timeout: &str| -> serde_json::Value {
+    let submit_to = |url: &str, timeout: &str, west_conf: &str| -> serde_json::Value {
         let out = jobcast_tests::jobcast_ok(&[
             "slurm",
             "submit",
@@ -364,7 +364,7 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
             "--cluster",
             &east_conf,
             "--cluster",
-            &west_conf,
+            west_conf,
             "--timeout-secs",
             timeout,
             "--json",
@@ -377,6 +377,7 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
         ]);
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
     };
+    let submit = |url: &str, timeout: &str| submit_to(url, timeout, &west_conf);
     let state = |slurm: &Slurm, job: u64| {
         let out = slurm.run("scontrol", &["show", "job", &job.to_string()]);
         out.split_whitespace()
@@ -399,6 +400,22 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
     assert!(job >= 1_000_000 && held < 1_000_000, "{chosen}");
     assert_eq!(state(&east, held), "CANCELLED", "{chosen}");
     assert_ne!(state(&west, job), "", "{chosen}");
+    // West recommended, but its sbatch refuses (a configuration Slurm
+    // cannot read): the job is released where it waits, never lost.
+    let bad_conf = dir.path().join("bad.conf");
+    std::fs::write(&bad_conf, "NotAKey=1\n").unwrap();
+    let refused = submit_to(&serve.http, "60", &format!("west={}", bad_conf.display()));
+    assert_eq!(refused["cluster"], "east", "{refused}");
+    assert_eq!(refused["job_id"], refused["held_job_id"], "{refused}");
+    assert!(
+        refused["why"]
+            .as_str()
+            .unwrap()
+            .contains("sbatch there failed"),
+        "{refused}"
+    );
+    let line = east.run("scontrol", &["show", "job", &refused["job_id"].to_string()]);
+    assert!(!line.contains("JobHeldUser"), "released: {line}");
     // With no service to ask, the job is released where it waits.
     let alone = submit("http://127.0.0.1:9", "1");
     assert_eq!(alone["cluster"], "east", "{alone}");

@@ -6,8 +6,9 @@
 //! `jobcast slurm watch` publishes it. jobcast's decision for it names its
 //! completion on every cluster it knows and the earliest
 //! (`recommended_cluster`). If that is the first cluster the job is
-//! released there; if it is another, the held job is cancelled and the same
-//! sbatch arguments submitted there. With no decision in `--timeout-secs`
+//! released there; if it is another, the same sbatch arguments are
+//! submitted there and then the held job cancelled (if the other cluster
+//! refuses it, it is released where it waits). With no decision in `--timeout-secs`
 //! (a service that is down, a cluster it does not watch), the job is
 //! released where it waits: jobcast never keeps a job from running.
 
@@ -108,6 +109,34 @@ fn decision(agent: &ureq::Agent, url: &str, job: u64) -> anyhow::Result<Option<V
         .cloned())
 }
 
+/// Where a job held on the first of `clusters` goes.
+#[derive(Debug, PartialEq)]
+enum Choice {
+    /// Released where it waits; why (`None`: no decision came).
+    Stay { why: Option<String> },
+    /// Moved to `clusters[to]`.
+    Move { to: usize, why: Option<String> },
+}
+
+/// The choice `decision` (jobcast's, if one came) makes.
+fn choose(clusters: &[(String, PathBuf)], decision: Option<&Value>) -> Choice {
+    let Some(recommended) = decision.and_then(|d| d["recommended_cluster"].as_str()) else {
+        return Choice::Stay { why: None };
+    };
+    let why = Some(format!(
+        "jobcast expects it to finish first on {recommended}"
+    ));
+    match clusters.iter().position(|(name, _)| name == recommended) {
+        Some(0) => Choice::Stay { why },
+        Some(to) => Choice::Move { to, why },
+        None => Choice::Stay {
+            why: Some(format!(
+                "jobcast recommends {recommended}, which is not a --cluster"
+            )),
+        },
+    }
+}
+
 pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
     let (home, home_conf) = &args.clusters[0];
     let held = sbatch(home_conf, &["--hold"], &args.sbatch)?;
@@ -140,51 +169,40 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
                 .collect()
         })
         .unwrap_or_default();
-    let recommended = found
-        .as_ref()
-        .and_then(|d| d["recommended_cluster"].as_str())
-        .map(str::to_owned);
-    let target = recommended
-        .as_ref()
-        .and_then(|r| args.clusters.iter().find(|(name, _)| name == r));
-    let (cluster, job, why) = match (target, &recommended) {
-        (Some((name, conf)), _) if name != home => {
-            slurm(home_conf, "scancel", &[held.to_string()])?;
-            let job = sbatch(conf, &[], &args.sbatch)?;
-            (
-                name.clone(),
-                job,
-                format!("jobcast expects it to finish first on {name}"),
-            )
+    let (cluster, job, why) = match choose(&args.clusters, found.as_ref()) {
+        Choice::Move { to, why } => {
+            // Submitted there before it is cancelled here: a refusal
+            // there leaves it where it waits, never nowhere.
+            let (name, conf) = &args.clusters[to];
+            match sbatch(conf, &[], &args.sbatch) {
+                Ok(job) => {
+                    slurm(home_conf, "scancel", &[held.to_string()])?;
+                    (name.clone(), job, why)
+                }
+                Err(e) => {
+                    slurm(home_conf, "scontrol", &["release".into(), held.to_string()])?;
+                    let why = why.unwrap_or_default();
+                    (
+                        home.clone(),
+                        held,
+                        Some(format!(
+                            "{why}, but sbatch there failed ({e:#}): left on {home}"
+                        )),
+                    )
+                }
+            }
         }
-        (Some(_), _) => {
+        Choice::Stay { why } => {
             slurm(home_conf, "scontrol", &["release".into(), held.to_string()])?;
-            (
-                home.clone(),
-                held,
-                format!("jobcast expects it to finish first on {home}"),
-            )
-        }
-        (None, Some(r)) => {
-            slurm(home_conf, "scontrol", &["release".into(), held.to_string()])?;
-            (
-                home.clone(),
-                held,
-                format!("jobcast recommends {r}, which is not a --cluster"),
-            )
-        }
-        (None, None) => {
-            slurm(home_conf, "scontrol", &["release".into(), held.to_string()])?;
-            (
-                home.clone(),
-                held,
-                format!(
-                    "no decision comparing clusters from {} in {} s",
-                    args.jobcast, args.timeout_secs
-                ),
-            )
+            (home.clone(), held, why)
         }
     };
+    let why = why.unwrap_or_else(|| {
+        format!(
+            "no decision comparing clusters from {} in {} s",
+            args.jobcast, args.timeout_secs
+        )
+    });
     let at = |us: u64| {
         chrono::DateTime::from_timestamp_micros(us as i64)
             .map_or_else(|| us.to_string(), |t| t.format("%H:%M:%S").to_string())
@@ -206,4 +224,43 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
         out.push_str(&format!("  {c}: median completion {}\n", at(*us)));
     }
     print_out(&out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_moves_only_to_another_cluster_it_was_given() {
+        let clusters: Vec<(String, PathBuf)> = ["east", "west"]
+            .iter()
+            .map(|n| ((*n).to_owned(), PathBuf::from(format!("/{n}.conf"))))
+            .collect();
+        let to = |c: &str| json!({"recommended_cluster": c, "clusters": []});
+        assert_eq!(
+            choose(&clusters, Some(&to("west"))),
+            Choice::Move {
+                to: 1,
+                why: Some("jobcast expects it to finish first on west".into())
+            }
+        );
+        assert_eq!(
+            choose(&clusters, Some(&to("east"))),
+            Choice::Stay {
+                why: Some("jobcast expects it to finish first on east".into())
+            }
+        );
+        assert_eq!(
+            choose(&clusters, Some(&to("north"))),
+            Choice::Stay {
+                why: Some("jobcast recommends north, which is not a --cluster".into())
+            }
+        );
+        assert_eq!(choose(&clusters, None), Choice::Stay { why: None });
+        assert!(parse_cluster("east").is_err());
+        assert_eq!(
+            parse_cluster("east=/e.conf").unwrap(),
+            ("east".to_owned(), PathBuf::from("/e.conf"))
+        );
+    }
 }
