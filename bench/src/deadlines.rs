@@ -399,24 +399,17 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             .iter()
             .chain([&true_mean, &truth])
             .map(|tasks| {
-                (
+                let draw = |spot| {
                     Maps::draw(
                         tasks,
                         &planned_catalogue,
                         &clock,
                         deadline,
                         args.time_limit,
-                        true,
-                    ),
-                    Maps::draw(
-                        tasks,
-                        &planned_catalogue,
-                        &clock,
-                        deadline,
-                        args.time_limit,
-                        false,
-                    ),
-                )
+                        spot,
+                    )
+                };
+                (draw(true), draw(false))
             })
             .unzip();
         let level = (0..=args.quantile)

@@ -224,22 +224,33 @@ fn day_of(dir: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// A directory `day` holding `files` (name, content).
+    fn traces(day: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let day = dir.path().join(day);
+        std::fs::create_dir(&day).unwrap();
+        for (name, content) in files {
+            std::fs::write(day.join(name), content).unwrap();
+        }
+        dir
+    }
+
     #[test]
     fn runs_of_one_instance_become_lifetimes_and_the_last_is_censored() {
-        let dir = tempfile::tempdir().unwrap();
-        let day = dir.path().join("aws-04-19-2023");
-        std::fs::create_dir(&day).unwrap();
-        std::fs::write(
-            day.join("us-east-1b_intel_64.json"),
-            r#"{"metadata": {"gap_seconds": 30}, "data": [0, 1, 1, 0, 0, 1, 1, 1]}"#,
-        )
-        .unwrap();
-        std::fs::write(
-            day.join("us-east-1c_v100_4.json"),
-            r#"{"metadata": {"gap_seconds": 30}, "data": [2, 1]}"#,
-        )
-        .unwrap();
-        std::fs::write(day.join("notes.json"), r#"{"x": 1}"#).unwrap();
+        let dir = traces(
+            "aws-04-19-2023",
+            &[
+                (
+                    "us-east-1b_intel_64.json",
+                    r#"{"metadata": {"gap_seconds": 30}, "data": [0, 1, 1, 0, 0, 1, 1, 1]}"#,
+                ),
+                (
+                    "us-east-1c_v100_4.json",
+                    r#"{"metadata": {"gap_seconds": 30}, "data": [2, 1]}"#,
+                ),
+                ("notes.json", r#"{"x": 1}"#),
+            ],
+        );
         let trace = open(dir.path(), Reading::Lifetimes).unwrap();
         let diags = trace.diagnostics().clone();
         let events: Vec<Event> = trace.map(Result::unwrap).collect();
@@ -279,19 +290,19 @@ mod tests {
 
     #[test]
     fn read_for_hibernation_each_file_is_one_vm_paused_while_its_market_has_no_capacity() {
-        let dir = tempfile::tempdir().unwrap();
-        let day = dir.path().join("aws-02-15-2023");
-        std::fs::create_dir(&day).unwrap();
-        std::fs::write(
-            day.join("us-east-1a_v100_1.json"),
-            r#"{"metadata": {"gap_seconds": 60}, "data": [0, 1, 3, 0, 0, 2, 0]}"#,
-        )
-        .unwrap();
-        std::fs::write(
-            day.join("us-east-1b_v100_1.json"),
-            r#"{"metadata": {"gap_seconds": 60}, "data": [0, 0]}"#,
-        )
-        .unwrap();
+        let dir = traces(
+            "aws-02-15-2023",
+            &[
+                (
+                    "us-east-1a_v100_1.json",
+                    r#"{"metadata": {"gap_seconds": 60}, "data": [0, 1, 3, 0, 0, 2, 0]}"#,
+                ),
+                (
+                    "us-east-1b_v100_1.json",
+                    r#"{"metadata": {"gap_seconds": 60}, "data": [0, 0]}"#,
+                ),
+            ],
+        );
         let trace = open(dir.path(), Reading::Hibernation).unwrap();
         let diags = trace.diagnostics().clone();
         let machines: Vec<MachineEvent> = trace
