@@ -35,6 +35,11 @@
 //! outages of a measured spot market (SkyPilot's availability traces),
 //! `--availability-runs` times per bag, as §IV-B did with price peaks.
 //!
+//! The quantile trade-off also carries each level's maps out by dispatch
+//! ([`run_dispatched`]): the map's VMs boot at the start and each free
+//! core takes the next task, which is how a bag-of-tasks runtime that
+//! pulls work would use maps drawn from one runtime for every task.
+//!
 //! With `--spot-prices` (AWS's spot price history, one zone), the spot
 //! prices are that history's instead of Table VI's: every bag starts at
 //! the history's first change, its maps are drawn at the prices then, and
@@ -50,7 +55,8 @@ use jobcast_ingest::Format;
 use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, SpotPrice, Task, shortest_deadline};
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
-    Availability, Hibernation, Outcome, Response, one_hibernation, run, write_tradeoff_plot,
+    Availability, Hibernation, Outcome, Response, one_hibernation, run, run_dispatched,
+    write_tradeoff_plot,
 };
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
@@ -199,6 +205,11 @@ pub struct TradeOff {
     pub proposal: Summary,
     /// Its cost over the true runtimes' maps', %.
     pub cost_vs_true_pct: f64,
+    /// The same maps' VMs taking the bag's tasks by dispatch, no VM
+    /// hibernating ([`run_dispatched`]), and its cost over the true
+    /// runtimes' maps', %.
+    pub dispatched: Summary,
+    pub dispatched_cost_vs_true_pct: f64,
     /// The same on the availability traces, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub availability: Option<Summary>,
@@ -600,11 +611,21 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                 &clock,
             );
         }
+        let mut dispatched = Summary::default();
+        for bag in &bags {
+            let maps = &bag.maps[bag.level(level)];
+            dispatched.add(
+                &run_dispatched(maps, &bag.truth, &catalogue, &clock, start_us),
+                &clock,
+            );
+        }
         let on_measured = measured(level).and_then(|m| m.get("proposal").cloned());
         tradeoff.push(TradeOff {
             quantile: name,
             cost_vs_true_pct: pct(proposal.cost_usd, true_proposal.cost_usd),
             proposal,
+            dispatched_cost_vs_true_pct: pct(dispatched.cost_usd, true_proposal.cost_usd),
+            dispatched,
             availability_cost_vs_true_pct: on_measured
                 .as_ref()
                 .zip(true_measured.as_ref())
@@ -634,6 +655,9 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             }),
             line("measured outages (§IV-B)", &|t| {
                 Some((t.availability_cost_vs_true_pct?, t.availability.as_ref()?))
+            }),
+            line("dispatched, no hibernation", &|t| {
+                Some((t.dispatched_cost_vs_true_pct, &t.dispatched))
             }),
         ]
         .into_iter()
@@ -798,6 +822,11 @@ impl fmt::Display for DeadlinesReport {
                 t.proposal.runs,
                 t.proposal.cost_usd,
                 t.cost_vs_true_pct
+            )?;
+            write!(
+                f,
+                "; dispatched: missed {} cost ${:.2} ({:+.1} %)",
+                t.dispatched.deadline_misses, t.dispatched.cost_usd, t.dispatched_cost_vs_true_pct
             )?;
             if let (Some(a), Some(p)) = (&t.availability, t.availability_cost_vs_true_pct) {
                 write!(

@@ -236,6 +236,82 @@ pub fn run(
     outcome
 }
 
+/// The primary map's VMs carrying out the bag by dispatch instead of the
+/// map's own order: every VM of the map boots at the job's start, and each
+/// free core takes the next task of one pool (in the map's order of
+/// placement), as many at once on a VM as its cores and memory hold. What
+/// the map decides is then how many VMs of which types; which task runs
+/// where follows the truth as it unfolds, as a bag-of-tasks runtime that
+/// pulls work does. No VM hibernates. Each VM is billed in whole slots to
+/// its last task's end (at least one slot), a spot slot at the price when
+/// it begins.
+pub fn run_dispatched(
+    maps: &Maps,
+    truth: &[Task],
+    catalogue: &Catalogue,
+    clock: &Clock,
+    start_us: u64,
+) -> Outcome {
+    let vms = &maps.primary.vms;
+    let mut order: Vec<(u64, usize, u32)> = vms
+        .iter()
+        .enumerate()
+        .flat_map(|(j, vm)| vm.placements.iter().map(move |p| (p.start, j, p.task)))
+        .collect();
+    order.sort_unstable();
+    let true_task = |id: u32| {
+        truth
+            .iter()
+            .find(|t| t.id == id)
+            .expect("the maps place only the bag's tasks")
+    };
+    // Free slots (time, VM, slot), earliest first; a VM's slots are its
+    // cores, fewer if its memory holds fewer of the bag's tasks.
+    let mut free: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, u32)>> =
+        std::collections::BinaryHeap::new();
+    for (j, vm) in vms.iter().enumerate() {
+        let t = &catalogue.types[vm.kind];
+        let memory = truth.iter().map(|x| x.memory_gb).fold(0.0, f64::max);
+        let by_memory = if memory > 0.0 {
+            (t.memory_gb / memory).floor() as u32
+        } else {
+            u32::from(t.cores)
+        };
+        for slot in 0..u32::from(t.cores).min(by_memory.max(1)) {
+            free.push(std::cmp::Reverse((0, j, slot)));
+        }
+    }
+    let mut last_end = vec![0u64; vms.len()];
+    for &(_, _, id) in &order {
+        let std::cmp::Reverse((at, j, slot)) = free.pop().expect("every VM has a slot");
+        let end = at + true_task(id).periods_on(&catalogue.types[vms[j].kind], clock);
+        last_end[j] = last_end[j].max(end);
+        free.push(std::cmp::Reverse((end, j, slot)));
+    }
+    let mut outcome = Outcome {
+        cost_usd: 0.0,
+        makespan: last_end.iter().copied().max().unwrap_or(0),
+        missed: false,
+        hibernations: 0,
+        migrations: 0,
+    };
+    for (j, vm) in vms.iter().enumerate() {
+        let t = &catalogue.types[vm.kind];
+        let slots = clock.slots(last_end[j]).max(1);
+        outcome.cost_usd += match vm.market {
+            Market::OnDemand => clock.cost(slots, t.on_demand_usd_h),
+            Market::Spot => (0..slots)
+                .map(|k| {
+                    let at = start_us + k * clock.slot_periods * clock.period_s * 1_000_000;
+                    clock.cost(1, t.spot_at(at).unwrap_or(t.on_demand_usd_h))
+                })
+                .sum(),
+        };
+    }
+    outcome.missed = outcome.makespan > maps.primary.deadline;
+    outcome
+}
+
 /// §IV-A: one spot VM of the primary map, chosen with `seed` among those
 /// the map still has working at `at`, hibernates from `at` for `length`
 /// periods; `None` when the map has no spot VM.
@@ -552,6 +628,38 @@ mod tests {
             (hibernated - expected).abs() < 1e-9,
             "{hibernated} {expected}"
         );
+    }
+
+    /// Dispatch carries out maps on the truth as they were drawn when the
+    /// truth is what they were drawn on, and on a bag of mixed lengths
+    /// drawn at one mean it costs no more than the map's own order.
+    #[test]
+    fn dispatch_follows_the_truth_on_the_maps_vms() {
+        let (tasks, cat, clock, maps) = setup();
+        let drawn = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
+        let pulled = run_dispatched(&maps, &tasks, &cat, &clock, 0);
+        assert_eq!(pulled.makespan, drawn.makespan);
+        assert!((pulled.cost_usd - drawn.cost_usd).abs() < 1e-9);
+        assert!(!pulled.missed);
+        // Half the tasks 2 h, half 18 h, planned at their mean of 10 h.
+        let mixed: Vec<Task> = tasks
+            .iter()
+            .map(|t| Task {
+                base_s: if t.id % 2 == 0 { 2.0 } else { 18.0 } * 3600.0,
+                ..*t
+            })
+            .collect();
+        let statically = run(&maps, &mixed, &cat, &clock, &[], Response::Wait, 0);
+        let dispatched = run_dispatched(&maps, &mixed, &cat, &clock, 0);
+        assert!(
+            dispatched.cost_usd <= statically.cost_usd,
+            "{dispatched:?} {statically:?}"
+        );
+        assert!(
+            dispatched.makespan <= statically.makespan,
+            "{dispatched:?} {statically:?}"
+        );
+        assert_eq!((dispatched.hibernations, dispatched.migrations), (0, 0));
     }
 
     #[test]
