@@ -429,6 +429,39 @@ fn two_real_clusters_watched_into_one_jobcast_are_held_apart_and_compared() {
     serve.terminate();
 }
 
+/// `jobcast slurm submit` refuses a cluster whose configuration is not
+/// there, by name, before anything is submitted; and a `--cluster` that
+/// is not NAME=SLURM_CONF.
+#[test]
+fn slurm_submit_refuses_a_cluster_configuration_that_is_not_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("east.conf");
+    std::fs::write(&conf, "ClusterName=east\n").unwrap();
+    let east = format!("east={}", conf.display());
+    for (west, expected) in [
+        (
+            "west=/nonexistent/slurm.conf",
+            "--cluster west=/nonexistent/slurm.conf: no such file",
+        ),
+        ("west", "`west`: expected NAME=SLURM_CONF"),
+    ] {
+        let out = jobcast_tests::jobcast(&[
+            "slurm",
+            "submit",
+            "--cluster",
+            &east,
+            "--cluster",
+            west,
+            "--",
+            "--wrap",
+            "true",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{west}");
+        assert!(stderr.contains(expected), "{west}: {stderr}");
+    }
+}
+
 /// Arrays (one sparse), a plain job, a failing one and one cancelled while
 /// held, with the watcher killed (SIGKILL) mid-run and started again: every
 /// job reaches the topic once, each task with one start (if it ran) and one

@@ -138,6 +138,15 @@ fn choose(clusters: &[(String, PathBuf)], decision: Option<&Value>) -> Choice {
 }
 
 pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
+    // A configuration that is not there would have sbatch look for a
+    // controller for a minute before failing: refused first, by name.
+    for (name, conf) in &args.clusters {
+        anyhow::ensure!(
+            conf.is_file(),
+            "--cluster {name}={}: no such file (the cluster's slurm.conf)",
+            conf.display()
+        );
+    }
     let (home, home_conf) = &args.clusters[0];
     let held = sbatch(home_conf, &["--hold"], &args.sbatch)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
