@@ -40,6 +40,13 @@
 //! core takes the next task, which is how a bag-of-tasks runtime that
 //! pulls work would use maps drawn from one runtime for every task.
 //!
+//! It also carries the bag out elastically ([`run_elastic`]), with the
+//! same hibernation: a first fleet drawn at `--elastic-start` of the
+//! level's runtime (a pilot), each VM that would open a new slot stopped
+//! when the others can end the bag by the occupation limit without it,
+//! and VMs bought when they cannot, all on the bag's runtime as its ended
+//! tasks show it.
+//!
 //! With `--spot-prices` (AWS's spot price history, one zone), the spot
 //! prices are that history's instead of Table VI's: every bag starts at
 //! the history's first change, its maps are drawn at the prices then, and
@@ -56,7 +63,7 @@ use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, SpotPrice, Task, shor
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
     Availability, Hibernation, Outcome, Response, one_hibernation, run, run_dispatched,
-    write_tradeoff_plot,
+    run_elastic, write_tradeoff_plot,
 };
 use jobcast_replay::evaluate::{EvalConfig, run_policy};
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
@@ -135,6 +142,11 @@ pub struct DeadlinesArgs {
     /// The product whose prices are read.
     #[arg(long, default_value = "Linux/UNIX")]
     spot_product: String,
+    /// The elastic fleet begins with the VMs of the maps drawn at this
+    /// share of the estimate's runtime, and grows from what its first
+    /// tasks show.
+    #[arg(long, default_value_t = 0.5)]
+    elastic_start: f64,
     /// Seed of the hibernating VM and of the availability draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -161,6 +173,8 @@ pub struct Summary {
     pub deadline_misses: usize,
     pub hibernations: u32,
     pub migrations: u32,
+    pub vms_added: u32,
+    pub vms_drained: u32,
 }
 
 impl Summary {
@@ -173,6 +187,8 @@ impl Summary {
         self.deadline_misses += usize::from(o.missed);
         self.hibernations += o.hibernations;
         self.migrations += o.migrations;
+        self.vms_added += o.vms_added;
+        self.vms_drained += o.vms_drained;
     }
 }
 
@@ -210,6 +226,16 @@ pub struct TradeOff {
     /// runtimes' maps', %.
     pub dispatched: Summary,
     pub dispatched_cost_vs_true_pct: f64,
+    /// An elastic fleet ([`run_elastic`]) from the maps drawn at
+    /// `elastic_start` of the level's runtime, with the proposal's
+    /// hibernation, and its cost over the true runtimes' maps', %.
+    pub elastic: Summary,
+    pub elastic_cost_vs_true_pct: f64,
+    /// The same on the availability traces, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elastic_availability: Option<Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elastic_availability_cost_vs_true_pct: Option<f64>,
     /// The same on the availability traces, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub availability: Option<Summary>,
@@ -265,6 +291,10 @@ struct Bag {
     truth: Vec<Task>,
     deadline: u64,
     maps: Vec<Maps>,
+    /// The first fleet of the elastic runs at each level: maps drawn at
+    /// `--elastic-start` of its runtime (for [`TRUE`], of the true mean),
+    /// and that runtime, seconds.
+    elastic: Vec<(Maps, f64)>,
     on_demand: Vec<Maps>,
 }
 
@@ -297,6 +327,7 @@ fn check_flags(args: &DeadlinesArgs) -> anyhow::Result<()> {
         ("--max-deadline-hours", args.max_deadline_hours),
         ("--hibernate-for", args.hibernate_for),
         ("--long-hibernation-hours", args.long_hibernation_hours),
+        ("--elastic-start", args.elastic_start),
     ];
     for (flag, value) in positive {
         anyhow::ensure!(
@@ -391,7 +422,8 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
         let planned = levels.map(|us| uniform(us / 1e6 * args.time_scale));
         // The best any estimate of the job can do: every task at the true
         // mean.
-        let true_mean = uniform(truth.iter().map(|t| t.base_s).sum::<f64>() / truth.len() as f64);
+        let mean_s = truth.iter().map(|t| t.base_s).sum::<f64>() / truth.len() as f64;
+        let true_mean = uniform(mean_s);
         let Some((shortest, _)) = shortest_deadline(
             &truth,
             &planned_catalogue,
@@ -435,6 +467,24 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             .filter(|v| v.market == jobcast_predictor::deadlines::Market::Spot)
             .count();
         let h = |s: f64| s / 3600.0;
+        let elastic = planned
+            .iter()
+            .map(|tasks| tasks[0].base_s)
+            .chain([mean_s, mean_s])
+            .map(|base_s| {
+                let pilot = base_s * args.elastic_start;
+                let tasks = uniform(pilot);
+                let maps = Maps::draw(
+                    &tasks,
+                    &planned_catalogue,
+                    &clock,
+                    deadline,
+                    args.time_limit,
+                    true,
+                );
+                (maps, pilot)
+            })
+            .collect();
         bags.push(Bag {
             row: BagRow {
                 job_id: job.job_id(),
@@ -452,6 +502,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             truth,
             deadline,
             maps,
+            elastic,
             on_demand,
         });
     }
@@ -557,6 +608,15 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                 out.entry("on_demand")
                     .or_default()
                     .add(&go(od, &[], Response::Wait), &clock);
+                let (pilot, pilot_s) = &bag.elastic[level];
+                if let Some(h) =
+                    a.hibernations(pilot, &clock, bag.deadline, seed_of(bag).wrapping_add(k))
+                {
+                    let o = run_elastic(
+                        pilot, &bag.truth, &catalogue, &clock, &h, *pilot_s, start_us,
+                    );
+                    out.entry("elastic").or_default().add(&o, &clock);
+                }
             }
         }
         Some(out)
@@ -619,13 +679,31 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                 &clock,
             );
         }
-        let on_measured = measured(level).and_then(|m| m.get("proposal").cloned());
+        let mut elastic = Summary::default();
+        for bag in &bags {
+            let (maps, pilot_s) = &bag.elastic[bag.level(level)];
+            let h = one_hibernation(maps, seed_of(bag), at(bag), short(bag)).unwrap_or_default();
+            elastic.add(
+                &run_elastic(maps, &bag.truth, &catalogue, &clock, &h, *pilot_s, start_us),
+                &clock,
+            );
+        }
+        let on_measured = measured(level);
+        let elastic_availability = on_measured.as_ref().and_then(|m| m.get("elastic").cloned());
+        let on_measured = on_measured.and_then(|m| m.get("proposal").cloned());
         tradeoff.push(TradeOff {
             quantile: name,
             cost_vs_true_pct: pct(proposal.cost_usd, true_proposal.cost_usd),
             proposal,
             dispatched_cost_vs_true_pct: pct(dispatched.cost_usd, true_proposal.cost_usd),
             dispatched,
+            elastic_cost_vs_true_pct: pct(elastic.cost_usd, true_proposal.cost_usd),
+            elastic,
+            elastic_availability_cost_vs_true_pct: elastic_availability
+                .as_ref()
+                .zip(true_measured.as_ref())
+                .map(|(m, t)| pct(m.cost_usd, t.cost_usd)),
+            elastic_availability,
             availability_cost_vs_true_pct: on_measured
                 .as_ref()
                 .zip(true_measured.as_ref())
@@ -658,6 +736,15 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             }),
             line("dispatched, no hibernation", &|t| {
                 Some((t.dispatched_cost_vs_true_pct, &t.dispatched))
+            }),
+            line("elastic, one hibernation", &|t| {
+                Some((t.elastic_cost_vs_true_pct, &t.elastic))
+            }),
+            line("elastic, measured outages", &|t| {
+                Some((
+                    t.elastic_availability_cost_vs_true_pct?,
+                    t.elastic_availability.as_ref()?,
+                ))
             }),
         ]
         .into_iter()
@@ -828,10 +915,29 @@ impl fmt::Display for DeadlinesReport {
                 "; dispatched: missed {} cost ${:.2} ({:+.1} %)",
                 t.dispatched.deadline_misses, t.dispatched.cost_usd, t.dispatched_cost_vs_true_pct
             )?;
+            write!(
+                f,
+                "; elastic: missed {} cost ${:.2} ({:+.1} %, {} VMs added, {} drained)",
+                t.elastic.deadline_misses,
+                t.elastic.cost_usd,
+                t.elastic_cost_vs_true_pct,
+                t.elastic.vms_added,
+                t.elastic.vms_drained
+            )?;
             if let (Some(a), Some(p)) = (&t.availability, t.availability_cost_vs_true_pct) {
                 write!(
                     f,
                     "; measured outages: missed {}/{} cost ${:.2} ({p:+.1} %)",
+                    a.deadline_misses, a.runs, a.cost_usd
+                )?;
+            }
+            if let (Some(a), Some(p)) = (
+                &t.elastic_availability,
+                t.elastic_availability_cost_vs_true_pct,
+            ) {
+                write!(
+                    f,
+                    "; elastic on measured outages: missed {}/{} cost ${:.2} ({p:+.1} %)",
                     a.deadline_misses, a.runs, a.cost_usd
                 )?;
             }

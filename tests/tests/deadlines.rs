@@ -43,6 +43,7 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
         "one hibernation",
         "measured outages",
         "dispatched",
+        "elastic",
     ] {
         assert!(svg.contains(label), "{label} not drawn");
     }
@@ -119,6 +120,24 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
     );
     assert_eq!(f(&t[4]["dispatched"], "deadline_misses"), 0.0, "{}", t[4]);
     assert_eq!(f(&t[4]["proposal"], "runs"), n);
+    // Elastic from a pilot fleet at p90, through the same hibernation:
+    // in time, and cheaper than both the map's own order and dispatch on
+    // the p90 maps; it bought and drained VMs on the way.
+    let e = &t[1]["elastic"];
+    assert_eq!(f(e, "runs"), n);
+    assert_eq!(f(e, "deadline_misses"), 0.0, "{}", t[1]);
+    assert!(
+        f(e, "cost_usd") < f(&t[1]["dispatched"], "cost_usd"),
+        "{}",
+        t[1]
+    );
+    assert!(
+        f(e, "cost_usd") < f(&t[1]["proposal"], "cost_usd"),
+        "{}",
+        t[1]
+    );
+    assert!(f(e, "vms_added") > 0.0 && f(e, "vms_drained") > 0.0, "{e}");
+    assert!(f(e, "hibernations") > 0.0, "{e}");
     assert_eq!(
         t[1]["proposal"], s["proposal"],
         "p90 is the default quantile"
@@ -136,6 +155,14 @@ fn teylo_strategies_on_google_bags_with_measured_outages() {
     assert_eq!(f(&a["on_demand"], "hibernations"), 0.0);
     assert!(f(&a["immediate_migration"], "migrations") >= f(&a["proposal"], "migrations"));
     assert!(t[5]["availability"].is_object());
+    // Through the measured outages the elastic fleet misses fewer
+    // deadlines than the proposal, which waits for VMs that stay out.
+    assert_eq!(f(&a["elastic"], "runs"), 3.0 * n);
+    assert!(
+        f(&a["elastic"], "deadline_misses") < f(&a["proposal"], "deadline_misses"),
+        "{a}"
+    );
+    assert!(t[1]["elastic_availability"].is_object());
 
     // The same flags give the same report.
     assert_eq!(jobcast_ok(&args), out);
@@ -202,6 +229,11 @@ fn bench_deadlines_refuses_bad_flags_by_name() {
             "--hibernate-for",
             "0",
             "--hibernate-for 0: must be positive",
+        ),
+        (
+            "--elastic-start",
+            "0",
+            "--elastic-start 0: must be positive",
         ),
         (
             "--quantile",

@@ -23,10 +23,18 @@
 //! in whole slots; the makespan is the end of the last task, and a job
 //! whose makespan passes `D` has missed its deadline.
 //!
+//! [`dispatch`] carries the maps out the way a bag-of-tasks runtime that
+//! pulls work would instead: by dispatch on the map's VMs, or elastically,
+//! the fleet grown and drained as the bag's runtimes are learnt.
+//!
 //! Hibernations come from the paper's §IV-A scenarios ([`one_hibernation`]:
 //! one spot VM chosen at random, from a given time for a given length) or
 //! from measured spot availability ([`Availability`]: a spot VM is
 //! hibernated while its market has no capacity).
+
+mod dispatch;
+
+pub use dispatch::{run_dispatched, run_elastic};
 
 use std::collections::BTreeMap;
 
@@ -63,6 +71,10 @@ pub struct Outcome {
     /// Hibernations that hit a VM with work left.
     pub hibernations: u32,
     pub migrations: u32,
+    /// VMs bought while the job ran ([`run_elastic`]).
+    pub vms_added: u32,
+    /// VMs that stopped taking tasks before the bag ran out.
+    pub vms_drained: u32,
 }
 
 /// Run `maps` on the `truth` (the bag's tasks with their true runtimes),
@@ -93,6 +105,8 @@ pub fn run(
         missed: false,
         hibernations: 0,
         migrations: 0,
+        vms_added: 0,
+        vms_drained: 0,
     };
     for (j, vm) in maps.primary.vms.iter().enumerate() {
         let vm_type = &catalogue.types[vm.kind];
@@ -233,82 +247,6 @@ pub fn run(
         }
     }
     outcome.missed = outcome.makespan > deadline;
-    outcome
-}
-
-/// The primary map's VMs carrying out the bag by dispatch instead of the
-/// map's own order: every VM of the map boots at the job's start, and each
-/// free core takes the next task of one pool (in the map's order of
-/// placement), as many at once on a VM as its cores and memory hold. What
-/// the map decides is then how many VMs of which types; which task runs
-/// where follows the truth as it unfolds, as a bag-of-tasks runtime that
-/// pulls work does. No VM hibernates. Each VM is billed in whole slots to
-/// its last task's end (at least one slot), a spot slot at the price when
-/// it begins.
-pub fn run_dispatched(
-    maps: &Maps,
-    truth: &[Task],
-    catalogue: &Catalogue,
-    clock: &Clock,
-    start_us: u64,
-) -> Outcome {
-    let vms = &maps.primary.vms;
-    let mut order: Vec<(u64, usize, u32)> = vms
-        .iter()
-        .enumerate()
-        .flat_map(|(j, vm)| vm.placements.iter().map(move |p| (p.start, j, p.task)))
-        .collect();
-    order.sort_unstable();
-    let true_task = |id: u32| {
-        truth
-            .iter()
-            .find(|t| t.id == id)
-            .expect("the maps place only the bag's tasks")
-    };
-    // Free slots (time, VM, slot), earliest first; a VM's slots are its
-    // cores, fewer if its memory holds fewer of the bag's tasks.
-    let mut free: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize, u32)>> =
-        std::collections::BinaryHeap::new();
-    for (j, vm) in vms.iter().enumerate() {
-        let t = &catalogue.types[vm.kind];
-        let memory = truth.iter().map(|x| x.memory_gb).fold(0.0, f64::max);
-        let by_memory = if memory > 0.0 {
-            (t.memory_gb / memory).floor() as u32
-        } else {
-            u32::from(t.cores)
-        };
-        for slot in 0..u32::from(t.cores).min(by_memory.max(1)) {
-            free.push(std::cmp::Reverse((0, j, slot)));
-        }
-    }
-    let mut last_end = vec![0u64; vms.len()];
-    for &(_, _, id) in &order {
-        let std::cmp::Reverse((at, j, slot)) = free.pop().expect("every VM has a slot");
-        let end = at + true_task(id).periods_on(&catalogue.types[vms[j].kind], clock);
-        last_end[j] = last_end[j].max(end);
-        free.push(std::cmp::Reverse((end, j, slot)));
-    }
-    let mut outcome = Outcome {
-        cost_usd: 0.0,
-        makespan: last_end.iter().copied().max().unwrap_or(0),
-        missed: false,
-        hibernations: 0,
-        migrations: 0,
-    };
-    for (j, vm) in vms.iter().enumerate() {
-        let t = &catalogue.types[vm.kind];
-        let slots = clock.slots(last_end[j]).max(1);
-        outcome.cost_usd += match vm.market {
-            Market::OnDemand => clock.cost(slots, t.on_demand_usd_h),
-            Market::Spot => (0..slots)
-                .map(|k| {
-                    let at = start_us + k * clock.slot_periods * clock.period_s * 1_000_000;
-                    clock.cost(1, t.spot_at(at).unwrap_or(t.on_demand_usd_h))
-                })
-                .sum(),
-        };
-    }
-    outcome.missed = outcome.makespan > maps.primary.deadline;
     outcome
 }
 
@@ -546,13 +484,13 @@ pub fn write_tradeoff_plot(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use jobcast_ingest::event::{MachineEvent, VmInfo};
     use jobcast_predictor::deadlines::SpotPrice;
 
     use super::*;
 
-    fn bag(n: u32, hours: f64) -> Vec<Task> {
+    pub(crate) fn bag(n: u32, hours: f64) -> Vec<Task> {
         (0..n)
             .map(|id| Task {
                 id,
@@ -562,7 +500,7 @@ mod tests {
             .collect()
     }
 
-    fn setup() -> (Vec<Task>, Catalogue, Clock, Maps) {
+    pub(crate) fn setup() -> (Vec<Task>, Catalogue, Clock, Maps) {
         let cat = Catalogue::teylo_2018();
         let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
         let tasks = bag(20, 10.0);
@@ -628,38 +566,6 @@ mod tests {
             (hibernated - expected).abs() < 1e-9,
             "{hibernated} {expected}"
         );
-    }
-
-    /// Dispatch carries out maps on the truth as they were drawn when the
-    /// truth is what they were drawn on, and on a bag of mixed lengths
-    /// drawn at one mean it costs no more than the map's own order.
-    #[test]
-    fn dispatch_follows_the_truth_on_the_maps_vms() {
-        let (tasks, cat, clock, maps) = setup();
-        let drawn = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
-        let pulled = run_dispatched(&maps, &tasks, &cat, &clock, 0);
-        assert_eq!(pulled.makespan, drawn.makespan);
-        assert!((pulled.cost_usd - drawn.cost_usd).abs() < 1e-9);
-        assert!(!pulled.missed);
-        // Half the tasks 2 h, half 18 h, planned at their mean of 10 h.
-        let mixed: Vec<Task> = tasks
-            .iter()
-            .map(|t| Task {
-                base_s: if t.id % 2 == 0 { 2.0 } else { 18.0 } * 3600.0,
-                ..*t
-            })
-            .collect();
-        let statically = run(&maps, &mixed, &cat, &clock, &[], Response::Wait, 0);
-        let dispatched = run_dispatched(&maps, &mixed, &cat, &clock, 0);
-        assert!(
-            dispatched.cost_usd <= statically.cost_usd,
-            "{dispatched:?} {statically:?}"
-        );
-        assert!(
-            dispatched.makespan <= statically.makespan,
-            "{dispatched:?} {statically:?}"
-        );
-        assert_eq!((dispatched.hibernations, dispatched.migrations), (0, 0));
     }
 
     #[test]
