@@ -24,7 +24,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Market, Task, VmType, primary_map};
 
-use super::{Hibernation, Outcome};
+use super::{Hibernation, Outcome, true_task};
 
 /// The bag's tasks in the order the map placed them.
 fn pool(maps: &Maps) -> VecDeque<u32> {
@@ -65,13 +65,6 @@ fn bill(t: &VmType, market: Market, from: u64, periods: u64, clock: &Clock, star
             })
             .sum(),
     }
-}
-
-fn true_task(truth: &[Task], id: u32) -> &Task {
-    truth
-        .iter()
-        .find(|t| t.id == id)
-        .expect("the maps place only the bag's tasks")
 }
 
 /// The primary map's VMs carrying out the bag by dispatch instead of the
@@ -300,6 +293,18 @@ impl Fleet<'_> {
             .sum()
     }
 
+    /// Slot `slot` of VM `j` is free at `at`, unless a hibernation voids
+    /// it before.
+    fn free_at(&mut self, at: u64, j: usize, slot: usize) {
+        let generation = self.nodes[j].generation[slot];
+        let step = Step::Free {
+            vm: j,
+            slot,
+            generation,
+        };
+        self.steps.push(Reverse((at, step)));
+    }
+
     /// Learn from the task that ended in `slot` of VM `j`.
     fn end(&mut self, now: u64, j: usize, slot: usize) {
         let Some((id, _)) = self.nodes[j].running[slot].take() else {
@@ -361,14 +366,7 @@ impl Fleet<'_> {
                 .push(Node::new(vm.kind, vm.market, now, ready, slots, true));
             let j = self.nodes.len() - 1;
             for slot in 0..slots {
-                self.steps.push(Reverse((
-                    ready,
-                    Step::Free {
-                        vm: j,
-                        slot,
-                        generation: 0,
-                    },
-                )));
+                self.free_at(ready, j, slot);
             }
             self.outcome.vms_added += 1;
         }
@@ -399,15 +397,7 @@ impl Fleet<'_> {
             let node = &mut self.nodes[j];
             node.running[slot] = Some((next, now));
             node.booted = true;
-            let generation = node.generation[slot];
-            self.steps.push(Reverse((
-                end,
-                Step::Free {
-                    vm: j,
-                    slot,
-                    generation,
-                },
-            )));
+            self.free_at(end, j, slot);
         }
     }
 
@@ -433,23 +423,19 @@ impl Fleet<'_> {
         }
         self.steps.push(Reverse((until, Step::Resume { vm: j })));
         // Slots left idle when the queue ran dry take the requeued tasks.
-        for (i, n) in self.nodes.iter().enumerate() {
-            if n.hibernated || n.ready > now {
-                continue;
-            }
-            for (slot, run) in n.running.iter().enumerate() {
-                if run.is_none() {
-                    let generation = n.generation[slot];
-                    self.steps.push(Reverse((
-                        now,
-                        Step::Free {
-                            vm: i,
-                            slot,
-                            generation,
-                        },
-                    )));
-                }
-            }
+        let idle: Vec<(usize, usize)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.hibernated && n.ready <= now)
+            .flat_map(|(i, n)| {
+                (0..n.running.len())
+                    .filter(|&slot| n.running[slot].is_none())
+                    .map(move |slot| (i, slot))
+            })
+            .collect();
+        for (i, slot) in idle {
+            self.free_at(now, i, slot);
         }
         self.grow(now);
     }
@@ -461,15 +447,7 @@ impl Fleet<'_> {
         node.active_since = now;
         node.ready = now;
         for slot in 0..node.running.len() {
-            let generation = node.generation[slot];
-            self.steps.push(Reverse((
-                now,
-                Step::Free {
-                    vm: j,
-                    slot,
-                    generation,
-                },
-            )));
+            self.free_at(now, j, slot);
         }
     }
 }
@@ -515,27 +493,11 @@ pub fn run_elastic(
         queue: pool(maps),
         ended: Vec::new(),
         mean_s: planned_s,
-        outcome: Outcome {
-            cost_usd: 0.0,
-            makespan: 0,
-            missed: false,
-            hibernations: 0,
-            migrations: 0,
-            vms_added: 0,
-            vms_drained: 0,
-        },
+        outcome: Outcome::default(),
     };
     for (j, vm) in maps.primary.vms.iter().enumerate() {
         for slot in 0..fleet.nodes[j].running.len() {
-            let generation = 0;
-            fleet.steps.push(Reverse((
-                0,
-                Step::Free {
-                    vm: j,
-                    slot,
-                    generation,
-                },
-            )));
+            fleet.free_at(0, j, slot);
         }
         if vm.market == Market::Spot {
             for h in hibernations.get(j).into_iter().flatten() {
@@ -598,7 +560,7 @@ pub fn run_elastic(
 mod tests {
     use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, Task};
 
-    use super::super::tests::setup;
+    use super::super::tests::{first_spot_hibernates, setup};
     use super::super::{Response, run};
     use super::*;
 
@@ -658,24 +620,31 @@ mod tests {
             .collect()
     }
 
-    /// Maps drawn at a third of the truth leave dispatch late; the elastic
-    /// fleet learns the runtime from the first ends and buys what the
-    /// rest needs, in time.
-    #[test]
-    fn an_elastic_fleet_grows_when_the_bag_runs_longer_than_planned() {
+    /// `truth` and the maps drawn with every task at `planned_h` hours, by
+    /// a deadline of `deadline_h`.
+    fn drawn_at(truth: &[Task], planned_h: f64, deadline_h: u64) -> (Catalogue, Clock, Maps, f64) {
         let cat = Catalogue::teylo_2018();
         let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
-        let truth = mixed(300, 6.0, 14.0);
-        let planned = 10.0 / 3.0 * 3600.0;
-        let low: Vec<Task> = truth
+        let planned = planned_h * 3600.0;
+        let even: Vec<Task> = truth
             .iter()
             .map(|t| Task {
                 base_s: planned,
                 ..*t
             })
             .collect();
-        let maps = Maps::draw(&low, &cat, &clock, 12 * 60, 0.5, true);
+        let maps = Maps::draw(&even, &cat, &clock, deadline_h * 60, 0.5, true);
         assert!(maps.valid());
+        (cat, clock, maps, planned)
+    }
+
+    /// Maps drawn at a third of the truth leave dispatch late; the elastic
+    /// fleet learns the runtime from the first ends and buys what the
+    /// rest needs, in time.
+    #[test]
+    fn an_elastic_fleet_grows_when_the_bag_runs_longer_than_planned() {
+        let truth = mixed(300, 6.0, 14.0);
+        let (cat, clock, maps, planned) = drawn_at(&truth, 10.0 / 3.0, 12);
         let dispatched = run_dispatched(&maps, &truth, &cat, &clock, 0);
         assert!(dispatched.missed, "{dispatched:?}");
         let elastic = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
@@ -688,19 +657,8 @@ mod tests {
     /// dispatch on the same maps, and still meets the deadline.
     #[test]
     fn an_elastic_fleet_drains_what_an_over_estimate_bought() {
-        let cat = Catalogue::teylo_2018();
-        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
         let truth = mixed(300, 4.0, 12.0);
-        let planned = 24.0 * 3600.0;
-        let high: Vec<Task> = truth
-            .iter()
-            .map(|t| Task {
-                base_s: planned,
-                ..*t
-            })
-            .collect();
-        let maps = Maps::draw(&high, &cat, &clock, 16 * 60, 0.5, true);
-        assert!(maps.valid());
+        let (cat, clock, maps, planned) = drawn_at(&truth, 24.0, 16);
         let dispatched = run_dispatched(&maps, &truth, &cat, &clock, 0);
         let elastic = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
         assert!(!elastic.missed, "{elastic:?}");
@@ -717,31 +675,10 @@ mod tests {
     /// at once.
     #[test]
     fn an_elastic_fleet_reruns_a_hibernated_vms_tasks_in_time() {
-        let cat = Catalogue::teylo_2018();
-        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
         let truth = mixed(300, 4.0, 12.0);
-        let planned = 8.0 * 3600.0;
-        let even: Vec<Task> = truth
-            .iter()
-            .map(|t| Task {
-                base_s: planned,
-                ..*t
-            })
-            .collect();
-        let maps = Maps::draw(&even, &cat, &clock, 16 * 60, 0.5, true);
-        assert!(maps.valid());
+        let (cat, clock, maps, planned) = drawn_at(&truth, 8.0, 16);
         let calm = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
-        let spot = maps
-            .primary
-            .vms
-            .iter()
-            .position(|v| v.market == Market::Spot)
-            .unwrap();
-        let mut h = vec![Vec::new(); maps.primary.vms.len()];
-        h[spot].push(Hibernation {
-            start: 30,
-            end: 60_000,
-        });
+        let h = first_spot_hibernates(&maps, 30, 60_000);
         let out = run_elastic(&maps, &truth, &cat, &clock, &h, planned, 0);
         assert_eq!(out.hibernations, 1);
         assert!(!out.missed, "{out:?}");

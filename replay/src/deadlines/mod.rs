@@ -62,7 +62,7 @@ pub enum Response {
 }
 
 /// One run of one job.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Outcome {
     pub cost_usd: f64,
     /// Periods from the job's start to its last task's end.
@@ -92,22 +92,8 @@ pub fn run(
     response: Response,
     start_us: u64,
 ) -> Outcome {
-    let true_task = |id: u32| {
-        truth
-            .iter()
-            .find(|t| t.id == id)
-            .expect("the maps place only the bag's tasks")
-    };
     let deadline = maps.primary.deadline;
-    let mut outcome = Outcome {
-        cost_usd: 0.0,
-        makespan: 0,
-        missed: false,
-        hibernations: 0,
-        migrations: 0,
-        vms_added: 0,
-        vms_drained: 0,
-    };
+    let mut outcome = Outcome::default();
     for (j, vm) in maps.primary.vms.iter().enumerate() {
         let vm_type = &catalogue.types[vm.kind];
         // Each task's run on the VM's own clock (which stops while it
@@ -119,7 +105,7 @@ pub fn run(
             .iter()
             .map(|p| {
                 let start = free.get(&p.core).copied().unwrap_or(0).max(p.start);
-                let end = start + true_task(p.task).periods_on(vm_type, clock);
+                let end = start + true_task(truth, p.task).periods_on(vm_type, clock);
                 free.insert(p.core, end);
                 (p.task, start, end)
             })
@@ -213,7 +199,7 @@ pub fn run(
                     .map(|b| Vm::new(b.kind, Market::OnDemand, boot))
                     .collect();
                 for id in left {
-                    let task = true_task(id);
+                    let task = true_task(truth, id);
                     let planned = group
                         .backups
                         .iter()
@@ -248,6 +234,14 @@ pub fn run(
     }
     outcome.missed = outcome.makespan > deadline;
     outcome
+}
+
+/// Task `id` of the bag, with its true runtime.
+fn true_task(truth: &[Task], id: u32) -> &Task {
+    truth
+        .iter()
+        .find(|t| t.id == id)
+        .expect("the maps place only the bag's tasks")
 }
 
 /// §IV-A: one spot VM of the primary map, chosen with `seed` among those
@@ -500,6 +494,24 @@ pub(super) mod tests {
             .collect()
     }
 
+    /// Hibernations of `maps`' VMs: the first spot VM's, from `start` to
+    /// `end`.
+    pub(crate) fn first_spot_hibernates(
+        maps: &Maps,
+        start: u64,
+        end: u64,
+    ) -> Vec<Vec<Hibernation>> {
+        let spot = maps
+            .primary
+            .vms
+            .iter()
+            .position(|v| v.market == Market::Spot)
+            .expect("the maps hold a spot VM");
+        let mut h = vec![Vec::new(); maps.primary.vms.len()];
+        h[spot].push(Hibernation { start, end });
+        h
+    }
+
     pub(crate) fn setup() -> (Vec<Task>, Catalogue, Clock, Maps) {
         let cat = Catalogue::teylo_2018();
         let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
@@ -546,14 +558,8 @@ pub(super) mod tests {
         assert!((cost(100 * hour, &[]) - doubled.cost_usd).abs() < 1e-9);
         // Starting an hour before the change, a spot VM hibernated from the
         // start for an hour begins its first slot at the new price.
-        let spot = maps
-            .primary
-            .vms
-            .iter()
-            .position(|v| v.market == Market::Spot)
-            .unwrap();
-        let mut h = vec![Vec::new(); maps.primary.vms.len()];
-        h[spot].push(Hibernation { start: 0, end: 60 });
+        let h = first_spot_hibernates(&maps, 0, 60);
+        let spot = h.iter().position(|x| !x.is_empty()).unwrap();
         let hibernated = run(&maps, &tasks, &later, &clock, &h, Response::Wait, 99 * hour);
         assert_eq!(hibernated.migrations, 0, "an hour is waited out");
         let hibernated = hibernated.cost_usd;
