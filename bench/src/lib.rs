@@ -115,6 +115,11 @@ enum BenchCommand {
     /// deadline misses per strategy (§IV), and misses against cost across
     /// the quantiles.
     Deadlines(deadlines::DeadlinesArgs),
+    /// Job completion times on two or more local Slurm clusters, each
+    /// job's cluster drawn at random, chosen by the earliest start Slurm
+    /// expects from the time limits, and chosen by jobcast (`slurm
+    /// submit`).
+    Federation(slurm::federation::FederationArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -201,6 +206,7 @@ pub enum Report {
     Engine(engine::EngineReport),
     Transient(Box<transient::TransientReport>),
     Deadlines(Box<deadlines::DeadlinesReport>),
+    Federation(Box<slurm::federation::Report>),
 }
 
 impl std::fmt::Display for Report {
@@ -213,6 +219,7 @@ impl std::fmt::Display for Report {
             Report::Engine(report) => report.fmt(f),
             Report::Transient(report) => report.fmt(f),
             Report::Deadlines(report) => report.fmt(f),
+            Report::Federation(report) => report.fmt(f),
         }
     }
 }
@@ -252,6 +259,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Deadlines(args) => Measured {
             report: Report::Deadlines(Box::new(deadlines::deadlines(args)?)),
+            json: args.json,
+        },
+        BenchCommand::Federation(args) => Measured {
+            report: Report::Federation(Box::new(slurm::federation::federation(args)?)),
             json: args.json,
         },
     })

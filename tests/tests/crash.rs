@@ -447,5 +447,20 @@ fn twenty_sigkills_over_a_million_events_end_in_the_state_of_one_run() {
         vec![0; DECISION_PARTITIONS as usize]
     );
     assert!(a.len() > 10_000, "{} decisions", a.len());
-    assert!(a == b, "the decisions differ after the kills");
+    if a != b {
+        // Which decisions, so that a failure says what went wrong.
+        let missing: Vec<_> = b.keys().filter(|k| !a.contains_key(k)).take(5).collect();
+        let extra: Vec<_> = a.keys().filter(|k| !b.contains_key(k)).take(5).collect();
+        let changed: Vec<_> = a
+            .iter()
+            .filter_map(|(k, d)| Some((k, d, b.get(k).filter(|w| *w != d)?)))
+            .take(3)
+            .collect();
+        panic!(
+            "the decisions differ after the kills: {} against {} uninterrupted; \
+             missing {missing:?}, extra {extra:?}, changed (killed, uninterrupted) {changed:?}",
+            a.len(),
+            b.len()
+        );
+    }
 }

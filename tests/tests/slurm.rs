@@ -1332,3 +1332,111 @@ fn bench_slurm_refuses_bad_flags_by_name() {
         assert!(stderr.contains(expected), "{flag} {value}: {stderr}");
     }
 }
+
+/// `jobcast bench federation` on two real clusters: one workload three
+/// ways, every job ended and placed once per way, the random way's draw
+/// reaching both clusters, jobcast deciding for every job.
+#[test]
+fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
+    let (east, west) = Slurm::federation();
+    let cluster = |name: &str, slurm: &Slurm| format!("{name}={}", slurm.conf().display());
+    let out = Command::new(jobcast_bin())
+        .args(["bench", "federation", "--cluster"])
+        .arg(cluster("east", &east))
+        .arg("--cluster")
+        .arg(cluster("west", &west))
+        .args([
+            "--seed",
+            "3",
+            "--jobs",
+            "12",
+            "--load",
+            "1.5",
+            "--time-scale",
+            "0.02",
+            "--max-task-secs",
+            "4",
+            "--max-width",
+            "12",
+            "--interval-secs",
+            "0.3",
+            "--json",
+        ])
+        .output()
+        .expect("jobcast bench federation runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("{report}");
+    assert_eq!(report["jobs"], 12, "{report}");
+    let number = |v: &serde_json::Value, key: &str| {
+        v[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {v}"))
+    };
+    for way in ["random", "time_limit", "jobcast"] {
+        let avg = number(&report, &format!("{way}_avg_jct_s"));
+        assert!(avg >= 1.0, "{way}: {report}");
+        let row = &report["ways"][way];
+        assert_eq!(number(row, "avg_jct_s"), avg, "{report}");
+        let placed: f64 = ["east", "west"]
+            .iter()
+            .map(|c| number(&row["placed"], c))
+            .sum();
+        assert_eq!(placed, 12.0, "{way}: {report}");
+    }
+    for c in ["east", "west"] {
+        assert!(
+            number(&report["ways"]["random"]["placed"], c) > 0.0,
+            "{report}"
+        );
+    }
+    assert_eq!(number(&report, "jobcast_undecided"), 0.0, "{report}");
+    let ratio = number(&report, "time_limit_avg_jct_s") / number(&report, "jobcast_avg_jct_s");
+    assert!(
+        (number(&report, "jobcast_speedup_vs_time_limit") - ratio).abs() < 1e-9,
+        "{report}"
+    );
+}
+
+/// Bad flags are refused by name before any cluster is touched.
+#[test]
+fn bench_federation_refuses_bad_flags_by_name() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--cluster", "east=/etc/hostname"], "two or more clusters"),
+        (
+            &[
+                "--cluster",
+                "east=/nonexistent/slurm.conf",
+                "--cluster",
+                "west=/nonexistent/w.conf",
+            ],
+            "--cluster east=/nonexistent/slurm.conf: no such file",
+        ),
+        (&["--cluster", "east"], "expected NAME=SLURM_CONF"),
+        (
+            &[
+                "--cluster",
+                "a=/x",
+                "--cluster",
+                "b=/y",
+                "--limit-factor",
+                "0.5",
+            ],
+            "--limit-factor 0.5: must be 1 or more",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = Command::new(jobcast_bin())
+            .args(["bench", "federation"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was taken");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -60,6 +60,7 @@ use workload::{
     LiveJob, SlurmShape, TaskScale, finished_job_events, live_workload, past_jobs, simulate_live,
 };
 
+pub mod federation;
 mod workload;
 
 #[derive(clap::Args)]
@@ -288,7 +289,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
         jobcast_connectors::slurm::walltime(quantile, args.walltime_margin, 1)
             .map_err(anyhow::Error::msg)?;
     }
-    let partition = default_partition()?;
+    let partition = default_partition(None)?;
     let cpus = partition.cpus;
     // A day, or the partition's longest if shorter: enough for every task.
     let time_limit_minutes = partition.max_minutes.map_or(JOB_TIME_LIMIT_MINUTES, |max| {
@@ -308,7 +309,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
                 .with_context(|| format!("opening {} trace", format.name()))?,
             path.display().to_string(),
         ),
-        _ => generated(args, cpus)?,
+        _ => generated(args.seed, args.jobs, cpus)?,
     };
     let mut workload =
         Workload::from_trace(trace, args.max_width).with_context(|| format!("reading {source}"))?;
@@ -552,23 +553,20 @@ impl std::fmt::Display for Report {
 /// Jobs generated per job run: the past half, and a draw from the other.
 const GENERATED_PER_JOB: u64 = 20;
 
-/// The workload `jobcast generate` writes by default, seeded by `--seed`,
-/// for `cpus` slots, without DAG jobs (an array has no stages), and its
+/// The workload `jobcast generate` writes by default, seeded by `seed`,
+/// `GENERATED_PER_JOB` times `jobs` jobs for `cpus` slots, without DAG jobs (an array has no stages), and its
 /// name for messages.
-fn generated(args: &SlurmArgs, cpus: u32) -> anyhow::Result<(jobcast_ingest::Trace, String)> {
+fn generated(seed: u64, jobs: usize, cpus: u32) -> anyhow::Result<(jobcast_ingest::Trace, String)> {
     let config = WorkloadConfig {
-        seed: args.seed,
-        jobs: Some(GENERATED_PER_JOB * args.jobs as u64),
+        seed,
+        jobs: Some(GENERATED_PER_JOB * jobs as u64),
         slots: cpus,
         dag_fraction: 0.0,
         ..WorkloadConfig::default()
     };
     let events = jobcast_replay::generate(&config)?.map(Ok);
     let trace = jobcast_ingest::Trace::new(events, Default::default(), 0);
-    Ok((
-        trace,
-        format!("the generated workload (seed {})", args.seed),
-    ))
+    Ok((trace, format!("the generated workload (seed {seed})")))
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -615,10 +613,14 @@ fn limit_minutes(text: &str) -> Result<Option<u64>, String> {
     Ok(Some((days * 86_400 + secs) / 60))
 }
 
-/// The default partition of the cluster `SLURM_CONF` names: the bench
-/// runs there.
-fn default_partition() -> anyhow::Result<Partition> {
-    let out = Command::new("sinfo")
+/// The default partition of the cluster `conf` names (else the one
+/// `SLURM_CONF` names): the bench runs there.
+fn default_partition(conf: Option<&Path>) -> anyhow::Result<Partition> {
+    let mut sinfo = Command::new("sinfo");
+    if let Some(conf) = conf {
+        sinfo.env("SLURM_CONF", conf);
+    }
+    let out = sinfo
         .args(["-h", "-o", "%P %C %l"])
         .output()
         .context("sinfo (is Slurm installed and SLURM_CONF set? scripts/slurm.sh up)")?;
@@ -674,7 +676,7 @@ fn publish_past(settings: &KafkaSettings, topics: &Topics, past: &[SimJob]) -> a
     // In time order, each job's own order kept.
     events.sort_by_key(Event::time_us);
     eprintln!(
-        "jobcast bench slurm: publishing {} past jobs ({} events) for jobcast to learn",
+        "jobcast bench: publishing {} past jobs ({} events) for jobcast to learn",
         past.len(),
         events.len()
     );
@@ -749,6 +751,9 @@ fn write_runtimes(dir: &Path, live: &[LiveJob]) -> anyhow::Result<()> {
 struct Observed {
     /// Live job index, by Slurm job id.
     jobs: BTreeMap<u64, usize>,
+    /// When the bench submitted each job, Unix s, by its index, where it
+    /// keeps its own time (a job `slurm submit` moved was submitted twice).
+    submitted_at: BTreeMap<usize, f64>,
     /// Each task's last record, by (job, array index or 0).
     tasks: BTreeMap<(u64, u32), SqueueJob>,
 }
@@ -793,6 +798,23 @@ impl Observed {
         self.jobs
             .iter()
             .filter_map(|(&job, &index)| Some((index, self.jct_s(job)?)))
+            .collect()
+    }
+
+    /// Job `index` was submitted at `unix_s`.
+    fn submitted_at(&mut self, index: usize, unix_s: f64) {
+        self.submitted_at.insert(index, unix_s);
+    }
+
+    /// Each job's JCT, s, from when the bench submitted it
+    /// ([`Observed::submitted_at`]), by its index.
+    fn jcts_from_submission(&self) -> BTreeMap<usize, f64> {
+        self.jobs
+            .iter()
+            .filter_map(|(&job, &index)| {
+                let end = self.end_s(job)? as f64;
+                Some((index, end - self.submitted_at.get(&index)?))
+            })
             .collect()
     }
 
@@ -1008,28 +1030,34 @@ fn submit_and_follow(
     }
 }
 
-/// Submit job `index` in `shape`: an array of one-CPU `sleep`s, each
-/// reading its runtime from the job's file; its Slurm job id.
-fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow::Result<u64> {
+/// The `sbatch` arguments of job `index` in `shape`: an array of one-CPU
+/// `sleep`s, each reading its runtime from the job's file in `dir`.
+fn sbatch_args(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> Vec<String> {
     let file = dir.join(format!("job-{index}.txt"));
     let script = format!(
         "sleep $(sed -n \"$((${{SLURM_ARRAY_TASK_ID:-0}} + 1))p\" {})",
         file.display()
     );
-    let name = SlurmShape::name(&job.job);
-    let mut command = Command::new("sbatch");
-    command
-        .args(["--parsable", "-o", "/dev/null"])
-        .args(shape.sbatch_args())
-        .arg("-J")
-        .arg(&name)
-        .arg("--chdir")
-        .arg(dir);
+    let mut args = vec!["-o".to_owned(), "/dev/null".to_owned()];
+    args.extend(shape.sbatch_args());
+    args.extend([
+        "-J".to_owned(),
+        SlurmShape::name(&job.job),
+        "--chdir".to_owned(),
+        dir.display().to_string(),
+    ]);
     if job.runtimes_s.len() > 1 {
-        command.arg(format!("--array=0-{}", job.runtimes_s.len() - 1));
+        args.push(format!("--array=0-{}", job.runtimes_s.len() - 1));
     }
-    let out = command
-        .args(["--wrap", &script])
+    args.extend(["--wrap".to_owned(), script]);
+    args
+}
+
+/// Submit job `index` in `shape` (`sbatch_args`); its Slurm job id.
+fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow::Result<u64> {
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .args(sbatch_args(dir, index, job, shape))
         .output()
         .context("sbatch")?;
     if !out.status.success() {

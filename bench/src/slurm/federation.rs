@@ -1,0 +1,845 @@
+//! `jobcast bench federation`: one workload of Slurm jobs on two or more
+//! real clusters, each job's cluster chosen three ways:
+//!
+//! - `random`: a cluster drawn with `--seed`;
+//! - `time_limit`: the cluster where Slurm expects the job to start first
+//!   (`sbatch --test-only` on each, from the time limits of the jobs
+//!   there; the first cluster listed on a tie). This is what Slurm's
+//!   multi-cluster submission (`sbatch -M`) does where slurmdbd federates
+//!   the clusters; the throwaway clusters here have no slurmdbd, so the
+//!   bench asks each cluster itself;
+//! - `jobcast`: `jobcast slurm submit`, which holds the job on the first
+//!   cluster and moves it to the cluster jobcast expects to finish it
+//!   first (`jobcast serve`, with one `slurm watch` per cluster on the
+//!   embedded Kafka, having learnt the clusters' past).
+//!
+//! Each way runs the same jobs at the same arrivals, on idle clusters,
+//! from the workload `bench slurm` draws: a trace's jobs (or the
+//! generated default) as arrays of one-CPU `sleep`s, arrivals spread for
+//! `--load` over all the clusters' CPUs. Users ask for more time than
+//! their jobs need, as they do (the Parallel Workloads Archive's requests
+//! are 2 to 7 times the runtime at the median): each job's time limit is
+//! its longest task times a factor drawn log-uniformly in `[1,
+//! --limit-factor]`, in Slurm's whole minutes, plus one, so that no job is
+//! killed.
+//!
+//! A job's JCT is its last task's end less the moment the bench submitted
+//! it, whichever way it went: the time `slurm submit` takes to hear from
+//! jobcast counts against jobcast.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jobcast_connectors::slurm::run_squeue;
+use jobcast_ingest::Format;
+use jobcast_ingest::kafka::{KafkaSettings, Topics};
+use jobcast_predictor::decision::PolicyKind;
+use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, SimJob, Workload};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use serde::Serialize;
+
+use super::workload::{LiveJob, SlurmShape, TaskScale, live_workload, past_jobs};
+use super::{
+    Observed, SERVE_GROUP, TASK_MEM_MB, current_user, default_partition, generated, median,
+    publish_past, sbatch_args, wait_for_past, write_runtimes,
+};
+
+#[derive(clap::Args)]
+pub struct FederationArgs {
+    /// A cluster, as `NAME=SLURM_CONF` (its `slurm.conf`): two or more.
+    /// `slurm submit` holds each job on the first.
+    #[arg(long = "cluster", value_parser = parse_cluster, required = true)]
+    clusters: Vec<(String, PathBuf)>,
+    /// The trace (as `bench slurm` reads it); without one, the jobs are
+    /// generated.
+    #[arg(long, requires = "format")]
+    trace: Option<PathBuf>,
+    /// Its format.
+    #[arg(long, requires = "trace")]
+    format: Option<Format>,
+    /// Jobs to run.
+    #[arg(long, default_value_t = 40)]
+    jobs: usize,
+    /// Seed of the draw of jobs, of the random way and of the time limits.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Live seconds per trace second of task runtime.
+    #[arg(long, default_value_t = 0.01)]
+    time_scale: f64,
+    /// No task runs shorter than this.
+    #[arg(long, default_value_t = 1.0)]
+    min_task_secs: f64,
+    /// Nor longer than this.
+    #[arg(long, default_value_t = 600.0)]
+    max_task_secs: f64,
+    /// Drop jobs with more tasks than this.
+    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
+    max_width: u32,
+    /// The offered load: the work over the run's span and all the
+    /// clusters' CPUs.
+    #[arg(long, default_value_t = 1.0)]
+    load: f64,
+    /// Time limits are the longest task times a factor up to this.
+    #[arg(long, default_value_t = 8.0)]
+    limit_factor: f64,
+    /// The policy jobcast runs.
+    #[arg(long, default_value_t = PolicyKind::ThreeSigma)]
+    policy: PolicyKind,
+    /// How often each `slurm watch` polls its cluster, seconds.
+    #[arg(long, default_value_t = 0.5)]
+    interval_secs: f64,
+    /// How long `slurm submit` waits for jobcast's decision, seconds.
+    #[arg(long, default_value_t = 30.0)]
+    decision_timeout_secs: f64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `NAME=SLURM_CONF`.
+fn parse_cluster(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, conf)) if !name.is_empty() && !conf.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(conf)))
+        }
+        _ => Err(format!("`{s}`: expected NAME=SLURM_CONF")),
+    }
+}
+
+/// The ways a job's cluster is chosen, in the order they run.
+const WAYS: [&str; 3] = ["random", "time_limit", "jobcast"];
+
+/// One cluster of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterRow {
+    pub name: String,
+    pub cpus: u32,
+    pub partition: String,
+}
+
+/// What one way measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct WayRow {
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    /// Jobs it sent to each cluster.
+    pub placed: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub clusters: Vec<ClusterRow>,
+    pub jobs: usize,
+    pub tasks: usize,
+    pub policy: PolicyKind,
+    pub limit_factor: f64,
+    pub random_avg_jct_s: f64,
+    pub random_p50_jct_s: f64,
+    pub time_limit_avg_jct_s: f64,
+    pub time_limit_p50_jct_s: f64,
+    pub jobcast_avg_jct_s: f64,
+    pub jobcast_p50_jct_s: f64,
+    /// The time-limit way's average JCT over jobcast's (the issue's goal:
+    /// 1.3 or more).
+    pub jobcast_speedup_vs_time_limit: f64,
+    pub jobcast_speedup_vs_random: f64,
+    /// Jobs `slurm submit` heard no decision for in time: left on the
+    /// first cluster.
+    pub jobcast_undecided: usize,
+    /// The median time `slurm submit` took to place a job, s: its hold,
+    /// jobcast's decision and the move, all in its JCT.
+    pub jobcast_submit_p50_s: f64,
+    pub ways: BTreeMap<&'static str, WayRow>,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let clusters: Vec<String> = self
+            .clusters
+            .iter()
+            .map(|c| format!("{} ({} CPUs)", c.name, c.cpus))
+            .collect();
+        writeln!(
+            f,
+            "{} jobs ({} tasks) on {}; time limits up to {}× the longest task; jobcast runs {}",
+            self.jobs,
+            self.tasks,
+            clusters.join(", "),
+            self.limit_factor,
+            self.policy
+        )?;
+        writeln!(
+            f,
+            "{:<12} {:>12} {:>12}  placed",
+            "way", "avg JCT s", "P50 JCT s"
+        )?;
+        for way in WAYS {
+            let row = &self.ways[way];
+            let placed: Vec<String> = row.placed.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            writeln!(
+                f,
+                "{way:<12} {:>12.1} {:>12.1}  {}",
+                row.avg_jct_s,
+                row.p50_jct_s,
+                placed.join(", ")
+            )?;
+        }
+        writeln!(
+            f,
+            "jobcast: {:.2}× the time-limit choice's average JCT, {:.2}× the random one's; \
+             a submission took {:.1} s at the median; {} jobs without a decision in time",
+            self.jobcast_speedup_vs_time_limit,
+            self.jobcast_speedup_vs_random,
+            self.jobcast_submit_p50_s,
+            self.jobcast_undecided
+        )
+    }
+}
+
+/// One cluster as the bench drives it.
+struct Cluster {
+    name: String,
+    conf: PathBuf,
+    cpus: u32,
+    partition: String,
+}
+
+impl Cluster {
+    /// Run a Slurm command on this cluster.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+
+    /// Its `squeue --json`.
+    fn squeue(&self) -> Vec<String> {
+        vec![
+            "env".into(),
+            format!("SLURM_CONF={}", self.conf.display()),
+            "squeue".into(),
+            "--json".into(),
+        ]
+    }
+
+    /// When Slurm expects a job of `args` to start here (`sbatch
+    /// --test-only`), as it prints it: local time, so comparable across
+    /// the clusters of one machine.
+    fn expected_start(&self, args: &[String]) -> anyhow::Result<chrono::NaiveDateTime> {
+        let out = self
+            .command("sbatch")
+            .arg("--test-only")
+            .args(args)
+            .output()
+            .context("sbatch --test-only")?;
+        // `sbatch: Job 12 to start at 2026-11-30T11:15:03 using 1
+        // processors on nodes node1 in partition debug`, on stderr.
+        let text = String::from_utf8_lossy(&out.stderr);
+        let at = text
+            .split_once("to start at ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .with_context(|| {
+                format!(
+                    "{}: sbatch --test-only printed {:?}",
+                    self.name,
+                    text.trim()
+                )
+            })?;
+        chrono::NaiveDateTime::parse_from_str(at, "%Y-%m-%dT%H:%M:%S")
+            .with_context(|| format!("{}: {at:?} is not a start time", self.name))
+    }
+
+    /// Submit a job of `args` here; its Slurm job id.
+    fn sbatch(&self, args: &[String]) -> anyhow::Result<u64> {
+        let out = self
+            .command("sbatch")
+            .arg("--parsable")
+            .args(args)
+            .output()
+            .context("sbatch")?;
+        if !out.status.success() {
+            bail!(
+                "{}: sbatch: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .with_context(|| format!("{}: sbatch --parsable printed {text:?}", self.name))
+    }
+}
+
+pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
+    if args.clusters.len() < 2 {
+        bail!("--cluster: two or more clusters, each NAME=SLURM_CONF");
+    }
+    for (flag, value) in [
+        ("--load", args.load),
+        ("--time-scale", args.time_scale),
+        ("--decision-timeout-secs", args.decision_timeout_secs),
+    ] {
+        if !(value.is_finite() && value > 0.0) {
+            bail!("{flag} {value}: must be positive");
+        }
+    }
+    if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
+        bail!("--limit-factor {}: must be 1 or more", args.limit_factor);
+    }
+    let mut clusters = Vec::new();
+    for (name, conf) in &args.clusters {
+        if !conf.is_file() {
+            bail!(
+                "--cluster {name}={}: no such file (the cluster's slurm.conf)",
+                conf.display()
+            );
+        }
+        let partition = default_partition(Some(conf)).with_context(|| format!("cluster {name}"))?;
+        clusters.push(Cluster {
+            name: name.clone(),
+            conf: conf.clone(),
+            cpus: partition.cpus,
+            partition: partition.name,
+        });
+    }
+    let cpus: u32 = clusters.iter().map(|c| c.cpus).sum();
+    let (trace, source) = match (&args.trace, args.format) {
+        (Some(path), Some(format)) => (
+            jobcast_ingest::open(format, path)
+                .with_context(|| format!("opening {} trace", format.name()))?,
+            path.display().to_string(),
+        ),
+        _ => generated(args.seed, args.jobs, cpus)?,
+    };
+    let mut workload =
+        Workload::from_trace(trace, args.max_width).with_context(|| format!("reading {source}"))?;
+    workload.jobs.retain(|j| j.job().stages.is_none());
+    workload
+        .sample(args.jobs, args.seed, cpus)
+        .with_context(|| format!("drawing jobs from {source}"))?;
+    let scale = TaskScale {
+        per_us: args.time_scale * 1e-6,
+        min_s: args.min_task_secs,
+        max_s: args.max_task_secs,
+    };
+    let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
+    if live.is_empty() {
+        bail!("{source}: no job to run");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let limits: Vec<u64> = live
+        .iter()
+        .map(|job| {
+            let longest = job.runtimes_s.iter().copied().fold(0.0, f64::max);
+            let factor = (rng.random::<f64>() * args.limit_factor.ln()).exp();
+            (longest * factor / 60.0).ceil() as u64 + 1
+        })
+        .collect();
+    let destinations: Vec<usize> = live
+        .iter()
+        .map(|_| rng.random_range(0..clusters.len()))
+        .collect();
+    // Every cluster's partition must be the first's, under one user: the
+    // jobs' arguments are the same wherever they go.
+    let shape = SlurmShape {
+        user: current_user()?,
+        partition: clusters[0].partition.clone(),
+        mem_per_cpu_mb: TASK_MEM_MB,
+        time_limit_minutes: limits.iter().copied().max().unwrap_or(1),
+    };
+    if let Some(other) = clusters.iter().find(|c| c.partition != shape.partition) {
+        bail!(
+            "cluster {} runs jobs in partition {}, cluster {} in {}: the bench needs one name",
+            clusters[0].name,
+            shape.partition,
+            other.name,
+            other.partition
+        );
+    }
+    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
+    eprintln!(
+        "jobcast bench federation: {} jobs, {tasks} tasks, over {:.0} s on {} clusters of {cpus} CPUs in all",
+        live.len(),
+        live.last().map_or(0.0, |j| j.arrival_s),
+        clusters.len()
+    );
+    let dir = tempfile::tempdir().context("creating the run's directory")?;
+    write_runtimes(dir.path(), &live)?;
+    // The same arguments whatever the way; each job's own time limit.
+    let job_args: Vec<Vec<String>> = live
+        .iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let shape = SlurmShape {
+                time_limit_minutes: limits[i],
+                ..shape.clone()
+            };
+            sbatch_args(dir.path(), i, job, &shape)
+        })
+        .collect();
+
+    let mut rows = BTreeMap::new();
+    let (mut undecided, mut submit_p50_s) = (0, 0.0);
+    for way in WAYS {
+        let run = match way {
+            "random" => run(way, &live, &clusters, |i| {
+                let to = destinations[i];
+                Ok(Placed::now(to, clusters[to].sbatch(&job_args[i])?))
+            })?,
+            "time_limit" => run(way, &live, &clusters, |i| {
+                let mut best: Option<(chrono::NaiveDateTime, usize)> = None;
+                for (c, cluster) in clusters.iter().enumerate() {
+                    let at = cluster.expected_start(&job_args[i])?;
+                    if best.is_none_or(|(b, _)| at < b) {
+                        best = Some((at, c));
+                    }
+                }
+                let to = best.expect("two or more clusters").1;
+                Ok(Placed::now(to, clusters[to].sbatch(&job_args[i])?))
+            })?,
+            _ => with_jobcast(
+                args,
+                &clusters,
+                &live,
+                &workload.training,
+                &shape,
+                &job_args,
+            )?,
+        };
+        let jcts = run.observed.jcts_from_submission();
+        let values: Vec<f64> = jcts.values().copied().collect();
+        if values.len() != live.len() {
+            bail!("{way}: {} of {} jobs ended", values.len(), live.len());
+        }
+        let avg = values.iter().sum::<f64>() / values.len() as f64;
+        let p50 = median(values).expect("jobs ended");
+        let mut by_cluster: BTreeMap<String, usize> =
+            clusters.iter().map(|c| (c.name.clone(), 0)).collect();
+        for &c in run.placed.values() {
+            *by_cluster.get_mut(&clusters[c].name).expect("listed") += 1;
+        }
+        if way == "jobcast" {
+            undecided = run.undecided;
+            submit_p50_s = run.submit_p50_s;
+        }
+        rows.insert(
+            way,
+            WayRow {
+                avg_jct_s: avg,
+                p50_jct_s: p50,
+                placed: by_cluster,
+            },
+        );
+    }
+    let avg = |way: &str| rows[way].avg_jct_s;
+    let p50 = |way: &str| rows[way].p50_jct_s;
+    Ok(Report {
+        clusters: clusters
+            .iter()
+            .map(|c| ClusterRow {
+                name: c.name.clone(),
+                cpus: c.cpus,
+                partition: c.partition.clone(),
+            })
+            .collect(),
+        jobs: live.len(),
+        tasks,
+        policy: args.policy,
+        limit_factor: args.limit_factor,
+        random_avg_jct_s: avg("random"),
+        random_p50_jct_s: p50("random"),
+        time_limit_avg_jct_s: avg("time_limit"),
+        time_limit_p50_jct_s: p50("time_limit"),
+        jobcast_avg_jct_s: avg("jobcast"),
+        jobcast_p50_jct_s: p50("jobcast"),
+        jobcast_speedup_vs_time_limit: avg("time_limit") / avg("jobcast"),
+        jobcast_speedup_vs_random: avg("random") / avg("jobcast"),
+        jobcast_undecided: undecided,
+        jobcast_submit_p50_s: submit_p50_s,
+        ways: rows,
+    })
+}
+
+/// Where a job went, and since when it counts.
+struct Placed {
+    cluster: usize,
+    job_id: u64,
+    /// jobcast heard of it in time.
+    decided: bool,
+    /// How long its submission took, s: for `slurm submit`, the hold,
+    /// jobcast's decision and the move.
+    took_s: f64,
+}
+
+impl Placed {
+    fn now(cluster: usize, job_id: u64) -> Placed {
+        Placed {
+            cluster,
+            job_id,
+            decided: true,
+            took_s: 0.0,
+        }
+    }
+}
+
+/// What one way's run showed.
+struct Run {
+    observed: Observed,
+    /// Each job's cluster, by its index.
+    placed: BTreeMap<usize, usize>,
+    /// Jobs jobcast heard of too late.
+    undecided: usize,
+    /// The median time a submission took, s.
+    submit_p50_s: f64,
+}
+
+/// Run `live` on `clusters` from idle, each job placed by `place` (its
+/// index) at its arrival.
+fn run(
+    way: &str,
+    live: &[LiveJob],
+    clusters: &[Cluster],
+    place: impl Fn(usize) -> anyhow::Result<Placed>,
+) -> anyhow::Result<Run> {
+    follow(way, live, clusters, |i, done| {
+        done.send((i, place(i)))
+            .map_err(|_| anyhow::anyhow!("the run stopped"))
+    })
+}
+
+/// Run `live` on idle `clusters`: at each job's arrival `submit(index,
+/// done)` is called, and the job counts once `done` has its placement
+/// (now, or later from a thread); then follow every cluster's queue until
+/// every task has ended.
+fn follow(
+    way: &str,
+    live: &[LiveJob],
+    clusters: &[Cluster],
+    submit: impl Fn(usize, &mpsc::Sender<(usize, anyhow::Result<Placed>)>) -> anyhow::Result<()>,
+) -> anyhow::Result<Run> {
+    for cluster in clusters {
+        let busy = run_squeue(&cluster.squeue())
+            .map_err(anyhow::Error::msg)?
+            .jobs
+            .iter()
+            .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
+            .count();
+        if busy > 0 {
+            bail!(
+                "cluster {} has {busy} pending or running jobs: the bench needs it idle",
+                cluster.name
+            );
+        }
+    }
+    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
+    let bar = ProgressBar::with_draw_target(Some(tasks as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:<10} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_message(way.to_owned());
+    let (done, placements) = mpsc::channel();
+    let mut observed = Observed::default();
+    let mut placed = BTreeMap::new();
+    let mut undecided = 0;
+    let mut took_s = Vec::new();
+    let started = Instant::now();
+    let span = live.last().map_or(0.0, |j| j.arrival_s);
+    let work: f64 = live.iter().flat_map(|j| &j.runtimes_s).sum();
+    let deadline = started + Duration::from_secs_f64(span + work + 300.0);
+    let mut next = 0;
+    let mut last_poll = Instant::now() - Duration::from_secs(10);
+    let result = loop {
+        while next < live.len() && started.elapsed().as_secs_f64() >= live[next].arrival_s {
+            observed.submitted_at(next, unix_now());
+            submit(next, &done)?;
+            next += 1;
+        }
+        while let Ok((i, result)) = placements.try_recv() {
+            let p = result.with_context(|| format!("{way}: job {i}"))?;
+            observed.jobs.insert(p.job_id, i);
+            placed.insert(i, p.cluster);
+            undecided += usize::from(!p.decided);
+            took_s.push(p.took_s);
+        }
+        if last_poll.elapsed() >= Duration::from_secs(1) {
+            last_poll = Instant::now();
+            for cluster in clusters {
+                match run_squeue(&cluster.squeue()) {
+                    Ok(snapshot) => observed.record(snapshot.jobs),
+                    Err(e) => eprintln!(
+                        "jobcast bench federation: {}: {e}; polling again",
+                        cluster.name
+                    ),
+                }
+            }
+            bar.set_position(observed.ended() as u64);
+            if placed.len() == live.len() && observed.ended() == tasks {
+                break Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            break Err(anyhow::anyhow!(
+                "{way}: {} of {tasks} tasks ended in {:.0} s",
+                observed.ended(),
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    bar.finish_and_clear();
+    result.map(|()| Run {
+        observed,
+        placed,
+        undecided,
+        submit_p50_s: median(took_s).unwrap_or(0.0),
+    })
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The jobcast way: the clusters' past published for `jobcast serve` to
+/// learn (each past job on a cluster in turn, so that every cluster is
+/// known before the first live job), one `slurm watch` per cluster, and
+/// each job submitted by `jobcast slurm submit` from a thread of its own.
+fn with_jobcast(
+    args: &FederationArgs,
+    clusters: &[Cluster],
+    live: &[LiveJob],
+    history: &[SimJob],
+    shape: &SlurmShape,
+    job_args: &[Vec<String>],
+) -> anyhow::Result<Run> {
+    let scale = TaskScale {
+        per_us: args.time_scale * 1e-6,
+        min_s: args.min_task_secs,
+        max_s: args.max_task_secs,
+    };
+    let span_us = past_jobs(history, &scale, shape, 0)
+        .iter()
+        .map(SimJob::end_us)
+        .max()
+        .unwrap_or(0);
+    let now_us = (unix_now() * 1e6) as u64;
+    let past: Vec<SimJob> = past_jobs(history, &scale, shape, now_us.saturating_sub(span_us))
+        .into_iter()
+        .enumerate()
+        .map(|(i, job)| {
+            let mut submitted = job.job().clone();
+            submitted.cluster = clusters[i % clusters.len()].name.clone();
+            SimJob::new(submitted, job.runtimes_us().to_vec(), job.end_us())
+                .expect("the same job under another cluster")
+        })
+        .collect();
+    let mock =
+        MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
+    let topics = Topics::default();
+    mock.create_topic(&topics.events, 2, 1)?;
+    for topic in topics.outputs() {
+        mock.create_topic(topic, 1, 1)?;
+    }
+    let settings = KafkaSettings::new(mock.bootstrap_servers());
+    publish_past(&settings, &topics, &past)?;
+    let dir = tempfile::tempdir().context("creating the services' directory")?;
+    let mut services = start_services(args, &settings.brokers, dir.path(), clusters)?;
+    let run = (|| {
+        wait_for_past(&settings)?;
+        let url = serve_url(dir.path())?;
+        let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
+        let cluster_flags: Vec<String> = clusters
+            .iter()
+            .flat_map(|c| {
+                [
+                    "--cluster".to_owned(),
+                    format!("{}={}", c.name, c.conf.display()),
+                ]
+            })
+            .collect();
+        let timeout = args.decision_timeout_secs.to_string();
+        follow("jobcast", live, clusters, |i, done| {
+            let mut command = Command::new(&jobcast);
+            command
+                .args([
+                    "slurm",
+                    "submit",
+                    "--jobcast",
+                    &url,
+                    "--timeout-secs",
+                    &timeout,
+                    "--json",
+                ])
+                .args(&cluster_flags)
+                .arg("--")
+                .args(&job_args[i]);
+            let done = done.clone();
+            let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+            std::thread::spawn(move || {
+                let placed = submitted(command, &names);
+                let _ = done.send((i, placed));
+            });
+            Ok(())
+        })
+    })();
+    for (name, child) in &mut services {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log =
+                std::fs::read_to_string(dir.path().join(format!("{name}.log"))).unwrap_or_default();
+            bail!(
+                "jobcast {name} stopped during the run ({status}): {}",
+                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            );
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+    }
+    run
+}
+
+/// Where `jobcast slurm submit` put a job, from its JSON.
+fn submitted(mut command: Command, clusters: &[String]) -> anyhow::Result<Placed> {
+    let started = Instant::now();
+    let out = command.output().context("jobcast slurm submit")?;
+    let took_s = started.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "jobcast slurm submit: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "slurm submit printed {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    let name = v["cluster"]
+        .as_str()
+        .context("slurm submit named no cluster")?;
+    Ok(Placed {
+        cluster: clusters
+            .iter()
+            .position(|c| c == name)
+            .with_context(|| format!("slurm submit chose {name}, not a cluster of the run"))?,
+        job_id: v["job_id"]
+            .as_u64()
+            .context("slurm submit gave no job id")?,
+        decided: v["completions"].as_array().is_some_and(|c| !c.is_empty()),
+        took_s,
+    })
+}
+
+/// The URL `jobcast serve` answers at, once its log names it.
+fn serve_url(dir: &Path) -> anyhow::Result<String> {
+    let started = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+        if let Some(url) = log.lines().find_map(|l| {
+            l.split_once("jobcast serve: HTTP on ")
+                .map(|(_, u)| u.trim().to_owned())
+        }) {
+            return Ok(url);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "jobcast serve named no HTTP address in 60 s: {}",
+                log.trim()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `jobcast serve` and one `slurm watch` per cluster on the embedded
+/// Kafka, each with its state and its log (`NAME.log`) under `dir`; the
+/// watchers follow only the jobs submitted from now on (the clusters
+/// still list the other ways' jobs).
+fn start_services(
+    args: &FederationArgs,
+    brokers: &str,
+    dir: &Path,
+    clusters: &[Cluster],
+) -> anyhow::Result<Vec<(String, Child)>> {
+    let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
+    let since = jobcast_storage::state::unix_seconds().to_string();
+    let interval = args.interval_secs.to_string();
+    let slots = format!(
+        "engine.eta.slots={}",
+        clusters.iter().map(|c| c.cpus).max().unwrap_or(1)
+    );
+    let mut commands: Vec<(String, Option<&Path>, Vec<String>)> = vec![(
+        "serve".into(),
+        None,
+        vec![
+            "serve".into(),
+            "--brokers".into(),
+            brokers.into(),
+            "--group".into(),
+            SERVE_GROUP.into(),
+            "--policy".into(),
+            args.policy.name().into(),
+            "--data-dir".into(),
+            dir.join("serve").display().to_string(),
+            "--http".into(),
+            "127.0.0.1:0".into(),
+            "--set".into(),
+            slots,
+        ],
+    )];
+    for cluster in clusters {
+        let name = format!("watch-{}", cluster.name);
+        commands.push((
+            name.clone(),
+            Some(&cluster.conf),
+            vec![
+                "slurm".into(),
+                "watch".into(),
+                "--brokers".into(),
+                brokers.into(),
+                "--interval-secs".into(),
+                interval.clone(),
+                "--state".into(),
+                dir.join(format!("{name}.json")).display().to_string(),
+                "--fresh".into(),
+                "--since".into(),
+                since.clone(),
+            ],
+        ));
+    }
+    let mut children = Vec::new();
+    for (name, conf, command) in commands {
+        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        let mut c = Command::new(&jobcast);
+        c.args(&command)
+            // As `bench slurm`: the embedded broker holds an empty fetch
+            // for its whole wait.
+            .args(["-X", "fetch.wait.max.ms=10"])
+            .env("JOBCAST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(conf) = conf {
+            c.env("SLURM_CONF", conf);
+        }
+        let child = c
+            .spawn()
+            .with_context(|| format!("starting jobcast {name}"))?;
+        children.push((name, child));
+    }
+    Ok(children)
+}
