@@ -1178,27 +1178,25 @@ fn jobcasts_decisions_drive_a_real_slurm_pilots_first_across_an_apply_kill() {
 /// up to 12 wide) at load 1.5: both runs finish every job, jobcast's
 /// decisions reach Slurm while jobs wait, and the report has every figure
 /// the docs name, consistent with each other.
-#[test]
-fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
-    let slurm = Slurm::up();
-    let out = Command::new(jobcast_bin())
-        .args([
-            "bench", "slurm", "--seed", "3", "--jobs", "10", "--load", "1.5",
-        ])
-        .args([
-            "--time-scale",
-            "0.02",
-            "--max-task-secs",
-            "4",
-            "--max-width",
-            "12",
-            "--interval-secs",
-            "0.3",
-        ])
-        .arg("--json")
-        .env("SLURM_CONF", slurm.conf())
-        .output()
-        .expect("jobcast bench slurm runs");
+/// The live benches' workload in the tests: jobs of seconds, arriving
+/// for half again the CPUs' load, watched every 0.3 s.
+const SMALL_WORKLOAD: [&str; 12] = [
+    "--seed",
+    "3",
+    "--load",
+    "1.5",
+    "--time-scale",
+    "0.02",
+    "--max-task-secs",
+    "4",
+    "--max-width",
+    "12",
+    "--interval-secs",
+    "0.3",
+];
+
+/// A bench's JSON report, once it has succeeded.
+fn bench_report(out: &std::process::Output) -> serde_json::Value {
     assert!(
         out.status.success(),
         "{}",
@@ -1206,6 +1204,19 @@ fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("{report}");
+    report
+}
+
+#[test]
+fn bench_slurm_runs_a_workload_alone_and_with_jobcast_beside_the_simulator() {
+    let slurm = Slurm::up();
+    let out = Command::new(jobcast_bin())
+        .args(["bench", "slurm", "--jobs", "10", "--json"])
+        .args(SMALL_WORKLOAD)
+        .env("SLURM_CONF", slurm.conf())
+        .output()
+        .expect("jobcast bench slurm runs");
+    let report = bench_report(&out);
     assert_eq!(report["jobs"], 10, "{report}");
     assert_eq!(report["cpus"], 8, "{report}");
     let number = |key: &str| {
@@ -1345,32 +1356,11 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
         .arg(cluster("east", &east))
         .arg("--cluster")
         .arg(cluster("west", &west))
-        .args([
-            "--seed",
-            "3",
-            "--jobs",
-            "12",
-            "--load",
-            "1.5",
-            "--time-scale",
-            "0.02",
-            "--max-task-secs",
-            "4",
-            "--max-width",
-            "12",
-            "--interval-secs",
-            "0.3",
-            "--json",
-        ])
+        .args(["--jobs", "12", "--json"])
+        .args(SMALL_WORKLOAD)
         .output()
         .expect("jobcast bench federation runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    eprintln!("{report}");
+    let report = bench_report(&out);
     assert_eq!(report["jobs"], 12, "{report}");
     let number = |v: &serde_json::Value, key: &str| {
         v[key]

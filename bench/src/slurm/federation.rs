@@ -30,26 +30,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use jobcast_connectors::slurm::run_squeue;
-use jobcast_ingest::Format;
-use jobcast_ingest::kafka::{KafkaSettings, Topics};
 use jobcast_predictor::decision::PolicyKind;
-use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, SimJob, Workload};
+use jobcast_replay::workload::SimJob;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
 use serde::Serialize;
 
-use super::workload::{LiveJob, SlurmShape, TaskScale, live_workload, past_jobs};
+use super::workload::{LiveJob, SlurmShape, past_jobs};
 use super::{
-    Observed, SERVE_GROUP, TASK_MEM_MB, current_user, default_partition, generated, median,
-    publish_past, sbatch_args, wait_for_past, write_runtimes,
+    Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_user, default_partition,
+    embedded_kafka, follow, median, sbatch_args, unix_now, wait_for_past, write_runtimes,
 };
 
 #[derive(clap::Args)]
@@ -58,35 +51,8 @@ pub struct FederationArgs {
     /// `slurm submit` holds each job on the first.
     #[arg(long = "cluster", value_parser = parse_cluster, required = true)]
     clusters: Vec<(String, PathBuf)>,
-    /// The trace (as `bench slurm` reads it); without one, the jobs are
-    /// generated.
-    #[arg(long, requires = "format")]
-    trace: Option<PathBuf>,
-    /// Its format.
-    #[arg(long, requires = "trace")]
-    format: Option<Format>,
-    /// Jobs to run.
-    #[arg(long, default_value_t = 40)]
-    jobs: usize,
-    /// Seed of the draw of jobs, of the random way and of the time limits.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Live seconds per trace second of task runtime.
-    #[arg(long, default_value_t = 0.01)]
-    time_scale: f64,
-    /// No task runs shorter than this.
-    #[arg(long, default_value_t = 1.0)]
-    min_task_secs: f64,
-    /// Nor longer than this.
-    #[arg(long, default_value_t = 600.0)]
-    max_task_secs: f64,
-    /// Drop jobs with more tasks than this.
-    #[arg(long, default_value_t = DEFAULT_MAX_WIDTH)]
-    max_width: u32,
-    /// The offered load: the work over the run's span and all the
-    /// clusters' CPUs.
-    #[arg(long, default_value_t = 1.0)]
-    load: f64,
+    #[command(flatten)]
+    live: LiveArgs,
     /// Time limits are the longest task times a factor up to this.
     #[arg(long, default_value_t = 8.0)]
     limit_factor: f64,
@@ -285,14 +251,12 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
     if args.clusters.len() < 2 {
         bail!("--cluster: two or more clusters, each NAME=SLURM_CONF");
     }
-    for (flag, value) in [
-        ("--load", args.load),
-        ("--time-scale", args.time_scale),
-        ("--decision-timeout-secs", args.decision_timeout_secs),
-    ] {
-        if !(value.is_finite() && value > 0.0) {
-            bail!("{flag} {value}: must be positive");
-        }
+    args.live.check()?;
+    if !(args.decision_timeout_secs.is_finite() && args.decision_timeout_secs > 0.0) {
+        bail!(
+            "--decision-timeout-secs {}: must be positive",
+            args.decision_timeout_secs
+        );
     }
     if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
         bail!("--limit-factor {}: must be 1 or more", args.limit_factor);
@@ -314,30 +278,8 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         });
     }
     let cpus: u32 = clusters.iter().map(|c| c.cpus).sum();
-    let (trace, source) = match (&args.trace, args.format) {
-        (Some(path), Some(format)) => (
-            jobcast_ingest::open(format, path)
-                .with_context(|| format!("opening {} trace", format.name()))?,
-            path.display().to_string(),
-        ),
-        _ => generated(args.seed, args.jobs, cpus)?,
-    };
-    let mut workload =
-        Workload::from_trace(trace, args.max_width).with_context(|| format!("reading {source}"))?;
-    workload.jobs.retain(|j| j.job().stages.is_none());
-    workload
-        .sample(args.jobs, args.seed, cpus)
-        .with_context(|| format!("drawing jobs from {source}"))?;
-    let scale = TaskScale {
-        per_us: args.time_scale * 1e-6,
-        min_s: args.min_task_secs,
-        max_s: args.max_task_secs,
-    };
-    let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
-    if live.is_empty() {
-        bail!("{source}: no job to run");
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let Drawn { workload, live } = args.live.draw(cpus)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(args.live.seed);
     let limits: Vec<u64> = live
         .iter()
         .map(|job| {
@@ -471,39 +413,6 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
     })
 }
 
-/// Where a job went, and since when it counts.
-struct Placed {
-    cluster: usize,
-    job_id: u64,
-    /// jobcast heard of it in time.
-    decided: bool,
-    /// How long its submission took, s: for `slurm submit`, the hold,
-    /// jobcast's decision and the move.
-    took_s: f64,
-}
-
-impl Placed {
-    fn now(cluster: usize, job_id: u64) -> Placed {
-        Placed {
-            cluster,
-            job_id,
-            decided: true,
-            took_s: 0.0,
-        }
-    }
-}
-
-/// What one way's run showed.
-struct Run {
-    observed: Observed,
-    /// Each job's cluster, by its index.
-    placed: BTreeMap<usize, usize>,
-    /// Jobs jobcast heard of too late.
-    undecided: usize,
-    /// The median time a submission took, s.
-    submit_p50_s: f64,
-}
-
 /// Run `live` on `clusters` from idle, each job placed by `place` (its
 /// index) at its arrival.
 fn run(
@@ -512,105 +421,18 @@ fn run(
     clusters: &[Cluster],
     place: impl Fn(usize) -> anyhow::Result<Placed>,
 ) -> anyhow::Result<Run> {
-    follow(way, live, clusters, |i, done| {
+    follow(way, live, &queues(clusters), |i, done| {
         done.send((i, place(i)))
             .map_err(|_| anyhow::anyhow!("the run stopped"))
     })
 }
 
-/// Run `live` on idle `clusters`: at each job's arrival `submit(index,
-/// done)` is called, and the job counts once `done` has its placement
-/// (now, or later from a thread); then follow every cluster's queue until
-/// every task has ended.
-fn follow(
-    way: &str,
-    live: &[LiveJob],
-    clusters: &[Cluster],
-    submit: impl Fn(usize, &mpsc::Sender<(usize, anyhow::Result<Placed>)>) -> anyhow::Result<()>,
-) -> anyhow::Result<Run> {
-    for cluster in clusters {
-        let busy = run_squeue(&cluster.squeue())
-            .map_err(anyhow::Error::msg)?
-            .jobs
-            .iter()
-            .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
-            .count();
-        if busy > 0 {
-            bail!(
-                "cluster {} has {busy} pending or running jobs: the bench needs it idle",
-                cluster.name
-            );
-        }
-    }
-    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
-    let bar = ProgressBar::with_draw_target(Some(tasks as u64), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{msg:<10} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
-            .expect("a valid template"),
-    );
-    bar.set_message(way.to_owned());
-    let (done, placements) = mpsc::channel();
-    let mut observed = Observed::default();
-    let mut placed = BTreeMap::new();
-    let mut undecided = 0;
-    let mut took_s = Vec::new();
-    let started = Instant::now();
-    let span = live.last().map_or(0.0, |j| j.arrival_s);
-    let work: f64 = live.iter().flat_map(|j| &j.runtimes_s).sum();
-    let deadline = started + Duration::from_secs_f64(span + work + 300.0);
-    let mut next = 0;
-    let mut last_poll = Instant::now() - Duration::from_secs(10);
-    let result = loop {
-        while next < live.len() && started.elapsed().as_secs_f64() >= live[next].arrival_s {
-            observed.submitted_at(next, unix_now());
-            submit(next, &done)?;
-            next += 1;
-        }
-        while let Ok((i, result)) = placements.try_recv() {
-            let p = result.with_context(|| format!("{way}: job {i}"))?;
-            observed.jobs.insert(p.job_id, i);
-            placed.insert(i, p.cluster);
-            undecided += usize::from(!p.decided);
-            took_s.push(p.took_s);
-        }
-        if last_poll.elapsed() >= Duration::from_secs(1) {
-            last_poll = Instant::now();
-            for cluster in clusters {
-                match run_squeue(&cluster.squeue()) {
-                    Ok(snapshot) => observed.record(snapshot.jobs),
-                    Err(e) => eprintln!(
-                        "jobcast bench federation: {}: {e}; polling again",
-                        cluster.name
-                    ),
-                }
-            }
-            bar.set_position(observed.ended() as u64);
-            if placed.len() == live.len() && observed.ended() == tasks {
-                break Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            break Err(anyhow::anyhow!(
-                "{way}: {} of {tasks} tasks ended in {:.0} s",
-                observed.ended(),
-                started.elapsed().as_secs_f64()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    bar.finish_and_clear();
-    result.map(|()| Run {
-        observed,
-        placed,
-        undecided,
-        submit_p50_s: median(took_s).unwrap_or(0.0),
-    })
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+/// Each cluster's name and `squeue --json`.
+fn queues(clusters: &[Cluster]) -> Vec<(String, Vec<String>)> {
+    clusters
+        .iter()
+        .map(|c| (c.name.clone(), c.squeue()))
+        .collect()
 }
 
 /// The jobcast way: the clusters' past published for `jobcast serve` to
@@ -625,11 +447,7 @@ fn with_jobcast(
     shape: &SlurmShape,
     job_args: &[Vec<String>],
 ) -> anyhow::Result<Run> {
-    let scale = TaskScale {
-        per_us: args.time_scale * 1e-6,
-        min_s: args.min_task_secs,
-        max_s: args.max_task_secs,
-    };
+    let scale = args.live.scale();
     let span_us = past_jobs(history, &scale, shape, 0)
         .iter()
         .map(SimJob::end_us)
@@ -646,15 +464,8 @@ fn with_jobcast(
                 .expect("the same job under another cluster")
         })
         .collect();
-    let mock =
-        MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
-    let topics = Topics::default();
-    mock.create_topic(&topics.events, 2, 1)?;
-    for topic in topics.outputs() {
-        mock.create_topic(topic, 1, 1)?;
-    }
-    let settings = KafkaSettings::new(mock.bootstrap_servers());
-    publish_past(&settings, &topics, &past)?;
+    // The embedded broker lives as long as `_mock`.
+    let (_mock, _, settings) = embedded_kafka(&past)?;
     let dir = tempfile::tempdir().context("creating the services' directory")?;
     let mut services = start_services(args, &settings.brokers, dir.path(), clusters)?;
     let run = (|| {
@@ -671,7 +482,7 @@ fn with_jobcast(
             })
             .collect();
         let timeout = args.decision_timeout_secs.to_string();
-        follow("jobcast", live, clusters, |i, done| {
+        follow("jobcast", live, &queues(clusters), |i, done| {
             let mut command = Command::new(&jobcast);
             command
                 .args([

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -63,8 +64,9 @@ use workload::{
 pub mod federation;
 mod workload;
 
+/// The jobs a live bench runs on Slurm, and how.
 #[derive(clap::Args)]
-pub struct SlurmArgs {
+pub struct LiveArgs {
     /// The trace: a directory (google2011, google2019, alibaba2018) or a
     /// file (jsonl, e.g. from `jobcast generate`). Without one, the jobs
     /// are generated: `jobcast generate`'s default workload (seed `--seed`,
@@ -96,6 +98,65 @@ pub struct SlurmArgs {
     /// The offered load: the work over the run's span and the CPUs.
     #[arg(long, default_value_t = 1.0)]
     load: f64,
+}
+
+/// The jobs a live bench drew: the workload (its history half the
+/// cluster's past) and the jobs to run.
+struct Drawn {
+    workload: Workload,
+    live: Vec<LiveJob>,
+}
+
+impl LiveArgs {
+    /// How the trace's task runtimes become live seconds.
+    fn scale(&self) -> TaskScale {
+        TaskScale {
+            per_us: self.time_scale * 1e-6,
+            min_s: self.min_task_secs,
+            max_s: self.max_task_secs,
+        }
+    }
+
+    /// Refuse a load or a time scale that is not positive.
+    fn check(&self) -> anyhow::Result<()> {
+        if !(self.load.is_finite() && self.load > 0.0) {
+            bail!("--load {}: must be positive", self.load);
+        }
+        if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
+            bail!("--time-scale {}: must be positive", self.time_scale);
+        }
+        Ok(())
+    }
+
+    /// The jobs to run on `cpus` CPUs, DAG jobs left out (an array has
+    /// no stages).
+    fn draw(&self, cpus: u32) -> anyhow::Result<Drawn> {
+        let (trace, source) = match (&self.trace, self.format) {
+            (Some(path), Some(format)) => (
+                jobcast_ingest::open(format, path)
+                    .with_context(|| format!("opening {} trace", format.name()))?,
+                path.display().to_string(),
+            ),
+            _ => generated(self.seed, self.jobs, cpus)?,
+        };
+        let mut workload = Workload::from_trace(trace, self.max_width)
+            .with_context(|| format!("reading {source}"))?;
+        workload.jobs.retain(|j| j.job().stages.is_none());
+        workload
+            .sample(self.jobs, self.seed, cpus)
+            .with_context(|| format!("drawing jobs from {source}"))?;
+        let live = live_workload(&workload.jobs, self.jobs, &self.scale(), cpus, self.load);
+        if live.is_empty() {
+            bail!("{source}: no job to run");
+        }
+        Ok(Drawn { workload, live })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct SlurmArgs {
+    #[command(flatten)]
+    live: LiveArgs,
     /// The policy jobcast runs.
     #[arg(long, default_value_t = PolicyKind::SLearn)]
     policy: PolicyKind,
@@ -120,17 +181,6 @@ pub struct SlurmArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-impl SlurmArgs {
-    /// How the trace's task runtimes become live seconds.
-    fn scale(&self) -> TaskScale {
-        TaskScale {
-            per_us: self.time_scale * 1e-6,
-            min_s: self.min_task_secs,
-            max_s: self.max_task_secs,
-        }
-    }
 }
 
 /// What one run on the cluster measured.
@@ -278,12 +328,7 @@ struct JobRow {
 }
 
 pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
-    if !(args.load.is_finite() && args.load > 0.0) {
-        bail!("--load {}: must be positive", args.load);
-    }
-    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        bail!("--time-scale {}: must be positive", args.time_scale);
-    }
+    args.live.check()?;
     // Checked now, not when `slurm apply` starts after the first run.
     if let Some(quantile) = args.walltime_quantile {
         jobcast_connectors::slurm::walltime(quantile, args.walltime_margin, 1)
@@ -295,31 +340,16 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
     let time_limit_minutes = partition.max_minutes.map_or(JOB_TIME_LIMIT_MINUTES, |max| {
         max.min(JOB_TIME_LIMIT_MINUTES)
     });
-    if args.max_task_secs > (time_limit_minutes * 60) as f64 {
+    if args.live.max_task_secs > (time_limit_minutes * 60) as f64 {
         bail!(
             "--max-task-secs {}: longer than the {time_limit_minutes}-minute time limit \
              the jobs ask for in partition {}",
-            args.max_task_secs,
+            args.live.max_task_secs,
             partition.name
         );
     }
-    let (trace, source) = match (&args.trace, args.format) {
-        (Some(path), Some(format)) => (
-            jobcast_ingest::open(format, path)
-                .with_context(|| format!("opening {} trace", format.name()))?,
-            path.display().to_string(),
-        ),
-        _ => generated(args.seed, args.jobs, cpus)?,
-    };
-    let mut workload =
-        Workload::from_trace(trace, args.max_width).with_context(|| format!("reading {source}"))?;
-    // An array has no stages: DAG jobs are left out.
-    workload.jobs.retain(|j| j.job().stages.is_none());
-    workload
-        .sample(args.jobs, args.seed, cpus)
-        .with_context(|| format!("drawing jobs from {source}"))?;
-    let scale = args.scale();
-    let live = live_workload(&workload.jobs, args.jobs, &scale, cpus, args.load);
+    let Drawn { workload, live } = args.live.draw(cpus)?;
+    let scale = args.live.scale();
     let shape = SlurmShape {
         user: current_user()?,
         partition: partition.name,
@@ -331,9 +361,6 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
     } else {
         &workload.training
     };
-    if live.is_empty() {
-        bail!("{source}: no job to run");
-    }
     let span = live.last().map_or(0.0, |j| j.arrival_s);
     eprintln!(
         "jobcast bench slurm: {} jobs, {} tasks, over {span:.0} s on {cpus} CPUs",
@@ -368,15 +395,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
         simulated(args.policy)?,
         simulated(PolicyKind::Oracle)?,
     );
-    let mock =
-        MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
-    let topics = Topics::default();
-    mock.create_topic(&topics.events, 2, 1)?;
-    for topic in topics.outputs() {
-        mock.create_topic(topic, 1, 1)?;
-    }
-    let settings = KafkaSettings::new(mock.bootstrap_servers());
-    publish_past(&settings, &topics, &past)?;
+    let (mock, topics, settings) = embedded_kafka(&past)?;
     let (jobcast, observed) = run_live(args, &live, &shape, dir.path(), cpus, Some(&settings))
         .context("Slurm driven by jobcast")?;
     let decisions = read_decisions(&mock.bootstrap_servers(), &topics)?;
@@ -666,6 +685,27 @@ fn current_user() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// The embedded Kafka the bench's services run on (the events topic in
+/// two partitions, each output in one), with the clusters' `past` on it.
+fn embedded_kafka(
+    past: &[SimJob],
+) -> anyhow::Result<(
+    MockCluster<'static, DefaultProducerContext>,
+    Topics,
+    KafkaSettings,
+)> {
+    let mock =
+        MockCluster::<DefaultProducerContext>::new(1).context("starting the embedded Kafka")?;
+    let topics = Topics::default();
+    mock.create_topic(&topics.events, 2, 1)?;
+    for topic in topics.outputs() {
+        mock.create_topic(topic, 1, 1)?;
+    }
+    let settings = KafkaSettings::new(mock.bootstrap_servers());
+    publish_past(&settings, &topics, past)?;
+    Ok((mock, topics, settings))
+}
+
 /// Publish the cluster's `past` on the input topic, each job's events in
 /// time order.
 fn publish_past(settings: &KafkaSettings, topics: &Topics, past: &[SimJob]) -> anyhow::Result<()> {
@@ -932,35 +972,26 @@ fn run_live(
     cpus: u32,
     kafka: Option<&KafkaSettings>,
 ) -> anyhow::Result<(LiveRun, Observed)> {
-    let squeue = vec!["squeue".to_owned(), "--json".to_owned()];
-    let busy = run_squeue(&squeue)
-        .map_err(anyhow::Error::msg)?
-        .jobs
-        .iter()
-        .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
-        .count();
-    if busy > 0 {
-        bail!("the cluster has {busy} pending or running jobs: the bench needs it idle");
-    }
     let services = match kafka {
         Some(kafka) => start_services(args, &kafka.brokers, dir, cpus, unix_seconds())?,
         None => Vec::new(),
     };
-    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
-    let bar = ProgressBar::with_draw_target(Some(tasks as u64), ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
-            .expect("a valid template"),
-    );
-    bar.set_message(if kafka.is_some() {
+    let label = if kafka.is_some() {
         "with jobcast"
     } else {
-        "Slurm alone "
+        "Slurm alone"
+    };
+    let queues = [(
+        String::new(),
+        vec!["squeue".to_owned(), "--json".to_owned()],
+    )];
+    let result = kafka.map_or(Ok(()), wait_for_past).and_then(|()| {
+        follow(label, live, &queues, |i, done| {
+            let placed = sbatch(dir, i, &live[i], shape).map(|id| Placed::now(0, id));
+            done.send((i, placed))
+                .map_err(|_| anyhow::anyhow!("the run stopped"))
+        })
     });
-    let result = kafka
-        .map_or(Ok(()), wait_for_past)
-        .and_then(|()| submit_and_follow(live, shape, dir, &squeue, &bar, tasks));
-    bar.finish_and_clear();
     // A service that stopped early would make this a run without jobcast.
     let mut stopped = Vec::new();
     for (name, mut child) in services {
@@ -979,55 +1010,145 @@ fn run_live(
             .status();
         let _ = child.wait();
     }
-    let observed = result?;
+    let observed = result?.observed;
     if !stopped.is_empty() {
         bail!("{}", stopped.join("; "));
     }
     Ok((LiveRun::of(&observed), observed))
 }
 
-fn submit_and_follow(
+/// Where a job went, and since when it counts.
+struct Placed {
+    cluster: usize,
+    job_id: u64,
+    /// jobcast heard of it in time (always, where jobcast was not asked).
+    decided: bool,
+    /// How long its submission took, s: for `slurm submit`, the hold,
+    /// jobcast's decision and the move.
+    took_s: f64,
+}
+
+impl Placed {
+    fn now(cluster: usize, job_id: u64) -> Placed {
+        Placed {
+            cluster,
+            job_id,
+            decided: true,
+            took_s: 0.0,
+        }
+    }
+}
+
+/// What one run showed.
+struct Run {
+    observed: Observed,
+    /// Each job's cluster, by its index.
+    placed: BTreeMap<usize, usize>,
+    /// Jobs jobcast heard of too late.
+    undecided: usize,
+    /// The median time a submission took, s.
+    submit_p50_s: f64,
+}
+
+/// Where a run's jobs get their placement: `(index, placement)`.
+type Done = mpsc::Sender<(usize, anyhow::Result<Placed>)>;
+
+/// Run `live` on clusters that must be idle, each named with its `squeue
+/// --json` in `queues` (the name empty for the one cluster `SLURM_CONF`
+/// names): at each job's arrival `submit(index, done)` is called, and the
+/// job counts once `done` has its placement (at once, or later from a
+/// thread); then follow every cluster's queue until every task has ended.
+fn follow(
+    label: &str,
     live: &[LiveJob],
-    shape: &SlurmShape,
-    dir: &Path,
-    squeue: &[String],
-    bar: &ProgressBar,
-    tasks: usize,
-) -> anyhow::Result<Observed> {
+    queues: &[(String, Vec<String>)],
+    submit: impl Fn(usize, &Done) -> anyhow::Result<()>,
+) -> anyhow::Result<Run> {
+    let cluster = |name: &str| match name {
+        "" => "the cluster".to_owned(),
+        name => format!("cluster {name}"),
+    };
+    for (name, squeue) in queues {
+        let busy = run_squeue(squeue)
+            .map_err(anyhow::Error::msg)?
+            .jobs
+            .iter()
+            .filter(|r| matches!(r.job_state.as_str(), "PENDING" | "RUNNING"))
+            .count();
+        if busy > 0 {
+            bail!(
+                "{} has {busy} pending or running jobs: the bench needs it idle",
+                cluster(name)
+            );
+        }
+    }
+    let tasks: usize = live.iter().map(|j| j.runtimes_s.len()).sum();
+    let bar = ProgressBar::with_draw_target(Some(tasks as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:<10} [{bar:30}] {pos}/{len} tasks ended, {elapsed}")
+            .expect("a valid template"),
+    );
+    bar.set_message(label.to_owned());
+    let (done, placements) = mpsc::channel();
     let mut observed = Observed::default();
+    let mut placed = BTreeMap::new();
+    let mut undecided = 0;
+    let mut took_s = Vec::new();
     let started = Instant::now();
     let span = live.last().map_or(0.0, |j| j.arrival_s);
     let work: f64 = live.iter().flat_map(|j| &j.runtimes_s).sum();
-    // Every task, one after another, and the span: nothing can take longer.
     let deadline = started + Duration::from_secs_f64(span + work + 300.0);
     let mut next = 0;
     let mut last_poll = Instant::now() - Duration::from_secs(10);
-    loop {
+    let result = loop {
         while next < live.len() && started.elapsed().as_secs_f64() >= live[next].arrival_s {
-            let id = sbatch(dir, next, &live[next], shape)?;
-            observed.jobs.insert(id, next);
+            observed.submitted_at(next, unix_now());
+            submit(next, &done)?;
             next += 1;
+        }
+        while let Ok((i, result)) = placements.try_recv() {
+            let p = result.with_context(|| format!("{label}: job {i}"))?;
+            observed.jobs.insert(p.job_id, i);
+            placed.insert(i, p.cluster);
+            undecided += usize::from(!p.decided);
+            took_s.push(p.took_s);
         }
         if last_poll.elapsed() >= Duration::from_secs(1) {
             last_poll = Instant::now();
-            match run_squeue(squeue) {
-                Ok(snapshot) => observed.record(snapshot.jobs),
-                Err(e) => eprintln!("jobcast bench slurm: {e}; polling again"),
+            for (name, squeue) in queues {
+                match run_squeue(squeue) {
+                    Ok(snapshot) => observed.record(snapshot.jobs),
+                    Err(e) => eprintln!("jobcast bench: {}: {e}; polling again", cluster(name)),
+                }
             }
             bar.set_position(observed.ended() as u64);
-            if next == live.len() && observed.ended() == tasks {
-                return Ok(observed);
+            if placed.len() == live.len() && observed.ended() == tasks {
+                break Ok(());
             }
         }
         if Instant::now() > deadline {
-            bail!(
-                "{} of {tasks} tasks ended in {:.0} s",
+            break Err(anyhow::anyhow!(
+                "{label}: {} of {tasks} tasks ended in {:.0} s",
                 observed.ended(),
                 started.elapsed().as_secs_f64()
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
+    bar.finish_and_clear();
+    result.map(|()| Run {
+        observed,
+        placed,
+        undecided,
+        submit_p50_s: median(took_s).unwrap_or(0.0),
+    })
+}
+
+/// Now, Unix s.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The `sbatch` arguments of job `index` in `shape`: an array of one-CPU
@@ -1090,7 +1211,7 @@ fn start_services(
     let slots = format!("engine.eta.slots={cpus}");
     let q0 = format!(
         "engine.queues.q0_upper_us={}",
-        args.scale().queues().q0_upper_us
+        args.live.scale().queues().q0_upper_us
     );
     let margin = args.walltime_margin.to_string();
     let since = since.to_string();
