@@ -1385,6 +1385,18 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
         );
     }
     assert_eq!(number(&report, "jobcast_undecided"), 0.0, "{report}");
+    // Every job, each way's cluster and JCT: the averages are theirs.
+    let jobs = report["per_job"].as_array().unwrap();
+    assert_eq!(jobs.len(), 12, "{report}");
+    for way in ["random", "time_limit", "jobcast"] {
+        let mean = jobs.iter().map(|j| number(&j["jct_s"], way)).sum::<f64>() / 12.0;
+        let avg = number(&report, &format!("{way}_avg_jct_s"));
+        assert!((mean - avg).abs() < 1e-6, "{way}: {mean} {avg}");
+        assert!(
+            jobs.iter().all(|j| j["cluster"][way].is_string()),
+            "{report}"
+        );
+    }
     let ratio = number(&report, "time_limit_avg_jct_s") / number(&report, "jobcast_avg_jct_s");
     assert!(
         (number(&report, "jobcast_speedup_vs_time_limit") - ratio).abs() < 1e-9,

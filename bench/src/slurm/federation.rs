@@ -91,6 +91,21 @@ pub struct ClusterRow {
     pub partition: String,
 }
 
+/// One job, and where each way put it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRow {
+    pub tasks: usize,
+    /// Its tasks' runtimes summed, s.
+    pub work_s: f64,
+    /// Seconds from the first job's arrival.
+    pub arrival_s: f64,
+    /// The time limit it asked for, minutes.
+    pub limit_minutes: u64,
+    /// By way: the cluster it ran on, and its JCT, s.
+    pub cluster: BTreeMap<&'static str, String>,
+    pub jct_s: BTreeMap<&'static str, f64>,
+}
+
 /// What one way measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct WayRow {
@@ -124,6 +139,8 @@ pub struct Report {
     /// jobcast's decision and the move, all in its JCT.
     pub jobcast_submit_p50_s: f64,
     pub ways: BTreeMap<&'static str, WayRow>,
+    /// Every job, in arrival order.
+    pub per_job: Vec<JobRow>,
 }
 
 impl std::fmt::Display for Report {
@@ -333,6 +350,18 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
 
     let mut rows = BTreeMap::new();
     let (mut undecided, mut submit_p50_s) = (0, 0.0);
+    let mut per_job: Vec<JobRow> = live
+        .iter()
+        .zip(&limits)
+        .map(|(job, &limit_minutes)| JobRow {
+            tasks: job.runtimes_s.len(),
+            work_s: job.runtimes_s.iter().sum(),
+            arrival_s: job.arrival_s,
+            limit_minutes,
+            cluster: BTreeMap::new(),
+            jct_s: BTreeMap::new(),
+        })
+        .collect();
     for way in WAYS {
         let run = match way {
             "random" => run(way, &live, &clusters, |i| {
@@ -360,6 +389,12 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
             )?,
         };
         let jcts = run.observed.jcts_from_submission();
+        for (&i, &c) in &run.placed {
+            per_job[i].cluster.insert(way, clusters[c].name.clone());
+        }
+        for (&i, &jct) in &jcts {
+            per_job[i].jct_s.insert(way, jct);
+        }
         let values: Vec<f64> = jcts.values().copied().collect();
         if values.len() != live.len() {
             bail!("{way}: {} of {} jobs ended", values.len(), live.len());
@@ -410,6 +445,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         jobcast_undecided: undecided,
         jobcast_submit_p50_s: submit_p50_s,
         ways: rows,
+        per_job,
     })
 }
 
