@@ -33,6 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use jobcast_connectors::slurm::{check_cluster_files, parse_cluster};
 use jobcast_predictor::decision::PolicyKind;
 use jobcast_replay::workload::SimJob;
 use rand::{Rng, SeedableRng};
@@ -68,16 +69,6 @@ pub struct FederationArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-/// `NAME=SLURM_CONF`.
-fn parse_cluster(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((name, conf)) if !name.is_empty() && !conf.is_empty() => {
-            Ok((name.to_owned(), PathBuf::from(conf)))
-        }
-        _ => Err(format!("`{s}`: expected NAME=SLURM_CONF")),
-    }
 }
 
 /// The ways a job's cluster is chosen, in the order they run.
@@ -278,14 +269,9 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
     if !(args.limit_factor.is_finite() && args.limit_factor >= 1.0) {
         bail!("--limit-factor {}: must be 1 or more", args.limit_factor);
     }
+    check_cluster_files(&args.clusters).map_err(anyhow::Error::msg)?;
     let mut clusters = Vec::new();
     for (name, conf) in &args.clusters {
-        if !conf.is_file() {
-            bail!(
-                "--cluster {name}={}: no such file (the cluster's slurm.conf)",
-                conf.display()
-            );
-        }
         let partition = default_partition(Some(conf)).with_context(|| format!("cluster {name}"))?;
         clusters.push(Cluster {
             name: name.clone(),

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use jobcast_connectors::slurm::{check_cluster_files, parse_cluster};
 use serde_json::{Value, json};
 
 use crate::output::{print_json, print_out};
@@ -40,15 +41,6 @@ pub struct SubmitArgs {
     /// sbatch's arguments (after `--`).
     #[arg(last = true, required = true)]
     sbatch: Vec<String>,
-}
-
-fn parse_cluster(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((name, conf)) if !name.is_empty() && !conf.is_empty() => {
-            Ok((name.to_owned(), PathBuf::from(conf)))
-        }
-        _ => Err(format!("`{s}`: expected NAME=SLURM_CONF")),
-    }
 }
 
 /// A Slurm command run with cluster `conf`'s configuration; its stdout.
@@ -138,15 +130,7 @@ fn choose(clusters: &[(String, PathBuf)], decision: Option<&Value>) -> Choice {
 }
 
 pub fn run(args: SubmitArgs) -> anyhow::Result<()> {
-    // A configuration that is not there would have sbatch look for a
-    // controller for a minute before failing: refused first, by name.
-    for (name, conf) in &args.clusters {
-        anyhow::ensure!(
-            conf.is_file(),
-            "--cluster {name}={}: no such file (the cluster's slurm.conf)",
-            conf.display()
-        );
-    }
+    check_cluster_files(&args.clusters).map_err(anyhow::Error::msg)?;
     let (home, home_conf) = &args.clusters[0];
     let held = sbatch(home_conf, &["--hold"], &args.sbatch)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()

@@ -91,3 +91,26 @@ pub fn walltime(quantile: usize, margin: f64, min_minutes: u64) -> Result<Wallti
         step_s: Walltime::SLURM_STEP_S,
     })
 }
+
+/// A cluster named on the command line as `NAME=SLURM_CONF` (`slurm
+/// submit`, `bench federation`): its name and its `slurm.conf`.
+pub fn parse_cluster(s: &str) -> Result<(String, std::path::PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, conf)) if !name.is_empty() && !conf.is_empty() => {
+            Ok((name.to_owned(), conf.into()))
+        }
+        _ => Err(format!("`{s}`: expected NAME=SLURM_CONF")),
+    }
+}
+
+/// Refuse, by name, a cluster whose configuration is not there: sbatch
+/// would look for a controller for a minute before failing.
+pub fn check_cluster_files(clusters: &[(String, std::path::PathBuf)]) -> Result<(), String> {
+    match clusters.iter().find(|(_, conf)| !conf.is_file()) {
+        Some((name, conf)) => Err(format!(
+            "--cluster {name}={}: no such file (the cluster's slurm.conf)",
+            conf.display()
+        )),
+        None => Ok(()),
+    }
+}
