@@ -175,6 +175,7 @@ pub struct Summary {
     pub migrations: u32,
     pub vms_added: u32,
     pub vms_drained: u32,
+    pub resumed: u32,
 }
 
 impl Summary {
@@ -189,6 +190,7 @@ impl Summary {
         self.migrations += o.migrations;
         self.vms_added += o.vms_added;
         self.vms_drained += o.vms_drained;
+        self.resumed += o.resumed;
     }
 }
 
@@ -917,12 +919,13 @@ impl fmt::Display for DeadlinesReport {
             )?;
             write!(
                 f,
-                "; elastic: missed {} cost ${:.2} ({:+.1} %, {} VMs added, {} drained)",
+                "; elastic: missed {} cost ${:.2} ({:+.1} %, {} VMs added, {} drained, {} tasks resumed)",
                 t.elastic.deadline_misses,
                 t.elastic.cost_usd,
                 t.elastic_cost_vs_true_pct,
                 t.elastic.vms_added,
-                t.elastic.vms_drained
+                t.elastic.vms_drained,
+                t.elastic.resumed
             )?;
             if let (Some(a), Some(p)) = (&t.availability, t.availability_cost_vs_true_pct) {
                 write!(

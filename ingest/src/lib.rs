@@ -34,6 +34,7 @@ pub mod merge_by_key;
 pub mod source;
 pub mod spot;
 pub mod spot_prices;
+pub mod swf;
 pub mod timeline;
 pub mod tpch_dags;
 pub mod truth;
@@ -65,6 +66,9 @@ pub enum Format {
     SpotHibernation,
     /// jobcast's canonical JSON lines.
     Jsonl,
+    /// The Parallel Workloads Archive's Standard Workload Format: HPC
+    /// logs, one parallel job a line ([`swf`]).
+    Swf,
     /// Decima's Spark TPC-H runs (`stages.jsonl.gz`): real DAG jobs with
     /// every task's runtime, laid out as a timeline ([`tpch_dags`]).
     TpchDags,
@@ -80,6 +84,7 @@ impl Format {
         "spot-hibernation",
         "jsonl",
         "tpch-dags",
+        "swf",
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +97,7 @@ impl Format {
             Format::SpotHibernation => "spot-hibernation",
             Format::Jsonl => "jsonl",
             Format::TpchDags => "tpch-dags",
+            Format::Swf => "swf",
         }
     }
 }
@@ -109,6 +115,7 @@ impl std::str::FromStr for Format {
             "spot-hibernation" => Ok(Format::SpotHibernation),
             "jsonl" => Ok(Format::Jsonl),
             "tpch-dags" => Ok(Format::TpchDags),
+            "swf" => Ok(Format::Swf),
             other => Err(format!(
                 "unknown format `{other}` (expected one of: {})",
                 Format::NAMES.join(", ")
@@ -128,5 +135,6 @@ pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
         Format::SpotHibernation => spot::open(input, spot::Reading::Hibernation),
         Format::Jsonl => jsonl::open(input),
         Format::TpchDags => tpch_dags::open(input),
+        Format::Swf => swf::open(input),
     }
 }

@@ -16,6 +16,11 @@
 //!   first do not pass for the bag; before any task ends, the estimate the
 //!   maps were drawn at.
 //!
+//! A hibernating VM keeps its memory: its tasks are suspended, and each
+//! also goes back to the head of the queue, since when the VM resumes is
+//! not known. Whichever run of a task ends first stops the other, so a
+//! short hibernation costs little progress and a long one delays nothing.
+//!
 //! A VM is billed in whole slots for the time it runs, from its purchase
 //! to its last task's end, less the time it hibernated.
 
@@ -112,11 +117,18 @@ pub fn run_dispatched(
             .sum(),
         makespan,
         missed: makespan > maps.primary.deadline,
-        hibernations: 0,
-        migrations: 0,
-        vms_added: 0,
-        vms_drained: 0,
+        ..Outcome::default()
     }
+}
+
+/// A task's run on a slot of a VM.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    task: u32,
+    /// When it started, later by the time its VM hibernated.
+    since: u64,
+    /// It went on after its VM resumed.
+    resumed: bool,
 }
 
 /// A VM of the elastic fleet.
@@ -127,8 +139,8 @@ struct Node {
     bought: u64,
     /// When it can run tasks (after its boot, or its resume).
     ready: u64,
-    /// Per task slot, the task it runs and since when.
-    running: Vec<Option<(u32, u64)>>,
+    /// Per task slot, the run it holds.
+    running: Vec<Option<Run>>,
     /// Per task slot, the generation of its pending end: a hibernation
     /// voids the ends of the runs it stopped.
     generation: Vec<u64>,
@@ -144,6 +156,8 @@ struct Node {
     /// It takes no more tasks.
     draining: bool,
     hibernated: bool,
+    /// When its last hibernation began.
+    stopped_at: u64,
 }
 
 impl Node {
@@ -168,6 +182,7 @@ impl Node {
             booted,
             draining: false,
             hibernated: false,
+            stopped_at: 0,
         }
     }
 
@@ -195,7 +210,7 @@ impl Node {
             .iter()
             .map(|slot| {
                 let free = match slot {
-                    Some((_, since)) => (since + per).max(now),
+                    Some(run) => (run.since + per).max(now),
                     None => now.max(self.ready),
                 };
                 horizon.saturating_sub(free) as f64 / per as f64
@@ -305,23 +320,42 @@ impl Fleet<'_> {
         self.steps.push(Reverse((at, step)));
     }
 
-    /// Learn from the task that ended in `slot` of VM `j`.
+    /// Learn from the task that ended in `slot` of VM `j`, and stop its
+    /// other runs: the one a hibernation suspended, or the one started
+    /// again elsewhere.
     fn end(&mut self, now: u64, j: usize, slot: usize) {
-        let Some((id, _)) = self.nodes[j].running[slot].take() else {
+        let Some(Run { task: id, resumed, .. }) = self.nodes[j].running[slot].take() else {
             return;
         };
+        self.outcome.resumed += u32::from(resumed);
         self.ended.push(true_task(self.truth, id).base_s);
         self.nodes[j].last_end = now;
+        self.queue.retain(|&queued| queued != id);
+        for i in 0..self.nodes.len() {
+            for other in 0..self.nodes[i].running.len() {
+                if self.nodes[i].running[other].is_some_and(|run| run.task == id) {
+                    let node = &mut self.nodes[i];
+                    node.running[other] = None;
+                    node.generation[other] += 1;
+                    if !node.hibernated {
+                        // It ran until now, and its slot takes the next task.
+                        node.last_end = node.last_end.max(now);
+                        self.free_at(now, i, other);
+                    }
+                }
+            }
+        }
         let period_s = self.clock.period_s;
         let ages: Vec<f64> = self
             .nodes
             .iter()
+            .filter(|n| !n.hibernated)
             .flat_map(|n| {
                 let slowdown = self.catalogue.types[n.kind].slowdown;
                 n.running
                     .iter()
                     .flatten()
-                    .map(move |&(_, since)| ((now - since) * period_s) as f64 / slowdown)
+                    .map(move |run| ((now - run.since) * period_s) as f64 / slowdown)
             })
             .collect();
         if let Some(mean) = km_mean(&self.ended, &ages) {
@@ -372,15 +406,12 @@ impl Fleet<'_> {
         }
     }
 
-    /// Slot `slot` of VM `j` is free: give it the next task, unless that
-    /// would open a slot the others make unneeded (the VM then drains).
-    fn dispatch(&mut self, now: u64, j: usize, slot: usize) {
-        let Some(&next) = self.queue.front() else {
-            return;
-        };
-        let per = self.clock.periods(self.mean_s * self.vm_type(j).slowdown);
+    /// Whether VM `j` runs a task expected to take `per` more periods: yes
+    /// within the slot it has paid for; past it, only if the others cannot
+    /// end the queue by the occupation limit without it (else it drains).
+    fn keeps_working(&mut self, now: u64, j: usize, per: u64) -> bool {
         let node = &self.nodes[j];
-        let take = if now + per <= node.paid_until(now, self.clock) {
+        if now + per <= node.paid_until(now, self.clock) {
             true
         } else if node.draining {
             false
@@ -390,21 +421,36 @@ impl Fleet<'_> {
             false
         } else {
             true
+        }
+    }
+
+    /// Slot `slot` of VM `j` is free: give it the next task, unless that
+    /// would open a slot the others make unneeded (the VM then drains).
+    fn dispatch(&mut self, now: u64, j: usize, slot: usize) {
+        let Some(&next) = self.queue.front() else {
+            return;
         };
-        if take {
+        let per = self.clock.periods(self.mean_s * self.vm_type(j).slowdown);
+        if self.keeps_working(now, j, per) {
             self.queue.pop_front();
             let end = now + true_task(self.truth, next).periods_on(self.vm_type(j), self.clock);
             let node = &mut self.nodes[j];
-            node.running[slot] = Some((next, now));
+            node.running[slot] = Some(Run {
+                task: next,
+                since: now,
+                resumed: false,
+            });
             node.booted = true;
             self.free_at(end, j, slot);
         }
     }
 
-    /// VM `j` hibernates until `until`: its running tasks go back to the
-    /// head of the queue, to start over wherever a core frees first (a
-    /// VM's resume is not known in advance, and a pull runtime loses only
-    /// their progress), and the fleet grows if the rest cannot end them.
+    /// VM `j` hibernates until `until`. Hibernation keeps its memory, so
+    /// its running tasks are suspended, not lost; but when it resumes is
+    /// not known, so each also goes back to the head of the queue, to
+    /// start over wherever a core frees first, and the fleet grows if the
+    /// rest cannot end them. Whichever run of a task ends first stops the
+    /// other.
     fn hibernate(&mut self, now: u64, j: usize, until: u64) {
         let node = &mut self.nodes[j];
         if node.running.iter().all(Option::is_none) {
@@ -413,12 +459,23 @@ impl Fleet<'_> {
         }
         self.outcome.hibernations += 1;
         node.hibernated = true;
+        node.stopped_at = now;
         node.active += now - node.active_since;
+        let mut suspended = Vec::new();
         for slot in 0..node.running.len() {
-            if let Some((id, _)) = node.running[slot].take() {
-                self.queue.push_front(id);
+            if let Some(run) = node.running[slot] {
+                suspended.push(run.task);
                 // Its pending end is void.
                 node.generation[slot] += 1;
+            }
+        }
+        for id in suspended {
+            // A task already started again elsewhere is not queued twice.
+            let elsewhere = self.nodes.iter().any(|n| {
+                !n.hibernated && n.running.iter().flatten().any(|run| run.task == id)
+            });
+            if !elsewhere {
+                self.queue.push_front(id);
             }
         }
         self.steps.push(Reverse((until, Step::Resume { vm: j })));
@@ -440,14 +497,63 @@ impl Fleet<'_> {
         self.grow(now);
     }
 
-    /// VM `j` resumes: its slots take tasks again, billed from now.
+    /// VM `j` resumes, billed from now: each suspended task goes on from
+    /// where it stopped, and its copy leaves the queue, unless the copy
+    /// started elsewhere has run longer, or going on would keep a VM the
+    /// fleet does not need past its paid slot (then the suspended run
+    /// stops, and the copy stands); its other slots take tasks.
     fn resume(&mut self, now: u64, j: usize) {
+        let paused = now - self.nodes[j].stopped_at;
         let node = &mut self.nodes[j];
         node.hibernated = false;
         node.active_since = now;
         node.ready = now;
-        for slot in 0..node.running.len() {
-            self.free_at(now, j, slot);
+        for slot in 0..self.nodes[j].running.len() {
+            let Some(Run { task: id, since, .. }) = self.nodes[j].running[slot] else {
+                self.free_at(now, j, slot);
+                continue;
+            };
+            // Progress in seconds on the baseline core, here and in the
+            // copy furthest on.
+            let done_here =
+                (self.nodes[j].stopped_at - since) as f64 / self.vm_type(j).slowdown;
+            let done_elsewhere = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|&(i, n)| i != j && !n.hibernated)
+                .flat_map(|(_, n)| {
+                    let slowdown = self.catalogue.types[n.kind].slowdown;
+                    n.running
+                        .iter()
+                        .flatten()
+                        .filter(move |run| run.task == id)
+                        .map(move |run| (now - run.since) as f64 / slowdown)
+                })
+                .fold(None, |best: Option<f64>, x| Some(best.map_or(x, |b| b.max(x))));
+            let left = self.clock.periods(
+                (self.mean_s - done_here).max(0.0) * self.vm_type(j).slowdown,
+            );
+            if done_elsewhere.is_some_and(|there| there >= done_here)
+                || !self.keeps_working(now, j, left.max(1))
+            {
+                // The copy is further on, or the VM is not needed past
+                // what it has paid for: this run stops.
+                self.nodes[j].running[slot] = None;
+                self.free_at(now, j, slot);
+                continue;
+            }
+            let since = since + paused;
+            if let Some(at) = self.queue.iter().position(|&queued| queued == id) {
+                self.queue.remove(at);
+            }
+            self.nodes[j].running[slot] = Some(Run {
+                task: id,
+                since,
+                resumed: true,
+            });
+            let end = since + true_task(self.truth, id).periods_on(self.vm_type(j), self.clock);
+            self.free_at(end, j, slot);
         }
     }
 }
@@ -693,6 +799,33 @@ mod tests {
         let out = run_elastic(&maps, &tasks, &cat, &clock, &alone, tasks[0].base_s, 0);
         assert_eq!(out.hibernations, 1);
         assert!(out.vms_added > 0, "{out:?}");
+        assert!(!out.missed, "{out:?}");
+    }
+
+    /// Hibernation keeps a VM's memory: when the VM resumes before the
+    /// tasks it stopped have run again elsewhere, they go on where they
+    /// stopped; when it never resumes, their runs elsewhere end them.
+    #[test]
+    fn a_resumed_vm_goes_on_with_the_tasks_it_stopped() {
+        // Tasks of 15 and 30 minutes: one stopped 5 minutes in ends
+        // within the slot its VM has paid for.
+        let truth = mixed(200, 0.25, 0.5);
+        let (cat, clock, maps, planned) = drawn_at(&truth, 0.375, 4);
+        let calm = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
+        let brief = first_spot_hibernates(&maps, 5, 7);
+        let out = run_elastic(&maps, &truth, &cat, &clock, &brief, planned, 0);
+        assert_eq!(out.hibernations, 1);
+        assert!(out.resumed > 0, "{out:?}");
+        assert!(!out.missed, "{out:?}");
+        assert!(out.makespan <= calm.makespan + 2, "{out:?} {calm:?}");
+
+        let (tasks, cat, clock, maps) = setup();
+        let never = [vec![Hibernation {
+            start: 30,
+            end: 60_000,
+        }]];
+        let out = run_elastic(&maps, &tasks, &cat, &clock, &never, tasks[0].base_s, 0);
+        assert_eq!(out.resumed, 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
     }
 

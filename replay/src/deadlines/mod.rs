@@ -75,6 +75,9 @@ pub struct Outcome {
     pub vms_added: u32,
     /// VMs that stopped taking tasks before the bag ran out.
     pub vms_drained: u32,
+    /// Tasks that went on where a hibernation had stopped them, ending
+    /// before their run started again elsewhere ([`run_elastic`]).
+    pub resumed: u32,
 }
 
 /// Run `maps` on the `truth` (the bag's tasks with their true runtimes),
