@@ -27,8 +27,8 @@ pub struct Common {
     /// tpch-dags) or a file.
     #[arg(long)]
     pub trace: PathBuf,
-    /// Trace format: google2011, google2019, alibaba2018, jsonl or
-    /// tpch-dags.
+    /// Trace format: google2011, google2019, alibaba2018, jsonl,
+    /// tpch-dags or swf.
     #[arg(long)]
     pub format: Format,
     /// Task slots of the simulated cluster [default: the average offered

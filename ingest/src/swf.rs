@@ -23,7 +23,9 @@
 //!
 //! Status: 1 ends in `finish`; 0 in `fail`, or `timeout` when the job ran
 //! to its requested time (the scheduler's kill); 5 (cancelled) in `kill`,
-//! at its start if it never ran; -1 (unknown) in `lost`. A job checkpointed
+//! at its start if it never ran; -1 (unknown) in `lost`. A job with a run
+//! time but no wait time (-1) starts at its submission, and the summary
+//! notes it. A job checkpointed
 //! or swapped out is a summary line followed by one line per partial
 //! execution (status 2, continued; 3, last and completed; 4, last and
 //! failed) of the same job number: its task is scheduled and evicted once
@@ -59,7 +61,7 @@ pub fn open(path: &Path) -> Result<Trace, TraceError> {
         path: path.to_owned(),
         reader,
         line: 0,
-        text: String::new(),
+        text: Vec::new(),
         diagnostics: diagnostics.clone(),
         header: Header::default(),
         job: None,
@@ -223,7 +225,7 @@ struct SwfLines {
     path: PathBuf,
     reader: Box<dyn BufRead + Send>,
     line: u64,
-    text: String,
+    text: Vec<u8>,
     diagnostics: Diagnostics,
     header: Header,
     /// The job whose lines are being read (its parts follow it).
@@ -263,7 +265,7 @@ impl SwfLines {
     /// Read one line; false at the end of the file.
     fn read_line(&mut self) -> bool {
         self.text.clear();
-        match self.reader.read_line(&mut self.text) {
+        match self.reader.read_until(b'\n', &mut self.text) {
             Ok(0) => return false,
             Ok(_) => {}
             Err(e) => {
@@ -275,7 +277,12 @@ impl SwfLines {
         }
         self.line += 1;
         self.diagnostics.rows(1);
-        let text = self.text.trim();
+        let Ok(text) = std::str::from_utf8(&self.text) else {
+            self.diagnostics
+                .skip(self.at(self.line), "bad_row", "not UTF-8 text");
+            return true;
+        };
+        let text = text.trim();
         if text.is_empty() {
             return true;
         }
@@ -346,7 +353,14 @@ impl SwfLines {
             vm: None,
             cluster: String::new(),
         });
-        self.push(time_us, CLASS_SUBMIT, machine);
+        let (path, line) = (&self.path, self.line);
+        if self.diagnostics.within_limits(&machine, |_| Location {
+            file: path.clone(),
+            line,
+            record: None,
+        }) {
+            self.push(time_us, CLASS_SUBMIT, machine);
+        }
     }
 
     /// The events of one job, into the heap.
@@ -367,20 +381,20 @@ impl SwfLines {
             job.parts
         };
         let cancelled_unrun = first.status == 5 && runs.iter().all(|r| r.run_s <= 0.0);
-        if !cancelled_unrun && runs.iter().any(|r| r.run_s < 0.0 || r.wait_s < 0.0) {
-            let bad = runs
-                .iter()
-                .find(|r| r.run_s < 0.0 || r.wait_s < 0.0)
-                .expect("found above");
+        if !cancelled_unrun && let Some(bad) = runs.iter().find(|r| r.run_s < 0.0) {
             self.diagnostics.skip(
                 self.at(bad.at),
                 "missing_runtime",
                 format!(
-                    "job {} has wait {} s and run {} s: status {} needs both",
-                    first.job, bad.wait_s, bad.run_s, first.status
+                    "job {} has no run time (field 4 is {}), which status {} needs",
+                    first.job, bad.run_s, first.status
                 ),
             );
             return;
+        }
+        if !cancelled_unrun && runs.iter().any(|r| r.wait_s < 0.0) {
+            self.diagnostics
+                .note("wait time missing (-1): the job is taken to start at its submission");
         }
         let job_id = first.job as u64;
         let submit_us = self.time_us(first.submit_s);
@@ -420,17 +434,8 @@ impl SwfLines {
         } else {
             0.0
         };
-        submitted.time_limit_us = (first.requested_s > 0.0).then(|| (first.requested_s * US) as u64);
-        let submit = Event::JobSubmitted(submitted);
-        let path = &self.path;
-        let line = first.at;
-        if !self.diagnostics.within_limits(&submit, |_| Location {
-            file: path.clone(),
-            line,
-            record: None,
-        }) {
-            return;
-        }
+        submitted.time_limit_us =
+            (first.requested_s > 0.0).then(|| (first.requested_s * US) as u64);
         let task = |time_us: u64, kind: TaskKind| {
             Event::Task(TaskEvent {
                 time_us,
@@ -441,8 +446,10 @@ impl SwfLines {
                 stage: None,
             })
         };
-        self.push(submit_us, CLASS_SUBMIT, submit);
-        self.push(submit_us, CLASS_TASK, task(submit_us, TaskKind::Submit));
+        let mut events = vec![
+            (CLASS_SUBMIT, Event::JobSubmitted(submitted)),
+            (CLASS_TASK, task(submit_us, TaskKind::Submit)),
+        ];
         let outcome = match first.status {
             1 | 3 => JobOutcome::Finish,
             0 | 4 => JobOutcome::Fail,
@@ -455,9 +462,11 @@ impl SwfLines {
         } else {
             let last = runs.len() - 1;
             for (i, run) in runs.iter().enumerate() {
-                let start = first.submit_s + run.wait_s;
+                let start = first.submit_s + run.wait_s.max(0.0);
                 let start_us = self.time_us(start);
-                end_us = self.time_us(start + run.run_s).max(start_us + 1);
+                end_us = self
+                    .time_us(start + run.run_s)
+                    .max(start_us.saturating_add(1));
                 let kind = if i < last {
                     TaskKind::Evict
                 } else {
@@ -473,16 +482,33 @@ impl SwfLines {
                         JobOutcome::Lost => TaskKind::Lost,
                     }
                 };
-                self.push(start_us, CLASS_TASK, task(start_us, TaskKind::Schedule));
-                self.push(end_us, CLASS_TASK, task(end_us, kind));
+                events.push((CLASS_TASK, task(start_us, TaskKind::Schedule)));
+                events.push((CLASS_TASK, task(end_us, kind)));
             }
         }
-        let ended = Event::JobEnded(JobEnded {
-            time_us: end_us,
-            job_id,
-            outcome,
+        events.push((
+            CLASS_END,
+            Event::JobEnded(JobEnded {
+                time_us: end_us,
+                job_id,
+                outcome,
+            }),
+        ));
+        // All of the job's events or none: a job without its end is no
+        // runtime.
+        let (path, line) = (&self.path, first.at);
+        let admitted = events.iter().all(|(_, event)| {
+            self.diagnostics.within_limits(event, |_| Location {
+                file: path.clone(),
+                line,
+                record: None,
+            })
         });
-        self.push(end_us, CLASS_END, ended);
+        if admitted {
+            for (class, event) in events {
+                self.push(event.time_us(), class, event);
+            }
+        }
     }
 }
 
@@ -549,7 +575,11 @@ mod tests {
         assert_eq!(j.time_limit_us, Some(3_600_000_000));
         assert_eq!(j.mem_request, 32.0);
         assert_eq!(
-            (j.user.as_str(), j.job_name.as_str(), j.logical_name.as_str()),
+            (
+                j.user.as_str(),
+                j.job_name.as_str(),
+                j.logical_name.as_str()
+            ),
             ("u3", "g2", "app7")
         );
         assert_eq!(j.partition, "batch");

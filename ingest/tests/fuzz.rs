@@ -299,6 +299,22 @@ fn fixtures() -> Vec<Fixture> {
             open_at: "data.json",
             by_line: false,
         },
+        Fixture {
+            format: Format::Swf,
+            files: vec![(
+                "log.swf",
+                lines(&[
+                    "; Version: 2.2",
+                    "; UnixStartTime: 843480031",
+                    "; MaxProcs: 100",
+                    "1 0 10 3600 4 -1 -1 4 7200 -1 1 3 2 7 1 -1 -1 -1",
+                    "2 60 0 120 1 -1 -1 1 600 -1 0 4 2 -1 1 -1 -1 -1",
+                    "3 90 30 -1 8 -1 -1 8 600 -1 5 3 2 7 1 -1 -1 -1",
+                ]),
+            )],
+            open_at: "log.swf",
+            by_line: true,
+        },
     ]
 }
 
@@ -485,7 +501,7 @@ proptest! {
     /// Any bytes in any input file: no panic, errors name the input.
     #[test]
     fn adapters_take_any_bytes(
-        fixture in 0usize..5,
+        fixture in 0usize..6,
         file in any::<prop::sample::Index>(),
         bytes in prop::collection::vec(any::<u8>(), 0..512),
     ) {
@@ -503,7 +519,7 @@ proptest! {
     /// Valid files with some lines mutated: no panic, every event valid.
     #[test]
     fn adapters_take_mutated_lines(
-        fixture in 0usize..5,
+        fixture in 0usize..6,
         mutations in prop::collection::vec(
             (any::<prop::sample::Index>(), any::<prop::sample::Index>(), line_mutation()),
             1..4,
@@ -542,7 +558,7 @@ proptest! {
     /// reported with its file and line number; the rest still reads.
     #[test]
     fn a_bad_line_is_reported_by_file_and_line(
-        fixture in 0usize..4,
+        fixture in 0usize..6,
         file in any::<prop::sample::Index>(),
         at in any::<prop::sample::Index>(),
         bad in bad_line(),

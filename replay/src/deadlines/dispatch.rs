@@ -324,7 +324,10 @@ impl Fleet<'_> {
     /// other runs: the one a hibernation suspended, or the one started
     /// again elsewhere.
     fn end(&mut self, now: u64, j: usize, slot: usize) {
-        let Some(Run { task: id, resumed, .. }) = self.nodes[j].running[slot].take() else {
+        let Some(Run {
+            task: id, resumed, ..
+        }) = self.nodes[j].running[slot].take()
+        else {
             return;
         };
         self.outcome.resumed += u32::from(resumed);
@@ -471,9 +474,10 @@ impl Fleet<'_> {
         }
         for id in suspended {
             // A task already started again elsewhere is not queued twice.
-            let elsewhere = self.nodes.iter().any(|n| {
-                !n.hibernated && n.running.iter().flatten().any(|run| run.task == id)
-            });
+            let elsewhere = self
+                .nodes
+                .iter()
+                .any(|n| !n.hibernated && n.running.iter().flatten().any(|run| run.task == id));
             if !elsewhere {
                 self.queue.push_front(id);
             }
@@ -509,14 +513,16 @@ impl Fleet<'_> {
         node.active_since = now;
         node.ready = now;
         for slot in 0..self.nodes[j].running.len() {
-            let Some(Run { task: id, since, .. }) = self.nodes[j].running[slot] else {
+            let Some(Run {
+                task: id, since, ..
+            }) = self.nodes[j].running[slot]
+            else {
                 self.free_at(now, j, slot);
                 continue;
             };
             // Progress in seconds on the baseline core, here and in the
             // copy furthest on.
-            let done_here =
-                (self.nodes[j].stopped_at - since) as f64 / self.vm_type(j).slowdown;
+            let done_here = (self.nodes[j].stopped_at - since) as f64 / self.vm_type(j).slowdown;
             let done_elsewhere = self
                 .nodes
                 .iter()
@@ -530,10 +536,12 @@ impl Fleet<'_> {
                         .filter(move |run| run.task == id)
                         .map(move |run| (now - run.since) as f64 / slowdown)
                 })
-                .fold(None, |best: Option<f64>, x| Some(best.map_or(x, |b| b.max(x))));
-            let left = self.clock.periods(
-                (self.mean_s - done_here).max(0.0) * self.vm_type(j).slowdown,
-            );
+                .fold(None, |best: Option<f64>, x| {
+                    Some(best.map_or(x, |b| b.max(x)))
+                });
+            let left = self
+                .clock
+                .periods((self.mean_s - done_here).max(0.0) * self.vm_type(j).slowdown);
             if done_elsewhere.is_some_and(|there| there >= done_here)
                 || !self.keeps_working(now, j, left.max(1))
             {
