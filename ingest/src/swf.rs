@@ -435,7 +435,7 @@ impl SwfLines {
             0.0
         };
         submitted.time_limit_us =
-            (first.requested_s > 0.0).then(|| (first.requested_s * US) as u64);
+            (first.requested_s > 0.0).then_some((first.requested_s * US) as u64);
         let task = |time_us: u64, kind: TaskKind| {
             Event::Task(TaskEvent {
                 time_us,
@@ -628,13 +628,10 @@ mod tests {
         assert_eq!(ends[&3], (1_030_000_000, JobOutcome::Kill));
         assert_eq!(ends[&4].1, JobOutcome::Lost);
         let task_end = |job: u64| {
-            events
-                .iter()
-                .filter_map(|e| match e {
-                    Event::Task(t) if t.job_id == job && t.kind != TaskKind::Submit => Some(t.kind),
-                    _ => None,
-                })
-                .last()
+            events.iter().rev().find_map(|e| match e {
+                Event::Task(t) if t.job_id == job && t.kind != TaskKind::Submit => Some(t.kind),
+                _ => None,
+            })
         };
         assert_eq!(task_end(1), Some(TaskKind::Timeout));
         assert_eq!(task_end(2), Some(TaskKind::Fail));

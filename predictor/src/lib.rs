@@ -39,6 +39,7 @@ pub mod eta;
 pub mod features;
 pub mod finished;
 pub mod history;
+pub mod hpc;
 pub mod policies;
 pub mod preemption;
 pub mod queues;

@@ -38,6 +38,7 @@ pub mod closed_loop;
 pub mod deadlines;
 pub mod evaluate;
 pub mod generate;
+pub mod hpc;
 pub mod kafka;
 pub mod megha;
 pub mod recurring_dags;

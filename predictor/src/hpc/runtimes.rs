@@ -1,0 +1,310 @@
+//! jobcast's runtime of an HPC job. HPC users resubmit the same work:
+//! the same application, on as many processors, asking for the same time.
+//! Last-2 ([`super::last2`]) exploits that through the user alone; this
+//! predictor looks for the user's most similar recent jobs first, at
+//! nested levels of similarity ([`Level`]), and picks, per job, the level
+//! whose predictions have erred least so far (as 3Sigma picks a feature,
+//! [`crate::history`]): the same value's own running error once it has
+//! one, else its level's.
+//!
+//! At each level a job's key keeps its last [`KEPT`] runtimes; its
+//! prediction is the longer of the last two, among jobs that resemble the
+//! job more than the user's others do. The longer, not Last-2's mean: an
+//! under-prediction costs a backfilling scheduler more than an
+//! over-prediction (the job it let jump the queue delays the head), and on
+//! the four Parallel Workloads Archive logs the longer is also the more
+//! accurate (`docs/reproduction.md`, "HPC runtimes"). The requested time
+//! is part of the keys and caps the point, since the scheduler kills a job
+//! there. The quantiles are calibrated on the predictor's own misses
+//! ([`Calibration`]), with the spread of the chosen key's runtimes as the
+//! scale; they are not capped, since sites let jobs overrun their request
+//! (7.3 % of HPC2N's completed jobs did).
+
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
+use jobcast_ingest::event::JobSubmitted;
+use jobcast_ingest::ids::stable_id;
+
+use crate::calibration::{self, Calibration};
+use crate::decision::{Estimate, EstimateSource, Quantiles};
+use crate::features::FeatureKind;
+
+/// Runtimes kept per key: the spread needs a few.
+pub const KEPT: usize = 8;
+/// Weight of the newest error in a running error.
+const SMOOTHING: f64 = 0.2;
+/// The spread assumed while a key has one runtime.
+const DEFAULT_LOG_SD: f64 = 1.0;
+/// The prediction for the site's first job, if it has no request.
+const NO_REQUEST_US: f64 = 3_600e6;
+
+/// How alike a job and its predecessors must be, most alike first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// The user's jobs of the same application, processors and request.
+    UserAppProcsRequest,
+    /// The user's jobs with the same request.
+    UserRequest,
+    /// The user's jobs of the same application.
+    UserApp,
+    /// The user's jobs.
+    User,
+    /// Anyone's jobs of the same application, processors and request.
+    AppProcsRequest,
+    /// Every job of the site.
+    Site,
+}
+
+impl Level {
+    pub const ALL: [Level; 6] = [
+        Level::UserAppProcsRequest,
+        Level::UserRequest,
+        Level::UserApp,
+        Level::User,
+        Level::AppProcsRequest,
+        Level::Site,
+    ];
+
+    /// `job`'s key at this level; `None` where the job lacks what it needs.
+    fn key(self, job: &JobSubmitted) -> Option<u64> {
+        let user = (!job.user.is_empty()).then_some(job.user.as_str());
+        let app = job.logical_name.as_str();
+        let request = job.time_limit_us;
+        let procs = job.cpu_request.to_bits();
+        let mut bytes = vec![self as u8];
+        let mut put = |s: &[u8]| {
+            bytes.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(s);
+        };
+        match self {
+            Level::UserAppProcsRequest => {
+                put(user?.as_bytes());
+                put(app.as_bytes());
+                put(&procs.to_le_bytes());
+                put(&request?.to_le_bytes());
+            }
+            Level::UserRequest => {
+                put(user?.as_bytes());
+                put(&request?.to_le_bytes());
+            }
+            Level::UserApp => {
+                put(user?.as_bytes());
+                put(app.as_bytes());
+            }
+            Level::User => put(user?.as_bytes()),
+            Level::AppProcsRequest => {
+                put(app.as_bytes());
+                put(&procs.to_le_bytes());
+                put(&request?.to_le_bytes());
+            }
+            Level::Site => {}
+        }
+        Some(stable_id(&bytes))
+    }
+}
+
+/// A running mean of |ln(predicted / actual)|.
+#[derive(Debug, Clone, Copy, Default)]
+struct RunningError {
+    mean: f64,
+    count: u64,
+}
+
+impl RunningError {
+    fn update(&mut self, error: f64) {
+        self.mean = if self.count == 0 {
+            error
+        } else {
+            self.mean + SMOOTHING * (error - self.mean)
+        };
+        self.count += 1;
+    }
+}
+
+/// One key's recent runtimes and how its predictions have done.
+#[derive(Debug, Clone, Default)]
+struct Recent {
+    runs: VecDeque<f64>,
+    error: RunningError,
+}
+
+impl Recent {
+    /// The longer of the last two runtimes.
+    fn point(&self) -> Option<f64> {
+        let mut newest = self.runs.iter().rev();
+        let last = *newest.next()?;
+        Some(newest.next().map_or(last, |before| last.max(*before)))
+    }
+
+    /// The sd of ln runtime over the kept runtimes.
+    fn log_sd(&self) -> f64 {
+        let n = self.runs.len();
+        if n < 2 {
+            return DEFAULT_LOG_SD;
+        }
+        let logs: Vec<f64> = self.runs.iter().map(|r| r.max(1.0).ln()).collect();
+        let mean = logs.iter().sum::<f64>() / n as f64;
+        (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// A job's predicted runtime.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prediction {
+    pub point_us: f64,
+    /// At [`Quantiles::LEVELS`].
+    pub quantiles_us: Quantiles,
+    /// The level it came from; `None`: no job had ended yet, and the
+    /// prediction is the request (an hour without one).
+    pub level: Option<Level>,
+}
+
+/// What the predictor needs back when the job ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    keys: [Option<u64>; Level::ALL.len()],
+    calibration: calibration::Pending,
+}
+
+/// The recent runtimes and errors of one site's jobs.
+#[derive(Debug, Clone, Default)]
+pub struct Runtimes {
+    recent: HashMap<u64, Recent>,
+    level_errors: [RunningError; Level::ALL.len()],
+    calibration: Calibration,
+}
+
+impl Runtimes {
+    pub fn new() -> Self {
+        Runtimes {
+            recent: HashMap::new(),
+            level_errors: Default::default(),
+            calibration: Calibration::default(),
+        }
+    }
+
+    /// Predict `job`'s runtime at its submission.
+    pub fn predict(&self, job: &JobSubmitted) -> (Prediction, Pending) {
+        let keys = Level::ALL.map(|level| level.key(job));
+        let cap = job.time_limit_us.map_or(f64::INFINITY, |us| us as f64);
+        let mut best: Option<(f64, usize, &Recent)> = None;
+        for (i, key) in keys.iter().enumerate() {
+            let Some(recent) = key.and_then(|k| self.recent.get(&k)) else {
+                continue;
+            };
+            if recent.runs.is_empty() {
+                continue;
+            }
+            let score = if recent.error.count > 0 {
+                recent.error.mean
+            } else if self.level_errors[i].count > 0 {
+                self.level_errors[i].mean
+            } else {
+                f64::INFINITY
+            };
+            // On a tie (no errors yet anywhere) the more alike wins.
+            if best.as_ref().is_none_or(|(s, _, _)| score < *s) {
+                best = Some((score, i, recent));
+            }
+        }
+        let (point, log_sd, level, source) = match best {
+            Some((_, i, recent)) => (
+                recent.point().expect("not empty"),
+                recent.log_sd(),
+                Some(Level::ALL[i]),
+                EstimateSource::History {
+                    feature: FeatureKind::User,
+                },
+            ),
+            None => (
+                job.time_limit_us.map_or(NO_REQUEST_US, |us| us as f64),
+                DEFAULT_LOG_SD,
+                None,
+                EstimateSource::Fallback,
+            ),
+        };
+        let mut estimate = Estimate::new(point, point, log_sd, source);
+        let calibration = self.calibration.calibrate(&mut estimate);
+        let quantiles = estimate
+            .quantiles
+            .map_or(Quantiles::from_array([point; 4]), |q| {
+                q.mean_task_runtime_us
+            });
+        (
+            Prediction {
+                point_us: point.min(cap),
+                quantiles_us: quantiles,
+                level,
+            },
+            Pending { keys, calibration },
+        )
+    }
+
+    /// The job predicted with `pending` ended after running `runtime_us`:
+    /// each of its keys is scored on what it would have predicted, then
+    /// learns the runtime.
+    pub fn learn(&mut self, pending: Pending, runtime_us: f64) {
+        if !(runtime_us.is_finite() && runtime_us >= 0.0) {
+            return;
+        }
+        let actual = runtime_us.max(1.0);
+        for (i, key) in pending.keys.iter().enumerate() {
+            let Some(key) = *key else { continue };
+            let recent = self.recent.entry(key).or_default();
+            if let Some(point) = recent.point() {
+                let error = (point.max(1.0) / actual).ln().abs();
+                recent.error.update(error);
+                self.level_errors[i].update(error);
+            }
+            if recent.runs.len() == KEPT {
+                recent.runs.pop_front();
+            }
+            recent.runs.push_back(runtime_us);
+        }
+        self.calibration.learn(pending.calibration, actual);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64, user: &str, app: &str, request_s: u64) -> JobSubmitted {
+        let mut j = JobSubmitted::new(id, id * 1_000_000, 1);
+        j.user = user.to_owned();
+        j.logical_name = app.to_owned();
+        j.cpu_request = 8.0;
+        j.time_limit_us = Some(request_s * 1_000_000);
+        j
+    }
+
+    /// A user alternating two applications, one of ten minutes and one of
+    /// an hour, all asking for two hours: Last-2 averages the two, this
+    /// predictor tells them apart; and its point never passes the request.
+    #[test]
+    fn the_most_alike_recent_jobs_predict_and_the_request_caps() {
+        let mut r = Runtimes::new();
+        for i in 0..40 {
+            let (app, run) = if i % 2 == 0 {
+                ("short", 600e6)
+            } else {
+                ("long", 3600e6)
+            };
+            let (_, pending) = r.predict(&job(i, "alice", app, 7200));
+            r.learn(pending, run);
+        }
+        let (p, _) = r.predict(&job(100, "alice", "short", 7200));
+        assert!((p.point_us - 600e6).abs() < 1e-3, "{p:?}");
+        assert!(p.quantiles_us.p90 >= p.point_us, "{p:?}");
+        let (p, _) = r.predict(&job(101, "alice", "long", 7200));
+        assert!((p.point_us - 3600e6).abs() < 1e-3, "{p:?}");
+        let (p, _) = r.predict(&job(102, "alice", "long", 60));
+        assert_eq!(p.point_us, 60e6);
+        // Nothing alike: the site's last two, capped.
+        let (p, _) = r.predict(&job(103, "bob", "other", 600));
+        assert_eq!((p.point_us, p.level), (600e6, Some(Level::Site)));
+        let (p, _) = Runtimes::new().predict(&job(0, "bob", "other", 600));
+        assert_eq!((p.point_us, p.level), (600e6, None));
+    }
+}

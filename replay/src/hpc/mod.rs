@@ -1,0 +1,8 @@
+//! HPC workloads (the Parallel Workloads Archive's logs, a site's Slurm
+//! accounting): single parallel jobs, each with its requested time.
+//!
+//! - [`predictions`]: every job's runtime predicted at its submission from
+//!   the jobs that ended before, by jobcast, Last-2 and the user's own
+//!   request, scored as the field scores them.
+
+pub mod predictions;
