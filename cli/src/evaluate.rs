@@ -12,10 +12,10 @@ use jobcast_ingest::Format;
 use jobcast_predictor::policies::BayesConfig;
 use jobcast_predictor::queues::QueueConfig;
 use jobcast_replay::evaluate::{EvalConfig, PolicyConfig, Sampling, evaluate};
-use jobcast_replay::hpc::predictions;
 use jobcast_replay::recurring_dags;
 use jobcast_replay::workload::{DEFAULT_MAX_WIDTH, Workload};
 
+use super::hpc;
 use super::output::{print_json, print_out};
 
 /// Jobs per block of SLearn's adaptive sampling ratio (the paper's T).
@@ -240,7 +240,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.common.format == Format::Swf {
-        return run_hpc(&args.common);
+        return hpc::predictions(&args.common);
     }
     let workload = args.common.workload()?;
     let started = Instant::now();
@@ -260,36 +260,5 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         print_json(&evaluation.to_json())
     } else {
         print_out(&evaluation.table())
-    }
-}
-
-/// An HPC trace: no queue simulation, but every job's runtime predicted at
-/// its submission by jobcast, Last-2 and the user's request, and scored
-/// (`jobcast_replay::hpc::predictions`).
-fn run_hpc(common: &Common) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let trace = jobcast_ingest::open(common.format, &common.trace)
-        .with_context(|| format!("opening {} trace", common.format.name()))?;
-    let diagnostics = trace.diagnostics().clone();
-    let mut failed = None;
-    let events = trace.map_while(|item| item.map_err(|e| failed = Some(e)).ok());
-    let report = predictions::evaluate(events);
-    if let Some(e) = failed {
-        return Err(e).with_context(|| format!("reading {}", common.trace.display()));
-    }
-    if diagnostics.skipped_total() > 0 || !diagnostics.notes().is_empty() {
-        eprint!("{}", diagnostics.summary());
-    }
-    eprintln!(
-        "predicted {} jobs of {}, scored {}, in {:.1} s",
-        report.submitted,
-        common.trace.display(),
-        report.jobs,
-        started.elapsed().as_secs_f64()
-    );
-    if common.json {
-        print_json(&report)
-    } else {
-        print_out(&report.table())
     }
 }

@@ -8,6 +8,7 @@ mod convert;
 mod demo;
 mod evaluate;
 mod generate;
+mod hpc;
 mod output;
 mod provenance;
 mod replay;

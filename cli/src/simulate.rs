@@ -4,7 +4,8 @@
 //! simulator is its downstream scheduler (`jobcast_replay::closed_loop`).
 //! With `--scheduler megha` the trace's tasks run instead on Megha's
 //! federated clusters, under each of its configurations
-//! (`jobcast_replay::megha`).
+//! (`jobcast_replay::megha`); with `--scheduler easy`, an HPC log's jobs
+//! on its machine under EASY backfilling (`jobcast_replay::hpc`).
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use jobcast_scheduler_feed::config::ConsumerConfig;
 use serde_json::json;
 
 use super::evaluate::Common;
+use super::hpc;
 use super::output::{print_json, print_out};
 use jobcast_ingest::kafka_args::{KafkaArgs, TopicArgs};
 
@@ -33,8 +35,10 @@ pub struct Args {
     policy: Option<PolicyKind>,
     /// A downstream scheduler to run the trace's tasks on instead of the
     /// GS queues: `megha` (federated clusters, against a centralised
-    /// master and a sampler, with and without jobcast).
-    #[arg(long, value_parser = ["megha"], conflicts_with_all = ["policy", "via_kafka"])]
+    /// master and a sampler, with and without jobcast), or `easy` (an HPC
+    /// log's machine under FCFS with EASY backfilling, with each runtime
+    /// predictor; `--format swf`).
+    #[arg(long, value_parser = ["megha", "easy"], conflicts_with_all = ["policy", "via_kafka"])]
     scheduler: Option<String>,
     #[command(flatten)]
     megha: MeghaArgs,
@@ -236,8 +240,10 @@ pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
-    if args.scheduler.is_some() {
-        return megha(&args);
+    match args.scheduler.as_deref() {
+        Some("easy") => return hpc::easy(&args.common),
+        Some(_) => return megha(&args),
+        None => {}
     }
     let policy = args
         .policy

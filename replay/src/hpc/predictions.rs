@@ -14,12 +14,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, TaskKind};
-use jobcast_predictor::hpc::last2::Last2;
-use jobcast_predictor::hpc::runtimes::{self, Runtimes};
 use jobcast_predictor::stats::percentile;
 use serde::Serialize;
 
-/// The predictors, in report order.
+use super::predictor::{Predictor, Said};
+
+/// The predictors, in report order ([`Predictor::all`]).
 pub const PREDICTORS: [&str; 3] = ["jobcast", "last2", "user_estimate"];
 
 /// How the scores of one predictor came out.
@@ -84,10 +84,8 @@ impl Report {
 struct Open {
     job: JobSubmitted,
     started_us: Option<u64>,
-    /// jobcast's, Last-2's and the request's predictions, and jobcast's P90.
-    points: [Option<f64>; 3],
-    p90: f64,
-    pending: runtimes::Pending,
+    /// What each predictor said, in [`PREDICTORS`] order.
+    said: [Said; 3],
 }
 
 /// Per predictor, the scored pairs (prediction, actual).
@@ -129,8 +127,7 @@ impl Tally {
 
 /// Predict and score every job of `events` (in time order).
 pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
-    let mut jobcast = Runtimes::new();
-    let mut last2 = Last2::new();
+    let mut predictors = Predictor::all();
     let mut open: HashMap<u64, Open> = HashMap::new();
     let mut tallies: [Tally; 3] = Default::default();
     let mut submitted = 0;
@@ -138,21 +135,13 @@ pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
         match event {
             Event::JobSubmitted(job) => {
                 submitted += 1;
-                let (prediction, pending) = jobcast.predict(&job);
-                let request = job.time_limit_us.map(|us| us as f64);
-                let points = [
-                    Some(prediction.point_us),
-                    last2.predict(&job.user, job.time_limit_us),
-                    request,
-                ];
+                let said = predictors.each_ref().map(|p| p.predict(&job));
                 open.insert(
                     job.job_id,
                     Open {
                         job,
                         started_us: None,
-                        points,
-                        p90: prediction.quantiles_us.p90,
-                        pending,
+                        said,
                     },
                 );
             }
@@ -172,26 +161,28 @@ pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
                     continue;
                 }
                 let runtime = end.time_us.saturating_sub(started) as f64;
-                jobcast.learn(o.pending, runtime);
-                last2.learn(&o.job.user, runtime);
+                for (p, said) in predictors.iter_mut().zip(o.said) {
+                    p.learn(&o.job, said, runtime);
+                }
                 if runtime < 1e6 || o.job.time_limit_us.is_none() {
                     continue;
                 }
-                for (tally, point) in tallies.iter_mut().zip(o.points) {
-                    if let Some(p) = point {
+                for (tally, said) in tallies.iter_mut().zip(o.said) {
+                    if let Some(p) = said.point_us {
                         tally.pairs.push((p.max(1.0), runtime));
                     }
+                    if let Some(p90) = said.p90_us {
+                        tally.covered += usize::from(runtime <= p90);
+                    }
                 }
-                tallies[0].covered += usize::from(runtime <= o.p90);
             }
             _ => {}
         }
     }
-    let predictors: BTreeMap<&'static str, Scores> = PREDICTORS
+    let predictors: BTreeMap<&'static str, Scores> = predictors
         .iter()
         .zip(&tallies)
-        .enumerate()
-        .map(|(i, (&name, tally))| (name, tally.scores(i == 0)))
+        .map(|(p, tally)| (p.name(), tally.scores(matches!(p, Predictor::Jobcast(_)))))
         .collect();
     Report {
         submitted,

@@ -1,0 +1,112 @@
+//! HPC logs (`--format swf`) in `evaluate` and `simulate`: runtime
+//! predictions scored at submission, and the site's EASY backfilling run
+//! with each predictor (`jobcast_replay::hpc`).
+
+use std::time::Instant;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget};
+use jobcast_ingest::{Event, Trace};
+use jobcast_replay::hpc::backfill::{self, Workload};
+use jobcast_replay::hpc::predictions;
+use jobcast_replay::hpc::predictor::Predictor;
+use serde_json::json;
+
+use super::evaluate::Common;
+use super::output::{print_json, print_out};
+
+/// Open the log, and read its events through `read`, failing on an
+/// unreadable input; what was skipped goes to stderr.
+fn read<T>(
+    common: &Common,
+    read: impl FnOnce(&mut dyn Iterator<Item = Event>) -> T,
+) -> anyhow::Result<T> {
+    let trace: Trace = jobcast_ingest::open(common.format, &common.trace)
+        .with_context(|| format!("opening {} trace", common.format.name()))?;
+    let diagnostics = trace.diagnostics().clone();
+    let mut failed = None;
+    let mut events = trace.map_while(|item| item.map_err(|e| failed = Some(e)).ok());
+    let out = read(&mut events);
+    if let Some(e) = failed {
+        return Err(e).with_context(|| format!("reading {}", common.trace.display()));
+    }
+    if diagnostics.skipped_total() > 0 || !diagnostics.notes().is_empty() {
+        eprint!("{}", diagnostics.summary());
+    }
+    Ok(out)
+}
+
+/// `evaluate --format swf`: every job's runtime predicted at its
+/// submission by jobcast, Last-2 and the user's request, and scored.
+pub fn predictions(common: &Common) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let report = read(common, |events| predictions::evaluate(events))?;
+    eprintln!(
+        "predicted {} jobs of {}, scored {}, in {:.1} s",
+        report.submitted,
+        common.trace.display(),
+        report.jobs,
+        started.elapsed().as_secs_f64()
+    );
+    if common.json {
+        print_json(&report)
+    } else {
+        print_out(&report.table())
+    }
+}
+
+/// `simulate --scheduler easy --format swf`: the log's jobs on its machine
+/// under FCFS with EASY backfilling, once per predictor.
+pub fn easy(common: &Common) -> anyhow::Result<()> {
+    let workload = read(common, |events| Workload::from_events(events))?
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("reading {}", common.trace.display()))?;
+    eprintln!(
+        "{} jobs on {} processors ({} never started, {} wider than the machine, left out)",
+        workload.jobs.len(),
+        workload.procs,
+        workload.never_ran,
+        workload.too_wide
+    );
+    let predictors = Predictor::all();
+    let bar =
+        ProgressBar::with_draw_target(Some(predictors.len() as u64), ProgressDrawTarget::stderr());
+    let mut runs = Vec::new();
+    for predictor in predictors {
+        bar.set_message(predictor.name());
+        runs.push(backfill::simulate(&workload, predictor));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if common.json {
+        let by_name: serde_json::Map<String, serde_json::Value> = runs
+            .iter()
+            .map(|r| Ok((r.predictor.to_owned(), serde_json::to_value(r)?)))
+            .collect::<Result<_, serde_json::Error>>()?;
+        return print_json(&json!({
+            "scheduler": "easy",
+            "procs": workload.procs,
+            "jobs": workload.jobs.len(),
+            "never_ran": workload.never_ran,
+            "too_wide": workload.too_wide,
+            "predictors": by_name,
+        }));
+    }
+    let mut table = format!(
+        "EASY backfilling, {} jobs on {} processors\n{:<14} {:>12} {:>11} {:>11} {:>11}\n",
+        workload.jobs.len(),
+        workload.procs,
+        "predictor",
+        "bounded sld",
+        "avg wait",
+        "utilisation",
+        "backfilled"
+    );
+    for r in &runs {
+        table.push_str(&format!(
+            "{:<14} {:>12.2} {:>10.0}s {:>11.3} {:>11}\n",
+            r.predictor, r.avg_bounded_slowdown, r.avg_wait_s, r.utilisation, r.backfilled
+        ));
+    }
+    print_out(&table)
+}

@@ -1,0 +1,390 @@
+//! FCFS with EASY backfilling on one machine of P processors, the
+//! scheduler of most HPC sites (Lifka 1995; Mu'alem and Feitelson 2001),
+//! run on a log's jobs with one runtime predictor, as Tsafrir, Etsion and
+//! Feitelson (TPDS 2007) ran it:
+//!
+//! - Jobs arrive at their logged submission and run their logged runtime,
+//!   killed at their requested time.
+//! - The queue's head starts as soon as its processors are free. While it
+//!   cannot, it gets a reservation at the shadow time: the earliest
+//!   moment enough processors free up, by the running jobs' predicted
+//!   ends. A later job may start now (backfill) if it fits in the free
+//!   processors and either its predicted end comes before the shadow time
+//!   or it uses only the processors the head will not need then.
+//! - A prediction is the predictor's at the job's submission, capped by
+//!   the request. A running job that outlives its prediction is expected
+//!   to run to its request from then on (EASY++'s correction).
+//! - The predictors learn each job that completed in the log, when it
+//!   ends in the simulation.
+//!
+//! With the users' requests as the predictor this is plain EASY; with
+//! Last-2 it is EASY++.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind, TaskKind};
+use serde::Serialize;
+
+use super::predictor::{Predictor, Said};
+
+/// Runtimes below this count as this in the bounded slowdown (the
+/// field's 10 s).
+pub const SLOWDOWN_BOUND_US: u64 = 10_000_000;
+
+/// A job of the log that ran.
+#[derive(Debug, Clone)]
+pub struct HpcJob {
+    pub job: JobSubmitted,
+    pub procs: u32,
+    /// Its logged runtime, µs, cut at its request.
+    pub runtime_us: u64,
+    /// It completed in the log: the predictors learn it.
+    pub completed: bool,
+}
+
+/// A log's machine and the jobs that ran on it, by submission.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub procs: u32,
+    pub jobs: Vec<HpcJob>,
+    /// Jobs left out: never started (cancelled in the queue), or wider
+    /// than the machine.
+    pub never_ran: usize,
+    pub too_wide: usize,
+}
+
+impl Workload {
+    /// The workload of a log's events (in time order): the machine's size
+    /// from its `add` event, each job's runtime from its start to its end.
+    pub fn from_events(events: impl IntoIterator<Item = Event>) -> Result<Workload, String> {
+        let mut procs = None;
+        let mut open: HashMap<u64, (JobSubmitted, Option<u64>)> = HashMap::new();
+        let (mut jobs, mut never_ran) = (Vec::new(), 0);
+        for event in events {
+            match event {
+                Event::Machine(m) if m.kind == MachineKind::Add => {
+                    procs = Some(procs.unwrap_or(0) + m.cpus.unwrap_or(0.0).round() as u32);
+                }
+                Event::JobSubmitted(job) => {
+                    open.insert(job.job_id, (job, None));
+                }
+                Event::Task(t) if t.kind == TaskKind::Schedule => {
+                    if let Some((_, start)) = open.get_mut(&t.job_id) {
+                        start.get_or_insert(t.time_us);
+                    }
+                }
+                Event::JobEnded(end) => {
+                    let Some((job, start)) = open.remove(&end.job_id) else {
+                        continue;
+                    };
+                    let Some(start) = start else {
+                        never_ran += 1;
+                        continue;
+                    };
+                    let mut runtime_us = end.time_us.saturating_sub(start);
+                    if let Some(request) = job.time_limit_us {
+                        runtime_us = runtime_us.min(request);
+                    }
+                    jobs.push(HpcJob {
+                        procs: job.cpu_request.round().max(1.0) as u32,
+                        job,
+                        runtime_us,
+                        completed: end.outcome == JobOutcome::Finish,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let procs = procs
+            .filter(|&p| p > 0)
+            .ok_or("the log names no machine size (SWF's MaxProcs or MaxNodes header)")?;
+        jobs.sort_by_key(|j| (j.job.time_us, j.job.job_id));
+        let before = jobs.len();
+        jobs.retain(|j| j.procs <= procs);
+        Ok(Workload {
+            procs,
+            too_wide: before - jobs.len(),
+            jobs,
+            never_ran,
+        })
+    }
+}
+
+/// How one predictor's schedule came out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Outcome {
+    pub predictor: &'static str,
+    pub jobs: usize,
+    pub avg_bounded_slowdown: f64,
+    pub avg_wait_s: f64,
+    /// Processor time used over the processor time from the first
+    /// submission to the last end.
+    pub utilisation: f64,
+    /// Jobs started ahead of a queue head that could not start.
+    pub backfilled: usize,
+}
+
+/// A job in the queue.
+struct Waiting {
+    index: usize,
+    said: Said,
+    predicted_us: u64,
+}
+
+/// A running job.
+struct Running {
+    index: usize,
+    said: Said,
+    start_us: u64,
+    predicted_us: u64,
+}
+
+/// The machine while it runs one predictor's schedule.
+struct Machine<'a> {
+    workload: &'a Workload,
+    predictor: Predictor,
+    free: u32,
+    queue: Vec<Waiting>,
+    running: HashMap<usize, Running>,
+    ends: BinaryHeap<Reverse<(u64, usize)>>,
+    starts: Vec<u64>,
+    backfilled: usize,
+}
+
+impl Machine<'_> {
+    fn job(&self, index: usize) -> &HpcJob {
+        &self.workload.jobs[index]
+    }
+
+    fn start(&mut self, now: u64, waiting: Waiting, backfill: bool) {
+        let procs = self.job(waiting.index).procs;
+        self.free -= procs;
+        self.starts[waiting.index] = now;
+        self.backfilled += usize::from(backfill);
+        let end = now + self.job(waiting.index).runtime_us;
+        self.ends.push(Reverse((end, waiting.index)));
+        self.running.insert(
+            waiting.index,
+            Running {
+                index: waiting.index,
+                said: waiting.said,
+                start_us: now,
+                predicted_us: waiting.predicted_us,
+            },
+        );
+    }
+
+    /// When a running job is expected to end, seen at `now`: its
+    /// prediction, or once it has outlived that, its request.
+    fn expected_end(&self, now: u64, r: &Running) -> u64 {
+        let predicted = r.start_us + r.predicted_us;
+        if predicted > now {
+            return predicted;
+        }
+        let request = self.job(r.index).job.time_limit_us;
+        request.map_or(now + 1, |req| (r.start_us + req).max(now + 1))
+    }
+
+    /// Start what FCFS and EASY allow at `now`.
+    fn schedule(&mut self, now: u64) {
+        // The head, and the heads after it, while they fit.
+        while let Some(head) = self.queue.first() {
+            if self.job(head.index).procs > self.free {
+                break;
+            }
+            let head = self.queue.remove(0);
+            self.start(now, head, false);
+        }
+        let Some(head) = self.queue.first() else {
+            return;
+        };
+        let need = self.job(head.index).procs;
+        // The head's reservation: when enough processors free up.
+        let mut ends: Vec<(u64, u32)> = self
+            .running
+            .values()
+            .map(|r| (self.expected_end(now, r), self.job(r.index).procs))
+            .collect();
+        ends.sort_unstable();
+        let (mut available, mut shadow, mut extra) = (self.free, u64::MAX, 0);
+        for (end, procs) in ends {
+            available += procs;
+            if available >= need {
+                shadow = end;
+                extra = available - need;
+                break;
+            }
+        }
+        // Backfill behind it.
+        let mut i = 1;
+        while i < self.queue.len() && self.free > 0 {
+            let w = &self.queue[i];
+            let procs = self.job(w.index).procs;
+            let ends_in_time = now + w.predicted_us <= shadow;
+            if procs <= self.free && (ends_in_time || procs <= extra) {
+                if !ends_in_time {
+                    extra -= procs;
+                }
+                let w = self.queue.remove(i);
+                self.start(now, w, true);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Each job's start, µs, and how many were backfilled, when `workload`
+/// runs under FCFS with EASY backfilling, predicted by `predictor`.
+fn play(workload: &Workload, predictor: Predictor) -> (Vec<u64>, usize) {
+    let mut m = Machine {
+        workload,
+        predictor,
+        free: workload.procs,
+        queue: Vec::new(),
+        running: HashMap::new(),
+        ends: BinaryHeap::new(),
+        starts: vec![0; workload.jobs.len()],
+        backfilled: 0,
+    };
+    let mut next = 0;
+    loop {
+        let arrival = workload.jobs.get(next).map(|j| j.job.time_us);
+        let end = m.ends.peek().map(|Reverse((t, _))| *t);
+        let Some(now) = [arrival, end].into_iter().flatten().min() else {
+            break;
+        };
+        while let Some(&Reverse((t, index))) = m.ends.peek() {
+            if t > now {
+                break;
+            }
+            m.ends.pop();
+            let r = m.running.remove(&index).expect("a running job ends");
+            let job = &workload.jobs[index];
+            m.free += job.procs;
+            if job.completed {
+                m.predictor.learn(&job.job, r.said, job.runtime_us as f64);
+            }
+        }
+        while let Some(job) = workload.jobs.get(next) {
+            if job.job.time_us > now {
+                break;
+            }
+            let said = m.predictor.predict(&job.job);
+            let request = job.job.time_limit_us.unwrap_or(u64::MAX);
+            let predicted_us = said
+                .point_us
+                .map_or(request, |p| p.round() as u64)
+                .clamp(1_000_000.min(request), request);
+            m.queue.push(Waiting {
+                index: next,
+                said,
+                predicted_us,
+            });
+            next += 1;
+        }
+        m.schedule(now);
+    }
+    (m.starts, m.backfilled)
+}
+
+/// Run `workload` under FCFS with EASY backfilling, predicting with
+/// `predictor`, and measure it.
+pub fn simulate(workload: &Workload, predictor: Predictor) -> Outcome {
+    let name = predictor.name();
+    let (starts, backfilled) = play(workload, predictor);
+    let n = workload.jobs.len();
+    if n == 0 {
+        return Outcome {
+            predictor: name,
+            ..Outcome::default()
+        };
+    }
+    let (mut slowdown, mut wait, mut used) = (0.0, 0.0, 0.0);
+    let mut last_end = 0;
+    for (job, &start) in workload.jobs.iter().zip(&starts) {
+        let waited = start - job.job.time_us;
+        let run = job.runtime_us;
+        slowdown += ((waited + run) as f64 / run.max(SLOWDOWN_BOUND_US) as f64).max(1.0);
+        wait += waited as f64 / 1e6;
+        used += job.procs as f64 * run as f64;
+        last_end = last_end.max(start + run);
+    }
+    let span = last_end.saturating_sub(workload.jobs[0].job.time_us).max(1);
+    Outcome {
+        predictor: name,
+        jobs: n,
+        avg_bounded_slowdown: slowdown / n as f64,
+        avg_wait_s: wait / n as f64,
+        utilisation: used / (workload.procs as f64 * span as f64),
+        backfilled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000;
+
+    fn job(id: u64, submit_s: u64, procs: u32, run_s: u64, request_s: u64) -> HpcJob {
+        let mut j = JobSubmitted::new(id, submit_s * S, 1);
+        j.user = format!("u{id}");
+        j.cpu_request = procs as f64;
+        j.time_limit_us = Some(request_s * S);
+        HpcJob {
+            job: j,
+            procs,
+            runtime_us: run_s.min(request_s) * S,
+            completed: true,
+        }
+    }
+
+    /// Each job's start, seconds, under plain EASY (the requests as
+    /// predictions).
+    fn starts(jobs: Vec<HpcJob>, procs: u32) -> Vec<u64> {
+        let workload = Workload {
+            procs,
+            jobs,
+            never_ran: 0,
+            too_wide: 0,
+        };
+        let (starts, _) = play(&workload, Predictor::Request);
+        starts.iter().map(|s| s / S).collect()
+    }
+
+    /// A machine of 10: job 0 takes 8 for 100 s; job 1 needs 10 and waits
+    /// for it (shadow at 100 s, no spare); job 2 (2 procs, 50 s) ends
+    /// before the shadow and backfills; job 3 (2 procs, 500 s) would
+    /// delay the head and waits until after it.
+    #[test]
+    fn easy_backfills_what_ends_before_the_heads_reservation() {
+        let s = starts(
+            vec![
+                job(0, 0, 8, 100, 100),
+                job(1, 1, 10, 10, 10),
+                job(2, 2, 2, 50, 50),
+                job(3, 3, 2, 500, 500),
+            ],
+            10,
+        );
+        assert_eq!(s, [0, 100, 2, 110]);
+    }
+
+    /// Spare processors at the shadow time: a long job that fits in what
+    /// the head leaves over backfills even though it ends after.
+    #[test]
+    fn easy_backfills_into_the_processors_the_head_leaves_over() {
+        let s = starts(
+            vec![
+                job(0, 0, 8, 100, 100),
+                job(1, 1, 6, 10, 10),
+                job(2, 2, 2, 500, 500),
+            ],
+            10,
+        );
+        // At 100 s, 10 free: the head takes 6, 4 spare; job 2 used 2.
+        assert_eq!(s, [0, 100, 2]);
+    }
+}
