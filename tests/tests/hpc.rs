@@ -74,3 +74,50 @@ fn jobcast_predicts_hpc_runtimes_better_than_last2_on_every_log() {
         assert!(last2.get("coverage_p90_pct").is_none(), "{log}: {last2}");
     }
 }
+
+/// `simulate --scheduler easy` on the four logs: every predictor runs the
+/// same jobs on the log's machine; predictions beat the users' requests
+/// (Tsafrir et al.'s finding: EASY with requests has the highest bounded
+/// slowdown), jobcast's included.
+#[test]
+#[ignore = "needs ../shared/data, the shared traces: scripts/test.sh runs it where they exist"]
+fn easy_backfilling_runs_every_log_with_each_predictor() {
+    let dir = shared_data("parallel-workloads-archive-swf");
+    for (log, procs) in LOGS.iter().zip([338, 240, 100, 128]) {
+        let path = dir.join(log);
+        let out = jobcast_ok(&[
+            "simulate",
+            "--trace",
+            path.to_str().unwrap(),
+            "--format",
+            "swf",
+            "--scheduler",
+            "easy",
+            "--json",
+        ]);
+        let report: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["procs"], procs, "{log}: {report}");
+        let jobs = report["jobs"].as_u64().unwrap();
+        assert!(jobs > 20_000, "{log}: {report}");
+        let run = |name: &str| report["predictors"][name].clone();
+        let f = |v: &Value, key: &str| {
+            v[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{log}: {key} in {v}"))
+        };
+        let (jobcast, last2, user) = (run("jobcast"), run("last2"), run("user_estimate"));
+        for r in [&jobcast, &last2, &user] {
+            assert_eq!(r["jobs"].as_u64(), Some(jobs), "{log}: {r}");
+            assert!(f(r, "avg_bounded_slowdown") >= 1.0, "{log}: {r}");
+            assert!(f(r, "backfilled") > 0.0, "{log}: {r}");
+            let u = f(r, "utilisation");
+            assert!(u > 0.3 && u <= 1.0, "{log}: {r}");
+        }
+        for r in [&jobcast, &last2] {
+            assert!(
+                f(r, "avg_bounded_slowdown") < f(&user, "avg_bounded_slowdown"),
+                "{log}: {r} {user}"
+            );
+        }
+    }
+}

@@ -11,9 +11,12 @@
 //!   ends. A later job may start now (backfill) if it fits in the free
 //!   processors and either its predicted end comes before the shadow time
 //!   or it uses only the processors the head will not need then.
-//! - A prediction is the predictor's at the job's submission, capped by
-//!   the request. A running job that outlives its prediction is expected
-//!   to run to its request from then on (EASY++'s correction).
+//! - A prediction is the predictor's at the job's submission (its
+//!   calibrated median, for a predictor with quantiles), capped by the
+//!   request. A running job that outlives its prediction is expected
+//!   to run to its request from then on (EASY++'s correction), or, for a
+//!   predictor with quantiles, to the first of its P90, P95 and P99 it
+//!   has not outlived, and then to its request.
 //! - The predictors learn each job that completed in the log, when it
 //!   ends in the simulation.
 //!
@@ -176,14 +179,22 @@ impl Machine<'_> {
     }
 
     /// When a running job is expected to end, seen at `now`: its
-    /// prediction, or once it has outlived that, its request.
+    /// prediction; once it has outlived that, the first of its
+    /// predictor's quantiles it has not outlived; then its request.
     fn expected_end(&self, now: u64, r: &Running) -> u64 {
-        let predicted = r.start_us + r.predicted_us;
+        let predicted = r.start_us.saturating_add(r.predicted_us);
         if predicted > now {
             return predicted;
         }
-        let request = self.job(r.index).job.time_limit_us;
-        request.map_or(now + 1, |req| (r.start_us + req).max(now + 1))
+        let request = self.job(r.index).job.time_limit_us.unwrap_or(u64::MAX);
+        let quantiles = r.said.quantiles_us.map(|q| [q.p90, q.p95, q.p99]);
+        let next = quantiles
+            .into_iter()
+            .flatten()
+            .map(|q| r.start_us.saturating_add((q.round() as u64).min(request)))
+            .find(|&end| end > now);
+        next.unwrap_or_else(|| r.start_us.saturating_add(request))
+            .max(now + 1)
     }
 
     /// Start what FCFS and EASY allow at `now`.
@@ -221,7 +232,7 @@ impl Machine<'_> {
         while i < self.queue.len() && self.free > 0 {
             let w = &self.queue[i];
             let procs = self.job(w.index).procs;
-            let ends_in_time = now + w.predicted_us <= shadow;
+            let ends_in_time = now.saturating_add(w.predicted_us) <= shadow;
             if procs <= self.free && (ends_in_time || procs <= extra) {
                 if !ends_in_time {
                     extra -= procs;
@@ -273,8 +284,13 @@ fn play(workload: &Workload, predictor: Predictor) -> (Vec<u64>, usize) {
             }
             let said = m.predictor.predict(&job.job);
             let request = job.job.time_limit_us.unwrap_or(u64::MAX);
+            // A predictor's median where it has quantiles: the point may
+            // lean long on purpose (jobcast's takes the longer of two
+            // runs), and a backfill decision wants the likeliest end.
             let predicted_us = said
-                .point_us
+                .quantiles_us
+                .map(|q| q.p50)
+                .or(said.point_us)
                 .map_or(request, |p| p.round() as u64)
                 .clamp(1_000_000.min(request), request);
             m.queue.push(Waiting {

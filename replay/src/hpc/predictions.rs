@@ -171,8 +171,8 @@ pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
                     if let Some(p) = said.point_us {
                         tally.pairs.push((p.max(1.0), runtime));
                     }
-                    if let Some(p90) = said.p90_us {
-                        tally.covered += usize::from(runtime <= p90);
+                    if let Some(q) = said.quantiles_us {
+                        tally.covered += usize::from(runtime <= q.p90);
                     }
                 }
             }

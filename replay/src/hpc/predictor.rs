@@ -4,6 +4,7 @@
 //! ends.
 
 use jobcast_ingest::event::JobSubmitted;
+use jobcast_predictor::decision::Quantiles;
 use jobcast_predictor::hpc::last2::Last2;
 use jobcast_predictor::hpc::runtimes::{self, Runtimes};
 
@@ -21,8 +22,8 @@ pub struct Said {
     /// The runtime, µs; `None` when the predictor knows nothing (no
     /// history and no request).
     pub point_us: Option<f64>,
-    /// Its P90, for predictors with quantiles.
-    pub p90_us: Option<f64>,
+    /// Its quantiles, for predictors with them.
+    pub quantiles_us: Option<Quantiles>,
     pending: Option<runtimes::Pending>,
 }
 
@@ -56,18 +57,18 @@ impl Predictor {
                 let (prediction, pending) = r.predict(job);
                 Said {
                     point_us: Some(prediction.point_us),
-                    p90_us: Some(prediction.quantiles_us.p90),
+                    quantiles_us: Some(prediction.quantiles_us),
                     pending: Some(pending),
                 }
             }
             Predictor::Last2(l) => Said {
                 point_us: l.predict(&job.user, job.time_limit_us),
-                p90_us: None,
+                quantiles_us: None,
                 pending: None,
             },
             Predictor::Request => Said {
                 point_us: job.time_limit_us.map(|us| us as f64),
-                p90_us: None,
+                quantiles_us: None,
                 pending: None,
             },
         }
