@@ -93,19 +93,31 @@ pub fn easy(common: &Common) -> anyhow::Result<()> {
         }));
     }
     let mut table = format!(
-        "EASY backfilling, {} jobs on {} processors\n{:<14} {:>12} {:>11} {:>11} {:>11}\n",
+        "EASY backfilling, {} jobs on {} processors; start projected at arrival for those that \
+         wait, P50 error on the predictions and on the requested times\n\
+         {:<14} {:>12} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}\n",
         workload.jobs.len(),
         workload.procs,
         "predictor",
         "bounded sld",
         "avg wait",
         "utilisation",
-        "backfilled"
+        "backfilled",
+        "waited",
+        "start err",
+        "limits err"
     );
     for r in &runs {
         table.push_str(&format!(
-            "{:<14} {:>12.2} {:>10.0}s {:>11.3} {:>11}\n",
-            r.predictor, r.avg_bounded_slowdown, r.avg_wait_s, r.utilisation, r.backfilled
+            "{:<14} {:>12.2} {:>10.0}s {:>11.3} {:>11} {:>9} {:>10.0}s {:>10.0}s\n",
+            r.predictor,
+            r.avg_bounded_slowdown,
+            r.avg_wait_s,
+            r.utilisation,
+            r.backfilled,
+            r.start_estimated,
+            r.start_p50_error_s,
+            r.start_limits_p50_error_s
         ));
     }
     print_out(&table)

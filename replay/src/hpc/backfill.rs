@@ -29,6 +29,8 @@ use std::collections::{BinaryHeap, HashMap};
 use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind, TaskKind};
 use serde::Serialize;
 
+use jobcast_predictor::stats::percentile;
+
 use super::predictor::{Predictor, Said};
 
 /// Runtimes below this count as this in the bounded slowdown (the
@@ -126,6 +128,19 @@ pub struct Outcome {
     pub utilisation: f64,
     /// Jobs started ahead of a queue head that could not start.
     pub backfilled: usize,
+    /// Jobs that could not start on arrival, whose start was projected
+    /// then: the schedule played forward on the predictions, as a site
+    /// answers "when will my job start?" (`squeue --start` with the
+    /// requests as predictions).
+    pub start_estimated: usize,
+    /// The median |projected − actual start| over them.
+    pub start_p50_error_s: f64,
+    /// Their share projected within a minute of their start.
+    pub start_within_60s_pct: f64,
+    /// The same, for the same jobs in the same schedule, projected on the
+    /// requested times (`squeue --start`'s answer).
+    pub start_limits_p50_error_s: f64,
+    pub start_limits_within_60s_pct: f64,
 }
 
 /// A job in the queue.
@@ -197,58 +212,175 @@ impl Machine<'_> {
             .max(now + 1)
     }
 
+    /// A job's requested time, µs (unbounded without one).
+    fn request(&self, index: usize) -> u64 {
+        self.job(index).job.time_limit_us.unwrap_or(u64::MAX)
+    }
+
+    /// The queue as EASY sees it: each waiting job's processors and
+    /// runtime as `told`, in FCFS order.
+    fn waiting(&self, told: Told) -> Vec<(u32, u64)> {
+        self.queue
+            .iter()
+            .map(|w| {
+                let runtime = match told {
+                    Told::Predictions => w.predicted_us,
+                    Told::Limits => self.request(w.index),
+                };
+                (self.job(w.index).procs, runtime)
+            })
+            .collect()
+    }
+
+    /// The running jobs' ends as `told`, seen at `now`, and processors.
+    fn expected_ends(&self, now: u64, told: Told) -> Vec<(u64, u32)> {
+        self.running
+            .values()
+            .map(|r| {
+                let end = match told {
+                    Told::Predictions => self.expected_end(now, r),
+                    Told::Limits => r.start_us.saturating_add(self.request(r.index)),
+                };
+                (end.max(now + 1), self.job(r.index).procs)
+            })
+            .collect()
+    }
+
     /// Start what FCFS and EASY allow at `now`.
     fn schedule(&mut self, now: u64) {
-        // The head, and the heads after it, while they fit.
-        while let Some(head) = self.queue.first() {
-            if self.job(head.index).procs > self.free {
-                break;
-            }
-            let head = self.queue.remove(0);
-            self.start(now, head, false);
-        }
-        let Some(head) = self.queue.first() else {
-            return;
-        };
-        let need = self.job(head.index).procs;
-        // The head's reservation: when enough processors free up.
-        let mut ends: Vec<(u64, u32)> = self
-            .running
-            .values()
-            .map(|r| (self.expected_end(now, r), self.job(r.index).procs))
+        let started = easy(
+            now,
+            self.free,
+            &self.waiting(Told::Predictions),
+            &self.expected_ends(now, Told::Predictions),
+        );
+        let mut taken: Vec<(usize, bool)> = started;
+        // Remove from the back, so that positions stay valid.
+        taken.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let mut starting: Vec<(Waiting, bool)> = taken
+            .into_iter()
+            .map(|(at, backfill)| (self.queue.remove(at), backfill))
             .collect();
-        ends.sort_unstable();
-        let (mut available, mut shadow, mut extra) = (self.free, u64::MAX, 0);
-        for (end, procs) in ends {
-            available += procs;
-            if available >= need {
-                shadow = end;
-                extra = available - need;
-                break;
-            }
+        starting.reverse();
+        for (w, backfill) in starting {
+            self.start(now, w, backfill);
         }
-        // Backfill behind it.
-        let mut i = 1;
-        while i < self.queue.len() && self.free > 0 {
-            let w = &self.queue[i];
-            let procs = self.job(w.index).procs;
-            let ends_in_time = now.saturating_add(w.predicted_us) <= shadow;
-            if procs <= self.free && (ends_in_time || procs <= extra) {
-                if !ends_in_time {
-                    extra -= procs;
+    }
+
+    /// When the job at `position` of the queue would start if every
+    /// running and waiting job ran as `told` and nothing else arrived:
+    /// the schedule played forward from `now`.
+    fn projected_start(&self, now: u64, position: usize, told: Told) -> u64 {
+        let mut queue = self.waiting(told);
+        let mut ids: Vec<usize> = (0..queue.len()).collect();
+        let mut ends = self.expected_ends(now, told);
+        let (mut free, mut t) = (self.free, now);
+        loop {
+            let started = easy(t, free, &queue, &ends);
+            let mut taken: Vec<usize> = Vec::with_capacity(started.len());
+            for &(at, _) in &started {
+                if ids[at] == position {
+                    return t;
                 }
-                let w = self.queue.remove(i);
-                self.start(now, w, true);
-            } else {
-                i += 1;
+                let (procs, predicted) = queue[at];
+                free -= procs;
+                ends.push((t.saturating_add(predicted), procs));
+                taken.push(at);
             }
+            taken.sort_unstable_by(|a, b| b.cmp(a));
+            for at in taken {
+                queue.remove(at);
+                ids.remove(at);
+            }
+            // The next end frees its processors.
+            let Some(next) = ends.iter().map(|&(end, _)| end).min() else {
+                return u64::MAX;
+            };
+            t = next.max(t);
+            ends.retain(|&(end, procs)| {
+                if end <= t {
+                    free += procs;
+                    false
+                } else {
+                    true
+                }
+            });
         }
     }
 }
 
-/// Each job's start, µs, and how many were backfilled, when `workload`
-/// runs under FCFS with EASY backfilling, predicted by `predictor`.
-fn play(workload: &Workload, predictor: Predictor) -> (Vec<u64>, usize) {
+/// What EASY starts at `now`: `queue` holds the waiting jobs' processors
+/// and predicted runtimes in FCFS order, `ends` the running jobs' expected
+/// ends and processors, `free` the processors free. The queue's positions
+/// it starts, in order, each with whether it was backfilled: the heads
+/// while they fit; then, behind the first that does not, every job that
+/// fits now and either ends by that head's reservation (the shadow time)
+/// or uses only processors the head will leave over.
+fn easy(now: u64, mut free: u32, queue: &[(u32, u64)], ends: &[(u64, u32)]) -> Vec<(usize, bool)> {
+    let mut started = Vec::new();
+    let mut ends = ends.to_vec();
+    let mut head = 0;
+    while head < queue.len() && queue[head].0 <= free {
+        let (procs, predicted) = queue[head];
+        free -= procs;
+        ends.push((now.saturating_add(predicted), procs));
+        started.push((head, false));
+        head += 1;
+    }
+    let Some(&(need, _)) = queue.get(head) else {
+        return started;
+    };
+    // The head's reservation: when enough processors free up.
+    ends.sort_unstable();
+    let (mut available, mut shadow, mut extra) = (free, u64::MAX, 0);
+    for (end, procs) in ends {
+        available += procs;
+        if available >= need {
+            shadow = end;
+            extra = available - need;
+            break;
+        }
+    }
+    // Backfill behind it.
+    for (at, &(procs, predicted)) in queue.iter().enumerate().skip(head + 1) {
+        if free == 0 {
+            break;
+        }
+        let ends_in_time = now.saturating_add(predicted) <= shadow;
+        if procs <= free && (ends_in_time || procs <= extra) {
+            if !ends_in_time {
+                extra -= procs;
+            }
+            free -= procs;
+            started.push((at, true));
+        }
+    }
+    started
+}
+
+/// What a projection takes each job's runtime to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// The predictor's, as the schedule itself does.
+    Predictions,
+    /// The requested times, as Slurm's `squeue --start` does.
+    Limits,
+}
+
+/// How one schedule went.
+struct Played {
+    /// Each job's start, µs.
+    starts: Vec<u64>,
+    backfilled: usize,
+    /// For each job that could not start on arrival, the starts its
+    /// arrival's projections gave, on the predictions and on the limits.
+    projected: Vec<Option<(u64, u64)>>,
+}
+
+/// `workload` run under FCFS with EASY backfilling, predicted by
+/// `predictor`; each job that waits on arrival gets its start projected
+/// ([`Machine::projected_start`]).
+fn play(workload: &Workload, predictor: Predictor) -> Played {
     let mut m = Machine {
         workload,
         predictor,
@@ -260,6 +392,7 @@ fn play(workload: &Workload, predictor: Predictor) -> (Vec<u64>, usize) {
         backfilled: 0,
     };
     let mut next = 0;
+    let mut projected = vec![None; workload.jobs.len()];
     loop {
         let arrival = workload.jobs.get(next).map(|j| j.job.time_us);
         let end = m.ends.peek().map(|Reverse((t, _))| *t);
@@ -301,15 +434,32 @@ fn play(workload: &Workload, predictor: Predictor) -> (Vec<u64>, usize) {
             next += 1;
         }
         m.schedule(now);
+        for position in 0..m.queue.len() {
+            let index = m.queue[position].index;
+            if workload.jobs[index].job.time_us == now {
+                projected[index] = Some((
+                    m.projected_start(now, position, Told::Predictions),
+                    m.projected_start(now, position, Told::Limits),
+                ));
+            }
+        }
     }
-    (m.starts, m.backfilled)
+    Played {
+        starts: m.starts,
+        backfilled: m.backfilled,
+        projected,
+    }
 }
 
 /// Run `workload` under FCFS with EASY backfilling, predicting with
 /// `predictor`, and measure it.
 pub fn simulate(workload: &Workload, predictor: Predictor) -> Outcome {
     let name = predictor.name();
-    let (starts, backfilled) = play(workload, predictor);
+    let Played {
+        starts,
+        backfilled,
+        projected,
+    } = play(workload, predictor);
     let n = workload.jobs.len();
     if n == 0 {
         return Outcome {
@@ -328,6 +478,18 @@ pub fn simulate(workload: &Workload, predictor: Predictor) -> Outcome {
         last_end = last_end.max(start + run);
     }
     let span = last_end.saturating_sub(workload.jobs[0].job.time_us).max(1);
+    let errors = |pick: fn(&(u64, u64)) -> u64| {
+        let mut e: Vec<f64> = projected
+            .iter()
+            .zip(&starts)
+            .filter_map(|(p, &actual)| Some(pick(p.as_ref()?).abs_diff(actual) as f64 / 1e6))
+            .collect();
+        e.sort_by(f64::total_cmp);
+        e
+    };
+    let (start_errors, limit_errors) = (errors(|p| p.0), errors(|p| p.1));
+    let within =
+        |e: &[f64]| e.iter().filter(|&&x| x <= 60.0).count() as f64 * 100.0 / e.len().max(1) as f64;
     Outcome {
         predictor: name,
         jobs: n,
@@ -335,6 +497,11 @@ pub fn simulate(workload: &Workload, predictor: Predictor) -> Outcome {
         avg_wait_s: wait / n as f64,
         utilisation: used / (workload.procs as f64 * span as f64),
         backfilled,
+        start_estimated: start_errors.len(),
+        start_p50_error_s: percentile(&start_errors, 50.0).unwrap_or(0.0),
+        start_within_60s_pct: within(&start_errors),
+        start_limits_p50_error_s: percentile(&limit_errors, 50.0).unwrap_or(0.0),
+        start_limits_within_60s_pct: within(&limit_errors),
     }
 }
 
@@ -366,8 +533,11 @@ mod tests {
             never_ran: 0,
             too_wide: 0,
         };
-        let (starts, _) = play(&workload, Predictor::Request);
-        starts.iter().map(|s| s / S).collect()
+        play(&workload, Predictor::Request)
+            .starts
+            .iter()
+            .map(|s| s / S)
+            .collect()
     }
 
     /// A machine of 10: job 0 takes 8 for 100 s; job 1 needs 10 and waits
@@ -386,6 +556,32 @@ mod tests {
             10,
         );
         assert_eq!(s, [0, 100, 2, 110]);
+    }
+
+    /// Each job that waits on arrival has its start projected by playing
+    /// the schedule forward: in the first case, job 1 at 100 s and job 3
+    /// at 110 s, both right; jobs that start at once are not projected.
+    #[test]
+    fn a_waiting_jobs_start_is_the_schedule_played_forward() {
+        let workload = Workload {
+            procs: 10,
+            jobs: vec![
+                job(0, 0, 8, 100, 100),
+                job(1, 1, 10, 10, 10),
+                job(2, 2, 2, 50, 50),
+                job(3, 3, 2, 500, 500),
+            ],
+            never_ran: 0,
+            too_wide: 0,
+        };
+        let played = play(&workload, Predictor::Request);
+        let seconds = |p: Option<(u64, u64)>| p.map(|(a, b)| (a / S, b / S));
+        let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
+        assert_eq!(projected, [None, Some((100, 100)), None, Some((110, 110))]);
+        let outcome = simulate(&workload, Predictor::Request);
+        assert_eq!(outcome.start_estimated, 2);
+        assert_eq!(outcome.start_p50_error_s, 0.0);
+        assert_eq!(outcome.start_within_60s_pct, 100.0);
     }
 
     /// Spare processors at the shadow time: a long job that fits in what
