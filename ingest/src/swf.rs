@@ -37,12 +37,11 @@
 //! size, which a backfilling scheduler needs.
 //!
 //! Lines are sorted by submit time (the format requires it), so the
-//! adapter streams: a job's events wait in a heap until no later line can
+//! adapter streams: a job's events wait in an ordered map until no later line can
 //! come before them. A line that cannot be used is skipped with its line
 //! number and reason; the others go on.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -65,7 +64,7 @@ pub fn open(path: &Path) -> Result<Trace, TraceError> {
         diagnostics: diagnostics.clone(),
         header: Header::default(),
         job: None,
-        pending: BinaryHeap::new(),
+        pending: BTreeMap::new(),
         seq: 0,
         horizon_us: 0,
         last_submit_s: f64::NEG_INFINITY,
@@ -182,41 +181,6 @@ struct JobLines {
     parts: Vec<Line>,
 }
 
-/// An event waiting for its turn: by time, then submissions before task
-/// events before ends, then in the order made.
-struct Pending {
-    time_us: u64,
-    class: u8,
-    seq: u64,
-    event: Event,
-}
-
-impl Pending {
-    fn key(&self) -> (u64, u8, u64) {
-        (self.time_us, self.class, self.seq)
-    }
-}
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for Pending {}
-
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Pending {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.key().cmp(&other.key())
-    }
-}
-
 const CLASS_SUBMIT: u8 = 0;
 const CLASS_TASK: u8 = 1;
 const CLASS_END: u8 = 2;
@@ -230,7 +194,9 @@ struct SwfLines {
     header: Header,
     /// The job whose lines are being read (its parts follow it).
     job: Option<JobLines>,
-    pending: BinaryHeap<Reverse<Pending>>,
+    /// Events waiting for their turn: by time, then submissions before
+    /// task events before ends, then in the order made.
+    pending: BTreeMap<(u64, u8, u64), Event>,
     seq: u64,
     /// No event still to come is earlier than this.
     horizon_us: u64,
@@ -254,12 +220,7 @@ impl SwfLines {
 
     fn push(&mut self, time_us: u64, class: u8, event: Event) {
         self.seq += 1;
-        self.pending.push(Reverse(Pending {
-            time_us,
-            class,
-            seq: self.seq,
-            event,
-        }));
+        self.pending.insert((time_us, class, self.seq), event);
     }
 
     /// Read one line; false at the end of the file.
@@ -363,7 +324,7 @@ impl SwfLines {
         }
     }
 
-    /// The events of one job, into the heap.
+    /// The events of one job, into the events waiting for their turn.
     fn lay_out(&mut self, job: JobLines) {
         let first = job.first;
         if first.job < 0 {
@@ -517,10 +478,10 @@ impl Iterator for SwfLines {
 
     fn next(&mut self) -> Option<Event> {
         loop {
-            if let Some(Reverse(top)) = self.pending.peek()
-                && (self.eof || top.time_us < self.horizon_us)
+            if let Some((&(time_us, _, _), _)) = self.pending.first_key_value()
+                && (self.eof || time_us < self.horizon_us)
             {
-                return self.pending.pop().map(|Reverse(p)| p.event);
+                return self.pending.pop_first().map(|(_, event)| event);
             }
             if self.eof {
                 return None;

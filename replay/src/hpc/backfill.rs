@@ -254,11 +254,10 @@ impl Machine<'_> {
             &self.waiting(Told::Predictions),
             &self.expected_ends(now, Told::Predictions),
         );
-        let mut taken: Vec<(usize, bool)> = started;
-        // Remove from the back, so that positions stay valid.
-        taken.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        let mut starting: Vec<(Waiting, bool)> = taken
+        // Removed from the back, so that the positions stay valid.
+        let mut starting: Vec<(Waiting, bool)> = started
             .into_iter()
+            .rev()
             .map(|(at, backfill)| (self.queue.remove(at), backfill))
             .collect();
         starting.reverse();
@@ -287,8 +286,7 @@ impl Machine<'_> {
                 ends.push((t.saturating_add(predicted), procs));
                 taken.push(at);
             }
-            taken.sort_unstable_by(|a, b| b.cmp(a));
-            for at in taken {
+            for at in taken.into_iter().rev() {
                 queue.remove(at);
                 ids.remove(at);
             }
@@ -312,7 +310,7 @@ impl Machine<'_> {
 /// What EASY starts at `now`: `queue` holds the waiting jobs' processors
 /// and predicted runtimes in FCFS order, `ends` the running jobs' expected
 /// ends and processors, `free` the processors free. The queue's positions
-/// it starts, in order, each with whether it was backfilled: the heads
+/// it starts, ascending, each with whether it was backfilled: the heads
 /// while they fit; then, behind the first that does not, every job that
 /// fits now and either ends by that head's reservation (the shadow time)
 /// or uses only processors the head will leave over.
@@ -526,14 +524,21 @@ mod tests {
 
     /// Each job's start, seconds, under plain EASY (the requests as
     /// predictions).
-    fn starts(jobs: Vec<HpcJob>, procs: u32) -> Vec<u64> {
-        let workload = Workload {
+    fn workload(jobs: Vec<HpcJob>, procs: u32) -> Workload {
+        Workload {
             procs,
             jobs,
             never_ran: 0,
             too_wide: 0,
-        };
-        play(&workload, Predictor::Request)
+        }
+    }
+
+    fn starts(jobs: Vec<HpcJob>, procs: u32) -> Vec<u64> {
+        starts_with(jobs, procs, Predictor::Request)
+    }
+
+    fn starts_with(jobs: Vec<HpcJob>, procs: u32, predictor: Predictor) -> Vec<u64> {
+        play(&workload(jobs, procs), predictor)
             .starts
             .iter()
             .map(|s| s / S)
@@ -558,22 +563,40 @@ mod tests {
         assert_eq!(s, [0, 100, 2, 110]);
     }
 
+    /// EASY++'s correction. Last-2 predicts job 1 at 50 s (its user's
+    /// last run) against a request of 1,000 s; it runs 300 s. Job 2 (the
+    /// whole machine) waits for it, its reservation at 150 s. At 200 s job
+    /// 1 has outlived its prediction and is expected to run to its request
+    /// (1,100 s), so job 3 (500 s on the 2 free processors) backfills;
+    /// without the correction the reservation would stand at 201 s and
+    /// job 3 would wait. Job 2 then starts when job 3 ends.
+    #[test]
+    fn a_job_that_outlives_its_prediction_is_expected_to_its_request() {
+        let mut jobs = vec![
+            job(0, 0, 1, 50, 1000),
+            job(1, 100, 8, 300, 1000),
+            job(2, 110, 10, 10, 10),
+            job(3, 200, 2, 500, 500),
+        ];
+        jobs[1].job.user = jobs[0].job.user.clone();
+        let s = starts_with(jobs, 10, Predictor::named("last2").unwrap());
+        assert_eq!(s, [0, 100, 700, 200]);
+    }
+
     /// Each job that waits on arrival has its start projected by playing
     /// the schedule forward: in the first case, job 1 at 100 s and job 3
     /// at 110 s, both right; jobs that start at once are not projected.
     #[test]
     fn a_waiting_jobs_start_is_the_schedule_played_forward() {
-        let workload = Workload {
-            procs: 10,
-            jobs: vec![
+        let workload = workload(
+            vec![
                 job(0, 0, 8, 100, 100),
                 job(1, 1, 10, 10, 10),
                 job(2, 2, 2, 50, 50),
                 job(3, 3, 2, 500, 500),
             ],
-            never_ran: 0,
-            too_wide: 0,
-        };
+            10,
+        );
         let played = play(&workload, Predictor::Request);
         let seconds = |p: Option<(u64, u64)>| p.map(|(a, b)| (a / S, b / S));
         let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
