@@ -583,6 +583,15 @@ mod tests {
         assert_eq!(s, [0, 100, 700, 200]);
     }
 
+    /// A log that names no machine size cannot be scheduled: refused,
+    /// saying which header is missing.
+    #[test]
+    fn a_log_without_its_machines_size_is_refused_by_name() {
+        let j = job(0, 0, 1, 10, 60).job;
+        let err = Workload::from_events([Event::JobSubmitted(j)]).unwrap_err();
+        assert!(err.contains("MaxProcs"), "{err}");
+    }
+
     /// Each job that waits on arrival has its start projected by playing
     /// the schedule forward: in the first case, job 1 at 100 s and job 3
     /// at 110 s, both right; jobs that start at once are not projected.
