@@ -129,7 +129,7 @@ struct InputArgs {
     /// The trace to write to the input topic.
     #[arg(long, requires = "format")]
     trace: Option<PathBuf>,
-    /// Its format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces, jsonl, tpch-dags or swf.
+    /// Its format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces, jsonl, tpch-dags, swf or sacct.
     #[arg(long, requires = "trace")]
     format: Option<Format>,
     /// Instead of a trace, a synthetic workload of this many jobs (the

@@ -10,7 +10,7 @@ use jobcast_ingest::Format;
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
-    /// spot-hibernation, jsonl, tpch-dags or swf.
+    /// spot-hibernation, jsonl, tpch-dags, swf or sacct.
     #[arg(long)]
     format: Format,
     /// The trace: a directory (google2011, google2019, alibaba2018,

@@ -45,7 +45,7 @@ pub struct Args {
     #[arg(long, requires = "format")]
     trace: Option<PathBuf>,
     /// Its format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
-    /// spot-hibernation, jsonl, tpch-dags or swf.
+    /// spot-hibernation, jsonl, tpch-dags, swf or sacct.
     #[arg(long, requires = "trace")]
     format: Option<Format>,
     /// `max`, or an event-time speed-up factor.

@@ -29,7 +29,7 @@ pub struct Common {
     #[arg(long)]
     pub trace: PathBuf,
     /// Trace format: google2011, google2019, alibaba2018, jsonl,
-    /// tpch-dags or swf.
+    /// tpch-dags, swf or sacct.
     #[arg(long)]
     pub format: Format,
     /// Task slots of the simulated cluster [default: the average offered
@@ -239,7 +239,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.common.format == Format::Swf {
+    if matches!(args.common.format, Format::Swf | Format::Sacct) {
         return hpc::predictions(&args.common);
     }
     let workload = args.common.workload()?;

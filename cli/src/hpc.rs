@@ -1,4 +1,5 @@
-//! HPC logs (`--format swf`) in `evaluate` and `simulate`: runtime
+//! HPC logs (`--format swf`, and a site's `--format sacct` for
+//! `evaluate`) in `evaluate` and `simulate`: runtime
 //! predictions scored at submission, and the site's EASY backfilling run
 //! with each predictor (`jobcast_replay::hpc`).
 
@@ -36,7 +37,7 @@ fn read<T>(
     Ok(out)
 }
 
-/// `evaluate --format swf`: every job's runtime predicted at its
+/// `evaluate --format swf|sacct`: every job's runtime predicted at its
 /// submission by jobcast, Last-2 and the user's request, and scored.
 pub fn predictions(common: &Common) -> anyhow::Result<()> {
     let started = Instant::now();

@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long)]
     trace: PathBuf,
     /// Trace format: google2011, google2019, alibaba2018, gce-lifetimes, spot-traces,
-    /// spot-hibernation, jsonl, tpch-dags or swf.
+    /// spot-hibernation, jsonl, tpch-dags, swf or sacct.
     #[arg(long)]
     format: Format,
     /// Topic to produce into.

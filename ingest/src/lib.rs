@@ -31,6 +31,8 @@ pub mod kafka;
 #[cfg(feature = "cli")]
 pub mod kafka_args;
 pub mod merge_by_key;
+pub mod sacct;
+pub mod slurm;
 pub mod source;
 pub mod spot;
 pub mod spot_prices;
@@ -69,6 +71,9 @@ pub enum Format {
     /// The Parallel Workloads Archive's Standard Workload Format: HPC
     /// logs, one parallel job a line ([`swf`]).
     Swf,
+    /// A Slurm site's accounting: `sacct -P` output with its header
+    /// ([`sacct`]).
+    Sacct,
     /// Decima's Spark TPC-H runs (`stages.jsonl.gz`): real DAG jobs with
     /// every task's runtime, laid out as a timeline ([`tpch_dags`]).
     TpchDags,
@@ -85,6 +90,7 @@ impl Format {
         "jsonl",
         "tpch-dags",
         "swf",
+        "sacct",
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +104,7 @@ impl Format {
             Format::Jsonl => "jsonl",
             Format::TpchDags => "tpch-dags",
             Format::Swf => "swf",
+            Format::Sacct => "sacct",
         }
     }
 }
@@ -116,6 +123,7 @@ impl std::str::FromStr for Format {
             "jsonl" => Ok(Format::Jsonl),
             "tpch-dags" => Ok(Format::TpchDags),
             "swf" => Ok(Format::Swf),
+            "sacct" => Ok(Format::Sacct),
             other => Err(format!(
                 "unknown format `{other}` (expected one of: {})",
                 Format::NAMES.join(", ")
@@ -136,5 +144,6 @@ pub fn open(format: Format, input: &Path) -> Result<Trace, TraceError> {
         Format::Jsonl => jsonl::open(input),
         Format::TpchDags => tpch_dags::open(input),
         Format::Swf => swf::open(input),
+        Format::Sacct => sacct::open(input),
     }
 }

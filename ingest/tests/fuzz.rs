@@ -315,6 +315,22 @@ fn fixtures() -> Vec<Fixture> {
             open_at: "log.swf",
             by_line: true,
         },
+        Fixture {
+            format: Format::Sacct,
+            files: vec![(
+                "sacct.txt",
+                lines(&[
+                    "JobID|JobName|User|Partition|NCPUS|ReqMem|TimelimitRaw|Submit|Start|End|State",
+                    "7|sim|alice|batch|4|2Gc|60|2026-01-15T10:00:00|2026-01-15T10:00:05|2026-01-15T10:20:00|COMPLETED",
+                    "7.batch|batch||batch|4||||2026-01-15T10:00:05|2026-01-15T10:20:00|COMPLETED",
+                    "8_0|arr|bob|batch|1|1000M|10|2026-01-15T10:01:00|2026-01-15T10:01:00|2026-01-15T10:03:00|FAILED",
+                    "8_1|arr|bob|batch|1|1000M|10|2026-01-15T10:01:00|2026-01-15T10:02:00|2026-01-15T10:12:00|TIMEOUT",
+                    "9|long|carol|batch|2|1G|120|2026-01-15T10:05:00|2026-01-15T10:06:00|Unknown|RUNNING",
+                ]),
+            )],
+            open_at: "sacct.txt",
+            by_line: true,
+        },
     ]
 }
 
@@ -501,7 +517,7 @@ proptest! {
     /// Any bytes in any input file: no panic, errors name the input.
     #[test]
     fn adapters_take_any_bytes(
-        fixture in 0usize..6,
+        fixture in 0usize..7,
         file in any::<prop::sample::Index>(),
         bytes in prop::collection::vec(any::<u8>(), 0..512),
     ) {
@@ -519,7 +535,7 @@ proptest! {
     /// Valid files with some lines mutated: no panic, every event valid.
     #[test]
     fn adapters_take_mutated_lines(
-        fixture in 0usize..6,
+        fixture in 0usize..7,
         mutations in prop::collection::vec(
             (any::<prop::sample::Index>(), any::<prop::sample::Index>(), line_mutation()),
             1..4,
@@ -558,7 +574,7 @@ proptest! {
     /// reported with its file and line number; the rest still reads.
     #[test]
     fn a_bad_line_is_reported_by_file_and_line(
-        fixture in 0usize..6,
+        fixture in 0usize..7,
         file in any::<prop::sample::Index>(),
         at in any::<prop::sample::Index>(),
         bad in bad_line(),
@@ -573,10 +589,12 @@ proptest! {
         let bytes: Vec<(&str, Vec<u8>)> = files.iter().map(|(n, l)| (*n, join(l))).collect();
         let Some(read) = read_trace(fixture.format, &bytes, fixture.open_at)? else {
             // Google 2019 files are JSON lines or CSV, told apart by their
-            // first line: a bad first line makes the whole file an error
-            // (which read_trace checked names the file). Nothing else may.
+            // first line, and a sacct output's first line is the header
+            // naming its columns: a bad first line makes the whole file an
+            // error (which read_trace checked names the file). Nothing
+            // else may.
             prop_assert!(
-                fixture.format == Format::Google2019 && index == 0,
+                matches!(fixture.format, Format::Google2019 | Format::Sacct) && index == 0,
                 "{:?}: a bad line at {index} stopped the whole trace",
                 fixture.format
             );

@@ -11,18 +11,7 @@ use crate::Observed;
 use jobcast_ingest::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MAX_TASKS_PER_JOB, TaskEvent, TaskKind,
 };
-
-/// How a task's run ended, by its Slurm state; `None` while it has not.
-fn task_end(state: &str) -> Option<TaskKind> {
-    Some(match state {
-        "COMPLETED" => TaskKind::Finish,
-        "FAILED" | "OUT_OF_MEMORY" | "NODE_FAIL" | "BOOT_FAIL" | "DEADLINE" => TaskKind::Fail,
-        "CANCELLED" => TaskKind::Kill,
-        "TIMEOUT" => TaskKind::Timeout,
-        "PREEMPTED" => TaskKind::Evict,
-        _ => return None,
-    })
-}
+use jobcast_ingest::slurm::{job_outcome, task_end};
 
 /// What has been said of one task.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -329,13 +318,7 @@ fn end_if_done(job_id: u64, said: &mut JobSaid, events: &mut Vec<(u64, u8, Event
     }
     said.ended = true;
     let kinds: Vec<TaskKind> = said.tasks.iter().filter_map(|t| t.ended).collect();
-    let outcome = if kinds.iter().all(|k| *k == TaskKind::Finish) {
-        JobOutcome::Finish
-    } else if kinds.contains(&TaskKind::Fail) {
-        JobOutcome::Fail
-    } else {
-        JobOutcome::Kill
-    };
+    let outcome = job_outcome(&kinds);
     let time_us = said.last_end_us;
     events.push((
         time_us,

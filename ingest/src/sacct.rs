@@ -1,0 +1,371 @@
+//! A Slurm site's own history: `sacct`'s parsable output (`sacct -P` or
+//! `--parsable2`, `|` between fields, a header naming them), whatever
+//! `--format` chose, as long as it has `JobID`, `State` and `Submit`.
+//!
+//! A job maps as `jobcast slurm watch` maps it live
+//! (`docs/schedulers.md`): a plain job is one task of its CPUs; the
+//! elements of an array (`123_4`) are the tasks of job 123, in the order
+//! of their indices. Read where present:
+//!
+//! | column | canonical |
+//! |---|---|
+//! | `JobID` (else `JobIDRaw`) | `job_id`, task |
+//! | `Submit`, `Start`, `End` | the task's `submit`, `schedule` and end (`Unknown`, `None`: not yet) |
+//! | `State` | the end's kind, as the live watcher reads it ([`crate::slurm::task_end`]) |
+//! | `User`, `JobName`, `Partition`, `Cluster` | `user`, `job_name` and `logical_name`, `partition`, `cluster` |
+//! | `NCPUS`, else `AllocCPUS`, else `ReqCPUS` | `cpu_request` |
+//! | `ReqMem` (`4000M`, `16G`; `c`/`n` suffixes of old versions: per CPU, per node) | `mem_request`, MB |
+//! | `TimelimitRaw` (minutes), else `Timelimit` (`[D-]HH:MM:SS`) | `time_limit_us` |
+//!
+//! Times are read as UTC: `sacct` prints the cluster's local time without
+//! its zone (set `TZ=UTC` where it runs, or `SLURM_TIME_FORMAT`, for a
+//! history to line up with live events). Job steps (`123.batch`, `123.0`)
+//! are left out: their job's row carries it. A pending array's range
+//! (`123_[5-9]`) is left out, noted: those tasks have not been submitted as
+//! elements yet. A row that cannot be used is skipped with its line and
+//! reason; the others go on. A job still pending or running stays open.
+//!
+//! The whole output is read into memory (a site's accounting over a period
+//! runs to megabytes) and its events sorted by time.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::NaiveDateTime;
+
+use crate::event::{Event, JobEnded, JobSubmitted, TaskEvent, TaskKind};
+use crate::slurm::{job_outcome, task_end};
+use crate::source::{Diagnostics, Location, Trace, TraceError, open_input, total_size};
+
+const US: u64 = 1_000_000;
+
+/// One row of a job (or an array's element).
+#[derive(Debug, Clone)]
+struct Row {
+    line: u64,
+    /// The array index, for an element.
+    index: Option<u32>,
+    submit_us: u64,
+    start_us: Option<u64>,
+    end_us: Option<u64>,
+    end: Option<TaskKind>,
+    user: String,
+    name: String,
+    partition: String,
+    cluster: String,
+    cpus: f64,
+    mem_mb: f64,
+    limit_us: Option<u64>,
+}
+
+/// The columns a header names, by position.
+struct Columns {
+    at: BTreeMap<String, usize>,
+}
+
+impl Columns {
+    fn get<'a>(&self, record: &'a csv::StringRecord, names: &[&str]) -> Option<&'a str> {
+        names
+            .iter()
+            .find_map(|n| self.at.get(*n))
+            .and_then(|&i| record.get(i))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn has(&self, names: &[&str]) -> bool {
+        names.iter().any(|n| self.at.contains_key(*n))
+    }
+}
+
+/// Open one `sacct -P` output (plain or compressed).
+pub fn open(path: &Path) -> Result<Trace, TraceError> {
+    let diagnostics = Diagnostics::new();
+    let input = open_input(path, &diagnostics)?;
+    let mut reader = csv::ReaderBuilder::new()
+        .delimiter(b'|')
+        .quoting(false)
+        .flexible(true)
+        .has_headers(true)
+        .from_reader(input);
+    let header = reader
+        .headers()
+        .map_err(|e| TraceError::invalid(path, format!("unreadable header: {e}")))?
+        .clone();
+    if header.len() < 2 {
+        return Err(TraceError::invalid(
+            path,
+            "not sacct's parsable output: its header has no `|` (run sacct with -P or --parsable2)",
+        ));
+    }
+    let columns = Columns {
+        at: header
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.trim().to_owned(), i))
+            .collect(),
+    };
+    for needed in [&["JobID", "JobIDRaw"][..], &["State"], &["Submit"]] {
+        if !columns.has(needed) {
+            return Err(TraceError::invalid(
+                path,
+                format!(
+                    "the header names no `{}` column: sacct's --format must include JobID, State and Submit",
+                    needed[0]
+                ),
+            ));
+        }
+    }
+    let at = |line: u64| Location {
+        file: path.to_owned(),
+        line,
+        record: None,
+    };
+    let mut jobs: BTreeMap<u64, Vec<Row>> = BTreeMap::new();
+    for record in reader.records() {
+        diagnostics.rows(1);
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line());
+                diagnostics.skip(at(line), "bad_row", e);
+                continue;
+            }
+        };
+        let line = record.position().map_or(0, |p| p.line());
+        match row(&columns, &record, line) {
+            Ok(Some((job_id, row))) => jobs.entry(job_id).or_default().push(row),
+            Ok(None) => {}
+            Err(Skip::Note(what)) => diagnostics.note(what),
+            Err(Skip::Bad(class, detail)) => diagnostics.skip(at(line), class, detail),
+        }
+    }
+    let mut events = Vec::new();
+    for (job_id, rows) in jobs {
+        let line = rows[0].line;
+        let laid = lay_out(job_id, rows);
+        if laid
+            .iter()
+            .all(|(_, e)| diagnostics.within_limits(e, |_| at(line)))
+        {
+            events.extend(laid);
+        }
+    }
+    // Stable: at one time, submissions before task events before ends.
+    events.sort_by_key(|(class, e)| (e.time_us(), *class));
+    let size = total_size(&[path.to_owned()]);
+    Ok(Trace::new(
+        events.into_iter().map(|(_, e)| Ok(e)),
+        diagnostics,
+        size,
+    ))
+}
+
+/// Why a row gives no job.
+enum Skip {
+    /// Not a job's own row, as expected (a step, a pending range).
+    Note(&'static str),
+    Bad(&'static str, String),
+}
+
+/// A row's job and what it says, or `None` for a row to pass over
+/// silently.
+fn row(c: &Columns, r: &csv::StringRecord, line: u64) -> Result<Option<(u64, Row)>, Skip> {
+    let id = c
+        .get(r, &["JobID", "JobIDRaw"])
+        .ok_or_else(|| Skip::Bad("missing_field", "no JobID".into()))?;
+    if id.contains('.') {
+        return Err(Skip::Note("job steps left out: their job's row carries it"));
+    }
+    let (base, index) = match id.split_once('_') {
+        Some((_, rest)) if rest.starts_with('[') => {
+            return Err(Skip::Note(
+                "pending array ranges left out: their elements are not submitted yet",
+            ));
+        }
+        Some((base, index)) => (
+            base,
+            Some(index.parse::<u32>().map_err(|_| {
+                Skip::Bad("bad_field", format!("JobID `{id}`: not JOB or JOB_INDEX"))
+            })?),
+        ),
+        None => (id, None),
+    };
+    let job_id = base
+        .parse::<u64>()
+        .map_err(|_| Skip::Bad("bad_field", format!("JobID `{id}`: not JOB or JOB_INDEX")))?;
+    let time = |names: &[&str]| -> Result<Option<u64>, Skip> {
+        match c.get(r, names) {
+            None | Some("Unknown" | "None") => Ok(None),
+            Some(text) => parse_time(text).map(Some).ok_or_else(|| {
+                Skip::Bad(
+                    "bad_time",
+                    format!("{} `{text}`: not YYYY-MM-DDTHH:MM:SS", names[0]),
+                )
+            }),
+        }
+    };
+    let submit_us = time(&["Submit"])?
+        .ok_or_else(|| Skip::Bad("missing_field", format!("job {id} has no Submit time")))?;
+    let start_us = time(&["Start"])?;
+    let state = c.get(r, &["State"]).unwrap_or("");
+    let end = task_end(state);
+    let end_us = if end.is_some() { time(&["End"])? } else { None };
+    let cpus = c
+        .get(r, &["NCPUS", "AllocCPUS", "ReqCPUS"])
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|&v| v > 0.0)
+        .unwrap_or(1.0);
+    let limit_us = match c.get(r, &["TimelimitRaw"]) {
+        Some(minutes) => minutes.parse::<u64>().ok().map(|m| m * 60 * US),
+        None => c
+            .get(r, &["Timelimit"])
+            .and_then(parse_duration_s)
+            .map(|s| s * US),
+    };
+    let name = c.get(r, &["JobName"]).unwrap_or("").to_owned();
+    Ok(Some((
+        job_id,
+        Row {
+            line,
+            index,
+            submit_us,
+            start_us,
+            end_us,
+            end,
+            user: c.get(r, &["User"]).unwrap_or("").to_owned(),
+            name,
+            partition: c.get(r, &["Partition"]).unwrap_or("").to_owned(),
+            cluster: c.get(r, &["Cluster"]).unwrap_or("").to_owned(),
+            cpus,
+            mem_mb: c
+                .get(r, &["ReqMem"])
+                .and_then(|m| parse_mem_mb(m, cpus))
+                .unwrap_or(0.0),
+            limit_us,
+        },
+    )))
+}
+
+/// `2026-01-15T19:33:36` as µs since the epoch, read as UTC.
+fn parse_time(text: &str) -> Option<u64> {
+    let t = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").ok()?;
+    u64::try_from(t.and_utc().timestamp()).ok()?.checked_mul(US)
+}
+
+/// `[D-]HH:MM:SS`, `MM:SS` or `M` (minutes) as seconds; `None` for
+/// `UNLIMITED`, `Partition_Limit` and the like.
+fn parse_duration_s(text: &str) -> Option<u64> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts[..] {
+        [h, m, s] => h * 3600 + m * 60 + s,
+        [m, s] if days == 0 => m * 60 + s,
+        [h, m] => h * 3600 + m * 60,
+        [m] if days == 0 => m * 60,
+        [h] => h * 3600,
+        _ => return None,
+    };
+    Some(days * 86_400 + secs)
+}
+
+/// `ReqMem` as MB for the job's task: `4000M`, `16G`, `1T`, `512K`; a
+/// trailing `c` means per CPU and `n` per node (one node a task here).
+fn parse_mem_mb(text: &str, cpus: f64) -> Option<f64> {
+    let (text, per_cpu) = match text.strip_suffix('c') {
+        Some(t) => (t, true),
+        None => (text.strip_suffix('n').unwrap_or(text), false),
+    };
+    let unit = text.chars().last()?;
+    let (number, scale) = match unit {
+        'K' => (&text[..text.len() - 1], 1.0 / 1024.0),
+        'M' => (&text[..text.len() - 1], 1.0),
+        'G' => (&text[..text.len() - 1], 1024.0),
+        'T' => (&text[..text.len() - 1], 1024.0 * 1024.0),
+        _ => (text, 1.0),
+    };
+    let mb = number.parse::<f64>().ok()? * scale;
+    Some(if per_cpu { mb * cpus } else { mb })
+}
+
+/// A job's events, each with its class (0 submit, 1 task, 2 end): its
+/// rows, one a task, in the order of their array indices.
+fn lay_out(job_id: u64, mut rows: Vec<Row>) -> Vec<(u8, Event)> {
+    rows.sort_by_key(|r| r.index);
+    let first = &rows[0];
+    let mut job = JobSubmitted::new(
+        job_id,
+        rows.iter().map(|r| r.submit_us).min().unwrap_or(0),
+        rows.len() as u32,
+    );
+    job.user = first.user.clone();
+    job.job_name = first.name.clone();
+    job.logical_name = first.name.clone();
+    job.partition = first.partition.clone();
+    job.cluster = first.cluster.clone();
+    job.cpu_request = first.cpus;
+    job.mem_request = first.mem_mb;
+    job.time_limit_us = first.limit_us;
+    let mut events = vec![(0, Event::JobSubmitted(job))];
+    let task = |time_us: u64, index: u32, kind: TaskKind| {
+        Event::Task(TaskEvent {
+            time_us,
+            job_id,
+            task_index: index,
+            kind,
+            machine_id: None,
+            stage: None,
+        })
+    };
+    let mut ends = Vec::new();
+    let mut last_end = 0;
+    for (i, r) in rows.iter().enumerate() {
+        let i = i as u32;
+        events.push((1, task(r.submit_us, i, TaskKind::Submit)));
+        if let Some(start) = r.start_us {
+            events.push((1, task(start.max(r.submit_us), i, TaskKind::Schedule)));
+        }
+        if let (Some(kind), Some(end)) = (r.end, r.end_us) {
+            let end = end.max(r.start_us.unwrap_or(r.submit_us));
+            events.push((1, task(end, i, kind)));
+            ends.push(kind);
+            last_end = last_end.max(end);
+        }
+    }
+    if ends.len() == rows.len() {
+        events.push((
+            2,
+            Event::JobEnded(JobEnded {
+                time_us: last_end,
+                job_id,
+                outcome: job_outcome(&ends),
+            }),
+        ));
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_memory_read_as_slurm_prints_them() {
+        assert_eq!(parse_duration_s("1-02:03:04"), Some(93_784));
+        assert_eq!(parse_duration_s("02:03:04"), Some(7_384));
+        assert_eq!(parse_duration_s("03:04"), Some(184));
+        assert_eq!(parse_duration_s("30"), Some(1_800));
+        assert_eq!(parse_duration_s("UNLIMITED"), None);
+        assert_eq!(parse_mem_mb("1000M", 4.0), Some(1000.0));
+        assert_eq!(parse_mem_mb("2Gc", 4.0), Some(8192.0));
+        assert_eq!(parse_mem_mb("16Gn", 4.0), Some(16_384.0));
+        assert_eq!(parse_time("1970-01-01T00:01:00"), Some(60 * US));
+        assert_eq!(parse_time("Unknown"), None);
+    }
+}
