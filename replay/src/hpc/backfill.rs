@@ -549,18 +549,18 @@ mod tests {
     /// for it (shadow at 100 s, no spare); job 2 (2 procs, 50 s) ends
     /// before the shadow and backfills; job 3 (2 procs, 500 s) would
     /// delay the head and waits until after it.
+    fn reservation_case() -> Vec<HpcJob> {
+        vec![
+            job(0, 0, 8, 100, 100),
+            job(1, 1, 10, 10, 10),
+            job(2, 2, 2, 50, 50),
+            job(3, 3, 2, 500, 500),
+        ]
+    }
+
     #[test]
     fn easy_backfills_what_ends_before_the_heads_reservation() {
-        let s = starts(
-            vec![
-                job(0, 0, 8, 100, 100),
-                job(1, 1, 10, 10, 10),
-                job(2, 2, 2, 50, 50),
-                job(3, 3, 2, 500, 500),
-            ],
-            10,
-        );
-        assert_eq!(s, [0, 100, 2, 110]);
+        assert_eq!(starts(reservation_case(), 10), [0, 100, 2, 110]);
     }
 
     /// EASY++'s correction. Last-2 predicts job 1 at 50 s (its user's
@@ -597,15 +597,7 @@ mod tests {
     /// at 110 s, both right; jobs that start at once are not projected.
     #[test]
     fn a_waiting_jobs_start_is_the_schedule_played_forward() {
-        let workload = workload(
-            vec![
-                job(0, 0, 8, 100, 100),
-                job(1, 1, 10, 10, 10),
-                job(2, 2, 2, 50, 50),
-                job(3, 3, 2, 500, 500),
-            ],
-            10,
-        );
+        let workload = workload(reservation_case(), 10);
         let played = play(&workload, Predictor::Request);
         let seconds = |p: Option<(u64, u64)>| p.map(|(a, b)| (a / S, b / S));
         let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
