@@ -72,12 +72,24 @@ pub fn easy(common: &Common) -> anyhow::Result<()> {
     let predictors = Predictor::all();
     let bar =
         ProgressBar::with_draw_target(Some(predictors.len() as u64), ProgressDrawTarget::stderr());
-    let mut runs = Vec::new();
-    for predictor in predictors {
-        bar.set_message(predictor.name());
-        runs.push(backfill::simulate(&workload, predictor));
-        bar.inc(1);
-    }
+    // The predictors' schedules are independent: one thread each.
+    let runs: Vec<backfill::Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = predictors
+            .into_iter()
+            .map(|predictor| {
+                let (workload, bar) = (&workload, &bar);
+                scope.spawn(move || {
+                    let run = backfill::simulate(workload, predictor);
+                    bar.inc(1);
+                    run
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a schedule's thread does not panic"))
+            .collect()
+    });
     bar.finish_and_clear();
     if common.json {
         let by_name: serde_json::Map<String, serde_json::Value> = runs
