@@ -217,11 +217,14 @@ fn row(c: &Columns, r: &csv::StringRecord, line: u64) -> Result<Option<(u64, Row
         .filter(|&v| v > 0.0)
         .unwrap_or(1.0);
     let limit_us = match c.get(r, &["TimelimitRaw"]) {
-        Some(minutes) => minutes.parse::<u64>().ok().map(|m| m * 60 * US),
+        Some(minutes) => minutes
+            .parse::<u64>()
+            .ok()
+            .and_then(|m| m.checked_mul(60 * US)),
         None => c
             .get(r, &["Timelimit"])
             .and_then(parse_duration_s)
-            .map(|s| s * US),
+            .and_then(|s| s.checked_mul(US)),
     };
     let name = c.get(r, &["JobName"]).unwrap_or("").to_owned();
     Ok(Some((

@@ -144,12 +144,16 @@ impl Line {
         }
         let mut values = [0f64; 18];
         for (i, field) in fields.iter().enumerate() {
-            values[i] = field.parse().map_err(|_| {
-                (
-                    "bad_field",
-                    format!("field {} is `{field}`, not a number", i + 1),
-                )
-            })?;
+            values[i] = field
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite())
+                .ok_or_else(|| {
+                    (
+                        "bad_field",
+                        format!("field {} is `{field}`, not a number", i + 1),
+                    )
+                })?;
         }
         let int = |i: usize| values[i] as i64;
         Ok(Line {
@@ -335,11 +339,20 @@ impl SwfLines {
             );
             return;
         }
-        // The runs: the parts if there are any, else the summary's.
-        let runs: Vec<Line> = if job.parts.is_empty() {
+        // The runs: the parts if there are any (the first line among them
+        // when the log has no summary line), else the summary's.
+        let runs: Vec<Line> = if first.is_part() {
+            std::iter::once(first).chain(job.parts).collect()
+        } else if job.parts.is_empty() {
             vec![first]
         } else {
             job.parts
+        };
+        // How the job ended: its summary's status, else its last part's.
+        let status = if first.is_part() {
+            runs.last().map_or(first.status, |r| r.status)
+        } else {
+            first.status
         };
         let cancelled_unrun = first.status == 5 && runs.iter().all(|r| r.run_s <= 0.0);
         if !cancelled_unrun && let Some(bad) = runs.iter().find(|r| r.run_s < 0.0) {
@@ -411,7 +424,7 @@ impl SwfLines {
             (CLASS_SUBMIT, Event::JobSubmitted(submitted)),
             (CLASS_TASK, task(submit_us, TaskKind::Submit)),
         ];
-        let outcome = match first.status {
+        let outcome = match status {
             1 | 3 => JobOutcome::Finish,
             0 | 4 => JobOutcome::Fail,
             5 => JobOutcome::Kill,
@@ -629,6 +642,31 @@ mod tests {
         );
         let times: Vec<u64> = events.iter().map(Event::time_us).collect();
         assert!(times.is_sorted(), "{times:?}");
+    }
+
+    /// A log without summary lines: the first part counts, and the job
+    /// ends as its last part did.
+    #[test]
+    fn a_job_of_parts_alone_runs_each_and_ends_as_the_last() {
+        let (events, diagnostics) = read(&format!(
+            "{HEADER}\
+             1 0 10 100 4 -1 -1 4 3600 -1 2 1 1 -1 -1 -1 -1 -1\n\
+             1 0 500 200 4 -1 -1 4 3600 -1 3 1 1 -1 -1 -1 -1 -1\n\
+             2 5 0 10 1 -1 -1 1 60 nan 1 1 1 -1 -1 -1 -1 -1\n"
+        ));
+        let kinds: Vec<TaskKind> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Task(t) if t.job_id == 1 => Some(t.kind),
+                _ => None,
+            })
+            .collect();
+        use TaskKind::*;
+        assert_eq!(kinds, [Submit, Schedule, Evict, Schedule, Finish]);
+        assert!(events.iter().any(|e| matches!(e,
+            Event::JobEnded(e) if e.job_id == 1 && e.outcome == JobOutcome::Finish)));
+        // A field that is not a finite number skips its line.
+        assert_eq!(diagnostics.skipped_total(), 1, "{}", diagnostics.summary());
     }
 
     #[test]

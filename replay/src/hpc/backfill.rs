@@ -26,11 +26,12 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind, TaskKind};
+use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind};
 use serde::Serialize;
 
 use jobcast_predictor::stats::percentile;
 
+use super::RunTime;
 use super::predictor::{Predictor, Said};
 
 /// Runtimes below this count as this in the bounded slowdown (the
@@ -61,10 +62,11 @@ pub struct Workload {
 
 impl Workload {
     /// The workload of a log's events (in time order): the machine's size
-    /// from its `add` event, each job's runtime from its start to its end.
+    /// from its `add` event, each job's runtime as its runs add up
+    /// ([`RunTime`]), as one run.
     pub fn from_events(events: impl IntoIterator<Item = Event>) -> Result<Workload, String> {
         let mut procs = None;
-        let mut open: HashMap<u64, (JobSubmitted, Option<u64>)> = HashMap::new();
+        let mut open: HashMap<u64, (JobSubmitted, RunTime)> = HashMap::new();
         let (mut jobs, mut never_ran) = (Vec::new(), 0);
         for event in events {
             match event {
@@ -72,22 +74,22 @@ impl Workload {
                     procs = Some(procs.unwrap_or(0) + m.cpus.unwrap_or(0.0).round() as u32);
                 }
                 Event::JobSubmitted(job) => {
-                    open.insert(job.job_id, (job, None));
+                    open.insert(job.job_id, (job, RunTime::default()));
                 }
-                Event::Task(t) if t.kind == TaskKind::Schedule => {
-                    if let Some((_, start)) = open.get_mut(&t.job_id) {
-                        start.get_or_insert(t.time_us);
+                Event::Task(t) => {
+                    if let Some((_, ran)) = open.get_mut(&t.job_id) {
+                        ran.see(&t);
                     }
                 }
                 Event::JobEnded(end) => {
-                    let Some((job, start)) = open.remove(&end.job_id) else {
+                    let Some((job, ran)) = open.remove(&end.job_id) else {
                         continue;
                     };
-                    let Some(start) = start else {
+                    if !ran.ran() {
                         never_ran += 1;
                         continue;
-                    };
-                    let mut runtime_us = end.time_us.saturating_sub(start);
+                    }
+                    let mut runtime_us = ran.runtime_us();
                     if let Some(request) = job.time_limit_us {
                         runtime_us = runtime_us.min(request);
                     }
@@ -330,15 +332,22 @@ fn easy(now: u64, mut free: u32, queue: &[(u32, u64)], ends: &[(u64, u32)]) -> V
     };
     // The head's reservation: when enough processors free up.
     ends.sort_unstable();
-    let (mut available, mut shadow, mut extra) = (free, u64::MAX, 0);
-    for (end, procs) in ends {
+    let (mut available, mut shadow) = (free, u64::MAX);
+    for &(end, procs) in &ends {
+        if end > shadow {
+            break;
+        }
+        // Every job ending at the shadow time frees its processors.
         available += procs;
         if available >= need {
             shadow = end;
-            extra = available - need;
-            break;
         }
     }
+    let mut extra = if shadow == u64::MAX {
+        0
+    } else {
+        available - need
+    };
     // Backfill behind it.
     for (at, &(procs, predicted)) in queue.iter().enumerate().skip(head + 1) {
         if free == 0 {
@@ -581,6 +590,24 @@ mod tests {
         jobs[1].job.user = jobs[0].job.user.clone();
         let s = starts_with(jobs, 10, Predictor::named("last2").unwrap());
         assert_eq!(s, [0, 100, 700, 200]);
+    }
+
+    /// Two jobs end at the shadow time: the processors both free count
+    /// as spare, so a long job fitting in them backfills.
+    #[test]
+    fn every_job_ending_at_the_shadow_time_frees_its_processors() {
+        let s = starts(
+            vec![
+                job(0, 0, 4, 100, 100),
+                job(1, 0, 4, 100, 100),
+                job(2, 1, 6, 10, 10),
+                job(3, 2, 4, 500, 500),
+            ],
+            12,
+        );
+        // At 100 s, 8 processors free up: the head takes 6; job 3 runs
+        // on 4 since 2 s, 2 of them spare then and 2 free now.
+        assert_eq!(s, [0, 0, 100, 2]);
     }
 
     /// A log that names no machine size cannot be scheduled: refused,

@@ -13,10 +13,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, TaskKind};
+use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted};
 use jobcast_predictor::stats::percentile;
 use serde::Serialize;
 
+use super::RunTime;
 use super::predictor::{Predictor, Said};
 
 /// The predictors, in report order ([`Predictor::all`]).
@@ -83,7 +84,7 @@ impl Report {
 /// A job between its submission and its end.
 struct Open {
     job: JobSubmitted,
-    started_us: Option<u64>,
+    ran: RunTime,
     /// What each predictor said, in [`PREDICTORS`] order.
     said: [Said; 3],
 }
@@ -140,27 +141,24 @@ pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
                     job.job_id,
                     Open {
                         job,
-                        started_us: None,
+                        ran: RunTime::default(),
                         said,
                     },
                 );
             }
-            Event::Task(t) if t.kind == TaskKind::Schedule => {
+            Event::Task(t) => {
                 if let Some(o) = open.get_mut(&t.job_id) {
-                    o.started_us.get_or_insert(t.time_us);
+                    o.ran.see(&t);
                 }
             }
             Event::JobEnded(end) => {
                 let Some(o) = open.remove(&end.job_id) else {
                     continue;
                 };
-                let Some(started) = o.started_us else {
-                    continue;
-                };
-                if end.outcome != JobOutcome::Finish {
+                if !o.ran.ran() || end.outcome != JobOutcome::Finish {
                     continue;
                 }
-                let runtime = end.time_us.saturating_sub(started) as f64;
+                let runtime = o.ran.runtime_us() as f64;
                 for (p, said) in predictors.iter_mut().zip(o.said) {
                     p.learn(&o.job, said, runtime);
                 }
@@ -193,7 +191,7 @@ pub fn evaluate(events: impl IntoIterator<Item = Event>) -> Report {
 
 #[cfg(test)]
 mod tests {
-    use jobcast_ingest::event::{JobEnded, TaskEvent};
+    use jobcast_ingest::event::{JobEnded, TaskEvent, TaskKind};
 
     use super::*;
 
