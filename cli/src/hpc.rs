@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget};
-use jobcast_ingest::{Event, Trace};
+use jobcast_ingest::{Event, Format, Trace};
 use jobcast_replay::hpc::backfill::{self, Workload};
 use jobcast_replay::hpc::predictions;
 use jobcast_replay::hpc::predictor::Predictor;
@@ -59,6 +59,12 @@ pub fn predictions(common: &Common) -> anyhow::Result<()> {
 /// `simulate --scheduler easy --format swf`: the log's jobs on its machine
 /// under FCFS with EASY backfilling, once per predictor.
 pub fn easy(common: &Common) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        common.format == Format::Swf,
+        "--scheduler easy plays an HPC log's machine: it takes --format swf, whose header \
+         gives the machine's size (got --format {})",
+        common.format.name()
+    );
     let workload = read(common, |events| Workload::from_events(events))?
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("reading {}", common.trace.display()))?;

@@ -528,6 +528,26 @@ mod tests {
         (events, diagnostics)
     }
 
+    /// Job `job`'s task events: seconds from the log's start, and kind.
+    fn tasks_of(events: &[Event], job: u64) -> Vec<(u64, TaskKind)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Task(t) if t.job_id == job => Some((t.time_us / 1_000_000 - 1000, t.kind)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Job 1 run in two parts, 10 to 110 s and 500 to 700 s.
+    const TWO_PARTS: [(u64, TaskKind); 5] = [
+        (0, TaskKind::Submit),
+        (10, TaskKind::Schedule),
+        (110, TaskKind::Evict),
+        (500, TaskKind::Schedule),
+        (700, TaskKind::Finish),
+    ];
+
     const HEADER: &str = "; Version: 2.2\n; UnixStartTime: 1000\n; MaxNodes: 100\n; MaxProcs: 128\n; Queue: 1 batch\n";
 
     #[test]
@@ -557,19 +577,12 @@ mod tests {
             ("u3", "g2", "app7")
         );
         assert_eq!(j.partition, "batch");
-        let kinds: Vec<(u64, TaskKind)> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Task(t) => Some((t.time_us, t.kind)),
-                _ => None,
-            })
-            .collect();
         assert_eq!(
-            kinds,
+            tasks_of(&events, 1),
             [
-                (1_010_000_000, TaskKind::Submit),
-                (1_015_000_000, TaskKind::Schedule),
-                (1_115_000_000, TaskKind::Finish)
+                (10, TaskKind::Submit),
+                (15, TaskKind::Schedule),
+                (115, TaskKind::Finish)
             ]
         );
         let Event::JobEnded(end) = events.last().unwrap() else {
@@ -623,23 +636,7 @@ mod tests {
              2 5 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 -1 -1 -1\n"
         ));
         assert_eq!(diagnostics.skipped_total(), 0);
-        let job1: Vec<(u64, TaskKind)> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Task(t) if t.job_id == 1 => Some((t.time_us / 1_000_000 - 1000, t.kind)),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            job1,
-            [
-                (0, TaskKind::Submit),
-                (10, TaskKind::Schedule),
-                (110, TaskKind::Evict),
-                (500, TaskKind::Schedule),
-                (700, TaskKind::Finish)
-            ]
-        );
+        assert_eq!(tasks_of(&events, 1), TWO_PARTS);
         let times: Vec<u64> = events.iter().map(Event::time_us).collect();
         assert!(times.is_sorted(), "{times:?}");
     }
@@ -654,15 +651,7 @@ mod tests {
              1 0 500 200 4 -1 -1 4 3600 -1 3 1 1 -1 -1 -1 -1 -1\n\
              2 5 0 10 1 -1 -1 1 60 nan 1 1 1 -1 -1 -1 -1 -1\n"
         ));
-        let kinds: Vec<TaskKind> = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Task(t) if t.job_id == 1 => Some(t.kind),
-                _ => None,
-            })
-            .collect();
-        use TaskKind::*;
-        assert_eq!(kinds, [Submit, Schedule, Evict, Schedule, Finish]);
+        assert_eq!(tasks_of(&events, 1), TWO_PARTS);
         assert!(events.iter().any(|e| matches!(e,
             Event::JobEnded(e) if e.job_id == 1 && e.outcome == JobOutcome::Finish)));
         // A field that is not a finite number skips its line.

@@ -5,7 +5,7 @@
 //! higher accuracy, no more under-prediction, P90 coverage within 3
 //! points.
 
-use jobcast_tests::{jobcast_ok, shared_data};
+use jobcast_tests::{generated_trace, jobcast, jobcast_ok, shared_data};
 use serde_json::Value;
 
 const LOGS: [&str; 4] = [
@@ -120,4 +120,26 @@ fn easy_backfilling_runs_every_log_with_each_predictor() {
             );
         }
     }
+}
+
+/// A trace that is not an HPC log has no machine to play: refused, saying
+/// which format `--scheduler easy` takes.
+#[test]
+fn easy_backfilling_refuses_a_trace_that_is_not_an_hpc_log() {
+    let (_dir, trace) = generated_trace("--seed 3 --jobs 20");
+    let out = jobcast(&[
+        "simulate",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--format",
+        "jsonl",
+        "--scheduler",
+        "easy",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--format swf") && err.contains("jsonl"),
+        "{err}"
+    );
 }
