@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget};
 use jobcast_ingest::{Event, Format, Trace};
+pub use jobcast_replay::hpc::backfill::Scheduler;
 use jobcast_replay::hpc::backfill::{self, Workload};
 use jobcast_replay::hpc::predictions;
 use jobcast_replay::hpc::predictor::Predictor;
@@ -56,12 +57,16 @@ pub fn predictions(common: &Common) -> anyhow::Result<()> {
     }
 }
 
-/// `simulate --scheduler easy --format swf`: the log's jobs on its machine
-/// under FCFS with EASY backfilling, once per predictor.
-pub fn easy(common: &Common) -> anyhow::Result<()> {
+/// `simulate --scheduler easy|conservative --format swf`: the log's jobs
+/// on its machine under FCFS with that backfilling, once per predictor.
+pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> {
+    let name = match scheduler {
+        Scheduler::Easy => "easy",
+        Scheduler::Conservative => "conservative",
+    };
     anyhow::ensure!(
         common.format == Format::Swf,
-        "--scheduler easy plays an HPC log's machine: it takes --format swf, whose header \
+        "--scheduler {name} plays an HPC log's machine: it takes --format swf, whose header \
          gives the machine's size (got --format {})",
         common.format.name()
     );
@@ -85,7 +90,7 @@ pub fn easy(common: &Common) -> anyhow::Result<()> {
             .map(|predictor| {
                 let (workload, bar) = (&workload, &bar);
                 scope.spawn(move || {
-                    let run = backfill::simulate(workload, predictor);
+                    let run = backfill::simulate(workload, scheduler, predictor);
                     bar.inc(1);
                     run
                 })
@@ -103,7 +108,7 @@ pub fn easy(common: &Common) -> anyhow::Result<()> {
             .map(|r| Ok((r.predictor.to_owned(), serde_json::to_value(r)?)))
             .collect::<Result<_, serde_json::Error>>()?;
         return print_json(&json!({
-            "scheduler": "easy",
+            "scheduler": name,
             "procs": workload.procs,
             "jobs": workload.jobs.len(),
             "never_ran": workload.never_ran,
@@ -112,9 +117,13 @@ pub fn easy(common: &Common) -> anyhow::Result<()> {
         }));
     }
     let mut table = format!(
-        "EASY backfilling, {} jobs on {} processors; start projected at arrival for those that \
+        "{} backfilling, {} jobs on {} processors; start projected at arrival for those that \
          wait, P50 error on the predictions and on the requested times\n\
          {:<14} {:>12} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}\n",
+        match scheduler {
+            Scheduler::Easy => "EASY",
+            Scheduler::Conservative => "Conservative",
+        },
         workload.jobs.len(),
         workload.procs,
         "predictor",

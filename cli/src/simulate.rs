@@ -35,10 +35,15 @@ pub struct Args {
     policy: Option<PolicyKind>,
     /// A downstream scheduler to run the trace's tasks on instead of the
     /// GS queues: `megha` (federated clusters, against a centralised
-    /// master and a sampler, with and without jobcast), or `easy` (an HPC
-    /// log's machine under FCFS with EASY backfilling, with each runtime
-    /// predictor; `--format swf`).
-    #[arg(long, value_parser = ["megha", "easy"], conflicts_with_all = ["policy", "via_kafka"])]
+    /// master and a sampler, with and without jobcast), `easy` or
+    /// `conservative` (an HPC log's machine under FCFS with EASY or
+    /// conservative backfilling, with each runtime predictor; `--format
+    /// swf`).
+    #[arg(
+        long,
+        value_parser = ["megha", "easy", "conservative"],
+        conflicts_with_all = ["policy", "via_kafka"]
+    )]
     scheduler: Option<String>,
     #[command(flatten)]
     megha: MeghaArgs,
@@ -241,7 +246,10 @@ pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     match args.scheduler.as_deref() {
-        Some("easy") => return hpc::easy(&args.common),
+        Some("easy") => return hpc::backfilling(&args.common, hpc::Scheduler::Easy),
+        Some("conservative") => {
+            return hpc::backfilling(&args.common, hpc::Scheduler::Conservative);
+        }
         Some(_) => return megha(&args),
         None => {}
     }

@@ -33,12 +33,16 @@ pub enum PolicyKind {
     PointDag,
     #[serde(rename = "bayes-dag")]
     BayesDag,
+    /// HPC jobs: the user's most similar recent jobs
+    /// ([`crate::hpc::runtimes`]).
+    #[serde(rename = "hpc")]
+    Hpc,
 }
 
 impl PolicyKind {
     /// Every kind. A kind's index here is its tag in the store's binary
     /// layout (`engine/layout.rs`): new kinds are appended, never inserted.
-    pub const ALL: [PolicyKind; 13] = [
+    pub const ALL: [PolicyKind; 14] = [
         PolicyKind::SLearn,
         PolicyKind::ThreeSigma,
         PolicyKind::ThreeSigmaTl,
@@ -52,6 +56,7 @@ impl PolicyKind {
         PolicyKind::LasDag,
         PolicyKind::PointDag,
         PolicyKind::BayesDag,
+        PolicyKind::Hpc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +74,7 @@ impl PolicyKind {
             PolicyKind::LasDag => "las-dag",
             PolicyKind::PointDag => "point-dag",
             PolicyKind::BayesDag => "bayes-dag",
+            PolicyKind::Hpc => "hpc",
         }
     }
 }
@@ -446,6 +452,10 @@ pub struct Decision {
     /// The cluster among `clusters` of the earliest median completion.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommended_cluster: Option<String>,
+    /// While the job is pending, when it should start (set by the live
+    /// engine where `engine.starts` names the site's backfilling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Start>,
 }
 
 /// A job's predicted completion on one cluster.
@@ -472,6 +482,7 @@ impl Decision {
             stages: Vec::new(),
             clusters: Vec::new(),
             recommended_cluster: None,
+            start: None,
         }
     }
 }
@@ -482,6 +493,16 @@ impl Decision {
 pub struct Completion {
     pub at_us: u64,
     pub p10_us: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+}
+
+/// A pending job's start estimate, as event times (µs), given at `at_us`:
+/// its site's backfilling played forward on every job's median runtime
+/// (`p50_us`) and on every job's P90 (`p90_us`, the late end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub at_us: u64,
     pub p50_us: u64,
     pub p90_us: u64,
 }

@@ -11,6 +11,7 @@ use jobcast_ingest::config::ConfigError;
 
 use super::expiry::ExpirySettings;
 use super::progress::EtaSettings;
+use super::starts::StartSettings;
 use crate::policies::PolicyConfig;
 use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::CheckpointSpec;
@@ -38,13 +39,18 @@ pub fn live_policies() -> Vec<PolicyKind> {
 
 /// The policies a service runs unless configured otherwise: every live
 /// policy but Point-Est-DAG and Bayes-DAG, which a cluster of DAG jobs
-/// adds to `shadow`. Each policy in shadow costs every event its work
-/// (Bayes the most), and these two decide flat jobs exactly as Point-Est
-/// and Bayes do.
+/// adds to `shadow`, and HPC, which an HPC site drives with. Each policy
+/// in shadow costs every event its work (Bayes the most); the DAG two
+/// decide flat jobs exactly as Point-Est and Bayes do.
 pub fn default_shadow() -> Vec<PolicyKind> {
     live_policies()
         .into_iter()
-        .filter(|k| !matches!(k, PolicyKind::PointDag | PolicyKind::BayesDag))
+        .filter(|k| {
+            !matches!(
+                k,
+                PolicyKind::PointDag | PolicyKind::BayesDag | PolicyKind::Hpc
+            )
+        })
         .collect()
 }
 
@@ -66,6 +72,9 @@ pub struct EngineConfig {
     pub deadlines: DeadlineSettings,
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
+    /// Start estimates for pending jobs (`starts.rs`); off unless set.
+    #[serde(skip_serializing_if = "StartSettings::is_off")]
+    pub starts: StartSettings,
     /// How far (seconds) an event's time may be ahead of the latest event
     /// time applied from any partition (`clock.rs`) before it counts as a
     /// jump: held until an event of
@@ -141,6 +150,7 @@ impl Default for EngineConfig {
             deadlines: DeadlineSettings::default(),
             expiry: ExpirySettings::default(),
             eta: EtaSettings::default(),
+            starts: StartSettings::default(),
             max_future_skew_secs: 86_400,
             max_live_jobs: 500_000,
             max_live_tasks: 5_000_000,

@@ -122,7 +122,8 @@ impl Decision {
     /// count, then each stage's id (u32) and two f64), `clusters` (u32
     /// count, then each cluster's name and completion, as `eta`), and
     /// `recommended_cluster` (0, or 1 and the name). The engine's
-    /// snapshot keeps decisions waiting to be published in it.
+    /// snapshot keeps decisions waiting to be published in it; `start` is
+    /// not kept, since the engine sets it as it publishes (`starts.rs`).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(160 + 4 * self.pilots.len() + 20 * self.stages.len());
         out.put_u8(DECISION_LAYOUT);
@@ -221,6 +222,7 @@ impl Decision {
             stages,
             clusters,
             recommended_cluster,
+            start: None,
         })
     }
 }
@@ -512,6 +514,7 @@ mod tests {
                     })
                     .collect(),
                 recommended_cluster,
+                start: None,
                 stages: stages
                     .into_iter()
                     .map(|(id, mean_task_runtime_us, size_us)| StageEstimate {

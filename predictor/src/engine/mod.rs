@@ -53,6 +53,7 @@ mod progress;
 mod records;
 mod running;
 mod snapshot;
+mod starts;
 #[cfg(test)]
 mod tests;
 
@@ -89,6 +90,7 @@ pub use records::{
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
+pub use starts::{BackfillKind, StartSettings};
 
 struct LiveJob {
     submitted: JobSubmitted,
@@ -133,11 +135,20 @@ pub struct Engine {
     /// The ETAs it gives: their capacity, calibration and the rows they
     /// walk.
     etas: progress::Etas,
+    /// `engine.starts`: whether and how pending jobs get start estimates.
+    starts: starts::StartSettings,
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
     /// `engine.min_republish_ms`, and the decisions waiting for it.
     pacer: pacing::Pacer,
+}
+
+impl LiveJob {
+    /// Whether a task of the job has run or runs now.
+    fn started(&self) -> bool {
+        self.record.tasks_finished > 0 || self.progress.has_run()
+    }
 }
 
 impl Engine {
@@ -154,6 +165,7 @@ impl Engine {
         config.expiry.validate().map_err(|e| e.within("expiry"))?;
         config.queues.validate().map_err(|e| e.within("queues"))?;
         config.eta.validate().map_err(|e| e.within("eta"))?;
+        config.starts.validate().map_err(|e| e.within("starts"))?;
         config
             .capacity
             .validate()
@@ -211,6 +223,7 @@ impl Engine {
             expiry: expiry::Expiry::new(config.expiry),
             clock: clock::EventClock::new(max_future_skew_us),
             etas: progress::Etas::new(config.eta),
+            starts: config.starts,
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
             pacer: pacing::Pacer::new(config.min_republish_ms),
@@ -987,11 +1000,17 @@ impl Engine {
     }
 
     /// Publish `decision` at `now_us`, with its job's ETA if it has one
-    /// (`progress.rs`).
+    /// (`progress.rs`) and, while it is pending, its start estimate if
+    /// the engine gives them (`starts.rs`).
     fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
         let job = self.jobs.get_mut(&decision.job_id);
         self.etas
             .place(&mut decision, job, self.driver, &self.clusters, now_us);
+        if let Some(job) = self.jobs.get(&decision.job_id) {
+            decision.start =
+                self.starts
+                    .start_of(job, self.jobs.values(), self.driver, &self.clusters, now_us);
+        }
         effects.outputs.push(Output::Decision(decision));
     }
 

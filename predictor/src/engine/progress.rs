@@ -337,6 +337,20 @@ impl Progress {
         }
     }
 
+    /// When its running attempts started, on average; `None` while none
+    /// runs.
+    pub(super) fn running_since(&self) -> Option<u64> {
+        (self.running > 0).then(|| {
+            let mean = self.running_since_sum_us / u128::from(self.running);
+            u64::try_from(mean).unwrap_or(u64::MAX)
+        })
+    }
+
+    /// Whether an attempt runs now or a task has finished.
+    pub(super) fn has_run(&self) -> bool {
+        self.running > 0 || self.finished_us > 0
+    }
+
     pub(super) fn attempt_started(&mut self, at_us: u64) {
         self.running += 1;
         self.running_since_sum_us += u128::from(at_us);

@@ -2519,3 +2519,80 @@ fn a_deadline_job_planned_late_follows_the_tasks_already_running() {
         "{group:?}, pilots {pilots:?}"
     );
 }
+
+/// An HPC job of `procs` processors asking for `limit_s`, of user "u" and
+/// application "cfd".
+fn hpc_submit(job: u64, t: u64, procs: u32, limit_s: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"cfd","scheduling_class":0,"priority":0,"cpu_request":{procs},"mem_request":0.1,"num_tasks":1,"time_limit_us":{}}}"#,
+        limit_s * 1_000_000
+    ))
+}
+
+fn starts_config(backfill: Option<BackfillKind>, cpus: Option<u32>) -> EngineConfig {
+    EngineConfig {
+        policy: PolicyKind::Hpc,
+        shadow: Vec::new(),
+        starts: StartSettings { backfill, cpus },
+        ..EngineConfig::default()
+    }
+}
+
+/// A site of 4 processors, conservative backfilling. The user's first run
+/// of the application takes 100 s; the second starts at 200 s; a third,
+/// submitted at 210 s, should start when the second ends: at 300 s on the
+/// medians (the estimate, 100 s), at 200 s plus the P90 on the P90s. The
+/// second, submitted to an idle machine, starts at once; a job wider than
+/// the machine gets no start; a running job's decisions carry none.
+#[test]
+fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions() {
+    const S: u64 = 1_000_000;
+    let config = starts_config(Some(BackfillKind::Conservative), Some(4));
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let mut apply = |e: Event, effects: &mut Effects| engine.apply(AT, &e, effects).unwrap();
+    apply(hpc_submit(1, S, 4, 1000), &mut effects);
+    apply(task(1, 0, S + 1, "schedule"), &mut effects);
+    apply(task(1, 0, 101 * S + 1, "finish"), &mut effects);
+    apply(end(1, 101 * S + 2, "finish"), &mut effects);
+    effects.clear();
+    apply(hpc_submit(2, 200 * S, 4, 1000), &mut effects);
+    let start = decisions(&effects)[0].start.expect("a start estimate");
+    assert_eq!((start.at_us, start.p50_us), (200 * S, 200 * S));
+    apply(task(2, 0, 200 * S, "schedule"), &mut effects);
+    effects.clear();
+    apply(hpc_submit(3, 210 * S, 4, 1000), &mut effects);
+    let d = decisions(&effects)[0].clone();
+    assert_eq!(d.estimate.unwrap().mean_task_runtime_us, 100e6);
+    let start = d.start.expect("a start estimate");
+    assert_eq!((start.at_us, start.p50_us), (210 * S, 300 * S));
+    let p90 = d
+        .estimate
+        .unwrap()
+        .quantiles
+        .unwrap()
+        .mean_task_runtime_us
+        .p90;
+    assert_eq!(start.p90_us, 200 * S + p90.round() as u64);
+    effects.clear();
+    apply(hpc_submit(4, 220 * S, 8, 1000), &mut effects);
+    assert_eq!(decisions(&effects)[0].start, None);
+    // Without `engine.starts`, no decision carries one.
+    let mut off = Engine::new(&starts_config(None, None)).unwrap();
+    let mut effects = Effects::default();
+    off.apply(AT, &hpc_submit(1, S, 4, 1000), &mut effects)
+        .unwrap();
+    assert_eq!(decisions(&effects)[0].start, None);
+}
+
+#[test]
+fn start_settings_without_a_backfilling_are_refused_by_name() {
+    let err = Engine::new(&starts_config(None, Some(4)))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("starts.backfill"), "{err}");
+    let err = Engine::new(&starts_config(Some(BackfillKind::Easy), Some(0)))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("starts.cpus"), "{err}");
+}

@@ -11,7 +11,11 @@
 //!   capped by the request.
 //!
 //! Both learn a job when it ends and predict at submission; neither reads
-//! a clock.
+//! a clock. [`backfill`] is the site's batch scheduler (EASY and
+//! conservative backfilling) as a pure function of its queue, which the
+//! simulator runs logs through and the service plays forward to say when
+//! a pending job will start.
 
+pub mod backfill;
 pub mod last2;
 pub mod runtimes;

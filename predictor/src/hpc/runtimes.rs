@@ -20,11 +20,11 @@
 //! scale; they are not capped, since sites let jobs overrun their request
 //! (7.3 % of HPC2N's completed jobs did).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
-use foldhash::{HashMap, HashMapExt};
 use jobcast_ingest::event::JobSubmitted;
 use jobcast_ingest::ids::stable_id;
+use serde::{Deserialize, Serialize};
 
 use crate::calibration::{self, Calibration};
 use crate::decision::{Estimate, EstimateSource, Quantiles};
@@ -105,7 +105,7 @@ impl Level {
 }
 
 /// A running mean of |ln(predicted / actual)|.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 struct RunningError {
     mean: f64,
     count: u64,
@@ -123,7 +123,7 @@ impl RunningError {
 }
 
 /// One key's recent runtimes and how its predictions have done.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Recent {
     runs: VecDeque<f64>,
     error: RunningError,
@@ -160,34 +160,78 @@ pub struct Prediction {
     pub level: Option<Level>,
 }
 
+/// A job's key at every [`Level`] (`None` where it lacks what the level
+/// needs): what the predictor needs back when the job ends.
+pub type Keys = [Option<u64>; Level::ALL.len()];
+
 /// What the predictor needs back when the job ends.
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
-    keys: [Option<u64>; Level::ALL.len()],
+    keys: Keys,
     calibration: calibration::Pending,
 }
 
-/// The recent runtimes and errors of one site's jobs.
+/// The recent runtimes and errors of one site's jobs, and the calibration
+/// of the quantiles on its own misses.
 #[derive(Debug, Clone, Default)]
 pub struct Runtimes {
-    recent: HashMap<u64, Recent>,
-    level_errors: [RunningError; Level::ALL.len()],
+    similar: Similar,
     calibration: Calibration,
 }
 
 impl Runtimes {
     pub fn new() -> Self {
-        Runtimes {
-            recent: HashMap::new(),
-            level_errors: Default::default(),
-            calibration: Calibration::default(),
-        }
+        Runtimes::default()
     }
 
     /// Predict `job`'s runtime at its submission.
     pub fn predict(&self, job: &JobSubmitted) -> (Prediction, Pending) {
-        let keys = Level::ALL.map(|level| level.key(job));
+        let (mut estimate, level, keys) = self.similar.estimate(job);
+        let point = estimate.mean_task_runtime_us;
+        let calibration = self.calibration.calibrate(&mut estimate);
+        let quantiles = estimate
+            .quantiles
+            .map_or(Quantiles::from_array([point; 4]), |q| {
+                q.mean_task_runtime_us
+            });
         let cap = job.time_limit_us.map_or(f64::INFINITY, |us| us as f64);
+        (
+            Prediction {
+                point_us: point.min(cap),
+                quantiles_us: quantiles,
+                level,
+            },
+            Pending { keys, calibration },
+        )
+    }
+
+    /// The job predicted with `pending` ended after running `runtime_us`.
+    pub fn learn(&mut self, pending: Pending, runtime_us: f64) {
+        if !(runtime_us.is_finite() && runtime_us >= 0.0) {
+            return;
+        }
+        self.similar.learn(&pending.keys, runtime_us);
+        self.calibration
+            .learn(pending.calibration, runtime_us.max(1.0));
+    }
+}
+
+/// The recent runtimes of each key at each level, and how each key and
+/// level has erred: the predictor without its quantiles' calibration (the
+/// service's policy has its own, as every policy does).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Similar {
+    recent: BTreeMap<u64, Recent>,
+    level_errors: [RunningError; Level::ALL.len()],
+}
+
+impl Similar {
+    /// `job`'s estimate at its submission, uncalibrated and uncapped (its
+    /// quantiles from the chosen key's spread); the level it came from
+    /// (`None`: no job has ended yet, and it is the request, an hour
+    /// without one); and its keys, to learn it by.
+    pub fn estimate(&self, job: &JobSubmitted) -> (Estimate, Option<Level>, Keys) {
+        let keys = Level::ALL.map(|level| level.key(job));
         let mut best: Option<(f64, usize, &Recent)> = None;
         for (i, key) in keys.iter().enumerate() {
             let Some(recent) = key.and_then(|k| self.recent.get(&k)) else {
@@ -224,32 +268,15 @@ impl Runtimes {
                 EstimateSource::Fallback,
             ),
         };
-        let mut estimate = Estimate::new(point, point, log_sd, source);
-        let calibration = self.calibration.calibrate(&mut estimate);
-        let quantiles = estimate
-            .quantiles
-            .map_or(Quantiles::from_array([point; 4]), |q| {
-                q.mean_task_runtime_us
-            });
-        (
-            Prediction {
-                point_us: point.min(cap),
-                quantiles_us: quantiles,
-                level,
-            },
-            Pending { keys, calibration },
-        )
+        (Estimate::new(point, point, log_sd, source), level, keys)
     }
 
-    /// The job predicted with `pending` ended after running `runtime_us`:
-    /// each of its keys is scored on what it would have predicted, then
+    /// The job of `keys` ended after running `runtime_us` (finite, at
+    /// least 0): each key is scored on what it would have predicted, then
     /// learns the runtime.
-    pub fn learn(&mut self, pending: Pending, runtime_us: f64) {
-        if !(runtime_us.is_finite() && runtime_us >= 0.0) {
-            return;
-        }
+    pub fn learn(&mut self, keys: &Keys, runtime_us: f64) {
         let actual = runtime_us.max(1.0);
-        for (i, key) in pending.keys.iter().enumerate() {
+        for (i, key) in keys.iter().enumerate() {
             let Some(key) = *key else { continue };
             let recent = self.recent.entry(key).or_default();
             if let Some(point) = recent.point() {
@@ -262,7 +289,6 @@ impl Runtimes {
             }
             recent.runs.push_back(runtime_us);
         }
-        self.calibration.learn(pending.calibration, actual);
     }
 }
 

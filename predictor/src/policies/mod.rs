@@ -17,6 +17,7 @@
 //! | `las-dag`    | as `las`, the whole DAG's service      | none                       |
 //! | `fifo`       | queue 0, arrival order                 | none                       |
 //! | `oracle`     | true size                              | none                       |
+//! | `hpc`        | the user's most similar recent runtimes | none                      |
 //!
 //! Every policy made by [`build`] is wrapped in `calibrated`, which gives
 //! its estimates calibrated quantiles ([`crate::calibration`]).
@@ -32,6 +33,7 @@ mod bayes;
 mod calibrated;
 mod dag;
 mod history_based;
+mod hpc;
 mod interface;
 mod pilots;
 mod slearn;
@@ -47,6 +49,7 @@ pub use baselines::{Fifo, Las, Oracle};
 pub use bayes::Bayes;
 use calibrated::Calibrated;
 pub use history_based::HistoryBased;
+pub use hpc::Hpc;
 pub use interface::{Context, JobDone, Policy, TaskEnd};
 pub use slearn::SLearn;
 
@@ -306,6 +309,7 @@ pub fn build(
         PolicyKind::SLearnDag => Box::new(SLearn::new(config, true)),
         PolicyKind::Bayes => Box::new(Bayes::new(config, false)),
         PolicyKind::BayesDag => Box::new(Bayes::new(config, true)),
+        PolicyKind::Hpc => Box::new(Hpc::new()),
         PolicyKind::Las => Box::new(Las::flat()),
         PolicyKind::LasDag => Box::new(Las::dag()),
         PolicyKind::Fifo => Box::new(Fifo),
@@ -363,6 +367,7 @@ fn restore_calibrated(
         | PolicyKind::PointDag => boxed::<HistoryBased>(state),
         PolicyKind::SLearn | PolicyKind::SLearnDag => boxed::<SLearn>(state),
         PolicyKind::Bayes | PolicyKind::BayesDag => boxed::<Bayes>(state),
+        PolicyKind::Hpc => boxed::<Hpc>(state),
         PolicyKind::Las | PolicyKind::LasDag => boxed::<Las>(state),
         PolicyKind::Fifo => boxed::<Fifo>(state),
         PolicyKind::Oracle => boxed::<Oracle>(state),

@@ -20,8 +20,11 @@
 //! - The predictors learn each job that completed in the log, when it
 //!   ends in the simulation.
 //!
+//! - Behind the head, plain EASY tries the waiting jobs in FCFS order;
+//!   with a predictor it tries the shortest predicted first (SJBF).
+//!
 //! With the users' requests as the predictor this is plain EASY; with
-//! Last-2 it is EASY++.
+//! Last-2 it is EASY++ (Last-2, the correction and SJBF).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -29,6 +32,9 @@ use std::collections::{BinaryHeap, HashMap};
 use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind};
 use serde::Serialize;
 
+use jobcast_predictor::hpc::backfill::{
+    self as scheduler, Backfill, Discipline, Ending, Waiting as Queued,
+};
 use jobcast_predictor::stats::percentile;
 
 use super::RunTime;
@@ -164,6 +170,7 @@ struct Running {
 struct Machine<'a> {
     workload: &'a Workload,
     predictor: Predictor,
+    discipline: Discipline,
     free: u32,
     queue: Vec<Waiting>,
     running: HashMap<usize, Running>,
@@ -197,21 +204,20 @@ impl Machine<'_> {
 
     /// When a running job is expected to end, seen at `now`: its
     /// prediction; once it has outlived that, the first of its
-    /// predictor's quantiles it has not outlived; then its request.
+    /// predictor's P90, P95 and P99 it has not outlived; then its request.
     fn expected_end(&self, now: u64, r: &Running) -> u64 {
-        let predicted = r.start_us.saturating_add(r.predicted_us);
-        if predicted > now {
-            return predicted;
-        }
-        let request = self.job(r.index).job.time_limit_us.unwrap_or(u64::MAX);
-        let quantiles = r.said.quantiles_us.map(|q| [q.p90, q.p95, q.p99]);
-        let next = quantiles
-            .into_iter()
-            .flatten()
-            .map(|q| r.start_us.saturating_add((q.round() as u64).min(request)))
-            .find(|&end| end > now);
-        next.unwrap_or_else(|| r.start_us.saturating_add(request))
-            .max(now + 1)
+        let later: Vec<f64> = r
+            .said
+            .quantiles_us
+            .map(|q| vec![q.p90, q.p95, q.p99])
+            .unwrap_or_default();
+        scheduler::expected_end(
+            now,
+            r.start_us,
+            r.predicted_us,
+            &later,
+            self.job(r.index).job.time_limit_us,
+        )
     }
 
     /// A job's requested time, µs (unbounded without one).
@@ -219,23 +225,23 @@ impl Machine<'_> {
         self.job(index).job.time_limit_us.unwrap_or(u64::MAX)
     }
 
-    /// The queue as EASY sees it: each waiting job's processors and
-    /// runtime as `told`, in FCFS order.
-    fn waiting(&self, told: Told) -> Vec<(u32, u64)> {
+    /// The queue as the scheduler sees it: each waiting job's processors
+    /// and runtime as `told`, in FCFS order.
+    fn waiting(&self, told: Told) -> Vec<Queued> {
         self.queue
             .iter()
-            .map(|w| {
-                let runtime = match told {
+            .map(|w| Queued {
+                procs: self.job(w.index).procs,
+                runtime_us: match told {
                     Told::Predictions => w.predicted_us,
                     Told::Limits => self.request(w.index),
-                };
-                (self.job(w.index).procs, runtime)
+                },
             })
             .collect()
     }
 
     /// The running jobs' ends as `told`, seen at `now`, and processors.
-    fn expected_ends(&self, now: u64, told: Told) -> Vec<(u64, u32)> {
+    fn expected_ends(&self, now: u64, told: Told) -> Vec<Ending> {
         self.running
             .values()
             .map(|r| {
@@ -243,14 +249,18 @@ impl Machine<'_> {
                     Told::Predictions => self.expected_end(now, r),
                     Told::Limits => r.start_us.saturating_add(self.request(r.index)),
                 };
-                (end.max(now + 1), self.job(r.index).procs)
+                Ending {
+                    end_us: end.max(now + 1),
+                    procs: self.job(r.index).procs,
+                }
             })
             .collect()
     }
 
-    /// Start what FCFS and EASY allow at `now`.
+    /// Start what the discipline allows at `now`.
     fn schedule(&mut self, now: u64) {
-        let started = easy(
+        let started = scheduler::starts_now(
+            self.discipline,
             now,
             self.free,
             &self.waiting(Told::Predictions),
@@ -268,101 +278,17 @@ impl Machine<'_> {
         }
     }
 
-    /// When the job at `position` of the queue would start if every
-    /// running and waiting job ran as `told` and nothing else arrived:
-    /// the schedule played forward from `now`.
-    fn projected_start(&self, now: u64, position: usize, told: Told) -> u64 {
-        let mut queue = self.waiting(told);
-        let mut ids: Vec<usize> = (0..queue.len()).collect();
-        let mut ends = self.expected_ends(now, told);
-        let (mut free, mut t) = (self.free, now);
-        loop {
-            let started = easy(t, free, &queue, &ends);
-            let mut taken: Vec<usize> = Vec::with_capacity(started.len());
-            for &(at, _) in &started {
-                if ids[at] == position {
-                    return t;
-                }
-                let (procs, predicted) = queue[at];
-                free -= procs;
-                ends.push((t.saturating_add(predicted), procs));
-                taken.push(at);
-            }
-            for at in taken.into_iter().rev() {
-                queue.remove(at);
-                ids.remove(at);
-            }
-            // The next end frees its processors.
-            let Some(next) = ends.iter().map(|&(end, _)| end).min() else {
-                return u64::MAX;
-            };
-            t = next.max(t);
-            ends.retain(|&(end, procs)| {
-                if end <= t {
-                    free += procs;
-                    false
-                } else {
-                    true
-                }
-            });
-        }
+    /// When each waiting job would start if every running and waiting job
+    /// ran as `told` and nothing else arrived.
+    fn projected_starts(&self, now: u64, told: Told) -> Vec<u64> {
+        scheduler::projected_starts(
+            self.discipline,
+            now,
+            self.free,
+            &self.waiting(told),
+            &self.expected_ends(now, told),
+        )
     }
-}
-
-/// What EASY starts at `now`: `queue` holds the waiting jobs' processors
-/// and predicted runtimes in FCFS order, `ends` the running jobs' expected
-/// ends and processors, `free` the processors free. The queue's positions
-/// it starts, ascending, each with whether it was backfilled: the heads
-/// while they fit; then, behind the first that does not, every job that
-/// fits now and either ends by that head's reservation (the shadow time)
-/// or uses only processors the head will leave over.
-fn easy(now: u64, mut free: u32, queue: &[(u32, u64)], ends: &[(u64, u32)]) -> Vec<(usize, bool)> {
-    let mut started = Vec::new();
-    let mut ends = ends.to_vec();
-    let mut head = 0;
-    while head < queue.len() && queue[head].0 <= free {
-        let (procs, predicted) = queue[head];
-        free -= procs;
-        ends.push((now.saturating_add(predicted), procs));
-        started.push((head, false));
-        head += 1;
-    }
-    let Some(&(need, _)) = queue.get(head) else {
-        return started;
-    };
-    // The head's reservation: when enough processors free up.
-    ends.sort_unstable();
-    let (mut available, mut shadow) = (free, u64::MAX);
-    for &(end, procs) in &ends {
-        if end > shadow {
-            break;
-        }
-        // Every job ending at the shadow time frees its processors.
-        available += procs;
-        if available >= need {
-            shadow = end;
-        }
-    }
-    let mut extra = if shadow == u64::MAX {
-        0
-    } else {
-        available - need
-    };
-    // Backfill behind it.
-    for (at, &(procs, predicted)) in queue.iter().enumerate().skip(head + 1) {
-        if free == 0 {
-            break;
-        }
-        let ends_in_time = now.saturating_add(predicted) <= shadow;
-        if procs <= free && (ends_in_time || procs <= extra) {
-            if !ends_in_time {
-                extra -= procs;
-            }
-            free -= procs;
-            started.push((at, true));
-        }
-    }
-    started
 }
 
 /// What a projection takes each job's runtime to be.
@@ -384,12 +310,36 @@ struct Played {
     projected: Vec<Option<(u64, u64)>>,
 }
 
-/// `workload` run under FCFS with EASY backfilling, predicted by
-/// `predictor`; each job that waits on arrival gets its start projected
-/// ([`Machine::projected_start`]).
-fn play(workload: &Workload, predictor: Predictor) -> Played {
+/// The site's scheduler a log is played under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduler {
+    /// EASY: plain with the users' requests, EASY++ (shortest predicted
+    /// first behind the head) with a predictor.
+    Easy,
+    /// Conservative backfilling: a reservation for every waiting job.
+    Conservative,
+}
+
+impl Scheduler {
+    /// The discipline `predictor` is run under.
+    fn discipline(self, predictor: &Predictor) -> Discipline {
+        match (self, predictor) {
+            (Scheduler::Conservative, _) => Discipline::Conservative,
+            (Scheduler::Easy, Predictor::Request) => Discipline::Easy(Backfill::Fcfs),
+            (Scheduler::Easy, Predictor::Jobcast(_) | Predictor::Last2(_)) => {
+                Discipline::Easy(Backfill::ShortestFirst)
+            }
+        }
+    }
+}
+
+/// `workload` run under `scheduler`, predicted by `predictor`; each job
+/// that waits on arrival gets its start projected
+/// ([`Machine::projected_starts`]).
+fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Played {
     let mut m = Machine {
         workload,
+        discipline: scheduler.discipline(&predictor),
         predictor,
         free: workload.procs,
         queue: Vec::new(),
@@ -441,13 +391,14 @@ fn play(workload: &Workload, predictor: Predictor) -> Played {
             next += 1;
         }
         m.schedule(now);
-        for position in 0..m.queue.len() {
-            let index = m.queue[position].index;
-            if workload.jobs[index].job.time_us == now {
-                projected[index] = Some((
-                    m.projected_start(now, position, Told::Predictions),
-                    m.projected_start(now, position, Told::Limits),
-                ));
+        let arrived = |w: &Waiting| workload.jobs[w.index].job.time_us == now;
+        if m.queue.iter().any(arrived) {
+            let on_predictions = m.projected_starts(now, Told::Predictions);
+            let on_limits = m.projected_starts(now, Told::Limits);
+            for (position, w) in m.queue.iter().enumerate() {
+                if arrived(w) {
+                    projected[w.index] = Some((on_predictions[position], on_limits[position]));
+                }
             }
         }
     }
@@ -458,15 +409,15 @@ fn play(workload: &Workload, predictor: Predictor) -> Played {
     }
 }
 
-/// Run `workload` under FCFS with EASY backfilling, predicting with
-/// `predictor`, and measure it.
-pub fn simulate(workload: &Workload, predictor: Predictor) -> Outcome {
+/// Run `workload` under `scheduler`, predicting with `predictor`, and
+/// measure it.
+pub fn simulate(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Outcome {
     let name = predictor.name();
     let Played {
         starts,
         backfilled,
         projected,
-    } = play(workload, predictor);
+    } = play(workload, scheduler, predictor);
     let n = workload.jobs.len();
     if n == 0 {
         return Outcome {
@@ -547,7 +498,7 @@ mod tests {
     }
 
     fn starts_with(jobs: Vec<HpcJob>, procs: u32, predictor: Predictor) -> Vec<u64> {
-        play(&workload(jobs, procs), predictor)
+        play(&workload(jobs, procs), Scheduler::Easy, predictor)
             .starts
             .iter()
             .map(|s| s / S)
@@ -592,6 +543,52 @@ mod tests {
         assert_eq!(s, [0, 100, 700, 200]);
     }
 
+    /// The order behind the head. Job 1 (the whole machine) waits for job
+    /// 0 until 100 s; jobs 2 (80 s) and 3 (20 s) each fit the 2 free
+    /// processors before then, but not one after the other. Plain EASY
+    /// backfills the first come, job 2, and job 3 waits for the head;
+    /// EASY++ (here Last-2 with no history, so the requests) backfills the
+    /// shortest, and job 2 waits.
+    #[test]
+    fn easy_plus_plus_backfills_the_shortest_predicted_first() {
+        let case = || {
+            vec![
+                job(0, 0, 8, 100, 100),
+                job(1, 1, 10, 10, 10),
+                job(2, 2, 2, 80, 80),
+                job(3, 2, 2, 20, 20),
+            ]
+        };
+        assert_eq!(starts(case(), 10), [0, 100, 2, 110]);
+        let last2 = Predictor::named("last2").unwrap();
+        assert_eq!(starts_with(case(), 10, last2), [0, 100, 110, 2]);
+    }
+
+    /// The same log under the two disciplines. A machine of 4: job 0
+    /// holds 3 until 100 s; job 1 (3 processors) then waits for it; job 2
+    /// needs the whole machine; job 3 (1 processor, 150 s) fits now on the
+    /// processor job 1 will leave spare. EASY starts it, and job 2 waits
+    /// for it to end (153 s); conservative has reserved 110 s for job 2,
+    /// and job 3 waits until 160 s.
+    #[test]
+    fn conservative_backfilling_keeps_every_reservation() {
+        let case = workload(
+            vec![
+                job(0, 0, 3, 100, 100),
+                job(1, 1, 3, 10, 10),
+                job(2, 2, 4, 50, 50),
+                job(3, 3, 1, 150, 150),
+            ],
+            4,
+        );
+        let starts = |scheduler| -> Vec<u64> {
+            let played = play(&case, scheduler, Predictor::Request);
+            played.starts.iter().map(|s| s / S).collect()
+        };
+        assert_eq!(starts(Scheduler::Easy), [0, 100, 153, 3]);
+        assert_eq!(starts(Scheduler::Conservative), [0, 100, 110, 160]);
+    }
+
     /// Two jobs end at the shadow time: the processors both free count
     /// as spare, so a long job fitting in them backfills.
     #[test]
@@ -625,11 +622,11 @@ mod tests {
     #[test]
     fn a_waiting_jobs_start_is_the_schedule_played_forward() {
         let workload = workload(reservation_case(), 10);
-        let played = play(&workload, Predictor::Request);
+        let played = play(&workload, Scheduler::Easy, Predictor::Request);
         let seconds = |p: Option<(u64, u64)>| p.map(|(a, b)| (a / S, b / S));
         let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
         assert_eq!(projected, [None, Some((100, 100)), None, Some((110, 110))]);
-        let outcome = simulate(&workload, Predictor::Request);
+        let outcome = simulate(&workload, Scheduler::Easy, Predictor::Request);
         assert_eq!(outcome.start_estimated, 2);
         assert_eq!(outcome.start_p50_error_s, 0.0);
         assert_eq!(outcome.start_within_60s_pct, 100.0);

@@ -1,0 +1,206 @@
+//! When a pending job should start: the question HPC users ask, which
+//! Slurm answers (`squeue --start`) by playing its backfilling forward on
+//! the time limits. jobcast plays the same backfilling
+//! ([`crate::hpc::backfill`]) forward on the predicted runtimes: every
+//! live job of the job's cluster, rigid (all its unfinished tasks at once,
+//! each on its CPU request), the running ones to their expected ends (a
+//! prediction outlived moves to the next quantile, then to the time
+//! limit), the pending ones in submission order, and no further arrivals.
+//!
+//! Twice: on every job's median runtime (the estimate) and on every job's
+//! P90 (the late end of the interval). Set by `engine.starts.backfill` (the
+//! site's discipline: Slurm's backfill plugin reserves for every pending
+//! job it tests, `conservative`); off by default, since the model of
+//! rigid jobs suits HPC sites, not clusters of many-task jobs. A decision
+//! pays one pass over the cluster's live jobs and the projection, which
+//! is quadratic in the pending jobs for EASY and, for conservative,
+//! linear in them times the reservations' steps.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::{PolicyKind, Start};
+use crate::hpc::backfill::{self, Backfill, Discipline, Ending, Waiting};
+use jobcast_ingest::config::ConfigError;
+
+use super::LiveJob;
+use super::clusters::Clusters;
+
+/// `engine.starts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StartSettings {
+    /// The site's backfilling, `easy` or `conservative`; unset: no start
+    /// estimates.
+    pub backfill: Option<BackfillKind>,
+    /// The processors of each cluster; unset: the CPUs of its machines up,
+    /// as machine events report them.
+    pub cpus: Option<u32>,
+}
+
+/// A site's backfilling discipline, by its configuration name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillKind {
+    Easy,
+    Conservative,
+}
+
+impl StartSettings {
+    /// Off: what a configuration that does not mention it holds, left out
+    /// of the store's stamp so that stores built before it recover.
+    pub fn is_off(&self) -> bool {
+        *self == StartSettings::default()
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.cpus == Some(0) {
+            return Err(ConfigError::new(
+                "cpus",
+                "must be at least 1 (leave it unset to take the CPUs from machine events)",
+            ));
+        }
+        if self.backfill.is_none() && self.cpus.is_some() {
+            return Err(ConfigError::new(
+                "backfill",
+                "cpus is set but backfill is not: set backfill to easy or conservative to give \
+                 start estimates",
+            ));
+        }
+        Ok(())
+    }
+
+    fn discipline(&self) -> Option<Discipline> {
+        Some(match self.backfill? {
+            BackfillKind::Easy => Discipline::Easy(Backfill::Fcfs),
+            BackfillKind::Conservative => Discipline::Conservative,
+        })
+    }
+
+    /// `job`'s start estimate at `now_us`, among `jobs` (every live job,
+    /// of every cluster) sized by `driver`: none if start estimates are
+    /// off, the job has a task running or done, its cluster's processors
+    /// are unknown, or it would never fit.
+    pub(super) fn start_of<'a>(
+        &self,
+        job: &LiveJob,
+        jobs: impl Iterator<Item = &'a LiveJob>,
+        driver: PolicyKind,
+        clusters: &Clusters,
+        now_us: u64,
+    ) -> Option<Start> {
+        let discipline = self.discipline()?;
+        if job.started() {
+            return None;
+        }
+        let cluster = job.submitted.cluster.as_str();
+        let cpus = self
+            .cpus
+            .map_or_else(|| clusters.cpus_of(cluster).floor() as u32, |c| c);
+        if cpus == 0 {
+            return None;
+        }
+        let mut pending: Vec<(u64, u64, Sized)> = Vec::new();
+        let mut running: Vec<(u64, Sized)> = Vec::new();
+        for other in jobs.filter(|j| j.submitted.cluster == cluster) {
+            let sized = Sized::of(other, driver);
+            match other.progress.running_since() {
+                Some(since_us) => running.push((since_us, sized)),
+                None if !other.started() => {
+                    pending.push((other.submitted.time_us, other.submitted.job_id, sized));
+                }
+                None => {}
+            }
+        }
+        pending.sort_by_key(|&(submit, id, _)| (submit, id));
+        let position = pending
+            .iter()
+            .position(|&(_, id, _)| id == job.submitted.job_id)?;
+        let busy: u32 = running.iter().map(|(_, s)| s.procs).sum();
+        let free = cpus.saturating_sub(busy);
+        let project = |late: bool| {
+            let queue: Vec<Waiting> = pending
+                .iter()
+                .map(|(_, _, s)| Waiting {
+                    procs: s.procs,
+                    runtime_us: if late { s.p90_us } else { s.p50_us },
+                })
+                .collect();
+            let ending: Vec<Ending> = running
+                .iter()
+                .map(|&(since_us, s)| Ending {
+                    end_us: if late {
+                        backfill::expected_end(now_us, since_us, s.p90_us, &s.later[1..], s.limit)
+                    } else {
+                        backfill::expected_end(now_us, since_us, s.p50_us, &s.later, s.limit)
+                    },
+                    procs: s.procs,
+                })
+                .collect();
+            backfill::projected_starts(discipline, now_us, free, &queue, &ending)[position]
+        };
+        let p50_us = project(false);
+        if p50_us == u64::MAX {
+            return None;
+        }
+        Some(Start {
+            at_us: now_us,
+            p50_us,
+            p90_us: project(true).max(p50_us),
+        })
+    }
+}
+
+/// A live job as the projection sees it.
+#[derive(Debug, Clone, Copy)]
+struct Sized {
+    procs: u32,
+    /// Its runtime: the driving policy's median, and its P90; its P90,
+    /// P95 and P99, where a running job goes once it outlives the one
+    /// before; all capped by its time limit, and the limit itself (or an
+    /// hour, with neither an estimate nor a limit).
+    p50_us: u64,
+    p90_us: u64,
+    later: [f64; 3],
+    limit: Option<u64>,
+}
+
+/// The runtime assumed of a job with neither an estimate nor a time
+/// limit.
+const UNKNOWN_US: u64 = 3_600_000_000;
+
+impl Sized {
+    fn of(job: &LiveJob, driver: PolicyKind) -> Sized {
+        let unfinished = job
+            .record
+            .width
+            .saturating_sub(job.record.tasks_finished)
+            .max(1);
+        let per_task = job.submitted.cpu_request.max(1.0);
+        let procs = (f64::from(unfinished) * per_task)
+            .ceil()
+            .min(f64::from(u32::MAX)) as u32;
+        let limit = job.submitted.time_limit_us;
+        let cap = |us: f64| -> u64 {
+            let us = us.max(1.0).round().min(u64::MAX as f64) as u64;
+            limit.map_or(us, |l| us.min(l))
+        };
+        let estimate = job.record.estimates.get(&driver);
+        let quantiles = estimate
+            .and_then(|e| e.quantiles)
+            .map(|q| q.mean_task_runtime_us);
+        let fallback = limit.unwrap_or(UNKNOWN_US) as f64;
+        let median = quantiles
+            .map(|q| q.p50)
+            .or(estimate.map(|e| e.mean_task_runtime_us))
+            .filter(|us| us.is_finite())
+            .unwrap_or(fallback);
+        let p90 = quantiles.map_or(median, |q| q.p90.max(median));
+        Sized {
+            procs,
+            p50_us: cap(median),
+            p90_us: cap(p90),
+            later: quantiles.map_or([fallback; 3], |q| [q.p90, q.p95, q.p99]),
+            limit,
+        }
+    }
+}
