@@ -120,6 +120,10 @@ enum BenchCommand {
     /// expects from the time limits, and chosen by jobcast (`slurm
     /// submit`).
     Federation(slurm::federation::FederationArgs),
+    /// When pending jobs of an HPC log start on the local Slurm cluster,
+    /// against what `squeue --start` and jobcast's start estimates said at
+    /// their submission.
+    SlurmStarts(slurm::starts::StartsArgs),
 }
 
 /// The workload a benchmark writes to the input topic.
@@ -207,6 +211,7 @@ pub enum Report {
     Transient(Box<transient::TransientReport>),
     Deadlines(Box<deadlines::DeadlinesReport>),
     Federation(Box<slurm::federation::Report>),
+    SlurmStarts(Box<slurm::starts::Report>),
 }
 
 impl std::fmt::Display for Report {
@@ -220,6 +225,7 @@ impl std::fmt::Display for Report {
             Report::Transient(report) => report.fmt(f),
             Report::Deadlines(report) => report.fmt(f),
             Report::Federation(report) => report.fmt(f),
+            Report::SlurmStarts(report) => report.fmt(f),
         }
     }
 }
@@ -263,6 +269,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Federation(args) => Measured {
             report: Report::Federation(Box::new(slurm::federation::federation(args)?)),
+            json: args.json,
+        },
+        BenchCommand::SlurmStarts(args) => Measured {
+            report: Report::SlurmStarts(Box::new(slurm::starts::starts(args)?)),
             json: args.json,
         },
     })

@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -43,7 +43,8 @@ use serde::Serialize;
 use super::workload::{LiveJob, SlurmShape, past_jobs};
 use super::{
     Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_user, default_partition,
-    embedded_kafka, follow, median, sbatch_args, unix_now, wait_for_past, write_runtimes,
+    embedded_kafka, follow, median, sbatch_args, spawn_jobcast, stop_services, unix_now,
+    wait_for_past, write_runtimes,
 };
 
 #[derive(clap::Args)]
@@ -489,7 +490,7 @@ fn with_jobcast(
     // The embedded broker lives as long as `_mock`.
     let (_mock, _, settings) = embedded_kafka(&past)?;
     let dir = tempfile::tempdir().context("creating the services' directory")?;
-    let mut services = start_services(args, &settings.brokers, dir.path(), clusters)?;
+    let services = start_services(args, &settings.brokers, dir.path(), clusters)?;
     let run = (|| {
         wait_for_past(&settings)?;
         let url = serve_url(dir.path())?;
@@ -528,20 +529,7 @@ fn with_jobcast(
             Ok(())
         })
     })();
-    for (name, child) in &mut services {
-        if let Ok(Some(status)) = child.try_wait() {
-            let log =
-                std::fs::read_to_string(dir.path().join(format!("{name}.log"))).unwrap_or_default();
-            bail!(
-                "jobcast {name} stopped during the run ({status}): {}",
-                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
-            );
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let _ = child.wait();
-    }
+    stop_services(dir.path(), services)?;
     run
 }
 
@@ -609,7 +597,6 @@ fn start_services(
     dir: &Path,
     clusters: &[Cluster],
 ) -> anyhow::Result<Vec<(String, Child)>> {
-    let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
     let since = jobcast_storage::state::unix_seconds().to_string();
     let interval = args.interval_secs.to_string();
     let slots = format!(
@@ -657,21 +644,7 @@ fn start_services(
     }
     let mut children = Vec::new();
     for (name, conf, command) in commands {
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
-        let mut c = Command::new(&jobcast);
-        c.args(&command)
-            // As `bench slurm`: the embedded broker holds an empty fetch
-            // for its whole wait.
-            .args(["-X", "fetch.wait.max.ms=10"])
-            .env("JOBCAST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log);
-        if let Some(conf) = conf {
-            c.env("SLURM_CONF", conf);
-        }
-        let child = c
-            .spawn()
-            .with_context(|| format!("starting jobcast {name}"))?;
+        let child = spawn_jobcast(dir, &name, &command, conf, None)?;
         children.push((name, child));
     }
     Ok(children)

@@ -62,6 +62,7 @@ use workload::{
 };
 
 pub mod federation;
+pub mod starts;
 mod workload;
 
 /// The jobs a live bench runs on Slurm, and how.
@@ -993,6 +994,44 @@ fn run_live(
         })
     });
     // A service that stopped early would make this a run without jobcast.
+    let stopped = stop_services(dir, services);
+    let observed = result?.observed;
+    stopped?;
+    Ok((LiveRun::of(&observed), observed))
+}
+
+/// Start `jobcast COMMAND` with its log (`NAME.log`) under `dir`, its
+/// standard output to `stdout` (else nowhere), on the cluster `conf`
+/// names (else the one `SLURM_CONF` names).
+fn spawn_jobcast(
+    dir: &Path,
+    name: &str,
+    command: &[String],
+    conf: Option<&Path>,
+    stdout: Option<Stdio>,
+) -> anyhow::Result<Child> {
+    let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
+    let mut c = Command::new(jobcast);
+    c.args(command)
+        // The embedded (mock) broker holds an empty fetch for its whole
+        // wait, where a real one answers when data arrives: with the
+        // default 500 ms every hop of a decision would wait that long.
+        .args(["-X", "fetch.wait.max.ms=10"])
+        .env("JOBCAST_LOG", "info")
+        .stdout(stdout.unwrap_or_else(Stdio::null))
+        .stderr(log);
+    if let Some(conf) = conf {
+        c.env("SLURM_CONF", conf);
+    }
+    c.spawn()
+        .with_context(|| format!("starting jobcast {name}"))
+}
+
+/// Stop the bench's `services` (SIGTERM, by PID) and wait for them; an
+/// error names each that had already stopped, with its log's last lines
+/// (under `dir`): the run went on without it.
+fn stop_services(dir: &Path, services: Vec<(String, Child)>) -> anyhow::Result<()> {
     let mut stopped = Vec::new();
     for (name, mut child) in services {
         if let Ok(Some(status)) = child.try_wait() {
@@ -1010,11 +1049,10 @@ fn run_live(
             .status();
         let _ = child.wait();
     }
-    let observed = result?.observed;
     if !stopped.is_empty() {
         bail!("{}", stopped.join("; "));
     }
-    Ok((LiveRun::of(&observed), observed))
+    Ok(())
 }
 
 /// Where a job went, and since when it counts.
@@ -1203,8 +1241,7 @@ fn start_services(
     dir: &Path,
     cpus: u32,
     since: u64,
-) -> anyhow::Result<Vec<(&'static str, Child)>> {
-    let jobcast = std::env::current_exe().context("finding the jobcast binary")?;
+) -> anyhow::Result<Vec<(String, Child)>> {
     let interval = args.interval_secs.to_string();
     let policy = args.policy.name().to_owned();
     // Every array task asks one CPU: the ETAs' slots are the node's CPUs.
@@ -1276,24 +1313,17 @@ fn start_services(
     ];
     let mut children = Vec::new();
     for (name, command) in ["serve", "watch", "apply"].into_iter().zip(commands) {
-        let log = std::fs::File::create(dir.join(format!("{name}.log")))?;
         // The applier's actions (JSON lines) say when each took effect.
         let stdout = match name {
-            "apply" => Stdio::from(std::fs::File::create(dir.join(ACTIONS))?),
-            _ => Stdio::null(),
+            "apply" => Some(Stdio::from(std::fs::File::create(dir.join(ACTIONS))?)),
+            _ => None,
         };
-        let child = Command::new(&jobcast)
-            .args(command)
-            // The embedded (mock) broker holds an empty fetch for its whole
-            // wait, where a real one answers when data arrives: with the
-            // default 500 ms every hop of a decision would wait that long.
-            .args(["-X", "fetch.wait.max.ms=10"])
-            .env("JOBCAST_LOG", "info")
-            .stdout(stdout)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting jobcast {name}"))?;
-        children.push((name, child));
+        let command: Vec<String> = command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let child = spawn_jobcast(dir, name, &command, None, stdout)?;
+        children.push((name.to_owned(), child));
     }
     Ok(children)
 }
