@@ -166,7 +166,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((mem / cpus))
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_interval=1
+SchedulerParameters=bf_interval=1,sched_interval=1,bf_resolution=1
 PriorityType=priority/multifactor
 MailProg=/bin/true
 # Slurm starts pending work when a job's epilog completes. With no epilog

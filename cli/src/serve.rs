@@ -32,8 +32,9 @@ pub struct Args {
     #[arg(long, env = "JOBCAST_HTTP")]
     http: Option<SocketAddr>,
     /// The policy whose decisions are published: slearn, 3sigma,
-    /// 3sigma-tl, point, slearn-dag, 3sigma-dag, point-dag, bayes or
-    /// bayes-dag [default: slearn].
+    /// 3sigma-tl, point, slearn-dag, 3sigma-dag, point-dag, bayes,
+    /// bayes-dag or hpc (an HPC site's single parallel jobs) [default:
+    /// slearn].
     #[arg(long, env = "JOBCAST_POLICY")]
     policy: Option<PolicyKind>,
     /// Input topic of canonical events [default: jobcast.events].

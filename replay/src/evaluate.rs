@@ -57,7 +57,12 @@ impl Default for EvalConfig {
             queues: QueueConfig::default(),
             history: HistoryConfig::default(),
             policy: PolicyConfig::default(),
-            policies: PolicyKind::ALL.to_vec(),
+            // `hpc` is for HPC logs, which `evaluate --format swf`
+            // measures against the field's baselines (`hpc/`).
+            policies: PolicyKind::ALL
+                .into_iter()
+                .filter(|&k| k != PolicyKind::Hpc)
+                .collect(),
             cold_start: false,
             dispatch_gap_us: 0,
             warm_policy: false,

@@ -1214,9 +1214,14 @@ fn sbatch_args(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> V
 
 /// Submit job `index` in `shape` (`sbatch_args`); its Slurm job id.
 fn sbatch(dir: &Path, index: usize, job: &LiveJob, shape: &SlurmShape) -> anyhow::Result<u64> {
+    sbatch_parsable(sbatch_args(dir, index, job, shape))
+}
+
+/// `sbatch --parsable ARGS`: the id of the job it submitted.
+fn sbatch_parsable(args: impl IntoIterator<Item = String>) -> anyhow::Result<u64> {
     let out = Command::new("sbatch")
         .arg("--parsable")
-        .args(sbatch_args(dir, index, job, shape))
+        .args(args)
         .output()
         .context("sbatch")?;
     if !out.status.success() {

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -38,8 +38,8 @@ use serde::Serialize;
 
 use super::workload::LiveJob;
 use super::{
-    Placed, current_user, default_partition, embedded_kafka, follow, read_decisions, spawn_jobcast,
-    stop_services, unix_now, wait_for_past,
+    Placed, current_user, default_partition, embedded_kafka, follow, read_decisions,
+    sbatch_parsable, spawn_jobcast, stop_services, unix_now, wait_for_past,
 };
 
 #[derive(clap::Args)]
@@ -282,7 +282,9 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
     let (mock, topics, settings) = embedded_kafka(&past_jobs)?;
     let dir = tempfile::tempdir().context("creating the run's directory")?;
     let services = start_services(args, &settings.brokers, dir.path(), cpus)?;
-    let answers: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+    // `squeue --start`'s answers, each polled from its job's own thread
+    // (a poll takes up to `SQUEUE_START_WAIT`; submissions go on).
+    let pollers: Mutex<Vec<std::thread::JoinHandle<Option<(u64, u64)>>>> = Mutex::default();
     let result = wait_for_past(&settings).and_then(|()| {
         let queues = [(
             String::new(),
@@ -292,19 +294,21 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
             let id = sbatch(&live[i], &partition.name)?;
             done.send((i, Ok(Placed::now(0, id))))
                 .map_err(|_| anyhow::anyhow!("the run stopped"))?;
-            let answers = Arc::clone(&answers);
-            std::thread::spawn(move || {
-                if let Some(at) = squeue_start(id) {
-                    answers.lock().expect("not poisoned").insert(id, at);
-                }
-            });
+            let poller = std::thread::spawn(move || Some((id, squeue_start(id)?)));
+            pollers.lock().expect("not poisoned").push(poller);
             Ok(())
         })
     });
-    stop_services(dir.path(), services)?;
+    let stopped = stop_services(dir.path(), services);
     let observed = result?.observed;
+    stopped?;
+    let answers: BTreeMap<u64, u64> = pollers
+        .into_inner()
+        .expect("not poisoned")
+        .into_iter()
+        .filter_map(|p| p.join().expect("a poller does not panic"))
+        .collect();
     let decisions = read_decisions(&mock.bootstrap_servers(), &topics)?;
-    let answers = answers.lock().expect("not poisoned").clone();
 
     let ids: BTreeMap<usize, u64> = observed.jobs.iter().map(|(&id, &i)| (i, id)).collect();
     let mut rows = Vec::new();
@@ -395,24 +399,23 @@ impl std::fmt::Display for Report {
 /// Submit `s` to `partition`: one `sleep` of its runtime on its CPUs,
 /// asking for its time limit; its Slurm job id.
 fn sbatch(s: &Shaped, partition: &str) -> anyhow::Result<u64> {
-    let out = Command::new("sbatch")
-        .args(["--parsable", "-o", "/dev/null", "-p", partition, "-n", "1"])
-        .arg(format!("--cpus-per-task={}", s.cpus))
-        .arg(format!("--mem-per-cpu={}", super::TASK_MEM_MB))
-        .arg(format!("--time={}", s.limit_minutes))
-        .args(["-J", &s.name, "--chdir", "/tmp"])
-        .args(["--wrap", &format!("sleep {}", s.runtime_s)])
-        .output()
-        .context("sbatch")?;
-    if !out.status.success() {
-        bail!("sbatch: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.trim()
-        .split(';')
-        .next()
-        .and_then(|id| id.parse().ok())
-        .with_context(|| format!("sbatch --parsable printed {text:?}"))
+    sbatch_parsable([
+        "-o".to_owned(),
+        "/dev/null".to_owned(),
+        "-p".to_owned(),
+        partition.to_owned(),
+        "-n".to_owned(),
+        "1".to_owned(),
+        format!("--cpus-per-task={}", s.cpus),
+        format!("--mem-per-cpu={}", super::TASK_MEM_MB),
+        format!("--time={}", s.limit_minutes),
+        "-J".to_owned(),
+        s.name.clone(),
+        "--chdir".to_owned(),
+        "/tmp".to_owned(),
+        "--wrap".to_owned(),
+        format!("sleep {}", s.runtime_s),
+    ])
 }
 
 /// How long a submission waits for `squeue --start` to give it a time.
@@ -492,14 +495,14 @@ fn start_services(
     ]
     .map(String::from)
     .to_vec();
-    Ok(vec![
-        (
-            "serve".to_owned(),
-            spawn_jobcast(dir, "serve", &serve, None, None)?,
-        ),
-        (
-            "watch".to_owned(),
-            spawn_jobcast(dir, "watch", &watch, None, None)?,
-        ),
-    ])
+    let serve = spawn_jobcast(dir, "serve", &serve, None, None)?;
+    let mut services = vec![("serve".to_owned(), serve)];
+    match spawn_jobcast(dir, "watch", &watch, None, None) {
+        Ok(watch) => services.push(("watch".to_owned(), watch)),
+        Err(e) => {
+            stop_services(dir, services)?;
+            return Err(e);
+        }
+    }
+    Ok(services)
 }

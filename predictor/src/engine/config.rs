@@ -73,7 +73,8 @@ pub struct EngineConfig {
     pub expiry: ExpirySettings,
     pub eta: EtaSettings,
     /// Start estimates for pending jobs (`starts.rs`); off unless set.
-    #[serde(skip_serializing_if = "StartSettings::is_off")]
+    /// Computed as decisions are published, from no state of their own:
+    /// not in the stamp.
     pub starts: StartSettings,
     /// How far (seconds) an event's time may be ahead of the latest event
     /// time applied from any partition (`clock.rs`) before it counts as a
@@ -110,15 +111,19 @@ impl EngineConfig {
     /// What a store built with this configuration is stamped with, and
     /// must match to be recovered by it: every setting that shapes the
     /// state derived from the input, which is every setting but
-    /// `max_future_skew_secs`. The skew decides only how long an event far
-    /// ahead waits for its partition to vouch for it, so an operator may
-    /// change it on a running store: the events after the restart are
-    /// held by the new bound (those the log holds since the last snapshot
-    /// too; a stop with `storage.snapshot_on_stop` leaves none).
+    /// `max_future_skew_secs` and `starts`. The skew decides only how long
+    /// an event far ahead waits for its partition to vouch for it, so an
+    /// operator may change it on a running store: the events after the
+    /// restart are held by the new bound (those the log holds since the
+    /// last snapshot too; a stop with `storage.snapshot_on_stop` leaves
+    /// none). Start estimates are computed as decisions go out, from the
+    /// state the others shape: decisions after a restart carry the new
+    /// setting's.
     pub fn stamp(&self) -> Vec<u8> {
         let mut value = serde_json::to_value(self).expect("the configuration serialises");
         if let Some(settings) = value.as_object_mut() {
             settings.remove("max_future_skew_secs");
+            settings.remove("starts");
         }
         serde_json::to_vec(&value).expect("the configuration serialises")
     }

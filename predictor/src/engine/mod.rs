@@ -144,13 +144,6 @@ pub struct Engine {
     pacer: pacing::Pacer,
 }
 
-impl LiveJob {
-    /// Whether a task of the job has run or runs now.
-    fn started(&self) -> bool {
-        self.record.tasks_finished > 0 || self.progress.has_run()
-    }
-}
-
 impl Engine {
     /// An engine for `config`; an error names the bad setting (its key
     /// relative to the `engine` section).

@@ -346,11 +346,6 @@ impl Progress {
         })
     }
 
-    /// Whether an attempt runs now or a task has finished.
-    pub(super) fn has_run(&self) -> bool {
-        self.running > 0 || self.finished_us > 0
-    }
-
     pub(super) fn attempt_started(&mut self, at_us: u64) {
         self.running += 1;
         self.running_since_sum_us += u128::from(at_us);

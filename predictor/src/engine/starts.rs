@@ -11,10 +11,16 @@
 //! P90 (the late end of the interval). Set by `engine.starts.backfill` (the
 //! site's discipline: Slurm's backfill plugin reserves for every pending
 //! job it tests, `conservative`); off by default, since the model of
-//! rigid jobs suits HPC sites, not clusters of many-task jobs. A decision
-//! pays one pass over the cluster's live jobs and the projection, which
-//! is quadratic in the pending jobs for EASY and, for conservative,
-//! linear in them times the reservations' steps.
+//! rigid jobs suits HPC sites, not clusters of many-task jobs. The
+//! estimate is the one of the job's decision, as of its `at_us`: a job
+//! that waits without events of its own is not given a newer one.
+//!
+//! The cost falls on each decision of a pending job: one pass over the
+//! live jobs, then the projection. Conservative reserves only the jobs
+//! ahead of it, each in a pass over the reservations' steps: O(k · (r +
+//! k)) for k jobs ahead and r running. EASY plays the queue forward until
+//! the job starts, each step an EASY pass over the whole queue: O(n²
+//! log n) at worst for n jobs. Neither suits queues of many thousands.
 
 use serde::{Deserialize, Serialize};
 
@@ -46,12 +52,6 @@ pub enum BackfillKind {
 }
 
 impl StartSettings {
-    /// Off: what a configuration that does not mention it holds, left out
-    /// of the store's stamp so that stores built before it recover.
-    pub fn is_off(&self) -> bool {
-        *self == StartSettings::default()
-    }
-
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.cpus == Some(0) {
             return Err(ConfigError::new(
@@ -78,8 +78,9 @@ impl StartSettings {
 
     /// `job`'s start estimate at `now_us`, among `jobs` (every live job,
     /// of every cluster) sized by `driver`: none if start estimates are
-    /// off, the job has a task running or done, its cluster's processors
-    /// are unknown, or it would never fit.
+    /// off, a task of the job runs, its cluster's processors are unknown,
+    /// or it would never fit. A job with no task running is pending, for
+    /// its unfinished tasks.
     pub(super) fn start_of<'a>(
         &self,
         job: &LiveJob,
@@ -89,7 +90,7 @@ impl StartSettings {
         now_us: u64,
     ) -> Option<Start> {
         let discipline = self.discipline()?;
-        if job.started() {
+        if job.progress.running_since().is_some() {
             return None;
         }
         let cluster = job.submitted.cluster.as_str();
@@ -105,10 +106,7 @@ impl StartSettings {
             let sized = Sized::of(other, driver);
             match other.progress.running_since() {
                 Some(since_us) => running.push((since_us, sized)),
-                None if !other.started() => {
-                    pending.push((other.submitted.time_us, other.submitted.job_id, sized));
-                }
-                None => {}
+                None => pending.push((other.submitted.time_us, other.submitted.job_id, sized)),
             }
         }
         pending.sort_by_key(|&(submit, id, _)| (submit, id));
@@ -136,7 +134,7 @@ impl StartSettings {
                     procs: s.procs,
                 })
                 .collect();
-            backfill::projected_starts(discipline, now_us, free, &queue, &ending)[position]
+            backfill::projected_start(discipline, now_us, free, &queue, &ending, position)
         };
         let p50_us = project(false);
         if p50_us == u64::MAX {

@@ -60,7 +60,8 @@ pub enum Backfill {
 /// `start_us`: its prediction; once it has outlived that, the first of
 /// `later` (its predictor's higher quantiles, ascending) it has not
 /// outlived; then its request (EASY++'s correction), all capped by the
-/// request. Always after `now_us`.
+/// request. Without a request, a job that has outlived them all is
+/// expected to run as long again as it has run. Always after `now_us`.
 pub fn expected_end(
     now_us: u64,
     start_us: u64,
@@ -73,11 +74,15 @@ pub fn expected_end(
     if predicted > now_us {
         return predicted;
     }
+    let unbounded = || {
+        let age = now_us.saturating_sub(start_us);
+        now_us.saturating_add(age)
+    };
     later
         .iter()
         .map(|&q| start_us.saturating_add((q.round() as u64).min(request)))
         .find(|&end| end > now_us)
-        .unwrap_or_else(|| start_us.saturating_add(request))
+        .unwrap_or_else(|| request_us.map_or_else(unbounded, |r| start_us.saturating_add(r)))
         .max(now_us + 1)
 }
 
@@ -121,16 +126,51 @@ pub fn projected_starts(
     queue: &[Waiting],
     ending: &[Ending],
 ) -> Vec<u64> {
-    if discipline == Discipline::Conservative {
-        // Each job's reservation is its start: later jobs cannot move it.
-        let mut profile = Profile::new(now_us, free, ending);
-        return queue.iter().map(|job| profile.reserve(*job)).collect();
-    }
+    project(discipline, now_us, free, queue, ending, queue.len())
+}
+
+/// When the job at `position` of `queue` would start
+/// ([`projected_starts`]), played forward only as far as it needs.
+pub fn projected_start(
+    discipline: Discipline,
+    now_us: u64,
+    free: u32,
+    queue: &[Waiting],
+    ending: &[Ending],
+    position: usize,
+) -> u64 {
+    project(discipline, now_us, free, queue, ending, position + 1)
+        .get(position)
+        .copied()
+        .unwrap_or(u64::MAX)
+}
+
+/// The projected starts of the first `wanted` jobs of `queue` (the rest
+/// `u64::MAX` where not found on the way). Conservative reserves only
+/// them, since later jobs cannot move their reservations; EASY plays the
+/// whole queue forward until they have started.
+fn project(
+    discipline: Discipline,
+    now_us: u64,
+    free: u32,
+    queue: &[Waiting],
+    ending: &[Ending],
+    wanted: usize,
+) -> Vec<u64> {
     let mut out = vec![u64::MAX; queue.len()];
+    if discipline == Discipline::Conservative {
+        let mut profile = Profile::new(now_us, free, ending);
+        for (at, job) in queue.iter().enumerate().take(wanted) {
+            out[at] = profile.reserve(*job);
+        }
+        return out;
+    }
     let mut waiting: Vec<(usize, Waiting)> = queue.iter().copied().enumerate().collect();
     let mut ending = ending.to_vec();
     let (mut free, mut t) = (free, now_us);
-    while !waiting.is_empty() {
+    // Waiting jobs stay in queue order: while the first is wanted, some
+    // wanted job has not started.
+    while waiting.first().is_some_and(|&(id, _)| id < wanted) {
         let jobs: Vec<Waiting> = waiting.iter().map(|&(_, w)| w).collect();
         let started = starts_now(discipline, t, free, &jobs, &ending);
         for &(at, _) in started.iter().rev() {
@@ -233,10 +273,13 @@ struct Profile {
 }
 
 impl Profile {
+    /// The profile of `free` processors now, and the running jobs'
+    /// `ending`; a running job due to end by now is taken to end just
+    /// after (it still holds its processors), as EASY takes it.
     fn new(now_us: u64, free: u32, ending: &[Ending]) -> Profile {
         let mut deltas: BTreeMap<u64, i64> = BTreeMap::new();
         for e in ending {
-            *deltas.entry(e.end_us.max(now_us)).or_default() += i64::from(e.procs);
+            *deltas.entry(e.end_us.max(now_us + 1)).or_default() += i64::from(e.procs);
         }
         let mut steps = BTreeMap::from([(now_us, i64::from(free))]);
         let mut level = i64::from(free);

@@ -279,10 +279,15 @@ impl Machine<'_> {
     }
 
     /// When each waiting job would start if every running and waiting job
-    /// ran as `told` and nothing else arrived.
+    /// ran as `told` and nothing else arrived: on the limits, in FCFS order
+    /// behind the head, as Slurm's backfilling tries pending jobs.
     fn projected_starts(&self, now: u64, told: Told) -> Vec<u64> {
+        let discipline = match (told, self.discipline) {
+            (Told::Limits, Discipline::Easy(_)) => Discipline::Easy(Backfill::Fcfs),
+            (_, discipline) => discipline,
+        };
         scheduler::projected_starts(
-            self.discipline,
+            discipline,
             now,
             self.free,
             &self.waiting(told),
