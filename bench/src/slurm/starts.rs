@@ -506,3 +506,69 @@ fn start_services(
     }
     Ok(services)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> StartsArgs {
+        StartsArgs {
+            trace: PathBuf::from("log.swf"),
+            jobs: 10,
+            history: 100,
+            skip: 0,
+            time_scale: 0.01,
+            load: 1.5,
+            max_runtime_secs: None,
+            interval_secs: 0.5,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn bad_flags_are_refused_by_name() {
+        let cases: [(fn(&mut StartsArgs), &str); 4] = [
+            (|a| a.time_scale = 0.0, "--time-scale 0: must be positive"),
+            (|a| a.load = f64::NAN, "--load NaN: must be positive"),
+            (
+                |a| a.max_runtime_secs = Some(-1.0),
+                "--max-runtime-secs -1: must be positive",
+            ),
+            (|a| a.jobs = 0, "--jobs 0: nothing to run"),
+        ];
+        for (bad, said) in cases {
+            let mut a = args();
+            bad(&mut a);
+            assert_eq!(a.check().unwrap_err().to_string(), said);
+        }
+        assert!(args().check().is_ok());
+    }
+
+    /// A log job on a node of 8 CPUs from a machine of 100: 30
+    /// processors take 3 CPUs (rounded up); a 4-hour request at 0.01 is
+    /// 144 s, asked as 3 minutes; 90 minutes run 54 s; the name is the
+    /// user and application, or the user alone without one.
+    #[test]
+    fn a_log_job_is_shaped_to_the_node() {
+        let mut job = JobSubmitted::new(7, 0, 1);
+        job.user = "u3".into();
+        job.logical_name = "app9".into();
+        job.time_limit_us = Some(4 * 3_600_000_000);
+        let log = HpcJob {
+            job,
+            procs: 30,
+            runtime_us: 5_400_000_000,
+            completed: true,
+        };
+        let s = args().shape(&log, 100, 8);
+        assert_eq!(
+            (s.name.as_str(), s.cpus, s.limit_minutes, s.runtime_s),
+            ("u3.app9", 3, 3, 54.0)
+        );
+        let mut alone = log.clone();
+        alone.job.logical_name.clear();
+        alone.procs = 1000;
+        let s = args().shape(&alone, 100, 8);
+        assert_eq!((s.name.as_str(), s.cpus), ("u3", 8));
+    }
+}
