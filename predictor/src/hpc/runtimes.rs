@@ -127,6 +127,8 @@ impl RunningError {
 struct Recent {
     runs: VecDeque<f64>,
     error: RunningError,
+    /// When it last learnt, in jobs learnt ([`Similar::learnt`]).
+    last: u64,
 }
 
 impl Recent {
@@ -216,16 +218,42 @@ impl Runtimes {
     }
 }
 
+/// Keys kept at most, over every level: past it, the tenth that learnt
+/// least recently is forgotten, so that a service's memory and snapshot
+/// stay bounded however many users, applications and requests its site
+/// sees. A key costs about 200 bytes; the largest of the four shared logs
+/// (SDSC-SP2) has 166,000 keys.
+pub const MAX_KEYS: usize = 250_000;
+
 /// The recent runtimes of each key at each level, and how each key and
 /// level has erred: the predictor without its quantiles' calibration (the
 /// service's policy has its own, as every policy does).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Similar {
     recent: BTreeMap<u64, Recent>,
     level_errors: [RunningError; Level::ALL.len()],
+    /// Jobs learnt.
+    learnt: u64,
+    max_keys: usize,
+}
+
+impl Default for Similar {
+    fn default() -> Self {
+        Similar::keeping(MAX_KEYS)
+    }
 }
 
 impl Similar {
+    /// One that keeps at most `max_keys` keys (at least 10).
+    pub fn keeping(max_keys: usize) -> Similar {
+        Similar {
+            recent: BTreeMap::new(),
+            level_errors: Default::default(),
+            learnt: 0,
+            max_keys: max_keys.max(10),
+        }
+    }
+
     /// `job`'s estimate at its submission, uncalibrated and uncapped (its
     /// quantiles from the chosen key's spread); the level it came from
     /// (`None`: no job has ended yet, and it is the request, an hour
@@ -276,9 +304,11 @@ impl Similar {
     /// learns the runtime.
     pub fn learn(&mut self, keys: &Keys, runtime_us: f64) {
         let actual = runtime_us.max(1.0);
+        self.learnt += 1;
         for (i, key) in keys.iter().enumerate() {
             let Some(key) = *key else { continue };
             let recent = self.recent.entry(key).or_default();
+            recent.last = self.learnt;
             if let Some(point) = recent.point() {
                 let error = (point.max(1.0) / actual).ln().abs();
                 recent.error.update(error);
@@ -289,6 +319,20 @@ impl Similar {
             }
             recent.runs.push_back(runtime_us);
         }
+        if self.recent.len() > self.max_keys {
+            self.forget_least_recent();
+        }
+    }
+
+    /// Forget the keys that learnt least recently, a tenth of the most
+    /// kept: one pass over the keys every tenth of them, so a key costs
+    /// O(1) amortised over the learning.
+    fn forget_least_recent(&mut self) {
+        let keep = self.max_keys - self.max_keys / 10;
+        let mut lasts: Vec<u64> = self.recent.values().map(|r| r.last).collect();
+        let cut = lasts.len() - keep;
+        let (_, &mut bound, _) = lasts.select_nth_unstable(cut - 1);
+        self.recent.retain(|_, r| r.last > bound);
     }
 }
 
@@ -332,5 +376,25 @@ mod tests {
         assert_eq!((p.point_us, p.level), (600e6, Some(Level::Site)));
         let (p, _) = Runtimes::new().predict(&job(0, "bob", "other", 600));
         assert_eq!((p.point_us, p.level), (600e6, None));
+    }
+
+    /// A site whose every job is a new user's: the keys stay within the
+    /// bound, and the newest users' keys are the ones kept.
+    #[test]
+    fn keys_beyond_the_bound_forget_the_least_recently_learnt() {
+        let mut similar = Similar::keeping(20);
+        for i in 0..100 {
+            // Twice each: a key that has erred (here not at all) is
+            // trusted over the site's.
+            for _ in 0..2 {
+                let (_, _, keys) = similar.estimate(&job(i, &format!("user{i}"), "app", 600));
+                similar.learn(&keys, 60e6);
+                assert!(similar.recent.len() <= 20, "{} keys", similar.recent.len());
+            }
+        }
+        let (_, level, _) = similar.estimate(&job(100, "user99", "app", 600));
+        assert_eq!(level, Some(Level::UserAppProcsRequest));
+        let (_, level, _) = similar.estimate(&job(101, "user0", "app", 600));
+        assert_ne!(level, Some(Level::UserAppProcsRequest));
     }
 }
