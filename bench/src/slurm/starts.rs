@@ -284,7 +284,7 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
     let services = start_services(args, &settings.brokers, dir.path(), cpus)?;
     // `squeue --start`'s answers, each polled from its job's own thread
     // (a poll takes up to `SQUEUE_START_WAIT`; submissions go on).
-    let pollers: Mutex<Vec<std::thread::JoinHandle<Option<(u64, u64)>>>> = Mutex::default();
+    let pollers: Mutex<Vec<Poller>> = Mutex::default();
     let result = wait_for_past(&settings).and_then(|()| {
         let queues = [(
             String::new(),
@@ -418,6 +418,10 @@ fn sbatch(s: &Shaped, partition: &str) -> anyhow::Result<u64> {
     ])
 }
 
+/// The thread polling `squeue --start` for one job: its (Slurm id, first
+/// time), if it gave one.
+type Poller = std::thread::JoinHandle<Option<(u64, u64)>>;
+
 /// How long a submission waits for `squeue --start` to give it a time.
 const SQUEUE_START_WAIT: Duration = Duration::from_secs(15);
 
@@ -527,7 +531,8 @@ mod tests {
 
     #[test]
     fn bad_flags_are_refused_by_name() {
-        let cases: [(fn(&mut StartsArgs), &str); 4] = [
+        type Case = (fn(&mut StartsArgs), &'static str);
+        let cases: [Case; 4] = [
             (|a| a.time_scale = 0.0, "--time-scale 0: must be positive"),
             (|a| a.load = f64::NAN, "--load NaN: must be positive"),
             (

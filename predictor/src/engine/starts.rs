@@ -96,7 +96,7 @@ impl StartSettings {
         let cluster = job.submitted.cluster.as_str();
         let cpus = self
             .cpus
-            .map_or_else(|| clusters.cpus_of(cluster).floor() as u32, |c| c);
+            .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32);
         if cpus == 0 {
             return None;
         }
