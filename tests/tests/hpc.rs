@@ -123,23 +123,27 @@ fn easy_backfilling_runs_every_log_with_each_predictor() {
 }
 
 /// A trace that is not an HPC log has no machine to play: refused, saying
-/// which format `--scheduler easy` takes.
+/// which format `--scheduler easy` (or `conservative`) takes.
 #[test]
 fn easy_backfilling_refuses_a_trace_that_is_not_an_hpc_log() {
     let (_dir, trace) = generated_trace("--seed 3 --jobs 20");
-    let out = jobcast(&[
-        "simulate",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--format",
-        "jsonl",
-        "--scheduler",
-        "easy",
-    ]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--format swf") && err.contains("jsonl"),
-        "{err}"
-    );
+    for scheduler in ["easy", "conservative"] {
+        let out = jobcast(&[
+            "simulate",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--format",
+            "jsonl",
+            "--scheduler",
+            scheduler,
+        ]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("--scheduler {scheduler}"))
+                && err.contains("--format swf")
+                && err.contains("jsonl"),
+            "{err}"
+        );
+    }
 }
