@@ -477,7 +477,7 @@ impl<'a> Pipeline<'a> {
                 );
                 store.commit(mark)?;
             }
-            if self.restore(&taken, &owned, &mut outgoing)? == Restore::Interrupted {
+            if self.restore(&owned, &mut outgoing)? == Restore::Interrupted {
                 return Ok(Restore::Interrupted);
             }
         }
@@ -528,15 +528,13 @@ impl<'a> Pipeline<'a> {
     }
 
     /// Restore the chain of snapshots from the latest whole one on, then
-    /// apply the log after it. Outputs
-    /// of `taken` partitions from their publish offset on go to
-    /// `outgoing`, those of partitions others own to the outbox, and the
-    /// records the log changes in `owned` partitions are stored (again,
-    /// for those stored already: the same records), with every task of
-    /// each job it ends.
+    /// apply the log after it. Outputs of `owned` partitions from their
+    /// publish offset on go to `outgoing`, those of partitions others own
+    /// to the outbox, and the records the log changes in `owned`
+    /// partitions are stored (again, for those stored already: the same
+    /// records), with every task of each job it ends.
     fn restore(
         &mut self,
-        taken: &BTreeSet<i32>,
         owned: &BTreeSet<i32>,
         outgoing: &mut Vec<Outgoing>,
     ) -> Result<Restore, ServiceError> {
@@ -567,8 +565,14 @@ impl<'a> Pipeline<'a> {
                 .apply_and_encode(partition, offset, &consumed, &mut effects, None)
                 .messages;
             self.applied.insert(partition, offset + 1);
+            // Every owned partition's, not only the ones this start took:
+            // an earlier start may have taken a partition, marked it
+            // stored and been killed in its restore before publishing
+            // anything, and the group's offset `from` is where its
+            // previous owner's outputs end. Outputs published before a
+            // kill go out again (at least once).
             match self.group.partitions().publish_from(partition) {
-                Some(from) if taken.contains(&partition) && offset >= from => {
+                Some(from) if offset >= from => {
                     outgoing.extend(messages);
                 }
                 Some(_) => {}
