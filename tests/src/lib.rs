@@ -370,6 +370,106 @@ pub fn check_deadline_decisions(published: &[Vec<u8>]) -> serde_json::Value {
     migrate.clone()
 }
 
+/// A deadline job carried out by an elastic fleet
+/// (`engine.deadlines.fleet = "elastic"`): 4 tasks of 50 GB, by a
+/// deadline 10 h after submission, on a history of one 10 h job, get a
+/// map of two VMs, each to run two tasks within the 5 h occupation limit.
+/// Machines 11 and 12 (their types unsaid: they play the map's VMs in
+/// order) start a task each; the one on 11 ends at 55 min, so 11 drains;
+/// 12 hibernates at 60 min, so VMs are bought for the three tasks left;
+/// machine 13 then takes one of them, playing the first VM bought, and
+/// hibernates at 64 min, so the fleet grows again.
+pub fn elastic_trace(path: &Path) -> usize {
+    const H: u64 = 3_600_000_000;
+    const MIN: u64 = 60_000_000;
+    let task = |id: u64, index: u32, t: u64, kind: &str, machine: u64| {
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":{id},"task_index":{index},"kind":"{kind}","machine_id":{machine}}}"#
+        )
+    };
+    let machine = |id: u64, t: u64, kind: &str| {
+        format!(r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"{kind}"}}"#)
+    };
+    let t0 = 11 * H;
+    let lines = vec![
+        r#"{"v":1,"type":"job_submitted","time_us":0,"job_id":10,"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":1,"mem_request":51200,"num_tasks":1}"#.to_owned(),
+        task(10, 0, 0, "schedule", 1),
+        task(10, 0, 10 * H, "finish", 1),
+        format!(r#"{{"v":1,"type":"job_ended","time_us":{},"job_id":10,"outcome":"finish"}}"#, 10 * H),
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":20,"user":"u","job_name":"nightly","logical_name":"nightly","scheduling_class":1,"priority":10,"cpu_request":1,"mem_request":51200,"num_tasks":4,"deadline_us":{}}}"#,
+            t0 + 10 * H
+        ),
+        machine(11, t0, "add"),
+        machine(12, t0, "add"),
+        task(20, 0, t0 + MIN, "schedule", 11),
+        task(20, 2, t0 + MIN, "schedule", 12),
+        task(20, 0, t0 + 55 * MIN, "finish", 11),
+        machine(12, t0 + 60 * MIN, "hibernate"),
+        machine(13, t0 + 63 * MIN, "add"),
+        task(20, 2, t0 + 63 * MIN, "schedule", 13),
+        machine(13, t0 + 64 * MIN, "hibernate"),
+    ];
+    let mut file = std::fs::File::create(path).expect("creates the trace");
+    for line in &lines {
+        writeln!(file, "{line}").expect("writes the trace");
+    }
+    lines.len()
+}
+
+/// The settings [`elastic_trace`] is run with.
+pub const ELASTIC_SETTINGS: [&str; 3] = [
+    "engine.deadlines.enabled=true",
+    "engine.deadlines.fleet=elastic",
+    "engine.max_future_skew_secs=0",
+];
+
+/// Check `published` (the decisions topic's messages of kind `deadline`,
+/// in order, as JSON) and the job's record at `GET /jobs/20` (`job`)
+/// against what [`elastic_trace`] gives: plan, drain of machine 11, grow,
+/// grow; machine 13 playing the VM bought (the record as of the last
+/// decision).
+pub fn check_elastic_decisions(published: &[Vec<u8>], job: &serde_json::Value) {
+    let decisions: Vec<serde_json::Value> = published
+        .iter()
+        .map(|p| serde_json::from_slice(p).expect("a deadline decision is JSON"))
+        .collect();
+    let actions: Vec<(u64, &str)> = decisions
+        .iter()
+        .map(|d| {
+            (
+                d["version"].as_u64().unwrap(),
+                d["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [(1, "plan"), (2, "drain"), (3, "grow"), (4, "grow")],
+        "{decisions:?}"
+    );
+    assert_eq!(
+        decisions[0]["plan"]["vms"].as_array().map(Vec::len),
+        Some(2),
+        "{:?}",
+        decisions[0]
+    );
+    assert_eq!(decisions[1]["fleet"]["drain_machine_id"], 11, "{:?}", decisions[1]);
+    let grow = &decisions[2]["fleet"];
+    let bought = grow["buy"].as_array().expect("a grow buys");
+    assert!(!bought.is_empty(), "{grow}");
+    assert_eq!(grow["queued"], 3, "{grow}");
+    let fleet = &job["deadline"]["fleet"];
+    assert_eq!(fleet["vms"][0]["machine_id"], 11, "{fleet}");
+    assert_eq!(fleet["vms"][0]["draining"], true, "{fleet}");
+    assert_eq!(fleet["vms"][1]["hibernated"], true, "{fleet}");
+    assert_eq!(fleet["vms"][2]["machine_id"], 13, "{fleet}");
+    assert_eq!(fleet["vms"][2]["hibernated"], true, "{fleet}");
+    assert_eq!(fleet["vms"][2]["vm_type"], bought[0]["vm_type"], "{fleet}");
+    assert_eq!(fleet["queued"], 3, "{fleet}");
+    assert_eq!(decisions[3]["fleet"]["queued"], 3, "{:?}", decisions[3]);
+}
+
 /// A tiny trace (canonical JSON lines) that places a task on a preemptible
 /// VM, so that the service publishes a risk score (the bundled excerpt has
 /// no transient VMs): a job runs 10 h, a VM starts at 9 h, and a job with

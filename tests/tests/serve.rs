@@ -446,6 +446,43 @@ fn deadline_decisions_plan_wait_resume_and_migrate_on_the_decisions_topic() {
     serve.terminate();
 }
 
+/// A deadline job's elastic fleet on the mock cluster: its plan, a drain
+/// and a grow go out on the decisions topic under the `deadline` kind,
+/// `GET /jobs/{id}` serves the fleet as it stands, and the metric counts
+/// them by action.
+#[test]
+fn elastic_fleet_decisions_drain_and_grow_on_the_decisions_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("elastic.jsonl");
+    let lines = jobcast_tests::elastic_trace(&trace);
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(events.len(), lines);
+    let mut args = Vec::new();
+    for setting in jobcast_tests::ELASTIC_SETTINGS {
+        args.extend(["--set", setting]);
+    }
+    let (topics, cluster, _data, serve) = served(&events, &args);
+    let deadline: Vec<Vec<u8>> = cluster
+        .read_all(&topics.decisions, 1)
+        .into_iter()
+        .filter(|m| m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline"))
+        .map(|m| m.payload)
+        .collect();
+    let (status, body) = serve.get("/jobs/20");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    jobcast_tests::check_elastic_decisions(&deadline, &job);
+    let (_, metrics) = serve.get("/metrics");
+    for (action, n) in [("drain", 1), ("grow", 2)] {
+        let line = format!(r#"jobcast_deadline_decisions_total{{action="{action}"}} {n}"#);
+        assert!(metrics.contains(&line), "{line} not in {metrics}");
+    }
+    serve.terminate();
+}
+
 /// Jobs and machines of two clusters, on the mock cluster: `GET /clusters`
 /// lists what each holds, a job's record names its cluster, and the
 /// `jobcast_cluster_*` gauges carry the cluster as a label.

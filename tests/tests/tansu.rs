@@ -306,6 +306,30 @@ fn deadline_decisions_on_a_real_broker() {
     serve.terminate();
 }
 
+/// A deadline job's elastic fleet on the real broker: plan, drain and
+/// grow, as on the mock cluster, and the fleet at `GET /jobs/{id}`.
+#[test]
+fn elastic_fleet_decisions_on_a_real_broker() {
+    let tansu = Tansu::start();
+    let topics = one_partition_topics(&tansu);
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_trace(
+        &tansu,
+        &topics,
+        dir.path(),
+        jobcast_tests::elastic_trace,
+        &jobcast_tests::ELASTIC_SETTINGS,
+    );
+    let payloads = published(&tansu, &topics.decisions, 4, |m| {
+        m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline")
+    });
+    let (status, body) = serve.get("/jobs/20");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    jobcast_tests::check_elastic_decisions(&payloads, &job);
+    serve.terminate();
+}
+
 /// The trace `write` writes in `dir`, replayed into the events topic and
 /// served with `settings` until every event is stored.
 fn serve_trace(

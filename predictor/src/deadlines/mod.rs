@@ -21,11 +21,13 @@
 
 pub mod backup;
 pub mod catalogue;
+pub mod fleet;
 pub mod primary;
 pub mod vm;
 
 pub use backup::{BackupMap, RecoveryGroup, backup_map, place_group, recovery_group};
 pub use catalogue::{Catalogue, CatalogueError, Clock, SpotPrice, VmType};
+pub use fleet::{Change, Fleet, Terms};
 pub use primary::{PrimaryMap, primary_map};
 pub use vm::{Market, Placement, Task, Vm};
 

@@ -435,6 +435,23 @@ pub struct DeadlineSettings {
     /// The VM types on offer and their boot time (default: Table VI of
     /// the paper, 2 minutes' boot).
     pub catalogue: Catalogue,
+    /// How a planned job's VMs follow it: `static` (the paper's maps, and
+    /// a recovery group for each hibernation), or `elastic` (the maps' VMs
+    /// to begin with, grown and drained on the job's ended tasks:
+    /// `crate::deadlines::fleet`).
+    pub fleet: FleetMode,
+}
+
+/// How a planned deadline job's VMs follow it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetMode {
+    /// The paper's static execution: the primary map, and the backup
+    /// map's recovery groups.
+    #[default]
+    Static,
+    /// The elastic fleet: `grow` and `drain` decisions.
+    Elastic,
 }
 
 impl Default for DeadlineSettings {
@@ -448,6 +465,7 @@ impl Default for DeadlineSettings {
             memory_gb_per_unit: 1.0 / 1024.0,
             max_tasks: 2_000,
             catalogue: Catalogue::teylo_2018(),
+            fleet: FleetMode::Static,
         }
     }
 }

@@ -21,6 +21,16 @@
 //!   wait (`resume`); a VM removed while hibernated migrates its group at
 //!   once (its tasks are lost).
 //!
+//! - **Elastic fleet** (`engine.deadlines.fleet = "elastic"`). Instead of
+//!   the recovery groups, the job's VMs follow
+//!   [`crate::deadlines::fleet`], the fleet the simulator measures: the
+//!   map's VMs, bound to the machines its tasks run on (by VM type, where
+//!   the machine's events give one), then `grow` (buy these VMs) when the
+//!   fleet would end the bag too late, and `drain` (this machine takes no
+//!   more tasks) when it ends in time without a VM about to open a new
+//!   billing slot. Its time is the maps' periods, so the runtimes it
+//!   learns are whole periods.
+//!
 //! Each decision has a version that grows by one per job, apart from the
 //! job's runtime decisions; the job's record of plan and recoveries
 //! ([`DeadlineRecord`]) rides with it, for the store and `GET /jobs/{id}`.
@@ -30,16 +40,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use jobcast_ingest::event::JobSubmitted;
 use serde::{Deserialize, Serialize};
 
-use crate::deadlines::{Catalogue, Clock, Maps, Market, PrimaryMap, Task, Vm};
+use crate::deadlines::{Catalogue, Change, Clock, Fleet, Maps, Market, PrimaryMap, Task, Terms, Vm};
 use crate::deadlines::{place_group, recovery_group};
 use crate::decision::{Estimate, PolicyKind, Quantiles};
 use crate::preemption::hints::hibernation_hint;
 
-use super::config::DeadlineSettings;
+use super::config::{DeadlineSettings, FleetMode};
 use super::effects::{Effects, Output};
 use super::records::{
-    DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord, PlannedTask, PlannedVm,
-    Recovery, RecoveryState,
+    DeadlineAction, DeadlineDecision, DeadlinePlan, DeadlineRecord, FleetChange, FleetRecord,
+    FleetVm, PlannedTask, PlannedVm, Recovery, RecoveryState,
 };
 use super::running::RunningTasks;
 
@@ -62,6 +72,7 @@ struct Planner {
     time_limit: f64,
     memory_gb_per_unit: f64,
     max_tasks: u32,
+    elastic: bool,
 }
 
 impl Planner {
@@ -72,6 +83,20 @@ impl Planner {
     /// Periods of the maps to µs.
     fn us(&self, periods: u64) -> u64 {
         periods * self.period_us()
+    }
+
+    /// The terms of a fleet whose job was planned at `planned_us`.
+    fn terms(&self, planned_us: u64) -> Terms<'_> {
+        Terms {
+            catalogue: &self.catalogue,
+            clock: &self.clock,
+            start_us: planned_us,
+        }
+    }
+
+    /// `now_us` in the maps' periods from `planned_us`.
+    fn periods_since(&self, planned_us: u64, now_us: u64) -> u64 {
+        now_us.saturating_sub(planned_us) / self.period_us()
     }
 }
 
@@ -97,6 +122,8 @@ struct DeadlineJob {
     /// Memory each task holds, GB.
     memory_gb: f64,
     finished: BTreeSet<u32>,
+    /// With an elastic fleet: the fleet.
+    fleet: Option<Fleet>,
 }
 
 impl Deadlines {
@@ -109,6 +136,7 @@ impl Deadlines {
             time_limit: settings.time_limit,
             memory_gb_per_unit: settings.memory_gb_per_unit,
             max_tasks: settings.max_tasks,
+            elastic: settings.fleet == FleetMode::Elastic,
         });
         Deadlines {
             planner,
@@ -164,15 +192,17 @@ impl Deadlines {
                 plan: None,
                 reason: None,
                 recoveries: Vec::new(),
+                fleet: None,
             },
             primary: None,
             planned_us: now_us,
             memory_gb,
             finished: BTreeSet::new(),
+            fleet: None,
         };
         if let Some(reason) = refusal {
             entry.record.reason = Some(reason.clone());
-            self.publish(entry, DeadlineAction::Unplanned, now_us, None, effects);
+            self.publish(entry, DeadlineAction::Unplanned, now_us, None, None, effects);
             return;
         }
         let Some((policy, estimate)) = estimate else {
@@ -185,15 +215,17 @@ impl Deadlines {
         let deadline = (deadline_us - now_us) / planner.period_us();
         // The spot prices now, of the catalogue's series where it has one.
         let catalogue = planner.catalogue.priced_at(now_us);
-        let draw = |level: usize| {
-            let base_s = levels[level] / 1e6;
-            let tasks: Vec<Task> = (0..job.num_tasks)
+        let tasks_at = |level: usize| -> Vec<Task> {
+            (0..job.num_tasks)
                 .map(|id| Task {
                     id,
-                    base_s,
+                    base_s: levels[level] / 1e6,
                     memory_gb,
                 })
-                .collect();
+                .collect()
+        };
+        let draw = |level: usize| {
+            let tasks = tasks_at(level);
             Maps::draw(
                 &tasks,
                 &catalogue,
@@ -231,28 +263,164 @@ impl Deadlines {
             end_us: now_us + planner.us(maps.primary.makespan()),
             vms: maps.primary.vms.iter().map(planned).collect(),
         });
+        if planner.elastic {
+            let mut fleet = Fleet::new(
+                &maps,
+                &tasks_at(level),
+                planner.terms(now_us),
+                levels[level] / 1e6,
+            );
+            fleet.take_changes();
+            entry.fleet = Some(fleet);
+        }
         entry.primary = Some(maps.primary);
-        self.publish(entry, DeadlineAction::Plan, now_us, None, effects);
+        self.publish(entry, DeadlineAction::Plan, now_us, None, None, effects);
     }
 
-    /// A task's attempt started on `machine_id`.
-    pub(super) fn task_started(&mut self, task: (u64, u32), machine_id: Option<u64>) {
+    /// A task's attempt started at `now_us` on `machine_id`, a VM of type
+    /// `vm_type` if its events said.
+    pub(super) fn task_started(
+        &mut self,
+        task: (u64, u32),
+        machine_id: Option<u64>,
+        vm_type: Option<&str>,
+        now_us: u64,
+    ) {
         if !self.planned(task.0) {
             return;
         }
-        match machine_id {
-            Some(machine_id) => self.state.running.start(task, machine_id),
-            None => {
-                self.state.running.end(task);
+        let Some(machine_id) = machine_id else {
+            self.state.running.end(task);
+            return;
+        };
+        self.state.running.start(task, machine_id);
+        let (Some(planner), Some(job)) = (&self.planner, self.state.jobs.get_mut(&task.0)) else {
+            return;
+        };
+        let Some(fleet) = &mut job.fleet else {
+            return;
+        };
+        let terms = planner.terms(job.planned_us);
+        let now = planner.periods_since(job.planned_us, now_us);
+        // A machine beyond the fleet's VMs runs the task outside it: the
+        // fleet counts it queued until it ends.
+        if let Some(vm) = fleet.bind(machine_id, vm_type, terms)
+            && fleet.slot_of(vm, task.1).is_none()
+        {
+            fleet.start(now, vm, None, task.1);
+        }
+        fleet.take_changes();
+    }
+
+    /// A task's running attempt ended at `now_us`; `finished` if the task
+    /// is done. An elastic fleet learns from it, and may grow or drain.
+    pub(super) fn task_ended(
+        &mut self,
+        task: (u64, u32),
+        finished: bool,
+        now_us: u64,
+        effects: &mut Effects,
+    ) {
+        let machine_id = self.state.running.end(task);
+        let Some(mut job) = self.state.jobs.remove(&task.0) else {
+            return;
+        };
+        if finished {
+            job.finished.insert(task.1);
+        }
+        let changes = match (&self.planner, &mut job.fleet) {
+            (Some(planner), Some(fleet)) => {
+                let terms = planner.terms(job.planned_us);
+                let now = planner.periods_since(job.planned_us, now_us);
+                match machine_id.and_then(|m| fleet.vm_of(m)) {
+                    Some(vm) if finished => {
+                        if let Some(slot) = fleet.slot_of(vm, task.1) {
+                            fleet.end(now, vm, slot, None, terms);
+                        } else {
+                            fleet.done_elsewhere(now, task.1, None);
+                        }
+                        fleet.grow(now, terms);
+                        // The freed core would take the next task: drain
+                        // its VM if the rest end the bag in time.
+                        fleet.takes_next(now, vm, terms);
+                    }
+                    // A copy that stops once its task is done elsewhere.
+                    Some(_) if job.finished.contains(&task.1) => {}
+                    Some(vm) => {
+                        fleet.lost(now, vm, task.1);
+                        fleet.grow(now, terms);
+                    }
+                    None if finished => fleet.done_elsewhere(now, task.1, None),
+                    None => {}
+                }
+                fleet.take_changes()
             }
+            _ => Vec::new(),
+        };
+        self.state.jobs.insert(task.0, job);
+        self.fleet_changed(task.0, changes, now_us, effects);
+    }
+
+    /// A task of job `job_id` that finished before the job was planned
+    /// (in `runtime_us`): an elastic fleet counts it done.
+    pub(super) fn finished_before(&mut self, task: (u64, u32), runtime_us: u64) {
+        let Some(job) = self.state.jobs.get_mut(&task.0) else {
+            return;
+        };
+        job.finished.insert(task.1);
+        if let Some(fleet) = &mut job.fleet {
+            fleet.done_elsewhere(0, task.1, Some(runtime_us as f64 / 1e6));
+            fleet.take_changes();
         }
     }
 
-    /// A task's running attempt ended; `finished` if the task is done.
-    pub(super) fn task_ended(&mut self, task: (u64, u32), finished: bool) {
-        self.state.running.end(task);
-        if finished && let Some(job) = self.state.jobs.get_mut(&task.0) {
-            job.finished.insert(task.1);
+    /// Publish what the elastic fleet of `job_id` changed at `now_us`: one
+    /// `grow` for the VMs it bought, a `drain` for each VM it drained.
+    fn fleet_changed(
+        &mut self,
+        job_id: u64,
+        changes: Vec<Change>,
+        now_us: u64,
+        effects: &mut Effects,
+    ) {
+        let Some(planner) = &self.planner else {
+            return;
+        };
+        let mut buy = Vec::new();
+        let mut drains = Vec::new();
+        {
+            let Some(job) = self.state.jobs.get(&job_id) else {
+                return;
+            };
+            let Some(fleet) = &job.fleet else {
+                return;
+            };
+            for change in changes {
+                match change {
+                    Change::Bought { vm } => buy.push(fleet_vm(planner, job.planned_us, fleet, vm)),
+                    Change::Drained { vm } => drains.extend(fleet.nodes()[vm].machine_id),
+                    Change::Free { .. } => {}
+                }
+            }
+        }
+        let decisions = (!buy.is_empty())
+            .then(|| (DeadlineAction::Grow, buy, None))
+            .into_iter()
+            .chain(
+                drains
+                    .into_iter()
+                    .map(|m| (DeadlineAction::Drain, Vec::new(), Some(m))),
+            );
+        for (action, buy, drain_machine_id) in decisions {
+            let job = self.state.jobs.remove(&job_id).expect("looked up above");
+            let fleet = job.fleet.as_ref().expect("looked up above");
+            let change = FleetChange {
+                buy,
+                drain_machine_id,
+                queued: fleet.queued() as u32,
+                task_runtime_us: (fleet.mean_s() * 1e6).round() as u64,
+            };
+            self.publish(job, action, now_us, None, Some(change), effects);
         }
     }
 
@@ -282,7 +450,13 @@ impl Deadlines {
         estimate_of: impl Fn(u64) -> Option<&'a Estimate>,
         effects: &mut Effects,
     ) {
-        if self.planner.is_none() {
+        let Some(planner) = &self.planner else {
+            return;
+        };
+        if planner.elastic {
+            self.fleets_on(machine_id, now_us, effects, |fleet, now, vm, terms| {
+                fleet.hibernate(now, vm, terms);
+            });
             return;
         }
         let jobs: BTreeSet<u64> = self
@@ -313,26 +487,77 @@ impl Deadlines {
                 self.state
                     .waiting
                     .insert((recovery.start_backup_us, job_id, machine_id));
-                self.publish(job, DeadlineAction::Wait, now_us, Some(recovery), effects);
+                self.publish(
+                    job,
+                    DeadlineAction::Wait,
+                    now_us,
+                    Some(recovery),
+                    None,
+                    effects,
+                );
             }
         }
     }
 
-    /// `machine_id` runs again: its waiting groups stay where they are.
+    /// `machine_id` runs again: its waiting groups stay where they are;
+    /// the elastic fleets it is in take it back.
     pub(super) fn resumed(&mut self, machine_id: u64, now_us: u64, effects: &mut Effects) {
+        self.fleets_on(machine_id, now_us, effects, |fleet, now, vm, terms| {
+            fleet.resume(now, vm, terms);
+        });
         for (job, recovery) in self.take_waiting(machine_id) {
             let recovery = Recovery {
                 state: RecoveryState::Resumed,
                 ..recovery
             };
-            self.publish(job, DeadlineAction::Resume, now_us, Some(recovery), effects);
+            self.publish(
+                job,
+                DeadlineAction::Resume,
+                now_us,
+                Some(recovery),
+                None,
+                effects,
+            );
         }
     }
 
-    /// `machine_id` is gone: its waiting groups move now.
+    /// `machine_id` is gone: its waiting groups move now, and the elastic
+    /// fleets it is in count it hibernated for good.
     pub(super) fn machine_gone(&mut self, machine_id: u64, now_us: u64, effects: &mut Effects) {
+        self.fleets_on(machine_id, now_us, effects, |fleet, now, vm, terms| {
+            fleet.hibernate(now, vm, terms);
+        });
         for (job, recovery) in self.take_waiting(machine_id) {
             self.migrate(job, recovery, now_us, effects);
+        }
+    }
+
+    /// Apply `step` to the VM `machine_id` plays in each elastic fleet,
+    /// and publish what it changed.
+    fn fleets_on(
+        &mut self,
+        machine_id: u64,
+        now_us: u64,
+        effects: &mut Effects,
+        step: impl Fn(&mut Fleet, u64, usize, Terms),
+    ) {
+        let Some(planner) = &self.planner else {
+            return;
+        };
+        let mut changed = Vec::new();
+        for (&job_id, job) in &mut self.state.jobs {
+            let Some(fleet) = &mut job.fleet else {
+                continue;
+            };
+            let Some(vm) = fleet.vm_of(machine_id) else {
+                continue;
+            };
+            let now = planner.periods_since(job.planned_us, now_us);
+            step(fleet, now, vm, planner.terms(job.planned_us));
+            changed.push((job_id, fleet.take_changes()));
+        }
+        for (job_id, changes) in changed {
+            self.fleet_changed(job_id, changes, now_us, effects);
         }
     }
 
@@ -393,6 +618,7 @@ impl Deadlines {
             DeadlineAction::Migrate,
             now_us,
             Some(recovery),
+            None,
             effects,
         );
     }
@@ -531,11 +757,21 @@ impl Deadlines {
         action: DeadlineAction,
         now_us: u64,
         recovery: Option<Recovery>,
+        fleet: Option<FleetChange>,
         effects: &mut Effects,
     ) {
         job.record.version += 1;
         if let Some(recovery) = &recovery {
             job.set_recovery(recovery.clone());
+        }
+        if let (Some(planner), Some(f)) = (&self.planner, &job.fleet) {
+            job.record.fleet = Some(FleetRecord {
+                vms: (0..f.nodes().len())
+                    .map(|vm| fleet_vm(planner, job.planned_us, f, vm))
+                    .collect(),
+                queued: f.queued() as u32,
+                task_runtime_us: (f.mean_s() * 1e6).round() as u64,
+            });
         }
         let record = &job.record;
         let decision = DeadlineDecision {
@@ -551,6 +787,7 @@ impl Deadlines {
             reason: (action == DeadlineAction::Unplanned)
                 .then(|| record.reason.clone())
                 .flatten(),
+            fleet,
         };
         effects.outputs.push(Output::Deadline {
             decision,
@@ -565,6 +802,19 @@ impl Deadlines {
 
     pub(super) fn restore(&mut self, state: DeadlineState) {
         self.state = state;
+    }
+}
+
+/// VM `vm` of the fleet of a job planned at `planned_us`, as published.
+fn fleet_vm(planner: &Planner, planned_us: u64, fleet: &Fleet, vm: usize) -> FleetVm {
+    let node = &fleet.nodes()[vm];
+    FleetVm {
+        vm_type: planner.catalogue.types[node.kind].name.clone(),
+        market: node.market,
+        machine_id: node.machine_id,
+        bought_us: node.added.then(|| planned_us + planner.us(node.bought)),
+        draining: node.draining,
+        hibernated: node.hibernated,
     }
 }
 

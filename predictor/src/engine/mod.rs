@@ -76,7 +76,8 @@ use jobcast_ingest::config::ConfigError;
 
 pub use clock::{Held, MAX_HELD_PER_PARTITION, Origin, Refused};
 pub use config::{
-    BathtubPrior, CapacitySettings, DeadlineSettings, EngineConfig, RiskSettings, live_policies,
+    BathtubPrior, CapacitySettings, DeadlineSettings, EngineConfig, FleetMode, RiskSettings,
+    live_policies,
 };
 use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
@@ -85,7 +86,7 @@ use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
     CapacityDecision, ClusterRecord, DeadlineAction, DeadlineDecision, DeadlinePlan,
-    DeadlineRecord, ERROR_PCT_BOUNDS, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask,
+    DeadlineRecord, ERROR_PCT_BOUNDS, FleetChange, FleetRecord, FleetVm, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask,
     PlannedVm, PolicyErrors, PredictionError, Recovery, RecoveryState, TaskRecord,
 };
 use snapshot::HistoryPart;
@@ -587,7 +588,7 @@ impl Engine {
             self.place_on_vm(event, effects);
         }
         self.count_long(event);
-        self.track_deadline_task(event);
+        self.track_deadline_task(event, effects);
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
@@ -836,13 +837,19 @@ impl Engine {
     }
 
     /// Follow where a deadline job's tasks run (`deadlines.rs`).
-    fn track_deadline_task(&mut self, task: &TaskEvent) {
+    fn track_deadline_task(&mut self, task: &TaskEvent, effects: &mut Effects) {
         let key = (task.job_id, task.task_index);
         if task.kind == TaskKind::Schedule {
-            self.deadlines.task_started(key, task.machine_id);
-        } else if task.kind.ends_attempt() {
+            let vm_type = task
+                .machine_id
+                .and_then(|m| self.machines.get(m))
+                .and_then(|m| m.vm_type.as_deref());
             self.deadlines
-                .task_ended(key, task.kind == TaskKind::Finish);
+                .task_started(key, task.machine_id, vm_type, task.time_us);
+        } else if task.kind.ends_attempt() {
+            let finished = task.kind == TaskKind::Finish;
+            self.deadlines
+                .task_ended(key, finished, task.time_us, effects);
         }
     }
 
@@ -878,11 +885,16 @@ impl Engine {
             if let Some(task) = self.tasks.get(&key)
                 && task.running_since_us().is_some()
             {
-                self.deadlines.task_started(key, task.machine_id());
+                let machine_id = task.machine_id();
+                let vm_type = machine_id
+                    .and_then(|m| self.machines.get(m))
+                    .and_then(|m| m.vm_type.as_deref());
+                self.deadlines
+                    .task_started(key, machine_id, vm_type, now_us);
             }
         }
-        for &index in job.runtimes.keys() {
-            self.deadlines.task_ended((job_id, index), true);
+        for (&index, &runtime_us) in &job.runtimes {
+            self.deadlines.finished_before((job_id, index), runtime_us);
         }
     }
 

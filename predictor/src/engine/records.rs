@@ -257,6 +257,9 @@ pub struct DeadlineDecision {
     pub recovery: Option<Recovery>,
     /// For `unplanned`: why no map was drawn.
     pub reason: Option<String>,
+    /// For `grow` and `drain`: what the elastic fleet changes.
+    #[serde(default)]
+    pub fleet: Option<FleetChange>,
 }
 
 /// What a deadline decision asks of the scheduler.
@@ -276,6 +279,11 @@ pub enum DeadlineAction {
     /// The VM resumed before `start_backup_us`: the waiting is over and
     /// nothing moves.
     Resume,
+    /// The elastic fleet cannot end the job in time: buy these VMs now.
+    Grow,
+    /// The elastic fleet ends the job in time without this VM: give it no
+    /// more of the job's tasks, and release it once its running ones end.
+    Drain,
 }
 
 impl DeadlineAction {
@@ -286,6 +294,8 @@ impl DeadlineAction {
             DeadlineAction::Wait => "wait",
             DeadlineAction::Migrate => "migrate",
             DeadlineAction::Resume => "resume",
+            DeadlineAction::Grow => "grow",
+            DeadlineAction::Drain => "drain",
         }
     }
 }
@@ -373,6 +383,49 @@ pub struct DeadlineRecord {
     pub reason: Option<String>,
     /// By hibernated VM, the latest hibernation's group.
     pub recoveries: Vec<Recovery>,
+    /// With `engine.deadlines.fleet = "elastic"`: the fleet as it stands.
+    #[serde(default)]
+    pub fleet: Option<FleetRecord>,
+}
+
+/// A deadline job's elastic fleet as it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetRecord {
+    /// Its VMs: the primary map's, then those bought, in that order.
+    pub vms: Vec<FleetVm>,
+    /// Tasks no VM runs.
+    pub queued: u32,
+    /// The task runtime the fleet assumes, µs on the baseline core: the
+    /// Kaplan–Meier mean of the ended tasks, the running ones censored at
+    /// their age; the plan's until a task ends.
+    pub task_runtime_us: u64,
+}
+
+/// A VM of an elastic fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetVm {
+    pub vm_type: String,
+    pub market: crate::deadlines::Market,
+    /// The machine that plays it, once one ran a task of the job.
+    pub machine_id: Option<u64>,
+    /// When it was bought (`grow`), µs of event time; none for the map's.
+    pub bought_us: Option<u64>,
+    /// It takes no more of the job's tasks.
+    pub draining: bool,
+    pub hibernated: bool,
+}
+
+/// What a `grow` or `drain` decision changes in the elastic fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetChange {
+    /// `grow`: the VMs to buy now.
+    pub buy: Vec<FleetVm>,
+    /// `drain`: the machine to give no more of the job's tasks.
+    pub drain_machine_id: Option<u64>,
+    /// Tasks no VM runs, after the change.
+    pub queued: u32,
+    /// The task runtime the decision assumes, µs on the baseline core.
+    pub task_runtime_us: u64,
 }
 
 /// What one cluster of a federation holds now: `GET /clusters`, and the

@@ -2041,6 +2041,155 @@ fn a_deadline_job_is_planned_and_a_hibernation_waits_then_migrates() {
     assert!(engine.deadline(2).is_none());
 }
 
+/// Task `index` of job `job` on machine `machine`.
+fn task_at(job: u64, index: u32, t: u64, kind: &str, machine: u64) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"task","time_us":{t},"job_id":{job},"task_index":{index},"kind":"{kind}","machine_id":{machine}}}"#
+    ))
+}
+
+/// A spot VM `id` of type `vm_type` joining at `t`.
+fn vm_of_type(id: u64, t: u64, vm_type: &str) -> Event {
+    event(&format!(
+        r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":{id},"kind":"add","vm_type":"{vm_type}","zone":"z","preemptible":true,"launch_time_us":{t}}}"#
+    ))
+}
+
+/// With `engine.deadlines.fleet = "elastic"`, the map's VMs are bound to
+/// the machines their types run on; a VM about to open a new billing slot
+/// that the rest can do without drains; a hibernation requeues its tasks
+/// and buys VMs for them instead of waiting for `start_bkp`; a machine of
+/// a bought type is bound to the VM bought; and a restored engine goes on
+/// as the one that wrote the snapshot.
+#[test]
+fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
+    let mut config = deadline_config();
+    config.deadlines.fleet = FleetMode::Elastic;
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    effects.clear();
+    // Four tasks of 50 GB each, by a deadline of 10 h: one task at a time
+    // per VM, two per VM within the 5 h occupation limit.
+    let t0 = 11 * HOUR;
+    let deadline_us = t0 + 10 * HOUR;
+    let submit = event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{deadline_us}}}"#
+    ));
+    engine.apply(AT, &submit, &mut effects).unwrap();
+    let plan = deadline_decisions(&effects)[0].clone();
+    let map = plan.plan.as_ref().unwrap();
+    assert!(map.vms.len() >= 2, "{map:?}");
+    let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
+    assert_eq!(fleet.vms.len(), map.vms.len());
+    assert_eq!(fleet.queued, 4);
+    assert_eq!(fleet.task_runtime_us, map.task_runtime_us);
+    effects.clear();
+    // Machines 11 and 12 play the map's first two VMs; each starts the
+    // first task the map put on it.
+    let (a, b) = (&map.vms[0], &map.vms[1]);
+    for (id, vm) in [(11, a), (12, b)] {
+        engine
+            .apply(AT, &vm_of_type(id, t0, &vm.vm_type), &mut effects)
+            .unwrap();
+        let first = vm.tasks[0].task_index;
+        engine
+            .apply(AT, &task_at(2, first, t0 + 60_000_000, "schedule", id), &mut effects)
+            .unwrap();
+    }
+    assert!(deadline_decisions(&effects).is_empty());
+    effects.clear();
+
+    // A's task ends at 55 min: the next one would take it past its paid
+    // hour, and B ends the other two by the limit: A drains.
+    let minute = 60_000_000;
+    engine
+        .apply(
+            AT,
+            &task_at(2, a.tasks[0].task_index, t0 + 55 * minute, "finish", 11),
+            &mut effects,
+        )
+        .unwrap();
+    let drain = deadline_decisions(&effects);
+    assert_eq!(drain.len(), 1, "{drain:?}");
+    assert_eq!(drain[0].action, DeadlineAction::Drain);
+    assert_eq!(drain[0].version, 2);
+    let change = drain[0].fleet.as_ref().unwrap();
+    assert_eq!(change.drain_machine_id, Some(11));
+    assert!(change.buy.is_empty());
+    assert!(change.task_runtime_us > map.task_runtime_us / 10);
+    // The record, as of the latest decision: machines 11 and 12 play the
+    // map's VMs, two tasks wait.
+    let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
+    assert_eq!(fleet.vms[0].machine_id, Some(11));
+    assert_eq!(fleet.vms[1].machine_id, Some(12));
+    assert!(fleet.vms[0].draining && !fleet.vms[1].draining);
+    assert_eq!(fleet.queued, 2);
+    effects.clear();
+
+    // B hibernates: no VM of the fleet can run the three tasks left, so
+    // it buys VMs for them at once; no recovery group waits.
+    engine
+        .apply(
+            AT,
+            &event(&format!(
+                r#"{{"v":1,"type":"machine","time_us":{},"machine_id":12,"kind":"hibernate"}}"#,
+                t0 + 60 * minute
+            )),
+            &mut effects,
+        )
+        .unwrap();
+    let grow = deadline_decisions(&effects);
+    assert_eq!(grow.len(), 1, "{grow:?}");
+    assert_eq!(grow[0].action, DeadlineAction::Grow);
+    let change = grow[0].fleet.as_ref().unwrap();
+    assert!(!change.buy.is_empty());
+    assert_eq!(change.queued, 3);
+    assert!(
+        change
+            .buy
+            .iter()
+            .all(|vm| vm.bought_us == Some(t0 + 60 * minute) && vm.machine_id.is_none())
+    );
+    let bought = change.buy[0].vm_type.clone();
+    let record = engine.deadline(2).unwrap().clone();
+    assert!(record.recoveries.is_empty());
+    assert!(record.fleet.as_ref().unwrap().vms[1].hibernated);
+
+    // After a snapshot, a machine of the bought type takes a task, playing
+    // the VM bought, and hibernates: its task goes back to the queue, and
+    // the fleet grows again, in both engines alike.
+    engine.release_ended();
+    let snapshot = engine.snapshot().unwrap();
+    let mut restored = Engine::restore(&config, &snapshot).unwrap();
+    let mut outcomes = Vec::new();
+    for engine in [&mut engine, &mut restored] {
+        let mut effects = Effects::default();
+        let t = t0 + 63 * minute;
+        engine
+            .apply(AT, &vm_of_type(13, t, &bought), &mut effects)
+            .unwrap();
+        engine
+            .apply(AT, &task_at(2, b.tasks[0].task_index, t, "schedule", 13), &mut effects)
+            .unwrap();
+        assert!(deadline_decisions(&effects).is_empty());
+        let hibernate = format!(
+            r#"{{"v":1,"type":"machine","time_us":{},"machine_id":13,"kind":"hibernate"}}"#,
+            t + minute
+        );
+        engine.apply(AT, &event(&hibernate), &mut effects).unwrap();
+        let grow = deadline_decisions(&effects);
+        assert_eq!(grow.len(), 1, "{grow:?}");
+        assert_eq!((grow[0].action, grow[0].version), (DeadlineAction::Grow, 4));
+        assert_eq!(grow[0].fleet.as_ref().unwrap().queued, 3);
+        let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
+        let played = &fleet.vms[map.vms.len()];
+        assert_eq!((played.machine_id, played.hibernated), (Some(13), true));
+        outcomes.push((grow[0].clone(), engine.deadline(2).unwrap().clone()));
+    }
+    assert_eq!(outcomes[0], outcomes[1], "the snapshot holds the fleet");
+}
+
 /// With a spot price series in the catalogue, a plan is drawn at the
 /// prices in effect when it is made: once spot is dearer than on demand,
 /// the map buys on demand.

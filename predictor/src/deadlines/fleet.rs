@@ -1,0 +1,714 @@
+//! An elastic fleet for one bag of tasks: the primary map's VMs to begin
+//! with, then grown and drained on what the bag's ended tasks teach. The
+//! simulator (`jobcast_replay::deadlines::run_elastic`) carries it out
+//! against the truth; the engine (`engine/deadlines.rs`) follows a live
+//! job with it and publishes its `grow` and `drain` decisions. Which task
+//! runs where is the bag's runtime's business (each free core pulls the
+//! next task); the fleet decides only how many VMs of which types.
+//!
+//! - **Drain.** A VM that would open a new billing slot for its next task
+//!   stops taking tasks when the others can finish the bag by the map's
+//!   occupation limit without it ([`Fleet::takes_next`]).
+//! - **Grow.** When the fleet cannot finish the bag by halfway from the
+//!   limit to the deadline, VMs are bought for the tasks it would leave
+//!   over (Algorithm 1 on those tasks, in the time left), and no more
+//!   until they have booted ([`Fleet::grow`]).
+//! - **The runtime every decision assumes** is the Kaplan–Meier mean of
+//!   the bag's tasks, the ended ones observed and the running ones
+//!   censored at their age, so that the short tasks that end first do not
+//!   pass for the bag; before any task ends, the estimate the maps were
+//!   drawn at.
+//! - **Hibernation** keeps a VM's memory: its tasks are suspended, and each
+//!   also goes back to the head of the queue, since when the VM resumes is
+//!   not known ([`Fleet::hibernate`]). On resume a suspended task goes on
+//!   unless a copy elsewhere is further on, or going on would keep a VM
+//!   the fleet does not need past its paid slot ([`Fleet::resume`]).
+//!   Whichever run of a task ends first stops the others ([`Fleet::end`]).
+//!
+//! Time is the maps' periods, counted from the job's start. A VM is
+//! billed in whole slots for the time it runs, from its purchase to its
+//! last task's end, less the time it hibernated.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Catalogue, Clock, Maps, Market, Task, VmType, primary_map};
+
+/// The bag's tasks in the order the map placed them.
+pub fn pool(maps: &Maps) -> VecDeque<u32> {
+    let mut order: Vec<(u64, usize, u32)> = maps
+        .primary
+        .vms
+        .iter()
+        .enumerate()
+        .flat_map(|(j, vm)| vm.placements.iter().map(move |p| (p.start, j, p.task)))
+        .collect();
+    order.sort_unstable();
+    order.into_iter().map(|(_, _, id)| id).collect()
+}
+
+/// How many of the bag's `tasks` a VM of type `t` runs at once: its cores,
+/// fewer if its memory holds fewer of the bag's largest task.
+pub fn task_slots(t: &VmType, tasks: &[Task]) -> usize {
+    let memory = tasks.iter().map(|x| x.memory_gb).fold(0.0, f64::max);
+    let by_memory = if memory > 0.0 {
+        (t.memory_gb / memory).floor() as usize
+    } else {
+        usize::from(t.cores)
+    };
+    usize::from(t.cores).min(by_memory.max(1))
+}
+
+/// What a fleet's decisions read: the VM types and the maps' clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Terms<'a> {
+    pub catalogue: &'a Catalogue,
+    pub clock: &'a Clock,
+    /// The job's start, µs of event time: spot VMs are bought at the
+    /// prices in effect then plus the periods since.
+    pub start_us: u64,
+}
+
+impl Terms<'_> {
+    fn vm_type(&self, node: &Node) -> &VmType {
+        &self.catalogue.types[node.kind]
+    }
+}
+
+/// A task's run on a slot of a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub task: u32,
+    /// When it started, later by the time its VM hibernated.
+    pub since: u64,
+    /// It went on after its VM resumed.
+    pub resumed: bool,
+}
+
+/// A VM of the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Its type in the catalogue.
+    pub kind: usize,
+    pub market: Market,
+    /// The machine that plays it, once one ran a task of the bag (live).
+    pub machine_id: Option<u64>,
+    /// When it was bought: its slots are priced from here.
+    pub bought: u64,
+    /// Bought while the job ran ([`Fleet::grow`]), not one of the map's.
+    pub added: bool,
+    /// When it can run tasks (after its boot, or its resume).
+    ready: u64,
+    /// Per task slot, the run it holds.
+    running: Vec<Option<Run>>,
+    /// Per task slot, the generation of its run: a run stopped by a
+    /// hibernation, or by its task ending elsewhere, voids its end.
+    generation: Vec<u64>,
+    /// Periods it ran before its last hibernation, and since when it has
+    /// run after it (or since its purchase).
+    active: u64,
+    active_since: u64,
+    /// When its last task ended.
+    pub last_end: u64,
+    /// It was started: bought while the job ran, or a VM of the map that
+    /// took a task (one that never did was never booted).
+    pub booted: bool,
+    /// It takes no more tasks.
+    pub draining: bool,
+    pub hibernated: bool,
+    /// When its last hibernation began.
+    stopped_at: u64,
+}
+
+impl Node {
+    fn new(kind: usize, market: Market, bought: u64, ready: u64, slots: usize) -> Node {
+        Node {
+            kind,
+            market,
+            machine_id: None,
+            bought,
+            added: false,
+            ready,
+            running: vec![None; slots],
+            generation: vec![0; slots],
+            active: 0,
+            active_since: bought,
+            last_end: bought,
+            booted: false,
+            draining: false,
+            hibernated: false,
+            stopped_at: 0,
+        }
+    }
+
+    /// Periods it has been billed for by the end of its last task.
+    pub fn billed(&self) -> u64 {
+        self.active + self.last_end.saturating_sub(self.active_since)
+    }
+
+    /// Its task slots.
+    pub fn slots(&self) -> usize {
+        self.running.len()
+    }
+
+    /// The run slot `slot` holds.
+    pub fn run(&self, slot: usize) -> Option<Run> {
+        self.running[slot]
+    }
+
+    /// The generation of slot `slot`'s run.
+    pub fn generation(&self, slot: usize) -> u64 {
+        self.generation[slot]
+    }
+
+    /// When it can take tasks.
+    pub fn ready(&self) -> u64 {
+        self.ready
+    }
+
+    /// The end of the last slot it has paid for by `now`.
+    fn paid_until(&self, now: u64, clock: &Clock) -> u64 {
+        let ran = self.active + (now - self.active_since);
+        now + clock.slots(ran).max(1) * clock.slot_periods - ran
+    }
+
+    /// The tasks of `mean_s` each it can still run by `horizon`, in
+    /// fractions of a task: per slot, from when its running task is
+    /// expected to end (none while it hibernates: when it resumes is not
+    /// known).
+    fn spare(&self, now: u64, horizon: u64, mean_s: f64, t: &VmType, clock: &Clock) -> f64 {
+        if self.draining || self.hibernated {
+            return 0.0;
+        }
+        let per = clock.periods(mean_s * t.slowdown).max(1);
+        self.running
+            .iter()
+            .map(|slot| {
+                let free = match slot {
+                    Some(run) => (run.since + per).max(now),
+                    None => now.max(self.ready),
+                };
+                horizon.saturating_sub(free) as f64 / per as f64
+            })
+            .sum()
+    }
+
+    /// Stop the run in `slot`: its end is void.
+    fn stop(&mut self, slot: usize) {
+        self.running[slot] = None;
+        self.generation[slot] += 1;
+    }
+}
+
+/// The Kaplan–Meier mean of a runtime from `ended` runtimes and the ages
+/// of the `running` (censored), restricted to the longest observation,
+/// seconds; `None` before any task has ended. The restriction errs short
+/// while long tasks run; each end corrects it, and the occupation limit
+/// leaves the deadline's other half for what it missed.
+fn km_mean(ended: &[f64], running: &[f64]) -> Option<f64> {
+    if ended.is_empty() {
+        return None;
+    }
+    let mut all: Vec<(f64, bool)> = ended
+        .iter()
+        .map(|&x| (x, true))
+        .chain(running.iter().map(|&x| (x, false)))
+        .collect();
+    // At a tie an end comes before a censoring, as Kaplan–Meier has it.
+    all.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+    let (mut survival, mut mean, mut previous) = (1.0, 0.0, 0.0);
+    let mut at_risk = all.len() as f64;
+    for &(time, ended) in &all {
+        mean += survival * (time - previous);
+        previous = time;
+        if ended {
+            survival *= 1.0 - 1.0 / at_risk;
+        }
+        at_risk -= 1.0;
+    }
+    Some(mean)
+}
+
+/// What a fleet's step changed that its driver acts on: the simulator
+/// schedules the freed slots and counts the rest; the engine publishes
+/// the purchases and drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Slot `slot` of VM `vm` can take a task at `at` (of this generation).
+    Free {
+        at: u64,
+        vm: usize,
+        slot: usize,
+        generation: u64,
+    },
+    /// VM `vm` was bought.
+    Bought { vm: usize },
+    /// VM `vm` takes no more tasks.
+    Drained { vm: usize },
+}
+
+/// The elastic fleet of one bag: its VMs, the tasks not yet started, and
+/// what the ended ones showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    /// The bag's tasks (their memory: runtimes are the fleet's mean).
+    tasks: Vec<Task>,
+    boot: u64,
+    /// The occupation limit it drains to, the time past which it grows,
+    /// and the deadline.
+    limit: u64,
+    grow_by: u64,
+    deadline: u64,
+    nodes: Vec<Node>,
+    /// The tasks no VM runs, the next first.
+    queue: VecDeque<u32>,
+    /// Runtimes of the ended tasks, seconds on the baseline core.
+    ended: Vec<f64>,
+    /// The runtime every decision assumes, seconds on the baseline core.
+    mean_s: f64,
+    #[serde(skip)]
+    changes: Vec<Change>,
+}
+
+impl Fleet {
+    /// The fleet of `maps`' primary VMs, none booted yet, for the bag's
+    /// `tasks`, trusting `planned_s` until a task ends.
+    pub fn new(maps: &Maps, tasks: &[Task], terms: Terms, planned_s: f64) -> Fleet {
+        let limit = maps.primary.limit;
+        let deadline = maps.primary.deadline;
+        let mut fleet = Fleet {
+            tasks: tasks.to_vec(),
+            boot: terms.clock.periods(terms.catalogue.boot_s as f64),
+            limit,
+            // Between the limit and halfway to the deadline the fleet stays
+            // as it is: drained to the one, grown past the other.
+            grow_by: limit + deadline.saturating_sub(limit) / 2,
+            deadline,
+            nodes: Vec::new(),
+            queue: pool(maps),
+            ended: Vec::new(),
+            mean_s: planned_s,
+            changes: Vec::new(),
+        };
+        for vm in &maps.primary.vms {
+            let t = &terms.catalogue.types[vm.kind];
+            fleet
+                .nodes
+                .push(Node::new(vm.kind, vm.market, 0, 0, task_slots(t, tasks)));
+            let j = fleet.nodes.len() - 1;
+            for slot in 0..fleet.nodes[j].slots() {
+                fleet.free_at(0, j, slot);
+            }
+        }
+        fleet
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The tasks no VM runs.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The runtime the fleet assumes, seconds on the baseline core.
+    pub fn mean_s(&self) -> f64 {
+        self.mean_s
+    }
+
+    pub fn deadline(&self) -> u64 {
+        self.deadline
+    }
+
+    /// What the last steps changed, oldest first; taken once.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    fn free_at(&mut self, at: u64, vm: usize, slot: usize) {
+        let generation = self.nodes[vm].generation[slot];
+        self.changes.push(Change::Free {
+            at,
+            vm,
+            slot,
+            generation,
+        });
+    }
+
+    fn spare(&self, now: u64, horizon: u64, without: Option<usize>, terms: Terms) -> f64 {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != without)
+            .map(|(_, n)| n.spare(now, horizon, self.mean_s, terms.vm_type(n), terms.clock))
+            .sum()
+    }
+
+    /// The VM machine `machine_id` (of type `vm_type`, if known) plays:
+    /// the one it played before, else the first VM no machine plays yet of
+    /// its type (of any type when the type is not known); `None` when
+    /// every VM has its machine.
+    pub fn bind(&mut self, machine_id: u64, vm_type: Option<&str>, terms: Terms) -> Option<usize> {
+        if let Some(j) = self
+            .nodes
+            .iter()
+            .position(|n| n.machine_id == Some(machine_id))
+        {
+            return Some(j);
+        }
+        let j = self.nodes.iter().position(|n| {
+            n.machine_id.is_none() && vm_type.is_none_or(|t| terms.vm_type(n).name == t)
+        })?;
+        self.nodes[j].machine_id = Some(machine_id);
+        Some(j)
+    }
+
+    /// The VM machine `machine_id` plays, if it plays one.
+    pub fn vm_of(&self, machine_id: u64) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.machine_id == Some(machine_id))
+    }
+
+    /// Task `task` ended where the fleet did not follow it (before the
+    /// fleet was drawn, on a machine beyond its VMs, or on a VM whose run
+    /// of it the fleet had stopped) at `now`, after `base_s` on the
+    /// baseline core if known: it leaves the queue, its other runs stop,
+    /// and its runtime counts at the next end.
+    pub fn done_elsewhere(&mut self, now: u64, task: u32, base_s: Option<f64>) {
+        self.queue.retain(|&queued| queued != task);
+        self.ended.extend(base_s);
+        for i in 0..self.nodes.len() {
+            while let Some(slot) = self.slot_of(i, task) {
+                let node = &mut self.nodes[i];
+                node.stop(slot);
+                if !node.hibernated {
+                    node.last_end = node.last_end.max(now);
+                    self.free_at(now, i, slot);
+                }
+            }
+        }
+    }
+
+    /// The task VM `vm` takes next, if it should take one at `now`: yes
+    /// within the slot it has paid for; past it, only if the others cannot
+    /// end the queue by the occupation limit without it (else it drains).
+    pub fn takes_next(&mut self, now: u64, vm: usize, terms: Terms) -> Option<u32> {
+        let next = *self.queue.front()?;
+        let per = terms
+            .clock
+            .periods(self.mean_s * terms.vm_type(&self.nodes[vm]).slowdown);
+        self.keeps_working(now, vm, per, terms).then_some(next)
+    }
+
+    /// Whether VM `vm` runs a task expected to take `per` more periods.
+    fn keeps_working(&mut self, now: u64, vm: usize, per: u64, terms: Terms) -> bool {
+        let node = &self.nodes[vm];
+        if now + per <= node.paid_until(now, terms.clock) {
+            true
+        } else if node.draining {
+            false
+        } else if self.queue.len() as f64 <= self.spare(now, self.limit, Some(vm), terms).floor() {
+            self.nodes[vm].draining = true;
+            self.changes.push(Change::Drained { vm });
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Task `task` started at `now` on VM `vm`, in slot `slot` if given
+    /// (the simulator's), else the first free one (a live machine may run
+    /// more at once than its type's slots say: it gets another). The task
+    /// leaves the queue.
+    pub fn start(&mut self, now: u64, vm: usize, slot: Option<usize>, task: u32) -> usize {
+        if let Some(at) = self.queue.iter().position(|&queued| queued == task) {
+            self.queue.remove(at);
+        }
+        let node = &mut self.nodes[vm];
+        let slot = slot
+            .or_else(|| node.running.iter().position(Option::is_none))
+            .unwrap_or_else(|| {
+                node.running.push(None);
+                node.generation.push(0);
+                node.running.len() - 1
+            });
+        node.running[slot] = Some(Run {
+            task,
+            since: now,
+            resumed: false,
+        });
+        node.booted = true;
+        slot
+    }
+
+    /// The slot of VM `vm` that runs `task`.
+    pub fn slot_of(&self, vm: usize, task: u32) -> Option<usize> {
+        self.nodes[vm]
+            .running
+            .iter()
+            .position(|run| run.is_some_and(|r| r.task == task))
+    }
+
+    /// The run in slot `slot` of VM `vm` ended at `now`, its task done, it
+    /// having taken `base_s` on the baseline core (`None`: as long as it
+    /// ran, by the VM's slowdown): learn from it, and stop the task's other
+    /// runs (suspended by a hibernation, or started again elsewhere).
+    /// Returns the run.
+    pub fn end(
+        &mut self,
+        now: u64,
+        vm: usize,
+        slot: usize,
+        base_s: Option<f64>,
+        terms: Terms,
+    ) -> Option<Run> {
+        let run = self.nodes[vm].running[slot].take()?;
+        let id = run.task;
+        let period_s = terms.clock.period_s;
+        let slowdown = terms.vm_type(&self.nodes[vm]).slowdown;
+        self.ended.push(base_s.unwrap_or(
+            ((now.saturating_sub(run.since)) * period_s) as f64 / slowdown,
+        ));
+        self.nodes[vm].last_end = now;
+        self.queue.retain(|&queued| queued != id);
+        for i in 0..self.nodes.len() {
+            for other in 0..self.nodes[i].running.len() {
+                if self.nodes[i].running[other].is_some_and(|run| run.task == id) {
+                    let node = &mut self.nodes[i];
+                    node.stop(other);
+                    if !node.hibernated {
+                        // It ran until now, and its slot takes the next task.
+                        node.last_end = node.last_end.max(now);
+                        self.free_at(now, i, other);
+                    }
+                }
+            }
+        }
+        let ages: Vec<f64> = self
+            .nodes
+            .iter()
+            .filter(|n| !n.hibernated)
+            .flat_map(|n| {
+                let slowdown = terms.vm_type(n).slowdown;
+                n.running
+                    .iter()
+                    .flatten()
+                    .map(move |run| ((now - run.since) * period_s) as f64 / slowdown)
+            })
+            .collect();
+        if let Some(mean) = km_mean(&self.ended, &ages) {
+            self.mean_s = mean;
+        }
+        Some(run)
+    }
+
+    /// A run of `task` that was not the fleet's to count (a live attempt
+    /// that failed, or was killed) stopped on VM `vm`: its task goes back
+    /// to the head of the queue unless another run of it goes on.
+    pub fn lost(&mut self, now: u64, vm: usize, task: u32) {
+        let Some(slot) = self.slot_of(vm, task) else {
+            return;
+        };
+        self.nodes[vm].stop(slot);
+        self.nodes[vm].last_end = self.nodes[vm].last_end.max(now);
+        if !self.runs_elsewhere(task) && !self.queue.contains(&task) {
+            self.queue.push_front(task);
+        }
+    }
+
+    fn runs_elsewhere(&self, task: u32) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| !n.hibernated && n.running.iter().flatten().any(|run| run.task == task))
+    }
+
+    /// Buy VMs for the tasks the fleet cannot end in time, unless VMs
+    /// bought before are still booting: by `grow_by`, or by the deadline
+    /// once `grow_by` is too close for a boot.
+    pub fn grow(&mut self, now: u64, terms: Terms) {
+        if self.queue.is_empty() || self.nodes.iter().any(|n| n.ready > now && !n.hibernated) {
+            return;
+        }
+        let horizon = if now + self.boot < self.grow_by {
+            self.grow_by
+        } else {
+            self.deadline
+        };
+        let spare = self.spare(now, horizon, None, terms);
+        if self.queue.len() as f64 <= spare {
+            return;
+        }
+        let over: Vec<Task> = self
+            .queue
+            .iter()
+            .skip(spare as usize)
+            .map(|&id| Task {
+                base_s: self.mean_s,
+                ..self.task(id)
+            })
+            .collect();
+        let window = horizon.saturating_sub(now + self.boot).max(1);
+        let clock = terms.clock;
+        let priced = terms
+            .catalogue
+            .priced_at(terms.start_us + now * clock.period_s * 1_000_000);
+        for vm in primary_map(&over, &priced, clock, window, 1.0, true).vms {
+            let slots = task_slots(&terms.catalogue.types[vm.kind], &self.tasks);
+            let ready = now + self.boot;
+            self.nodes
+                .push(Node::new(vm.kind, vm.market, now, ready, slots));
+            let j = self.nodes.len() - 1;
+            self.nodes[j].booted = true;
+            self.nodes[j].added = true;
+            self.changes.push(Change::Bought { vm: j });
+            for slot in 0..slots {
+                self.free_at(ready, j, slot);
+            }
+        }
+    }
+
+    fn task(&self, id: u32) -> Task {
+        *self
+            .tasks
+            .iter()
+            .find(|t| t.id == id)
+            .expect("a task of the bag")
+    }
+
+    /// VM `vm` hibernates at `now`. Hibernation keeps its memory, so its
+    /// running tasks are suspended, not lost; but when it resumes is not
+    /// known, so each also goes back to the head of the queue, to start
+    /// over wherever a core frees first, and the fleet grows if the rest
+    /// cannot end them. False, and nothing changes, if nothing ran on it.
+    pub fn hibernate(&mut self, now: u64, vm: usize, terms: Terms) -> bool {
+        let node = &mut self.nodes[vm];
+        if node.hibernated || node.running.iter().all(Option::is_none) {
+            // Nothing runs on it: it has stopped, or not started.
+            return false;
+        }
+        node.hibernated = true;
+        node.stopped_at = now;
+        node.active += now - node.active_since;
+        let mut suspended = Vec::new();
+        for slot in 0..node.running.len() {
+            if let Some(run) = node.running[slot] {
+                suspended.push(run.task);
+                // Its pending end is void.
+                node.generation[slot] += 1;
+            }
+        }
+        for id in suspended {
+            // A task already started again elsewhere is not queued twice.
+            if !self.runs_elsewhere(id) {
+                self.queue.push_front(id);
+            }
+        }
+        // Slots left idle when the queue ran dry take the requeued tasks.
+        let idle: Vec<(usize, usize)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.hibernated && n.ready <= now)
+            .flat_map(|(i, n)| {
+                (0..n.running.len())
+                    .filter(|&slot| n.running[slot].is_none())
+                    .map(move |slot| (i, slot))
+            })
+            .collect();
+        for (i, slot) in idle {
+            self.free_at(now, i, slot);
+        }
+        self.grow(now, terms);
+        true
+    }
+
+    /// VM `vm` resumes at `now`, billed from now: each suspended task goes
+    /// on from where it stopped, and its copy leaves the queue, unless the
+    /// copy started elsewhere has run longer, or going on would keep a VM
+    /// the fleet does not need past its paid slot (then the suspended run
+    /// stops, and the copy stands); its other slots take tasks. Returns
+    /// the runs that go on, by slot.
+    pub fn resume(&mut self, now: u64, vm: usize, terms: Terms) -> Vec<(usize, Run)> {
+        if !self.nodes[vm].hibernated {
+            return Vec::new();
+        }
+        let paused = now - self.nodes[vm].stopped_at;
+        let node = &mut self.nodes[vm];
+        node.hibernated = false;
+        node.active_since = now;
+        node.ready = now;
+        let slowdown = terms.vm_type(&self.nodes[vm]).slowdown;
+        let mut going_on = Vec::new();
+        for slot in 0..self.nodes[vm].running.len() {
+            let Some(Run {
+                task: id, since, ..
+            }) = self.nodes[vm].running[slot]
+            else {
+                self.free_at(now, vm, slot);
+                continue;
+            };
+            // Progress in seconds on the baseline core, here and in the
+            // copy furthest on.
+            let done_here = (self.nodes[vm].stopped_at - since) as f64 / slowdown;
+            let done_elsewhere = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|&(i, n)| i != vm && !n.hibernated)
+                .flat_map(|(_, n)| {
+                    let slowdown = terms.vm_type(n).slowdown;
+                    n.running
+                        .iter()
+                        .flatten()
+                        .filter(move |run| run.task == id)
+                        .map(move |run| (now - run.since) as f64 / slowdown)
+                })
+                .fold(None, |best: Option<f64>, x| {
+                    Some(best.map_or(x, |b| b.max(x)))
+                });
+            let left = terms
+                .clock
+                .periods((self.mean_s - done_here).max(0.0) * slowdown);
+            if done_elsewhere.is_some_and(|there| there >= done_here)
+                || !self.keeps_working(now, vm, left.max(1), terms)
+            {
+                // The copy is further on, or the VM is not needed past
+                // what it has paid for: this run stops.
+                self.nodes[vm].running[slot] = None;
+                self.free_at(now, vm, slot);
+                continue;
+            }
+            if let Some(at) = self.queue.iter().position(|&queued| queued == id) {
+                self.queue.remove(at);
+            }
+            let run = Run {
+                task: id,
+                since: since + paused,
+                resumed: true,
+            };
+            self.nodes[vm].running[slot] = Some(run);
+            going_on.push((slot, run));
+        }
+        going_on
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Kaplan–Meier mean: the plain mean when every task has ended; a
+    /// task still running counts as lasting at least its age.
+    #[test]
+    fn the_mean_counts_running_tasks_as_lasting_at_least_their_age() {
+        assert_eq!(km_mean(&[], &[5.0]), None);
+        assert!((km_mean(&[1.0, 2.0, 6.0], &[]).unwrap() - 3.0).abs() < 1e-9);
+        // One of two ended at 1; the other has run 4 so far.
+        let m = km_mean(&[1.0], &[4.0]).unwrap();
+        assert!((m - 2.5).abs() < 1e-9, "{m}");
+        assert!(m > 1.0);
+    }
+}
