@@ -59,7 +59,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use jobcast_ingest::Format;
-use jobcast_predictor::deadlines::{Catalogue, Clock, Maps, SpotPrice, Task, shortest_deadline};
+use jobcast_predictor::deadlines::{
+    Catalogue, Clock, Maps, SpotPrice, Task, Terms, shortest_deadline,
+};
 use jobcast_predictor::decision::{PolicyKind, Quantiles};
 use jobcast_replay::deadlines::{
     Availability, Hibernation, Outcome, Response, one_hibernation, run, run_dispatched,
@@ -371,6 +373,12 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
     let start_us = spot_prices.as_ref().map_or(0, |p| p.start_us);
     // What the maps are drawn with: the prices when the bags start.
     let planned_catalogue = catalogue.priced_at(start_us);
+    // What an elastic fleet buys with: the prices as they change.
+    let terms = Terms {
+        catalogue: &catalogue,
+        clock: &clock,
+        start_us,
+    };
     let hours = |h: f64| clock.periods(h * 3600.0);
     let trace = jobcast_ingest::open(args.format, &args.trace)
         .with_context(|| format!("opening {} trace", args.format.name()))?;
@@ -611,12 +619,14 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                     .or_default()
                     .add(&go(od, &[], Response::Wait), &clock);
                 let (pilot, pilot_s) = &bag.elastic[level];
-                if let Some(h) =
-                    a.hibernations(pilot, &clock, bag.deadline, seed_of(bag).wrapping_add(k))
+                // The pilot's VMs draw their markets first, as the maps'
+                // do; the VMs it buys draw theirs from the same job.
+                if let Some(mut draw) =
+                    a.draw(&clock, bag.deadline, seed_of(bag).wrapping_add(k))
                 {
-                    let o = run_elastic(
-                        pilot, &bag.truth, &catalogue, &clock, &h, *pilot_s, start_us,
-                    );
+                    let h: Vec<Vec<Hibernation>> =
+                        pilot.primary.vms.iter().map(|vm| draw.vm(vm.market)).collect();
+                    let o = run_elastic(pilot, &bag.truth, terms, &h, Some(&mut draw), *pilot_s);
                     out.entry("elastic").or_default().add(&o, &clock);
                 }
             }
@@ -686,7 +696,7 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
             let (maps, pilot_s) = &bag.elastic[bag.level(level)];
             let h = one_hibernation(maps, seed_of(bag), at(bag), short(bag)).unwrap_or_default();
             elastic.add(
-                &run_elastic(maps, &bag.truth, &catalogue, &clock, &h, *pilot_s, start_us),
+                &run_elastic(maps, &bag.truth, terms, &h, None, *pilot_s),
                 &clock,
             );
         }

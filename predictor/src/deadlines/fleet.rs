@@ -570,6 +570,12 @@ impl Fleet {
         }
     }
 
+    /// VM `vm`, bought on the spot market, could not be had there (no
+    /// zone had capacity): it is bought on demand instead.
+    pub fn bought_on_demand(&mut self, vm: usize) {
+        self.nodes[vm].market = Market::OnDemand;
+    }
+
     fn task(&self, id: u32) -> Task {
         *self
             .tasks

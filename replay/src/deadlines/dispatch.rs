@@ -20,7 +20,7 @@ use jobcast_predictor::deadlines::{
     Catalogue, Change, Clock, Fleet, Maps, Market, Task, Terms, VmType,
 };
 
-use super::{Hibernation, Outcome, true_task};
+use super::{Hibernation, MarketDraw, Outcome, true_task};
 
 /// The price of a VM of type `t` bought at `from` (periods from the job's
 /// start at `start_us`) and run for `periods`: whole slots, at least one,
@@ -104,15 +104,17 @@ enum Step {
 
 /// An elastic run: the fleet, the truth its tasks run to, and what comes
 /// next.
-struct ElasticRun<'a> {
+struct ElasticRun<'a, 'm> {
     fleet: Fleet,
     terms: Terms<'a>,
     truth: &'a [Task],
+    /// The markets the VMs it buys meet, if measured.
+    markets: Option<&'m mut MarketDraw<'a>>,
     steps: BinaryHeap<Reverse<(u64, Step)>>,
     outcome: Outcome,
 }
 
-impl ElasticRun<'_> {
+impl ElasticRun<'_, '_> {
     fn vm_type(&self, vm: usize) -> &VmType {
         &self.terms.catalogue.types[self.fleet.nodes()[vm].kind]
     }
@@ -146,9 +148,34 @@ impl ElasticRun<'_> {
                     };
                     self.steps.push(Reverse((at, step)));
                 }
-                Change::Bought { .. } => self.outcome.vms_added += 1,
+                Change::Bought { vm } => {
+                    self.outcome.vms_added += 1;
+                    self.meet_market(vm);
+                }
                 Change::Drained { .. } => self.outcome.vms_drained += 1,
             }
+        }
+    }
+
+    /// VM `vm`, just bought, meets the outages of the market it is bought
+    /// in ([`MarketDraw::bought`]): each hibernates it. A spot VM that no
+    /// market can supply when it is bought is bought on demand, as an
+    /// operator's provisioning would fall back.
+    fn meet_market(&mut self, vm: usize) {
+        let node = &self.fleet.nodes()[vm];
+        let Some(draw) = self.markets.as_deref_mut() else {
+            return;
+        };
+        if node.market != Market::Spot {
+            return;
+        }
+        let Some(outages) = draw.bought(node.bought) else {
+            self.fleet.bought_on_demand(vm);
+            return;
+        };
+        for h in outages.into_iter().filter(|h| h.start > node.bought) {
+            let step = Step::Hibernate { vm, until: h.end };
+            self.steps.push(Reverse((h.start, step)));
         }
     }
 
@@ -190,26 +217,27 @@ impl ElasticRun<'_> {
 /// The bag carried out by an elastic fleet
 /// ([`jobcast_predictor::deadlines::fleet`] says how), starting from the
 /// primary map's VMs, VM `j` of the map hibernating as `hibernations[j]`
-/// says; `planned_s` is the runtime the maps were drawn at, trusted until
-/// a task ends.
-pub fn run_elastic(
+/// says, and each spot VM bought through the outages of a market drawn
+/// from `markets` (none without); `planned_s` is the runtime the maps were
+/// drawn at, trusted until a task ends.
+pub fn run_elastic<'a>(
     maps: &Maps,
-    truth: &[Task],
-    catalogue: &Catalogue,
-    clock: &Clock,
+    truth: &'a [Task],
+    terms: Terms<'a>,
     hibernations: &[Vec<Hibernation>],
+    markets: Option<&mut MarketDraw<'a>>,
     planned_s: f64,
-    start_us: u64,
 ) -> Outcome {
-    let terms = Terms {
+    let Terms {
         catalogue,
         clock,
         start_us,
-    };
+    } = terms;
     let mut run = ElasticRun {
         fleet: Fleet::new(maps, truth, terms, planned_s),
         terms,
         truth,
+        markets,
         steps: BinaryHeap::new(),
         outcome: Outcome::default(),
     };
@@ -311,6 +339,15 @@ mod tests {
         assert_eq!((dispatched.hibernations, dispatched.migrations), (0, 0));
     }
 
+    /// The terms of a job starting at 0.
+    fn at_zero<'a>(catalogue: &'a Catalogue, clock: &'a Clock) -> Terms<'a> {
+        Terms {
+            catalogue,
+            clock,
+            start_us: 0,
+        }
+    }
+
     /// A bag of `n` tasks whose runtimes alternate `short` and `long`
     /// hours.
     fn mixed(n: u32, short: f64, long: f64) -> Vec<Task> {
@@ -350,7 +387,7 @@ mod tests {
         let (cat, clock, maps, planned) = drawn_at(&truth, 10.0 / 3.0, 12);
         let dispatched = run_dispatched(&maps, &truth, &cat, &clock, 0);
         assert!(dispatched.missed, "{dispatched:?}");
-        let elastic = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
+        let elastic = run_elastic(&maps, &truth, at_zero(&cat, &clock), &[], None, planned);
         assert!(!elastic.missed, "{elastic:?}");
         assert!(elastic.vms_added > 0, "{elastic:?}");
     }
@@ -363,7 +400,7 @@ mod tests {
         let truth = mixed(300, 4.0, 12.0);
         let (cat, clock, maps, planned) = drawn_at(&truth, 24.0, 16);
         let dispatched = run_dispatched(&maps, &truth, &cat, &clock, 0);
-        let elastic = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
+        let elastic = run_elastic(&maps, &truth, at_zero(&cat, &clock), &[], None, planned);
         assert!(!elastic.missed, "{elastic:?}");
         assert!(elastic.vms_drained > 0, "{elastic:?}");
         assert!(
@@ -380,9 +417,9 @@ mod tests {
     fn an_elastic_fleet_reruns_a_hibernated_vms_tasks_in_time() {
         let truth = mixed(300, 4.0, 12.0);
         let (cat, clock, maps, planned) = drawn_at(&truth, 8.0, 16);
-        let calm = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
+        let calm = run_elastic(&maps, &truth, at_zero(&cat, &clock), &[], None, planned);
         let h = first_spot_hibernates(&maps, 30, 60_000);
-        let out = run_elastic(&maps, &truth, &cat, &clock, &h, planned, 0);
+        let out = run_elastic(&maps, &truth, at_zero(&cat, &clock), &h, None, planned);
         assert_eq!(out.hibernations, 1);
         assert!(!out.missed, "{out:?}");
         assert!(out.cost_usd < 1.5 * calm.cost_usd, "{out:?} {calm:?}");
@@ -393,7 +430,7 @@ mod tests {
             start: 30,
             end: 60_000,
         }]];
-        let out = run_elastic(&maps, &tasks, &cat, &clock, &alone, tasks[0].base_s, 0);
+        let out = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &alone, None, tasks[0].base_s);
         assert_eq!(out.hibernations, 1);
         assert!(out.vms_added > 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
@@ -408,9 +445,9 @@ mod tests {
         // within the slot its VM has paid for.
         let truth = mixed(200, 0.25, 0.5);
         let (cat, clock, maps, planned) = drawn_at(&truth, 0.375, 4);
-        let calm = run_elastic(&maps, &truth, &cat, &clock, &[], planned, 0);
+        let calm = run_elastic(&maps, &truth, at_zero(&cat, &clock), &[], None, planned);
         let brief = first_spot_hibernates(&maps, 5, 7);
-        let out = run_elastic(&maps, &truth, &cat, &clock, &brief, planned, 0);
+        let out = run_elastic(&maps, &truth, at_zero(&cat, &clock), &brief, None, planned);
         assert_eq!(out.hibernations, 1);
         assert!(out.resumed > 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
@@ -421,7 +458,7 @@ mod tests {
             start: 30,
             end: 60_000,
         }]];
-        let out = run_elastic(&maps, &tasks, &cat, &clock, &never, tasks[0].base_s, 0);
+        let out = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &never, None, tasks[0].base_s);
         assert_eq!(out.resumed, 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
     }
@@ -432,7 +469,7 @@ mod tests {
     fn an_elastic_fleet_on_the_planned_truth_keeps_to_the_map() {
         let (tasks, cat, clock, maps) = setup();
         let drawn = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
-        let elastic = run_elastic(&maps, &tasks, &cat, &clock, &[], tasks[0].base_s, 0);
+        let elastic = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &[], None, tasks[0].base_s);
         assert!(!elastic.missed);
         assert_eq!(elastic.vms_added, 0);
         assert!(

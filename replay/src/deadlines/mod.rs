@@ -358,10 +358,8 @@ impl Availability {
 
     /// Hibernations for each of `maps`' VMs over a job of `horizon`
     /// periods: each spot VM in a market drawn with `seed`, the job
-    /// starting at a moment drawn in the markets' common span; a spot VM
-    /// hibernates through each outage of its market (from the job's start
-    /// if its market has no capacity then). `None` if no market's span
-    /// holds the horizon.
+    /// starting at a moment drawn in the markets' common span ([`Self::draw`]).
+    /// `None` if no market's span holds the horizon.
     pub fn hibernations(
         &self,
         maps: &Maps,
@@ -369,6 +367,21 @@ impl Availability {
         horizon: u64,
         seed: u64,
     ) -> Option<Vec<Vec<Hibernation>>> {
+        let mut draw = self.draw(clock, horizon, seed)?;
+        Some(
+            maps.primary
+                .vms
+                .iter()
+                .map(|vm| draw.vm(vm.market))
+                .collect(),
+        )
+    }
+
+    /// The markets a job of `horizon` periods meets, drawn with `seed`:
+    /// it starts at a moment drawn in the markets' common span, and each
+    /// spot VM then takes a market of its own ([`MarketDraw::vm`]). `None`
+    /// if no market's span holds the horizon.
+    pub fn draw(&self, clock: &Clock, horizon: u64, seed: u64) -> Option<MarketDraw<'_>> {
         let period_us = clock.period_s * 1_000_000;
         let horizon_us = horizon * period_us;
         let usable: Vec<&MarketSeries> = self
@@ -388,28 +401,66 @@ impl Availability {
             // No common span holds the job: each market from its own start.
             from
         };
-        Some(
-            maps.primary
-                .vms
-                .iter()
-                .map(|vm| {
-                    let market = usable[rng.random_range(0..usable.len())];
-                    if vm.market != Market::Spot {
-                        return Vec::new();
-                    }
-                    let origin = start_us.clamp(market.span_us.0, market.span_us.1 - horizon_us);
-                    market
-                        .outages_us
-                        .iter()
-                        .filter(|(s, e)| *e > origin && *s < origin + horizon_us)
-                        .map(|&(s, e)| Hibernation {
-                            start: s.saturating_sub(origin) / period_us,
-                            end: (e - origin).div_ceil(period_us),
-                        })
-                        .collect()
-                })
-                .collect(),
-        )
+        Some(MarketDraw {
+            usable,
+            rng,
+            start_us,
+            horizon_us,
+            period_us,
+        })
+    }
+}
+
+/// The spot markets one job meets: each VM it buys draws one.
+pub struct MarketDraw<'a> {
+    usable: Vec<&'a MarketSeries>,
+    rng: ChaCha8Rng,
+    /// The job's start, µs of the markets' time.
+    start_us: u64,
+    horizon_us: u64,
+    period_us: u64,
+}
+
+impl MarketDraw<'_> {
+    /// The hibernations, in periods from the job's start, of a VM bought
+    /// on `market`: a spot VM hibernates through each outage of a market
+    /// drawn for it (from the job's start if its market has no capacity
+    /// then); an on-demand VM never does (a market is drawn all the same,
+    /// so that each VM's draw does not depend on the others' markets).
+    pub fn vm(&mut self, market: Market) -> Vec<Hibernation> {
+        let series = self.usable[self.rng.random_range(0..self.usable.len())];
+        if market != Market::Spot {
+            return Vec::new();
+        }
+        self.outages(series)
+    }
+
+    /// The hibernations of a spot VM bought `at` periods into the job, as
+    /// a provider's failover across zones buys it: in the first market,
+    /// from one drawn on in the markets' order, with capacity at `at`;
+    /// `None` if none has.
+    pub fn bought(&mut self, at: u64) -> Option<Vec<Hibernation>> {
+        let first = self.rng.random_range(0..self.usable.len());
+        let n = self.usable.len();
+        (0..n)
+            .map(|k| self.outages(self.usable[(first + k) % n]))
+            .find(|outages| outages.iter().all(|h| at < h.start || at >= h.end))
+    }
+
+    /// `series`' outages within the job, in periods from its start.
+    fn outages(&self, series: &MarketSeries) -> Vec<Hibernation> {
+        let origin = self
+            .start_us
+            .clamp(series.span_us.0, series.span_us.1 - self.horizon_us);
+        series
+            .outages_us
+            .iter()
+            .filter(|(s, e)| *e > origin && *s < origin + self.horizon_us)
+            .map(|&(s, e)| Hibernation {
+                start: s.saturating_sub(origin) / self.period_us,
+                end: (e - origin).div_ceil(self.period_us),
+            })
+            .collect()
     }
 }
 
@@ -658,5 +709,40 @@ pub(super) mod tests {
         }
         // Too long a job for the series.
         assert!(a.hibernations(&maps, &clock, 200 * 60, 3).is_none());
+    }
+
+    /// A VM bought while the job runs is bought in a market with capacity
+    /// then, whichever the draw starts from; when no market has any, it
+    /// cannot be had on the spot market.
+    #[test]
+    fn a_vm_bought_late_fails_over_to_a_market_with_capacity() {
+        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+        let hour = 3_600_000_000;
+        let market = |zone: &str, outages_us: Vec<(u64, u64)>| MarketSeries {
+            zone: zone.into(),
+            vm_type: "v100_1".into(),
+            // A µs longer than the job, which then starts at 0.
+            span_us: (0, 100 * hour + 1),
+            outages_us,
+        };
+        // Zone a has no capacity from hour 1 to hour 3 of the job, zone b
+        // from hour 2 to hour 4.
+        let a = Availability {
+            markets: vec![
+                market("a", vec![(hour, 3 * hour)]),
+                market("b", vec![(2 * hour, 4 * hour)]),
+            ],
+        };
+        for seed in 0..8 {
+            let mut draw = a.draw(&clock, 100 * 60, seed).unwrap();
+            // At 1.5 h only b has capacity: its outage comes later.
+            let b = draw.bought(90).unwrap();
+            assert_eq!(b, [Hibernation { start: 120, end: 240 }], "seed {seed}");
+            // At 3.5 h only a has.
+            let a_ = draw.bought(210).unwrap();
+            assert_eq!(a_, [Hibernation { start: 60, end: 180 }], "seed {seed}");
+            // At 2.5 h neither has.
+            assert_eq!(draw.bought(150), None, "seed {seed}");
+        }
     }
 }
