@@ -621,11 +621,13 @@ pub fn deadlines(args: &DeadlinesArgs) -> anyhow::Result<DeadlinesReport> {
                 let (pilot, pilot_s) = &bag.elastic[level];
                 // The pilot's VMs draw their markets first, as the maps'
                 // do; the VMs it buys draw theirs from the same job.
-                if let Some(mut draw) =
-                    a.draw(&clock, bag.deadline, seed_of(bag).wrapping_add(k))
-                {
-                    let h: Vec<Vec<Hibernation>> =
-                        pilot.primary.vms.iter().map(|vm| draw.vm(vm.market)).collect();
+                if let Some(mut draw) = a.draw(&clock, bag.deadline, seed_of(bag).wrapping_add(k)) {
+                    let h: Vec<Vec<Hibernation>> = pilot
+                        .primary
+                        .vms
+                        .iter()
+                        .map(|vm| draw.vm(vm.market))
+                        .collect();
                     let o = run_elastic(pilot, &bag.truth, terms, &h, Some(&mut draw), *pilot_s);
                     out.entry("elastic").or_default().add(&o, &clock);
                 }

@@ -454,7 +454,11 @@ pub fn check_elastic_decisions(published: &[Vec<u8>], job: &serde_json::Value) {
         "{:?}",
         decisions[0]
     );
-    assert_eq!(decisions[1]["fleet"]["drain_machine_id"], 11, "{:?}", decisions[1]);
+    assert_eq!(
+        decisions[1]["fleet"]["drain_machine_id"], 11,
+        "{:?}",
+        decisions[1]
+    );
     let grow = &decisions[2]["fleet"];
     let bought = grow["buy"].as_array().expect("a grow buys");
     assert!(!bought.is_empty(), "{grow}");

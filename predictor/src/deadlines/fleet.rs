@@ -469,9 +469,8 @@ impl Fleet {
         let id = run.task;
         let period_s = terms.clock.period_s;
         let slowdown = terms.vm_type(&self.nodes[vm]).slowdown;
-        self.ended.push(base_s.unwrap_or(
-            ((now.saturating_sub(run.since)) * period_s) as f64 / slowdown,
-        ));
+        self.ended
+            .push(base_s.unwrap_or(((now.saturating_sub(run.since)) * period_s) as f64 / slowdown));
         self.nodes[vm].last_end = now;
         self.queue.retain(|&queued| queued != id);
         for i in 0..self.nodes.len() {

@@ -40,7 +40,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use jobcast_ingest::event::JobSubmitted;
 use serde::{Deserialize, Serialize};
 
-use crate::deadlines::{Catalogue, Change, Clock, Fleet, Maps, Market, PrimaryMap, Task, Terms, Vm};
+use crate::deadlines::{
+    Catalogue, Change, Clock, Fleet, Maps, Market, PrimaryMap, Task, Terms, Vm,
+};
 use crate::deadlines::{place_group, recovery_group};
 use crate::decision::{Estimate, PolicyKind, Quantiles};
 use crate::preemption::hints::hibernation_hint;
@@ -202,7 +204,14 @@ impl Deadlines {
         };
         if let Some(reason) = refusal {
             entry.record.reason = Some(reason.clone());
-            self.publish(entry, DeadlineAction::Unplanned, now_us, None, None, effects);
+            self.publish(
+                entry,
+                DeadlineAction::Unplanned,
+                now_us,
+                None,
+                None,
+                effects,
+            );
             return;
         }
         let Some((policy, estimate)) = estimate else {
@@ -404,7 +413,7 @@ impl Deadlines {
             }
         }
         let decisions = (!buy.is_empty())
-            .then(|| (DeadlineAction::Grow, buy, None))
+            .then_some((DeadlineAction::Grow, buy, None))
             .into_iter()
             .chain(
                 drains

@@ -86,8 +86,9 @@ use live_task::LiveTask;
 pub use progress::EtaSettings;
 pub use records::{
     CapacityDecision, ClusterRecord, DeadlineAction, DeadlineDecision, DeadlinePlan,
-    DeadlineRecord, ERROR_PCT_BOUNDS, FleetChange, FleetRecord, FleetVm, JobRecord, JobState, MachineRecord, MachineRisk, PlannedTask,
-    PlannedVm, PolicyErrors, PredictionError, Recovery, RecoveryState, TaskRecord,
+    DeadlineRecord, ERROR_PCT_BOUNDS, FleetChange, FleetRecord, FleetVm, JobRecord, JobState,
+    MachineRecord, MachineRisk, PlannedTask, PlannedVm, PolicyErrors, PredictionError, Recovery,
+    RecoveryState, TaskRecord,
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};

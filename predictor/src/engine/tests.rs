@@ -2094,7 +2094,11 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
             .unwrap();
         let first = vm.tasks[0].task_index;
         engine
-            .apply(AT, &task_at(2, first, t0 + 60_000_000, "schedule", id), &mut effects)
+            .apply(
+                AT,
+                &task_at(2, first, t0 + 60_000_000, "schedule", id),
+                &mut effects,
+            )
             .unwrap();
     }
     assert!(deadline_decisions(&effects).is_empty());
@@ -2170,7 +2174,11 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
             .apply(AT, &vm_of_type(13, t, &bought), &mut effects)
             .unwrap();
         engine
-            .apply(AT, &task_at(2, b.tasks[0].task_index, t, "schedule", 13), &mut effects)
+            .apply(
+                AT,
+                &task_at(2, b.tasks[0].task_index, t, "schedule", 13),
+                &mut effects,
+            )
             .unwrap();
         assert!(deadline_decisions(&effects).is_empty());
         let hibernate = format!(

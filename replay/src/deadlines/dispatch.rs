@@ -190,7 +190,8 @@ impl ElasticRun<'_, '_> {
         }
         if let Some(task) = self.fleet.takes_next(now, vm, self.terms) {
             self.fleet.start(now, vm, Some(slot), task);
-            let periods = true_task(self.truth, task).periods_on(self.vm_type(vm), self.terms.clock);
+            let periods =
+                true_task(self.truth, task).periods_on(self.vm_type(vm), self.terms.clock);
             self.free_at(now + periods, vm, slot);
         }
         self.absorb();
@@ -430,7 +431,14 @@ mod tests {
             start: 30,
             end: 60_000,
         }]];
-        let out = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &alone, None, tasks[0].base_s);
+        let out = run_elastic(
+            &maps,
+            &tasks,
+            at_zero(&cat, &clock),
+            &alone,
+            None,
+            tasks[0].base_s,
+        );
         assert_eq!(out.hibernations, 1);
         assert!(out.vms_added > 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
@@ -458,7 +466,14 @@ mod tests {
             start: 30,
             end: 60_000,
         }]];
-        let out = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &never, None, tasks[0].base_s);
+        let out = run_elastic(
+            &maps,
+            &tasks,
+            at_zero(&cat, &clock),
+            &never,
+            None,
+            tasks[0].base_s,
+        );
         assert_eq!(out.resumed, 0, "{out:?}");
         assert!(!out.missed, "{out:?}");
     }
@@ -469,7 +484,14 @@ mod tests {
     fn an_elastic_fleet_on_the_planned_truth_keeps_to_the_map() {
         let (tasks, cat, clock, maps) = setup();
         let drawn = run(&maps, &tasks, &cat, &clock, &[], Response::Wait, 0);
-        let elastic = run_elastic(&maps, &tasks, at_zero(&cat, &clock), &[], None, tasks[0].base_s);
+        let elastic = run_elastic(
+            &maps,
+            &tasks,
+            at_zero(&cat, &clock),
+            &[],
+            None,
+            tasks[0].base_s,
+        );
         assert!(!elastic.missed);
         assert_eq!(elastic.vms_added, 0);
         assert!(

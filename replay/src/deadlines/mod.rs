@@ -737,10 +737,24 @@ pub(super) mod tests {
             let mut draw = a.draw(&clock, 100 * 60, seed).unwrap();
             // At 1.5 h only b has capacity: its outage comes later.
             let b = draw.bought(90).unwrap();
-            assert_eq!(b, [Hibernation { start: 120, end: 240 }], "seed {seed}");
+            assert_eq!(
+                b,
+                [Hibernation {
+                    start: 120,
+                    end: 240
+                }],
+                "seed {seed}"
+            );
             // At 3.5 h only a has.
             let a_ = draw.bought(210).unwrap();
-            assert_eq!(a_, [Hibernation { start: 60, end: 180 }], "seed {seed}");
+            assert_eq!(
+                a_,
+                [Hibernation {
+                    start: 60,
+                    end: 180
+                }],
+                "seed {seed}"
+            );
             // At 2.5 h neither has.
             assert_eq!(draw.bought(150), None, "seed {seed}");
         }
