@@ -20,9 +20,10 @@
 //!   drawn at.
 //! - **Hibernation** keeps a VM's memory: its tasks are suspended, and each
 //!   also goes back to the head of the queue, since when the VM resumes is
-//!   not known ([`Fleet::hibernate`]). On resume a suspended task goes on
-//!   unless a copy elsewhere is further on, or going on would keep a VM
-//!   the fleet does not need past its paid slot ([`Fleet::resume`]).
+//!   not known ([`Fleet::hibernate`]). A VM that resumes drains at once
+//!   when the rest of the fleet ends the bag by the occupation limit
+//!   without it; otherwise a suspended task goes on unless a copy
+//!   elsewhere is further on ([`Fleet::resume`]).
 //!   Whichever run of a task ends first stops the others ([`Fleet::end`]).
 //!
 //! Time is the maps' periods, counted from the job's start. A VM is
@@ -169,7 +170,7 @@ impl Node {
 
     /// The end of the last slot it has paid for by `now`.
     fn paid_until(&self, now: u64, clock: &Clock) -> u64 {
-        let ran = self.active + (now - self.active_since);
+        let ran = self.active + now.saturating_sub(self.active_since);
         now + clock.slots(ran).max(1) * clock.slot_periods - ran
     }
 
@@ -267,6 +268,10 @@ pub struct Fleet {
     ended: Vec<f64>,
     /// The runtime every decision assumes, seconds on the baseline core.
     mean_s: f64,
+    /// The latest time a step was taken at: a live step that comes
+    /// earlier (machine and job events are not ordered against each
+    /// other) is taken at it.
+    last_now: u64,
     #[serde(skip)]
     changes: Vec<Change>,
 }
@@ -289,6 +294,7 @@ impl Fleet {
             queue: pool(maps),
             ended: Vec::new(),
             mean_s: planned_s,
+            last_now: 0,
             changes: Vec::new(),
         };
         for vm in &maps.primary.vms {
@@ -320,6 +326,12 @@ impl Fleet {
 
     pub fn deadline(&self) -> u64 {
         self.deadline
+    }
+
+    /// `now`, or the latest time a step was taken at if that is later.
+    fn at(&mut self, now: u64) -> u64 {
+        self.last_now = self.last_now.max(now);
+        self.last_now
     }
 
     /// What the last steps changed, oldest first; taken once.
@@ -378,6 +390,7 @@ impl Fleet {
     /// baseline core if known: it leaves the queue, its other runs stop,
     /// and its runtime counts at the next end.
     pub fn done_elsewhere(&mut self, now: u64, task: u32, base_s: Option<f64>) {
+        let now = self.at(now);
         self.queue.retain(|&queued| queued != task);
         self.ended.extend(base_s);
         for i in 0..self.nodes.len() {
@@ -396,6 +409,7 @@ impl Fleet {
     /// within the slot it has paid for; past it, only if the others cannot
     /// end the queue by the occupation limit without it (else it drains).
     pub fn takes_next(&mut self, now: u64, vm: usize, terms: Terms) -> Option<u32> {
+        let now = self.at(now);
         let next = *self.queue.front()?;
         let per = terms
             .clock
@@ -423,7 +437,19 @@ impl Fleet {
     /// (the simulator's), else the first free one (a live machine may run
     /// more at once than its type's slots say: it gets another). The task
     /// leaves the queue.
-    pub fn start(&mut self, now: u64, vm: usize, slot: Option<usize>, task: u32) -> usize {
+    pub fn start(
+        &mut self,
+        now: u64,
+        vm: usize,
+        slot: Option<usize>,
+        task: u32,
+        terms: Terms,
+    ) -> usize {
+        let now = self.at(now);
+        if self.nodes[vm].hibernated {
+            // A task starting on it says it runs again.
+            self.resume(now, vm, terms);
+        }
         if let Some(at) = self.queue.iter().position(|&queued| queued == task) {
             self.queue.remove(at);
         }
@@ -465,6 +491,7 @@ impl Fleet {
         base_s: Option<f64>,
         terms: Terms,
     ) -> Option<Run> {
+        let now = self.at(now);
         let run = self.nodes[vm].running[slot].take()?;
         let id = run.task;
         let period_s = terms.clock.period_s;
@@ -495,7 +522,7 @@ impl Fleet {
                 n.running
                     .iter()
                     .flatten()
-                    .map(move |run| ((now - run.since) * period_s) as f64 / slowdown)
+                    .map(move |run| (now.saturating_sub(run.since) * period_s) as f64 / slowdown)
             })
             .collect();
         if let Some(mean) = km_mean(&self.ended, &ages) {
@@ -508,6 +535,7 @@ impl Fleet {
     /// that failed, or was killed) stopped on VM `vm`: its task goes back
     /// to the head of the queue unless another run of it goes on.
     pub fn lost(&mut self, now: u64, vm: usize, task: u32) {
+        let now = self.at(now);
         let Some(slot) = self.slot_of(vm, task) else {
             return;
         };
@@ -528,6 +556,7 @@ impl Fleet {
     /// bought before are still booting: by `grow_by`, or by the deadline
     /// once `grow_by` is too close for a boot.
     pub fn grow(&mut self, now: u64, terms: Terms) {
+        let now = self.at(now);
         if self.queue.is_empty() || self.nodes.iter().any(|n| n.ready > now && !n.hibernated) {
             return;
         }
@@ -583,28 +612,39 @@ impl Fleet {
             .expect("a task of the bag")
     }
 
-    /// VM `vm` hibernates at `now`. Hibernation keeps its memory, so its
-    /// running tasks are suspended, not lost; but when it resumes is not
-    /// known, so each also goes back to the head of the queue, to start
-    /// over wherever a core frees first, and the fleet grows if the rest
-    /// cannot end them. False, and nothing changes, if nothing ran on it.
-    pub fn hibernate(&mut self, now: u64, vm: usize, terms: Terms) -> bool {
+    /// VM `vm` hibernates at `now` (or is gone: it then never resumes).
+    /// Hibernation keeps its memory, so its running tasks are suspended,
+    /// not lost; but when it resumes is not known, so each also goes back
+    /// to the head of the queue, to start over wherever a core frees
+    /// first, and the fleet grows if the rest cannot end them. An idle VM
+    /// hibernates too: it takes no task until it resumes. Returns how many
+    /// runs it suspended; `None`, and nothing changes, if it was
+    /// hibernated already.
+    pub fn hibernate(&mut self, now: u64, vm: usize, terms: Terms) -> Option<usize> {
+        let now = self.at(now);
         let node = &mut self.nodes[vm];
-        if node.hibernated || node.running.iter().all(Option::is_none) {
-            // Nothing runs on it: it has stopped, or not started.
-            return false;
+        if node.hibernated {
+            return None;
         }
+        let busy = node.running.iter().any(Option::is_some);
         node.hibernated = true;
         node.stopped_at = now;
-        node.active += now - node.active_since;
+        // Billed while it ran, or until its last task ended if idle.
+        let until = if busy {
+            now
+        } else {
+            node.last_end.clamp(node.active_since, now.max(node.active_since))
+        };
+        node.active += until.saturating_sub(node.active_since);
         let mut suspended = Vec::new();
         for slot in 0..node.running.len() {
+            // Its pending end, or offer, is void: a resume offers it anew.
+            node.generation[slot] += 1;
             if let Some(run) = node.running[slot] {
                 suspended.push(run.task);
-                // Its pending end is void.
-                node.generation[slot] += 1;
             }
         }
+        let suspended_count = suspended.len();
         for id in suspended {
             // A task already started again elsewhere is not queued twice.
             if !self.runs_elsewhere(id) {
@@ -627,16 +667,19 @@ impl Fleet {
             self.free_at(now, i, slot);
         }
         self.grow(now, terms);
-        true
+        Some(suspended_count)
     }
 
-    /// VM `vm` resumes at `now`, billed from now: each suspended task goes
-    /// on from where it stopped, and its copy leaves the queue, unless the
-    /// copy started elsewhere has run longer, or going on would keep a VM
-    /// the fleet does not need past its paid slot (then the suspended run
-    /// stops, and the copy stands); its other slots take tasks. Returns
-    /// the runs that go on, by slot.
+    /// VM `vm` resumes at `now`, billed from now. If the rest of the fleet
+    /// ends the bag by the occupation limit without it, it drains at once
+    /// and its suspended runs stop: their copies stand. Otherwise each
+    /// suspended task goes on from where it stopped, and its copy leaves
+    /// the queue, unless the copy started elsewhere has run longer, or
+    /// going on would keep the VM past its paid slot when the fleet can do
+    /// without it; its other slots take tasks. Returns the runs that go
+    /// on, by slot.
     pub fn resume(&mut self, now: u64, vm: usize, terms: Terms) -> Vec<(usize, Run)> {
+        let now = self.at(now);
         if !self.nodes[vm].hibernated {
             return Vec::new();
         }
@@ -644,20 +687,34 @@ impl Fleet {
         let node = &mut self.nodes[vm];
         node.hibernated = false;
         node.active_since = now;
-        node.ready = now;
+        // One still booting boots on.
+        node.ready = node.ready.max(now);
+        let ready = node.ready;
         let slowdown = terms.vm_type(&self.nodes[vm]).slowdown;
+        let period_s = terms.clock.period_s as f64;
+        // The fleet moved its tasks on while it slept: if the rest end the
+        // bag by the occupation limit without it, it drains at once.
+        let suspended = self.nodes[vm].running.iter().any(Option::is_some);
+        if !self.nodes[vm].draining
+            && (suspended || !self.queue.is_empty())
+            && self.queue.len() as f64 <= self.spare(now, self.limit, Some(vm), terms).floor()
+        {
+            self.nodes[vm].draining = true;
+            self.changes.push(Change::Drained { vm });
+        }
         let mut going_on = Vec::new();
         for slot in 0..self.nodes[vm].running.len() {
             let Some(Run {
                 task: id, since, ..
             }) = self.nodes[vm].running[slot]
             else {
-                self.free_at(now, vm, slot);
+                self.free_at(ready, vm, slot);
                 continue;
             };
             // Progress in seconds on the baseline core, here and in the
             // copy furthest on.
-            let done_here = (self.nodes[vm].stopped_at - since) as f64 / slowdown;
+            let done_here =
+                self.nodes[vm].stopped_at.saturating_sub(since) as f64 * period_s / slowdown;
             let done_elsewhere = self
                 .nodes
                 .iter()
@@ -669,7 +726,7 @@ impl Fleet {
                         .iter()
                         .flatten()
                         .filter(move |run| run.task == id)
-                        .map(move |run| (now - run.since) as f64 / slowdown)
+                        .map(move |run| now.saturating_sub(run.since) as f64 * period_s / slowdown)
                 })
                 .fold(None, |best: Option<f64>, x| {
                     Some(best.map_or(x, |b| b.max(x)))
@@ -678,12 +735,13 @@ impl Fleet {
                 .clock
                 .periods((self.mean_s - done_here).max(0.0) * slowdown);
             if done_elsewhere.is_some_and(|there| there >= done_here)
+                || self.nodes[vm].draining
                 || !self.keeps_working(now, vm, left.max(1), terms)
             {
                 // The copy is further on, or the VM is not needed past
                 // what it has paid for: this run stops.
                 self.nodes[vm].running[slot] = None;
-                self.free_at(now, vm, slot);
+                self.free_at(ready, vm, slot);
                 continue;
             }
             if let Some(at) = self.queue.iter().position(|&queued| queued == id) {
@@ -704,6 +762,51 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An idle VM that hibernates (or leaves) takes no task and counts
+    /// for no spare capacity until it resumes; a busy one's tasks wait
+    /// again; a second hibernation changes nothing.
+    #[test]
+    fn an_idle_vm_that_hibernates_no_longer_counts() {
+        let catalogue = Catalogue::teylo_2018();
+        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+        let terms = Terms {
+            catalogue: &catalogue,
+            clock: &clock,
+            start_us: 0,
+        };
+        // Four tasks of 50 GB, 2 h each (20 minutes on the fastest VM):
+        // one at a time per VM, two VMs within the 50-minute limit of a
+        // 100-minute deadline.
+        let tasks: Vec<Task> = (0..4)
+            .map(|id| Task {
+                id,
+                base_s: 2.0 * 3600.0,
+                memory_gb: 50.0,
+            })
+            .collect();
+        let maps = Maps::draw(&tasks, &catalogue, &clock, 100, 0.5, true);
+        assert_eq!(maps.primary.vms.len(), 2, "{maps:?}");
+        let mut fleet = Fleet::new(&maps, &tasks, terms, 2.0 * 3600.0);
+        let next = fleet.takes_next(0, 0, terms).unwrap();
+        fleet.start(0, 0, Some(0), next, terms);
+        let spare = fleet.spare(1, 50, None, terms);
+        // VM 1, idle, hibernates: its share of the spare is gone.
+        assert_eq!(fleet.hibernate(1, 1, terms), Some(0));
+        assert!(fleet.nodes()[1].hibernated);
+        assert!(fleet.spare(1, 50, None, terms) < spare);
+        assert_eq!(fleet.hibernate(2, 1, terms), None);
+        // VM 0, busy, hibernates: its task waits again.
+        assert_eq!(fleet.hibernate(3, 0, terms), Some(1));
+        assert_eq!(fleet.queued(), 4);
+        // A start on it says it runs again; an earlier time after a later
+        // one is taken at the later.
+        fleet.start(10, 0, None, next, terms);
+        assert!(!fleet.nodes()[0].hibernated);
+        assert_eq!(fleet.queued(), 3);
+        let slot = fleet.slot_of(0, next).unwrap();
+        assert!(fleet.end(5, 0, slot, None, terms).is_some());
+    }
 
     /// The Kaplan–Meier mean: the plain mean when every task has ended; a
     /// task still running counts as lasting at least its age.

@@ -298,11 +298,14 @@ impl Deadlines {
         if !self.planned(task.0) {
             return;
         }
-        let Some(machine_id) = machine_id else {
-            self.state.running.end(task);
-            return;
-        };
-        self.state.running.start(task, machine_id);
+        // The attempt it replaces, if any, stops.
+        let previous = self.state.running.machine_of(task);
+        match machine_id {
+            Some(machine_id) => self.state.running.start(task, machine_id),
+            None => {
+                self.state.running.end(task);
+            }
+        }
         let (Some(planner), Some(job)) = (&self.planner, self.state.jobs.get_mut(&task.0)) else {
             return;
         };
@@ -311,12 +314,22 @@ impl Deadlines {
         };
         let terms = planner.terms(job.planned_us);
         let now = planner.periods_since(job.planned_us, now_us);
+        if let Some(vm) = previous
+            .filter(|&m| Some(m) != machine_id)
+            .and_then(|m| fleet.vm_of(m))
+        {
+            fleet.lost(now, vm, task.1);
+        }
+        let Some(machine_id) = machine_id else {
+            fleet.take_changes();
+            return;
+        };
         // A machine beyond the fleet's VMs runs the task outside it: the
         // fleet counts it queued until it ends.
         if let Some(vm) = fleet.bind(machine_id, vm_type, terms)
             && fleet.slot_of(vm, task.1).is_none()
         {
-            fleet.start(now, vm, None, task.1);
+            fleet.start(now, vm, None, task.1, terms);
         }
         fleet.take_changes();
     }

@@ -2198,6 +2198,106 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
     assert_eq!(outcomes[0], outcomes[1], "the snapshot holds the fleet");
 }
 
+/// An elastic fleet live, on input a week of production brings: a task
+/// that fails goes back to the queue; a machine removed while idle no
+/// longer counts; events of a machine and of the job out of order, and a
+/// task starting on a hibernated machine before its resume arrives, are
+/// taken without a fault, and decisions keep their order.
+#[test]
+fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
+    let mut config = deadline_config();
+    config.deadlines.fleet = FleetMode::Elastic;
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    let t0 = 11 * HOUR;
+    let minute = 60_000_000;
+    let submit = event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{}}}"#,
+        t0 + 10 * HOUR
+    ));
+    engine.apply(AT, &submit, &mut effects).unwrap();
+    let map = deadline_decisions(&effects)[0].plan.clone().unwrap();
+    assert_eq!(map.vms.len(), 2, "{map:?}");
+    effects.clear();
+    for (id, vm) in [(11, &map.vms[0]), (12, &map.vms[1])] {
+        engine
+            .apply(AT, &vm_of_type(id, t0, &vm.vm_type), &mut effects)
+            .unwrap();
+    }
+    let (first, second) = (map.vms[0].tasks[0].task_index, map.vms[1].tasks[0].task_index);
+    engine
+        .apply(AT, &task_at(2, first, t0 + minute, "schedule", 11), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_at(2, second, t0 + minute, "schedule", 12), &mut effects)
+        .unwrap();
+    // The task on 12 fails: it waits again, and 12 is idle.
+    engine
+        .apply(AT, &task_at(2, second, t0 + 5 * minute, "fail", 12), &mut effects)
+        .unwrap();
+    assert!(deadline_decisions(&effects).is_empty());
+    // 12 leaves while idle, and 11 hibernates: nothing of the fleet runs,
+    // so it buys VMs for all four tasks; its record counts 12 out.
+    let gone = format!(
+        r#"{{"v":1,"type":"machine","time_us":{},"machine_id":12,"kind":"remove"}}"#,
+        t0 + 6 * minute
+    );
+    engine.apply(AT, &event(&gone), &mut effects).unwrap();
+    let hibernate_11 = format!(
+        r#"{{"v":1,"type":"machine","time_us":{},"machine_id":11,"kind":"hibernate"}}"#,
+        t0 + 7 * minute
+    );
+    engine.apply(AT, &event(&hibernate_11), &mut effects).unwrap();
+    let grows: Vec<&DeadlineDecision> = deadline_decisions(&effects)
+        .into_iter()
+        .filter(|d| d.action == DeadlineAction::Grow)
+        .collect();
+    let grow = grows.last().expect("a grow once nothing runs");
+    assert_eq!(grow.fleet.as_ref().unwrap().queued, 4, "{grow:?}");
+    let bought = grow.fleet.as_ref().unwrap().buy[0].vm_type.clone();
+    let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
+    assert!(fleet.vms[0].hibernated && fleet.vms[1].hibernated, "{fleet:?}");
+    let mut versions: Vec<u32> = deadline_decisions(&effects)
+        .iter()
+        .map(|d| d.version)
+        .collect();
+    effects.clear();
+    // Machine 13 of the type bought hibernates; a task starts on it
+    // before its resume arrives, and the resume comes with an earlier
+    // time than the start.
+    let at = |m: u64| t0 + m * minute;
+    engine
+        .apply(AT, &vm_of_type(13, at(9), &bought), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_at(2, second, at(9), "schedule", 13), &mut effects)
+        .unwrap();
+    let machine = |t: u64, kind: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"machine","time_us":{t},"machine_id":13,"kind":"{kind}"}}"#
+        ))
+    };
+    engine
+        .apply(AT, &machine(at(20), "hibernate"), &mut effects)
+        .unwrap();
+    let third = (0..4).find(|&i| i != first && i != second).unwrap();
+    engine
+        .apply(AT, &task_at(2, third, at(30), "schedule", 13), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &machine(at(25), "resume"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_at(2, second, at(31), "finish", 13), &mut effects)
+        .unwrap();
+    versions.extend(deadline_decisions(&effects).iter().map(|d| d.version));
+    assert_eq!(versions.first(), Some(&2), "{versions:?}");
+    assert!(versions.windows(2).all(|w| w[1] == w[0] + 1), "{versions:?}");
+    let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
+    assert!(fleet.queued <= 4, "{fleet:?}");
+}
+
 /// With a spot price series in the catalogue, a plan is drawn at the
 /// prices in effect when it is made: once spot is dearer than on demand,
 /// the map buys on demand.

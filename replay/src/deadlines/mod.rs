@@ -452,15 +452,23 @@ impl MarketDraw<'_> {
         let origin = self
             .start_us
             .clamp(series.span_us.0, series.span_us.1 - self.horizon_us);
-        series
+        let rounded = series
             .outages_us
             .iter()
             .filter(|(s, e)| *e > origin && *s < origin + self.horizon_us)
             .map(|&(s, e)| Hibernation {
                 start: s.saturating_sub(origin) / self.period_us,
                 end: (e - origin).div_ceil(self.period_us),
-            })
-            .collect()
+            });
+        // Outages less than a period apart meet once rounded: one.
+        let mut merged: Vec<Hibernation> = Vec::new();
+        for h in rounded {
+            match merged.last_mut() {
+                Some(last) if h.start <= last.end => last.end = last.end.max(h.end),
+                _ => merged.push(h),
+            }
+        }
+        merged
     }
 }
 
