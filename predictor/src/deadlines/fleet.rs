@@ -513,18 +513,17 @@ impl Fleet {
                 }
             }
         }
-        let ages: Vec<f64> = self
-            .nodes
-            .iter()
-            .filter(|n| !n.hibernated)
-            .flat_map(|n| {
-                let slowdown = terms.vm_type(n).slowdown;
-                n.running
-                    .iter()
-                    .flatten()
-                    .map(move |run| (now.saturating_sub(run.since) * period_s) as f64 / slowdown)
-            })
-            .collect();
+        let ages: Vec<f64> =
+            self.nodes
+                .iter()
+                .filter(|n| !n.hibernated)
+                .flat_map(|n| {
+                    let slowdown = terms.vm_type(n).slowdown;
+                    n.running.iter().flatten().map(move |run| {
+                        (now.saturating_sub(run.since) * period_s) as f64 / slowdown
+                    })
+                })
+                .collect();
         if let Some(mean) = km_mean(&self.ended, &ages) {
             self.mean_s = mean;
         }
@@ -633,7 +632,8 @@ impl Fleet {
         let until = if busy {
             now
         } else {
-            node.last_end.clamp(node.active_since, now.max(node.active_since))
+            node.last_end
+                .clamp(node.active_since, now.max(node.active_since))
         };
         node.active += until.saturating_sub(node.active_since);
         let mut suspended = Vec::new();

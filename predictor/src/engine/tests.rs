@@ -2225,16 +2225,31 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
             .apply(AT, &vm_of_type(id, t0, &vm.vm_type), &mut effects)
             .unwrap();
     }
-    let (first, second) = (map.vms[0].tasks[0].task_index, map.vms[1].tasks[0].task_index);
+    let (first, second) = (
+        map.vms[0].tasks[0].task_index,
+        map.vms[1].tasks[0].task_index,
+    );
     engine
-        .apply(AT, &task_at(2, first, t0 + minute, "schedule", 11), &mut effects)
+        .apply(
+            AT,
+            &task_at(2, first, t0 + minute, "schedule", 11),
+            &mut effects,
+        )
         .unwrap();
     engine
-        .apply(AT, &task_at(2, second, t0 + minute, "schedule", 12), &mut effects)
+        .apply(
+            AT,
+            &task_at(2, second, t0 + minute, "schedule", 12),
+            &mut effects,
+        )
         .unwrap();
     // The task on 12 fails: it waits again, and 12 is idle.
     engine
-        .apply(AT, &task_at(2, second, t0 + 5 * minute, "fail", 12), &mut effects)
+        .apply(
+            AT,
+            &task_at(2, second, t0 + 5 * minute, "fail", 12),
+            &mut effects,
+        )
         .unwrap();
     assert!(deadline_decisions(&effects).is_empty());
     // 12 leaves while idle, and 11 hibernates: nothing of the fleet runs,
@@ -2248,7 +2263,9 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
         r#"{{"v":1,"type":"machine","time_us":{},"machine_id":11,"kind":"hibernate"}}"#,
         t0 + 7 * minute
     );
-    engine.apply(AT, &event(&hibernate_11), &mut effects).unwrap();
+    engine
+        .apply(AT, &event(&hibernate_11), &mut effects)
+        .unwrap();
     let grows: Vec<&DeadlineDecision> = deadline_decisions(&effects)
         .into_iter()
         .filter(|d| d.action == DeadlineAction::Grow)
@@ -2257,7 +2274,10 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
     assert_eq!(grow.fleet.as_ref().unwrap().queued, 4, "{grow:?}");
     let bought = grow.fleet.as_ref().unwrap().buy[0].vm_type.clone();
     let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
-    assert!(fleet.vms[0].hibernated && fleet.vms[1].hibernated, "{fleet:?}");
+    assert!(
+        fleet.vms[0].hibernated && fleet.vms[1].hibernated,
+        "{fleet:?}"
+    );
     let mut versions: Vec<u32> = deadline_decisions(&effects)
         .iter()
         .map(|d| d.version)
@@ -2293,7 +2313,10 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
         .unwrap();
     versions.extend(deadline_decisions(&effects).iter().map(|d| d.version));
     assert_eq!(versions.first(), Some(&2), "{versions:?}");
-    assert!(versions.windows(2).all(|w| w[1] == w[0] + 1), "{versions:?}");
+    assert!(
+        versions.windows(2).all(|w| w[1] == w[0] + 1),
+        "{versions:?}"
+    );
     let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
     assert!(fleet.queued <= 4, "{fleet:?}");
 }
