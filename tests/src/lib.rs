@@ -326,15 +326,17 @@ pub const DEADLINE_SETTINGS: [&str; 2] = [
     "engine.max_future_skew_secs=0",
 ];
 
-/// Check `published` (the decisions topic's messages of kind `deadline`,
-/// in order, as JSON) against what [`deadline_trace`] gives: plan, wait,
-/// resume, wait, migrate, versions 1 to 5; the last, parsed.
-pub fn check_deadline_decisions(published: &[Vec<u8>]) -> serde_json::Value {
-    let decisions: Vec<serde_json::Value> = published
+/// The decisions topic's messages of kind `deadline`, parsed.
+fn deadline_decisions(published: &[Vec<u8>]) -> Vec<serde_json::Value> {
+    published
         .iter()
         .map(|p| serde_json::from_slice(p).expect("a deadline decision is JSON"))
-        .collect();
-    let actions: Vec<(u64, &str)> = decisions
+        .collect()
+}
+
+/// Each decision's version and action, in order.
+fn versions_and_actions(decisions: &[serde_json::Value]) -> Vec<(u64, &str)> {
+    decisions
         .iter()
         .map(|d| {
             (
@@ -342,9 +344,16 @@ pub fn check_deadline_decisions(published: &[Vec<u8>]) -> serde_json::Value {
                 d["action"].as_str().unwrap(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Check `published` (the decisions topic's messages of kind `deadline`,
+/// in order, as JSON) against what [`deadline_trace`] gives: plan, wait,
+/// resume, wait, migrate, versions 1 to 5; the last, parsed.
+pub fn check_deadline_decisions(published: &[Vec<u8>]) -> serde_json::Value {
+    let decisions = deadline_decisions(published);
     assert_eq!(
-        actions,
+        versions_and_actions(&decisions),
         [
             (1, "plan"),
             (2, "wait"),
@@ -430,21 +439,9 @@ pub const ELASTIC_SETTINGS: [&str; 3] = [
 /// grow; machine 13 playing the VM bought (the record as of the last
 /// decision).
 pub fn check_elastic_decisions(published: &[Vec<u8>], job: &serde_json::Value) {
-    let decisions: Vec<serde_json::Value> = published
-        .iter()
-        .map(|p| serde_json::from_slice(p).expect("a deadline decision is JSON"))
-        .collect();
-    let actions: Vec<(u64, &str)> = decisions
-        .iter()
-        .map(|d| {
-            (
-                d["version"].as_u64().unwrap(),
-                d["action"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let decisions = deadline_decisions(published);
     assert_eq!(
-        actions,
+        versions_and_actions(&decisions),
         [(1, "plan"), (2, "drain"), (3, "grow"), (4, "grow")],
         "{decisions:?}"
     );

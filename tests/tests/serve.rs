@@ -272,6 +272,25 @@ fn a_dag_jobs_decisions_carry_its_stages_and_follow_its_root_pilots() {
 /// `events` on a mock cluster of one partition, served by `jobcast serve`
 /// with `args` until every one is stored; the state directory lives as
 /// long as the returned guard.
+/// The trace `write` writes, read back and served with `settings`: its
+/// events, and what [`served`] gives.
+fn served_trace(
+    write: fn(&std::path::Path) -> usize,
+    settings: &[&str],
+) -> (Vec<Event>, (Topics, Cluster, tempfile::TempDir, Serve)) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.jsonl");
+    let lines = write(&trace);
+    let events: Vec<Event> = open(Format::Jsonl, &trace)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(events.len(), lines);
+    let args: Vec<&str> = settings.iter().flat_map(|s| ["--set", s]).collect();
+    let served = served(&events, &args);
+    (events, served)
+}
+
 fn served(events: &[Event], args: &[&str]) -> (Topics, Cluster, tempfile::TempDir, Serve) {
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, 1);
@@ -382,19 +401,10 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
 /// by action.
 #[test]
 fn deadline_decisions_plan_wait_resume_and_migrate_on_the_decisions_topic() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("deadline.jsonl");
-    let lines = jobcast_tests::deadline_trace(&trace);
-    let events: Vec<Event> = open(Format::Jsonl, &trace)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .collect();
-    assert_eq!(events.len(), lines);
-    let mut args = Vec::new();
-    for setting in jobcast_tests::DEADLINE_SETTINGS {
-        args.extend(["--set", setting]);
-    }
-    let (topics, cluster, _data, serve) = served(&events, &args);
+    let (events, (topics, cluster, _data, serve)) = served_trace(
+        jobcast_tests::deadline_trace,
+        &jobcast_tests::DEADLINE_SETTINGS,
+    );
     let published = cluster.read_all(&topics.decisions, 1);
     let kind = |m: &jobcast_tests::kafka::Record| m.headers.get("jobcast.kind").cloned();
     assert!(
@@ -452,19 +462,10 @@ fn deadline_decisions_plan_wait_resume_and_migrate_on_the_decisions_topic() {
 /// them by action.
 #[test]
 fn elastic_fleet_decisions_drain_and_grow_on_the_decisions_topic() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("elastic.jsonl");
-    let lines = jobcast_tests::elastic_trace(&trace);
-    let events: Vec<Event> = open(Format::Jsonl, &trace)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .collect();
-    assert_eq!(events.len(), lines);
-    let mut args = Vec::new();
-    for setting in jobcast_tests::ELASTIC_SETTINGS {
-        args.extend(["--set", setting]);
-    }
-    let (topics, cluster, _data, serve) = served(&events, &args);
+    let (_, (topics, cluster, _data, serve)) = served_trace(
+        jobcast_tests::elastic_trace,
+        &jobcast_tests::ELASTIC_SETTINGS,
+    );
     let deadline: Vec<Vec<u8>> = cluster
         .read_all(&topics.decisions, 1)
         .into_iter()

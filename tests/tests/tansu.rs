@@ -285,49 +285,46 @@ fn capacity_decisions_on_a_real_broker() {
 /// the same as on the mock cluster, and the job's plan at `GET /jobs/{id}`.
 #[test]
 fn deadline_decisions_on_a_real_broker() {
-    let tansu = Tansu::start();
-    let topics = one_partition_topics(&tansu);
-    let dir = tempfile::tempdir().unwrap();
-    let serve = serve_trace(
-        &tansu,
-        &topics,
-        dir.path(),
+    let (payloads, job) = deadline_job_served(
         jobcast_tests::deadline_trace,
         &jobcast_tests::DEADLINE_SETTINGS,
+        5,
     );
-    let payloads = published(&tansu, &topics.decisions, 5, |m| {
-        m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline")
-    });
     let last = jobcast_tests::check_deadline_decisions(&payloads);
-    let (status, body) = serve.get("/jobs/20");
-    assert_eq!(status, 200, "{body}");
-    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(job["deadline"]["recoveries"][0], last["recovery"], "{job}");
-    serve.terminate();
 }
 
 /// A deadline job's elastic fleet on the real broker: plan, drain and
 /// grow, as on the mock cluster, and the fleet at `GET /jobs/{id}`.
 #[test]
 fn elastic_fleet_decisions_on_a_real_broker() {
+    let (payloads, job) = deadline_job_served(
+        jobcast_tests::elastic_trace,
+        &jobcast_tests::ELASTIC_SETTINGS,
+        4,
+    );
+    jobcast_tests::check_elastic_decisions(&payloads, &job);
+}
+
+/// The trace `write` writes, served with `settings` on a real broker: its
+/// first `n` deadline decisions, and job 20 at `GET /jobs/20`.
+fn deadline_job_served(
+    write: fn(&std::path::Path) -> usize,
+    settings: &[&str],
+    n: usize,
+) -> (Vec<Vec<u8>>, serde_json::Value) {
     let tansu = Tansu::start();
     let topics = one_partition_topics(&tansu);
     let dir = tempfile::tempdir().unwrap();
-    let serve = serve_trace(
-        &tansu,
-        &topics,
-        dir.path(),
-        jobcast_tests::elastic_trace,
-        &jobcast_tests::ELASTIC_SETTINGS,
-    );
-    let payloads = published(&tansu, &topics.decisions, 4, |m| {
+    let serve = serve_trace(&tansu, &topics, dir.path(), write, settings);
+    let payloads = published(&tansu, &topics.decisions, n, |m| {
         m.headers.get("jobcast.kind").map(String::as_str) == Some("deadline")
     });
     let (status, body) = serve.get("/jobs/20");
     assert_eq!(status, 200, "{body}");
     let job: serde_json::Value = serde_json::from_str(&body).unwrap();
-    jobcast_tests::check_elastic_decisions(&payloads, &job);
     serve.terminate();
+    (payloads, job)
 }
 
 /// The trace `write` writes in `dir`, replayed into the events topic and

@@ -2055,6 +2055,27 @@ fn vm_of_type(id: u64, t: u64, vm_type: &str) -> Event {
     ))
 }
 
+/// An engine with `engine.deadlines.fleet = "elastic"` that has learnt a
+/// job of 10 h and been given job 2 at `t0` (returned with its
+/// configuration, and the effects of the submission): four tasks of 50 GB
+/// each by a deadline of 10 h, so one task at a time per VM and two per
+/// VM within the 5 h occupation limit.
+fn elastic_engine() -> (EngineConfig, Engine, Effects, u64) {
+    let mut config = deadline_config();
+    config.deadlines.fleet = FleetMode::Elastic;
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    effects.clear();
+    let t0 = 11 * HOUR;
+    let submit = event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{}}}"#,
+        t0 + 10 * HOUR
+    ));
+    engine.apply(AT, &submit, &mut effects).unwrap();
+    (config, engine, effects, t0)
+}
+
 /// With `engine.deadlines.fleet = "elastic"`, the map's VMs are bound to
 /// the machines their types run on; a VM about to open a new billing slot
 /// that the rest can do without drains; a hibernation requeues its tasks
@@ -2063,20 +2084,7 @@ fn vm_of_type(id: u64, t: u64, vm_type: &str) -> Event {
 /// as the one that wrote the snapshot.
 #[test]
 fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
-    let mut config = deadline_config();
-    config.deadlines.fleet = FleetMode::Elastic;
-    let mut engine = Engine::new(&config).unwrap();
-    let mut effects = Effects::default();
-    learnt_one_job(&mut engine, 10, &mut effects);
-    effects.clear();
-    // Four tasks of 50 GB each, by a deadline of 10 h: one task at a time
-    // per VM, two per VM within the 5 h occupation limit.
-    let t0 = 11 * HOUR;
-    let deadline_us = t0 + 10 * HOUR;
-    let submit = event(&format!(
-        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{deadline_us}}}"#
-    ));
-    engine.apply(AT, &submit, &mut effects).unwrap();
+    let (config, mut engine, mut effects, t0) = elastic_engine();
     let plan = deadline_decisions(&effects)[0].clone();
     let map = plan.plan.as_ref().unwrap();
     assert!(map.vms.len() >= 2, "{map:?}");
@@ -2205,18 +2213,8 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
 /// taken without a fault, and decisions keep their order.
 #[test]
 fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
-    let mut config = deadline_config();
-    config.deadlines.fleet = FleetMode::Elastic;
-    let mut engine = Engine::new(&config).unwrap();
-    let mut effects = Effects::default();
-    learnt_one_job(&mut engine, 10, &mut effects);
-    let t0 = 11 * HOUR;
+    let (_, mut engine, mut effects, t0) = elastic_engine();
     let minute = 60_000_000;
-    let submit = event(&format!(
-        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{}}}"#,
-        t0 + 10 * HOUR
-    ));
-    engine.apply(AT, &submit, &mut effects).unwrap();
     let map = deadline_decisions(&effects)[0].plan.clone().unwrap();
     assert_eq!(map.vms.len(), 2, "{map:?}");
     effects.clear();
