@@ -394,6 +394,69 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
     assert!(body.contains("engine.capacity.enabled"), "{body}");
 }
 
+/// An HPC site of 4 processors under conservative backfilling, served
+/// with `engine.starts`: a job submitted while another holds the machine
+/// is decided with a start estimate played forward on the predictions
+/// (the running job's 100 s median: 300 s), and `GET /jobs/{id}` serves it
+/// as the decisions topic carries it.
+#[test]
+fn a_pending_jobs_start_estimate_is_served_at_get_jobs() {
+    const S: u64 = 1_000_000;
+    let submit = |job: u64, t: u64| {
+        format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"cfd","scheduling_class":0,"priority":0,"cpu_request":4,"mem_request":0.1,"num_tasks":1,"time_limit_us":{}}}"#,
+            1000 * S
+        )
+    };
+    let task = |job: u64, t: u64, kind: &str| {
+        format!(
+            r#"{{"v":1,"type":"task","time_us":{t},"job_id":{job},"task_index":0,"kind":"{kind}"}}"#
+        )
+    };
+    let lines = [
+        submit(1, S),
+        task(1, S + 1, "schedule"),
+        task(1, 101 * S + 1, "finish"),
+        format!(
+            r#"{{"v":1,"type":"job_ended","time_us":{},"job_id":1,"outcome":"finish"}}"#,
+            101 * S + 2
+        ),
+        submit(2, 200 * S),
+        task(2, 200 * S, "schedule"),
+        submit(3, 210 * S),
+    ];
+    let events: Vec<Event> = lines
+        .iter()
+        .map(|l| jobcast_ingest::decode(l.as_bytes()).unwrap())
+        .collect();
+    let (topics, cluster, _data, serve) = served(
+        &events,
+        &[
+            "--policy",
+            "hpc",
+            "--set",
+            "engine.starts.backfill=conservative",
+            "--set",
+            "engine.starts.cpus=4",
+        ],
+    );
+    let (status, body) = serve.get("/jobs/3");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let latest = job["decisions"]
+        .as_array()
+        .and_then(|d| d.last())
+        .unwrap_or_else(|| panic!("no decision in {job}"));
+    let start = &latest["start"];
+    assert_eq!(start["at_us"], 210 * S, "{job}");
+    assert_eq!(start["p50_us"], 300 * S, "{job}");
+    assert!(start["p90_us"].as_u64().unwrap() >= 300 * S, "{job}");
+    let published = decisions(&cluster.brokers(), &topics.decisions);
+    let version = latest["version"].as_u64().unwrap();
+    assert_eq!(published.get(&(3, version)), Some(latest));
+    serve.terminate();
+}
+
 /// A deadline job on a hibernating spot VM, on the mock cluster: its plan,
 /// waits, resume and migration go out on the decisions topic under the
 /// `deadline` kind, beside its runtime decisions (kind `decision`), and

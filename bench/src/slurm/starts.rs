@@ -50,7 +50,9 @@ pub struct StartsArgs {
     /// Jobs to run on the cluster.
     #[arg(long, default_value_t = 30)]
     jobs: usize,
-    /// Jobs before them the service learns first, as the site's past.
+    /// Jobs before them whose completed ones the service learns first, as
+    /// the site's past (a job the log records as failed, killed or lost
+    /// teaches no runtime).
     #[arg(long, default_value_t = 2000)]
     history: usize,
     /// Log jobs to pass over before the history.
