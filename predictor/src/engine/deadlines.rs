@@ -28,8 +28,8 @@
 //!   the machine's events give one), then `grow` (buy these VMs) when the
 //!   fleet would end the bag too late, and `drain` (this machine takes no
 //!   more tasks) when it ends in time without a VM about to open a new
-//!   billing slot. Its time is the maps' periods, so the runtimes it
-//!   learns are whole periods.
+//!   billing slot. Its time is the maps' periods; the runtimes it learns
+//!   are the tasks' own, by their VM's slowdown.
 //!
 //! Each decision has a version that grows by one per job, apart from the
 //! job's runtime decisions; the job's record of plan and recoveries
@@ -334,15 +334,17 @@ impl Deadlines {
         fleet.take_changes();
     }
 
-    /// A task's running attempt ended at `now_us`; `finished` if the task
-    /// is done. An elastic fleet learns from it, and may grow or drain.
+    /// A task's running attempt ended at `now_us`; `runtime_us`, how long
+    /// it ran, if it finished the task. An elastic fleet learns from it,
+    /// and may grow or drain.
     pub(super) fn task_ended(
         &mut self,
         task: (u64, u32),
-        finished: bool,
+        runtime_us: Option<u64>,
         now_us: u64,
         effects: &mut Effects,
     ) {
+        let finished = runtime_us.is_some();
         let machine_id = self.state.running.end(task);
         let Some(mut job) = self.state.jobs.remove(&task.0) else {
             return;
@@ -357,7 +359,10 @@ impl Deadlines {
                 match machine_id.and_then(|m| fleet.vm_of(m)) {
                     Some(vm) if finished => {
                         if let Some(slot) = fleet.slot_of(vm, task.1) {
-                            fleet.end(now, vm, slot, None, terms);
+                            // On the baseline core, by the VM's slowdown.
+                            let slowdown = terms.catalogue.types[fleet.nodes()[vm].kind].slowdown;
+                            let base_s = runtime_us.map(|us| us as f64 / 1e6 / slowdown);
+                            fleet.end(now, vm, slot, base_s, terms);
                         } else {
                             fleet.done_elsewhere(now, task.1, None);
                         }

@@ -589,7 +589,7 @@ impl Engine {
             self.place_on_vm(event, effects);
         }
         self.count_long(event);
-        self.track_deadline_task(event, effects);
+        self.track_deadline_task(event, runtime_us, effects);
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
@@ -838,7 +838,12 @@ impl Engine {
     }
 
     /// Follow where a deadline job's tasks run (`deadlines.rs`).
-    fn track_deadline_task(&mut self, task: &TaskEvent, effects: &mut Effects) {
+    fn track_deadline_task(
+        &mut self,
+        task: &TaskEvent,
+        runtime_us: Option<u64>,
+        effects: &mut Effects,
+    ) {
         let key = (task.job_id, task.task_index);
         if task.kind == TaskKind::Schedule {
             let vm_type = task
@@ -848,9 +853,8 @@ impl Engine {
             self.deadlines
                 .task_started(key, task.machine_id, vm_type, task.time_us);
         } else if task.kind.ends_attempt() {
-            let finished = task.kind == TaskKind::Finish;
             self.deadlines
-                .task_ended(key, finished, task.time_us, effects);
+                .task_ended(key, runtime_us, task.time_us, effects);
         }
     }
 
