@@ -377,6 +377,33 @@ impl Fleet {
         Some(j)
     }
 
+    /// Machine `machine_id`, a VM of catalogue type `vm_type` on `market`,
+    /// runs a task of the bag though no VM of the fleet is left for it (an
+    /// operator's own): the fleet counts it as a VM bought at `now` and
+    /// ready then. `None` if its type is not in the catalogue.
+    pub fn adopt(
+        &mut self,
+        now: u64,
+        machine_id: u64,
+        vm_type: &str,
+        market: Market,
+        terms: Terms,
+    ) -> Option<usize> {
+        let now = self.at(now);
+        let kind = terms
+            .catalogue
+            .types
+            .iter()
+            .position(|t| t.name == vm_type)?;
+        let slots = task_slots(&terms.catalogue.types[kind], &self.tasks);
+        let mut node = Node::new(kind, market, now, now, slots);
+        node.machine_id = Some(machine_id);
+        node.booted = true;
+        node.added = true;
+        self.nodes.push(node);
+        Some(self.nodes.len() - 1)
+    }
+
     /// The VM machine `machine_id` plays, if it plays one.
     pub fn vm_of(&self, machine_id: u64) -> Option<usize> {
         self.nodes

@@ -286,13 +286,13 @@ impl Deadlines {
         self.publish(entry, DeadlineAction::Plan, now_us, None, None, effects);
     }
 
-    /// A task's attempt started at `now_us` on `machine_id`, a VM of type
-    /// `vm_type` if its events said.
+    /// A task's attempt started at `now_us` on `machine_id`: a VM of a
+    /// type, preemptible or not, if its events said.
     pub(super) fn task_started(
         &mut self,
         task: (u64, u32),
         machine_id: Option<u64>,
-        vm_type: Option<&str>,
+        vm: Option<(&str, bool)>,
         now_us: u64,
     ) {
         if !self.planned(task.0) {
@@ -324,9 +324,19 @@ impl Deadlines {
             fleet.take_changes();
             return;
         };
-        // A machine beyond the fleet's VMs runs the task outside it: the
-        // fleet counts it queued until it ends.
-        if let Some(vm) = fleet.bind(machine_id, vm_type, terms)
+        // A machine beyond the fleet's VMs joins it, if its type is in the
+        // catalogue; else it runs the task outside the fleet, which counts
+        // the task queued until it ends.
+        let bound = fleet.bind(machine_id, vm.map(|v| v.0), terms).or_else(|| {
+            let (vm_type, preemptible) = vm?;
+            let market = if preemptible {
+                Market::Spot
+            } else {
+                Market::OnDemand
+            };
+            fleet.adopt(now, machine_id, vm_type, market, terms)
+        });
+        if let Some(vm) = bound
             && fleet.slot_of(vm, task.1).is_none()
         {
             fleet.start(now, vm, None, task.1, terms);

@@ -846,12 +846,12 @@ impl Engine {
     ) {
         let key = (task.job_id, task.task_index);
         if task.kind == TaskKind::Schedule {
-            let vm_type = task
+            let vm = task
                 .machine_id
                 .and_then(|m| self.machines.get(m))
-                .and_then(|m| m.vm_type.as_deref());
+                .and_then(|m| Some((m.vm_type.as_deref()?, m.preemptible)));
             self.deadlines
-                .task_started(key, task.machine_id, vm_type, task.time_us);
+                .task_started(key, task.machine_id, vm, task.time_us);
         } else if task.kind.ends_attempt() {
             self.deadlines
                 .task_ended(key, runtime_us, task.time_us, effects);
@@ -891,11 +891,10 @@ impl Engine {
                 && task.running_since_us().is_some()
             {
                 let machine_id = task.machine_id();
-                let vm_type = machine_id
+                let vm = machine_id
                     .and_then(|m| self.machines.get(m))
-                    .and_then(|m| m.vm_type.as_deref());
-                self.deadlines
-                    .task_started(key, machine_id, vm_type, now_us);
+                    .and_then(|m| Some((m.vm_type.as_deref()?, m.preemptible)));
+                self.deadlines.task_started(key, machine_id, vm, now_us);
             }
         }
         for (&index, &runtime_us) in &job.runtimes {

@@ -2208,7 +2208,8 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
 
 /// An elastic fleet live, on input a week of production brings: a task
 /// that fails goes back to the queue; a machine removed while idle no
-/// longer counts; events of a machine and of the job out of order, and a
+/// longer counts; a machine of a type the fleet has none of joins it;
+/// events of a machine and of the job out of order, and a
 /// task starting on a hibernated machine before its resume arrives, are
 /// taken without a fault, and decisions keep their order.
 #[test]
@@ -2250,13 +2251,23 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
         )
         .unwrap();
     assert!(deadline_decisions(&effects).is_empty());
-    // 12 leaves while idle, and 11 hibernates: nothing of the fleet runs,
-    // so it buys VMs for all four tasks; its record counts 12 out.
+    // 12 leaves while idle, and 11 hibernates: the fleet buys VMs for the
+    // three tasks nothing runs; its record counts 12 out.
     let gone = format!(
         r#"{{"v":1,"type":"machine","time_us":{},"machine_id":12,"kind":"remove"}}"#,
         t0 + 6 * minute
     );
     engine.apply(AT, &event(&gone), &mut effects).unwrap();
+    // A machine of a type the fleet has no VM of takes a task: the fleet
+    // counts it as one of its VMs.
+    let third = (0..4).find(|&i| i != first && i != second).unwrap();
+    let t = t0 + 6 * minute + 30_000_000;
+    engine
+        .apply(AT, &vm_of_type(14, t, "c4.large"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_at(2, third, t, "schedule", 14), &mut effects)
+        .unwrap();
     let hibernate_11 = format!(
         r#"{{"v":1,"type":"machine","time_us":{},"machine_id":11,"kind":"hibernate"}}"#,
         t0 + 7 * minute
@@ -2269,11 +2280,17 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
         .filter(|d| d.action == DeadlineAction::Grow)
         .collect();
     let grow = grows.last().expect("a grow once nothing runs");
-    assert_eq!(grow.fleet.as_ref().unwrap().queued, 4, "{grow:?}");
+    assert_eq!(grow.fleet.as_ref().unwrap().queued, 3, "{grow:?}");
     let bought = grow.fleet.as_ref().unwrap().buy[0].vm_type.clone();
     let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
     assert!(
         fleet.vms[0].hibernated && fleet.vms[1].hibernated,
+        "{fleet:?}"
+    );
+    let adopted = &fleet.vms[2];
+    assert_eq!(
+        (adopted.machine_id, adopted.vm_type.as_str(), adopted.market),
+        (Some(14), "c4.large", crate::deadlines::Market::Spot),
         "{fleet:?}"
     );
     let mut versions: Vec<u32> = deadline_decisions(&effects)
@@ -2299,7 +2316,6 @@ fn an_elastic_fleet_takes_failures_idle_removals_and_late_events() {
     engine
         .apply(AT, &machine(at(20), "hibernate"), &mut effects)
         .unwrap();
-    let third = (0..4).find(|&i| i != first && i != second).unwrap();
     engine
         .apply(AT, &task_at(2, third, at(30), "schedule", 13), &mut effects)
         .unwrap();
