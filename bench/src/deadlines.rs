@@ -45,7 +45,10 @@
 //! level's runtime (a pilot), each VM that would open a new slot stopped
 //! when the others can end the bag by the occupation limit without it,
 //! and VMs bought when they cannot, all on the bag's runtime as its ended
-//! tasks show it.
+//! tasks show it (`jobcast_predictor::deadlines::fleet`, the fleet the
+//! service runs live). Through measured outages, each spot VM it buys is
+//! bought in the first market with capacity then, and hibernates with
+//! that market; on demand when none has any.
 //!
 //! With `--spot-prices` (AWS's spot price history, one zone), the spot
 //! prices are that history's instead of Table VI's: every bag starts at
