@@ -67,6 +67,11 @@ pub enum CatalogueError {
 }
 
 impl Catalogue {
+    /// The index of the type named `name`, if the catalogue has it.
+    pub fn kind(&self, name: &str) -> Option<usize> {
+        self.types.iter().position(|t| t.name == name)
+    }
+
     /// Table VI: the C3, C4 and M4 types (which may hibernate on the spot
     /// market), with on-demand and spot prices of us-east-1 on 10 September
     /// 2018 and slowdowns against c3.large and m4.large. Boot: 2 minutes.

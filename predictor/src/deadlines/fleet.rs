@@ -358,22 +358,40 @@ impl Fleet {
             .sum()
     }
 
-    /// The VM machine `machine_id` (of type `vm_type`, if known) plays:
-    /// the one it played before, else the first VM no machine plays yet of
-    /// its type (of any type when the type is not known); `None` when
-    /// every VM has its machine.
-    pub fn bind(&mut self, machine_id: u64, vm_type: Option<&str>, terms: Terms) -> Option<usize> {
-        if let Some(j) = self
-            .nodes
-            .iter()
-            .position(|n| n.machine_id == Some(machine_id))
-        {
+    /// The VM machine `machine_id` plays, as it runs a task of the bag at
+    /// `now`: the one it played before; else one no machine plays yet, of
+    /// its type (any, where its events give none) and of its market where
+    /// one is left, the one due to be ready nearest `now` (the map's VMs
+    /// from the start, those bought once booted; the earliest on a tie),
+    /// which then counts as bought on the machine's market. `None` when no
+    /// such VM is left.
+    pub fn bind(
+        &mut self,
+        now: u64,
+        machine_id: u64,
+        vm: Option<(&str, Market)>,
+        terms: Terms,
+    ) -> Option<usize> {
+        if let Some(j) = self.vm_of(machine_id) {
             return Some(j);
         }
-        let j = self.nodes.iter().position(|n| {
-            n.machine_id.is_none() && vm_type.is_none_or(|t| terms.vm_type(n).name == t)
-        })?;
-        self.nodes[j].machine_id = Some(machine_id);
+        let now = self.at(now);
+        let free =
+            |n: &Node| n.machine_id.is_none() && vm.is_none_or(|(t, _)| terms.vm_type(n).name == t);
+        let nearest = |same_market: bool| {
+            self.nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| free(n) && (!same_market || vm.is_none_or(|v| n.market == v.1)))
+                .min_by_key(|(j, n)| (n.ready.abs_diff(now), *j))
+                .map(|(j, _)| j)
+        };
+        let j = nearest(true).or_else(|| nearest(false))?;
+        let node = &mut self.nodes[j];
+        node.machine_id = Some(machine_id);
+        if let Some((_, market)) = vm {
+            node.market = market;
+        }
         Some(j)
     }
 
@@ -390,11 +408,7 @@ impl Fleet {
         terms: Terms,
     ) -> Option<usize> {
         let now = self.at(now);
-        let kind = terms
-            .catalogue
-            .types
-            .iter()
-            .position(|t| t.name == vm_type)?;
+        let kind = terms.catalogue.kind(vm_type)?;
         let slots = task_slots(&terms.catalogue.types[kind], &self.tasks);
         let mut node = Node::new(kind, market, now, now, slots);
         node.machine_id = Some(machine_id);
@@ -402,6 +416,11 @@ impl Fleet {
         node.added = true;
         self.nodes.push(node);
         Some(self.nodes.len() - 1)
+    }
+
+    /// The machines that play its VMs.
+    pub fn machines(&self) -> impl Iterator<Item = u64> + '_ {
+        self.nodes.iter().filter_map(|n| n.machine_id)
     }
 
     /// The VM machine `machine_id` plays, if it plays one.
@@ -833,6 +852,55 @@ mod tests {
         assert_eq!(fleet.queued(), 3);
         let slot = fleet.slot_of(0, next).unwrap();
         assert!(fleet.end(5, 0, slot, None, terms).is_some());
+    }
+
+    /// A machine taking its first task of the bag plays the VM of its type
+    /// due to be ready nearest then (one bought late, once booted, rather
+    /// than one of the map's that no machine has played since the start),
+    /// of its market where one is left, and the VM then counts on its
+    /// market; it keeps playing it.
+    #[test]
+    fn a_machine_plays_the_vm_of_its_type_due_nearest_its_first_task() {
+        let catalogue = Catalogue::teylo_2018();
+        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+        let terms = Terms {
+            catalogue: &catalogue,
+            clock: &clock,
+            start_us: 0,
+        };
+        let tasks: Vec<Task> = (0..4)
+            .map(|id| Task {
+                id,
+                base_s: 2.0 * 3600.0,
+                memory_gb: 50.0,
+            })
+            .collect();
+        let maps = Maps::draw(&tasks, &catalogue, &clock, 100, 0.5, true);
+        let mut fleet = Fleet::new(&maps, &tasks, terms, 2.0 * 3600.0);
+        let kind = fleet.nodes()[0].kind;
+        let name = catalogue.types[kind].name.as_str();
+        let same: Vec<usize> = (0..fleet.nodes().len())
+            .filter(|&j| fleet.nodes()[j].kind == kind)
+            .collect();
+        // A VM of the same type, bought at 20 and booted at 22.
+        let mut bought = Node::new(kind, Market::Spot, 20, 22, 1);
+        bought.added = true;
+        fleet.nodes.push(bought);
+        let bought = fleet.nodes().len() - 1;
+        assert_eq!(
+            fleet.bind(22, 7, Some((name, Market::Spot)), terms),
+            Some(bought)
+        );
+        assert_eq!(fleet.bind(23, 7, None, terms), Some(bought));
+        // The map's VMs of the type, then none.
+        for (&j, machine) in same.iter().zip(8..) {
+            let on_demand = Some((name, Market::OnDemand));
+            assert_eq!(fleet.bind(24, machine, on_demand, terms), Some(j));
+            assert_eq!(fleet.nodes()[j].market, Market::OnDemand);
+        }
+        assert_eq!(fleet.bind(25, 99, Some((name, Market::Spot)), terms), None);
+        assert_eq!(fleet.vm_of(7), Some(bought));
+        assert_eq!(fleet.machines().count(), same.len() + 1);
     }
 
     /// The Kaplan–Meier mean: the plain mean when every task has ended; a

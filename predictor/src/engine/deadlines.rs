@@ -62,6 +62,10 @@ const US: u64 = 1_000_000;
 pub(super) struct Deadlines {
     planner: Option<Planner>,
     state: DeadlineState,
+    /// The elastic jobs whose fleets each machine plays a VM of, so that a
+    /// machine's hibernation, resume or removal reaches only those; drawn
+    /// from the fleets, so not in the snapshot.
+    fleets_of: BTreeMap<u64, BTreeSet<u64>>,
 }
 
 /// The settings, checked.
@@ -143,6 +147,7 @@ impl Deadlines {
         Deadlines {
             planner,
             state: DeadlineState::default(),
+            fleets_of: BTreeMap::new(),
         }
     }
 
@@ -327,19 +332,23 @@ impl Deadlines {
         // A machine beyond the fleet's VMs joins it, if its type is in the
         // catalogue; else it runs the task outside the fleet, which counts
         // the task queued until it ends.
-        let bound = fleet.bind(machine_id, vm.map(|v| v.0), terms).or_else(|| {
-            let (vm_type, preemptible) = vm?;
+        let vm = vm.map(|(vm_type, preemptible)| {
             let market = if preemptible {
                 Market::Spot
             } else {
                 Market::OnDemand
             };
+            (vm_type, market)
+        });
+        let bound = fleet.bind(now, machine_id, vm, terms).or_else(|| {
+            let (vm_type, market) = vm?;
             fleet.adopt(now, machine_id, vm_type, market, terms)
         });
-        if let Some(vm) = bound
-            && fleet.slot_of(vm, task.1).is_none()
-        {
-            fleet.start(now, vm, None, task.1, terms);
+        if let Some(vm) = bound {
+            self.fleets_of.entry(machine_id).or_default().insert(task.0);
+            if fleet.slot_of(vm, task.1).is_none() {
+                fleet.start(now, vm, None, task.1, terms);
+            }
         }
         fleet.take_changes();
     }
@@ -399,14 +408,25 @@ impl Deadlines {
     }
 
     /// A task of job `job_id` that finished before the job was planned
-    /// (in `runtime_us`): an elastic fleet counts it done.
-    pub(super) fn finished_before(&mut self, task: (u64, u32), runtime_us: u64) {
-        let Some(job) = self.state.jobs.get_mut(&task.0) else {
+    /// (in `runtime_us`, on a VM of type `vm_type` if its machine's events
+    /// gave one): an elastic fleet counts it done, and learns its runtime
+    /// on the baseline core, by that type's slowdown (the measured runtime
+    /// where the type is not in the catalogue).
+    pub(super) fn finished_before(
+        &mut self,
+        task: (u64, u32),
+        runtime_us: u64,
+        vm_type: Option<&str>,
+    ) {
+        let (Some(planner), Some(job)) = (&self.planner, self.state.jobs.get_mut(&task.0)) else {
             return;
         };
         job.finished.insert(task.1);
         if let Some(fleet) = &mut job.fleet {
-            fleet.done_elsewhere(0, task.1, Some(runtime_us as f64 / 1e6));
+            let slowdown = vm_type
+                .and_then(|name| planner.catalogue.kind(name))
+                .map_or(1.0, |kind| planner.catalogue.types[kind].slowdown);
+            fleet.done_elsewhere(0, task.1, Some(runtime_us as f64 / 1e6 / slowdown));
             fleet.take_changes();
         }
     }
@@ -470,8 +490,16 @@ impl Deadlines {
 
     /// A job ended, or was given up on: nothing of it waits any more.
     pub(super) fn job_ended(&mut self, job_id: u64) {
-        if self.state.jobs.remove(&job_id).is_none() {
+        let Some(job) = self.state.jobs.remove(&job_id) else {
             return;
+        };
+        for machine_id in job.fleet.iter().flat_map(Fleet::machines) {
+            if let Some(jobs) = self.fleets_of.get_mut(&machine_id) {
+                jobs.remove(&job_id);
+                if jobs.is_empty() {
+                    self.fleets_of.remove(&machine_id);
+                }
+            }
         }
         self.state.running.end_job(job_id);
         self.state.waiting.retain(|&(_, job, _)| job != job_id);
@@ -582,7 +610,11 @@ impl Deadlines {
             return;
         };
         let mut changed = Vec::new();
-        for (&job_id, job) in &mut self.state.jobs {
+        let jobs = self.fleets_of.get(&machine_id).into_iter().flatten();
+        for &job_id in jobs {
+            let Some(job) = self.state.jobs.get_mut(&job_id) else {
+                continue;
+            };
             let Some(fleet) = &mut job.fleet else {
                 continue;
             };
@@ -838,6 +870,12 @@ impl Deadlines {
     }
 
     pub(super) fn restore(&mut self, state: DeadlineState) {
+        self.fleets_of.clear();
+        for (&job_id, job) in &state.jobs {
+            for machine_id in job.fleet.iter().flat_map(Fleet::machines) {
+                self.fleets_of.entry(machine_id).or_default().insert(job_id);
+            }
+        }
         self.state = state;
     }
 }

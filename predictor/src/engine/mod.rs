@@ -898,7 +898,13 @@ impl Engine {
             }
         }
         for (&index, &runtime_us) in &job.runtimes {
-            self.deadlines.finished_before((job_id, index), runtime_us);
+            let vm_type = self
+                .tasks
+                .get(&(job_id, index))
+                .and_then(|t| self.machines.get(t.machine_id()?))
+                .and_then(|m| m.vm_type.as_deref());
+            self.deadlines
+                .finished_before((job_id, index), runtime_us, vm_type);
         }
     }
 

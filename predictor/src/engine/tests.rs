@@ -2204,6 +2204,98 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
         outcomes.push((grow[0].clone(), engine.deadline(2).unwrap().clone()));
     }
     assert_eq!(outcomes[0], outcomes[1], "the snapshot holds the fleet");
+
+    // B, hibernated before the snapshot, resumes: both engines reach it
+    // in the fleet, and the rest of the fleet ends the bag without it.
+    let mut resumed = Vec::new();
+    for engine in [&mut engine, &mut restored] {
+        let mut effects = Effects::default();
+        let resume = format!(
+            r#"{{"v":1,"type":"machine","time_us":{},"machine_id":12,"kind":"resume"}}"#,
+            t0 + 70 * minute
+        );
+        engine.apply(AT, &event(&resume), &mut effects).unwrap();
+        let drain = deadline_decisions(&effects);
+        assert_eq!(drain.len(), 1, "{drain:?}");
+        assert_eq!(drain[0].action, DeadlineAction::Drain);
+        assert_eq!(drain[0].fleet.as_ref().unwrap().drain_machine_id, Some(12));
+        resumed.push(engine.deadline(2).unwrap().clone());
+    }
+    assert_eq!(resumed[0], resumed[1]);
+    assert!(!resumed[0].fleet.as_ref().unwrap().vms[1].hibernated);
+}
+
+/// A deadline job planned only once its pilot has ended (SLearn's
+/// estimate, with no 3Sigma beside it); the elastic fleet counts the pilot
+/// done, its runtime on the baseline core by its VM's slowdown, as it
+/// counts every task that ends under the plan.
+#[test]
+fn an_elastic_fleet_planned_after_its_pilot_counts_it_by_its_vms_slowdown() {
+    let mut config = deadline_config();
+    config.deadlines.fleet = FleetMode::Elastic;
+    config.policy = PolicyKind::SLearn;
+    config.shadow = Vec::new();
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    let (t0, minute) = (HOUR, 60_000_000);
+    let submit = event(&format!(
+        r#"{{"v":1,"type":"job_submitted","time_us":{t0},"job_id":2,"user":"u","job_name":"n","logical_name":"l","scheduling_class":0,"priority":0,"cpu_request":0.1,"mem_request":51200,"num_tasks":4,"deadline_us":{}}}"#,
+        t0 + 10 * HOUR
+    ));
+    engine.apply(AT, &submit, &mut effects).unwrap();
+    let early = deadline_decisions(&effects);
+    assert!(early.is_empty(), "no estimate yet: {early:?}");
+    let pilot = decisions(&effects)[0].pilots[0];
+    // The pilot runs 60 minutes on a c4.large (slowdown 0.655).
+    engine
+        .apply(AT, &vm_of_type(11, t0, "c4.large"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &task_at(2, pilot, t0, "schedule", 11), &mut effects)
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(
+            AT,
+            &task_at(2, pilot, t0 + 60 * minute, "finish", 11),
+            &mut effects,
+        )
+        .unwrap();
+    let plan = deadline_decisions(&effects);
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    assert_eq!(plan[0].action, DeadlineAction::Plan);
+    effects.clear();
+    // Another task runs 60 minutes on a c4.large: with the pilot, the
+    // bag's runtime is 60 / 0.655 minutes on the baseline core.
+    let other = (0..4).find(|&i| i != pilot).unwrap();
+    engine
+        .apply(AT, &vm_of_type(12, t0, "c4.large"), &mut effects)
+        .unwrap();
+    engine
+        .apply(
+            AT,
+            &task_at(2, other, t0 + 60 * minute, "schedule", 12),
+            &mut effects,
+        )
+        .unwrap();
+    engine
+        .apply(
+            AT,
+            &task_at(2, other, t0 + 120 * minute, "finish", 12),
+            &mut effects,
+        )
+        .unwrap();
+    let changed = deadline_decisions(&effects);
+    let change = changed
+        .last()
+        .and_then(|d| d.fleet.as_ref())
+        .unwrap_or_else(|| panic!("a grow or drain: {changed:?}"));
+    let expected = 3600.0 / 0.655 * 1e6;
+    let runtime = change.task_runtime_us as f64;
+    assert!(
+        (runtime - expected).abs() < 1e6,
+        "{runtime} against {expected}"
+    );
 }
 
 /// An elastic fleet live, on input a week of production brings: a task
