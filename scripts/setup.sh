@@ -37,9 +37,10 @@ if [[ $testing == 1 ]] && ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 # Slurm and munge for the real-scheduler tests (tests/tests/slurm.rs), which
-# start a throwaway cluster of their own; installing starts no service.
+# start a throwaway cluster of their own, with slurmdbd and MariaDB for those
+# that read its accounting (`sacct`); installing starts no service.
 if [[ $testing == 1 ]]; then
-    "${sudo_cmd[@]}" bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" install
+    "${sudo_cmd[@]}" env JOBCAST_SLURM_ACCOUNTING=1 bash "$(dirname "${BASH_SOURCE[0]}")/slurm.sh" install
 fi
 
 # Kubernetes schema validators, outside the clone and reused across runs:

@@ -16,6 +16,11 @@
 # controller listens on JOBCAST_SLURM_PORT (6817) and its node on the port
 # after; its job IDs start at JOBCAST_SLURM_FIRST_JOB_ID (1). Two clusters
 # side by side (a federation) take other ports and job ID ranges.
+#
+# With JOBCAST_SLURM_ACCOUNTING=1 the cluster keeps accounting, for
+# `sacct`: a MariaDB of its own (DIR/mysql, on 127.0.0.1 at the port three
+# after the controller's, no passwords: a throwaway) under a slurmdbd (two
+# after). `down` stops them too; the database stays with DIR.
 set -euo pipefail
 
 cmd=${1:-}
@@ -27,6 +32,9 @@ mem=${JOBCAST_SLURM_MEMORY_MB:-8000}
 cluster=${JOBCAST_SLURM_CLUSTER:-jobcast}
 port=${JOBCAST_SLURM_PORT:-6817}
 first_job_id=${JOBCAST_SLURM_FIRST_JOB_ID:-1}
+accounting=${JOBCAST_SLURM_ACCOUNTING:-0}
+dbd_port=$((port + 2))
+db_port=$((port + 3))
 
 log() { echo "slurm: $*" >&2; }
 need_root() { [[ $(id -u) -eq 0 ]] || { log "must run as root"; exit 1; }; }
@@ -36,7 +44,9 @@ alive() { [[ $(cat "/proc/$(cat "$dir/$1.pid" 2>/dev/null)/comm" 2>/dev/null) ==
 install_packages() {
     need_root
     local p missing=()
-    for p in slurmctld slurmd slurm-client munge; do
+    local packages=(slurmctld slurmd slurm-client munge)
+    [[ $accounting == 1 ]] && packages+=(slurmdbd mariadb-server)
+    for p in "${packages[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     ((${#missing[@]})) || return 0
@@ -175,6 +185,7 @@ MailProg=/bin/true
 # does) starts jobs faster: an empty epilog has every job's end schedule.
 Epilog=/bin/true
 JobCompType=jobcomp/none
+$(accounting_conf)
 ReturnToService=2
 # Finished jobs stay 5 minutes in squeue --json, squeue -t all, scontrol.
 MinJobAge=300
@@ -185,6 +196,78 @@ PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
+# The lines of slurm.conf that send the jobs to slurmdbd, with accounting.
+accounting_conf() {
+    [[ $accounting == 1 ]] || return 0
+    cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$dbd_port
+JobAcctGatherType=jobacct_gather/none
+EOF
+}
+
+# db_answers: MariaDB takes a query.
+db_answers() { mariadb -h 127.0.0.1 -P "$db_port" -u root -e 'select 1' >/dev/null 2>&1; }
+
+# MariaDB on DIR/mysql and slurmdbd over it, unless they run; the cluster
+# registered. slurmdbd reads slurmdbd.conf beside SLURM_CONF.
+start_accounting() {
+    local i
+    if ! alive mariadbd; then
+        if [[ ! -d $dir/mysql/mysql ]]; then
+            mariadb-install-db --user=root --datadir="$dir/mysql" --skip-test-db \
+                --auth-root-authentication-method=normal >"$dir/mariadb-install.log" 2>&1 ||
+                { cat "$dir/mariadb-install.log" >&2; return 1; }
+        fi
+        # No grant tables: any local client is root (a throwaway database).
+        nohup mariadbd --user=root --datadir="$dir/mysql" --socket="$dir/mysql.sock" \
+            --port="$db_port" --bind-address=127.0.0.1 --skip-grant-tables \
+            --pid-file="$dir/mysql/mariadbd.pid" --log-error="$dir/mariadbd.log" \
+            >>"$dir/mariadbd.out" 2>&1 </dev/null &
+        echo $! >"$dir/mariadbd.pid"
+        for ((i = 0; i < 60; i++)); do
+            db_answers && break
+            alive mariadbd || break
+            sleep 0.5
+        done
+        db_answers ||
+            { log "MariaDB did not answer; its log ends with:"; tail -n 15 "$dir/mariadbd.log" >&2; return 1; }
+    fi
+    if ! alive slurmdbd; then
+        install -m 0600 /dev/null "$dir/slurmdbd.conf"
+        cat >"$dir/slurmdbd.conf" <<EOF
+# Written by scripts/slurm.sh: the accounting of a throwaway cluster.
+AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$dbd_port
+SlurmUser=root
+PidFile=$dir/slurmdbd.pid.own
+LogFile=$dir/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+        nohup slurmdbd -D >>"$dir/slurmdbd.out" 2>&1 </dev/null &
+        echo $! >"$dir/slurmdbd.pid"
+    fi
+    for ((i = 0; i < 60; i++)); do
+        sacctmgr -n list cluster >/dev/null 2>&1 && break
+        alive slurmdbd || break
+        sleep 0.5
+    done
+    if ! sacctmgr -n list cluster >/dev/null 2>&1; then
+        log "slurmdbd did not answer; its logs end with:"
+        tail -n 15 "$dir/slurmdbd.out" "$dir/slurmdbd.log" >&2 2>/dev/null || true
+        return 1
+    fi
+    [[ -n $(sacctmgr -n list cluster "$cluster" format=cluster 2>/dev/null) ]] ||
+        sacctmgr -i add cluster "$cluster" >/dev/null
+}
+
 up() {
     need_root
     install_packages
@@ -192,6 +275,9 @@ up() {
         mkdir -p "$dir"
         start_munge
         write_conf
+        if [[ $accounting == 1 ]]; then
+            start_accounting || { down; exit 1; }
+        fi
         local name
         for name in slurmctld slurmd; do
             alive "$name" && continue
@@ -246,6 +332,8 @@ down() {
     fi
     stop slurmd
     stop slurmctld
+    stop slurmdbd
+    stop mariadbd
     stop_munge
     log "down ($dir)"
 }
@@ -262,6 +350,9 @@ status() {
     for name in slurmctld slurmd; do
         if alive "$name"; then echo "$name: running (pid $(cat "$dir/$name.pid"))"
         else echo "$name: stopped"; rc=3; fi
+    done
+    for name in slurmdbd mariadbd; do
+        if alive "$name"; then echo "$name: running (pid $(cat "$dir/$name.pid"))"; fi
     done
     ((rc)) || { sinfo; echo "export SLURM_CONF=$SLURM_CONF"; }
     return $rc

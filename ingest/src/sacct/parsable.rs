@@ -1,62 +1,18 @@
-//! A Slurm site's own history: `sacct`'s parsable output (`sacct -P` or
-//! `--parsable2`, `|` between fields, a header naming them), whatever
-//! `--format` chose, as long as it has `JobID`, `State` and `Submit`.
-//!
-//! A job maps as `jobcast slurm watch` maps it live
-//! (`docs/schedulers.md`): a plain job is one task of its CPUs; the
-//! elements of an array (`123_4`) are the tasks of job 123, in the order
-//! of their indices. Read where present:
-//!
-//! | column | canonical |
-//! |---|---|
-//! | `JobID` (else `JobIDRaw`) | `job_id`, task |
-//! | `Submit`, `Start`, `End` | the task's `submit`, `schedule` and end (`Unknown`, `None`: not yet) |
-//! | `State` | the end's kind, as the live watcher reads it ([`crate::slurm::task_end`]) |
-//! | `User`, `JobName`, `Partition`, `Cluster` | `user`, `job_name` and `logical_name`, `partition`, `cluster` |
-//! | `NCPUS`, else `AllocCPUS`, else `ReqCPUS` | `cpu_request` |
-//! | `ReqMem` (`4000M`, `16G`; `c`/`n` suffixes of old versions: per CPU, per node) | `mem_request`, MB |
-//! | `TimelimitRaw` (minutes), else `Timelimit` (`[D-]HH:MM:SS`) | `time_limit_us` |
-//!
-//! Times are read as UTC: `sacct` prints the cluster's local time without
-//! its zone (set `TZ=UTC` where it runs, or `SLURM_TIME_FORMAT`, for a
-//! history to line up with live events). Job steps (`123.batch`, `123.0`)
-//! are left out: their job's row carries it. A pending array's range
-//! (`123_[5-9]`) is left out, noted: those tasks have not been submitted as
-//! elements yet. A row that cannot be used is skipped with its line and
-//! reason; the others go on. A job still pending or running stays open.
-//!
-//! The whole output is read into memory (a site's accounting over a period
-//! runs to megabytes) and its events sorted by time.
+//! `sacct`'s parsable output (`sacct -P` or `--parsable2`): `|` between
+//! fields, a header naming them, whatever `--format` chose, as long as it
+//! has `JobID`, `State` and `Submit`. Times are read as UTC: `sacct` prints
+//! the cluster's local time without its zone (set `TZ=UTC` where it runs,
+//! or `SLURM_TIME_FORMAT`, for a history to line up with live events).
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::path::Path;
 
 use chrono::NaiveDateTime;
 
-use crate::event::{Event, JobEnded, JobSubmitted, TaskEvent, TaskKind};
-use crate::slurm::{job_outcome, task_end};
-use crate::source::{Diagnostics, Location, Trace, TraceError, open_input, total_size};
-
-const US: u64 = 1_000_000;
-
-/// One row of a job (or an array's element).
-#[derive(Debug, Clone)]
-struct Row {
-    line: u64,
-    /// The array index, for an element.
-    index: Option<u32>,
-    submit_us: u64,
-    start_us: Option<u64>,
-    end_us: Option<u64>,
-    end: Option<TaskKind>,
-    user: String,
-    name: String,
-    partition: String,
-    cluster: String,
-    cpus: f64,
-    mem_mb: f64,
-    limit_us: Option<u64>,
-}
+use super::{Row, Skip, US};
+use crate::slurm::task_end;
+use crate::source::{Diagnostics, Location, TraceError};
 
 /// The columns a header names, by position.
 struct Columns {
@@ -78,10 +34,13 @@ impl Columns {
     }
 }
 
-/// Open one `sacct -P` output (plain or compressed).
-pub fn open(path: &Path) -> Result<Trace, TraceError> {
-    let diagnostics = Diagnostics::new();
-    let input = open_input(path, &diagnostics)?;
+/// Every job's rows in `input` (`path`'s), by job; a row that cannot be
+/// used is skipped in `diagnostics` with its line and reason.
+pub(super) fn rows(
+    path: &Path,
+    input: Box<dyn BufRead + Send>,
+    diagnostics: &Diagnostics,
+) -> Result<BTreeMap<u64, Vec<Row>>, TraceError> {
     let mut reader = csv::ReaderBuilder::new()
         .delimiter(b'|')
         .quoting(false)
@@ -133,44 +92,19 @@ pub fn open(path: &Path) -> Result<Trace, TraceError> {
             }
         };
         let line = record.position().map_or(0, |p| p.line());
-        match row(&columns, &record, line) {
+        match row(&columns, &record, at(line)) {
             Ok(Some((job_id, row))) => jobs.entry(job_id).or_default().push(row),
             Ok(None) => {}
             Err(Skip::Note(what)) => diagnostics.note(what),
             Err(Skip::Bad(class, detail)) => diagnostics.skip(at(line), class, detail),
         }
     }
-    let mut events = Vec::new();
-    for (job_id, rows) in jobs {
-        let line = rows[0].line;
-        let laid = lay_out(job_id, rows);
-        if laid
-            .iter()
-            .all(|(_, e)| diagnostics.within_limits(e, |_| at(line)))
-        {
-            events.extend(laid);
-        }
-    }
-    // Stable: at one time, submissions before task events before ends.
-    events.sort_by_key(|(class, e)| (e.time_us(), *class));
-    let size = total_size(&[path.to_owned()]);
-    Ok(Trace::new(
-        events.into_iter().map(|(_, e)| Ok(e)),
-        diagnostics,
-        size,
-    ))
-}
-
-/// Why a row gives no job.
-enum Skip {
-    /// Not a job's own row, as expected (a step, a pending range).
-    Note(&'static str),
-    Bad(&'static str, String),
+    Ok(jobs)
 }
 
 /// A row's job and what it says, or `None` for a row to pass over
 /// silently.
-fn row(c: &Columns, r: &csv::StringRecord, line: u64) -> Result<Option<(u64, Row)>, Skip> {
+fn row(c: &Columns, r: &csv::StringRecord, place: Location) -> Result<Option<(u64, Row)>, Skip> {
     let id = c
         .get(r, &["JobID", "JobIDRaw"])
         .ok_or_else(|| Skip::Bad("missing_field", "no JobID".into()))?;
@@ -230,7 +164,7 @@ fn row(c: &Columns, r: &csv::StringRecord, line: u64) -> Result<Option<(u64, Row
     Ok(Some((
         job_id,
         Row {
-            line,
+            place,
             index,
             submit_us,
             start_us,
@@ -295,63 +229,6 @@ fn parse_mem_mb(text: &str, cpus: f64) -> Option<f64> {
     };
     let mb = number.parse::<f64>().ok()? * scale;
     Some(if per_cpu { mb * cpus } else { mb })
-}
-
-/// A job's events, each with its class (0 submit, 1 task, 2 end): its
-/// rows, one a task, in the order of their array indices.
-fn lay_out(job_id: u64, mut rows: Vec<Row>) -> Vec<(u8, Event)> {
-    rows.sort_by_key(|r| r.index);
-    let first = &rows[0];
-    let mut job = JobSubmitted::new(
-        job_id,
-        rows.iter().map(|r| r.submit_us).min().unwrap_or(0),
-        rows.len() as u32,
-    );
-    job.user = first.user.clone();
-    job.job_name = first.name.clone();
-    job.logical_name = first.name.clone();
-    job.partition = first.partition.clone();
-    job.cluster = first.cluster.clone();
-    job.cpu_request = first.cpus;
-    job.mem_request = first.mem_mb;
-    job.time_limit_us = first.limit_us;
-    let mut events = vec![(0, Event::JobSubmitted(job))];
-    let task = |time_us: u64, index: u32, kind: TaskKind| {
-        Event::Task(TaskEvent {
-            time_us,
-            job_id,
-            task_index: index,
-            kind,
-            machine_id: None,
-            stage: None,
-        })
-    };
-    let mut ends = Vec::new();
-    let mut last_end = 0;
-    for (i, r) in rows.iter().enumerate() {
-        let i = i as u32;
-        events.push((1, task(r.submit_us, i, TaskKind::Submit)));
-        if let Some(start) = r.start_us {
-            events.push((1, task(start.max(r.submit_us), i, TaskKind::Schedule)));
-        }
-        if let (Some(kind), Some(end)) = (r.end, r.end_us) {
-            let end = end.max(r.start_us.unwrap_or(r.submit_us));
-            events.push((1, task(end, i, kind)));
-            ends.push(kind);
-            last_end = last_end.max(end);
-        }
-    }
-    if ends.len() == rows.len() {
-        events.push((
-            2,
-            Event::JobEnded(JobEnded {
-                time_us: last_end,
-                job_id,
-                outcome: job_outcome(&ends),
-            }),
-        ));
-    }
-    events
 }
 
 #[cfg(test)]
