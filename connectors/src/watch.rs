@@ -371,6 +371,7 @@ mod tests {
                     self.dir.path().join("current").display().to_string(),
                 ],
                 since,
+                history: None,
             };
             let kafka = KafkaSettings::new(mock.bootstrap_servers());
             Watcher::open(&kafka, options, source).unwrap()
@@ -543,6 +544,7 @@ mod tests {
         let source = || SlurmSource {
             squeue: vec!["true".into()],
             since: None,
+            history: None,
         };
         let kafka = KafkaSettings::new(mock.bootstrap_servers());
         let Err(err) = Watcher::open(&kafka, options.clone(), source()) else {
@@ -569,6 +571,7 @@ mod tests {
             let source = SlurmSource {
                 squeue: vec!["true".into()],
                 since: None,
+                history: None,
             };
             Watcher::open(&kafka, options, source).map(drop)
         };

@@ -38,6 +38,12 @@ impl Slurm {
         Slurm::start(lock(), Vec::new())
     }
 
+    /// [`Slurm::up`] keeping accounting (slurmdbd over a MariaDB of its
+    /// own, `JOBCAST_SLURM_ACCOUNTING=1`), for `sacct`.
+    pub fn with_accounting() -> Slurm {
+        Slurm::start(lock(), vec![("JOBCAST_SLURM_ACCOUNTING", "1".into())])
+    }
+
     /// Two clusters side by side: `east` (ports 6817–6818, job IDs from 1)
     /// and `west` (ports 6827–6828, job IDs from 1,000,000, so that the
     /// two never name one job alike).

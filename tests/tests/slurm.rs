@@ -49,6 +49,18 @@ fn start_watcher(
     metrics: u16,
     since: Option<u64>,
 ) -> Running {
+    start_watcher_with(slurm, brokers, state, metrics, since, &[])
+}
+
+/// [`start_watcher`] with further flags.
+fn start_watcher_with(
+    slurm: &Slurm,
+    brokers: &str,
+    state: &std::path::Path,
+    metrics: u16,
+    since: Option<u64>,
+    flags: &[String],
+) -> Running {
     let since = since.map(|s| vec!["--since".to_string(), s.to_string()]);
     Running(
         Command::new(jobcast_bin())
@@ -61,6 +73,7 @@ fn start_watcher(
                 "0.5",
             ])
             .args(since.unwrap_or_default())
+            .args(flags)
             .args((!state.exists()).then_some("--fresh"))
             .arg("--state")
             .arg(state)
@@ -190,6 +203,10 @@ fn assert_as_slurm_ended(
         let expected = match state.as_str() {
             "COMPLETED" => vec![(TaskKind::Schedule, *start), (TaskKind::Finish, *end)],
             "FAILED" => vec![(TaskKind::Schedule, *start), (TaskKind::Fail, *end)],
+            // Cancelled while it ran, or before.
+            "CANCELLED" if start < end => {
+                vec![(TaskKind::Schedule, *start), (TaskKind::Kill, *end)]
+            }
             "CANCELLED" => vec![(TaskKind::Kill, *end)],
             "TIMEOUT" => vec![(TaskKind::Schedule, *start), (TaskKind::Timeout, *end)],
             other => panic!("job {job} task {task}: state {other}"),
@@ -615,6 +632,108 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
         );
     }
     assert_eq!(serve.metric("jobcast_events_dead_lettered_total"), 0.0);
+    serve.terminate();
+}
+
+/// A fresh watcher given the site's accounting (`--history-since`) first
+/// publishes the jobs `sacct` accounted as ended since then, each once and
+/// as Slurm ran it, though `squeue` still lists them; a job running then,
+/// and one submitted before the history's start that `squeue` still lists,
+/// are followed live, once. The service holds them. Without `--fresh` the
+/// history is refused: a watcher that has state has said its jobs.
+#[test]
+fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
+    let slurm = Slurm::with_accounting();
+    let topics = Topics::default();
+    let cluster = Cluster::new(&topics, PARTITIONS);
+    let dir = tempfile::tempdir().unwrap();
+    let before = slurm.sbatch(&["-J", "before", "--time=1", "--wrap", "true"]);
+    let since = since_now();
+    let array = slurm.sbatch(&[
+        "-J",
+        "array",
+        "--time=1",
+        "--array=0-2",
+        "--wrap",
+        "sleep 1",
+    ]);
+    let failing = slurm.sbatch(&["-J", "failing", "--time=1", "--wrap", "sleep 1; exit 3"]);
+    let running = slurm.sbatch(&["-J", "running", "--time=2", "--wrap", "sleep 300"]);
+    // Until the accounting has four ended and the last running.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let accounted = slurm.run("sacct", &["-a", "-X", "-n", "-P", "-o", "JobID,State"]);
+        let ended = accounted
+            .lines()
+            .filter(|l| l.ends_with("|COMPLETED") || l.ends_with("|FAILED"))
+            .count();
+        if ended == 5 && accounted.contains(&format!("{running}|RUNNING")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sacct says:\n{accounted}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let state = dir.path().join("watch.json");
+    let history = ["--history-since".to_string(), since.to_string()];
+    let metrics = free_port();
+    let mut watcher =
+        start_watcher_with(&slurm, &cluster.brokers(), &state, metrics, None, &history);
+    wait_ended(
+        &cluster,
+        &topics.events,
+        &[before, array, failing],
+        Duration::from_secs(60),
+    );
+    // The running job, followed live, ends when cancelled; a look or two
+    // later, nothing has been said twice.
+    slurm.run("scancel", &[&running.to_string()]);
+    wait_ended(
+        &cluster,
+        &topics.events,
+        &[running],
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let by_job = events_by_job(&cluster, &topics.events);
+    assert_eq!(
+        metric_sum(&scrape(metrics), "jobcast_slurm_polls_failed_total"),
+        0.0
+    );
+    watcher.terminate();
+    let slurm_tasks = slurm.tasks();
+    assert!(
+        slurm_tasks.contains_key(&(array, 0)) && slurm_tasks.contains_key(&(failing, 0)),
+        "squeue still lists the history's jobs: {slurm_tasks:?}"
+    );
+    let jobs: Vec<u64> = by_job.keys().copied().collect();
+    assert_eq!(jobs, [before, array, failing, running], "{by_job:?}");
+    for (job, indices, limit, outcome) in [
+        (before, &[0][..], 1, JobOutcome::Finish),
+        (array, &[0, 1, 2], 1, JobOutcome::Finish),
+        (failing, &[0], 1, JobOutcome::Fail),
+        (running, &[0], 2, JobOutcome::Kill),
+    ] {
+        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, (indices, limit), outcome);
+    }
+
+    let refused = Command::new(jobcast_bin())
+        .args(["slurm", "watch", "--state"])
+        .arg(&state)
+        .args(&history)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("--fresh"),
+        "{stderr}"
+    );
+
+    let total = by_job.values().map(Vec::len).sum::<usize>() as u64;
+    let mut serve = Serve::start(&cluster.brokers(), &dir.path().join("serve"), &[]);
+    serve.wait_stored_offsets(total, Duration::from_secs(60));
+    let (status, body) = serve.get(&format!("/jobs/{array}"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""state":"finished""#), "{body}");
     serve.terminate();
 }
 

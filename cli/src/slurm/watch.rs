@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use jobcast_connectors::slurm::SlurmSource;
 use jobcast_connectors::slurm::metrics::{
     EVENTS_PUBLISHED, JOBS_FOLLOWED, JOBS_LOST, LAST_POLL, POLLS_FAILED, RECORDS_SKIPPED,
 };
+use jobcast_connectors::slurm::{History, SlurmSource};
 use jobcast_connectors::watch::{WatchOptions, watch};
 use jobcast_ingest::kafka::Topics;
 use tracing::{info, warn};
@@ -44,6 +44,17 @@ pub struct WatchArgs {
     /// not published. By default every job listed is followed.
     #[arg(long, value_name = "UNIX_SECONDS")]
     since: Option<u64>,
+    /// With --fresh: first publish the site's accounting history, every
+    /// job `sacct` accounted as ended that was submitted at or after this
+    /// Unix time (s), so that the service starts warm. Needs Slurm's
+    /// accounting (slurmdbd). Jobs `squeue` lists are followed live, and
+    /// none is published twice.
+    #[arg(long, value_name = "UNIX_SECONDS", requires = "fresh")]
+    history_since: Option<u64>,
+    /// The command that prints the site's accounting, for
+    /// --history-since (the flags it needs are added).
+    #[arg(long, default_value = "sacct")]
+    sacct: String,
     /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
@@ -67,6 +78,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let source = SlurmSource {
         squeue: words(&args.squeue),
         since: args.since,
+        history: args.history_since.map(|since| History {
+            sacct: words(&args.sacct),
+            since,
+        }),
     };
     let (mut published, mut failed_polls) = (0, 0);
     watch(&settings, options, source, &stop, |polled| match polled {

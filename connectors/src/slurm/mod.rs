@@ -31,16 +31,19 @@
 //! Times are Slurm's own (seconds, as µs), never the watcher's clock.
 
 pub mod metrics;
+mod sacct;
 mod scheduler;
 mod squeue;
 mod tracker;
 
 use serde::{Deserialize, Serialize};
 
+pub use sacct::{Accounted, History};
 pub use scheduler::{Scope, Slurm};
 pub use squeue::{Snapshot, SqueueError, SqueueJob, array_indices, parse_squeue, run_squeue};
 pub use tracker::SlurmTracker;
 
+use jobcast_ingest::event::Event;
 use jobcast_predictor::walltime::Walltime;
 
 use crate::{LiveSource, Observed};
@@ -55,18 +58,38 @@ pub struct SlurmSource {
     /// the jobs of an earlier run must not teach jobcast the runtimes of
     /// the same jobs run again (`jobcast bench slurm`).
     pub since: Option<u64>,
+    /// On a fresh start, the site's accounting history to say first.
+    #[serde(default)]
+    pub history: Option<History>,
 }
 
 impl LiveSource for SlurmSource {
     type State = SlurmTracker;
 
+    /// A look at `squeue`; at the first, after it, the jobs the site's
+    /// history ([`History`]) says had ended before, said first. Jobs that
+    /// `squeue` lists then or later are followed live unless the history
+    /// said them; none is said twice.
     fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<Observed, String> {
         let mut snapshot = run_squeue(&self.squeue)?;
         if let Some(since) = self.since {
             snapshot.jobs.retain(|record| record.submit_time >= since);
         }
+        let mut history = Accounted::default();
+        if tracker.wants_history() {
+            if let Some(source) = &self.history {
+                history = source.read()?;
+            }
+            tracker.history_read(history.jobs.keys().copied());
+        }
         let mut observed = tracker.observe(&snapshot);
-        let mut skipped = snapshot.skipped;
+        let mut events: Vec<Event> = history.jobs.into_values().flatten().collect();
+        // Stable: a job's events keep their order within one time.
+        events.sort_by_key(Event::time_us);
+        events.append(&mut observed.events);
+        observed.events = events;
+        let mut skipped = history.skipped;
+        skipped.append(&mut snapshot.skipped);
         skipped.append(&mut observed.skipped);
         observed.skipped = skipped;
         Ok(observed)

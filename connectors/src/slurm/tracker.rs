@@ -52,6 +52,19 @@ pub struct SlurmTracker {
     jobs: BTreeMap<u64, JobSaid>,
     /// The latest Slurm time seen, µs.
     latest_us: u64,
+    /// Whether the site's history was read (or none was asked for) at the
+    /// first look; a state saved before histories were read has no
+    /// history to read.
+    #[serde(default = "read_already")]
+    history_read: bool,
+    /// Jobs said from the history that `squeue` still lists: it says
+    /// nothing more of them.
+    #[serde(default)]
+    from_history: BTreeSet<u64>,
+}
+
+fn read_already() -> bool {
+    true
 }
 
 const US: u64 = 1_000_000;
@@ -75,12 +88,32 @@ impl SlurmTracker {
         self.jobs.get(&job_id)?.array.get(task as usize).copied()
     }
 
+    /// Whether the first look is still to come, when the site's history
+    /// is read.
+    pub fn wants_history(&self) -> bool {
+        !self.history_read
+    }
+
+    /// The site's history was read at the first look: `jobs`, each said
+    /// from it whole (ended), are not said again when `squeue` lists them.
+    pub fn history_read(&mut self, jobs: impl IntoIterator<Item = u64>) {
+        self.history_read = true;
+        self.from_history.extend(jobs);
+    }
+
     /// The events `snapshot` (every record `squeue --json` listed) adds to
     /// what was said before.
     pub fn observe(&mut self, snapshot: &Snapshot) -> Observed {
         let mut observed = Observed::default();
         let mut by_job: BTreeMap<u64, Vec<&SqueueJob>> = BTreeMap::new();
+        // The history's jobs are said; once gone from `squeue`, they are
+        // not listed again.
+        let listed: BTreeSet<u64> = snapshot.jobs.iter().map(SqueueJob::job).collect();
+        self.from_history.retain(|id| listed.contains(id));
         for record in &snapshot.jobs {
+            if self.from_history.contains(&record.job()) {
+                continue;
+            }
             by_job.entry(record.job()).or_default().push(record);
             for t in [record.submit_time, record.start_time, record.end_time] {
                 self.latest_us = self.latest_us.max(t.saturating_mul(US));
@@ -703,5 +736,41 @@ mod tests {
             "{:?}",
             observed.skipped
         );
+    }
+
+    /// Jobs said from the site's history are not said again while
+    /// `squeue` lists them, nor counted lost once it no longer does; the
+    /// others are followed as ever. A state saved before histories were
+    /// read has none to read.
+    #[test]
+    fn jobs_said_from_the_history_are_not_said_again() {
+        let snapshots = snapshots();
+        let mut alone = SlurmTracker::default();
+        let all = observe_all(&mut alone, &snapshots);
+        let jobs: BTreeSet<u64> = snapshots[0].iter().map(SqueueJob::job).collect();
+        let ids: Vec<u64> = jobs.into_iter().collect();
+        let (&kept, told) = ids.split_first().unwrap();
+        let mut tracker = SlurmTracker::default();
+        assert!(tracker.wants_history());
+        tracker.history_read(told.iter().copied());
+        assert!(!tracker.wants_history());
+        let mut events = observe_all(&mut tracker, &snapshots);
+        // Gone from squeue: nothing of them, not even `lost`.
+        events.extend(tracker.observe(&Vec::new().into()).events);
+        let of = |events: &[Event], job: u64| -> Vec<Event> {
+            events
+                .iter()
+                .filter(|e| e.job_id() == Some(job))
+                .cloned()
+                .collect()
+        };
+        assert!(!of(&all, kept).is_empty());
+        assert_eq!(of(&events, kept), of(&all, kept));
+        for &job in told {
+            assert!(of(&events, job).is_empty(), "job {job}: {events:?}");
+        }
+        assert!(tracker.from_history.is_empty());
+        let old: SlurmTracker = serde_json::from_str(r#"{"jobs": {}, "latest_us": 5}"#).unwrap();
+        assert!(!old.wants_history());
     }
 }
