@@ -137,3 +137,42 @@ pub fn check_cluster_files(clusters: &[(String, std::path::PathBuf)]) -> Result<
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sacct` failing at the first look (no accounting, slurmdbd down)
+    /// fails the look and changes nothing, so the next look reads the
+    /// history again; a history with no jobs lets the look go on, once.
+    #[test]
+    fn a_failing_history_fails_the_first_look_and_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let current = dir.path().join("current");
+        let snapshot = include_str!("../../tests/data/slurm/squeue-22.05.jsonl")
+            .lines()
+            .next()
+            .unwrap();
+        std::fs::write(&current, snapshot).unwrap();
+        let history = |sacct: &[&str]| {
+            Some(History {
+                sacct: sacct.iter().map(|w| (*w).to_owned()).collect(),
+                since: 0,
+            })
+        };
+        let mut source = SlurmSource {
+            squeue: vec!["cat".into(), current.display().to_string()],
+            since: None,
+            history: history(&["false"]),
+        };
+        let mut tracker = SlurmTracker::default();
+        let err = source.observe(&mut tracker).unwrap_err();
+        assert!(err.starts_with("`false`: exit status: 1"), "{err}");
+        assert_eq!(tracker, SlurmTracker::default());
+        // `sh -c` takes the flags the history adds as its own arguments.
+        source.history = history(&["sh", "-c", "echo 'JobID|State|Submit'", "sh"]);
+        let observed = source.observe(&mut tracker).unwrap();
+        assert!(!observed.events.is_empty());
+        assert!(!tracker.wants_history());
+    }
+}

@@ -175,6 +175,10 @@ struct Machine<'a> {
     queue: Vec<Waiting>,
     running: HashMap<usize, Running>,
     ends: BinaryHeap<Reverse<(u64, usize)>>,
+    /// When each running job's expected end passes, if it is still
+    /// running then: its prediction is raised (the next quantile, then
+    /// the request), and the scheduler looks again, as EASY++ does.
+    expiries: BinaryHeap<Reverse<(u64, usize)>>,
     starts: Vec<u64>,
     backfilled: usize,
 }
@@ -191,6 +195,8 @@ impl Machine<'_> {
         self.backfilled += usize::from(backfill);
         let end = now + self.job(waiting.index).runtime_us;
         self.ends.push(Reverse((end, waiting.index)));
+        self.expiries
+            .push(Reverse((now + waiting.predicted_us, waiting.index)));
         self.running.insert(
             waiting.index,
             Running {
@@ -218,6 +224,23 @@ impl Machine<'_> {
             &later,
             self.job(r.index).job.time_limit_us,
         )
+    }
+
+    /// Running jobs whose expected end has passed by `now`: each gets its
+    /// next one.
+    fn expire(&mut self, now: u64) {
+        while let Some(&Reverse((t, index))) = self.expiries.peek() {
+            if t > now {
+                break;
+            }
+            self.expiries.pop();
+            if let Some(r) = self.running.get(&index) {
+                let next = self.expected_end(now, r);
+                if next > now {
+                    self.expiries.push(Reverse((next, index)));
+                }
+            }
+        }
     }
 
     /// A job's requested time, µs (unbounded without one).
@@ -350,6 +373,7 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
         queue: Vec::new(),
         running: HashMap::new(),
         ends: BinaryHeap::new(),
+        expiries: BinaryHeap::new(),
         starts: vec![0; workload.jobs.len()],
         backfilled: 0,
     };
@@ -358,7 +382,8 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
     loop {
         let arrival = workload.jobs.get(next).map(|j| j.job.time_us);
         let end = m.ends.peek().map(|Reverse((t, _))| *t);
-        let Some(now) = [arrival, end].into_iter().flatten().min() else {
+        let expiry = m.expiries.peek().map(|Reverse((t, _))| *t);
+        let Some(now) = [arrival, end, expiry].into_iter().flatten().min() else {
             break;
         };
         while let Some(&Reverse((t, index))) = m.ends.peek() {
@@ -395,6 +420,7 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
             });
             next += 1;
         }
+        m.expire(now);
         m.schedule(now);
         let arrived = |w: &Waiting| workload.jobs[w.index].job.time_us == now;
         if m.queue.iter().any(arrived) {
@@ -546,6 +572,25 @@ mod tests {
         jobs[1].job.user = jobs[0].job.user.clone();
         let s = starts_with(jobs, 10, Predictor::named("last2").unwrap());
         assert_eq!(s, [0, 100, 700, 200]);
+    }
+
+    /// The correction takes effect when the prediction runs out, not at
+    /// the next arrival or end. As above, but job 3 arrives at 120 s,
+    /// before job 1 outlives its prediction (150 s): it cannot backfill
+    /// then. At 150 s the scheduler looks again, job 1 now expected to its
+    /// request, and job 3 starts; job 2 starts when job 3 ends. Looking
+    /// only at arrivals and ends would start job 3 after job 2, at 410 s.
+    #[test]
+    fn a_prediction_that_runs_out_wakes_the_scheduler() {
+        let mut jobs = vec![
+            job(0, 0, 1, 50, 1000),
+            job(1, 100, 8, 300, 1000),
+            job(2, 110, 10, 10, 10),
+            job(3, 120, 2, 500, 500),
+        ];
+        jobs[1].job.user = jobs[0].job.user.clone();
+        let s = starts_with(jobs, 10, Predictor::named("last2").unwrap());
+        assert_eq!(s, [0, 100, 650, 150]);
     }
 
     /// The order behind the head. Job 1 (the whole machine) waits for job
