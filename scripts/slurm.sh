@@ -20,7 +20,8 @@
 # With JOBCAST_SLURM_ACCOUNTING=1 the cluster keeps accounting, for
 # `sacct`: a MariaDB of its own (DIR/mysql, on 127.0.0.1 at the port three
 # after the controller's, no passwords: a throwaway) under a slurmdbd (two
-# after). `down` stops them too; the database stays with DIR.
+# after). `down` stops them too; the database stays with DIR. Finished
+# jobs stay listed JOBCAST_SLURM_MIN_JOB_AGE (300) seconds.
 set -euo pipefail
 
 cmd=${1:-}
@@ -33,6 +34,7 @@ cluster=${JOBCAST_SLURM_CLUSTER:-jobcast}
 port=${JOBCAST_SLURM_PORT:-6817}
 first_job_id=${JOBCAST_SLURM_FIRST_JOB_ID:-1}
 accounting=${JOBCAST_SLURM_ACCOUNTING:-0}
+min_job_age=${JOBCAST_SLURM_MIN_JOB_AGE:-300}
 dbd_port=$((port + 2))
 db_port=$((port + 3))
 
@@ -188,7 +190,7 @@ JobCompType=jobcomp/none
 $(accounting_conf)
 ReturnToService=2
 # Finished jobs stay 5 minutes in squeue --json, squeue -t all, scontrol.
-MinJobAge=300
+MinJobAge=$min_job_age
 # The node offers what is written below, not what the machine has.
 SlurmdParameters=config_overrides
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
@@ -227,16 +229,16 @@ start_accounting() {
             >>"$dir/mariadbd.out" 2>&1 </dev/null &
         echo $! >"$dir/mariadbd.pid"
         for ((i = 0; i < 60; i++)); do
+            sleep 0.5   # first, so that nohup has exec'd mariadbd
             db_answers && break
             alive mariadbd || break
-            sleep 0.5
         done
         db_answers ||
             { log "MariaDB did not answer; its log ends with:"; tail -n 15 "$dir/mariadbd.log" >&2; return 1; }
     fi
     if ! alive slurmdbd; then
-        install -m 0600 /dev/null "$dir/slurmdbd.conf"
-        cat >"$dir/slurmdbd.conf" <<EOF
+        install -m 0600 /dev/null "$dir/slurmdbd.conf" || return 1
+        cat >"$dir/slurmdbd.conf" <<EOF || return 1
 # Written by scripts/slurm.sh: the accounting of a throwaway cluster.
 AuthType=auth/munge
 DbdHost=localhost
@@ -255,9 +257,9 @@ EOF
         echo $! >"$dir/slurmdbd.pid"
     fi
     for ((i = 0; i < 60; i++)); do
+        sleep 0.5   # first, so that nohup has exec'd slurmdbd
         sacctmgr -n list cluster >/dev/null 2>&1 && break
         alive slurmdbd || break
-        sleep 0.5
     done
     if ! sacctmgr -n list cluster >/dev/null 2>&1; then
         log "slurmdbd did not answer; its logs end with:"
@@ -265,7 +267,7 @@ EOF
         return 1
     fi
     [[ -n $(sacctmgr -n list cluster "$cluster" format=cluster 2>/dev/null) ]] ||
-        sacctmgr -i add cluster "$cluster" >/dev/null
+        sacctmgr -i add cluster "$cluster" >/dev/null || return 1
 }
 
 up() {
@@ -303,6 +305,9 @@ up() {
             down
             exit 1
         fi
+    elif [[ $accounting == 1 ]]; then
+        # Up already: its accounting too, if it stopped.
+        start_accounting || exit 1
     fi
     log "up: cluster $cluster, $cpus CPUs, $mem MB on node $node, partition debug; for sinfo, squeue, sbatch:"
     echo "export SLURM_CONF=$SLURM_CONF"

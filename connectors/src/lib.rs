@@ -42,7 +42,7 @@ pub trait LiveSource {
     /// What it must remember of what it has said (Slurm: each job's tasks
     /// and how each stands), saved by the watcher with the events it is
     /// publishing, so that a restart says nothing twice and misses nothing.
-    type State: Serialize + DeserializeOwned + Default;
+    type State: Serialize + DeserializeOwned + Default + Clone;
 
     /// Look at the cluster now: the events since `state` was last
     /// updated, and the state updated. An error (the scheduler did not

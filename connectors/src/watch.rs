@@ -197,6 +197,9 @@ impl<S: LiveSource> Watcher<S> {
             published: self.settle()?,
             ..Polled::default()
         };
+        // What the source had said, should this look not reach the state
+        // file: its events are then said again at the next.
+        let before = self.saved.source.clone();
         let observed = self
             .source
             .observe(&mut self.saved.source)
@@ -209,12 +212,19 @@ impl<S: LiveSource> Watcher<S> {
             messages.push((event_key(event), event.to_json()));
         }
         let ends = if messages.is_empty() {
-            BTreeMap::new()
+            Ok(BTreeMap::new())
         } else {
-            self.end_offsets()?
+            self.end_offsets()
         };
-        self.saved.pending = (!messages.is_empty()).then_some(Pending { ends, messages });
-        self.save()?;
+        let saved = ends.and_then(|ends| {
+            self.saved.pending = (!messages.is_empty()).then_some(Pending { ends, messages });
+            self.save()
+        });
+        if let Err(e) = saved {
+            self.saved.source = before;
+            self.saved.pending = None;
+            return Err(e);
+        }
         polled.published += self.settle()?;
         Ok(polled)
     }

@@ -39,9 +39,17 @@ impl Slurm {
     }
 
     /// [`Slurm::up`] keeping accounting (slurmdbd over a MariaDB of its
-    /// own, `JOBCAST_SLURM_ACCOUNTING=1`), for `sacct`.
-    pub fn with_accounting() -> Slurm {
-        Slurm::start(lock(), vec![("JOBCAST_SLURM_ACCOUNTING", "1".into())])
+    /// own, `JOBCAST_SLURM_ACCOUNTING=1`), for `sacct`, its finished jobs
+    /// listed for `min_job_age` seconds (Slurm lets them go at its next
+    /// purge, up to a minute later).
+    pub fn with_accounting(min_job_age: u32) -> Slurm {
+        Slurm::start(
+            lock(),
+            vec![
+                ("JOBCAST_SLURM_ACCOUNTING", "1".into()),
+                ("JOBCAST_SLURM_MIN_JOB_AGE", min_job_age.to_string()),
+            ],
+        )
     }
 
     /// Two clusters side by side: `east` (ports 6817–6818, job IDs from 1)

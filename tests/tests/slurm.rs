@@ -636,14 +636,15 @@ fn a_real_clusters_jobs_reach_the_topic_once_across_a_watcher_kill() {
 }
 
 /// A fresh watcher given the site's accounting (`--history-since`) first
-/// publishes the jobs `sacct` accounted as ended since then, each once and
-/// as Slurm ran it, though `squeue` still lists them; a job running then,
-/// and one submitted before the history's start that `squeue` still lists,
-/// are followed live, once. The service holds them. Without `--fresh` the
-/// history is refused: a watcher that has state has said its jobs.
+/// publishes the jobs `sacct` accounted as ended since then, which
+/// `squeue` no longer lists: each once, as Slurm ran it. A job submitted
+/// before the history's start is not published; one running then is
+/// followed live. A restart given the history again publishes nothing
+/// more. The service holds them.
 #[test]
 fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
-    let slurm = Slurm::with_accounting();
+    // Finished jobs leave `squeue` within a minute or so.
+    let slurm = Slurm::with_accounting(2);
     let topics = Topics::default();
     let cluster = Cluster::new(&topics, PARTITIONS);
     let dir = tempfile::tempdir().unwrap();
@@ -658,19 +659,28 @@ fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
         "sleep 1",
     ]);
     let failing = slurm.sbatch(&["-J", "failing", "--time=1", "--wrap", "sleep 1; exit 3"]);
-    let running = slurm.sbatch(&["-J", "running", "--time=2", "--wrap", "sleep 300"]);
-    // Until the accounting has four ended and the last running.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Until the accounting has the five tasks ended and `squeue` has let
+    // them go.
+    let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let accounted = slurm.run("sacct", &["-a", "-X", "-n", "-P", "-o", "JobID,State"]);
         let ended = accounted
             .lines()
             .filter(|l| l.ends_with("|COMPLETED") || l.ends_with("|FAILED"))
             .count();
-        if ended == 5 && accounted.contains(&format!("{running}|RUNNING")) {
+        if ended == 5 && slurm.tasks().is_empty() {
             break;
         }
         assert!(Instant::now() < deadline, "sacct says:\n{accounted}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let running = slurm.sbatch(&["-J", "running", "--time=2", "--wrap", "sleep 300"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !slurm
+        .run("sacct", &["-a", "-X", "-n", "-P", "-o", "JobID,State"])
+        .contains(&format!("{running}|RUNNING"))
+    {
+        assert!(Instant::now() < deadline, "job {running} does not run");
         std::thread::sleep(Duration::from_millis(500));
     }
     let state = dir.path().join("watch.json");
@@ -681,7 +691,7 @@ fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
     wait_ended(
         &cluster,
         &topics.events,
-        &[before, array, failing],
+        &[array, failing],
         Duration::from_secs(60),
     );
     // The running job, followed live, ends when cancelled; a look or two
@@ -700,33 +710,49 @@ fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
         0.0
     );
     watcher.terminate();
-    let slurm_tasks = slurm.tasks();
-    assert!(
-        slurm_tasks.contains_key(&(array, 0)) && slurm_tasks.contains_key(&(failing, 0)),
-        "squeue still lists the history's jobs: {slurm_tasks:?}"
-    );
     let jobs: Vec<u64> = by_job.keys().copied().collect();
-    assert_eq!(jobs, [before, array, failing, running], "{by_job:?}");
-    for (job, indices, limit, outcome) in [
-        (before, &[0][..], 1, JobOutcome::Finish),
-        (array, &[0, 1, 2], 1, JobOutcome::Finish),
-        (failing, &[0], 1, JobOutcome::Fail),
-        (running, &[0], 2, JobOutcome::Kill),
+    assert_eq!(
+        jobs,
+        [array, failing, running],
+        "{before} left out: {by_job:?}"
+    );
+    for (job, tasks, end, outcome, limit_min) in [
+        (array, 3, TaskKind::Finish, JobOutcome::Finish, 1),
+        (failing, 1, TaskKind::Fail, JobOutcome::Fail, 1),
+        (running, 1, TaskKind::Kill, JobOutcome::Kill, 2),
     ] {
-        assert_as_slurm_ended(&by_job[&job], &slurm_tasks, job, (indices, limit), outcome);
+        let events = &by_job[&job];
+        let submitted: Vec<(u32, Option<u64>)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobSubmitted(j) => Some((j.num_tasks, j.time_limit_us)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            submitted,
+            [(tasks, Some(limit_min * 60_000_000))],
+            "job {job}: {events:?}"
+        );
+        for task in 0..tasks {
+            let kinds: Vec<TaskKind> = task_times(events, task).iter().map(|t| t.0).collect();
+            assert_eq!(kinds, [TaskKind::Schedule, end], "job {job} task {task}");
+        }
+        assert_eq!(job_outcomes(events), [outcome], "job {job}");
     }
 
-    let refused = Command::new(jobcast_bin())
-        .args(["slurm", "watch", "--state"])
-        .arg(&state)
-        .args(&history)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success() && stderr.contains("--fresh"),
-        "{stderr}"
+    // A restart given the history again: it was read.
+    let mut watcher = start_watcher_with(
+        &slurm,
+        &cluster.brokers(),
+        &state,
+        free_port(),
+        None,
+        &history,
     );
+    std::thread::sleep(Duration::from_secs(3));
+    watcher.terminate();
+    assert_eq!(events_by_job(&cluster, &topics.events), by_job);
 
     let total = by_job.values().map(Vec::len).sum::<usize>() as u64;
     let mut serve = Serve::start(&cluster.brokers(), &dir.path().join("serve"), &[]);

@@ -44,12 +44,13 @@ pub struct WatchArgs {
     /// not published. By default every job listed is followed.
     #[arg(long, value_name = "UNIX_SECONDS")]
     since: Option<u64>,
-    /// With --fresh: first publish the site's accounting history, every
-    /// job `sacct` accounted as ended that was submitted at or after this
-    /// Unix time (s), so that the service starts warm. Needs Slurm's
-    /// accounting (slurmdbd). Jobs `squeue` lists are followed live, and
-    /// none is published twice.
-    #[arg(long, value_name = "UNIX_SECONDS", requires = "fresh")]
+    /// First publish the site's accounting history, every job `sacct`
+    /// accounted as ended that was submitted at or after this Unix time
+    /// (s), so that the service starts warm. Read at the state's first look
+    /// that succeeds (a --fresh start's), never again: a later start given
+    /// it changes nothing. Needs Slurm's accounting (slurmdbd). None is
+    /// published twice.
+    #[arg(long, value_name = "UNIX_SECONDS")]
     history_since: Option<u64>,
     /// The command that prints the site's accounting, for
     /// --history-since (the flags it needs are added).

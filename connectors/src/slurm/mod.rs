@@ -36,6 +36,8 @@ mod scheduler;
 mod squeue;
 mod tracker;
 
+use std::process::Command;
+
 use serde::{Deserialize, Serialize};
 
 pub use sacct::{Accounted, History};
@@ -66,20 +68,21 @@ pub struct SlurmSource {
 impl LiveSource for SlurmSource {
     type State = SlurmTracker;
 
-    /// A look at `squeue`; at the first, after it, the jobs the site's
-    /// history ([`History`]) says had ended before, said first. Jobs that
-    /// `squeue` lists then or later are followed live unless the history
-    /// said them; none is said twice.
+    /// A look at `squeue`; at the first, the jobs the site's history
+    /// ([`History`]) says had ended, said first. The history is read
+    /// before `squeue`, so a job it says has ended is either listed then
+    /// (and not said again while listed) or gone for good; a job that
+    /// ends in between is the live watcher's. None is said twice.
     fn observe(&mut self, tracker: &mut SlurmTracker) -> Result<Observed, String> {
+        let history = match &self.history {
+            Some(source) if tracker.wants_history() => source.read()?,
+            _ => Accounted::default(),
+        };
         let mut snapshot = run_squeue(&self.squeue)?;
         if let Some(since) = self.since {
             snapshot.jobs.retain(|record| record.submit_time >= since);
         }
-        let mut history = Accounted::default();
         if tracker.wants_history() {
-            if let Some(source) = &self.history {
-                history = source.read()?;
-            }
             tracker.history_read(history.jobs.keys().copied());
         }
         let mut observed = tracker.observe(&snapshot);
@@ -94,6 +97,28 @@ impl LiveSource for SlurmSource {
         observed.skipped = skipped;
         Ok(observed)
     }
+}
+
+/// The standard output of `words` (a command split into words), run with
+/// `setup`'s further arguments and environment; the error names the
+/// command and why it failed (its status and standard error).
+fn output(words: &[String], setup: impl FnOnce(&mut Command)) -> Result<Vec<u8>, String> {
+    let failed = |reason: String| format!("`{}`: {reason}", words.join(" "));
+    let (program, args) = words
+        .split_first()
+        .ok_or_else(|| failed("no command".into()))?;
+    let mut command = Command::new(program);
+    command.args(args);
+    setup(&mut command);
+    let output = command.output().map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        return Err(failed(format!(
+            "{}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(output.stdout)
 }
 
 /// The walltime settings of `--walltime-*`, checked: an error names the

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
-use std::process::Command;
 
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
@@ -42,36 +41,24 @@ impl History {
     /// or running is the live watcher's.
     pub fn read(&self) -> Result<Accounted, String> {
         let failed = |reason: String| format!("`{}`: {reason}", self.sacct.join(" "));
-        let (program, args) = self
-            .sacct
-            .split_first()
-            .ok_or_else(|| failed("no command".into()))?;
         let since = i64::try_from(self.since)
             .ok()
             .and_then(|s| DateTime::from_timestamp(s, 0))
             .ok_or_else(|| failed(format!("--history-since {}: not a time", self.since)))?;
-        let output = Command::new(program)
-            .args(args)
-            .args(["--allusers", "--parsable2"])
-            .arg(format!("--format={FORMAT}"))
-            .arg(format!("--starttime={}", since.format("%Y-%m-%dT%H:%M:%S")))
-            .arg("--endtime=now")
-            // Times as the adapter reads them: UTC, ISO 8601.
-            .env("TZ", "UTC")
-            .env("SLURM_TIME_FORMAT", "standard")
-            .output()
-            .map_err(|e| failed(e.to_string()))?;
-        if !output.status.success() {
-            return Err(failed(format!(
-                "{}: {}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        let size = output.stdout.len() as u64;
+        let stdout = super::output(&self.sacct, |sacct| {
+            sacct
+                .args(["--allusers", "--parsable2"])
+                .arg(format!("--format={FORMAT}"))
+                .arg(format!("--starttime={}", since.format("%Y-%m-%dT%H:%M:%S")))
+                .arg("--endtime=now")
+                // Times as the adapter reads them: UTC, ISO 8601.
+                .env("TZ", "UTC")
+                .env("SLURM_TIME_FORMAT", "standard");
+        })?;
+        let size = stdout.len() as u64;
         let trace = sacct::read(
             Path::new("sacct"),
-            Box::new(Cursor::new(output.stdout)),
+            Box::new(Cursor::new(stdout)),
             Diagnostics::new(),
             size,
         )
@@ -100,5 +87,61 @@ impl History {
             .map(|s| format!("{}: {}", s.at, s.reason))
             .collect();
         Ok(Accounted { jobs, skipped })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::NaiveDate;
+
+    use super::*;
+
+    /// The history of a real Slurm 22.05 cluster's accounting
+    /// (`ingest/tests/data/sacct`): the jobs submitted since the given
+    /// time that had ended, each as the live watcher says a job (no task
+    /// submissions); those submitted before, and those still pending or
+    /// running, are left out.
+    #[test]
+    fn the_history_keeps_the_jobs_ended_since_its_start() {
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../ingest/tests/data/sacct/slurm-22.05.txt"
+        );
+        let since = NaiveDate::from_ymd_opt(2026, 11, 30)
+            .and_then(|d| d.and_hms_opt(22, 48, 30))
+            .unwrap()
+            .and_utc()
+            .timestamp() as u64;
+        let history = History {
+            // `sh -c` takes the flags the history adds as its arguments.
+            sacct: ["sh", "-c", &format!("cat {fixture}"), "sh"]
+                .map(str::to_owned)
+                .to_vec(),
+            since,
+        };
+        let accounted = history.read().unwrap();
+        assert!(accounted.skipped.is_empty(), "{:?}", accounted.skipped);
+        let jobs: Vec<u64> = accounted.jobs.keys().copied().collect();
+        assert_eq!(jobs, [5, 6, 8, 12]);
+        for events in accounted.jobs.values() {
+            assert!(matches!(events[0], Event::JobSubmitted(_)), "{events:?}");
+            assert!(
+                matches!(events.last(), Some(Event::JobEnded(_))),
+                "{events:?}"
+            );
+            assert!(
+                !events
+                    .iter()
+                    .any(|e| matches!(e, Event::Task(t) if t.kind == TaskKind::Submit)),
+                "{events:?}"
+            );
+        }
+        let err = History {
+            sacct: vec!["false".into()],
+            since,
+        }
+        .read()
+        .unwrap_err();
+        assert!(err.starts_with("`false`: exit status: 1"), "{err}");
     }
 }

@@ -3,7 +3,6 @@
 //! that prints them.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use serde::Deserialize;
 
@@ -166,22 +165,8 @@ pub fn parse_squeue(json: &[u8]) -> Result<Snapshot, SqueueError> {
 /// Run `command` (`squeue --json`, split into words) and read its output;
 /// the error names the command and why.
 pub fn run_squeue(command: &[String]) -> Result<Snapshot, String> {
-    let failed = |reason: String| format!("`{}`: {reason}", command.join(" "));
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| failed("no command".into()))?;
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
-    if !output.status.success() {
-        return Err(failed(format!(
-            "{}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    parse_squeue(&output.stdout).map_err(|e| failed(e.to_string()))
+    let stdout = super::output(command, |_| {})?;
+    parse_squeue(&stdout).map_err(|e| format!("`{}`: {e}", command.join(" ")))
 }
 
 /// The array indices an `array_task_string` names: `0-5%2`, `1,3,5-7`,

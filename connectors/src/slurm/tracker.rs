@@ -108,7 +108,12 @@ impl SlurmTracker {
         let mut by_job: BTreeMap<u64, Vec<&SqueueJob>> = BTreeMap::new();
         // The history's jobs are said; once gone from `squeue`, they are
         // not listed again.
-        let listed: BTreeSet<u64> = snapshot.jobs.iter().map(SqueueJob::job).collect();
+        let listed: BTreeSet<u64> = snapshot
+            .jobs
+            .iter()
+            .map(SqueueJob::job)
+            .chain(snapshot.unreadable.iter().copied())
+            .collect();
         self.from_history.retain(|id| listed.contains(id));
         for record in &snapshot.jobs {
             if self.from_history.contains(&record.job()) {

@@ -9,23 +9,26 @@
 //! "number"}`, `state.current` as a list, `required.memory_per_cpu` and
 //! `memory_per_node`. Times are Unix seconds, so no time zone applies.
 //!
-//! Records are read one at a time into what the adapter keeps (the steps
-//! and the rest are passed over), so a period's accounting is not held as
-//! a JSON tree. A record that is not a job as `sacct` writes one is
-//! skipped with its place in `jobs`; errors `sacct` reported with no jobs
-//! refuse the file, naming them.
+//! Records are read one at a time, each as a JSON tree (its steps too)
+//! and then into what the adapter keeps, so a period's accounting is never
+//! held as one tree. A record that is not a job as `sacct` writes one is
+//! skipped with its place in `jobs` and why; errors `sacct` reported with
+//! no jobs refuse the file, naming them.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io::BufRead;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::de::{SeqAccess, Visitor};
 
-use super::{Row, US};
+use super::{Jobs, Row, Skip, US};
 use crate::slurm::task_end;
 use crate::source::{Diagnostics, Location, TraceError};
+
+/// Slurm's unlimited time (`INFINITE`, and `NO_VAL` just below it), as
+/// 22.05 writes a plain limit.
+const INFINITE_MINUTES: u64 = 0xFFFF_FFFE;
 
 /// Slurm's flag on a memory request that is per CPU (`MEM_PER_CPU`), in
 /// the versions that keep it in `required.memory`.
@@ -36,7 +39,7 @@ pub(super) fn rows(
     path: &Path,
     input: Box<dyn BufRead + Send>,
     diagnostics: &Diagnostics,
-) -> Result<BTreeMap<u64, Vec<Row>>, TraceError> {
+) -> Result<Jobs, TraceError> {
     let output: Output = serde_json::from_reader(input).map_err(|e| {
         TraceError::invalid(
             path,
@@ -50,7 +53,7 @@ pub(super) fn rows(
             format!("sacct reported: {}", errors.join("; ")),
         ));
     }
-    let mut jobs: BTreeMap<u64, Vec<Row>> = BTreeMap::new();
+    let mut jobs = Jobs::default();
     for (i, record) in output.jobs.0.into_iter().enumerate() {
         diagnostics.rows(1);
         let place = Location {
@@ -58,19 +61,18 @@ pub(super) fn rows(
             line: 0,
             record: Some(format!("jobs[{i}]")),
         };
-        let Some(job) = record else {
-            diagnostics.skip(
-                place,
-                "bad_row",
-                "not a job record as sacct writes one (job_id, state and time)",
-            );
-            continue;
+        let job = match record {
+            Ok(job) => job,
+            Err(why) => {
+                diagnostics.skip(place, "bad_row", format!("not a job record: {why}"));
+                continue;
+            }
         };
         match job.row(place.clone()) {
-            Ok(Some((job_id, row))) => jobs.entry(job_id).or_default().push(row),
-            Ok(None) => diagnostics
-                .note("pending array ranges left out: their elements are not submitted yet"),
-            Err(detail) => diagnostics.skip(place, "bad_field", detail),
+            Ok((job_id, row)) => jobs.add(job_id, row),
+            Err(Skip::Pending(job_id)) => jobs.pending_range(job_id, diagnostics),
+            Err(Skip::Note(what)) => diagnostics.note(what),
+            Err(Skip::Bad(class, detail)) => diagnostics.skip(place, class, detail),
         }
     }
     Ok(jobs)
@@ -96,9 +98,9 @@ struct Output {
     jobs: Records,
 }
 
-/// The `jobs` array, each record read on its own: `None` for one that is
-/// not a job.
-struct Records(Vec<Option<Job>>);
+/// The `jobs` array, each record read on its own: why for one that is not
+/// a job.
+struct Records(Vec<Result<Job, String>>);
 
 impl<'de> Deserialize<'de> for Records {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -110,24 +112,16 @@ impl<'de> Deserialize<'de> for Records {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Records, A::Error> {
                 let mut out = Vec::new();
-                while let Some(record) = seq.next_element::<Record>()? {
-                    out.push(match record {
-                        Record::Job(job) => Some(*job),
-                        Record::Other(_) => None,
-                    });
+                // One record at a time as a tree (its steps too), then
+                // what is kept of it.
+                while let Some(record) = seq.next_element::<serde_json::Value>()? {
+                    out.push(serde_json::from_value::<Job>(record).map_err(|e| e.to_string()));
                 }
                 Ok(Records(out))
             }
         }
         d.deserialize_seq(Each)
     }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Record {
-    Job(Box<Job>),
-    Other(IgnoredAny),
 }
 
 #[derive(Deserialize)]
@@ -265,9 +259,9 @@ fn time_us(n: Option<&Number>) -> Option<u64> {
 }
 
 impl Job {
-    /// The job (an array's, for an element) and its row; `None` for a
-    /// pending array's range.
-    fn row(self, place: Location) -> Result<Option<(u64, Row)>, String> {
+    /// The job (an array's, for an element) and its row; a pending
+    /// array's range is [`Skip::Pending`].
+    fn row(self, place: Location) -> Result<(u64, Row), Skip> {
         let array_id = self
             .array
             .as_ref()
@@ -282,20 +276,27 @@ impl Job {
         let (job_id, index) = match (array_id, task_id) {
             (Some(array), Some(index)) => {
                 let index = u32::try_from(index).map_err(|_| {
-                    format!("job {}: array index {index} out of range", self.job_id)
+                    Skip::Bad(
+                        "bad_field",
+                        format!("job {}: array index {index} out of range", self.job_id),
+                    )
                 })?;
                 (array, Some(index))
             }
-            (Some(_), None) => {
+            (Some(array), None) => {
                 if self.array.as_ref().is_some_and(|a| a.task.is_some()) {
-                    return Ok(None);
+                    return Err(Skip::Pending(array));
                 }
                 (self.job_id, None)
             }
             (None, _) => (self.job_id, None),
         };
-        let submit_us = time_us(Some(&self.time.submission))
-            .ok_or_else(|| format!("job {} has no submission time", self.job_id))?;
+        let submit_us = time_us(Some(&self.time.submission)).ok_or_else(|| {
+            Skip::Bad(
+                "bad_field",
+                format!("job {} has no submission time", self.job_id),
+            )
+        })?;
         let state = match &self.state.current {
             Current::One(s) => s.as_str(),
             Current::Many(states) => states.first().map_or("", String::as_str),
@@ -314,7 +315,7 @@ impl Job {
             Some(mb) => mb as f64,
             None => self.required.as_ref().map_or(0.0, |r| r.memory_mb(cpus)),
         };
-        Ok(Some((
+        Ok((
             job_id,
             Row {
                 place,
@@ -338,9 +339,10 @@ impl Job {
                     .limit
                     .as_ref()
                     .and_then(Number::value)
+                    .filter(|&m| m < INFINITE_MINUTES)
                     .and_then(|m| m.checked_mul(60 * US)),
             },
-        )))
+        ))
     }
 }
 
@@ -428,6 +430,37 @@ mod tests {
         assert!(events.iter().any(
             |e| matches!(e, Event::Task(t) if t.job_id == 10 && t.kind == TaskKind::Fail && t.time_us == 220_000_000)
         ));
+    }
+
+    /// An array whose other elements are still pending (a range record)
+    /// stays open though its elements so far have ended; a limit Slurm
+    /// writes as INFINITE is none.
+    #[test]
+    fn a_partly_run_array_stays_open_and_an_infinite_limit_is_none() {
+        let text = r#"{"jobs": [
+            {"job_id": 31, "array": {"job_id": 30, "task_id": 1}, "state": {"current": "COMPLETED"},
+             "time": {"submission": 100, "start": 110, "end": 150, "limit": 4294967295}},
+            {"job_id": 30, "array": {"job_id": 30, "task_id": null, "task": "2-9"},
+             "state": {"current": "PENDING"}, "time": {"submission": 100, "start": 0, "end": 0}}
+        ]}"#;
+        let trace = trace(text).unwrap();
+        let diagnostics = trace.diagnostics().clone();
+        let events: Vec<Event> = trace.map(Result::unwrap).collect();
+        assert_eq!(diagnostics.skipped_total(), 0, "{}", diagnostics.summary());
+        assert_eq!(diagnostics.notes().values().sum::<u64>(), 1);
+        let Event::JobSubmitted(job) = &events[0] else {
+            panic!("{events:?}")
+        };
+        assert_eq!((job.job_id, job.time_limit_us), (30, None));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, Event::Task(t) if t.kind == TaskKind::Finish))
+        );
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::JobEnded(_))),
+            "{events:?}"
+        );
     }
 
     /// Errors `sacct` reported with no jobs refuse the output, naming

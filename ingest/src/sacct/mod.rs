@@ -26,6 +26,7 @@
 //! The whole output is read into memory (a site's accounting over a period
 //! runs to megabytes) and its events sorted by time.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -37,6 +38,27 @@ mod json;
 mod parsable;
 
 const US: u64 = 1_000_000;
+
+/// What a layout read: each job's rows, and the arrays with elements
+/// still pending (a range such as `123_[5-9]`), which stay open.
+#[derive(Default)]
+struct Jobs {
+    rows: BTreeMap<u64, Vec<Row>>,
+    pending: BTreeSet<u64>,
+}
+
+impl Jobs {
+    fn add(&mut self, job_id: u64, row: Row) {
+        self.rows.entry(job_id).or_default().push(row);
+    }
+
+    /// Array `job_id` has elements not yet submitted as such: noted, and
+    /// the job stays open.
+    fn pending_range(&mut self, job_id: u64, diagnostics: &Diagnostics) {
+        diagnostics.note("pending array ranges left out: their elements are not submitted yet");
+        self.pending.insert(job_id);
+    }
+}
 
 /// One row of a job (or an array's element).
 #[derive(Debug, Clone)]
@@ -84,9 +106,9 @@ pub fn read(
         parsable::rows(path, input, &diagnostics)?
     };
     let mut events = Vec::new();
-    for (job_id, rows) in jobs {
+    for (job_id, rows) in jobs.rows {
         let place = rows[0].place.clone();
-        let laid = lay_out(job_id, rows);
+        let laid = lay_out(job_id, rows, jobs.pending.contains(&job_id));
         if laid
             .iter()
             .all(|(_, e)| diagnostics.within_limits(e, |_| place.clone()))
@@ -107,12 +129,14 @@ pub fn read(
 enum Skip {
     /// Not a job's own row, as expected (a step, a pending range).
     Note(&'static str),
+    /// An array's range of elements still pending.
+    Pending(u64),
     Bad(&'static str, String),
 }
 
 /// A job's events, each with its class (0 submit, 1 task, 2 end): its
 /// rows, one a task, in the order of their array indices.
-fn lay_out(job_id: u64, mut rows: Vec<Row>) -> Vec<(u8, Event)> {
+fn lay_out(job_id: u64, mut rows: Vec<Row>, open: bool) -> Vec<(u8, Event)> {
     rows.sort_by_key(|r| r.index);
     let first = &rows[0];
     let mut job = JobSubmitted::new(
@@ -144,7 +168,12 @@ fn lay_out(job_id: u64, mut rows: Vec<Row>) -> Vec<(u8, Event)> {
     for (i, r) in rows.iter().enumerate() {
         let i = i as u32;
         events.push((1, task(r.submit_us, i, TaskKind::Submit)));
-        if let Some(start) = r.start_us {
+        // Slurm gives a task cancelled before it ran a start at its end:
+        // it ran only if it started before it ended, as the live watcher
+        // reads it.
+        let cancelled_unrun =
+            r.end == Some(TaskKind::Kill) && r.start_us.zip(r.end_us).is_some_and(|(s, e)| s >= e);
+        if let Some(start) = r.start_us.filter(|_| !cancelled_unrun) {
             events.push((1, task(start.max(r.submit_us), i, TaskKind::Schedule)));
         }
         if let (Some(kind), Some(end)) = (r.end, r.end_us) {
@@ -154,7 +183,7 @@ fn lay_out(job_id: u64, mut rows: Vec<Row>) -> Vec<(u8, Event)> {
             last_end = last_end.max(end);
         }
     }
-    if ends.len() == rows.len() {
+    if !open && ends.len() == rows.len() {
         events.push((
             2,
             Event::JobEnded(JobEnded {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use chrono::NaiveDateTime;
 
-use super::{Row, Skip, US};
+use super::{Jobs, Row, Skip, US};
 use crate::slurm::task_end;
 use crate::source::{Diagnostics, Location, TraceError};
 
@@ -40,7 +40,7 @@ pub(super) fn rows(
     path: &Path,
     input: Box<dyn BufRead + Send>,
     diagnostics: &Diagnostics,
-) -> Result<BTreeMap<u64, Vec<Row>>, TraceError> {
+) -> Result<Jobs, TraceError> {
     let mut reader = csv::ReaderBuilder::new()
         .delimiter(b'|')
         .quoting(false)
@@ -80,7 +80,7 @@ pub(super) fn rows(
         line,
         record: None,
     };
-    let mut jobs: BTreeMap<u64, Vec<Row>> = BTreeMap::new();
+    let mut jobs = Jobs::default();
     for record in reader.records() {
         diagnostics.rows(1);
         let record = match record {
@@ -93,7 +93,8 @@ pub(super) fn rows(
         };
         let line = record.position().map_or(0, |p| p.line());
         match row(&columns, &record, at(line)) {
-            Ok(Some((job_id, row))) => jobs.entry(job_id).or_default().push(row),
+            Ok(Some((job_id, row))) => jobs.add(job_id, row),
+            Err(Skip::Pending(job_id)) => jobs.pending_range(job_id, diagnostics),
             Ok(None) => {}
             Err(Skip::Note(what)) => diagnostics.note(what),
             Err(Skip::Bad(class, detail)) => diagnostics.skip(at(line), class, detail),
@@ -112,9 +113,10 @@ fn row(c: &Columns, r: &csv::StringRecord, place: Location) -> Result<Option<(u6
         return Err(Skip::Note("job steps left out: their job's row carries it"));
     }
     let (base, index) = match id.split_once('_') {
-        Some((_, rest)) if rest.starts_with('[') => {
-            return Err(Skip::Note(
-                "pending array ranges left out: their elements are not submitted yet",
+        Some((base, rest)) if rest.starts_with('[') => {
+            return Err(base.parse::<u64>().map_or_else(
+                |_| Skip::Bad("bad_field", format!("JobID `{id}`: not JOB or JOB_INDEX")),
+                Skip::Pending,
             ));
         }
         Some((base, index)) => (
@@ -234,6 +236,32 @@ fn parse_mem_mb(text: &str, cpus: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job cancelled before it ran (Slurm's start at its end) ends
+    /// with no schedule, as the live watcher says it; an array with a
+    /// range still pending stays open.
+    #[test]
+    fn an_unrun_cancel_has_no_schedule_and_a_pending_range_keeps_its_array_open() {
+        let text = "JobID|State|Submit|Start|End\n\
+            5|CANCELLED by 0|2026-01-01T00:00:00|2026-01-01T00:00:09|2026-01-01T00:00:09\n\
+            6_0|COMPLETED|2026-01-01T00:00:00|2026-01-01T00:00:01|2026-01-01T00:00:02\n\
+            6_[1-3]|PENDING|2026-01-01T00:00:00|Unknown|Unknown\n";
+        let input = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
+        let trace = super::super::read("sacct.txt".as_ref(), input, Diagnostics::new(), 0).unwrap();
+        let events: Vec<crate::event::Event> = trace.map(Result::unwrap).collect();
+        let kinds = |job: u64| -> Vec<String> {
+            events
+                .iter()
+                .filter(|e| e.job_id() == Some(job))
+                .map(|e| match e {
+                    crate::event::Event::Task(t) => format!("{:?}", t.kind),
+                    other => other.type_name().to_owned(),
+                })
+                .collect()
+        };
+        assert_eq!(kinds(5), ["job_submitted", "Submit", "Kill", "job_ended"]);
+        assert_eq!(kinds(6), ["job_submitted", "Submit", "Schedule", "Finish"]);
+    }
 
     #[test]
     fn durations_and_memory_read_as_slurm_prints_them() {

@@ -809,21 +809,20 @@ impl Fleet {
 mod tests {
     use super::*;
 
-    /// An idle VM that hibernates (or leaves) takes no task and counts
-    /// for no spare capacity until it resumes; a busy one's tasks wait
-    /// again; a second hibernation changes nothing.
-    #[test]
-    fn an_idle_vm_that_hibernates_no_longer_counts() {
-        let catalogue = Catalogue::teylo_2018();
-        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
-        let terms = Terms {
-            catalogue: &catalogue,
-            clock: &clock,
+    static CLOCK: Clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
+
+    fn terms(catalogue: &Catalogue) -> Terms<'_> {
+        Terms {
+            catalogue,
+            clock: &CLOCK,
             start_us: 0,
-        };
-        // Four tasks of 50 GB, 2 h each (20 minutes on the fastest VM):
-        // one at a time per VM, two VMs within the 50-minute limit of a
-        // 100-minute deadline.
+        }
+    }
+
+    /// Four tasks of 50 GB, 2 h each (20 minutes on the fastest VM): one
+    /// at a time per VM, two VMs of the map within the 50-minute limit of
+    /// a 100-minute deadline; the fleet of that map.
+    fn four_tasks(catalogue: &Catalogue) -> Fleet {
         let tasks: Vec<Task> = (0..4)
             .map(|id| Task {
                 id,
@@ -831,9 +830,19 @@ mod tests {
                 memory_gb: 50.0,
             })
             .collect();
-        let maps = Maps::draw(&tasks, &catalogue, &clock, 100, 0.5, true);
+        let maps = Maps::draw(&tasks, catalogue, &CLOCK, 100, 0.5, true);
         assert_eq!(maps.primary.vms.len(), 2, "{maps:?}");
-        let mut fleet = Fleet::new(&maps, &tasks, terms, 2.0 * 3600.0);
+        Fleet::new(&maps, &tasks, terms(catalogue), 2.0 * 3600.0)
+    }
+
+    /// An idle VM that hibernates (or leaves) takes no task and counts
+    /// for no spare capacity until it resumes; a busy one's tasks wait
+    /// again; a second hibernation changes nothing.
+    #[test]
+    fn an_idle_vm_that_hibernates_no_longer_counts() {
+        let catalogue = Catalogue::teylo_2018();
+        let terms = terms(&catalogue);
+        let mut fleet = four_tasks(&catalogue);
         let next = fleet.takes_next(0, 0, terms).unwrap();
         fleet.start(0, 0, Some(0), next, terms);
         let spare = fleet.spare(1, 50, None, terms);
@@ -862,21 +871,8 @@ mod tests {
     #[test]
     fn a_machine_plays_the_vm_of_its_type_due_nearest_its_first_task() {
         let catalogue = Catalogue::teylo_2018();
-        let clock = Clock::MINUTE_PERIODS_HOUR_SLOTS;
-        let terms = Terms {
-            catalogue: &catalogue,
-            clock: &clock,
-            start_us: 0,
-        };
-        let tasks: Vec<Task> = (0..4)
-            .map(|id| Task {
-                id,
-                base_s: 2.0 * 3600.0,
-                memory_gb: 50.0,
-            })
-            .collect();
-        let maps = Maps::draw(&tasks, &catalogue, &clock, 100, 0.5, true);
-        let mut fleet = Fleet::new(&maps, &tasks, terms, 2.0 * 3600.0);
+        let terms = terms(&catalogue);
+        let mut fleet = four_tasks(&catalogue);
         let kind = fleet.nodes()[0].kind;
         let name = catalogue.types[kind].name.as_str();
         let same: Vec<usize> = (0..fleet.nodes().len())

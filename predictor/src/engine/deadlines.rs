@@ -299,6 +299,7 @@ impl Deadlines {
         machine_id: Option<u64>,
         vm: Option<(&str, bool)>,
         now_us: u64,
+        effects: &mut Effects,
     ) {
         if !self.planned(task.0) {
             return;
@@ -326,7 +327,8 @@ impl Deadlines {
             fleet.lost(now, vm, task.1);
         }
         let Some(machine_id) = machine_id else {
-            fleet.take_changes();
+            let changes = fleet.take_changes();
+            self.fleet_changed(task.0, changes, now_us, effects);
             return;
         };
         // A machine beyond the fleet's VMs joins it, if its type is in the
@@ -347,10 +349,13 @@ impl Deadlines {
         if let Some(vm) = bound {
             self.fleets_of.entry(machine_id).or_default().insert(task.0);
             if fleet.slot_of(vm, task.1).is_none() {
+                // On a hibernated VM, it says the VM runs again: its
+                // resume may drain it.
                 fleet.start(now, vm, None, task.1, terms);
             }
         }
-        fleet.take_changes();
+        let changes = fleet.take_changes();
+        self.fleet_changed(task.0, changes, now_us, effects);
     }
 
     /// A task's running attempt ended at `now_us`; `runtime_us`, how long

@@ -851,7 +851,7 @@ impl Engine {
                 .and_then(|m| self.machines.get(m))
                 .and_then(|m| Some((m.vm_type.as_deref()?, m.preemptible)));
             self.deadlines
-                .task_started(key, task.machine_id, vm, task.time_us);
+                .task_started(key, task.machine_id, vm, task.time_us, effects);
         } else if task.kind.ends_attempt() {
             self.deadlines
                 .task_ended(key, runtime_us, task.time_us, effects);
@@ -894,7 +894,8 @@ impl Engine {
                 let vm = machine_id
                     .and_then(|m| self.machines.get(m))
                     .and_then(|m| Some((m.vm_type.as_deref()?, m.preemptible)));
-                self.deadlines.task_started(key, machine_id, vm, now_us);
+                self.deadlines
+                    .task_started(key, machine_id, vm, now_us, effects);
             }
         }
         for (&index, &runtime_us) in &job.runtimes {
