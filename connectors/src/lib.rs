@@ -61,6 +61,8 @@ pub struct Observed {
     pub skipped: Vec<String>,
     /// Jobs followed now (seen and not yet gone).
     pub followed: usize,
+    /// Jobs said whole from the site's history (Slurm: `sacct`'s).
+    pub history_jobs: u64,
 }
 
 /// A scheduler that carries out jobcast's decisions (decisions out): it

@@ -118,6 +118,8 @@ pub struct Polled {
     pub skipped: Vec<String>,
     /// Jobs followed now.
     pub jobs: usize,
+    /// Jobs of the site's history among the events.
+    pub history_jobs: u64,
 }
 
 /// A watcher with its state loaded and its clients connected.
@@ -207,6 +209,7 @@ impl<S: LiveSource> Watcher<S> {
         polled.lost_jobs = observed.lost_jobs;
         polled.skipped = observed.skipped;
         polled.jobs = observed.followed;
+        polled.history_jobs = observed.history_jobs;
         let mut messages = Vec::with_capacity(observed.events.len());
         for event in &observed.events {
             messages.push((event_key(event), event.to_json()));

@@ -705,10 +705,9 @@ fn a_fresh_watcher_starts_warm_from_the_sites_accounting() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let by_job = events_by_job(&cluster, &topics.events);
-    assert_eq!(
-        metric_sum(&scrape(metrics), "jobcast_slurm_polls_failed_total"),
-        0.0
-    );
+    let text = scrape(metrics);
+    assert_eq!(metric_sum(&text, "jobcast_slurm_polls_failed_total"), 0.0);
+    assert_eq!(metric_sum(&text, "jobcast_slurm_history_jobs_total"), 2.0);
     watcher.terminate();
     let jobs: Vec<u64> = by_job.keys().copied().collect();
     assert_eq!(

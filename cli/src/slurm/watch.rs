@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use jobcast_connectors::slurm::metrics::{
-    EVENTS_PUBLISHED, JOBS_FOLLOWED, JOBS_LOST, LAST_POLL, POLLS_FAILED, RECORDS_SKIPPED,
+    EVENTS_PUBLISHED, HISTORY_JOBS, JOBS_FOLLOWED, JOBS_LOST, LAST_POLL, POLLS_FAILED,
+    RECORDS_SKIPPED,
 };
 use jobcast_connectors::slurm::{History, SlurmSource};
 use jobcast_connectors::watch::{WatchOptions, watch};
@@ -68,7 +69,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let stop = in_background(
         "watch",
         args.metrics,
-        &[POLLS_FAILED, JOBS_LOST, RECORDS_SKIPPED],
+        &[POLLS_FAILED, JOBS_LOST, RECORDS_SKIPPED, HISTORY_JOBS],
     )?;
     let options = WatchOptions {
         topic: args.topic,
@@ -90,6 +91,13 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
             published += polled.published;
             metrics::counter!(EVENTS_PUBLISHED).increment(polled.published as u64);
             metrics::counter!(JOBS_LOST).increment(polled.lost_jobs);
+            metrics::counter!(HISTORY_JOBS).increment(polled.history_jobs);
+            if polled.history_jobs > 0 {
+                info!(
+                    jobs = polled.history_jobs,
+                    "the site's accounting history is being published"
+                );
+            }
             metrics::counter!(RECORDS_SKIPPED).increment(polled.skipped.len() as u64);
             metrics::gauge!(JOBS_FOLLOWED).set(polled.jobs as f64);
             let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);

@@ -10,6 +10,7 @@ pub const JOBS_LOST: &str = "jobcast_slurm_jobs_lost_total";
 pub const RECORDS_SKIPPED: &str = "jobcast_slurm_records_skipped_total";
 pub const JOBS_FOLLOWED: &str = "jobcast_slurm_jobs_followed";
 pub const LAST_POLL: &str = "jobcast_slurm_last_poll_timestamp_seconds";
+pub const HISTORY_JOBS: &str = "jobcast_slurm_history_jobs_total";
 // `jobcast slurm apply`.
 pub const DECISIONS_READ: &str = "jobcast_slurm_decisions_read_total";
 pub const ACTIONS: &str = "jobcast_slurm_actions_total";
@@ -25,13 +26,14 @@ pub const APPLY_METRICS: [&str; 5] = [
     LAST_TICK,
 ];
 /// Every metric `jobcast slurm watch` exports.
-pub const WATCH_METRICS: [&str; 6] = [
+pub const WATCH_METRICS: [&str; 7] = [
     EVENTS_PUBLISHED,
     POLLS_FAILED,
     JOBS_LOST,
     RECORDS_SKIPPED,
     JOBS_FOLLOWED,
     LAST_POLL,
+    HISTORY_JOBS,
 ];
 
 /// Describe every metric of both commands to the installed recorder.
@@ -60,6 +62,11 @@ pub fn describe() {
         JOBS_FOLLOWED,
         Unit::Count,
         "Slurm jobs jobcast slurm watch follows (listed by squeue)"
+    );
+    describe_counter!(
+        HISTORY_JOBS,
+        Unit::Count,
+        "Ended jobs of the site's accounting (sacct) that jobcast slurm watch --history-since published at its state's first look"
     );
     describe_gauge!(
         LAST_POLL,

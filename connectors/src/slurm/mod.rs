@@ -86,6 +86,7 @@ impl LiveSource for SlurmSource {
             tracker.history_read(history.jobs.keys().copied());
         }
         let mut observed = tracker.observe(&snapshot);
+        observed.history_jobs = history.jobs.len() as u64;
         let mut events: Vec<Event> = history.jobs.into_values().flatten().collect();
         // Stable: a job's events keep their order within one time.
         events.sort_by_key(Event::time_us);
