@@ -189,7 +189,7 @@ Epilog=/bin/true
 JobCompType=jobcomp/none
 $(accounting_conf)
 ReturnToService=2
-# Finished jobs stay 5 minutes in squeue --json, squeue -t all, scontrol.
+# Finished jobs stay this long (s) in squeue --json, squeue -t all, scontrol.
 MinJobAge=$min_job_age
 # The node offers what is written below, not what the machine has.
 SlurmdParameters=config_overrides

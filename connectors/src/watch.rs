@@ -629,6 +629,32 @@ mod tests {
         assert_eq!(sorted(topic_events(&watcher)), expected(&fixture));
     }
 
+    /// A look whose events never reach the state file (the brokers did
+    /// not give the topic's end offsets) leaves the source's state as it
+    /// was: the next look says its events again, and every event reaches
+    /// the topic once.
+    #[test]
+    fn a_look_that_is_not_saved_is_said_again() {
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic(TOPIC, 1, 1).unwrap();
+        let fixture = Fixture::new();
+        let mut watcher = fixture.watcher(&mock);
+        fixture.show(0);
+        mock.request_errors(
+            RDKafkaApiKey::ListOffsets,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],
+        );
+        assert!(watcher.poll().is_err());
+        assert!(watcher.saved.pending.is_none());
+        assert!(watcher.poll().unwrap().published > 0);
+        for snapshot in 1..fixture.snapshots.len() {
+            fixture.show(snapshot);
+            watcher.poll().unwrap();
+        }
+        assert_eq!(sorted(topic_events(&watcher)), expected(&fixture));
+    }
+
     #[test]
     fn a_failing_squeue_is_reported_and_the_next_poll_goes_on() {
         let mock = MockCluster::new(1).unwrap();

@@ -60,7 +60,7 @@ pub struct SlurmSource {
     /// the jobs of an earlier run must not teach jobcast the runtimes of
     /// the same jobs run again (`jobcast bench slurm`).
     pub since: Option<u64>,
-    /// On a fresh start, the site's accounting history to say first.
+    /// The site's accounting history, said at the state's first look.
     #[serde(default)]
     pub history: Option<History>,
 }

@@ -19,7 +19,8 @@
 //!
 //! Job steps (`123.batch`, `123.0`) are left out: their job's row carries
 //! it. A pending array's range (`123_[5-9]`) is left out, noted: those
-//! tasks have not been submitted as elements yet. A row that cannot be
+//! tasks have not been submitted as elements yet, and the array stays
+//! open. A row that cannot be
 //! used is skipped with its place and reason; the others go on. A job
 //! still pending or running stays open.
 //!
