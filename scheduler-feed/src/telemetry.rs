@@ -29,6 +29,7 @@ pub const ETA_ERROR: &str = "jobcast_eta_error_ratio";
 pub const ETA_WITHIN_INTERVAL: &str = "jobcast_eta_within_interval_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const DECISIONS_OVERTAKEN: &str = "jobcast_decisions_overtaken_total";
+pub const STARTS_REFRESHED: &str = "jobcast_decisions_start_refreshed_total";
 pub const DECISIONS_WAITING: &str = "jobcast_decisions_waiting";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
@@ -122,6 +123,7 @@ pub fn handle() -> PrometheusHandle {
                 PRODUCERS_RECREATED,
                 ETA_WITHIN_INTERVAL,
                 DECISIONS_OVERTAKEN,
+                STARTS_REFRESHED,
                 TAKEOVER_BUFFER_WAITS,
             ] {
                 metrics::counter!(name).increment(0);
@@ -336,6 +338,11 @@ fn describe() {
         DECISIONS_OVERTAKEN,
         Unit::Count,
         "Decisions that waited for engine.min_republish_ms and were overtaken by a newer one of their job (or its end): never published"
+    );
+    describe_counter!(
+        STARTS_REFRESHED,
+        Unit::Count,
+        "Decisions published again because their pending job's start estimate moved (engine.starts.refresh_ms)"
     );
     describe_gauge!(
         DECISIONS_WAITING,

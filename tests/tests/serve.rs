@@ -397,14 +397,18 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
 /// An HPC site of 4 processors under conservative backfilling, served
 /// with `engine.starts`: a job submitted while another holds the machine
 /// is decided with a start estimate played forward on the predictions
-/// (the running job's 100 s median: 300 s), and `GET /jobs/{id}` serves it
-/// as the decisions topic carries it.
+/// (the running job's 100 s median: 300 s). It waits with no event of its
+/// own; at 350 s, past the running job's median, an event of its
+/// partition finds its start moved (`engine.starts.refresh_ms`, a minute)
+/// and its decision goes out again, under the next version. `GET
+/// /jobs/{id}` serves both as the decisions topic carries them, and the
+/// metric counts the one refresh.
 #[test]
-fn a_pending_jobs_start_estimate_is_served_at_get_jobs() {
+fn a_pending_jobs_start_estimate_is_served_at_get_jobs_and_refreshed_while_it_waits() {
     const S: u64 = 1_000_000;
-    let submit = |job: u64, t: u64| {
+    let submit = |job: u64, t: u64, cpus: u32| {
         format!(
-            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"cfd","scheduling_class":0,"priority":0,"cpu_request":4,"mem_request":0.1,"num_tasks":1,"time_limit_us":{}}}"#,
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{job},"user":"u","job_name":"n","logical_name":"cfd","scheduling_class":0,"priority":0,"cpu_request":{cpus},"mem_request":0.1,"num_tasks":1,"time_limit_us":{}}}"#,
             1000 * S
         )
     };
@@ -414,16 +418,18 @@ fn a_pending_jobs_start_estimate_is_served_at_get_jobs() {
         )
     };
     let lines = [
-        submit(1, S),
+        submit(1, S, 4),
         task(1, S + 1, "schedule"),
         task(1, 101 * S + 1, "finish"),
         format!(
             r#"{{"v":1,"type":"job_ended","time_us":{},"job_id":1,"outcome":"finish"}}"#,
             101 * S + 2
         ),
-        submit(2, 200 * S),
+        submit(2, 200 * S, 4),
         task(2, 200 * S, "schedule"),
-        submit(3, 210 * S),
+        submit(3, 210 * S, 4),
+        // Wider than the site: it never starts, and moves no other start.
+        submit(4, 350 * S, 8),
     ];
     let events: Vec<Event> = lines
         .iter()
@@ -438,22 +444,32 @@ fn a_pending_jobs_start_estimate_is_served_at_get_jobs() {
             "engine.starts.backfill=conservative",
             "--set",
             "engine.starts.cpus=4",
+            "--set",
+            "engine.starts.refresh_ms=60000",
         ],
     );
     let (status, body) = serve.get("/jobs/3");
     assert_eq!(status, 200, "{body}");
     let job: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let latest = job["decisions"]
+    let served = job["decisions"]
         .as_array()
-        .and_then(|d| d.last())
-        .unwrap_or_else(|| panic!("no decision in {job}"));
-    let start = &latest["start"];
+        .unwrap_or_else(|| panic!("no decisions in {job}"));
+    let [first, again] = served.as_slice() else {
+        panic!("not two decisions in {job}");
+    };
+    let start = &first["start"];
     assert_eq!(start["at_us"], 210 * S, "{job}");
     assert_eq!(start["p50_us"], 300 * S, "{job}");
     assert!(start["p90_us"].as_u64().unwrap() >= 300 * S, "{job}");
+    let later = &again["start"];
+    assert_eq!(later["at_us"], 350 * S, "{job}");
+    assert!(later["p50_us"].as_u64().unwrap() > 350 * S, "{job}");
+    let version = first["version"].as_u64().unwrap();
+    assert_eq!(again["version"].as_u64(), Some(version + 1), "{job}");
     let published = decisions(&cluster.brokers(), &topics.decisions);
-    let version = latest["version"].as_u64().unwrap();
-    assert_eq!(published.get(&(3, version)), Some(latest));
+    assert_eq!(published.get(&(3, version)), Some(first));
+    assert_eq!(published.get(&(3, version + 1)), Some(again));
+    assert_eq!(serve.metric("jobcast_decisions_start_refreshed_total"), 1.0);
     serve.terminate();
 }
 

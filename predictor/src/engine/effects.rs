@@ -131,6 +131,9 @@ pub struct Effects {
     /// Decisions that waited for `engine.min_republish_ms` and were
     /// overtaken (by a newer one, or the job's end): never published.
     pub overtaken: u64,
+    /// Decisions published again for their pending job's start estimate
+    /// moved (`engine.starts.refresh_ms`).
+    pub starts_refreshed: u64,
 }
 
 impl Effects {
@@ -154,5 +157,6 @@ impl Effects {
         self.expired_machines.clear();
         self.refused.clear();
         self.overtaken = 0;
+        self.starts_refreshed = 0;
     }
 }

@@ -65,7 +65,7 @@ use jobcast_ingest::event::{
     Event, JobEnded, JobOutcome, JobSubmitted, MachineKind, TaskEvent, TaskKind,
 };
 
-use crate::decision::{Decision, Estimate, PolicyKind};
+use crate::decision::{Decision, Estimate, PolicyKind, Start};
 use crate::eta;
 use crate::finished::FinishedJob;
 use crate::history::{History, HistoryKey};
@@ -221,7 +221,7 @@ impl Engine {
             starts: config.starts,
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
-            pacer: pacing::Pacer::new(config.min_republish_ms),
+            pacer: pacing::Pacer::new(config.min_republish_ms, config.starts.refresh_ms),
         })
     }
 
@@ -1004,28 +1004,93 @@ impl Engine {
                 self.publish(decision, now_us, effects);
             }
         }
+        self.refresh_starts(partition, now_us, effects);
     }
 
-    /// A job ends: its waiting decision, if any, is never published.
+    /// Look again at the published starts of `partition`'s pending jobs
+    /// due at `now_us`, and publish again each decision whose start has
+    /// moved (`pacing.rs`, `starts.rs`).
+    fn refresh_starts(&mut self, partition: i32, now_us: u64, effects: &mut Effects) {
+        let due = self.pacer.starts_due(partition, now_us);
+        if due.is_empty() {
+            return;
+        }
+        let starts = self
+            .starts
+            .starts_of(&due, &self.jobs, self.driver, &self.clusters, now_us);
+        for (job_id, start) in due.into_iter().zip(starts) {
+            let Some(job) = self.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let partition = job.partition;
+            if let Some(decision) = self.pacer.refresh_start(
+                job_id,
+                &mut job.pacing,
+                partition,
+                now_us,
+                start,
+                starts::moved,
+            ) {
+                effects.starts_refreshed += 1;
+                self.send(decision, start, now_us, effects);
+            }
+        }
+    }
+
+    /// A job ends: its waiting decision, if any, is never published, and
+    /// its start is not looked at again.
     fn forget_pacing(&mut self, job_id: u64, effects: &mut Effects) {
         if let Some(job) = self.jobs.get_mut(&job_id) {
             let partition = job.partition;
             self.pacer
                 .forget(job_id, &mut job.pacing, partition, effects);
+            self.pacer.unwatch(job_id, &mut job.pacing, partition);
         }
     }
 
-    /// Publish `decision` at `now_us`, with its job's ETA if it has one
-    /// (`progress.rs`) and, while it is pending, its start estimate if
-    /// the engine gives them (`starts.rs`).
+    /// Publish the policy's `decision` at `now_us`, as many versions on as
+    /// its job's start was refreshed, with its start estimate while the
+    /// job is pending, if the engine gives them (`starts.rs`).
     fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
+        if let Some(job) = self.jobs.get(&decision.job_id) {
+            decision.version += job.pacing.refreshed();
+        }
+        let start = self
+            .starts
+            .starts_of(
+                &[decision.job_id],
+                &self.jobs,
+                self.driver,
+                &self.clusters,
+                now_us,
+            )
+            .pop()
+            .flatten();
+        self.send(decision, start, now_us, effects);
+    }
+
+    /// Send `decision` at `now_us` with `start` and its job's ETA if it
+    /// has one (`progress.rs`).
+    fn send(
+        &mut self,
+        mut decision: Decision,
+        start: Option<Start>,
+        now_us: u64,
+        effects: &mut Effects,
+    ) {
         let job = self.jobs.get_mut(&decision.job_id);
         self.etas
             .place(&mut decision, job, self.driver, &self.clusters, now_us);
-        if let Some(job) = self.jobs.get(&decision.job_id) {
-            decision.start =
-                self.starts
-                    .start_of(job, self.jobs.values(), self.driver, &self.clusters, now_us);
+        decision.start = start;
+        if let Some(job) = self.jobs.get_mut(&decision.job_id) {
+            let partition = job.partition;
+            self.pacer.sent(
+                decision.job_id,
+                &mut job.pacing,
+                partition,
+                &decision,
+                now_us,
+            );
         }
         effects.outputs.push(Output::Decision(decision));
     }

@@ -12,6 +12,15 @@
 //! once all the same when the scheduler has none of the published pilots
 //! left to run (each one has ended): waiting would stall the job.
 //!
+//! A pending job's start estimate (`starts.rs`) changes while the job
+//! waits with no event of its own: jobs ahead of it end early or late. So
+//! a published decision that carries a start is looked at again every
+//! `engine.starts.refresh_ms` of event time, by the first event of the
+//! job's partition at or past that time, and goes out again, under the
+//! next version, when its start has moved (`starts::moved`). The policy
+//! knows nothing of it: every later decision of the job goes out as many
+//! versions further on as its start was refreshed.
+//!
 //! Event time, not the wall clock, decides, and a job's waiting decision is
 //! published only by its own partition's events, so the same input gives
 //! the same decisions, published by the owner of the job's partition.
@@ -23,7 +32,7 @@ use std::collections::BTreeSet;
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{Decision, Phase};
+use crate::decision::{Decision, Phase, Start};
 
 use super::effects::Effects;
 use super::live_task::LiveTask;
@@ -35,6 +44,10 @@ pub(super) struct Pacing {
     /// In its binary layout ([`Decision::to_bytes`]): the snapshot's
     /// postcard cannot read a decision's JSON form.
     waiting: Option<Waiting>,
+    /// The last published decision while it carries a start estimate.
+    start: Option<Watched>,
+    /// Versions its start's refreshes took: added to each of the policy's.
+    refreshed: u32,
 }
 
 /// What is remembered of a published decision: enough to tell a refinement
@@ -54,10 +67,27 @@ struct Waiting {
     decision: Vec<u8>,
 }
 
+/// A published decision's start estimate, and when it is looked at again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Watched {
+    due_us: u64,
+    start: Start,
+    /// The decision, as [`Waiting::decision`]; its binary layout leaves
+    /// the start out.
+    #[serde(with = "serde_bytes")]
+    decision: Vec<u8>,
+}
+
 impl Pacing {
     /// When the waiting decision is due, if one waits.
     fn due_us(&self) -> Option<u64> {
         self.waiting.as_ref().map(|w| w.due_us)
+    }
+
+    /// How many versions further on than the policy's its decisions go
+    /// out: one per refresh of its start.
+    pub(super) fn refreshed(&self) -> u32 {
+        self.refreshed
     }
 
     /// Whether a decision waits while the scheduler has none of the
@@ -107,20 +137,27 @@ impl DueQueue {
 }
 
 /// Which decisions wait and until when: `engine.min_republish_ms`, and
-/// the waiting decisions of every partition by due time. A job's own
+/// the waiting decisions of every partition by due time; and when the
+/// published start estimates are looked at again: `engine.starts.
+/// refresh_ms`, and the decisions that carry one by due time. A job's own
 /// [`Pacing`] (its last published decision, the one waiting) is in the
 /// job; the methods here take it.
 #[derive(Debug, Default)]
 pub(super) struct Pacer {
     min_republish_us: u64,
     due: DueQueue,
+    /// 0: a start is never looked at again.
+    refresh_us: u64,
+    starts_due: DueQueue,
 }
 
 impl Pacer {
-    pub(super) fn new(min_republish_ms: u64) -> Self {
+    pub(super) fn new(min_republish_ms: u64, refresh_ms: u64) -> Self {
         Pacer {
             min_republish_us: min_republish_ms.saturating_mul(1000),
             due: DueQueue::default(),
+            refresh_us: refresh_ms.saturating_mul(1000),
+            starts_due: DueQueue::default(),
         }
     }
 
@@ -204,6 +241,75 @@ impl Pacer {
         }
     }
 
+    /// Job `job_id`'s `decision` goes out at `now_us`, start estimate
+    /// included: if it carries one, it is looked at again in
+    /// `engine.starts.refresh_ms`; the one looked at before is not.
+    pub(super) fn sent(
+        &mut self,
+        job_id: u64,
+        pacing: &mut Pacing,
+        partition: i32,
+        decision: &Decision,
+        now_us: u64,
+    ) {
+        self.unwatch(job_id, pacing, partition);
+        if let Some(start) = decision.start
+            && self.refresh_us > 0
+        {
+            let due_us = now_us.saturating_add(self.refresh_us);
+            pacing.start = Some(Watched {
+                due_us,
+                start,
+                decision: decision.to_bytes(),
+            });
+            self.starts_due.insert(partition, due_us, job_id);
+        }
+    }
+
+    /// The jobs of `partition` whose start is due to be looked at again at
+    /// `now_us`.
+    pub(super) fn starts_due(&self, partition: i32, now_us: u64) -> Vec<u64> {
+        self.starts_due.due(partition, now_us)
+    }
+
+    /// Job `job_id`'s start, looked at again at `now_us`, is `start`: its
+    /// last published decision, to go out again under the next version
+    /// with this start, if the start `moved` from the published one; else
+    /// `None`, and it is looked at again later (never, if the job has no
+    /// start any more: a task of it runs).
+    pub(super) fn refresh_start(
+        &mut self,
+        job_id: u64,
+        pacing: &mut Pacing,
+        partition: i32,
+        now_us: u64,
+        start: Option<Start>,
+        moved: impl FnOnce(&Start, &Start) -> bool,
+    ) -> Option<Decision> {
+        let watched = pacing.start.take()?;
+        self.starts_due.remove(partition, watched.due_us, job_id);
+        let start = start?;
+        if !moved(&watched.start, &start) {
+            let due_us = now_us.saturating_add(self.refresh_us);
+            pacing.start = Some(Watched { due_us, ..watched });
+            self.starts_due.insert(partition, due_us, job_id);
+            return None;
+        }
+        let mut decision =
+            Decision::from_bytes(&watched.decision).expect("written by Decision::to_bytes");
+        pacing.refreshed += 1;
+        decision.version += 1;
+        decision.start = Some(start);
+        Some(decision)
+    }
+
+    /// Job `job_id` ended: its start is not looked at again.
+    pub(super) fn unwatch(&mut self, job_id: u64, pacing: &mut Pacing, partition: i32) {
+        if let Some(watched) = pacing.start.take() {
+            self.starts_due.remove(partition, watched.due_us, job_id);
+        }
+    }
+
     fn published(pacing: &mut Pacing, decision: Decision, now_us: u64) -> Decision {
         pacing.last = Some(Published {
             at_us: now_us,
@@ -214,13 +320,17 @@ impl Pacer {
         decision
     }
 
-    /// The due queue, from the live jobs' pacing (a restored snapshot):
+    /// The due queues, from the live jobs' pacing (a restored snapshot):
     /// (job id, its partition, its pacing).
     pub(super) fn rebuild<'a>(&mut self, jobs: impl Iterator<Item = (u64, i32, &'a Pacing)>) {
         self.due = DueQueue::default();
+        self.starts_due = DueQueue::default();
         for (job_id, partition, pacing) in jobs {
             if let Some(due_us) = pacing.due_us() {
                 self.due.insert(partition, due_us, job_id);
+            }
+            if let Some(watched) = &pacing.start {
+                self.starts_due.insert(partition, watched.due_us, job_id);
             }
         }
     }

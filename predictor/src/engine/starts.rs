@@ -12,8 +12,10 @@
 //! site's discipline: Slurm's backfill plugin reserves for every pending
 //! job it tests, `conservative`); off by default, since the model of
 //! rigid jobs suits HPC sites, not clusters of many-task jobs. The
-//! estimate is the one of the job's decision, as of its `at_us`: a job
-//! that waits without events of its own is not given a newer one.
+//! estimate is the one of the job's decision, as of its `at_us`. A job
+//! that waits without events of its own has its start looked at again
+//! every `engine.starts.refresh_ms` of event time (`pacing.rs`), and its
+//! decision goes out again when the start has [`moved`].
 //!
 //! The cost falls on each decision of a pending job: one pass over the
 //! live jobs, then the projection. Conservative reserves only the jobs
@@ -21,7 +23,12 @@
 //! k)) for k jobs ahead and r running. EASY plays the queue forward until
 //! the job starts, each step an EASY pass over the whole queue: O(n²
 //! log n) at worst for n jobs. Neither suits queues of many thousands.
+//! The starts looked at again at one event share one projection per
+//! cluster, played as far as the last of them.
 
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{PolicyKind, Start};
@@ -32,7 +39,7 @@ use super::LiveJob;
 use super::clusters::Clusters;
 
 /// `engine.starts`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StartSettings {
     /// The site's backfilling, `easy` or `conservative`; unset: no start
@@ -41,6 +48,32 @@ pub struct StartSettings {
     /// The processors of each cluster; unset: the CPUs of its machines up,
     /// as machine events report them.
     pub cpus: Option<u32>,
+    /// How often, in event time, a pending job's published start is looked
+    /// at again; 0: never.
+    pub refresh_ms: u64,
+}
+
+impl Default for StartSettings {
+    fn default() -> Self {
+        StartSettings {
+            backfill: None,
+            cpus: None,
+            refresh_ms: 300_000,
+        }
+    }
+}
+
+/// The least move of a start that is published again.
+const MOVE_AT_LEAST_US: u64 = 60_000_000;
+
+/// Whether a job's start estimate moved enough from `published` to `now`
+/// to publish it again: its median or its P90 by a minute and by a tenth
+/// of the wait `published` foresaw, so that a long wait is not republished
+/// for every small change and a short one is not left a minute wrong.
+pub(super) fn moved(published: &Start, now: &Start) -> bool {
+    let wait = published.p50_us.saturating_sub(published.at_us);
+    let least = MOVE_AT_LEAST_US.max(wait / 10);
+    published.p50_us.abs_diff(now.p50_us) >= least || published.p90_us.abs_diff(now.p90_us) >= least
 }
 
 /// A site's backfilling discipline, by its configuration name.
@@ -76,76 +109,122 @@ impl StartSettings {
         })
     }
 
-    /// `job`'s start estimate at `now_us`, among `jobs` (every live job,
-    /// of every cluster) sized by `driver`: none if start estimates are
-    /// off, a task of the job runs, its cluster's processors are unknown,
-    /// or it would never fit. A job with no task running is pending, for
-    /// its unfinished tasks.
-    pub(super) fn start_of<'a>(
+    /// The start estimates at `now_us` of `wanted` (ids of live jobs),
+    /// among `jobs` (every live job, of every cluster) sized by `driver`,
+    /// in `wanted`'s order: none for a job that is not live, or if start
+    /// estimates are off, a task of the job runs, its cluster's processors
+    /// are unknown, or it would never fit. A job with no task running is
+    /// pending, for its unfinished tasks. One projection per cluster
+    /// answers all its wanted jobs.
+    pub(super) fn starts_of(
         &self,
-        job: &LiveJob,
-        jobs: impl Iterator<Item = &'a LiveJob>,
+        wanted: &[u64],
+        jobs: &HashMap<u64, LiveJob>,
         driver: PolicyKind,
         clusters: &Clusters,
         now_us: u64,
-    ) -> Option<Start> {
-        let discipline = self.discipline()?;
-        if job.progress.running_since().is_some() {
-            return None;
-        }
-        let cluster = job.submitted.cluster.as_str();
-        let cpus = self
-            .cpus
-            .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32);
-        if cpus == 0 {
-            return None;
-        }
-        let mut pending: Vec<(u64, u64, Sized)> = Vec::new();
-        let mut running: Vec<(u64, Sized)> = Vec::new();
-        for other in jobs.filter(|j| j.submitted.cluster == cluster) {
-            let sized = Sized::of(other, driver);
-            match other.progress.running_since() {
-                Some(since_us) => running.push((since_us, sized)),
-                None => pending.push((other.submitted.time_us, other.submitted.job_id, sized)),
+    ) -> Vec<Option<Start>> {
+        let mut out = vec![None; wanted.len()];
+        let Some(discipline) = self.discipline() else {
+            return out;
+        };
+        let mut by_cluster: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (at, id) in wanted.iter().enumerate() {
+            if let Some(job) = jobs.get(id)
+                && job.progress.running_since().is_none()
+                && holds(job)
+            {
+                by_cluster
+                    .entry(job.submitted.cluster.as_str())
+                    .or_default()
+                    .push(at);
             }
         }
-        pending.sort_by_key(|&(submit, id, _)| (submit, id));
-        let position = pending
-            .iter()
-            .position(|&(_, id, _)| id == job.submitted.job_id)?;
-        let busy: u32 = running.iter().map(|(_, s)| s.procs).sum();
-        let free = cpus.saturating_sub(busy);
-        let project = |late: bool| {
-            let queue: Vec<Waiting> = pending
+        for (cluster, ats) in by_cluster {
+            let cpus = self
+                .cpus
+                .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32);
+            if cpus == 0 {
+                continue;
+            }
+            let mut pending: Vec<(u64, u64, Sized)> = Vec::new();
+            let mut running: Vec<(u64, Sized)> = Vec::new();
+            for other in jobs
+                .values()
+                .filter(|j| j.submitted.cluster == cluster && holds(j))
+            {
+                let sized = Sized::of(other, driver);
+                match other.progress.running_since() {
+                    Some(since_us) => running.push((since_us, sized)),
+                    None => pending.push((other.submitted.time_us, other.submitted.job_id, sized)),
+                }
+            }
+            pending.sort_by_key(|&(submit, id, _)| (submit, id));
+            let position: BTreeMap<u64, usize> = pending
                 .iter()
-                .map(|(_, _, s)| Waiting {
-                    procs: s.procs,
-                    runtime_us: if late { s.p90_us } else { s.p50_us },
-                })
+                .enumerate()
+                .map(|(at, &(_, id, _))| (id, at))
                 .collect();
-            let ending: Vec<Ending> = running
-                .iter()
-                .map(|&(since_us, s)| Ending {
-                    end_us: if late {
-                        backfill::expected_end(now_us, since_us, s.p90_us, &s.later[1..], s.limit)
-                    } else {
-                        backfill::expected_end(now_us, since_us, s.p50_us, &s.later, s.limit)
-                    },
-                    procs: s.procs,
-                })
-                .collect();
-            backfill::projected_start(discipline, now_us, free, &queue, &ending, position)
-        };
-        let p50_us = project(false);
-        if p50_us == u64::MAX {
-            return None;
+            let Some(last) = ats.iter().map(|&at| position[&wanted[at]]).max() else {
+                continue;
+            };
+            let busy: u32 = running.iter().map(|(_, s)| s.procs).sum();
+            let free = cpus.saturating_sub(busy);
+            let project = |late: bool| {
+                let queue: Vec<Waiting> = pending
+                    .iter()
+                    .map(|(_, _, s)| Waiting {
+                        procs: s.procs,
+                        runtime_us: if late { s.p90_us } else { s.p50_us },
+                    })
+                    .collect();
+                let ending: Vec<Ending> = running
+                    .iter()
+                    .map(|&(since_us, s)| Ending {
+                        end_us: if late {
+                            backfill::expected_end(
+                                now_us,
+                                since_us,
+                                s.p90_us,
+                                &s.later[1..],
+                                s.limit,
+                            )
+                        } else {
+                            backfill::expected_end(now_us, since_us, s.p50_us, &s.later, s.limit)
+                        },
+                        procs: s.procs,
+                    })
+                    .collect();
+                backfill::projected_starts_of_first(
+                    discipline,
+                    now_us,
+                    free,
+                    &queue,
+                    &ending,
+                    last + 1,
+                )
+            };
+            let (early, late) = (project(false), project(true));
+            for at in ats {
+                let position = position[&wanted[at]];
+                let p50_us = early[position];
+                if p50_us != u64::MAX {
+                    out[at] = Some(Start {
+                        at_us: now_us,
+                        p50_us,
+                        p90_us: late[position].max(p50_us),
+                    });
+                }
+            }
         }
-        Some(Start {
-            at_us: now_us,
-            p50_us,
-            p90_us: project(true).max(p50_us),
-        })
+        out
     }
+}
+
+/// Whether `job` holds or waits for processors: not once its tasks have
+/// all finished, while its end is on its way.
+fn holds(job: &LiveJob) -> bool {
+    job.record.width == 0 || job.record.tasks_finished < job.record.width
 }
 
 /// A live job as the projection sees it.

@@ -2919,7 +2919,11 @@ fn starts_config(backfill: Option<BackfillKind>, cpus: Option<u32>) -> EngineCon
     EngineConfig {
         policy: PolicyKind::Hpc,
         shadow: Vec::new(),
-        starts: StartSettings { backfill, cpus },
+        starts: StartSettings {
+            backfill,
+            cpus,
+            ..StartSettings::default()
+        },
         ..EngineConfig::default()
     }
 }
@@ -2969,6 +2973,95 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
     off.apply(AT, &hpc_submit(1, S, 4, 1000), &mut effects)
         .unwrap();
     assert_eq!(decisions(&effects)[0].start, None);
+}
+
+/// The site above, its starts looked at again every minute of event
+/// time: job 3 waits behind job 2 with no event of its own. Before job 2
+/// outlives its median, its start has not moved and nothing goes out
+/// again; once it has, job 3's decision goes out again under the next
+/// version with the later start; and, through a snapshot, when job 2 ends
+/// early the start comes forward and goes out under the version after.
+/// Job 3's next policy decision goes out past both.
+#[test]
+fn a_waiting_jobs_start_goes_out_again_when_it_moves() {
+    const S: u64 = 1_000_000;
+    let mut config = starts_config(Some(BackfillKind::Conservative), Some(4));
+    config.starts.refresh_ms = 60_000;
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    for e in [
+        hpc_submit(1, S, 4, 1000),
+        task(1, 0, S + 1, "schedule"),
+        task(1, 0, 101 * S + 1, "finish"),
+        end(1, 101 * S + 2, "finish"),
+        hpc_submit(2, 200 * S, 4, 1000),
+        task(2, 0, 200 * S, "schedule"),
+    ] {
+        engine.apply(AT, &e, &mut effects).unwrap();
+    }
+    effects.clear();
+    engine
+        .apply(AT, &hpc_submit(3, 210 * S, 4, 1000), &mut effects)
+        .unwrap();
+    let first = decisions(&effects)[0].clone();
+    assert_eq!(first.start.unwrap().p50_us, 300 * S);
+    // Other jobs' events: a job too wide to start, at 280 s (due, and
+    // not moved) and at 350 s (job 2 has outlived its median).
+    let job3 = |effects: &Effects| -> Vec<Decision> {
+        decisions(effects)
+            .into_iter()
+            .filter(|d| d.job_id == 3)
+            .cloned()
+            .collect()
+    };
+    effects.clear();
+    engine
+        .apply(AT, &hpc_submit(4, 280 * S, 8, 1000), &mut effects)
+        .unwrap();
+    assert!(job3(&effects).is_empty(), "{:?}", effects.outputs);
+    assert_eq!(effects.starts_refreshed, 0);
+    effects.clear();
+    engine
+        .apply(AT, &hpc_submit(5, 350 * S, 8, 1000), &mut effects)
+        .unwrap();
+    let again = job3(&effects);
+    assert_eq!(again.len(), 1, "{:?}", effects.outputs);
+    assert_eq!(effects.starts_refreshed, 1);
+    assert_eq!(again[0].version, first.version + 1);
+    assert_eq!(again[0].estimate, first.estimate);
+    let later = again[0].start.unwrap();
+    assert_eq!(later.at_us, 350 * S);
+    assert!(later.p50_us > 350 * S, "{later:?}");
+    // Through a snapshot: job 2 ends at 420 s, and job 3 can start then.
+    engine.release_ended();
+    let mut engine = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &task(2, 0, 420 * S, "finish"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &end(2, 420 * S, "finish"), &mut effects)
+        .unwrap();
+    let sooner = job3(&effects);
+    assert_eq!(sooner.len(), 1, "{:?}", effects.outputs);
+    assert_eq!(sooner[0].version, first.version + 2);
+    assert_eq!(sooner[0].start.unwrap().p50_us, 420 * S);
+    // Its own start: no start any more, and not looked at again.
+    effects.clear();
+    engine
+        .apply(AT, &task(3, 0, 421 * S, "schedule"), &mut effects)
+        .unwrap();
+    engine
+        .apply(AT, &hpc_submit(6, 600 * S, 8, 1000), &mut effects)
+        .unwrap();
+    assert!(
+        job3(&effects)
+            .iter()
+            .all(|d| d.version > first.version + 2 && d.start.is_none()),
+        "{:?}",
+        effects.outputs
+    );
+    assert_eq!(effects.starts_refreshed, 0);
 }
 
 #[test]

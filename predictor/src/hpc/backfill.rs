@@ -129,20 +129,18 @@ pub fn projected_starts(
     project(discipline, now_us, free, queue, ending, queue.len())
 }
 
-/// When the job at `position` of `queue` would start
-/// ([`projected_starts`]), played forward only as far as it needs.
-pub fn projected_start(
+/// When each of the first `wanted` jobs of `queue` would start
+/// ([`projected_starts`]), played forward only as far as they need; the
+/// later jobs' entries are `u64::MAX` where not found on the way.
+pub fn projected_starts_of_first(
     discipline: Discipline,
     now_us: u64,
     free: u32,
     queue: &[Waiting],
     ending: &[Ending],
-    position: usize,
-) -> u64 {
-    project(discipline, now_us, free, queue, ending, position + 1)
-        .get(position)
-        .copied()
-        .unwrap_or(u64::MAX)
+    wanted: usize,
+) -> Vec<u64> {
+    project(discipline, now_us, free, queue, ending, wanted)
 }
 
 /// The projected starts of the first `wanted` jobs of `queue` (the rest

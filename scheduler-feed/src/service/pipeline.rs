@@ -431,6 +431,7 @@ impl<'a> Pipeline<'a> {
             self.applier.engine().live_jobs(),
         );
         metrics::counter!(telemetry::DECISIONS_OVERTAKEN).increment(effects.overtaken);
+        metrics::counter!(telemetry::STARTS_REFRESHED).increment(effects.starts_refreshed);
         metrics::gauge!(telemetry::DECISIONS_WAITING)
             .set(self.applier.engine().waiting_decisions() as f64);
         let held = self.applier.engine().held_events();
