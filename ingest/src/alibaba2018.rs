@@ -643,6 +643,7 @@ fn emit_job(job: JobInput, paths: &[PathBuf], diagnostics: &Diagnostics, items: 
         time_us: submit_time,
         job_id,
         user: String::new(),
+        group: String::new(),
         job_name: name.clone(),
         logical_name: name.clone(),
         scheduling_class: 0,

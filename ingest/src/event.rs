@@ -55,6 +55,9 @@ pub struct JobSubmitted {
     pub time_us: u64,
     pub job_id: u64,
     pub user: String,
+    /// The user's group (Unix group, or the HPC log's group); empty where
+    /// the source has none. A feature of the history predictors.
+    pub group: String,
     pub job_name: String,
     pub logical_name: String,
     pub scheduling_class: u8,
@@ -87,13 +90,14 @@ pub struct JobSubmitted {
 
 impl JobSubmitted {
     /// A job of `num_tasks` tasks submitted at `time_us`, every other
-    /// field empty or zero (no user, names, requests, partition, time
+    /// field empty or zero (no user, group, names, requests, partition, time
     /// limit or stages): a base for `JobSubmitted { field: …, ..JobSubmitted::new(…) }`.
     pub fn new(job_id: u64, time_us: u64, num_tasks: u32) -> Self {
         Self {
             time_us,
             job_id,
             user: String::new(),
+            group: String::new(),
             job_name: String::new(),
             logical_name: String::new(),
             scheduling_class: 0,
@@ -353,6 +357,7 @@ impl Event {
         match self {
             Event::JobSubmitted(j) => {
                 check_len("user", &j.user)?;
+                check_len("group", &j.group)?;
                 check_len("job_name", &j.job_name)?;
                 check_len("logical_name", &j.logical_name)?;
                 check_len("partition", &j.partition)?;
@@ -579,6 +584,8 @@ struct WireEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     job_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     logical_name: Option<String>,
@@ -673,6 +680,7 @@ fn check_nonneg(field: &str, x: Option<f64>) -> Result<(), DecodeError> {
 const JOB_SUBMITTED_FIELDS: &[&str] = &[
     "job_id",
     "user",
+    "group",
     "job_name",
     "logical_name",
     "scheduling_class",
@@ -705,10 +713,11 @@ const MACHINE_FIELDS: &[&str] = &[
 
 impl WireEvent<'_> {
     /// Every optional field and whether it is set.
-    fn presence(&self) -> [(&'static str, bool); 28] {
+    fn presence(&self) -> [(&'static str, bool); 29] {
         [
             ("job_id", self.job_id.is_some()),
             ("user", self.user.is_some()),
+            ("group", self.group.is_some()),
             ("job_name", self.job_name.is_some()),
             ("logical_name", self.logical_name.is_some()),
             ("scheduling_class", self.scheduling_class.is_some()),
@@ -817,6 +826,7 @@ impl TryFrom<WireEvent<'_>> for Event {
                     time_us,
                     job_id,
                     user: w.user.unwrap_or_default(),
+                    group: w.group.unwrap_or_default(),
                     job_name: w.job_name.unwrap_or_default(),
                     logical_name: w.logical_name.unwrap_or_default(),
                     scheduling_class: w.scheduling_class.unwrap_or(0),
@@ -929,6 +939,7 @@ impl<'a> From<&'a Event> for WireEvent<'a> {
         match e {
             Event::JobSubmitted(j) => {
                 w.user = Some(j.user.clone());
+                w.group = (!j.group.is_empty()).then(|| j.group.clone());
                 w.job_name = Some(j.job_name.clone());
                 w.logical_name = Some(j.logical_name.clone());
                 w.scheduling_class = Some(j.scheduling_class);

@@ -79,6 +79,7 @@ impl JobInfo {
             time_us,
             job_id,
             user: self.user,
+            group: String::new(),
             job_name: String::new(),
             logical_name: String::new(),
             scheduling_class: self.scheduling_class,

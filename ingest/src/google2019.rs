@@ -923,6 +923,7 @@ impl Mapper {
             time_us,
             job_id,
             user: meta.user,
+            group: String::new(),
             job_name: meta.name,
             logical_name: meta.logical_name,
             scheduling_class: meta.scheduling_class,

@@ -17,7 +17,7 @@
 //! | 9 requested time | `time_limit_us` |
 //! | 10 requested memory (KB per processor) | `mem_request`, MB for the job |
 //! | 11 status | the end's kind (below) |
-//! | 12 user, 13 group | `user` (`u12`), and `job_name` with the group (`g3`) |
+//! | 12 user, 13 group | `user` (`u12`), `group` (`g3`) |
 //! | 14 executable (application) | `logical_name` (`app7`), the name 3Sigma learns by |
 //! | 15 queue | `partition`: the header's name for it, else its number |
 //!
@@ -383,7 +383,7 @@ impl SwfLines {
         } else {
             String::new()
         };
-        submitted.job_name = if first.group >= 0 {
+        submitted.group = if first.group >= 0 {
             format!("g{}", first.group)
         } else {
             String::new()
@@ -571,10 +571,11 @@ mod tests {
         assert_eq!(
             (
                 j.user.as_str(),
+                j.group.as_str(),
                 j.job_name.as_str(),
                 j.logical_name.as_str()
             ),
-            ("u3", "g2", "app7")
+            ("u3", "g2", "", "app7")
         );
         assert_eq!(j.partition, "batch");
         assert_eq!(

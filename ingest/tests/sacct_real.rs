@@ -36,7 +36,10 @@ fn the_full_layout_gives_each_job_as_slurm_accounted_it() {
         panic!("{events:?}")
     };
     assert_eq!(job.job_id, 33979);
-    assert_eq!(job.user, "hermes");
+    assert_eq!(
+        (job.user.as_str(), job.group.as_str()),
+        ("hermes", "bioinfo")
+    );
     assert_eq!(
         (job.num_tasks, job.cpu_request, job.mem_request),
         (1, 1.0, 1000.0)

@@ -40,6 +40,7 @@ fn full_history() -> History {
                 value(5, next() % 64),
                 value(6, family % 4),
                 value(7, family % 40),
+                value(8, family % 300),
             ],
         };
         let runtime_us =

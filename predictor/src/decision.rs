@@ -509,7 +509,9 @@ pub struct Start {
 
 /// The newest decision of each job, as a consumer of jobcast's decisions
 /// keeps them: delivery is at least once, so a decision no newer than the
-/// one held (a redelivery, or one overtaken) is dropped.
+/// one held (a redelivery, or one overtaken) is dropped. A decision of the
+/// held version is newer when its start estimate is: a waiting job's
+/// refreshed start (`engine.starts.refresh_ms`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Newest {
     jobs: std::collections::BTreeMap<u64, Decision>,
@@ -520,7 +522,12 @@ impl Newest {
     /// was kept.
     pub fn offer(&mut self, decision: Decision) -> bool {
         match self.jobs.get(&decision.job_id) {
-            Some(held) if held.version >= decision.version => false,
+            Some(held)
+                if (held.version, held.start.map(|s| s.at_us))
+                    >= (decision.version, decision.start.map(|s| s.at_us)) =>
+            {
+                false
+            }
             _ => {
                 self.jobs.insert(decision.job_id, decision);
                 true

@@ -1,8 +1,9 @@
 //! The job features 3Sigma matches similar jobs by (SLearn §4.2): user, job
 //! name, logical job name, submission time (hour of the week), and requested
-//! CPU and memory (bucketed); and, where the scheduler has them (Slurm), the
-//! partition and the requested time limit (bucketed), which published HPC
-//! runtime models find the strongest single signal.
+//! CPU and memory (bucketed); and, where the scheduler has them (Slurm, HPC
+//! logs), the partition, the requested time limit (bucketed), which
+//! published HPC runtime models find the strongest single signal, and the
+//! user's group.
 
 use jobcast_ingest::event::JobSubmitted;
 use jobcast_ingest::ids::stable_id;
@@ -19,11 +20,12 @@ pub enum FeatureKind {
     MemRequest,
     Partition,
     TimeLimit,
+    Group,
 }
 
 impl FeatureKind {
     /// How many there are.
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every kind, in the order of [`JobFeatures::values`]. Stored records
     /// name a kind by its index here: new kinds go at the end.
@@ -36,6 +38,7 @@ impl FeatureKind {
         FeatureKind::MemRequest,
         FeatureKind::Partition,
         FeatureKind::TimeLimit,
+        FeatureKind::Group,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +51,7 @@ impl FeatureKind {
             FeatureKind::MemRequest => "mem_request",
             FeatureKind::Partition => "partition",
             FeatureKind::TimeLimit => "time_limit",
+            FeatureKind::Group => "group",
         }
     }
 }
@@ -74,12 +78,13 @@ impl JobFeatures {
         f.values[FeatureKind::Partition as usize] = name_key(&job.partition);
         f.values[FeatureKind::TimeLimit as usize] =
             job.time_limit_us.and_then(|us| bucket(us as f64 / 1e6));
+        f.values[FeatureKind::Group as usize] = name_key(&job.group);
         f
     }
 
     /// Features of one DAG stage: the job's, with names qualified by the
-    /// stage so that each stage learns its own history (the partition and
-    /// time limit are the job's, shared by its stages).
+    /// stage so that each stage learns its own history (the partition, time
+    /// limit and group are the job's, shared by its stages).
     pub fn of_stage(job: &JobSubmitted, stage: u32) -> Self {
         let mut f = Self::of(job);
         for kind in [
@@ -110,6 +115,7 @@ impl JobFeatures {
                 Some((submit_time_us / HOUR_US) % (7 * 24)),
                 bucket(cpu_request),
                 bucket(mem_request),
+                None,
                 None,
                 None,
             ],

@@ -829,6 +829,7 @@ impl Generator {
             time_us: submit_us,
             job_id,
             user: family.user.clone(),
+            group: String::new(),
             job_name,
             logical_name: family.logical_name.clone(),
             scheduling_class: family.scheduling_class,

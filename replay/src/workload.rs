@@ -584,6 +584,7 @@ fn classify(done: CompletedJob, max_width: u32) -> Result<SimJob, (Reason, u64)>
         time_us: arrival,
         job_id: job.job_id,
         user: job.user,
+        group: String::new(),
         job_name: job.job_name,
         logical_name: job.logical_name,
         scheduling_class: job.scheduling_class,

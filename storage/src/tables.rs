@@ -59,6 +59,7 @@ struct EventRow {
     machine_id: Option<u64>,
     outcome: Option<String>,
     user: Option<String>,
+    group: Option<String>,
     job_name: Option<String>,
     logical_name: Option<String>,
     scheduling_class: Option<u8>,
@@ -302,6 +303,7 @@ impl EventRow {
             machine_id: None,
             outcome: None,
             user: None,
+            group: None,
             job_name: None,
             logical_name: None,
             scheduling_class: None,
@@ -327,6 +329,7 @@ impl EventRow {
         match e {
             Event::JobSubmitted(j) => {
                 row.user = Some(j.user.clone());
+                row.group = (!j.group.is_empty()).then(|| j.group.clone());
                 row.job_name = Some(j.job_name.clone());
                 row.logical_name = Some(j.logical_name.clone());
                 row.scheduling_class = Some(j.scheduling_class);

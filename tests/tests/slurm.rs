@@ -162,7 +162,8 @@ fn job_outcomes(events: &[Event]) -> Vec<JobOutcome> {
 
 /// `events` (one job's, from the topic) say what Slurm's own record of the
 /// job says: one `job_submitted` with its width, partition `debug`, its
-/// cluster (`ClusterName` of `scripts/slurm.sh`) and its time limit
+/// cluster (`ClusterName` of `scripts/slurm.sh`), its user's group (the
+/// tests submit as root) and its time limit
 /// (`limit_min`, as the job asked); for each task (by array
 /// index), a start if it ran and one end, at Slurm's times; one
 /// `job_ended`, with `outcome`.
@@ -173,13 +174,14 @@ fn assert_as_slurm_ended(
     (indices, limit_min): (&[u32], u64),
     outcome: JobOutcome,
 ) {
-    let submitted: Vec<(u32, &str, &str, Option<u64>)> = events
+    let submitted: Vec<(u32, &str, &str, &str, Option<u64>)> = events
         .iter()
         .filter_map(|e| match e {
             Event::JobSubmitted(j) => Some((
                 j.num_tasks,
                 j.partition.as_str(),
                 j.cluster.as_str(),
+                j.group.as_str(),
                 j.time_limit_us,
             )),
             _ => None,
@@ -191,6 +193,7 @@ fn assert_as_slurm_ended(
             indices.len() as u32,
             "debug",
             "jobcast",
+            "root",
             Some(limit_min * 60_000_000)
         )],
         "job {job}: {events:?}"

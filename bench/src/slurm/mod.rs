@@ -1632,6 +1632,7 @@ mod tests {
                 time_us: id,
                 job_id: id,
                 user: "u".into(),
+                group: String::new(),
                 job_name: "n".into(),
                 logical_name: String::new(),
                 scheduling_class: 0,

@@ -28,6 +28,8 @@ pub struct SqueueJob {
     #[serde(default)]
     pub user_name: String,
     #[serde(default)]
+    pub group_name: String,
+    #[serde(default)]
     pub partition: String,
     /// The cluster (`ClusterName` of `slurm.conf`).
     #[serde(default)]

@@ -134,6 +134,8 @@ struct Job {
     #[serde(default)]
     user: Option<String>,
     #[serde(default)]
+    group: Option<String>,
+    #[serde(default)]
     partition: Option<String>,
     #[serde(default)]
     cluster: Option<String>,
@@ -329,6 +331,7 @@ impl Job {
                 },
                 end,
                 user: self.user.unwrap_or_default(),
+                group: self.group.unwrap_or_default(),
                 name: self.name.unwrap_or_default(),
                 partition: self.partition.unwrap_or_default(),
                 cluster: self.cluster.unwrap_or_default(),

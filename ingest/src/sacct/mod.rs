@@ -12,7 +12,7 @@
 //! | `JobID` (else `JobIDRaw`) | `job_id`, `array.job_id`, `array.task_id` | `job_id`, task |
 //! | `Submit`, `Start`, `End` | `time.submission`, `time.start`, `time.end` | the task's `submit`, `schedule` and end (`Unknown`, `None`, 0: not yet) |
 //! | `State` | `state.current` | the end's kind, as the live watcher reads it ([`crate::slurm::task_end`]) |
-//! | `User`, `JobName`, `Partition`, `Cluster` | `user`, `name`, `partition`, `cluster` | `user`, `job_name` and `logical_name`, `partition`, `cluster` |
+//! | `User`, `Group`, `JobName`, `Partition`, `Cluster` | `user`, `group`, `name`, `partition`, `cluster` | `user`, `group`, `job_name` and `logical_name`, `partition`, `cluster` |
 //! | `NCPUS`, else `AllocCPUS`, else `ReqCPUS` | `required.CPUs` | `cpu_request` |
 //! | `ReqMem` (`4000M`, `16G`; `c`/`n` suffixes of old versions: per CPU, per node) | `required.memory` (MB; per CPU where Slurm flags it), else `required.memory_per_node`, `required.memory_per_cpu` | `mem_request`, MB |
 //! | `TimelimitRaw` (minutes), else `Timelimit` (`[D-]HH:MM:SS`) | `time.limit` (minutes) | `time_limit_us` |
@@ -74,6 +74,7 @@ struct Row {
     end_us: Option<u64>,
     end: Option<TaskKind>,
     user: String,
+    group: String,
     name: String,
     partition: String,
     cluster: String,
@@ -146,6 +147,7 @@ fn lay_out(job_id: u64, mut rows: Vec<Row>, open: bool) -> Vec<(u8, Event)> {
         rows.len() as u32,
     );
     job.user = first.user.clone();
+    job.group = first.group.clone();
     job.job_name = first.name.clone();
     job.logical_name = first.name.clone();
     job.partition = first.partition.clone();

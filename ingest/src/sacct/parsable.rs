@@ -173,6 +173,7 @@ fn row(c: &Columns, r: &csv::StringRecord, place: Location) -> Result<Option<(u6
             end_us,
             end,
             user: c.get(r, &["User"]).unwrap_or("").to_owned(),
+            group: c.get(r, &["Group"]).unwrap_or("").to_owned(),
             name,
             partition: c.get(r, &["Partition"]).unwrap_or("").to_owned(),
             cluster: c.get(r, &["Cluster"]).unwrap_or("").to_owned(),

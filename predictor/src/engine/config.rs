@@ -118,7 +118,9 @@ impl EngineConfig {
     /// last snapshot too; a stop with `storage.snapshot_on_stop` leaves
     /// none). Start estimates are computed as decisions go out, from the
     /// state the others shape: decisions after a restart carry the new
-    /// setting's.
+    /// setting's, and the waiting jobs' published starts are looked at
+    /// again under it (with none, each goes out once more without a
+    /// start).
     pub fn stamp(&self) -> Vec<u8> {
         let mut value = serde_json::to_value(self).expect("the configuration serialises");
         if let Some(settings) = value.as_object_mut() {

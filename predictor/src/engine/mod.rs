@@ -1023,6 +1023,11 @@ impl Engine {
                 continue;
             };
             let partition = job.partition;
+            if !starts::waits(job) {
+                // It runs, or has run: it needs no start.
+                self.pacer.unwatch(job_id, &mut job.pacing, partition);
+                continue;
+            }
             if let Some(decision) = self.pacer.refresh_start(
                 job_id,
                 &mut job.pacing,
@@ -1048,13 +1053,10 @@ impl Engine {
         }
     }
 
-    /// Publish the policy's `decision` at `now_us`, as many versions on as
-    /// its job's start was refreshed, with its start estimate while the
-    /// job is pending, if the engine gives them (`starts.rs`).
-    fn publish(&mut self, mut decision: Decision, now_us: u64, effects: &mut Effects) {
-        if let Some(job) = self.jobs.get(&decision.job_id) {
-            decision.version += job.pacing.refreshed();
-        }
+    /// Publish the policy's `decision` at `now_us`, with its start
+    /// estimate while the job is pending, if the engine gives them
+    /// (`starts.rs`).
+    fn publish(&mut self, decision: Decision, now_us: u64, effects: &mut Effects) {
         let start = self
             .starts
             .starts_of(

@@ -14,12 +14,15 @@
 //!
 //! A pending job's start estimate (`starts.rs`) changes while the job
 //! waits with no event of its own: jobs ahead of it end early or late. So
-//! a published decision that carries a start is looked at again every
-//! `engine.starts.refresh_ms` of event time, by the first event of the
-//! job's partition at or past that time, and goes out again, under the
-//! next version, when its start has moved (`starts::moved`). The policy
-//! knows nothing of it: every later decision of the job goes out as many
-//! versions further on as its start was refreshed.
+//! a published decision that carries a start is looked at again at each
+//! multiple of `engine.starts.refresh_ms` of event time, by the first
+//! event of the job's partition at or past it (all the partition's starts
+//! due then share one projection), and goes out again when its start has
+//! moved (`starts::moved`): the same decision, under the same version, with
+//! the newer start and its `at_us`. Versions stay the policy's, which the
+//! job's own events decide; the start depends on every job of the
+//! cluster, so on how partitions interleave, and a consumer tells a
+//! refreshed start by its later `at_us`.
 //!
 //! Event time, not the wall clock, decides, and a job's waiting decision is
 //! published only by its own partition's events, so the same input gives
@@ -46,8 +49,6 @@ pub(super) struct Pacing {
     waiting: Option<Waiting>,
     /// The last published decision while it carries a start estimate.
     start: Option<Watched>,
-    /// Versions its start's refreshes took: added to each of the policy's.
-    refreshed: u32,
 }
 
 /// What is remembered of a published decision: enough to tell a refinement
@@ -82,12 +83,6 @@ impl Pacing {
     /// When the waiting decision is due, if one waits.
     fn due_us(&self) -> Option<u64> {
         self.waiting.as_ref().map(|w| w.due_us)
-    }
-
-    /// How many versions further on than the policy's its decisions go
-    /// out: one per refresh of its start.
-    pub(super) fn refreshed(&self) -> u32 {
-        self.refreshed
     }
 
     /// Whether a decision waits while the scheduler has none of the
@@ -138,8 +133,9 @@ impl DueQueue {
 
 /// Which decisions wait and until when: `engine.min_republish_ms`, and
 /// the waiting decisions of every partition by due time; and when the
-/// published start estimates are looked at again: `engine.starts.
-/// refresh_ms`, and the decisions that carry one by due time. A job's own
+/// published start estimates are looked at again:
+/// `engine.starts.refresh_ms`, and the decisions that carry one by due
+/// time. A job's own
 /// [`Pacing`] (its last published decision, the one waiting) is in the
 /// job; the methods here take it.
 #[derive(Debug, Default)]
@@ -254,9 +250,8 @@ impl Pacer {
     ) {
         self.unwatch(job_id, pacing, partition);
         if let Some(start) = decision.start
-            && self.refresh_us > 0
+            && let Some(due_us) = self.next_look(now_us)
         {
-            let due_us = now_us.saturating_add(self.refresh_us);
             pacing.start = Some(Watched {
                 due_us,
                 start,
@@ -272,11 +267,18 @@ impl Pacer {
         self.starts_due.due(partition, now_us)
     }
 
-    /// Job `job_id`'s start, looked at again at `now_us`, is `start`: its
-    /// last published decision, to go out again under the next version
-    /// with this start, if the start `moved` from the published one; else
-    /// `None`, and it is looked at again later (never, if the job has no
-    /// start any more: a task of it runs).
+    /// The next multiple of the refresh interval after `now_us`, when the
+    /// starts published now are looked at again; none if they never are.
+    fn next_look(&self, now_us: u64) -> Option<u64> {
+        (self.refresh_us > 0)
+            .then(|| (now_us / self.refresh_us + 1).saturating_mul(self.refresh_us))
+    }
+
+    /// Job `job_id`, still waiting, has `start` when looked at again at
+    /// `now_us` (none: it no longer fits, or its cluster's size is not
+    /// known). Its last published decision, to go out again with this
+    /// start, if the start `moved` from the published one; else `None`,
+    /// and it is looked at again later.
     pub(super) fn refresh_start(
         &mut self,
         job_id: u64,
@@ -284,22 +286,20 @@ impl Pacer {
         partition: i32,
         now_us: u64,
         start: Option<Start>,
-        moved: impl FnOnce(&Start, &Start) -> bool,
+        moved: impl FnOnce(&Start, Option<&Start>) -> bool,
     ) -> Option<Decision> {
         let watched = pacing.start.take()?;
         self.starts_due.remove(partition, watched.due_us, job_id);
-        let start = start?;
-        if !moved(&watched.start, &start) {
-            let due_us = now_us.saturating_add(self.refresh_us);
-            pacing.start = Some(Watched { due_us, ..watched });
-            self.starts_due.insert(partition, due_us, job_id);
+        if !moved(&watched.start, start.as_ref()) {
+            if let Some(due_us) = self.next_look(now_us) {
+                pacing.start = Some(Watched { due_us, ..watched });
+                self.starts_due.insert(partition, due_us, job_id);
+            }
             return None;
         }
         let mut decision =
             Decision::from_bytes(&watched.decision).expect("written by Decision::to_bytes");
-        pacing.refreshed += 1;
-        decision.version += 1;
-        decision.start = Some(start);
+        decision.start = start;
         Some(decision)
     }
 
@@ -329,7 +329,9 @@ impl Pacer {
             if let Some(due_us) = pacing.due_us() {
                 self.due.insert(partition, due_us, job_id);
             }
-            if let Some(watched) = &pacing.start {
+            if let Some(watched) = &pacing.start
+                && self.refresh_us > 0
+            {
                 self.starts_due.insert(partition, watched.due_us, job_id);
             }
         }

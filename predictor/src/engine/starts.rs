@@ -15,7 +15,7 @@
 //! estimate is the one of the job's decision, as of its `at_us`. A job
 //! that waits without events of its own has its start looked at again
 //! every `engine.starts.refresh_ms` of event time (`pacing.rs`), and its
-//! decision goes out again when the start has [`moved`].
+//! decision goes out again, same version, when the start has [`moved`].
 //!
 //! The cost falls on each decision of a pending job: one pass over the
 //! live jobs, then the projection. Conservative reserves only the jobs
@@ -66,14 +66,24 @@ impl Default for StartSettings {
 /// The least move of a start that is published again.
 const MOVE_AT_LEAST_US: u64 = 60_000_000;
 
-/// Whether a job's start estimate moved enough from `published` to `now`
-/// to publish it again: its median or its P90 by a minute and by a tenth
-/// of the wait `published` foresaw, so that a long wait is not republished
-/// for every small change and a short one is not left a minute wrong.
-pub(super) fn moved(published: &Start, now: &Start) -> bool {
+/// Whether a waiting job's start estimate moved enough from `published`
+/// to `now` to publish it again: its median or its P90 by a minute and by
+/// a tenth of the wait `published` foresaw, so that a long wait is not
+/// republished for every small change and a short one is not left a
+/// minute wrong; or it has none any more.
+pub(super) fn moved(published: &Start, now: Option<&Start>) -> bool {
+    let Some(now) = now else {
+        return true;
+    };
     let wait = published.p50_us.saturating_sub(published.at_us);
     let least = MOVE_AT_LEAST_US.max(wait / 10);
     published.p50_us.abs_diff(now.p50_us) >= least || published.p90_us.abs_diff(now.p90_us) >= least
+}
+
+/// Whether `job` waits for processors: no task of it runs, and not all
+/// have finished.
+pub(super) fn waits(job: &LiveJob) -> bool {
+    job.progress.running_since().is_none() && holds(job)
 }
 
 /// A site's backfilling discipline, by its configuration name.
@@ -131,8 +141,7 @@ impl StartSettings {
         let mut by_cluster: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (at, id) in wanted.iter().enumerate() {
             if let Some(job) = jobs.get(id)
-                && job.progress.running_since().is_none()
-                && holds(job)
+                && waits(job)
             {
                 by_cluster
                     .entry(job.submitted.cluster.as_str())

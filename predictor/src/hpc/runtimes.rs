@@ -52,23 +52,27 @@ pub enum Level {
     User,
     /// Anyone's jobs of the same application, processors and request.
     AppProcsRequest,
+    /// The user's group's jobs with the same request.
+    GroupRequest,
     /// Every job of the site.
     Site,
 }
 
 impl Level {
-    pub const ALL: [Level; 6] = [
+    pub const ALL: [Level; 7] = [
         Level::UserAppProcsRequest,
         Level::UserRequest,
         Level::UserApp,
         Level::User,
         Level::AppProcsRequest,
+        Level::GroupRequest,
         Level::Site,
     ];
 
     /// `job`'s key at this level; `None` where the job lacks what it needs.
     fn key(self, job: &JobSubmitted) -> Option<u64> {
         let user = (!job.user.is_empty()).then_some(job.user.as_str());
+        let group = (!job.group.is_empty()).then_some(job.group.as_str());
         let app = job.logical_name.as_str();
         let request = job.time_limit_us;
         let procs = job.cpu_request.to_bits();
@@ -93,6 +97,10 @@ impl Level {
                 put(app.as_bytes());
             }
             Level::User => put(user?.as_bytes()),
+            Level::GroupRequest => {
+                put(group?.as_bytes());
+                put(&request?.to_le_bytes());
+            }
             Level::AppProcsRequest => {
                 put(app.as_bytes());
                 put(&procs.to_le_bytes());
@@ -376,6 +384,37 @@ mod tests {
         assert_eq!((p.point_us, p.level), (600e6, Some(Level::Site)));
         let (p, _) = Runtimes::new().predict(&job(0, "bob", "other", 600));
         assert_eq!((p.point_us, p.level), (600e6, None));
+    }
+
+    /// A user new to the site, in a group whose members' jobs asking for
+    /// two hours run ten minutes while the site's others run an hour: the
+    /// group's jobs with the same request predict the newcomer's.
+    #[test]
+    fn a_newcomer_is_predicted_from_the_groups_jobs_with_the_same_request() {
+        let mut r = Runtimes::new();
+        let in_group = |mut j: JobSubmitted, group: &str| {
+            j.group = group.to_owned();
+            j
+        };
+        for i in 0..40 {
+            let (j, run) = if i % 2 == 0 {
+                (
+                    in_group(job(i, &format!("chem{i}"), &format!("a{i}"), 7200), "chem"),
+                    600e6,
+                )
+            } else {
+                (
+                    in_group(job(i, &format!("phys{i}"), &format!("a{i}"), 7200), "phys"),
+                    3600e6,
+                )
+            };
+            let (_, pending) = r.predict(&j);
+            r.learn(pending, run);
+        }
+        let newcomer = in_group(job(100, "carol", "new", 7200), "chem");
+        let (p, _) = r.predict(&newcomer);
+        assert_eq!(p.level, Some(Level::GroupRequest), "{p:?}");
+        assert!((p.point_us - 600e6).abs() < 1e-3, "{p:?}");
     }
 
     /// A site whose every job is a new user's: the keys stay within the
