@@ -511,7 +511,8 @@ pub struct Start {
 /// keeps them: delivery is at least once, so a decision no newer than the
 /// one held (a redelivery, or one overtaken) is dropped. A decision of the
 /// held version is newer when its start estimate is: a waiting job's
-/// refreshed start (`engine.starts.refresh_ms`).
+/// refreshed start (`engine.starts.refresh_ms`), or none (the job no
+/// longer fits: a refresh's last).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Newest {
     jobs: std::collections::BTreeMap<u64, Decision>,
@@ -522,17 +523,21 @@ impl Newest {
     /// was kept.
     pub fn offer(&mut self, decision: Decision) -> bool {
         match self.jobs.get(&decision.job_id) {
-            Some(held)
-                if (held.version, held.start.map(|s| s.at_us))
-                    >= (decision.version, decision.start.map(|s| s.at_us)) =>
-            {
-                false
-            }
+            Some(held) if Self::order(held) >= Self::order(&decision) => false,
             _ => {
                 self.jobs.insert(decision.job_id, decision);
                 true
             }
         }
+    }
+
+    /// How new `decision` is: its version, then its start's `at_us`; a
+    /// refresh that found the start gone (its last) after any.
+    fn order(decision: &Decision) -> (u32, u64) {
+        (
+            decision.version,
+            decision.start.map_or(u64::MAX, |s| s.at_us),
+        )
     }
 
     pub fn get(&self, job_id: u64) -> Option<&Decision> {
@@ -564,6 +569,33 @@ mod tests {
 
     fn decision(job_id: u64, version: u32, queue: u8) -> Decision {
         Decision::new(PolicyKind::SLearn, job_id, version, queue, Phase::Estimated)
+    }
+
+    /// A waiting job's refreshed start goes out under the version held:
+    /// it is newer when its start is later, or gone; a redelivery of
+    /// either is not.
+    #[test]
+    fn a_refreshed_start_of_the_held_version_is_newer() {
+        let at = |at_us| {
+            Some(Start {
+                at_us,
+                p50_us: at_us + 10,
+                p90_us: at_us + 20,
+            })
+        };
+        let with = |start| Decision {
+            start,
+            ..decision(1, 2, 0)
+        };
+        let mut newest = Newest::default();
+        assert!(newest.offer(with(at(100))));
+        assert!(!newest.offer(with(at(100))));
+        assert!(newest.offer(with(at(200))));
+        assert!(!newest.offer(with(at(100))));
+        assert!(newest.offer(with(None)));
+        assert!(!newest.offer(with(at(200))));
+        assert!(!newest.offer(with(None)));
+        assert!(newest.offer(decision(1, 3, 0)));
     }
 
     #[test]

@@ -29,9 +29,9 @@
 //!    it does not join the group.
 //! 3. **Decisions**: read every partition of the decisions topic up to its
 //!    high watermark (taken after step 2) from where the last instant
-//!    stopped, keep each job's decisions newer than the last version seen
-//!    (delivery is at least once), and check they are the simulated
-//!    policy's.
+//!    stopped, keep each job's decisions newer than the last seen (a
+//!    higher version, or a refreshed start of the same; delivery is at
+//!    least once), and check they are the simulated policy's.
 //!
 //! The service must run with the same policy, policy settings (thin limit,
 //! sampling ratio, seed), history and queue settings as the simulation;

@@ -180,7 +180,8 @@ pub fn decisions_across(
             d["job_id"].as_u64().expect("job_id"),
             d["version"].as_u64().expect("version"),
         );
-        let start_at = |d: &serde_json::Value| d["start"]["at_us"].as_u64();
+        // A refresh that found the start gone is its version's last.
+        let start_at = |d: &serde_json::Value| d["start"]["at_us"].as_u64().unwrap_or(u64::MAX);
         match out.get(&key) {
             Some(before) if start_at(before) > start_at(&d) => {}
             Some(before) if start_at(before) == start_at(&d) => {

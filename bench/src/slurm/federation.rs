@@ -42,9 +42,9 @@ use serde::Serialize;
 
 use super::workload::{LiveJob, SlurmShape, past_jobs};
 use super::{
-    Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_user, default_partition,
-    embedded_kafka, follow, median, sbatch_args, spawn_jobcast, stop_services, unix_now,
-    wait_for_past, write_runtimes,
+    Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_group, current_user,
+    default_partition, embedded_kafka, follow, median, sbatch_args, spawn_jobcast, stop_services,
+    unix_now, wait_for_past, write_runtimes,
 };
 
 #[derive(clap::Args)]
@@ -300,6 +300,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
     // jobs' arguments are the same wherever they go.
     let shape = SlurmShape {
         user: current_user()?,
+        group: current_group()?,
         partition: clusters[0].partition.clone(),
         mem_per_cpu_mb: TASK_MEM_MB,
         time_limit_minutes: limits.iter().copied().max().unwrap_or(1),

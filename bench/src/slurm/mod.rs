@@ -353,6 +353,7 @@ pub fn slurm(args: &SlurmArgs) -> anyhow::Result<Report> {
     let scale = args.live.scale();
     let shape = SlurmShape {
         user: current_user()?,
+        group: current_group()?,
         partition: partition.name,
         mem_per_cpu_mb: TASK_MEM_MB,
         time_limit_minutes,
@@ -679,9 +680,22 @@ fn default_partition(conf: Option<&Path>) -> anyhow::Result<Partition> {
 
 /// The user this process submits jobs as, as Slurm names it.
 fn current_user() -> anyhow::Result<String> {
-    let out = Command::new("id").arg("-un").output().context("id -un")?;
+    id("-un")
+}
+
+/// The group jobs are submitted under: the user's, as `squeue` reports it.
+fn current_group() -> anyhow::Result<String> {
+    id("-gn")
+}
+
+/// `id`'s answer to `flag`.
+fn id(flag: &str) -> anyhow::Result<String> {
+    let out = Command::new("id")
+        .arg(flag)
+        .output()
+        .with_context(|| format!("id {flag}"))?;
     if !out.status.success() {
-        bail!("id -un: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!("id {flag}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use super::workload::LiveJob;
 use super::{
-    Placed, current_user, default_partition, embedded_kafka, follow, read_decisions,
+    Placed, current_group, current_user, default_partition, embedded_kafka, follow, read_decisions,
     sbatch_parsable, spawn_jobcast, stop_services, unix_now, wait_for_past,
 };
 
@@ -175,10 +175,17 @@ impl StartsArgs {
 }
 
 /// The job `s` as `slurm watch` would report it, submitted at `time_us`
-/// by `user` in `partition`.
-fn submitted(s: &Shaped, job_id: u64, time_us: u64, user: &str, partition: &str) -> JobSubmitted {
+/// by `user` of `group` in `partition`.
+fn submitted(
+    s: &Shaped,
+    job_id: u64,
+    time_us: u64,
+    (user, group): (&str, &str),
+    partition: &str,
+) -> JobSubmitted {
     JobSubmitted {
         user: user.to_owned(),
+        group: group.to_owned(),
         job_name: s.name.clone(),
         logical_name: s.name.clone(),
         cpu_request: f64::from(s.cpus),
@@ -225,7 +232,7 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
                 .map_or(String::new(), |max| format!(" of at most {max} s"))
         );
     }
-    let user = current_user()?;
+    let (user, group) = (current_user()?, current_group()?);
 
     // The past: the completed jobs, one after another in the log's order
     // and spacing (scaled), ending now.
@@ -244,7 +251,7 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
             let at = origin_us
                 + ((s.log.job.time_us - first_us) as f64 * args.time_scale).round() as u64;
             let runtime_us = (s.runtime_s * 1e6) as u64;
-            let job = submitted(s, PAST_IDS + i as u64, at, &user, &partition.name);
+            let job = submitted(s, PAST_IDS + i as u64, at, (&user, &group), &partition.name);
             SimJob::new(job, vec![runtime_us], at + runtime_us)
                 .map_err(|e| anyhow::anyhow!("past job {}: {e}", s.log.job.job_id))
         })
@@ -263,7 +270,7 @@ pub fn starts(args: &StartsArgs) -> anyhow::Result<Report> {
         .iter()
         .map(|s| {
             let at = (s.log.job.time_us - live_first) as f64 / 1e6 * per_log_s;
-            let job = submitted(s, s.log.job.job_id, 0, &user, &partition.name);
+            let job = submitted(s, s.log.job.job_id, 0, (&user, &group), &partition.name);
             Ok(LiveJob {
                 job: SimJob::new(job, vec![(s.runtime_s * 1e6) as u64], 0)
                     .map_err(|e| anyhow::anyhow!("job {}: {e}", s.log.job.job_id))?,

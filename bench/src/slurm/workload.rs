@@ -86,8 +86,9 @@ impl TaskScale {
 /// What the Slurm watcher reads back of a job the bench submitted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlurmShape {
-    /// The user jobs are submitted as.
+    /// The user jobs are submitted as, and their group.
     pub user: String,
+    pub group: String,
     /// The partition they are submitted to.
     pub partition: String,
     /// The memory each task asks for, MB.
@@ -119,15 +120,15 @@ impl SlurmShape {
     }
 
     /// The submission the watcher reports for `job`: its name as job and
-    /// logical name, this user, partition, memory and time limit, one CPU
-    /// a task.
+    /// logical name, this user and group, partition, memory and time limit,
+    /// one CPU a task.
     fn submitted(&self, job: &SimJob, job_id: u64, time_us: u64) -> JobSubmitted {
         let name = Self::name(job);
         JobSubmitted {
             time_us,
             job_id,
             user: self.user.clone(),
-            group: String::new(),
+            group: self.group.clone(),
             job_name: name.clone(),
             logical_name: name,
             scheduling_class: 0,
@@ -330,6 +331,7 @@ mod tests {
     fn shape() -> SlurmShape {
         SlurmShape {
             user: "root".into(),
+            group: "root".into(),
             partition: "debug".into(),
             mem_per_cpu_mb: 100,
             time_limit_minutes: 1440,

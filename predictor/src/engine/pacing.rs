@@ -300,6 +300,8 @@ impl Pacer {
         let mut decision =
             Decision::from_bytes(&watched.decision).expect("written by Decision::to_bytes");
         decision.start = start;
+        // The ETA is the engine's to give again, as of now.
+        decision.eta = None;
         Some(decision)
     }
 

@@ -39,7 +39,7 @@ use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 21;
+pub const SNAPSHOT_FORMAT: u32 = 22;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
