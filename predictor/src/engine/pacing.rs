@@ -305,7 +305,8 @@ impl Pacer {
         Some(decision)
     }
 
-    /// Job `job_id` ended: its start is not looked at again.
+    /// Job `job_id`'s published start is not looked at again: the job
+    /// ended or runs, or a newer decision replaces the one watched.
     pub(super) fn unwatch(&mut self, job_id: u64, pacing: &mut Pacing, partition: i32) {
         if let Some(watched) = pacing.start.take() {
             self.starts_due.remove(partition, watched.due_us, job_id);
