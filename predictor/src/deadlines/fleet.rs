@@ -20,7 +20,11 @@
 //!   drawn at.
 //! - **Hibernation** keeps a VM's memory: its tasks are suspended, and each
 //!   also goes back to the head of the queue, since when the VM resumes is
-//!   not known ([`Fleet::hibernate`]). A VM that resumes drains at once
+//!   not known ([`Fleet::hibernate`]). Such a task runs again on the spot
+//!   market the first time only, and only while the time left holds
+//!   three runs of it on the fastest type; else on on-demand VMs, which
+//!   the fleet buys for it, planned to end by the deadline itself (spot
+//!   VMs leave it queued). A VM that resumes drains at once
 //!   when the rest of the fleet ends the bag by the occupation limit
 //!   without it; otherwise a suspended task goes on unless a copy
 //!   elsewhere is further on ([`Fleet::resume`]).
@@ -30,11 +34,33 @@
 //! billed in whole slots for the time it runs, from its purchase to its
 //! last task's end, less the time it hibernated.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::{Catalogue, Clock, Maps, Market, Task, VmType, primary_map};
+
+/// How many times a task a hibernation stopped runs again on the spot
+/// market: past it, it runs again on on-demand VMs only, which do not
+/// hibernate.
+const SPOT_RERUNS: u32 = 1;
+
+/// A task a hibernation stopped runs again on the spot market only while
+/// the time left holds this many runs of it on the fastest type (boot
+/// aside): a rerun that another hibernation stops must leave time to run
+/// again.
+const RUNS_LEFT: u64 = 3;
+
+/// What hibernations did to a task not yet ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+struct Stopped {
+    /// How many times a hibernation stopped it.
+    times: u32,
+    /// The longest it was seen to run, seconds on the baseline core.
+    ran_s: f64,
+    /// It runs again on on-demand VMs only.
+    on_demand: bool,
+}
 
 /// The bag's tasks in the order the map placed them.
 pub fn pool(maps: &Maps) -> VecDeque<u32> {
@@ -264,6 +290,10 @@ pub struct Fleet {
     nodes: Vec<Node>,
     /// The tasks no VM runs, the next first.
     queue: VecDeque<u32>,
+    /// The tasks a hibernation stopped, until they end
+    /// ([`Fleet::hibernate`]).
+    #[serde(default)]
+    stopped: BTreeMap<u32, Stopped>,
     /// Runtimes of the ended tasks, seconds on the baseline core.
     ended: Vec<f64>,
     /// The runtime every decision assumes, seconds on the baseline core.
@@ -292,6 +322,7 @@ impl Fleet {
             deadline,
             nodes: Vec::new(),
             queue: pool(maps),
+            stopped: BTreeMap::new(),
             ended: Vec::new(),
             mean_s: planned_s,
             last_now: 0,
@@ -349,13 +380,76 @@ impl Fleet {
         });
     }
 
-    fn spare(&self, now: u64, horizon: u64, without: Option<usize>, terms: Terms) -> f64 {
+    /// The tasks the fleet's VMs (all but `without`; on demand only if
+    /// `on_demand`) can still run by `horizon`.
+    fn spare_on(
+        &self,
+        now: u64,
+        horizon: u64,
+        without: Option<usize>,
+        on_demand: bool,
+        terms: Terms,
+    ) -> f64 {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|&(i, _)| Some(i) != without)
+            .filter(|&(i, n)| Some(i) != without && (!on_demand || n.market == Market::OnDemand))
             .map(|(_, n)| n.spare(now, horizon, self.mean_s, terms.vm_type(n), terms.clock))
             .sum()
+    }
+
+    fn spare(&self, now: u64, horizon: u64, without: Option<usize>, terms: Terms) -> f64 {
+        self.spare_on(now, horizon, without, false, terms)
+    }
+
+    /// Whether task `id` runs again on on-demand VMs only.
+    fn on_demand_only(&self, id: u32) -> bool {
+        self.stopped.get(&id).is_some_and(|s| s.on_demand)
+    }
+
+    /// The tasks that run again on on-demand VMs only, the queued ones
+    /// first: what a `grow` that buys on demand is for.
+    pub fn on_demand_reruns(&self) -> Vec<u32> {
+        let (mut queued, mut running): (Vec<u32>, Vec<u32>) = self
+            .stopped
+            .iter()
+            .filter(|(_, s)| s.on_demand)
+            .map(|(&id, _)| id)
+            .partition(|id| self.queue.contains(id));
+        queued.append(&mut running);
+        queued
+    }
+
+    /// The queued tasks that run again on on-demand VMs only.
+    fn queued_reruns(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|&&id| self.on_demand_only(id))
+            .count()
+    }
+
+    /// A task's expected runtime once it has run `ran_s` (seconds on the
+    /// baseline core): the mean of the ended tasks that ran longer, or,
+    /// before any did, the fleet's mean or `ran_s`, whichever is longer.
+    fn expected_beyond(&self, ran_s: f64) -> f64 {
+        let (sum, n) = self
+            .ended
+            .iter()
+            .filter(|&&x| x > ran_s)
+            .fold((0.0, 0u32), |(sum, n), &x| (sum + x, n + 1));
+        if n > 0 {
+            sum / f64::from(n)
+        } else {
+            self.mean_s.max(ran_s)
+        }
+    }
+
+    /// Whether the fleet's VMs but `without` end the queue by `horizon`:
+    /// all of them the queue, and those on demand its reruns.
+    fn ends_queue(&self, now: u64, horizon: u64, without: Option<usize>, terms: Terms) -> bool {
+        self.queue.len() as f64 <= self.spare(now, horizon, without, terms).floor()
+            && self.queued_reruns() as f64
+                <= self.spare_on(now, horizon, without, true, terms).floor()
     }
 
     /// The VM machine `machine_id` plays, as it runs a task of the bag at
@@ -438,6 +532,7 @@ impl Fleet {
     pub fn done_elsewhere(&mut self, now: u64, task: u32, base_s: Option<f64>) {
         let now = self.at(now);
         self.queue.retain(|&queued| queued != task);
+        self.stopped.remove(&task);
         self.ended.extend(base_s);
         for i in 0..self.nodes.len() {
             while let Some(slot) = self.slot_of(i, task) {
@@ -454,9 +549,18 @@ impl Fleet {
     /// The task VM `vm` takes next, if it should take one at `now`: yes
     /// within the slot it has paid for; past it, only if the others cannot
     /// end the queue by the occupation limit without it (else it drains).
+    /// A spot VM takes no task that runs again on demand only: it leaves
+    /// those queued, and the fleet grows for them.
     pub fn takes_next(&mut self, now: u64, vm: usize, terms: Terms) -> Option<u32> {
         let now = self.at(now);
-        let next = *self.queue.front()?;
+        let on_demand = self.nodes[vm].market == Market::OnDemand;
+        if !on_demand && self.queued_reruns() > 0 {
+            self.grow(now, terms);
+        }
+        let &next = self
+            .queue
+            .iter()
+            .find(|&&id| on_demand || !self.on_demand_only(id))?;
         let per = terms
             .clock
             .periods(self.mean_s * terms.vm_type(&self.nodes[vm]).slowdown);
@@ -470,7 +574,7 @@ impl Fleet {
             true
         } else if node.draining {
             false
-        } else if self.queue.len() as f64 <= self.spare(now, self.limit, Some(vm), terms).floor() {
+        } else if self.ends_queue(now, self.limit, Some(vm), terms) {
             self.nodes[vm].draining = true;
             self.changes.push(Change::Drained { vm });
             false
@@ -546,6 +650,7 @@ impl Fleet {
             .push(base_s.unwrap_or(((now.saturating_sub(run.since)) * period_s) as f64 / slowdown));
         self.nodes[vm].last_end = now;
         self.queue.retain(|&queued| queued != id);
+        self.stopped.remove(&id);
         for i in 0..self.nodes.len() {
             for other in 0..self.nodes[i].running.len() {
                 if self.nodes[i].running[other].is_some_and(|run| run.task == id) {
@@ -610,25 +715,48 @@ impl Fleet {
         } else {
             self.deadline
         };
-        let spare = self.spare(now, horizon, None, terms);
-        if self.queue.len() as f64 <= spare {
+        if self.ends_queue(now, horizon, None, terms) {
             return;
         }
-        let over: Vec<Task> = self
-            .queue
-            .iter()
-            .skip(spare as usize)
-            .map(|&id| Task {
-                base_s: self.mean_s,
-                ..self.task(id)
-            })
-            .collect();
-        let window = horizon.saturating_sub(now + self.boot).max(1);
+        // The reruns on-demand VMs cannot take, on demand; then the tasks
+        // the whole fleet cannot take, on the spot market.
+        let reruns = self.queued_reruns();
+        let on_demand_spare = self.spare_on(now, horizon, None, true, terms).floor() as usize;
+        let all_spare = self.spare(now, horizon, None, terms).floor() as usize;
+        let over_reruns = reruns.saturating_sub(on_demand_spare);
+        // The rest take the spot VMs' spare, and what on-demand VMs leave.
+        let over_rest = (self.queue.len() - reruns).saturating_sub(
+            all_spare.saturating_sub(on_demand_spare) + on_demand_spare.saturating_sub(reruns),
+        );
+        let planned = |id: u32| Task {
+            base_s: self.mean_s,
+            ..self.task(id)
+        };
+        let (mut on_demand, mut spot) = (Vec::new(), Vec::new());
+        for &id in self.queue.iter().rev() {
+            if self.on_demand_only(id) {
+                if on_demand.len() < over_reruns {
+                    on_demand.push(planned(id));
+                }
+            } else if spot.len() < over_rest {
+                spot.push(planned(id));
+            }
+        }
         let clock = terms.clock;
         let priced = terms
             .catalogue
             .priced_at(terms.start_us + now * clock.period_s * 1_000_000);
-        for vm in primary_map(&over, &priced, clock, window, 1.0, true).vms {
+        // On-demand VMs do not hibernate: their runs may end by the
+        // deadline itself.
+        let bought: Vec<_> = [(on_demand, self.deadline, false), (spot, horizon, true)]
+            .into_iter()
+            .filter(|(over, ..)| !over.is_empty())
+            .flat_map(|(over, by, spot)| {
+                let window = by.saturating_sub(now + self.boot).max(1);
+                primary_map(&over, &priced, clock, window, 1.0, spot).vms
+            })
+            .collect();
+        for vm in bought {
             let slots = task_slots(&terms.catalogue.types[vm.kind], &self.tasks);
             let ready = now + self.boot;
             self.nodes
@@ -661,7 +789,10 @@ impl Fleet {
     /// Hibernation keeps its memory, so its running tasks are suspended,
     /// not lost; but when it resumes is not known, so each also goes back
     /// to the head of the queue, to start over wherever a core frees
-    /// first, and the fleet grows if the rest cannot end them. An idle VM
+    /// first (on demand only, past its first stop or once the time left
+    /// holds fewer than [`RUNS_LEFT`] runs of it on the fastest type, at
+    /// the runtime expected of a task that ran as long as it was seen to),
+    /// and the fleet grows if the rest cannot end them. An idle VM
     /// hibernates too: it takes no task until it resumes. Returns how many
     /// runs it suspended; `None`, and nothing changes, if it was
     /// hibernated already.
@@ -683,14 +814,35 @@ impl Fleet {
         };
         node.active += until.saturating_sub(node.active_since);
         let mut suspended = Vec::new();
+        let mut done = Vec::new();
         for slot in 0..node.running.len() {
             // Its pending end, or offer, is void: a resume offers it anew.
             node.generation[slot] += 1;
             if let Some(run) = node.running[slot] {
                 suspended.push(run.task);
+                done.push(now.saturating_sub(run.since));
             }
         }
         let suspended_count = suspended.len();
+        let slowdown = terms.vm_type(&self.nodes[vm]).slowdown;
+        let fastest = terms
+            .catalogue
+            .types
+            .iter()
+            .map(|t| t.slowdown)
+            .fold(f64::INFINITY, f64::min);
+        for (&id, &periods) in suspended.iter().zip(&done) {
+            let ran_s = (periods * terms.clock.period_s) as f64 / slowdown;
+            let mut stopped = self.stopped.get(&id).copied().unwrap_or_default();
+            stopped.times += 1;
+            stopped.ran_s = stopped.ran_s.max(ran_s);
+            let run = terms
+                .clock
+                .periods(self.expected_beyond(stopped.ran_s) * fastest);
+            stopped.on_demand |=
+                stopped.times > SPOT_RERUNS || now + self.boot + RUNS_LEFT * run > self.deadline;
+            self.stopped.insert(id, stopped);
+        }
         for id in suspended {
             // A task already started again elsewhere is not queued twice.
             if !self.runs_elsewhere(id) {
@@ -743,7 +895,7 @@ impl Fleet {
         let suspended = self.nodes[vm].running.iter().any(Option::is_some);
         if !self.nodes[vm].draining
             && (suspended || !self.queue.is_empty())
-            && self.queue.len() as f64 <= self.spare(now, self.limit, Some(vm), terms).floor()
+            && self.ends_queue(now, self.limit, Some(vm), terms)
         {
             self.nodes[vm].draining = true;
             self.changes.push(Change::Drained { vm });
@@ -861,6 +1013,64 @@ mod tests {
         assert_eq!(fleet.queued(), 3);
         let slot = fleet.slot_of(0, next).unwrap();
         assert!(fleet.end(5, 0, slot, None, terms).is_some());
+    }
+
+    /// A task a hibernation stopped early may run again on the spot
+    /// market; stopped again, it runs again on demand only: spot VMs leave
+    /// it queued and take the other tasks, and the fleet buys an on-demand
+    /// VM for it, which takes it.
+    #[test]
+    fn a_task_stopped_again_runs_again_on_demand_only() {
+        let catalogue = Catalogue::teylo_2018();
+        let terms = terms(&catalogue);
+        let mut fleet = four_tasks(&catalogue);
+        assert!(fleet.nodes().iter().all(|n| n.market == Market::Spot));
+        let first = fleet.takes_next(0, 0, terms).unwrap();
+        fleet.start(0, 0, Some(0), first, terms);
+        fleet.hibernate(1, 0, terms);
+        assert!(fleet.on_demand_reruns().is_empty());
+        assert_eq!(fleet.takes_next(1, 1, terms), Some(first));
+        fleet.start(1, 1, Some(0), first, terms);
+        fleet.hibernate(2, 1, terms);
+        assert_eq!(fleet.on_demand_reruns(), vec![first]);
+        // The VMs bought at the first stop, all on the spot market, boot:
+        // the first to take a task takes another, and the fleet buys an
+        // on-demand VM for the rerun.
+        let market = |fleet: &Fleet, vm: usize| fleet.nodes()[vm].market;
+        let spot = (2..fleet.nodes().len())
+            .find(|&vm| market(&fleet, vm) == Market::Spot)
+            .expect("spot VMs bought at the first stop");
+        assert!((2..fleet.nodes().len()).all(|vm| market(&fleet, vm) == Market::Spot));
+        let ready = fleet.nodes()[spot].ready();
+        let next = fleet.takes_next(ready, spot, terms).unwrap();
+        assert_ne!(next, first);
+        fleet.start(ready, spot, Some(0), next, terms);
+        let on_demand = (2..fleet.nodes().len())
+            .find(|&vm| market(&fleet, vm) == Market::OnDemand)
+            .expect("an on-demand VM for the rerun");
+        let ready = fleet.nodes()[on_demand].ready();
+        assert_eq!(fleet.takes_next(ready, on_demand, terms), Some(first));
+        // Its end forgets it.
+        let slot = fleet.start(ready, on_demand, Some(0), first, terms);
+        fleet.end(ready + 20, on_demand, slot, None, terms).unwrap();
+        assert!(fleet.on_demand_reruns().is_empty());
+    }
+
+    /// Stopped late, when the time left no longer holds three runs of it
+    /// on the fastest type, a task runs again on demand only at its first
+    /// stop.
+    #[test]
+    fn a_task_stopped_late_runs_again_on_demand_only() {
+        let catalogue = Catalogue::teylo_2018();
+        let terms = terms(&catalogue);
+        let mut fleet = four_tasks(&catalogue);
+        let first = fleet.takes_next(0, 0, terms).unwrap();
+        // 2 h on the baseline core: 20 periods on the fastest type, three
+        // runs and a boot past the deadline of 100 from 39 on.
+        fleet.start(30, 0, Some(0), first, terms);
+        fleet.hibernate(40, 0, terms);
+        assert_eq!(fleet.on_demand_reruns(), vec![first]);
+        assert_ne!(fleet.takes_next(40, 1, terms), Some(first));
     }
 
     /// A machine taking its first task of the bag plays the VM of its type

@@ -481,6 +481,7 @@ impl Deadlines {
                 drain_machine_id,
                 queued: fleet.queued() as u32,
                 task_runtime_us: (fleet.mean_s() * 1e6).round() as u64,
+                on_demand_tasks: fleet.on_demand_reruns(),
             };
             self.publish(job, action, now_us, None, Some(change), effects);
         }

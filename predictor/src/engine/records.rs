@@ -426,6 +426,11 @@ pub struct FleetChange {
     pub queued: u32,
     /// The task runtime the decision assumes, µs on the baseline core.
     pub task_runtime_us: u64,
+    /// Tasks that hibernations stopped and that run again on on-demand
+    /// VMs only (a `grow`'s on-demand VMs are bought for them), the
+    /// queued ones first.
+    #[serde(default)]
+    pub on_demand_tasks: Vec<u32>,
 }
 
 /// What one cluster of a federation holds now: `GET /clusters`, and the

@@ -2197,7 +2197,18 @@ fn an_elastic_fleet_drains_grows_and_binds_its_vms_live() {
         let grow = deadline_decisions(&effects);
         assert_eq!(grow.len(), 1, "{grow:?}");
         assert_eq!((grow[0].action, grow[0].version), (DeadlineAction::Grow, 4));
-        assert_eq!(grow[0].fleet.as_ref().unwrap().queued, 3);
+        let change = grow[0].fleet.as_ref().unwrap();
+        assert_eq!(change.queued, 3);
+        // Stopped a second time, the task runs again on demand only, and
+        // the fleet buys on demand for it.
+        assert_eq!(change.on_demand_tasks, vec![b.tasks[0].task_index]);
+        assert!(
+            change
+                .buy
+                .iter()
+                .any(|vm| vm.market == crate::deadlines::Market::OnDemand),
+            "{change:?}"
+        );
         let fleet = engine.deadline(2).unwrap().fleet.clone().unwrap();
         let played = &fleet.vms[map.vms.len()];
         assert_eq!((played.machine_id, played.hibernated), (Some(13), true));
