@@ -390,6 +390,58 @@ mod tests {
         );
     }
 
+    /// Markets that go out for an hour in every `every` hours, over a job
+    /// of `deadline_h` hours starting at 0, in two zones: the first from
+    /// hour `first`, the second an hour later.
+    fn recurring_outages(first: u64, every: u64, deadline_h: u64) -> super::super::Availability {
+        use super::super::{Availability, MarketSeries};
+        let hour = 3_600_000_000;
+        let end = deadline_h * hour + 1;
+        let series = |zone: &str, first: u64| MarketSeries {
+            zone: zone.into(),
+            vm_type: "p3".into(),
+            span_us: (0, end),
+            outages_us: (first..deadline_h)
+                .step_by(every as usize)
+                .map(|h| (h * hour, (h + 1) * hour))
+                .collect(),
+        };
+        Availability {
+            markets: vec![series("a", first), series("b", first + 1)],
+        }
+    }
+
+    /// Through markets that go out again and again (each an hour in two,
+    /// the second zone an hour after the first), a task that a second
+    /// outage stops runs again on demand, and the bag ends in time. Rerun
+    /// on the spot market each time, its tasks start over at every outage,
+    /// on a VM bought in the zone that goes out next: 7 hibernations, and
+    /// the bag ends at 9.3 h of its 8.
+    #[test]
+    fn tasks_that_outages_stop_again_end_on_demand_in_time() {
+        let truth = mixed(40, 6.0, 14.0);
+        let deadline_h = 8;
+        let (cat, clock, maps, planned) = drawn_at(&truth, 10.0, deadline_h);
+        let markets = recurring_outages(1, 2, deadline_h);
+        let mut draw = markets.draw(&clock, deadline_h * 60, 7).unwrap();
+        let h: Vec<Vec<Hibernation>> = maps
+            .primary
+            .vms
+            .iter()
+            .map(|vm| draw.vm(vm.market))
+            .collect();
+        let out = run_elastic(
+            &maps,
+            &truth,
+            at_zero(&cat, &clock),
+            &h,
+            Some(&mut draw),
+            planned,
+        );
+        assert!(out.hibernations >= 2, "the outages stop its tasks: {out:?}");
+        assert!(!out.missed, "{out:?}");
+    }
+
     /// The terms of a job starting at 0.
     fn at_zero<'a>(catalogue: &'a Catalogue, clock: &'a Clock) -> Terms<'a> {
         Terms {
