@@ -358,30 +358,22 @@ mod tests {
             span_us: (0, 60 * hour + 1),
             outages_us: vec![(hour, 60 * hour + 1)],
         };
-        let run = |markets: &Availability| {
-            let horizon = 60 * 60;
-            let mut draw = markets.draw(&clock, horizon, 7).unwrap();
-            let h: Vec<Vec<Hibernation>> = maps
-                .primary
-                .vms
-                .iter()
-                .map(|vm| draw.vm(vm.market))
-                .collect();
-            let with = run_elastic(
-                &maps,
-                &truth,
-                at_zero(&cat, &clock),
-                &h,
-                Some(&mut draw),
-                planned,
-            );
-            let without = run_elastic(&maps, &truth, at_zero(&cat, &clock), &h, None, planned);
-            (with, without)
-        };
         let none_left = Availability {
             markets: vec![out_from_hour_one("a"), out_from_hour_one("b")],
         };
-        let (with, without) = run(&none_left);
+        let through = |bought_meet| {
+            let terms = at_zero(&cat, &clock);
+            elastic_through(
+                &none_left,
+                60 * 60,
+                &maps,
+                &truth,
+                terms,
+                planned,
+                bought_meet,
+            )
+        };
+        let (with, without) = (through(true), through(false));
         assert!(with.vms_added > 0 && without.vms_added > 0, "{with:?}");
         assert!(!with.missed, "{with:?}");
         assert!(
@@ -423,23 +415,42 @@ mod tests {
         let deadline_h = 8;
         let (cat, clock, maps, planned) = drawn_at(&truth, 10.0, deadline_h);
         let markets = recurring_outages(1, 2, deadline_h);
-        let mut draw = markets.draw(&clock, deadline_h * 60, 7).unwrap();
+        let terms = at_zero(&cat, &clock);
+        let out = elastic_through(
+            &markets,
+            deadline_h * 60,
+            &maps,
+            &truth,
+            terms,
+            planned,
+            true,
+        );
+        assert!(out.hibernations >= 2, "the outages stop its tasks: {out:?}");
+        assert!(!out.missed, "{out:?}");
+    }
+
+    /// The elastic fleet of `maps` through `markets`, the job starting at
+    /// 0 and lasting `horizon` periods: the map's spot VMs hibernate as
+    /// the markets drawn for them go out, and so do the VMs it buys if
+    /// `bought_meet`.
+    fn elastic_through<'a>(
+        markets: &'a super::super::Availability,
+        horizon: u64,
+        maps: &Maps,
+        truth: &'a [Task],
+        terms: Terms<'a>,
+        planned: f64,
+        bought_meet: bool,
+    ) -> Outcome {
+        let mut draw = markets.draw(terms.clock, horizon, 7).unwrap();
         let h: Vec<Vec<Hibernation>> = maps
             .primary
             .vms
             .iter()
             .map(|vm| draw.vm(vm.market))
             .collect();
-        let out = run_elastic(
-            &maps,
-            &truth,
-            at_zero(&cat, &clock),
-            &h,
-            Some(&mut draw),
-            planned,
-        );
-        assert!(out.hibernations >= 2, "the outages stop its tasks: {out:?}");
-        assert!(!out.missed, "{out:?}");
+        let draw = bought_meet.then_some(&mut draw);
+        run_elastic(maps, truth, terms, &h, draw, planned)
     }
 
     /// The terms of a job starting at 0.
