@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget};
 use jobcast_ingest::{Event, Format, Trace};
 pub use jobcast_replay::hpc::backfill::Scheduler;
-use jobcast_replay::hpc::backfill::{self, Workload};
+use jobcast_replay::hpc::backfill::{self, StartAnswer, Workload};
 use jobcast_replay::hpc::predictions;
 use jobcast_replay::hpc::predictor::Predictor;
 use serde_json::json;
@@ -59,7 +59,11 @@ pub fn predictions(common: &Common) -> anyhow::Result<()> {
 
 /// `simulate --scheduler easy|conservative --format swf`: the log's jobs
 /// on its machine under FCFS with that backfilling, once per predictor.
-pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> {
+pub fn backfilling(
+    common: &Common,
+    scheduler: Scheduler,
+    answer: StartAnswer,
+) -> anyhow::Result<()> {
     let name = match scheduler {
         Scheduler::Easy => "easy",
         Scheduler::Conservative => "conservative",
@@ -90,7 +94,7 @@ pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> 
             .map(|predictor| {
                 let (workload, bar) = (&workload, &bar);
                 scope.spawn(move || {
-                    let run = backfill::simulate(workload, scheduler, predictor);
+                    let run = backfill::simulate(workload, scheduler, predictor, answer);
                     bar.inc(1);
                     run
                 })
@@ -118,8 +122,9 @@ pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> 
     }
     let mut table = format!(
         "{} backfilling, {} jobs on {} processors; start projected at arrival for those that \
-         wait, P50 error on the predictions and on the requested times\n\
-         {:<14} {:>12} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11}\n",
+         wait, P50 error on the predictions and on the requested times, and the share started \
+         by the answer's P90\n\
+         {:<14} {:>12} {:>11} {:>11} {:>11} {:>9} {:>11} {:>11} {:>10}\n",
         match scheduler {
             Scheduler::Easy => "EASY",
             Scheduler::Conservative => "Conservative",
@@ -133,11 +138,12 @@ pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> 
         "backfilled",
         "waited",
         "start err",
-        "limits err"
+        "limits err",
+        "P90 cover"
     );
     for r in &runs {
         table.push_str(&format!(
-            "{:<14} {:>12.2} {:>10.0}s {:>11.3} {:>11} {:>9} {:>10.0}s {:>10.0}s\n",
+            "{:<14} {:>12.2} {:>10.0}s {:>11.3} {:>11} {:>9} {:>10.0}s {:>10.0}s {:>10}\n",
             r.predictor,
             r.avg_bounded_slowdown,
             r.avg_wait_s,
@@ -145,7 +151,9 @@ pub fn backfilling(common: &Common, scheduler: Scheduler) -> anyhow::Result<()> 
             r.backfilled,
             r.start_estimated,
             r.start_p50_error_s,
-            r.start_limits_p50_error_s
+            r.start_limits_p50_error_s,
+            r.start_p90_coverage_pct
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.1}%"))
         ));
     }
     print_out(&table)

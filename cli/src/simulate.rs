@@ -14,6 +14,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobcast_ingest::kafka::Topics;
 use jobcast_replay::closed_loop::{self, ClosedLoopConfig, LoopSummary};
 use jobcast_replay::evaluate::{PolicyKind, run_policy};
+use jobcast_replay::hpc::backfill::StartAnswer;
 use jobcast_replay::megha::{self, MeghaConfig, Scheduler, UserQueue};
 use jobcast_replay::sim::SimReport;
 use jobcast_replay::workload::Workload;
@@ -45,6 +46,12 @@ pub struct Args {
         conflicts_with_all = ["policy", "via_kafka"]
     )]
     scheduler: Option<String>,
+    /// With `--scheduler easy|conservative`: answer jobcast's "when will
+    /// my job start?" on one schedule played on the medians instead of
+    /// the median over 32 played on sampled runtimes (the service's
+    /// answer), 32 times faster on logs with long queues.
+    #[arg(long, requires = "scheduler")]
+    starts_on_medians: bool,
     #[command(flatten)]
     megha: MeghaArgs,
     /// Close the loop through Kafka: the policy runs in a `jobcast serve`
@@ -246,9 +253,18 @@ pub(crate) fn parse_secs(s: &str) -> Result<f64, String> {
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     match args.scheduler.as_deref() {
-        Some("easy") => return hpc::backfilling(&args.common, hpc::Scheduler::Easy),
-        Some("conservative") => {
-            return hpc::backfilling(&args.common, hpc::Scheduler::Conservative);
+        Some(hpc @ ("easy" | "conservative")) => {
+            let scheduler = if hpc == "easy" {
+                hpc::Scheduler::Easy
+            } else {
+                hpc::Scheduler::Conservative
+            };
+            let answer = if args.starts_on_medians {
+                StartAnswer::Medians
+            } else {
+                StartAnswer::Sampled
+            };
+            return hpc::backfilling(&args.common, scheduler, answer);
         }
         Some(_) => return megha(&args),
         None => {}

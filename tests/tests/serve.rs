@@ -397,7 +397,8 @@ fn capacity_decisions_grow_hold_and_release_on_the_capacity_topic_and_at_get_cap
 /// An HPC site of 4 processors under conservative backfilling, served
 /// with `engine.starts`: a job submitted while another holds the machine
 /// is decided with a start estimate played forward on the predictions
-/// (the running job's 100 s median: 300 s). It waits with no event of its
+/// (the running job's 100 s median, given the 10 s it has run: about
+/// 300 s). It waits with no event of its
 /// own; at 350 s, past the running job's median, an event of its
 /// partition finds its start moved (`engine.starts.refresh_ms`, a minute)
 /// and its decision goes out again, same version, with the later start.
@@ -458,8 +459,9 @@ fn a_pending_jobs_start_estimate_is_served_at_get_jobs_and_refreshed_while_it_wa
     };
     let start = &first["start"];
     assert_eq!(start["at_us"], 210 * S, "{first}");
-    assert_eq!(start["p50_us"], 300 * S, "{first}");
-    assert!(start["p90_us"].as_u64().unwrap() >= 300 * S, "{first}");
+    let p50 = start["p50_us"].as_u64().unwrap();
+    assert!((295 * S..=330 * S).contains(&p50), "{first}");
+    assert!(start["p90_us"].as_u64().unwrap() > p50, "{first}");
     let later = &again["start"];
     assert_eq!(later["at_us"], 350 * S, "{again}");
     assert!(later["p50_us"].as_u64().unwrap() > 350 * S, "{again}");

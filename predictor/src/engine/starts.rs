@@ -3,12 +3,15 @@
 //! the time limits. jobcast plays the same backfilling
 //! ([`crate::hpc::backfill`]) forward on the predicted runtimes: every
 //! live job of the job's cluster, rigid (all its unfinished tasks at once,
-//! each on its CPU request), the running ones to their expected ends (a
-//! prediction outlived moves to the next quantile, then to the time
-//! limit), the pending ones in submission order, and no further arrivals.
+//! each on its CPU request), the running ones to their ends, the pending
+//! ones in submission order, and no further arrivals.
 //!
-//! Twice: on every job's median runtime (the estimate) and on every job's
-//! P90 (the late end of the interval). Set by `engine.starts.backfill` (the
+//! It plays the schedule [`crate::hpc::starts::SAMPLES`] times, each on
+//! runtimes drawn from every job's predicted quantiles (a running job's
+//! given how long it has run), and answers each job's median start (the
+//! estimate) and P90 (the late end of the interval): a start is an order
+//! statistic of the jobs' ends, which one schedule on their medians
+//! misplaces ([`crate::hpc::starts`]). Set by `engine.starts.backfill` (the
 //! site's discipline: Slurm's backfill plugin reserves for every pending
 //! job it tests, `conservative`); off by default, since the model of
 //! rigid jobs suits HPC sites, not clusters of many-task jobs. The
@@ -18,7 +21,8 @@
 //! decision goes out again, same version, when the start has [`moved`].
 //!
 //! The cost falls on each decision of a pending job: one pass over the
-//! live jobs, then the projection. Conservative reserves only the jobs
+//! live jobs, then the projection, played once per sample. Conservative
+//! reserves only the jobs
 //! ahead of it, each in a pass over the reservations' steps: O(k · (r +
 //! k)) for k jobs ahead and r running. EASY plays the queue forward until
 //! the job starts, each step an EASY pass over the whole queue: O(n²
@@ -31,8 +35,9 @@ use std::collections::BTreeMap;
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::decision::{PolicyKind, Start};
-use crate::hpc::backfill::{self, Backfill, Discipline, Ending, Waiting};
+use crate::decision::{PolicyKind, Quantiles, Start};
+use crate::hpc::backfill::{Backfill, Discipline};
+use crate::hpc::starts::{self as sampled, Queued, Running, Spread};
 use jobcast_ingest::config::ConfigError;
 
 use super::LiveJob;
@@ -157,18 +162,22 @@ impl StartSettings {
                 continue;
             }
             let mut pending: Vec<(u64, u64, Sized)> = Vec::new();
-            let mut running: Vec<(u64, Sized)> = Vec::new();
+            let mut running: Vec<(u64, u64, Sized)> = Vec::new();
             for other in jobs
                 .values()
                 .filter(|j| j.submitted.cluster == cluster && holds(j))
             {
                 let sized = Sized::of(other, driver);
+                let id = other.submitted.job_id;
                 match other.progress.running_since() {
-                    Some(since_us) => running.push((since_us, sized)),
-                    None => pending.push((other.submitted.time_us, other.submitted.job_id, sized)),
+                    Some(since_us) => running.push((since_us, id, sized)),
+                    None => pending.push((other.submitted.time_us, id, sized)),
                 }
             }
             pending.sort_by_key(|&(submit, id, _)| (submit, id));
+            // In a fixed order, so that each job gets the same draws
+            // whatever the map's order.
+            running.sort_by_key(|&(since, id, _)| (since, id));
             let position: BTreeMap<u64, usize> = pending
                 .iter()
                 .enumerate()
@@ -177,51 +186,38 @@ impl StartSettings {
             let Some(last) = ats.iter().map(|&at| position[&wanted[at]]).max() else {
                 continue;
             };
-            let busy: u32 = running.iter().map(|(_, s)| s.procs).sum();
+            let busy: u32 = running.iter().map(|(_, _, s)| s.procs).sum();
             let free = cpus.saturating_sub(busy);
-            let project = |late: bool| {
-                let queue: Vec<Waiting> = pending
-                    .iter()
-                    .map(|(_, _, s)| Waiting {
-                        procs: s.procs,
-                        runtime_us: if late { s.p90_us } else { s.p50_us },
-                    })
-                    .collect();
-                let ending: Vec<Ending> = running
-                    .iter()
-                    .map(|&(since_us, s)| Ending {
-                        end_us: if late {
-                            backfill::expected_end(
-                                now_us,
-                                since_us,
-                                s.p90_us,
-                                &s.later[1..],
-                                s.limit,
-                            )
-                        } else {
-                            backfill::expected_end(now_us, since_us, s.p50_us, &s.later, s.limit)
-                        },
-                        procs: s.procs,
-                    })
-                    .collect();
-                backfill::projected_starts_of_first(
-                    discipline,
-                    now_us,
-                    free,
-                    &queue,
-                    &ending,
-                    last + 1,
-                )
-            };
-            let (early, late) = (project(false), project(true));
+            let queue: Vec<Queued> = pending
+                .iter()
+                .map(|(_, _, s)| Queued {
+                    procs: s.procs,
+                    spread: s.spread,
+                })
+                .collect();
+            let running: Vec<Running> = running
+                .iter()
+                .map(|&(start_us, _, s)| Running {
+                    procs: s.procs,
+                    start_us,
+                    spread: s.spread,
+                })
+                .collect();
+            let starts = sampled::sampled_starts(
+                discipline,
+                now_us,
+                free,
+                &queue,
+                &running,
+                last + 1,
+                now_us,
+            );
             for at in ats {
-                let position = position[&wanted[at]];
-                let p50_us = early[position];
-                if p50_us != u64::MAX {
+                if let Some(s) = starts[position[&wanted[at]]] {
                     out[at] = Some(Start {
                         at_us: now_us,
-                        p50_us,
-                        p90_us: late[position].max(p50_us),
+                        p50_us: s.p50_us,
+                        p90_us: s.p90_us,
                     });
                 }
             }
@@ -240,19 +236,15 @@ fn holds(job: &LiveJob) -> bool {
 #[derive(Debug, Clone, Copy)]
 struct Sized {
     procs: u32,
-    /// Its runtime: the driving policy's median, and its P90; its P90,
-    /// P95 and P99, where a running job goes once it outlives the one
-    /// before; all capped by its time limit, and the limit itself (or an
-    /// hour, with neither an estimate nor a limit).
-    p50_us: u64,
-    p90_us: u64,
-    later: [f64; 3],
-    limit: Option<u64>,
+    /// Its runtime: the driving policy's quantiles, capped by its time
+    /// limit. A policy without quantiles gives its estimate as the median
+    /// and the limit (or an hour, with neither) as the rest.
+    spread: Spread,
 }
 
 /// The runtime assumed of a job with neither an estimate nor a time
 /// limit.
-const UNKNOWN_US: u64 = 3_600_000_000;
+const UNKNOWN_US: f64 = 3_600_000_000.0;
 
 impl Sized {
     fn of(job: &LiveJob, driver: PolicyKind) -> Sized {
@@ -266,27 +258,22 @@ impl Sized {
             .ceil()
             .min(f64::from(u32::MAX)) as u32;
         let limit = job.submitted.time_limit_us;
-        let cap = |us: f64| -> u64 {
-            let us = us.max(1.0).round().min(u64::MAX as f64) as u64;
-            limit.map_or(us, |l| us.min(l))
-        };
         let estimate = job.record.estimates.get(&driver);
-        let quantiles = estimate
-            .and_then(|e| e.quantiles)
-            .map(|q| q.mean_task_runtime_us);
-        let fallback = limit.unwrap_or(UNKNOWN_US) as f64;
-        let median = quantiles
-            .map(|q| q.p50)
-            .or(estimate.map(|e| e.mean_task_runtime_us))
+        let fallback = limit.map_or(UNKNOWN_US, |l| l as f64);
+        let median = estimate
+            .map(|e| e.mean_task_runtime_us)
             .filter(|us| us.is_finite())
             .unwrap_or(fallback);
-        let p90 = quantiles.map_or(median, |q| q.p90.max(median));
+        let quantiles = estimate
+            .and_then(|e| e.quantiles)
+            .map(|q| q.mean_task_runtime_us)
+            .filter(|q| q.to_array().iter().all(|us| us.is_finite()))
+            .unwrap_or(Quantiles::from_array([
+                median, fallback, fallback, fallback,
+            ]));
         Sized {
             procs,
-            p50_us: cap(median),
-            p90_us: cap(p90),
-            later: quantiles.map_or([fallback; 3], |q| [q.p90, q.p95, q.p99]),
-            limit,
+            spread: Spread::new(quantiles, limit),
         }
     }
 }

@@ -9,7 +9,7 @@ const AT: Origin = Origin {
     partition: 0,
     offset: 0,
 };
-use crate::decision::{Completion, Decision, Phase};
+use crate::decision::{Completion, Decision, Phase, Quantiles};
 use crate::preemption::Bathtub;
 use crate::preemption::checkpoint::{CheckpointTable, SegmentPolicy};
 use crate::preemption::hints::PartitionAction;
@@ -2939,12 +2939,35 @@ fn starts_config(backfill: Option<BackfillKind>, cpus: Option<u32>) -> EngineCon
     }
 }
 
+/// Where the median and the P90 of a running job's sampled ends fall: it
+/// started at `start_us` with `quantiles` and `limit_us`, and is seen at
+/// `now_us`. Stratified, the `k`-th smallest of the samples lies in the
+/// `k`-th slice of its distribution beyond its age.
+fn sampled_end_slices(
+    quantiles: Quantiles,
+    limit_us: u64,
+    start_us: u64,
+    now_us: u64,
+) -> [(u64, u64); 2] {
+    use crate::hpc::starts::{SAMPLES, Spread};
+    let spread = Spread::new(quantiles, Some(limit_us));
+    let from = spread.cdf((now_us - start_us) as f64);
+    let n = SAMPLES as f64;
+    let end =
+        |slice: f64| start_us + spread.quantile(from + (1.0 - from) * slice / n).round() as u64;
+    [0.5, 0.9].map(|share| {
+        let k = (share * n).ceil() - 1.0;
+        (end(k), end(k + 1.0))
+    })
+}
+
 /// A site of 4 processors, conservative backfilling. The user's first run
 /// of the application takes 100 s; the second starts at 200 s; a third,
-/// submitted at 210 s, should start when the second ends: at 300 s on the
-/// medians (the estimate, 100 s), at 200 s plus the P90 on the P90s. The
-/// second, submitted to an idle machine, starts at once; a job wider than
-/// the machine gets no start; a running job's decisions carry none.
+/// submitted at 210 s, should start when the second ends: its median and
+/// P90 are those of the second's end, drawn from its predicted quantiles
+/// given that it has run 10 s. The second, submitted to an idle machine,
+/// starts at once; a job wider than the machine gets no start; a running
+/// job's decisions carry none.
 #[test]
 fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions() {
     const S: u64 = 1_000_000;
@@ -2958,23 +2981,30 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
     apply(end(1, 101 * S + 2, "finish"), &mut effects);
     effects.clear();
     apply(hpc_submit(2, 200 * S, 4, 1000), &mut effects);
-    let start = decisions(&effects)[0].start.expect("a start estimate");
-    assert_eq!((start.at_us, start.p50_us), (200 * S, 200 * S));
+    let second = decisions(&effects)[0].clone();
+    let start = second.start.expect("a start estimate");
+    assert_eq!(
+        (start.at_us, start.p50_us, start.p90_us),
+        (200 * S, 200 * S, 200 * S)
+    );
     apply(task(2, 0, 200 * S, "schedule"), &mut effects);
     effects.clear();
     apply(hpc_submit(3, 210 * S, 4, 1000), &mut effects);
     let d = decisions(&effects)[0].clone();
     assert_eq!(d.estimate.unwrap().mean_task_runtime_us, 100e6);
     let start = d.start.expect("a start estimate");
-    assert_eq!((start.at_us, start.p50_us), (210 * S, 300 * S));
-    let p90 = d
+    assert_eq!(start.at_us, 210 * S);
+    let quantiles = second
         .estimate
         .unwrap()
         .quantiles
         .unwrap()
-        .mean_task_runtime_us
-        .p90;
-    assert_eq!(start.p90_us, 200 * S + p90.round() as u64);
+        .mean_task_runtime_us;
+    let [median, p90] = sampled_end_slices(quantiles, 1000 * S, 200 * S, 210 * S);
+    assert!(
+        (median.0..=median.1).contains(&start.p50_us) && (p90.0..=p90.1).contains(&start.p90_us),
+        "{start:?}: median in {median:?}, P90 in {p90:?}, of {quantiles:?}"
+    );
     effects.clear();
     apply(hpc_submit(4, 220 * S, 8, 1000), &mut effects);
     assert_eq!(decisions(&effects)[0].start, None);
@@ -2987,12 +3017,13 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
 }
 
 /// The site above, its starts looked at again every minute of event
-/// time: job 3 waits behind job 2 with no event of its own. Before job 2
-/// outlives its median, its start has not moved and nothing goes out
-/// again; once it has, job 3's decision goes out again, same version,
-/// with the later start; and, through a snapshot, when job 2 ends the
-/// start comes forward and goes out again. Once job 3 runs, its start is
-/// not looked at again.
+/// time, the user's earlier runs of the application all 100 s long (four
+/// of them, ended before job 2): job 3 waits behind job 2 with no event of
+/// its own. Before job 2 outlives its runs, its start has not moved and
+/// nothing goes out again; once it has, job 3's decision goes out again,
+/// same version, with the later start; and, through a snapshot, when job
+/// 2 ends the start comes forward and goes out again. Once job 3 runs,
+/// its start is not looked at again.
 #[test]
 fn a_waiting_jobs_start_goes_out_again_when_it_moves() {
     const S: u64 = 1_000_000;
@@ -3000,14 +3031,21 @@ fn a_waiting_jobs_start_goes_out_again_when_it_moves() {
     config.starts.refresh_ms = 60_000;
     let mut engine = Engine::new(&config).unwrap();
     let mut effects = Effects::default();
-    for e in [
-        hpc_submit(1, S, 4, 1000),
-        task(1, 0, S + 1, "schedule"),
-        task(1, 0, 101 * S + 1, "finish"),
-        end(1, 101 * S + 2, "finish"),
+    let mut past = Vec::new();
+    for (run, job) in (11..15).enumerate() {
+        let t = run as u64 * 25 * S;
+        past.extend([
+            hpc_submit(job, t + 1, 1, 1000),
+            task(job, 0, t + 2, "schedule"),
+            task(job, 0, t + 100 * S + 2, "finish"),
+            end(job, t + 100 * S + 3, "finish"),
+        ]);
+    }
+    past.sort_by_key(|e| e.time_us());
+    for e in past.into_iter().chain([
         hpc_submit(2, 200 * S, 4, 1000),
         task(2, 0, 200 * S, "schedule"),
-    ] {
+    ]) {
         engine.apply(AT, &e, &mut effects).unwrap();
     }
     effects.clear();

@@ -13,9 +13,11 @@
 //! Both learn a job when it ends and predict at submission; neither reads
 //! a clock. [`backfill`] is the site's batch scheduler (EASY and
 //! conservative backfilling) as a pure function of its queue, which the
-//! simulator runs logs through and the service plays forward to say when
-//! a pending job will start.
+//! simulator runs logs through; [`starts`] plays it forward on sampled
+//! runtimes to say when a pending job will start, in the simulator and
+//! the service.
 
 pub mod backfill;
 pub mod last2;
 pub mod runtimes;
+pub mod starts;

@@ -35,6 +35,7 @@ use serde::Serialize;
 use jobcast_predictor::hpc::backfill::{
     self as scheduler, Backfill, Discipline, Ending, Waiting as Queued,
 };
+use jobcast_predictor::hpc::starts::{self as sampled, Spread, Starts};
 use jobcast_predictor::stats::percentile;
 
 use super::RunTime;
@@ -139,12 +140,17 @@ pub struct Outcome {
     /// Jobs that could not start on arrival, whose start was projected
     /// then: the schedule played forward on the predictions, as a site
     /// answers "when will my job start?" (`squeue --start` with the
-    /// requests as predictions).
+    /// requests as predictions). A predictor with quantiles plays it on
+    /// sampled runtimes and answers the median start
+    /// ([`jobcast_predictor::hpc::starts`]).
     pub start_estimated: usize,
     /// The median |projected − actual start| over them.
     pub start_p50_error_s: f64,
     /// Their share projected within a minute of their start.
     pub start_within_60s_pct: f64,
+    /// For a predictor with quantiles, their share that started by the
+    /// P90 of their sampled starts (the answer's interval).
+    pub start_p90_coverage_pct: Option<f64>,
     /// The same, for the same jobs in the same schedule, projected on the
     /// requested times (`squeue --start`'s answer).
     pub start_limits_p50_error_s: f64,
@@ -181,6 +187,19 @@ struct Machine<'a> {
     expiries: BinaryHeap<Reverse<(u64, usize)>>,
     starts: Vec<u64>,
     backfilled: usize,
+    /// How a predictor with quantiles answers "when will my job start?".
+    answer: StartAnswer,
+}
+
+/// How a predictor with quantiles answers "when will my job start?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAnswer {
+    /// The median and P90 over schedules played on sampled runtimes
+    /// ([`sampled::sampled_starts`]), as the service answers.
+    Sampled,
+    /// One schedule played on the medians, as a predictor without
+    /// quantiles answers: [`sampled::SAMPLES`] times faster.
+    Medians,
 }
 
 impl Machine<'_> {
@@ -301,6 +320,54 @@ impl Machine<'_> {
         }
     }
 
+    /// When each waiting job would start, as a median and P90 over
+    /// schedules played forward on runtimes drawn from the predictor's
+    /// quantiles ([`sampled::sampled_starts`]); `None` for a predictor
+    /// without quantiles.
+    fn sampled_starts(&self, now: u64) -> Option<Vec<Option<Starts>>> {
+        if self.answer == StartAnswer::Medians {
+            return None;
+        }
+        let spread = |said: &Said, index: usize| -> Option<Spread> {
+            Some(Spread::new(
+                said.quantiles_us?,
+                self.job(index).job.time_limit_us,
+            ))
+        };
+        let queue = self
+            .queue
+            .iter()
+            .map(|w| {
+                Some(sampled::Queued {
+                    procs: self.job(w.index).procs,
+                    spread: spread(&w.said, w.index)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        // In job order: the draws go to the same jobs whatever the map's.
+        let mut running: Vec<&Running> = self.running.values().collect();
+        running.sort_by_key(|r| r.index);
+        let running = running
+            .into_iter()
+            .map(|r| {
+                Some(sampled::Running {
+                    procs: self.job(r.index).procs,
+                    start_us: r.start_us,
+                    spread: spread(&r.said, r.index)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(sampled::sampled_starts(
+            self.discipline,
+            now,
+            self.free,
+            &queue,
+            &running,
+            queue.len(),
+            now,
+        ))
+    }
+
     /// When each waiting job would start if every running and waiting job
     /// ran as `told` and nothing else arrived: on the limits, in FCFS order
     /// behind the head, as Slurm's backfilling tries pending jobs.
@@ -334,8 +401,19 @@ struct Played {
     starts: Vec<u64>,
     backfilled: usize,
     /// For each job that could not start on arrival, the starts its
-    /// arrival's projections gave, on the predictions and on the limits.
-    projected: Vec<Option<(u64, u64)>>,
+    /// arrival's projections gave.
+    projected: Vec<Option<Projected>>,
+}
+
+/// The answers to "when will my job start?" a job got on arrival, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Projected {
+    /// On the predictions: the start, and the interval's late end (the
+    /// same, for a predictor without quantiles).
+    p50: u64,
+    p90: u64,
+    /// On the requested times.
+    limits: u64,
 }
 
 /// The site's scheduler a log is played under.
@@ -364,7 +442,12 @@ impl Scheduler {
 /// `workload` run under `scheduler`, predicted by `predictor`; each job
 /// that waits on arrival gets its start projected
 /// ([`Machine::projected_starts`]).
-fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Played {
+fn play(
+    workload: &Workload,
+    scheduler: Scheduler,
+    predictor: Predictor,
+    answer: StartAnswer,
+) -> Played {
     let mut m = Machine {
         workload,
         discipline: scheduler.discipline(&predictor),
@@ -376,6 +459,7 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
         expiries: BinaryHeap::new(),
         starts: vec![0; workload.jobs.len()],
         backfilled: 0,
+        answer,
     };
     let mut next = 0;
     let mut projected = vec![None; workload.jobs.len()];
@@ -424,11 +508,26 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
         m.schedule(now);
         let arrived = |w: &Waiting| workload.jobs[w.index].job.time_us == now;
         if m.queue.iter().any(arrived) {
-            let on_predictions = m.projected_starts(now, Told::Predictions);
+            let on_predictions: Vec<(u64, u64)> = match m.sampled_starts(now) {
+                Some(sampled) => sampled
+                    .into_iter()
+                    .map(|s| s.map_or((u64::MAX, u64::MAX), |s| (s.p50_us, s.p90_us)))
+                    .collect(),
+                None => m
+                    .projected_starts(now, Told::Predictions)
+                    .into_iter()
+                    .map(|t| (t, t))
+                    .collect(),
+            };
             let on_limits = m.projected_starts(now, Told::Limits);
             for (position, w) in m.queue.iter().enumerate() {
                 if arrived(w) {
-                    projected[w.index] = Some((on_predictions[position], on_limits[position]));
+                    let (p50, p90) = on_predictions[position];
+                    projected[w.index] = Some(Projected {
+                        p50,
+                        p90,
+                        limits: on_limits[position],
+                    });
                 }
             }
         }
@@ -441,14 +540,20 @@ fn play(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Play
 }
 
 /// Run `workload` under `scheduler`, predicting with `predictor`, and
-/// measure it.
-pub fn simulate(workload: &Workload, scheduler: Scheduler, predictor: Predictor) -> Outcome {
+/// measure it, answering starts as `answer` says.
+pub fn simulate(
+    workload: &Workload,
+    scheduler: Scheduler,
+    predictor: Predictor,
+    answer: StartAnswer,
+) -> Outcome {
     let name = predictor.name();
+    let interval = matches!(predictor, Predictor::Jobcast(_));
     let Played {
         starts,
         backfilled,
         projected,
-    } = play(workload, scheduler, predictor);
+    } = play(workload, scheduler, predictor, answer);
     let n = workload.jobs.len();
     if n == 0 {
         return Outcome {
@@ -467,7 +572,7 @@ pub fn simulate(workload: &Workload, scheduler: Scheduler, predictor: Predictor)
         last_end = last_end.max(start + run);
     }
     let span = last_end.saturating_sub(workload.jobs[0].job.time_us).max(1);
-    let errors = |pick: fn(&(u64, u64)) -> u64| {
+    let errors = |pick: fn(&Projected) -> u64| {
         let mut e: Vec<f64> = projected
             .iter()
             .zip(&starts)
@@ -476,7 +581,12 @@ pub fn simulate(workload: &Workload, scheduler: Scheduler, predictor: Predictor)
         e.sort_by(f64::total_cmp);
         e
     };
-    let (start_errors, limit_errors) = (errors(|p| p.0), errors(|p| p.1));
+    let (start_errors, limit_errors) = (errors(|p| p.p50), errors(|p| p.limits));
+    let (covered, answered) = projected
+        .iter()
+        .zip(&starts)
+        .filter_map(|(p, &actual)| Some(actual <= p.as_ref()?.p90))
+        .fold((0usize, 0usize), |(c, n), ok| (c + usize::from(ok), n + 1));
     let within =
         |e: &[f64]| e.iter().filter(|&&x| x <= 60.0).count() as f64 * 100.0 / e.len().max(1) as f64;
     Outcome {
@@ -489,6 +599,7 @@ pub fn simulate(workload: &Workload, scheduler: Scheduler, predictor: Predictor)
         start_estimated: start_errors.len(),
         start_p50_error_s: percentile(&start_errors, 50.0).unwrap_or(0.0),
         start_within_60s_pct: within(&start_errors),
+        start_p90_coverage_pct: interval.then(|| covered as f64 * 100.0 / answered.max(1) as f64),
         start_limits_p50_error_s: percentile(&limit_errors, 50.0).unwrap_or(0.0),
         start_limits_within_60s_pct: within(&limit_errors),
     }
@@ -529,11 +640,16 @@ mod tests {
     }
 
     fn starts_with(jobs: Vec<HpcJob>, procs: u32, predictor: Predictor) -> Vec<u64> {
-        play(&workload(jobs, procs), Scheduler::Easy, predictor)
-            .starts
-            .iter()
-            .map(|s| s / S)
-            .collect()
+        play(
+            &workload(jobs, procs),
+            Scheduler::Easy,
+            predictor,
+            StartAnswer::Sampled,
+        )
+        .starts
+        .iter()
+        .map(|s| s / S)
+        .collect()
     }
 
     /// A machine of 10: job 0 takes 8 for 100 s; job 1 needs 10 and waits
@@ -632,7 +748,7 @@ mod tests {
             4,
         );
         let starts = |scheduler| -> Vec<u64> {
-            let played = play(&case, scheduler, Predictor::Request);
+            let played = play(&case, scheduler, Predictor::Request, StartAnswer::Sampled);
             played.starts.iter().map(|s| s / S).collect()
         };
         assert_eq!(starts(Scheduler::Easy), [0, 100, 153, 3]);
@@ -672,11 +788,21 @@ mod tests {
     #[test]
     fn a_waiting_jobs_start_is_the_schedule_played_forward() {
         let workload = workload(reservation_case(), 10);
-        let played = play(&workload, Scheduler::Easy, Predictor::Request);
-        let seconds = |p: Option<(u64, u64)>| p.map(|(a, b)| (a / S, b / S));
+        let played = play(
+            &workload,
+            Scheduler::Easy,
+            Predictor::Request,
+            StartAnswer::Sampled,
+        );
+        let seconds = |p: Option<Projected>| p.map(|p| (p.p50 / S, p.limits / S));
         let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
         assert_eq!(projected, [None, Some((100, 100)), None, Some((110, 110))]);
-        let outcome = simulate(&workload, Scheduler::Easy, Predictor::Request);
+        let outcome = simulate(
+            &workload,
+            Scheduler::Easy,
+            Predictor::Request,
+            StartAnswer::Sampled,
+        );
         assert_eq!(outcome.start_estimated, 2);
         assert_eq!(outcome.start_p50_error_s, 0.0);
         assert_eq!(outcome.start_within_60s_pct, 100.0);

@@ -1,0 +1,366 @@
+//! When each waiting job will start, as a distribution rather than one
+//! schedule.
+//!
+//! Playing the schedule forward once, on every job's median runtime,
+//! answers the wrong question. A start is an order statistic of the
+//! running jobs' ends: the head starts when the first few of them that
+//! free enough processors end. The order statistic of the medians is not
+//! the median of the order statistic. A head that needs the processors of
+//! any one of ten running jobs starts, at the median, when the first of
+//! the ten ends, far earlier than the earliest of their medians.
+//!
+//! So the schedule is played forward [`SAMPLES`] times
+//! ([`sampled_starts`]). Each time, every job's runtime is drawn from its
+//! predicted distribution ([`Spread`]), a running job's conditioned on
+//! the time it has already run. Each waiting job's answer is the median
+//! of its sampled starts, and its interval their P90.
+//!
+//! The draws are stratified (a Latin hypercube): each job's draws fall one
+//! in each of `SAMPLES` equal slices of its distribution, in an order
+//! shuffled per job. They are seeded, so the same queue at the same
+//! moment gives the same answer.
+
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::backfill::{self, Discipline, Ending, Waiting};
+use crate::decision::Quantiles;
+
+/// Schedules played forward per answer.
+pub const SAMPLES: usize = 32;
+
+/// The shortest runtime drawn, µs: the logs' shortest jobs.
+const SHORTEST_US: f64 = 1e6;
+
+/// The levels of a [`Spread`]'s knots.
+const LEVELS: [f64; 9] = [0.0, 0.01, 0.05, 0.1, 0.5, 0.9, 0.95, 0.99, 1.0];
+
+/// A job's runtime as a distribution, from its predicted quantiles.
+///
+/// - It is log-linear between its P50, P90, P95 and P99.
+/// - Its lower half mirrors the upper in log space (its P10 is P50²/P90),
+///   as a log-normal spread, which the quantiles are calibrated on, is
+///   symmetric there.
+/// - Past the P99 it runs to the job's time limit, where the scheduler
+///   kills it. Without a limit, it runs as far again past the P99, in log
+///   space, as the P99 lies past the P95.
+/// - Every runtime is capped by the limit and is at least a second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// ln µs at each of [`LEVELS`], non-decreasing.
+    ln_us: [f64; LEVELS.len()],
+}
+
+impl Spread {
+    pub fn new(quantiles: Quantiles, limit_us: Option<u64>) -> Spread {
+        let ln = |us: f64| us.max(SHORTEST_US).ln();
+        let [p50, p90, p95, p99] = quantiles.to_array().map(ln);
+        let (p90, p95) = (p90.max(p50), p95.max(p90.max(p50)));
+        let p99 = p99.max(p95);
+        let tail = p99 - p95;
+        let top = limit_us.map_or(p99 + tail, |l| ln(l as f64));
+        let mut ln_us = [
+            2.0 * p50 - p99 - tail,
+            2.0 * p50 - p99,
+            2.0 * p50 - p95,
+            2.0 * p50 - p90,
+            p50,
+            p90,
+            p95,
+            p99,
+            top.max(p99),
+        ];
+        let (floor, cap) = (
+            SHORTEST_US.ln(),
+            limit_us.map_or(f64::INFINITY, |l| ln(l as f64)),
+        );
+        let mut last = floor;
+        for x in &mut ln_us {
+            *x = x.clamp(floor, cap.max(floor)).max(last);
+            last = *x;
+        }
+        Spread { ln_us }
+    }
+
+    /// The runtime at level `u` in [0, 1], µs.
+    pub fn quantile(&self, u: f64) -> f64 {
+        let u = u.clamp(0.0, 1.0);
+        let i = LEVELS[1..]
+            .iter()
+            .position(|&l| u <= l)
+            .unwrap_or(LEVELS.len() - 2);
+        let (l0, l1) = (LEVELS[i], LEVELS[i + 1]);
+        let (x0, x1) = (self.ln_us[i], self.ln_us[i + 1]);
+        (x0 + (x1 - x0) * (u - l0) / (l1 - l0)).exp()
+    }
+
+    /// The share of runtimes at or below `us`.
+    pub fn cdf(&self, us: f64) -> f64 {
+        let x = us.max(1.0).ln();
+        if x < self.ln_us[0] {
+            return 0.0;
+        }
+        let last = LEVELS.len() - 1;
+        if x >= self.ln_us[last] {
+            return 1.0;
+        }
+        // The first knot past x; the one before is at or below it.
+        let j = self.ln_us.iter().position(|&k| k > x).unwrap_or(last);
+        let (x0, x1) = (self.ln_us[j - 1], self.ln_us[j]);
+        LEVELS[j - 1] + (LEVELS[j] - LEVELS[j - 1]) * (x - x0) / (x1 - x0)
+    }
+
+    /// The longest runtime it allows, µs.
+    fn longest(&self) -> f64 {
+        self.ln_us[LEVELS.len() - 1].exp()
+    }
+}
+
+/// A running job as the projection sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Running {
+    pub procs: u32,
+    pub start_us: u64,
+    pub spread: Spread,
+}
+
+/// A waiting job as the projection sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Queued {
+    pub procs: u32,
+    pub spread: Spread,
+}
+
+/// A waiting job's start over the sampled schedules, µs: their median
+/// (the answer) and P90 (the interval's late end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Starts {
+    pub p50_us: u64,
+    pub p90_us: u64,
+}
+
+/// When each of the first `wanted` jobs of `queue` (in priority order)
+/// would start, seen at `now_us` with `free` processors free and
+/// `running` jobs: the schedule under `discipline` played forward
+/// [`SAMPLES`] times on drawn runtimes, with no further arrivals. `None`
+/// for a job that never fits; the later jobs' entries are `None`.
+pub fn sampled_starts(
+    discipline: Discipline,
+    now_us: u64,
+    free: u32,
+    queue: &[Queued],
+    running: &[Running],
+    wanted: usize,
+    seed: u64,
+) -> Vec<Option<Starts>> {
+    let wanted = wanted.min(queue.len());
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Each job's slice of its distribution in each sample.
+    let mut slices = |n: usize| -> Vec<[u8; SAMPLES]> {
+        (0..n)
+            .map(|_| {
+                let mut order: [u8; SAMPLES] = std::array::from_fn(|s| s as u8);
+                order.shuffle(&mut rng);
+                order
+            })
+            .collect()
+    };
+    let (running_slices, queue_slices) = (slices(running.len()), slices(queue.len()));
+    let mut starts: Vec<[u64; SAMPLES]> = vec![[u64::MAX; SAMPLES]; wanted];
+    for s in 0..SAMPLES {
+        let mut draw = |slice: u8, from: f64| -> f64 {
+            let v = (f64::from(slice) + rng.random::<f64>()) / SAMPLES as f64;
+            from + (1.0 - from) * v
+        };
+        let ending: Vec<Ending> = running
+            .iter()
+            .zip(&running_slices)
+            .map(|(r, slices)| {
+                let age = now_us.saturating_sub(r.start_us) as f64;
+                let end_us = if age >= r.spread.longest() {
+                    // Outlived everything it was predicted to run: as long
+                    // again, as the deterministic correction takes it.
+                    now_us.saturating_add(age as u64)
+                } else {
+                    let u = draw(slices[s], r.spread.cdf(age));
+                    r.start_us
+                        .saturating_add(r.spread.quantile(u).round() as u64)
+                };
+                Ending {
+                    end_us: end_us.max(now_us + 1),
+                    procs: r.procs,
+                }
+            })
+            .collect();
+        let waiting: Vec<Waiting> = queue
+            .iter()
+            .zip(&queue_slices)
+            .map(|(q, slices)| Waiting {
+                procs: q.procs,
+                runtime_us: q.spread.quantile(draw(slices[s], 0.0)).round() as u64,
+            })
+            .collect();
+        let played = backfill::projected_starts_of_first(
+            discipline, now_us, free, &waiting, &ending, wanted,
+        );
+        for (job, &start) in starts.iter_mut().zip(&played) {
+            job[s] = start;
+        }
+    }
+    let at = |share: f64| ((share * SAMPLES as f64).ceil() as usize).clamp(1, SAMPLES) - 1;
+    let mut out: Vec<Option<Starts>> = starts
+        .into_iter()
+        .map(|mut sampled| {
+            sampled.sort_unstable();
+            let p50_us = sampled[at(0.5)];
+            (p50_us != u64::MAX).then(|| {
+                let finite = sampled.iter().rposition(|&t| t != u64::MAX).unwrap_or(0);
+                Starts {
+                    p50_us,
+                    p90_us: sampled[at(0.9).min(finite)],
+                }
+            })
+        })
+        .collect();
+    out.resize(queue.len(), None);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hpc::backfill::Backfill;
+
+    const S: u64 = 1_000_000;
+
+    fn spread(p50_s: f64, limit_s: Option<u64>) -> Spread {
+        let q = Quantiles::from_array([1.0, 3.0, 4.0, 6.0].map(|k| k * p50_s * 1e6));
+        Spread::new(q, limit_s.map(|l| l * S))
+    }
+
+    /// The distribution passes through the quantiles it was built from,
+    /// mirrors them below the median, and its cdf inverts its quantile.
+    #[test]
+    fn a_spread_passes_through_its_quantiles_and_inverts() {
+        let s = spread(100.0, Some(10_000));
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6 * b.max(1.0);
+        assert!(close(s.quantile(0.5), 100e6));
+        assert!(close(s.quantile(0.9), 300e6));
+        assert!(close(s.quantile(0.99), 600e6));
+        assert!(close(s.quantile(1.0), 10_000e6));
+        // P10 = P50² / P90.
+        assert!(close(s.quantile(0.1), 100e6 * 100e6 / 300e6));
+        for u in [0.02, 0.3, 0.5, 0.7, 0.93, 0.999] {
+            assert!((s.cdf(s.quantile(u)) - u).abs() < 1e-9, "{u}");
+        }
+        assert_eq!(s.cdf(0.5), 0.0);
+        assert_eq!(s.cdf(1e12), 1.0);
+    }
+
+    /// A time limit below the quantiles caps every runtime.
+    #[test]
+    fn a_spread_is_capped_by_the_time_limit() {
+        let s = spread(100.0, Some(200));
+        assert!(s.quantile(0.9) <= 200e6 + 1.0);
+        assert!(s.quantile(1.0) <= 200e6 + 1.0);
+        assert!(s.quantile(0.5) < 100e6 + 1.0);
+    }
+
+    /// The order statistic. A machine of 10: ten running jobs of one
+    /// processor each, all started at 0 with a median of 1,000 s; a job
+    /// of 10 processors waits for all of them, and a job of 1 for the
+    /// first. Played once on the medians, both start at 1,000 s. Sampled,
+    /// the one-processor job starts well before (when the first of ten
+    /// ends), and the ten-processor one well after (when the last does).
+    #[test]
+    fn a_start_is_the_median_of_an_order_statistic() {
+        let running: Vec<Running> = (0..10)
+            .map(|_| Running {
+                procs: 1,
+                start_us: 0,
+                spread: spread(1000.0, Some(100_000)),
+            })
+            .collect();
+        let wide = Queued {
+            procs: 10,
+            spread: spread(10.0, Some(100)),
+        };
+        let narrow = Queued {
+            procs: 1,
+            spread: spread(10.0, Some(100)),
+        };
+        let conservative = sampled_starts(
+            Discipline::Conservative,
+            0,
+            0,
+            &[wide, narrow],
+            &running,
+            2,
+            7,
+        );
+        let (wide, narrow) = (conservative[0].unwrap(), conservative[1].unwrap());
+        assert!(wide.p50_us > 2_000 * S, "{wide:?}");
+        assert!(narrow.p50_us < 500 * S, "{narrow:?}");
+        assert!(wide.p90_us >= wide.p50_us && narrow.p90_us >= narrow.p50_us);
+        // Under EASY too, the head waits for every processor.
+        let easy = sampled_starts(
+            Discipline::Easy(Backfill::ShortestFirst),
+            0,
+            0,
+            &[Queued {
+                procs: 10,
+                ..narrow_queued()
+            }],
+            &running,
+            1,
+            7,
+        );
+        assert!(easy[0].unwrap().p50_us > 2_000 * S, "{easy:?}");
+    }
+
+    fn narrow_queued() -> Queued {
+        Queued {
+            procs: 1,
+            spread: spread(10.0, Some(100)),
+        }
+    }
+
+    /// A running job conditioned on its age: one that has run past its
+    /// P99 ends between now and its limit, never before now.
+    #[test]
+    fn a_running_job_ends_after_now_and_by_its_limit() {
+        let running = [Running {
+            procs: 4,
+            start_us: 0,
+            spread: spread(100.0, Some(1_000)),
+        }];
+        let queue = [
+            narrow_queued(),
+            Queued {
+                procs: 4,
+                ..narrow_queued()
+            },
+        ];
+        let now = 700 * S;
+        let starts = sampled_starts(Discipline::Conservative, now, 0, &queue, &running, 2, 1);
+        let first = starts[0].unwrap();
+        assert!(first.p50_us > now && first.p90_us <= 1_000 * S, "{first:?}");
+        // The same queue, asked again, gets the same answer.
+        assert_eq!(
+            starts,
+            sampled_starts(Discipline::Conservative, now, 0, &queue, &running, 2, 1)
+        );
+    }
+
+    /// A job wider than the machine never starts.
+    #[test]
+    fn a_job_that_never_fits_has_no_start() {
+        let queue = [Queued {
+            procs: 8,
+            ..narrow_queued()
+        }];
+        let starts = sampled_starts(Discipline::Conservative, 0, 4, &queue, &[], 1, 0);
+        assert_eq!(starts, [None]);
+    }
+}
