@@ -92,7 +92,7 @@ pub use records::{
 };
 use snapshot::HistoryPart;
 pub use snapshot::{RestoreError, SNAPSHOT_FORMAT, SnapshotError};
-pub use starts::{BackfillKind, StartSettings};
+pub use starts::{BackfillKind, PlansOn, StartSettings};
 
 struct LiveJob {
     submitted: JobSubmitted,
@@ -138,7 +138,7 @@ pub struct Engine {
     /// walk.
     etas: progress::Etas,
     /// `engine.starts`: whether and how pending jobs get start estimates.
-    starts: starts::StartSettings,
+    starts: starts::Starts,
     /// `engine.max_live_jobs` and `engine.max_live_tasks`.
     max_live_jobs: u64,
     max_live_tasks: u64,
@@ -218,7 +218,7 @@ impl Engine {
             expiry: expiry::Expiry::new(config.expiry),
             clock: clock::EventClock::new(max_future_skew_us),
             etas: progress::Etas::new(config.eta),
-            starts: config.starts,
+            starts: starts::Starts::new(config.starts),
             max_live_jobs: config.max_live_jobs,
             max_live_tasks: config.max_live_tasks,
             pacer: pacing::Pacer::new(config.min_republish_ms, config.starts.refresh_ms),
@@ -637,6 +637,7 @@ impl Engine {
         self.capacity.job_ended(end.job_id);
         self.deadlines.job_ended(end.job_id);
         self.clusters.job_ended(&job.submitted.cluster, end.time_us);
+        self.starts.job_ended(&job, self.driver);
         job.record.end_us = Some(end.time_us);
         job.record.state = match end.outcome {
             JobOutcome::Finish => JobState::Finished,
@@ -748,6 +749,7 @@ impl Engine {
             self.capacity.state(),
             self.deadlines.state(),
             self.clusters.state(),
+            self.starts.fit(),
         )
         .encode(out)
     }
@@ -791,6 +793,7 @@ impl Engine {
         );
         engine.etas.rebuild(engine.jobs.values(), engine.driver);
         engine.clusters.restore(state.clusters);
+        engine.starts.restore(state.start_fit);
         Ok(engine)
     }
 

@@ -5,7 +5,8 @@
 //! jobs, tasks and machines (with when each last reported), the 3Sigma
 //! history, every policy (SLearn's adaptive ratio and pilot sets with their
 //! random generators, the Bayesian beliefs), the VM lifetime fitter,
-//! the ETAs' calibration and the capacity they divide by, pending risk
+//! the ETAs' calibration and the capacity they divide by, where ended
+//! jobs' runtimes fell in the start projection's spreads, pending risk
 //! refreshes and the risk scores awaiting their outcome with the
 //! recalibration they teach, CloudCoaster's controller (the long tasks running and its
 //! last decision), the policies' error statistics, the event count
@@ -35,11 +36,12 @@ use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
 use crate::history::{History, HistoryChanges};
+use crate::hpc::starts::Fit;
 use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 22;
+pub const SNAPSHOT_FORMAT: u32 = 23;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,7 @@ pub(super) struct State<'a> {
     clock: ClockState,
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
+    start_fit: Cow<'a, Fit>,
     risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
     deadlines: Cow<'a, DeadlineState>,
@@ -241,6 +244,7 @@ impl<'a> State<'a> {
         capacity: &'a CapacityState,
         deadlines: &'a DeadlineState,
         clusters: &'a ClustersState,
+        start_fit: &'a Fit,
     ) -> Self {
         State {
             format: SNAPSHOT_FORMAT,
@@ -260,6 +264,7 @@ impl<'a> State<'a> {
             clock,
             next_sweep_us,
             etas: Cow::Borrowed(etas),
+            start_fit: Cow::Borrowed(start_fit),
             risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
             deadlines: Cow::Borrowed(deadlines),
@@ -289,6 +294,7 @@ pub(super) struct Restored {
     pub(super) capacity: CapacityState,
     pub(super) deadlines: DeadlineState,
     pub(super) clusters: ClustersState,
+    pub(super) start_fit: Fit,
 }
 
 /// The state of `chain`: the first a whole snapshot, each after it taken
@@ -358,6 +364,7 @@ pub(super) fn restore_chain(
         capacity: state.capacity.into_owned(),
         deadlines: state.deadlines.into_owned(),
         clusters: state.clusters.into_owned(),
+        start_fit: state.start_fit.into_owned(),
     })
 }
 

@@ -11,7 +11,11 @@
 //! given how long it has run), and answers each job's median start (the
 //! estimate) and P90 (the late end of the interval): a start is an order
 //! statistic of the jobs' ends, which one schedule on their medians
-//! misplaces ([`crate::hpc::starts`]). Set by `engine.starts.backfill` (the
+//! misplaces ([`crate::hpc::starts`]). In each schedule the site's
+//! scheduler decides on the jobs' medians (and their higher quantiles as
+//! they outlive them), while the jobs run as drawn; and the draws follow
+//! where the ended jobs' runtimes fell in their spreads, learnt as jobs end
+//! and kept in the engine's snapshot. Set by `engine.starts.backfill` (the
 //! site's discipline: Slurm's backfill plugin reserves for every pending
 //! job it tests, `conservative`); off by default, since the model of
 //! rigid jobs suits HPC sites, not clusters of many-task jobs. The
@@ -36,8 +40,8 @@ use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{PolicyKind, Quantiles, Start};
-use crate::hpc::backfill::{Backfill, Discipline};
-use crate::hpc::starts::{self as sampled, Queued, Running, Spread};
+use crate::hpc::backfill::{Backfill, Discipline, Told};
+use crate::hpc::starts::{self as sampled, Fit, Queued, Running, Spread};
 use jobcast_ingest::config::ConfigError;
 
 use super::LiveJob;
@@ -56,6 +60,8 @@ pub struct StartSettings {
     /// How often, in event time, a pending job's published start is looked
     /// at again; 0: never.
     pub refresh_ms: u64,
+    /// What the site's scheduler plans on.
+    pub plans_on: PlansOn,
 }
 
 impl Default for StartSettings {
@@ -64,8 +70,22 @@ impl Default for StartSettings {
             backfill: None,
             cpus: None,
             refresh_ms: 300_000,
+            plans_on: PlansOn::Limits,
         }
     }
+}
+
+/// The runtimes a site's scheduler plans its backfilling on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlansOn {
+    /// The jobs' time limits, as Slurm's backfill plugin does unless they
+    /// are set from jobcast's estimates.
+    Limits,
+    /// jobcast's estimates: their median, then their P90, P95 and P99 as
+    /// a running job outlives each, as a site whose walltimes jobcast sets
+    /// (`slurm apply`) or whose scheduler reads them does.
+    Estimates,
 }
 
 /// The least move of a start that is published again.
@@ -123,6 +143,49 @@ impl StartSettings {
             BackfillKind::Conservative => Discipline::Conservative,
         })
     }
+}
+
+/// The start estimates: their settings, and where the ended jobs'
+/// runtimes fell in the spreads the projection draws from
+/// ([`sampled::Fit`]), which the draws follow.
+#[derive(Debug, Clone)]
+pub(super) struct Starts {
+    settings: StartSettings,
+    fit: Fit,
+}
+
+impl Starts {
+    pub(super) fn new(settings: StartSettings) -> Starts {
+        Starts {
+            settings,
+            fit: Fit::default(),
+        }
+    }
+
+    /// The fit, for a snapshot.
+    pub(super) fn fit(&self) -> &Fit {
+        &self.fit
+    }
+
+    /// The fit of a restored snapshot.
+    pub(super) fn restore(&mut self, fit: Fit) {
+        self.fit = fit;
+    }
+
+    /// `job` ended: where its runtime (the mean of its tasks' that ended,
+    /// those killed at the limit too) fell in its spread, if start
+    /// estimates are on.
+    pub(super) fn job_ended(&mut self, job: &LiveJob, driver: PolicyKind) {
+        if self.settings.backfill.is_none() || job.runtimes.is_empty() {
+            return;
+        }
+        let total: f64 = job.runtimes.values().map(|&us| us as f64).sum();
+        let runtime_us = total / job.runtimes.len() as f64;
+        self.fit.learn(
+            &Sized::of(job, driver, self.settings.plans_on).spread,
+            runtime_us,
+        );
+    }
 
     /// The start estimates at `now_us` of `wanted` (ids of live jobs),
     /// among `jobs` (every live job, of every cluster) sized by `driver`,
@@ -140,7 +203,7 @@ impl StartSettings {
         now_us: u64,
     ) -> Vec<Option<Start>> {
         let mut out = vec![None; wanted.len()];
-        let Some(discipline) = self.discipline() else {
+        let Some(discipline) = self.settings.discipline() else {
             return out;
         };
         let mut by_cluster: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -156,6 +219,7 @@ impl StartSettings {
         }
         for (cluster, ats) in by_cluster {
             let cpus = self
+                .settings
                 .cpus
                 .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32);
             if cpus == 0 {
@@ -167,7 +231,7 @@ impl StartSettings {
                 .values()
                 .filter(|j| j.submitted.cluster == cluster && holds(j))
             {
-                let sized = Sized::of(other, driver);
+                let sized = Sized::of(other, driver, self.settings.plans_on);
                 let id = other.submitted.job_id;
                 match other.progress.running_since() {
                     Some(since_us) => running.push((since_us, id, sized)),
@@ -193,6 +257,7 @@ impl StartSettings {
                 .map(|(_, _, s)| Queued {
                     procs: s.procs,
                     spread: s.spread,
+                    told: s.told,
                 })
                 .collect();
             let running: Vec<Running> = running
@@ -201,6 +266,7 @@ impl StartSettings {
                     procs: s.procs,
                     start_us,
                     spread: s.spread,
+                    told: s.told,
                 })
                 .collect();
             let starts = sampled::sampled_starts(
@@ -210,6 +276,7 @@ impl StartSettings {
                 &queue,
                 &running,
                 last + 1,
+                &self.fit,
                 now_us,
             );
             for at in ats {
@@ -240,6 +307,9 @@ struct Sized {
     /// limit. A policy without quantiles gives its estimate as the median
     /// and the limit (or an hour, with neither) as the rest.
     spread: Spread,
+    /// What the site's scheduler plans it on ([`PlansOn`]); a job
+    /// without a time limit, on its estimate.
+    told: Told,
 }
 
 /// The runtime assumed of a job with neither an estimate nor a time
@@ -247,7 +317,7 @@ struct Sized {
 const UNKNOWN_US: f64 = 3_600_000_000.0;
 
 impl Sized {
-    fn of(job: &LiveJob, driver: PolicyKind) -> Sized {
+    fn of(job: &LiveJob, driver: PolicyKind, plans_on: PlansOn) -> Sized {
         let unfinished = job
             .record
             .width
@@ -271,9 +341,19 @@ impl Sized {
             .unwrap_or(Quantiles::from_array([
                 median, fallback, fallback, fallback,
             ]));
+        let [p50, p90, p95, p99] = quantiles.to_array().map(|us| us.round() as u64);
+        let told = match (plans_on, limit) {
+            (PlansOn::Limits, Some(limit)) => Told::predicted(limit, Some(limit)),
+            _ => Told {
+                predicted_us: p50,
+                later_us: [p90, p95, p99],
+                request_us: limit,
+            },
+        };
         Sized {
             procs,
             spread: Spread::new(quantiles, limit),
+            told,
         }
     }
 }

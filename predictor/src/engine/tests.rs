@@ -2944,6 +2944,7 @@ fn starts_config(backfill: Option<BackfillKind>, cpus: Option<u32>) -> EngineCon
 /// `now_us`. Stratified, the `k`-th smallest of the samples lies in the
 /// `k`-th slice of its distribution beyond its age.
 fn sampled_end_slices(
+    fit: &crate::hpc::starts::Fit,
     quantiles: Quantiles,
     limit_us: u64,
     start_us: u64,
@@ -2951,10 +2952,13 @@ fn sampled_end_slices(
 ) -> [(u64, u64); 2] {
     use crate::hpc::starts::{SAMPLES, Spread};
     let spread = Spread::new(quantiles, Some(limit_us));
-    let from = spread.cdf((now_us - start_us) as f64);
+    let table = fit.table();
+    let from = table.share(spread.cdf((now_us - start_us) as f64));
     let n = SAMPLES as f64;
-    let end =
-        |slice: f64| start_us + spread.quantile(from + (1.0 - from) * slice / n).round() as u64;
+    let end = |slice: f64| {
+        let level = table.level(from + (1.0 - from) * slice / n);
+        start_us + spread.quantile(level).round() as u64
+    };
     [0.5, 0.9].map(|share| {
         let k = (share * n).ceil() - 1.0;
         (end(k), end(k + 1.0))
@@ -2965,7 +2969,8 @@ fn sampled_end_slices(
 /// of the application takes 100 s; the second starts at 200 s; a third,
 /// submitted at 210 s, should start when the second ends: its median and
 /// P90 are those of the second's end, drawn from its predicted quantiles
-/// given that it has run 10 s. The second, submitted to an idle machine,
+/// given that it has run 10 s, through where the first's runtime fell in
+/// its own ([`crate::hpc::starts::Fit`]). The second, submitted to an idle machine,
 /// starts at once; a job wider than the machine gets no start; a running
 /// job's decisions carry none.
 #[test]
@@ -2974,22 +2979,24 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
     let config = starts_config(Some(BackfillKind::Conservative), Some(4));
     let mut engine = Engine::new(&config).unwrap();
     let mut effects = Effects::default();
-    let mut apply = |e: Event, effects: &mut Effects| engine.apply(AT, &e, effects).unwrap();
-    apply(hpc_submit(1, S, 4, 1000), &mut effects);
-    apply(task(1, 0, S + 1, "schedule"), &mut effects);
-    apply(task(1, 0, 101 * S + 1, "finish"), &mut effects);
-    apply(end(1, 101 * S + 2, "finish"), &mut effects);
+    let apply = |engine: &mut Engine, e: Event, effects: &mut Effects| {
+        engine.apply(AT, &e, effects).unwrap()
+    };
+    apply(&mut engine, hpc_submit(1, S, 4, 1000), &mut effects);
+    apply(&mut engine, task(1, 0, S + 1, "schedule"), &mut effects);
+    apply(&mut engine, task(1, 0, 101 * S + 1, "finish"), &mut effects);
+    apply(&mut engine, end(1, 101 * S + 2, "finish"), &mut effects);
     effects.clear();
-    apply(hpc_submit(2, 200 * S, 4, 1000), &mut effects);
+    apply(&mut engine, hpc_submit(2, 200 * S, 4, 1000), &mut effects);
     let second = decisions(&effects)[0].clone();
     let start = second.start.expect("a start estimate");
     assert_eq!(
         (start.at_us, start.p50_us, start.p90_us),
         (200 * S, 200 * S, 200 * S)
     );
-    apply(task(2, 0, 200 * S, "schedule"), &mut effects);
+    apply(&mut engine, task(2, 0, 200 * S, "schedule"), &mut effects);
     effects.clear();
-    apply(hpc_submit(3, 210 * S, 4, 1000), &mut effects);
+    apply(&mut engine, hpc_submit(3, 210 * S, 4, 1000), &mut effects);
     let d = decisions(&effects)[0].clone();
     assert_eq!(d.estimate.unwrap().mean_task_runtime_us, 100e6);
     let start = d.start.expect("a start estimate");
@@ -3000,13 +3007,15 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
         .quantiles
         .unwrap()
         .mean_task_runtime_us;
-    let [median, p90] = sampled_end_slices(quantiles, 1000 * S, 200 * S, 210 * S);
+    let [median, p90] =
+        sampled_end_slices(engine.starts.fit(), quantiles, 1000 * S, 200 * S, 210 * S);
+    assert_ne!(engine.starts.fit(), &crate::hpc::starts::Fit::default());
     assert!(
         (median.0..=median.1).contains(&start.p50_us) && (p90.0..=p90.1).contains(&start.p90_us),
         "{start:?}: median in {median:?}, P90 in {p90:?}, of {quantiles:?}"
     );
     effects.clear();
-    apply(hpc_submit(4, 220 * S, 8, 1000), &mut effects);
+    apply(&mut engine, hpc_submit(4, 220 * S, 8, 1000), &mut effects);
     assert_eq!(decisions(&effects)[0].start, None);
     // Without `engine.starts`, no decision carries one.
     let mut off = Engine::new(&starts_config(None, None)).unwrap();
@@ -3083,7 +3092,10 @@ fn a_waiting_jobs_start_goes_out_again_when_it_moves() {
     assert!(later.p50_us > 350 * S, "{later:?}");
     // Through a snapshot: job 2 ends at 420 s, and job 3 can start then.
     engine.release_ended();
+    let learnt = engine.starts.fit().clone();
     let mut engine = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(engine.starts.fit(), &learnt);
+    assert_ne!(learnt, crate::hpc::starts::Fit::default());
     effects.clear();
     engine
         .apply(AT, &task(2, 0, 420 * S, "finish"), &mut effects)
@@ -3109,6 +3121,52 @@ fn a_waiting_jobs_start_goes_out_again_when_it_moves() {
         effects.outputs
     );
     assert_eq!(effects.starts_refreshed, 0);
+}
+
+/// What the site plans on decides a backfill. A site of 4 processors,
+/// conservative; the user's 2-processor runs took 100 s, the 1-processor
+/// ones 20 s, all asking for 1,000 s. Job A (2 processors) runs from
+/// 200 s; B (4) waits for it; C (1 processor) arrives at 220 s. Planned on
+/// the estimates, A ends at 300 s, B is reserved from then, and C, done
+/// by 240 s, backfills now. Planned on the limits, A ends at 1,200 s and
+/// C would run into B's reservation, so it waits behind B.
+#[test]
+fn a_start_follows_what_the_site_plans_on() {
+    const S: u64 = 1_000_000;
+    let start_of_c = |plans_on: PlansOn| {
+        let mut config = starts_config(Some(BackfillKind::Conservative), Some(4));
+        config.starts.plans_on = plans_on;
+        let mut engine = Engine::new(&config).unwrap();
+        let mut effects = Effects::default();
+        let mut past = Vec::new();
+        for (run, job) in (11..19).enumerate() {
+            let t = run as u64 * 20 * S;
+            let (procs, took) = if job < 15 { (2, 100) } else { (1, 20) };
+            past.extend([
+                hpc_submit(job, t + 1, procs, 1000),
+                task(job, 0, t + 2, "schedule"),
+                task(job, 0, t + took * S + 2, "finish"),
+                end(job, t + took * S + 3, "finish"),
+            ]);
+        }
+        past.sort_by_key(|e| e.time_us());
+        for e in past.into_iter().chain([
+            hpc_submit(1, 200 * S, 2, 1000),
+            task(1, 0, 200 * S, "schedule"),
+            hpc_submit(2, 210 * S, 4, 1000),
+        ]) {
+            engine.apply(AT, &e, &mut effects).unwrap();
+        }
+        effects.clear();
+        engine
+            .apply(AT, &hpc_submit(3, 220 * S, 1, 1000), &mut effects)
+            .unwrap();
+        decisions(&effects)[0].start.expect("a start estimate")
+    };
+    let on_estimates = start_of_c(PlansOn::Estimates);
+    assert_eq!(on_estimates.p50_us, 220 * S, "{on_estimates:?}");
+    let on_limits = start_of_c(PlansOn::Limits);
+    assert!(on_limits.p50_us > 260 * S, "{on_limits:?}");
 }
 
 #[test]

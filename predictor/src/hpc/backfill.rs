@@ -17,9 +17,12 @@
 //!   `squeue --start` is that plan on the time limits.
 //!
 //! The simulator runs a log through [`starts_now`] at every arrival and
-//! end; the service answers "when will my job start?" with
-//! [`projected_starts`], the schedule played forward on the predictions
-//! with no further arrivals.
+//! end. "When will my job start?" is the schedule played forward with no
+//! further arrivals: on what the scheduler is told ([`projected_starts`],
+//! `squeue --start`'s answer on the time limits), or with the jobs running
+//! as long as they will while the scheduler decides on what it is told
+//! ([`played_forward`], which the sampled answer of
+//! [`crate::hpc::starts`] plays on drawn runtimes).
 
 use std::collections::BTreeMap;
 
@@ -56,34 +59,61 @@ pub enum Backfill {
     ShortestFirst,
 }
 
-/// A job's expected end, seen at `now_us`, once it started at
-/// `start_us`: its prediction; once it has outlived that, the first of
-/// `later` (its predictor's higher quantiles, ascending) it has not
-/// outlived; then its request (EASY++'s correction), all capped by the
-/// request. Without a request, a job that has outlived them all is
-/// expected to run as long again as it has run. Always after `now_us`.
-pub fn expected_end(
-    now_us: u64,
-    start_us: u64,
-    predicted_us: u64,
-    later: &[f64],
-    request_us: Option<u64>,
-) -> u64 {
-    let request = request_us.unwrap_or(u64::MAX);
-    let predicted = start_us.saturating_add(predicted_us.min(request));
-    if predicted > now_us {
-        return predicted;
+/// What the scheduler is told of a job's runtime, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    /// The runtime it plans the job on.
+    pub predicted_us: u64,
+    /// The ends it moves a running job to as the job outlives each (its
+    /// predictor's higher quantiles, ascending; the prediction again for
+    /// a predictor without them).
+    pub later_us: [u64; 3],
+    /// The request, which caps them all and kills the job.
+    pub request_us: Option<u64>,
+}
+
+impl Told {
+    /// Told a prediction without quantiles.
+    pub fn predicted(predicted_us: u64, request_us: Option<u64>) -> Told {
+        Told {
+            predicted_us,
+            later_us: [predicted_us; 3],
+            request_us,
+        }
     }
-    let unbounded = || {
-        let age = now_us.saturating_sub(start_us);
-        now_us.saturating_add(age)
-    };
-    later
-        .iter()
-        .map(|&q| start_us.saturating_add((q.round() as u64).min(request)))
-        .find(|&end| end > now_us)
-        .unwrap_or_else(|| request_us.map_or_else(unbounded, |r| start_us.saturating_add(r)))
-        .max(now_us + 1)
+
+    /// The runtime a waiting job is planned on: the prediction, capped by
+    /// the request.
+    pub fn planned_us(&self) -> u64 {
+        self.predicted_us.min(self.request_us.unwrap_or(u64::MAX))
+    }
+
+    /// The job's expected end, seen at `now_us`, once it started at
+    /// `start_us`: its prediction; once it has outlived that, the first of
+    /// the later ends it has not outlived; then its request (EASY++'s
+    /// correction), all capped by the request. Without a request, a job
+    /// that has outlived them all is expected to run as long again as it
+    /// has run. Always after `now_us`.
+    pub fn expected_end(&self, now_us: u64, start_us: u64) -> u64 {
+        let predicted = start_us.saturating_add(self.planned_us());
+        if predicted > now_us {
+            return predicted;
+        }
+        let request = self.request_us.unwrap_or(u64::MAX);
+        let unbounded = || {
+            let age = now_us.saturating_sub(start_us);
+            now_us.saturating_add(age)
+        };
+        self.later_us
+            .iter()
+            .map(|&q| start_us.saturating_add(q.min(request)))
+            .find(|&end| end > now_us)
+            .unwrap_or_else(|| {
+                self.request_us
+                    .map_or_else(unbounded, |r| start_us.saturating_add(r))
+            })
+            .max(now_us + 1)
+    }
 }
 
 /// What the scheduler starts at `now_us` with `free` processors free:
@@ -100,10 +130,20 @@ pub fn starts_now(
     match discipline {
         Discipline::Easy(order) => easy(now_us, free, queue, ending, order),
         Discipline::Conservative => {
+            // The narrowest job from each position on: once fewer
+            // processors are free now, no later job can start now, and
+            // their reservations are not needed.
+            let mut narrowest = vec![u32::MAX; queue.len() + 1];
+            for at in (0..queue.len()).rev() {
+                narrowest[at] = narrowest[at + 1].min(queue[at].procs);
+            }
             let mut profile = Profile::new(now_us, free, ending);
             let mut blocked = false;
             let mut started = Vec::new();
             for (at, job) in queue.iter().enumerate() {
+                if profile.free_at(now_us) < i64::from(narrowest[at]) {
+                    break;
+                }
                 let start = profile.reserve(*job);
                 if start == now_us {
                     started.push((at, blocked));
@@ -126,68 +166,117 @@ pub fn projected_starts(
     queue: &[Waiting],
     ending: &[Ending],
 ) -> Vec<u64> {
-    project(discipline, now_us, free, queue, ending, queue.len())
+    if discipline == Discipline::Conservative {
+        let mut profile = Profile::new(now_us, free, ending);
+        return queue.iter().map(|job| profile.reserve(*job)).collect();
+    }
+    // EASY played forward with every job running as long as it is told.
+    let pending: Vec<Pending> = queue
+        .iter()
+        .map(|w| Pending {
+            procs: w.procs,
+            told: Told::predicted(w.runtime_us, None),
+            runtime_us: w.runtime_us,
+        })
+        .collect();
+    let busy: Vec<Busy> = ending
+        .iter()
+        .map(|e| {
+            let end_us = e.end_us.max(now_us + 1);
+            Busy {
+                procs: e.procs,
+                start_us: now_us,
+                end_us,
+                told: Told::predicted(end_us - now_us, None),
+            }
+        })
+        .collect();
+    played_forward(discipline, now_us, free, &pending, &busy, queue.len())
 }
 
-/// When each of the first `wanted` jobs of `queue` would start
-/// ([`projected_starts`]), played forward only as far as they need; the
-/// later jobs' entries are `u64::MAX` where not found on the way.
-pub fn projected_starts_of_first(
+/// A waiting job played forward: what the scheduler is told of it, and
+/// how long it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    pub procs: u32,
+    pub told: Told,
+    pub runtime_us: u64,
+}
+
+/// A running job played forward: when it started and will end, and what
+/// the scheduler was told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy {
+    pub procs: u32,
+    pub start_us: u64,
+    /// After `now_us`.
+    pub end_us: u64,
+    pub told: Told,
+}
+
+/// When each of the first `wanted` jobs of `queue` starts if every job
+/// runs as long as it will while the scheduler decides on what it is
+/// told, and nothing else arrives: the site's schedule played forward
+/// from `now_us`. The scheduler looks again at every end and whenever a
+/// running job outlives what it was told, as the simulator's does. The
+/// projection on what the scheduler is told ([`projected_starts`]) lets
+/// it plan on the runtimes themselves; here a job backfilled on a short
+/// prediction that runs long holds up the reservations it was meant to
+/// clear, and one that ends early leaves a hole the told runtimes may
+/// not fill. `u64::MAX` for a job that never starts; the later jobs'
+/// entries are `u64::MAX` where not found on the way.
+pub fn played_forward(
     discipline: Discipline,
     now_us: u64,
     free: u32,
-    queue: &[Waiting],
-    ending: &[Ending],
-    wanted: usize,
-) -> Vec<u64> {
-    project(discipline, now_us, free, queue, ending, wanted)
-}
-
-/// The projected starts of the first `wanted` jobs of `queue` (the rest
-/// `u64::MAX` where not found on the way). Conservative reserves only
-/// them, since later jobs cannot move their reservations; EASY plays the
-/// whole queue forward until they have started.
-fn project(
-    discipline: Discipline,
-    now_us: u64,
-    free: u32,
-    queue: &[Waiting],
-    ending: &[Ending],
+    queue: &[Pending],
+    running: &[Busy],
     wanted: usize,
 ) -> Vec<u64> {
     let mut out = vec![u64::MAX; queue.len()];
-    if discipline == Discipline::Conservative {
-        let mut profile = Profile::new(now_us, free, ending);
-        for (at, job) in queue.iter().enumerate().take(wanted) {
-            out[at] = profile.reserve(*job);
-        }
-        return out;
-    }
-    let mut waiting: Vec<(usize, Waiting)> = queue.iter().copied().enumerate().collect();
-    let mut ending = ending.to_vec();
+    let mut waiting: Vec<(usize, Pending)> = queue.iter().copied().enumerate().collect();
+    let mut busy = running.to_vec();
     let (mut free, mut t) = (free, now_us);
     // Waiting jobs stay in queue order: while the first is wanted, some
     // wanted job has not started.
     while waiting.first().is_some_and(|&(id, _)| id < wanted) {
-        let jobs: Vec<Waiting> = waiting.iter().map(|&(_, w)| w).collect();
-        let started = starts_now(discipline, t, free, &jobs, &ending);
-        for &(at, _) in started.iter().rev() {
+        let told: Vec<Waiting> = waiting
+            .iter()
+            .map(|(_, p)| Waiting {
+                procs: p.procs,
+                runtime_us: p.told.planned_us(),
+            })
+            .collect();
+        let ending: Vec<Ending> = busy
+            .iter()
+            .map(|b| Ending {
+                end_us: b.told.expected_end(t, b.start_us),
+                procs: b.procs,
+            })
+            .collect();
+        for &(at, _) in starts_now(discipline, t, free, &told, &ending).iter().rev() {
             let (id, job) = waiting.remove(at);
             out[id] = t;
             free -= job.procs;
-            ending.push(Ending {
-                end_us: t.saturating_add(job.runtime_us),
+            busy.push(Busy {
                 procs: job.procs,
+                start_us: t,
+                end_us: t.saturating_add(job.runtime_us.max(1)),
+                told: job.told,
             });
         }
-        // The next end frees its processors.
-        let Some(next) = ending.iter().map(|e| e.end_us).min() else {
+        // The next end, or the next expected end that passes.
+        let Some(next) = busy
+            .iter()
+            .map(|b| b.end_us.min(b.told.expected_end(t, b.start_us)))
+            .min()
+        else {
             break;
         };
-        t = next.max(t);
-        ending.retain(|e| {
-            if e.end_us <= t {
-                free += e.procs;
+        t = next.max(t + 1);
+        busy.retain(|b| {
+            if b.end_us <= t {
+                free += b.procs;
                 false
             } else {
                 true
@@ -424,16 +513,17 @@ mod tests {
     /// quantile, then at its request.
     #[test]
     fn an_outlived_prediction_moves_to_the_next_quantile_then_the_request() {
-        let later = [200e6, 400e6];
-        let end = |now_s| expected_end(now_s * S, 0, 100 * S, &later, Some(1000 * S)) / S;
+        let told = Told {
+            predicted_us: 100 * S,
+            later_us: [200 * S, 400 * S, 400 * S],
+            request_us: Some(1000 * S),
+        };
+        let end = |now_s| told.expected_end(now_s * S, 0) / S;
         assert_eq!(end(50), 100);
         assert_eq!(end(150), 200);
         assert_eq!(end(300), 400);
         assert_eq!(end(500), 1000);
-        assert_eq!(
-            expected_end(2000 * S, 0, 100 * S, &later, Some(1000 * S)),
-            2000 * S + 1
-        );
+        assert_eq!(told.expected_end(2000 * S, 0), 2000 * S + 1);
     }
 
     /// A job wider than the machine never starts.

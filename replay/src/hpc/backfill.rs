@@ -33,7 +33,7 @@ use jobcast_ingest::event::{Event, JobOutcome, JobSubmitted, MachineKind};
 use serde::Serialize;
 
 use jobcast_predictor::hpc::backfill::{
-    self as scheduler, Backfill, Discipline, Ending, Waiting as Queued,
+    self as scheduler, Backfill, Discipline, Ending, Told, Waiting as Queued,
 };
 use jobcast_predictor::hpc::starts::{self as sampled, Spread, Starts};
 use jobcast_predictor::stats::percentile;
@@ -161,7 +161,7 @@ pub struct Outcome {
 struct Waiting {
     index: usize,
     said: Said,
-    predicted_us: u64,
+    told: Told,
 }
 
 /// A running job.
@@ -169,7 +169,7 @@ struct Running {
     index: usize,
     said: Said,
     start_us: u64,
-    predicted_us: u64,
+    told: Told,
 }
 
 /// The machine while it runs one predictor's schedule.
@@ -189,6 +189,8 @@ struct Machine<'a> {
     backfilled: usize,
     /// How a predictor with quantiles answers "when will my job start?".
     answer: StartAnswer,
+    /// Where the ended jobs' runtimes fell in their spreads.
+    fit: sampled::Fit,
 }
 
 /// How a predictor with quantiles answers "when will my job start?".
@@ -215,34 +217,16 @@ impl Machine<'_> {
         let end = now + self.job(waiting.index).runtime_us;
         self.ends.push(Reverse((end, waiting.index)));
         self.expiries
-            .push(Reverse((now + waiting.predicted_us, waiting.index)));
+            .push(Reverse((now + waiting.told.planned_us(), waiting.index)));
         self.running.insert(
             waiting.index,
             Running {
                 index: waiting.index,
                 said: waiting.said,
                 start_us: now,
-                predicted_us: waiting.predicted_us,
+                told: waiting.told,
             },
         );
-    }
-
-    /// When a running job is expected to end, seen at `now`: its
-    /// prediction; once it has outlived that, the first of its
-    /// predictor's P90, P95 and P99 it has not outlived; then its request.
-    fn expected_end(&self, now: u64, r: &Running) -> u64 {
-        let later: Vec<f64> = r
-            .said
-            .quantiles_us
-            .map(|q| vec![q.p90, q.p95, q.p99])
-            .unwrap_or_default();
-        scheduler::expected_end(
-            now,
-            r.start_us,
-            r.predicted_us,
-            &later,
-            self.job(r.index).job.time_limit_us,
-        )
     }
 
     /// Running jobs whose expected end has passed by `now`: each gets its
@@ -254,12 +238,21 @@ impl Machine<'_> {
             }
             self.expiries.pop();
             if let Some(r) = self.running.get(&index) {
-                let next = self.expected_end(now, r);
+                let next = r.told.expected_end(now, r.start_us);
                 if next > now {
                     self.expiries.push(Reverse((next, index)));
                 }
             }
         }
+    }
+
+    /// The runtime distribution of the job at `index`, as its predictor
+    /// said it; `None` for a predictor without quantiles.
+    fn spread(&self, said: &Said, index: usize) -> Option<Spread> {
+        Some(Spread::new(
+            said.quantiles_us?,
+            self.job(index).job.time_limit_us,
+        ))
     }
 
     /// A job's requested time, µs (unbounded without one).
@@ -268,28 +261,28 @@ impl Machine<'_> {
     }
 
     /// The queue as the scheduler sees it: each waiting job's processors
-    /// and runtime as `told`, in FCFS order.
-    fn waiting(&self, told: Told) -> Vec<Queued> {
+    /// and runtime as `view` says, in FCFS order.
+    fn waiting(&self, view: View) -> Vec<Queued> {
         self.queue
             .iter()
             .map(|w| Queued {
                 procs: self.job(w.index).procs,
-                runtime_us: match told {
-                    Told::Predictions => w.predicted_us,
-                    Told::Limits => self.request(w.index),
+                runtime_us: match view {
+                    View::Predictions => w.told.planned_us(),
+                    View::Limits => self.request(w.index),
                 },
             })
             .collect()
     }
 
-    /// The running jobs' ends as `told`, seen at `now`, and processors.
-    fn expected_ends(&self, now: u64, told: Told) -> Vec<Ending> {
+    /// The running jobs' ends as `view` says, seen at `now`, and processors.
+    fn expected_ends(&self, now: u64, view: View) -> Vec<Ending> {
         self.running
             .values()
             .map(|r| {
-                let end = match told {
-                    Told::Predictions => self.expected_end(now, r),
-                    Told::Limits => r.start_us.saturating_add(self.request(r.index)),
+                let end = match view {
+                    View::Predictions => r.told.expected_end(now, r.start_us),
+                    View::Limits => r.start_us.saturating_add(self.request(r.index)),
                 };
                 Ending {
                     end_us: end.max(now + 1),
@@ -305,8 +298,8 @@ impl Machine<'_> {
             self.discipline,
             now,
             self.free,
-            &self.waiting(Told::Predictions),
-            &self.expected_ends(now, Told::Predictions),
+            &self.waiting(View::Predictions),
+            &self.expected_ends(now, View::Predictions),
         );
         // Removed from the back, so that the positions stay valid.
         let mut starting: Vec<(Waiting, bool)> = started
@@ -328,19 +321,14 @@ impl Machine<'_> {
         if self.answer == StartAnswer::Medians {
             return None;
         }
-        let spread = |said: &Said, index: usize| -> Option<Spread> {
-            Some(Spread::new(
-                said.quantiles_us?,
-                self.job(index).job.time_limit_us,
-            ))
-        };
         let queue = self
             .queue
             .iter()
             .map(|w| {
                 Some(sampled::Queued {
                     procs: self.job(w.index).procs,
-                    spread: spread(&w.said, w.index)?,
+                    spread: self.spread(&w.said, w.index)?,
+                    told: w.told,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -353,7 +341,8 @@ impl Machine<'_> {
                 Some(sampled::Running {
                     procs: self.job(r.index).procs,
                     start_us: r.start_us,
-                    spread: spread(&r.said, r.index)?,
+                    spread: self.spread(&r.said, r.index)?,
+                    told: r.told,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -364,31 +353,32 @@ impl Machine<'_> {
             &queue,
             &running,
             queue.len(),
+            &self.fit,
             now,
         ))
     }
 
     /// When each waiting job would start if every running and waiting job
-    /// ran as `told` and nothing else arrived: on the limits, in FCFS order
+    /// ran as `view` says and nothing else arrived: on the limits, in FCFS order
     /// behind the head, as Slurm's backfilling tries pending jobs.
-    fn projected_starts(&self, now: u64, told: Told) -> Vec<u64> {
-        let discipline = match (told, self.discipline) {
-            (Told::Limits, Discipline::Easy(_)) => Discipline::Easy(Backfill::Fcfs),
+    fn projected_starts(&self, now: u64, view: View) -> Vec<u64> {
+        let discipline = match (view, self.discipline) {
+            (View::Limits, Discipline::Easy(_)) => Discipline::Easy(Backfill::Fcfs),
             (_, discipline) => discipline,
         };
         scheduler::projected_starts(
             discipline,
             now,
             self.free,
-            &self.waiting(told),
-            &self.expected_ends(now, told),
+            &self.waiting(view),
+            &self.expected_ends(now, view),
         )
     }
 }
 
 /// What a projection takes each job's runtime to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Told {
+enum View {
     /// The predictor's, as the schedule itself does.
     Predictions,
     /// The requested times, as Slurm's `squeue --start` does.
@@ -460,6 +450,7 @@ fn play(
         starts: vec![0; workload.jobs.len()],
         backfilled: 0,
         answer,
+        fit: sampled::Fit::default(),
     };
     let mut next = 0;
     let mut projected = vec![None; workload.jobs.len()];
@@ -478,6 +469,11 @@ fn play(
             let r = m.running.remove(&index).expect("a running job ends");
             let job = &workload.jobs[index];
             m.free += job.procs;
+            // Every run that ended shows where runtimes fall, those
+            // killed at their request too.
+            if let Some(spread) = m.spread(&r.said, index) {
+                m.fit.learn(&spread, job.runtime_us as f64);
+            }
             if job.completed {
                 m.predictor.learn(&job.job, r.said, job.runtime_us as f64);
             }
@@ -487,20 +483,10 @@ fn play(
                 break;
             }
             let said = m.predictor.predict(&job.job);
-            let request = job.job.time_limit_us.unwrap_or(u64::MAX);
-            // A predictor's median where it has quantiles: the point may
-            // lean long on purpose (jobcast's takes the longer of two
-            // runs), and a backfill decision wants the likeliest end.
-            let predicted_us = said
-                .quantiles_us
-                .map(|q| q.p50)
-                .or(said.point_us)
-                .map_or(request, |p| p.round() as u64)
-                .clamp(1_000_000.min(request), request);
             m.queue.push(Waiting {
                 index: next,
                 said,
-                predicted_us,
+                told: said.told(job.job.time_limit_us),
             });
             next += 1;
         }
@@ -514,12 +500,12 @@ fn play(
                     .map(|s| s.map_or((u64::MAX, u64::MAX), |s| (s.p50_us, s.p90_us)))
                     .collect(),
                 None => m
-                    .projected_starts(now, Told::Predictions)
+                    .projected_starts(now, View::Predictions)
                     .into_iter()
                     .map(|t| (t, t))
                     .collect(),
             };
-            let on_limits = m.projected_starts(now, Told::Limits);
+            let on_limits = m.projected_starts(now, View::Limits);
             for (position, w) in m.queue.iter().enumerate() {
                 if arrived(w) {
                     let (p50, p90) = on_predictions[position];

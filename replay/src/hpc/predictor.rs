@@ -5,6 +5,7 @@
 
 use jobcast_ingest::event::JobSubmitted;
 use jobcast_predictor::decision::Quantiles;
+use jobcast_predictor::hpc::backfill::Told;
 use jobcast_predictor::hpc::last2::Last2;
 use jobcast_predictor::hpc::runtimes::{self, Runtimes};
 
@@ -25,6 +26,31 @@ pub struct Said {
     /// Its quantiles, for predictors with them.
     pub quantiles_us: Option<Quantiles>,
     pending: Option<runtimes::Pending>,
+}
+
+impl Said {
+    /// What the scheduler is told of the job, whose request is
+    /// `request_us`: the predictor's median where it has quantiles (the
+    /// point may lean long on purpose: jobcast's takes the longer of two
+    /// runs, and a backfill decision wants the likeliest end), then its
+    /// P90, P95 and P99; else its point; else the request. At least a
+    /// second, and at most the request.
+    pub fn told(&self, request_us: Option<u64>) -> Told {
+        let request = request_us.unwrap_or(u64::MAX);
+        let us = |v: f64| (v.round() as u64).clamp(1_000_000.min(request), request);
+        let predicted_us = self
+            .quantiles_us
+            .map(|q| q.p50)
+            .or(self.point_us)
+            .map_or(request, us);
+        Told {
+            predicted_us,
+            later_us: self
+                .quantiles_us
+                .map_or([predicted_us; 3], |q| [q.p90, q.p95, q.p99].map(us)),
+            request_us,
+        }
+    }
 }
 
 impl Predictor {
