@@ -133,9 +133,15 @@ fn easy_backfilling_runs_every_log_with_each_predictor() {
             f(&jobcast, "start_p50_error_s") * 2.0 < f(&jobcast, "start_limits_p50_error_s"),
             "{log}: {jobcast}"
         );
+        // Sampled (KTH: 3.05× the limits' error, 69.9 % by the P90), at
+        // least 2.5× closer, and most jobs started by the P90.
         let coverage = f(&jobcast, "start_p90_coverage_pct");
         if sampled {
-            assert!(coverage > 50.0, "{log}: {jobcast}");
+            assert!(
+                f(&jobcast, "start_p50_error_s") * 2.5 < f(&jobcast, "start_limits_p50_error_s"),
+                "{log}: {jobcast}"
+            );
+            assert!(coverage > 60.0, "{log}: {jobcast}");
         }
         assert!(last2["start_p90_coverage_pct"].is_null(), "{log}: {last2}");
     }

@@ -25,12 +25,14 @@
 //! decision goes out again, same version, when the start has [`moved`].
 //!
 //! The cost falls on each decision of a pending job: one pass over the
-//! live jobs, then the projection, played once per sample. Conservative
-//! reserves only the jobs
-//! ahead of it, each in a pass over the reservations' steps: O(k · (r +
-//! k)) for k jobs ahead and r running. EASY plays the queue forward until
-//! the job starts, each step an EASY pass over the whole queue: O(n²
-//! log n) at worst for n jobs. Neither suits queues of many thousands.
+//! live jobs, then the projection, played once per sample. Each sample
+//! plays the schedule event by event (every end, every expected end that
+//! passes) until the job starts: about 2(k + r) events for k jobs ahead
+//! and r running. At each, EASY passes over the queue (O(n log n) for n
+//! waiting), and conservative reserves the queue's jobs in order until
+//! no later one could start now, each reservation a pass over the
+//! profile's steps: O(k · (r + k)) at worst. Neither suits queues of many
+//! thousands (`docs/reproduction.md` times it on the logs).
 //! The starts looked at again at one event share one projection per
 //! cluster, played as far as the last of them.
 
@@ -277,7 +279,6 @@ impl Starts {
                 &running,
                 last + 1,
                 &self.fit,
-                now_us,
             );
             for at in ats {
                 if let Some(s) = starts[position[&wanted[at]]] {

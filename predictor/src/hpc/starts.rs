@@ -245,8 +245,9 @@ pub struct Starts {
 /// When each of the first `wanted` jobs of `queue` (in priority order)
 /// would start, seen at `now_us` with `free` processors free and
 /// `running` jobs: the schedule under `discipline` played forward
-/// [`SAMPLES`] times on drawn runtimes, with no further arrivals. `None`
-/// for a job that never fits; the later jobs' entries are `None`.
+/// [`SAMPLES`] times on runtimes drawn through `fit`, with no further
+/// arrivals. The draws are seeded by `now_us`. `None` for a job that
+/// never fits; the later jobs' entries are `None`.
 pub fn sampled_starts(
     discipline: Discipline,
     now_us: u64,
@@ -255,11 +256,10 @@ pub fn sampled_starts(
     running: &[Running],
     wanted: usize,
     fit: &Fit,
-    seed: u64,
 ) -> Vec<Option<Starts>> {
     let table = fit.table();
     let wanted = wanted.min(queue.len());
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(now_us);
     // Each job's slice of its distribution in each sample.
     let mut slices = |n: usize| -> Vec<[u8; SAMPLES]> {
         (0..n)
@@ -413,7 +413,6 @@ mod tests {
             &running,
             2,
             &Fit::default(),
-            7,
         );
         let (wide, narrow) = (conservative[0].unwrap(), conservative[1].unwrap());
         assert!(wide.p50_us > 2_000 * S, "{wide:?}");
@@ -431,7 +430,6 @@ mod tests {
             &running,
             1,
             &Fit::default(),
-            7,
         );
         assert!(easy[0].unwrap().p50_us > 2_000 * S, "{easy:?}");
     }
@@ -470,7 +468,6 @@ mod tests {
             &running,
             2,
             &Fit::default(),
-            1,
         );
         let first = starts[0].unwrap();
         assert!(first.p50_us > now && first.p90_us <= 1_000 * S, "{first:?}");
@@ -485,7 +482,6 @@ mod tests {
                 &running,
                 2,
                 &Fit::default(),
-                1
             )
         );
     }
@@ -520,7 +516,7 @@ mod tests {
             ..narrow_queued()
         }];
         let start = |fit: &Fit| {
-            sampled_starts(Discipline::Conservative, 0, 0, &queue, &running, 1, fit, 3)[0]
+            sampled_starts(Discipline::Conservative, 0, 0, &queue, &running, 1, fit)[0]
                 .unwrap()
                 .p50_us
         };
@@ -544,7 +540,6 @@ mod tests {
             &[],
             1,
             &Fit::default(),
-            0,
         );
         assert_eq!(starts, [None]);
     }

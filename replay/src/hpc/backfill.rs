@@ -354,7 +354,6 @@ impl Machine<'_> {
             &running,
             queue.len(),
             &self.fit,
-            now,
         ))
     }
 
