@@ -153,8 +153,35 @@ const KEEP: f64 = 4096.0;
 /// level below which a uniform share of the ended jobs fell, so that the
 /// drawn runtimes fall where real ones do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<f64>", into = "Vec<f64>")]
 pub struct Fit {
     counts: Vec<f64>,
+}
+
+/// A fit as its bins' counts, as a snapshot keeps it.
+impl From<Fit> for Vec<f64> {
+    fn from(fit: Fit) -> Vec<f64> {
+        fit.counts
+    }
+}
+
+/// A fit from a snapshot's counts: one per bin, each finite and positive
+/// (halving keeps every count positive).
+impl TryFrom<Vec<f64>> for Fit {
+    type Error = String;
+
+    fn try_from(counts: Vec<f64>) -> Result<Fit, String> {
+        if counts.len() != BINS {
+            return Err(format!(
+                "a start fit of {} bins, where it has {BINS}",
+                counts.len()
+            ));
+        }
+        if let Some(bad) = counts.iter().find(|c| !(c.is_finite() && **c > 0.0)) {
+            return Err(format!("a start fit with a bin count of {bad}"));
+        }
+        Ok(Fit { counts })
+    }
 }
 
 impl Default for Fit {
@@ -523,6 +550,21 @@ mod tests {
         let (as_said, as_fell) = (start(&Fit::default()), start(&fit));
         assert!(as_said < 150 * S, "{as_said}");
         assert!(as_fell > 250 * S, "{as_fell}");
+    }
+
+    /// A fit goes through its serialised form whole, and one of the wrong
+    /// shape is refused by what is wrong.
+    #[test]
+    fn a_fit_round_trips_and_a_malformed_one_is_refused() {
+        let mut fit = Fit::default();
+        fit.learn(&spread(100.0, Some(10_000)), 300e6);
+        let json = serde_json::to_string(&fit).unwrap();
+        assert_eq!(serde_json::from_str::<Fit>(&json).unwrap(), fit);
+        let short = serde_json::from_str::<Fit>("[1.0, 2.0]").unwrap_err();
+        assert!(short.to_string().contains("of 2 bins"), "{short}");
+        let zeros = format!("[{}]", vec!["0.0"; BINS].join(","));
+        let zero = serde_json::from_str::<Fit>(&zeros).unwrap_err();
+        assert!(zero.to_string().contains("bin count of 0"), "{zero}");
     }
 
     /// A job wider than the machine never starts.
