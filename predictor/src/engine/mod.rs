@@ -598,6 +598,9 @@ impl Engine {
                 // A schedule over a running attempt replaces it.
                 job.progress.attempt_ended(since, None);
             }
+            if starts::waits(job) {
+                self.starts.job_started(event.job_id, event.time_us);
+            }
             job.progress.attempt_started(event.time_us);
         }
         // Only ends of running attempts tell the policies anything: a
@@ -749,7 +752,7 @@ impl Engine {
             self.capacity.state(),
             self.deadlines.state(),
             self.clusters.state(),
-            self.starts.fit(),
+            self.starts.state(),
         )
         .encode(out)
     }
@@ -793,7 +796,7 @@ impl Engine {
         );
         engine.etas.rebuild(engine.jobs.values(), engine.driver);
         engine.clusters.restore(state.clusters);
-        engine.starts.restore(state.start_fit);
+        engine.starts.restore(state.starts);
         Ok(engine)
     }
 
@@ -1130,6 +1133,7 @@ impl Engine {
                 self.capacity.job_ended(job_id);
                 self.deadlines.job_ended(job_id);
                 self.clusters.job_ended(&job.submitted.cluster, watermark);
+                self.starts.job_abandoned(job_id);
                 job.record.state = JobState::Expired;
                 job.record.end_us = Some(watermark);
                 for policy in &mut self.policies {

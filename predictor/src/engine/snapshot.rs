@@ -32,16 +32,16 @@ use super::live_task::LiveTask;
 use super::machines::{self, MachinesState, Outcomes};
 use super::pacing::Pacing;
 use super::progress::Progress;
+use super::starts::StartState;
 use super::{JobRecord, LiveJob, MachineRecord, PolicyErrors};
 use crate::decision::PolicyKind;
 use crate::eta::EtaCalibration;
 use crate::history::{History, HistoryChanges};
-use crate::hpc::starts::Fit;
 use crate::policies::{self, Policy};
 use crate::preemption::online::OnlineFitter;
 
 /// The snapshot layout; bumped whenever a type in it changes shape.
-pub const SNAPSHOT_FORMAT: u32 = 23;
+pub const SNAPSHOT_FORMAT: u32 = 24;
 
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,7 @@ pub(super) struct State<'a> {
     clock: ClockState,
     next_sweep_us: u64,
     etas: Cow<'a, EtaCalibration>,
-    start_fit: Cow<'a, Fit>,
+    starts: Cow<'a, StartState>,
     risk_outcomes: Cow<'a, Outcomes>,
     capacity: Cow<'a, CapacityState>,
     deadlines: Cow<'a, DeadlineState>,
@@ -244,7 +244,7 @@ impl<'a> State<'a> {
         capacity: &'a CapacityState,
         deadlines: &'a DeadlineState,
         clusters: &'a ClustersState,
-        start_fit: &'a Fit,
+        starts: &'a StartState,
     ) -> Self {
         State {
             format: SNAPSHOT_FORMAT,
@@ -264,7 +264,7 @@ impl<'a> State<'a> {
             clock,
             next_sweep_us,
             etas: Cow::Borrowed(etas),
-            start_fit: Cow::Borrowed(start_fit),
+            starts: Cow::Borrowed(starts),
             risk_outcomes: Cow::Borrowed(machines.outcomes),
             capacity: Cow::Borrowed(capacity),
             deadlines: Cow::Borrowed(deadlines),
@@ -294,7 +294,7 @@ pub(super) struct Restored {
     pub(super) capacity: CapacityState,
     pub(super) deadlines: DeadlineState,
     pub(super) clusters: ClustersState,
-    pub(super) start_fit: Fit,
+    pub(super) starts: StartState,
 }
 
 /// The state of `chain`: the first a whole snapshot, each after it taken
@@ -364,7 +364,7 @@ pub(super) fn restore_chain(
         capacity: state.capacity.into_owned(),
         deadlines: state.deadlines.into_owned(),
         clusters: state.clusters.into_owned(),
-        start_fit: state.start_fit.into_owned(),
+        starts: state.starts.into_owned(),
     })
 }
 

@@ -11,7 +11,10 @@
 //! given how long it has run), and answers each job's median start (the
 //! estimate) and P90 (the late end of the interval): a start is an order
 //! statistic of the jobs' ends, which one schedule on their medians
-//! misplaces ([`crate::hpc::starts`]). In each schedule the site's
+//! misplaces ([`crate::hpc::starts`]). Both are read among the samples
+//! where real starts fell: each waiting job's samples of its first answer
+//! are kept until it starts, and where its start fell among them is
+//! learnt ([`crate::hpc::starts::Sampled`]). In each schedule the site's
 //! scheduler decides on the jobs' medians (and their higher quantiles as
 //! they outlive them), while the jobs run as drawn; and the draws follow
 //! where the ended jobs' runtimes fell in their spreads, learnt as jobs end
@@ -37,13 +40,14 @@
 //! cluster, played as far as the last of them.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::decision::{PolicyKind, Quantiles, Start};
 use crate::hpc::backfill::{Backfill, Discipline, Told};
-use crate::hpc::starts::{self as sampled, Fit, Queued, Running, Spread};
+use crate::hpc::starts::{self as sampled, Fit, Queued, Running, Sampled, Spread};
 use jobcast_ingest::config::ConfigError;
 
 use super::LiveJob;
@@ -147,43 +151,92 @@ impl StartSettings {
     }
 }
 
-/// The start estimates: their settings, and where the ended jobs'
-/// runtimes fell in the spreads the projection draws from
-/// ([`sampled::Fit`]), which the draws follow.
+/// What the start estimates learn, as a snapshot keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct StartState {
+    /// Where the ended jobs' runtimes fell in the spreads the projection
+    /// draws from ([`sampled::Fit`]), which the draws follow.
+    fit: Fit,
+    /// Where the started jobs' starts fell among the samples of their
+    /// first answer, where every answer is read ([`Sampled::answer`]).
+    lean: Fit,
+    /// Each waiting job's samples of its first answer, until it starts or
+    /// ends: no more entries than live jobs.
+    first: BTreeMap<u64, Sampled>,
+}
+
+/// The start estimates: their settings, and what they learn.
 #[derive(Debug, Clone)]
 pub(super) struct Starts {
     settings: StartSettings,
-    fit: Fit,
+    state: StartState,
 }
 
 impl Starts {
     pub(super) fn new(settings: StartSettings) -> Starts {
         Starts {
             settings,
-            fit: Fit::default(),
+            state: StartState::default(),
         }
     }
 
-    /// The fit, for a snapshot.
-    pub(super) fn fit(&self) -> &Fit {
-        &self.fit
+    /// What they learnt, for a snapshot.
+    pub(super) fn state(&self) -> &StartState {
+        &self.state
     }
 
-    /// The fit of a restored snapshot.
-    pub(super) fn restore(&mut self, fit: Fit) {
-        self.fit = fit;
+    /// What a restored snapshot's learnt.
+    pub(super) fn restore(&mut self, state: StartState) {
+        self.state = state;
+    }
+
+    /// Where ended jobs' runtimes fell in their spreads.
+    #[cfg(test)]
+    pub(super) fn fit(&self) -> &Fit {
+        &self.state.fit
+    }
+
+    /// Where started jobs' starts fell among their samples.
+    #[cfg(test)]
+    pub(super) fn lean(&self) -> &Fit {
+        &self.state.lean
+    }
+
+    /// The samples of `job_id`'s first answer, while it waits.
+    #[cfg(test)]
+    pub(super) fn first(&self, job_id: u64) -> Option<&Sampled> {
+        self.state.first.get(&job_id)
+    }
+
+    /// Job `job_id` started at `now_us`: where that fell among the samples
+    /// of its first answer, if it had one.
+    pub(super) fn job_started(&mut self, job_id: u64, now_us: u64) {
+        if let Some(level) = self
+            .state
+            .first
+            .remove(&job_id)
+            .and_then(|s| s.level_of(now_us))
+        {
+            self.state.lean.learn_level(level);
+        }
+    }
+
+    /// Job `job_id` was given up on, silent too long: its samples go.
+    pub(super) fn job_abandoned(&mut self, job_id: u64) {
+        self.state.first.remove(&job_id);
     }
 
     /// `job` ended: where its runtime (the mean of its tasks' that ended,
     /// those killed at the limit too) fell in its spread, if start
     /// estimates are on.
     pub(super) fn job_ended(&mut self, job: &LiveJob, driver: PolicyKind) {
+        self.state.first.remove(&job.submitted.job_id);
         if self.settings.backfill.is_none() || job.runtimes.is_empty() {
             return;
         }
         let total: f64 = job.runtimes.values().map(|&us| us as f64).sum();
         let runtime_us = total / job.runtimes.len() as f64;
-        self.fit.learn(
+        self.state.fit.learn(
             &Sized::of(job, driver, self.settings.plans_on).spread,
             runtime_us,
         );
@@ -195,9 +248,10 @@ impl Starts {
     /// estimates are off, a task of the job runs, its cluster's processors
     /// are unknown, or it would never fit. A job with no task running is
     /// pending, for its unfinished tasks. One projection per cluster
-    /// answers all its wanted jobs.
+    /// answers all its wanted jobs. A job's first answer keeps its samples
+    /// until it starts ([`Starts::job_started`]).
     pub(super) fn starts_of(
-        &self,
+        &mut self,
         wanted: &[u64],
         jobs: &HashMap<u64, LiveJob>,
         driver: PolicyKind,
@@ -278,10 +332,17 @@ impl Starts {
                 &queue,
                 &running,
                 last + 1,
-                &self.fit,
+                &self.state.fit,
             );
+            let lean = self.state.lean.table();
             for at in ats {
-                if let Some(s) = starts[position[&wanted[at]]] {
+                let Some(samples) = starts[position[&wanted[at]]] else {
+                    continue;
+                };
+                if let Entry::Vacant(first) = self.state.first.entry(wanted[at]) {
+                    first.insert(samples);
+                }
+                if let Some(s) = samples.answer(&lean) {
                     out[at] = Some(Start {
                         at_us: now_us,
                         p50_us: s.p50_us,

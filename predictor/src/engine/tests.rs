@@ -2959,9 +2959,10 @@ fn sampled_end_slices(
         let level = table.level(from + (1.0 - from) * slice / n);
         start_us + spread.quantile(level).round() as u64
     };
+    // An answer lies between two samples, each in its slice.
     [0.5, 0.9].map(|share| {
-        let k = (share * n).ceil() - 1.0;
-        (end(k), end(k + 1.0))
+        let k = (share * n - 0.5).floor();
+        (end(k), end(k + 2.0))
     })
 }
 
@@ -3023,6 +3024,75 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
     off.apply(AT, &hpc_submit(1, S, 4, 1000), &mut effects)
         .unwrap();
     assert_eq!(decisions(&effects)[0].start, None);
+}
+
+/// The site above: job 3's first answer keeps its samples, through a
+/// snapshot, until it starts; where its start fell among them is learnt,
+/// and the next answer is read there. Job 2, which started on arrival
+/// (its samples all agree), teaches nothing.
+#[test]
+fn a_start_is_learnt_among_the_samples_of_its_first_answer() {
+    use crate::hpc::starts::Fit;
+    const S: u64 = 1_000_000;
+    let config = starts_config(Some(BackfillKind::Conservative), Some(4));
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    for e in [
+        hpc_submit(1, S, 4, 1000),
+        task(1, 0, S + 1, "schedule"),
+        task(1, 0, 101 * S + 1, "finish"),
+        end(1, 101 * S + 2, "finish"),
+        hpc_submit(2, 200 * S, 4, 1000),
+        task(2, 0, 200 * S, "schedule"),
+        hpc_submit(3, 210 * S, 4, 1000),
+    ] {
+        engine.apply(AT, &e, &mut effects).unwrap();
+    }
+    assert_eq!(engine.starts.first(2), None);
+    assert_eq!(engine.starts.lean(), &Fit::default());
+    let samples = *engine.starts.first(3).expect("job 3's samples");
+    let answered = decisions(&effects).last().unwrap().start.unwrap();
+    assert_eq!(
+        answered.p50_us,
+        samples.answer(&Fit::default().table()).unwrap().p50_us
+    );
+    // Later answers keep the first samples.
+    effects.clear();
+    engine
+        .apply(AT, &hpc_submit(4, 220 * S, 4, 1000), &mut effects)
+        .unwrap();
+    assert_eq!(engine.starts.first(3), Some(&samples));
+    engine.release_ended();
+    let mut engine = Engine::restore(&config, &engine.snapshot().unwrap()).unwrap();
+    assert_eq!(engine.starts.first(3), Some(&samples));
+    // Job 2 ends late, past every sample: job 3 starts at its late edge.
+    for e in [
+        task(2, 0, 1_500 * S, "finish"),
+        end(2, 1_500 * S, "finish"),
+        task(3, 0, 1_500 * S, "schedule"),
+    ] {
+        engine.apply(AT, &e, &mut effects).unwrap();
+    }
+    let level = samples.level_of(1_500 * S).expect("samples that differ");
+    assert!(level > 0.95, "{level}: {samples:?}");
+    let mut learnt = Fit::default();
+    learnt.learn_level(level);
+    assert_eq!(engine.starts.lean(), &learnt);
+    assert_eq!(engine.starts.first(3), None);
+    // Job 5 waits behind jobs 3 and 4, and is answered at the lean.
+    effects.clear();
+    engine
+        .apply(AT, &hpc_submit(5, 1_510 * S, 4, 1000), &mut effects)
+        .unwrap();
+    let job5 = *engine.starts.first(5).expect("job 5's samples");
+    let start = decisions(&effects)
+        .into_iter()
+        .find(|d| d.job_id == 5)
+        .and_then(|d| d.start)
+        .expect("job 5's start");
+    let read = job5.answer(&learnt.table()).unwrap();
+    assert_eq!((start.p50_us, start.p90_us), (read.p50_us, read.p90_us));
+    assert_ne!(job5.answer(&Fit::default().table()), Some(read));
 }
 
 /// The site above, its starts looked at again every minute of event

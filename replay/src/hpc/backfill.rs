@@ -35,7 +35,7 @@ use serde::Serialize;
 use jobcast_predictor::hpc::backfill::{
     self as scheduler, Backfill, Discipline, Ending, Told, Waiting as Queued,
 };
-use jobcast_predictor::hpc::starts::{self as sampled, Spread, Starts};
+use jobcast_predictor::hpc::starts::{self as sampled, Sampled, Spread};
 use jobcast_predictor::stats::percentile;
 
 use super::RunTime;
@@ -162,6 +162,9 @@ struct Waiting {
     index: usize,
     said: Said,
     told: Told,
+    /// Its starts in the schedules sampled when it arrived, if it waited:
+    /// where its real start falls among them is learnt when it starts.
+    sampled: Option<Sampled>,
 }
 
 /// A running job.
@@ -191,6 +194,8 @@ struct Machine<'a> {
     answer: StartAnswer,
     /// Where the ended jobs' runtimes fell in their spreads.
     fit: sampled::Fit,
+    /// Where the started jobs' starts fell among their samples.
+    lean: sampled::Fit,
 }
 
 /// How a predictor with quantiles answers "when will my job start?".
@@ -214,6 +219,11 @@ impl Machine<'_> {
         self.free -= procs;
         self.starts[waiting.index] = now;
         self.backfilled += usize::from(backfill);
+        if let Some(s) = waiting.sampled
+            && let Some(level) = s.level_of(now)
+        {
+            self.lean.learn_level(level);
+        }
         let end = now + self.job(waiting.index).runtime_us;
         self.ends.push(Reverse((end, waiting.index)));
         self.expiries
@@ -313,11 +323,11 @@ impl Machine<'_> {
         }
     }
 
-    /// When each waiting job would start, as a median and P90 over
-    /// schedules played forward on runtimes drawn from the predictor's
-    /// quantiles ([`sampled::sampled_starts`]); `None` for a predictor
-    /// without quantiles.
-    fn sampled_starts(&self, now: u64) -> Option<Vec<Option<Starts>>> {
+    /// When each waiting job would start in schedules played forward on
+    /// runtimes drawn from the predictor's quantiles
+    /// ([`sampled::sampled_starts`]); `None` for a predictor without
+    /// quantiles.
+    fn sampled_starts(&self, now: u64) -> Option<Vec<Option<Sampled>>> {
         if self.answer == StartAnswer::Medians {
             return None;
         }
@@ -450,6 +460,7 @@ fn play(
         backfilled: 0,
         answer,
         fit: sampled::Fit::default(),
+        lean: sampled::Fit::default(),
     };
     let mut next = 0;
     let mut projected = vec![None; workload.jobs.len()];
@@ -486,6 +497,7 @@ fn play(
                 index: next,
                 said,
                 told: said.told(job.job.time_limit_us),
+                sampled: None,
             });
             next += 1;
         }
@@ -493,11 +505,18 @@ fn play(
         m.schedule(now);
         let arrived = |w: &Waiting| workload.jobs[w.index].job.time_us == now;
         if m.queue.iter().any(arrived) {
-            let on_predictions: Vec<(u64, u64)> = match m.sampled_starts(now) {
-                Some(sampled) => sampled
-                    .into_iter()
-                    .map(|s| s.map_or((u64::MAX, u64::MAX), |s| (s.p50_us, s.p90_us)))
-                    .collect(),
+            let sampled = m.sampled_starts(now);
+            let on_predictions: Vec<(u64, u64)> = match &sampled {
+                Some(sampled) => {
+                    let lean = m.lean.table();
+                    sampled
+                        .iter()
+                        .map(|s| {
+                            s.and_then(|s| s.answer(&lean))
+                                .map_or((u64::MAX, u64::MAX), |s| (s.p50_us, s.p90_us))
+                        })
+                        .collect()
+                }
                 None => m
                     .projected_starts(now, View::Predictions)
                     .into_iter()
@@ -505,8 +524,9 @@ fn play(
                     .collect(),
             };
             let on_limits = m.projected_starts(now, View::Limits);
-            for (position, w) in m.queue.iter().enumerate() {
+            for (position, w) in m.queue.iter_mut().enumerate() {
                 if arrived(w) {
+                    w.sampled = sampled.as_ref().and_then(|s| s[position]);
                     let (p50, p90) = on_predictions[position];
                     projected[w.index] = Some(Projected {
                         p50,
