@@ -24,8 +24,6 @@
 //! ([`played_forward`], which the sampled answer of
 //! [`crate::hpc::starts`] plays on drawn runtimes).
 
-use std::collections::BTreeMap;
-
 /// A waiting job as the scheduler sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waiting {
@@ -351,12 +349,15 @@ fn easy(
 }
 
 /// The processors free from each moment on: a step function from `now`,
-/// as the running jobs end and reservations take and give back.
+/// as the running jobs end and reservations take and give back. The
+/// steps sit in a vector sorted by time: a reservation scans them in
+/// place and inserts at most two, which a conservative pass over a long
+/// queue does for every job at every event.
 #[derive(Debug)]
 struct Profile {
-    now_us: u64,
-    /// The free processors from each change on (the first at `now_us`).
-    steps: BTreeMap<u64, i64>,
+    /// The free processors from each change on (the first at now), by
+    /// time.
+    steps: Vec<(u64, i64)>,
 }
 
 impl Profile {
@@ -364,17 +365,22 @@ impl Profile {
     /// `ending`; a running job due to end by now is taken to end just
     /// after (it still holds its processors), as EASY takes it.
     fn new(now_us: u64, free: u32, ending: &[Ending]) -> Profile {
-        let mut deltas: BTreeMap<u64, i64> = BTreeMap::new();
-        for e in ending {
-            *deltas.entry(e.end_us.max(now_us + 1)).or_default() += i64::from(e.procs);
+        let mut ends: Vec<(u64, i64)> = ending
+            .iter()
+            .map(|e| (e.end_us.max(now_us + 1), i64::from(e.procs)))
+            .collect();
+        ends.sort_unstable_by_key(|&(t, _)| t);
+        let mut steps = Vec::with_capacity(ends.len() + 1);
+        steps.push((now_us, i64::from(free)));
+        for (t, procs) in ends {
+            let (last_t, level) = *steps.last().expect("the first step");
+            if last_t == t {
+                steps.last_mut().expect("the first step").1 += procs;
+            } else {
+                steps.push((t, level + procs));
+            }
         }
-        let mut steps = BTreeMap::from([(now_us, i64::from(free))]);
-        let mut level = i64::from(free);
-        for (t, d) in deltas {
-            level += d;
-            steps.insert(t, level);
-        }
-        Profile { now_us, steps }
+        Profile { steps }
     }
 
     /// Reserve `job`'s processors for its runtime at the earliest moment
@@ -383,7 +389,7 @@ impl Profile {
     fn reserve(&mut self, job: Waiting) -> u64 {
         let need = i64::from(job.procs);
         let duration = job.runtime_us.max(1);
-        let steps: Vec<(u64, i64)> = self.steps.iter().map(|(&t, &f)| (t, f)).collect();
+        let steps = &self.steps;
         // Each candidate start is a step; a step short of processors
         // rules out every start up to it, so the scan is linear.
         let mut i = 0;
@@ -398,7 +404,7 @@ impl Profile {
                 }
                 j += 1;
             }
-            self.take(start, end, need);
+            self.take(i, end, need);
             return start;
         }
         u64::MAX
@@ -406,19 +412,23 @@ impl Profile {
 
     /// The processors free at `t`.
     fn free_at(&self, t: u64) -> i64 {
-        self.steps.range(..=t).next_back().map_or(0, |(_, &f)| f)
+        match self.steps.partition_point(|&(at, _)| at <= t) {
+            0 => 0,
+            after => self.steps[after - 1].1,
+        }
     }
 
-    /// Take `need` processors over [start, end).
-    fn take(&mut self, start: u64, end: u64, need: i64) {
-        let at_end = self.free_at(end);
-        self.steps.entry(end).or_insert(at_end);
-        let at_start = self.free_at(start);
-        self.steps.entry(start).or_insert(at_start);
-        for (_, f) in self.steps.range_mut(start..end) {
-            *f -= need;
+    /// Take `need` processors from step `first` (where the reservation
+    /// starts) until `end`.
+    fn take(&mut self, first: usize, end: u64, need: i64) {
+        let after = self.steps.partition_point(|&(at, _)| at < end);
+        if self.steps.get(after).is_none_or(|&(at, _)| at != end) {
+            let level = self.steps[after - 1].1;
+            self.steps.insert(after, (end, level));
         }
-        debug_assert!(self.steps.keys().next() == Some(&self.now_us));
+        for (_, free) in &mut self.steps[first..after] {
+            *free -= need;
+        }
     }
 }
 
