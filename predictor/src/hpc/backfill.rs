@@ -351,8 +351,11 @@ fn easy(
 /// The processors free from each moment on: a step function from `now`,
 /// as the running jobs end and reservations take and give back. The
 /// steps sit in a vector sorted by time: a reservation scans them in
-/// place and inserts at most two, which a conservative pass over a long
-/// queue does for every job at every event.
+/// place and inserts at most one, which a conservative pass over a long
+/// queue does for every job at every event. (Steps in chunks that each
+/// know their least and most free processors, skipped whole by the scan,
+/// were measured slower on the logs' profiles, mostly a few dozen steps:
+/// 17.2 s against 9.8 s for `jobcast simulate` on KTH, conservative.)
 #[derive(Debug)]
 struct Profile {
     /// The free processors from each change on (the first at now), by
