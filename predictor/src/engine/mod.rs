@@ -593,16 +593,20 @@ impl Engine {
 
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         job.last_event_us = event.time_us;
+        let mut waited = false;
         if event.kind == TaskKind::Schedule {
             if let Some(since) = started {
                 // A schedule over a running attempt replaces it.
                 job.progress.attempt_ended(since, None);
             }
-            if starts::waits(job) {
-                self.starts.job_started(event.job_id, event.time_us);
-            }
+            waited = starts::waits(job);
             job.progress.attempt_started(event.time_us);
         }
+        if waited {
+            self.starts
+                .job_started(event.job_id, event.time_us, &self.jobs, &self.clusters);
+        }
+        let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         // Only ends of running attempts tell the policies anything: a
         // pilot that fails or is evicted must be replaced.
         let ended_running_attempt = event.kind.ends_attempt() && started.is_some();

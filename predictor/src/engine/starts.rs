@@ -208,17 +208,47 @@ impl Starts {
         self.state.first.get(&job_id)
     }
 
-    /// Job `job_id` started at `now_us`: where that fell among the samples
-    /// of its first answer, if it had one.
-    pub(super) fn job_started(&mut self, job_id: u64, now_us: u64) {
-        if let Some(level) = self
-            .state
-            .first
-            .remove(&job_id)
-            .and_then(|s| s.level_of(now_us))
-        {
+    /// Job `job_id` started at `now_us`, and runs among `jobs`: where that
+    /// fell among the samples of its first answer, if it had one. Unless
+    /// its cluster's running jobs, it with them, then hold more processors
+    /// than the cluster has: a start the projection could not have played
+    /// (the cluster's size, or the jobs' widths, are not what the
+    /// projection counts, or a history was replayed without its waits)
+    /// says nothing of where starts fall.
+    pub(super) fn job_started(
+        &mut self,
+        job_id: u64,
+        now_us: u64,
+        jobs: &HashMap<u64, LiveJob>,
+        clusters: &Clusters,
+    ) {
+        let Some(samples) = self.state.first.remove(&job_id) else {
+            return;
+        };
+        let Some(cluster) = jobs.get(&job_id).map(|j| j.submitted.cluster.as_str()) else {
+            return;
+        };
+        let held: u64 = jobs
+            .values()
+            .filter(|j| {
+                j.submitted.cluster == cluster && holds(j) && j.progress.running_since().is_some()
+            })
+            .map(|j| u64::from(procs(j)))
+            .sum();
+        if held > u64::from(self.cpus(cluster, clusters)) {
+            return;
+        }
+        if let Some(level) = samples.level_of(now_us) {
             self.state.lean.learn_level(level);
         }
+    }
+
+    /// The processors of `cluster`: as configured, else as its machines
+    /// report.
+    fn cpus(&self, cluster: &str, clusters: &Clusters) -> u32 {
+        self.settings
+            .cpus
+            .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32)
     }
 
     /// Job `job_id` was given up on, silent too long: its samples go.
@@ -274,10 +304,7 @@ impl Starts {
             }
         }
         for (cluster, ats) in by_cluster {
-            let cpus = self
-                .settings
-                .cpus
-                .unwrap_or_else(|| clusters.cpus_of(cluster).floor() as u32);
+            let cpus = self.cpus(cluster, clusters);
             if cpus == 0 {
                 continue;
             }
@@ -361,6 +388,20 @@ fn holds(job: &LiveJob) -> bool {
     job.record.width == 0 || job.record.tasks_finished < job.record.width
 }
 
+/// The processors `job` holds or waits for: its unfinished tasks' CPU
+/// requests.
+fn procs(job: &LiveJob) -> u32 {
+    let unfinished = job
+        .record
+        .width
+        .saturating_sub(job.record.tasks_finished)
+        .max(1);
+    let per_task = job.submitted.cpu_request.max(1.0);
+    (f64::from(unfinished) * per_task)
+        .ceil()
+        .min(f64::from(u32::MAX)) as u32
+}
+
 /// A live job as the projection sees it.
 #[derive(Debug, Clone, Copy)]
 struct Sized {
@@ -380,15 +421,7 @@ const UNKNOWN_US: f64 = 3_600_000_000.0;
 
 impl Sized {
     fn of(job: &LiveJob, driver: PolicyKind, plans_on: PlansOn) -> Sized {
-        let unfinished = job
-            .record
-            .width
-            .saturating_sub(job.record.tasks_finished)
-            .max(1);
-        let per_task = job.submitted.cpu_request.max(1.0);
-        let procs = (f64::from(unfinished) * per_task)
-            .ceil()
-            .min(f64::from(u32::MAX)) as u32;
+        let procs = procs(job);
         let limit = job.submitted.time_limit_us;
         let estimate = job.record.estimates.get(&driver);
         let fallback = limit.map_or(UNKNOWN_US, |l| l as f64);

@@ -3029,7 +3029,8 @@ fn a_pending_jobs_decision_carries_its_start_played_forward_on_the_predictions()
 /// The site above: job 3's first answer keeps its samples, through a
 /// snapshot, until it starts; where its start fell among them is learnt,
 /// and the next answer is read there. Job 2, which started on arrival
-/// (its samples all agree), teaches nothing.
+/// (its samples all agree), teaches nothing, nor does a job started on
+/// an over-full cluster.
 #[test]
 fn a_start_is_learnt_among_the_samples_of_its_first_answer() {
     use crate::hpc::starts::Fit;
@@ -3093,6 +3094,13 @@ fn a_start_is_learnt_among_the_samples_of_its_first_answer() {
     let read = job5.answer(&learnt.table()).unwrap();
     assert_eq!((start.p50_us, start.p90_us), (read.p50_us, read.p90_us));
     assert_ne!(job5.answer(&Fit::default().table()), Some(read));
+    // Job 5 starts beside job 3, the two holding 8 of the 4 processors:
+    // a start the projection could not play teaches nothing.
+    engine
+        .apply(AT, &task(5, 0, 1_520 * S, "schedule"), &mut effects)
+        .unwrap();
+    assert_eq!(engine.starts.first(5), None);
+    assert_eq!(engine.starts.lean(), &learnt);
 }
 
 /// The site above, its starts looked at again every minute of event
