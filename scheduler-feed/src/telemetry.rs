@@ -30,6 +30,7 @@ pub const ETA_WITHIN_INTERVAL: &str = "jobcast_eta_within_interval_total";
 pub const DECISIONS: &str = "jobcast_decisions_total";
 pub const DECISIONS_OVERTAKEN: &str = "jobcast_decisions_overtaken_total";
 pub const STARTS_REFRESHED: &str = "jobcast_decisions_start_refreshed_total";
+pub const STARTS_OVERFULL: &str = "jobcast_starts_overfull_total";
 pub const DECISIONS_WAITING: &str = "jobcast_decisions_waiting";
 pub const LIVE_JOBS: &str = "jobcast_live_jobs";
 pub const STATE_RECORDS: &str = "jobcast_state_records";
@@ -124,6 +125,7 @@ pub fn handle() -> PrometheusHandle {
                 ETA_WITHIN_INTERVAL,
                 DECISIONS_OVERTAKEN,
                 STARTS_REFRESHED,
+                STARTS_OVERFULL,
                 TAKEOVER_BUFFER_WAITS,
             ] {
                 metrics::counter!(name).increment(0);
@@ -343,6 +345,11 @@ fn describe() {
         STARTS_REFRESHED,
         Unit::Count,
         "Decisions published again because their pending job's start estimate moved (engine.starts.refresh_ms)"
+    );
+    describe_counter!(
+        STARTS_OVERFULL,
+        Unit::Count,
+        "Pending jobs that started while their cluster's running jobs held more processors than it has (engine.starts.cpus, else its machines' CPUs): their starts are not learnt from"
     );
     describe_gauge!(
         DECISIONS_WAITING,

@@ -134,6 +134,10 @@ pub struct Effects {
     /// Decisions published again for their pending job's start estimate
     /// moved (`engine.starts.refresh_ms`).
     pub starts_refreshed: u64,
+    /// Pending jobs that started while their cluster's running jobs, they
+    /// with them, held more processors than the cluster has: where their
+    /// starts fell is not learnt.
+    pub starts_overfull: u64,
 }
 
 impl Effects {
@@ -158,5 +162,6 @@ impl Effects {
         self.refused.clear();
         self.overtaken = 0;
         self.starts_refreshed = 0;
+        self.starts_overfull = 0;
     }
 }

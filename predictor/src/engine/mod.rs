@@ -602,9 +602,12 @@ impl Engine {
             waited = starts::waits(job);
             job.progress.attempt_started(event.time_us);
         }
-        if waited {
-            self.starts
-                .job_started(event.job_id, event.time_us, &self.jobs, &self.clusters);
+        if waited
+            && !self
+                .starts
+                .job_started(event.job_id, event.time_us, &self.jobs, &self.clusters)
+        {
+            effects.starts_overfull += 1;
         }
         let job = self.jobs.get_mut(&event.job_id).expect("checked above");
         // Only ends of running attempts tell the policies anything: a

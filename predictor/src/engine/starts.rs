@@ -214,19 +214,19 @@ impl Starts {
     /// than the cluster has: a start the projection could not have played
     /// (the cluster's size, or the jobs' widths, are not what the
     /// projection counts, or a history was replayed without its waits)
-    /// says nothing of where starts fall.
+    /// says nothing of where starts fall. False for such a start.
     pub(super) fn job_started(
         &mut self,
         job_id: u64,
         now_us: u64,
         jobs: &HashMap<u64, LiveJob>,
         clusters: &Clusters,
-    ) {
+    ) -> bool {
         let Some(samples) = self.state.first.remove(&job_id) else {
-            return;
+            return true;
         };
         let Some(cluster) = jobs.get(&job_id).map(|j| j.submitted.cluster.as_str()) else {
-            return;
+            return true;
         };
         let held: u64 = jobs
             .values()
@@ -236,11 +236,12 @@ impl Starts {
             .map(|j| u64::from(procs(j)))
             .sum();
         if held > u64::from(self.cpus(cluster, clusters)) {
-            return;
+            return false;
         }
         if let Some(level) = samples.level_of(now_us) {
             self.state.lean.learn_level(level);
         }
+        true
     }
 
     /// The processors of `cluster`: as configured, else as its machines

@@ -3096,9 +3096,11 @@ fn a_start_is_learnt_among_the_samples_of_its_first_answer() {
     assert_ne!(job5.answer(&Fit::default().table()), Some(read));
     // Job 5 starts beside job 3, the two holding 8 of the 4 processors:
     // a start the projection could not play teaches nothing.
+    effects.clear();
     engine
         .apply(AT, &task(5, 0, 1_520 * S, "schedule"), &mut effects)
         .unwrap();
+    assert_eq!(effects.starts_overfull, 1);
     assert_eq!(engine.starts.first(5), None);
     assert_eq!(engine.starts.lean(), &learnt);
 }

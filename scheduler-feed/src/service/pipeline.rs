@@ -432,6 +432,7 @@ impl<'a> Pipeline<'a> {
         );
         metrics::counter!(telemetry::DECISIONS_OVERTAKEN).increment(effects.overtaken);
         metrics::counter!(telemetry::STARTS_REFRESHED).increment(effects.starts_refreshed);
+        metrics::counter!(telemetry::STARTS_OVERFULL).increment(effects.starts_overfull);
         metrics::gauge!(telemetry::DECISIONS_WAITING)
             .set(self.applier.engine().waiting_decisions() as f64);
         let held = self.applier.engine().held_events();
