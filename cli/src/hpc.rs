@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressDrawTarget};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use jobcast_ingest::{Event, Format, Trace};
 pub use jobcast_replay::hpc::backfill::Scheduler;
 use jobcast_replay::hpc::backfill::{self, StartAnswer, Workload};
@@ -85,8 +85,17 @@ pub fn backfilling(
         workload.too_wide
     );
     let predictors = Predictor::all();
-    let bar =
-        ProgressBar::with_draw_target(Some(predictors.len() as u64), ProgressDrawTarget::stderr());
+    // Jobs through the schedule, over every predictor's.
+    let bar = ProgressBar::with_draw_target(
+        Some((predictors.len() * workload.jobs.len()) as u64),
+        ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{bar:40}} {{human_pos}}/{{human_len}} arrivals over {} schedules (eta {{eta}})",
+        predictors.len()
+    )) {
+        bar.set_style(style);
+    }
     // The predictors' schedules are independent: one thread each.
     let runs: Vec<backfill::Outcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = predictors
@@ -94,9 +103,7 @@ pub fn backfilling(
             .map(|predictor| {
                 let (workload, bar) = (&workload, &bar);
                 scope.spawn(move || {
-                    let run = backfill::simulate(workload, scheduler, predictor, answer);
-                    bar.inc(1);
-                    run
+                    backfill::simulate(workload, scheduler, predictor, answer, &|n| bar.inc(n))
                 })
             })
             .collect();

@@ -35,9 +35,11 @@
 //! waiting), and conservative reserves the queue's jobs in order until
 //! no later one could start now, each reservation a pass over the
 //! profile's steps: O(k · (r + k)) at worst. Neither suits queues of many
-//! thousands (`docs/reproduction.md` times it on the logs).
+//! thousands (`docs/reproduction.md` times it on the logs). An event at
+//! which no waiting job is narrow enough to start skips its pass, and
+//! the samples are played on `threads` threads.
 //! The starts looked at again at one event share one projection per
-//! cluster, played as far as the last of them.
+//! cluster, played until each of them has started.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -68,6 +70,9 @@ pub struct StartSettings {
     pub refresh_ms: u64,
     /// What the site's scheduler plans on.
     pub plans_on: PlansOn,
+    /// The threads a projection's schedules are played on (the answers do
+    /// not depend on it).
+    pub threads: usize,
 }
 
 impl Default for StartSettings {
@@ -77,6 +82,7 @@ impl Default for StartSettings {
             cpus: None,
             refresh_ms: 300_000,
             plans_on: PlansOn::Limits,
+            threads: 2,
         }
     }
 }
@@ -132,6 +138,9 @@ impl StartSettings {
                 "cpus",
                 "must be at least 1 (leave it unset to take the CPUs from machine events)",
             ));
+        }
+        if self.threads == 0 {
+            return Err(ConfigError::new("threads", "must be at least 1"));
         }
         if self.backfill.is_none() && self.cpus.is_some() {
             return Err(ConfigError::new(
@@ -331,9 +340,7 @@ impl Starts {
                 .enumerate()
                 .map(|(at, &(_, id, _))| (id, at))
                 .collect();
-            let Some(last) = ats.iter().map(|&at| position[&wanted[at]]).max() else {
-                continue;
-            };
+            let positions: Vec<usize> = ats.iter().map(|&at| position[&wanted[at]]).collect();
             let busy: u32 = running.iter().map(|(_, _, s)| s.procs).sum();
             let free = cpus.saturating_sub(busy);
             let queue: Vec<Queued> = pending
@@ -359,8 +366,9 @@ impl Starts {
                 free,
                 &queue,
                 &running,
-                last + 1,
+                &positions,
                 &self.state.fit,
+                self.settings.threads,
             );
             let lean = self.state.lean.table();
             for at in ats {

@@ -139,7 +139,7 @@ pub fn starts_now(
             let mut blocked = false;
             let mut started = Vec::new();
             for (at, job) in queue.iter().enumerate() {
-                if profile.free_at(now_us) < i64::from(narrowest[at]) {
+                if profile.free_now() < i64::from(narrowest[at]) {
                     break;
                 }
                 let start = profile.reserve(*job);
@@ -189,7 +189,8 @@ pub fn projected_starts(
             }
         })
         .collect();
-    played_forward(discipline, now_us, free, &pending, &busy, queue.len())
+    let every: Vec<usize> = (0..queue.len()).collect();
+    played_forward(discipline, now_us, free, &pending, &busy, &every)
 }
 
 /// A waiting job played forward: what the scheduler is told of it, and
@@ -212,56 +213,58 @@ pub struct Busy {
     pub told: Told,
 }
 
-/// When each of the first `wanted` jobs of `queue` starts if every job
+/// When the `wanted` jobs of `queue` (positions in it) start if every job
 /// runs as long as it will while the scheduler decides on what it is
 /// told, and nothing else arrives: the site's schedule played forward
-/// from `now_us`. The scheduler looks again at every end and whenever a
-/// running job outlives what it was told, as the simulator's does. The
-/// projection on what the scheduler is told ([`projected_starts`]) lets
-/// it plan on the runtimes themselves; here a job backfilled on a short
-/// prediction that runs long holds up the reservations it was meant to
-/// clear, and one that ends early leaves a hole the told runtimes may
-/// not fill. `u64::MAX` for a job that never starts; the later jobs'
-/// entries are `u64::MAX` where not found on the way.
+/// from `now_us` until they all have started. The scheduler looks again
+/// at every end and whenever a running job outlives what it was told, as
+/// the simulator's does. The projection on what the scheduler is told
+/// ([`projected_starts`]) lets it plan on the runtimes themselves; here a
+/// job backfilled on a short prediction that runs long holds up the
+/// reservations it was meant to clear, and one that ends early leaves a
+/// hole the told runtimes may not fill. `u64::MAX` for a job that never
+/// starts; the other jobs' entries are `u64::MAX` where not found on the
+/// way.
 pub fn played_forward(
     discipline: Discipline,
     now_us: u64,
     free: u32,
     queue: &[Pending],
     running: &[Busy],
-    wanted: usize,
+    wanted: &[usize],
 ) -> Vec<u64> {
     let mut out = vec![u64::MAX; queue.len()];
+    let mut is_wanted = vec![false; queue.len()];
+    for &at in wanted {
+        is_wanted[at] = true;
+    }
+    let mut left = is_wanted.iter().filter(|&&w| w).count();
     let mut waiting: Vec<(usize, Pending)> = queue.iter().copied().enumerate().collect();
     let mut busy = running.to_vec();
     let (mut free, mut t) = (free, now_us);
-    // Waiting jobs stay in queue order: while the first is wanted, some
-    // wanted job has not started.
-    while waiting.first().is_some_and(|&(id, _)| id < wanted) {
-        let told: Vec<Waiting> = waiting
-            .iter()
-            .map(|(_, p)| Waiting {
-                procs: p.procs,
-                runtime_us: p.told.planned_us(),
-            })
-            .collect();
-        let ending: Vec<Ending> = busy
-            .iter()
-            .map(|b| Ending {
-                end_us: b.told.expected_end(t, b.start_us),
-                procs: b.procs,
-            })
-            .collect();
-        for &(at, _) in starts_now(discipline, t, free, &told, &ending).iter().rev() {
-            let (id, job) = waiting.remove(at);
-            out[id] = t;
-            free -= job.procs;
-            busy.push(Busy {
-                procs: job.procs,
-                start_us: t,
-                end_us: t.saturating_add(job.runtime_us.max(1)),
-                told: job.told,
-            });
+    // The narrowest waiting job: with fewer processors free, neither
+    // discipline starts anything, and the pass is skipped.
+    let narrowest = |waiting: &[(usize, Pending)]| waiting.iter().map(|(_, p)| p.procs).min();
+    let mut least = narrowest(&waiting);
+    while left > 0 {
+        let Some(need) = least else { break };
+        if free >= need {
+            let started = pass(discipline, t, free, &waiting, &busy);
+            for &at in started.iter().rev() {
+                let (id, job) = waiting.remove(at);
+                out[id] = t;
+                left -= usize::from(is_wanted[id]);
+                free -= job.procs;
+                busy.push(Busy {
+                    procs: job.procs,
+                    start_us: t,
+                    end_us: t.saturating_add(job.runtime_us.max(1)),
+                    told: job.told,
+                });
+            }
+            if !started.is_empty() {
+                least = narrowest(&waiting);
+            }
         }
         // The next end, or the next expected end that passes.
         let Some(next) = busy
@@ -282,6 +285,34 @@ pub fn played_forward(
         });
     }
     out
+}
+
+/// The positions of `waiting` the scheduler starts at `t`, ascending.
+fn pass(
+    discipline: Discipline,
+    t: u64,
+    free: u32,
+    waiting: &[(usize, Pending)],
+    busy: &[Busy],
+) -> Vec<usize> {
+    let told: Vec<Waiting> = waiting
+        .iter()
+        .map(|(_, p)| Waiting {
+            procs: p.procs,
+            runtime_us: p.told.planned_us(),
+        })
+        .collect();
+    let ending: Vec<Ending> = busy
+        .iter()
+        .map(|b| Ending {
+            end_us: b.told.expected_end(t, b.start_us),
+            procs: b.procs,
+        })
+        .collect();
+    starts_now(discipline, t, free, &told, &ending)
+        .into_iter()
+        .map(|(at, _)| at)
+        .collect()
 }
 
 /// EASY at `now_us`: the heads while they fit; then, behind the first that
@@ -413,12 +444,9 @@ impl Profile {
         u64::MAX
     }
 
-    /// The processors free at `t`.
-    fn free_at(&self, t: u64) -> i64 {
-        match self.steps.partition_point(|&(at, _)| at <= t) {
-            0 => 0,
-            after => self.steps[after - 1].1,
-        }
+    /// The processors free now (the first step's).
+    fn free_now(&self) -> i64 {
+        self.steps[0].1
     }
 
     /// Take `need` processors from step `first` (where the reservation

@@ -370,23 +370,26 @@ impl Sampled {
     }
 }
 
-/// When each of the first `wanted` jobs of `queue` (in priority order)
-/// would start, seen at `now_us` with `free` processors free and
-/// `running` jobs: the schedule under `discipline` played forward
-/// [`SAMPLES`] times on runtimes drawn through `fit`, with no further
-/// arrivals: each job's starts in the schedules. The draws are seeded by
-/// `now_us`. The later jobs' entries are `None`.
+/// When each of the `wanted` jobs of `queue` (positions in it, the queue
+/// in priority order) would start, seen at `now_us` with `free`
+/// processors free and `running` jobs: the schedule under `discipline`
+/// played forward [`SAMPLES`] times on runtimes drawn through `fit`, with
+/// no further arrivals, each until the wanted jobs have started: each
+/// wanted job's starts in the schedules. The draws are seeded by
+/// `now_us`; the schedules are played on up to `threads` threads, each
+/// on draws made before any is played, so the answer does not depend on
+/// how many. The other jobs' entries are `None`.
 pub fn sampled_starts(
     discipline: Discipline,
     now_us: u64,
     free: u32,
     queue: &[Queued],
     running: &[Running],
-    wanted: usize,
+    wanted: &[usize],
     fit: &Fit,
+    threads: usize,
 ) -> Vec<Option<Sampled>> {
     let table = fit.table();
-    let wanted = wanted.min(queue.len());
     let mut rng = ChaCha8Rng::seed_from_u64(now_us);
     // Each job's slice of its distribution in each sample.
     let mut slices = |n: usize| -> Vec<[u8; SAMPLES]> {
@@ -399,7 +402,7 @@ pub fn sampled_starts(
             .collect()
     };
     let (running_slices, queue_slices) = (slices(running.len()), slices(queue.len()));
-    let mut starts: Vec<[u64; SAMPLES]> = vec![[u64::MAX; SAMPLES]; wanted];
+    let mut draws: Vec<(Vec<Busy>, Vec<Pending>)> = Vec::with_capacity(SAMPLES);
     for s in 0..SAMPLES {
         let mut draw = |slice: u8, from: f64| -> f64 {
             let v = (f64::from(slice) + rng.random::<f64>()) / SAMPLES as f64;
@@ -437,19 +440,32 @@ pub fn sampled_starts(
                 runtime_us: q.spread.quantile(table.level(draw(slices[s], 0.0))).round() as u64,
             })
             .collect();
-        let played = backfill::played_forward(discipline, now_us, free, &pending, &busy, wanted);
-        for (job, &start) in starts.iter_mut().zip(&played) {
-            job[s] = start;
-        }
+        draws.push((busy, pending));
     }
-    let mut out: Vec<Option<Sampled>> = starts
-        .into_iter()
-        .map(|mut sampled| {
-            sampled.sort_unstable();
-            Some(Sampled(sampled))
+    let play = |(busy, pending): &(Vec<Busy>, Vec<Pending>)| {
+        backfill::played_forward(discipline, now_us, free, pending, busy, wanted)
+    };
+    // The schedules split in runs of consecutive samples, one a thread.
+    let threads = threads.clamp(1, SAMPLES);
+    let played: Vec<Vec<u64>> = if threads == 1 {
+        draws.iter().map(play).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = draws
+                .chunks(SAMPLES.div_ceil(threads))
+                .map(|run| scope.spawn(move || run.iter().map(play).collect::<Vec<_>>()))
+                .collect();
+            runs.into_iter()
+                .flat_map(|run| run.join().expect("a played schedule"))
+                .collect()
         })
-        .collect();
-    out.resize(queue.len(), None);
+    };
+    let mut out = vec![None; queue.len()];
+    for &at in wanted {
+        let mut sampled: [u64; SAMPLES] = std::array::from_fn(|s| played[s][at]);
+        sampled.sort_unstable();
+        out[at] = Some(Sampled(sampled));
+    }
     out
 }
 
@@ -540,8 +556,9 @@ mod tests {
             0,
             &[wide, narrow],
             &running,
-            2,
+            &[0, 1],
             &Fit::default(),
+            1,
         ));
         let (wide, narrow) = (conservative[0].unwrap(), conservative[1].unwrap());
         assert!(wide.p50_us > 2_000 * S, "{wide:?}");
@@ -557,8 +574,9 @@ mod tests {
                 ..narrow_queued()
             }],
             &running,
-            1,
+            &[0],
             &Fit::default(),
+            1,
         ));
         assert!(easy[0].unwrap().p50_us > 2_000 * S, "{easy:?}");
     }
@@ -595,12 +613,14 @@ mod tests {
             0,
             &queue,
             &running,
-            2,
+            &[0, 1],
             &Fit::default(),
+            1,
         ));
         let first = starts[0].unwrap();
         assert!(first.p50_us > now && first.p90_us <= 1_000 * S, "{first:?}");
-        // The same queue, asked again, gets the same answer.
+        // The same queue, asked again, gets the same answer, whatever
+        // the threads it is played on.
         assert_eq!(
             starts,
             answered(sampled_starts(
@@ -609,8 +629,9 @@ mod tests {
                 0,
                 &queue,
                 &running,
-                2,
+                &[0, 1],
                 &Fit::default(),
+                2,
             ))
         );
     }
@@ -651,8 +672,9 @@ mod tests {
                 0,
                 &queue,
                 &running,
-                1,
+                &[0],
                 fit,
+                1,
             ))[0]
                 .unwrap()
                 .p50_us
@@ -745,8 +767,9 @@ mod tests {
             4,
             &queue,
             &[],
-            1,
+            &[0],
             &Fit::default(),
+            1,
         );
         assert_eq!(starts, [Some(Sampled([u64::MAX; SAMPLES]))]);
         assert_eq!(answered(starts), [None]);

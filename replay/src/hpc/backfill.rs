@@ -196,6 +196,8 @@ struct Machine<'a> {
     fit: sampled::Fit,
     /// Where the started jobs' starts fell among their samples.
     lean: sampled::Fit,
+    /// The threads the sampled schedules are played on: every core.
+    threads: usize,
 }
 
 /// How a predictor with quantiles answers "when will my job start?".
@@ -323,11 +325,11 @@ impl Machine<'_> {
         }
     }
 
-    /// When each waiting job would start in schedules played forward on
-    /// runtimes drawn from the predictor's quantiles
-    /// ([`sampled::sampled_starts`]); `None` for a predictor without
-    /// quantiles.
-    fn sampled_starts(&self, now: u64) -> Option<Vec<Option<Sampled>>> {
+    /// When the `wanted` waiting jobs (positions in the queue) would start
+    /// in schedules played forward on runtimes drawn from the predictor's
+    /// quantiles ([`sampled::sampled_starts`]); `None` for
+    /// a predictor without quantiles.
+    fn sampled_starts(&self, now: u64, wanted: &[usize]) -> Option<Vec<Option<Sampled>>> {
         if self.answer == StartAnswer::Medians {
             return None;
         }
@@ -362,8 +364,9 @@ impl Machine<'_> {
             self.free,
             &queue,
             &running,
-            queue.len(),
+            wanted,
             &self.fit,
+            self.threads,
         ))
     }
 
@@ -440,12 +443,14 @@ impl Scheduler {
 
 /// `workload` run under `scheduler`, predicted by `predictor`; each job
 /// that waits on arrival gets its start projected
-/// ([`Machine::projected_starts`]).
+/// ([`Machine::projected_starts`]). `arrived` is told how many jobs
+/// arrive at each moment, as they do.
 fn play(
     workload: &Workload,
     scheduler: Scheduler,
     predictor: Predictor,
     answer: StartAnswer,
+    arrived: &dyn Fn(u64),
 ) -> Played {
     let mut m = Machine {
         workload,
@@ -461,6 +466,7 @@ fn play(
         answer,
         fit: sampled::Fit::default(),
         lean: sampled::Fit::default(),
+        threads: std::thread::available_parallelism().map_or(1, usize::from),
     };
     let mut next = 0;
     let mut projected = vec![None; workload.jobs.len()];
@@ -488,6 +494,7 @@ fn play(
                 m.predictor.learn(&job.job, r.said, job.runtime_us as f64);
             }
         }
+        let first = next;
         while let Some(job) = workload.jobs.get(next) {
             if job.job.time_us > now {
                 break;
@@ -501,11 +508,16 @@ fn play(
             });
             next += 1;
         }
+        arrived((next - first) as u64);
         m.expire(now);
         m.schedule(now);
         let arrived = |w: &Waiting| workload.jobs[w.index].job.time_us == now;
-        if m.queue.iter().any(arrived) {
-            let sampled = m.sampled_starts(now);
+        let arrivals: Vec<usize> = (m.queue.iter().enumerate())
+            .filter(|(_, w)| arrived(w))
+            .map(|(at, _)| at)
+            .collect();
+        if !arrivals.is_empty() {
+            let sampled = m.sampled_starts(now, &arrivals);
             let on_predictions: Vec<(u64, u64)> = match &sampled {
                 Some(sampled) => {
                     let lean = m.lean.table();
@@ -545,12 +557,15 @@ fn play(
 }
 
 /// Run `workload` under `scheduler`, predicting with `predictor`, and
-/// measure it, answering starts as `answer` says.
+/// measure it, answering starts as `answer` says; `arrived` is told how
+/// many jobs arrive at each moment of the schedule, as they do (a
+/// progress bar's steps).
 pub fn simulate(
     workload: &Workload,
     scheduler: Scheduler,
     predictor: Predictor,
     answer: StartAnswer,
+    arrived: &dyn Fn(u64),
 ) -> Outcome {
     let name = predictor.name();
     let interval = matches!(predictor, Predictor::Jobcast(_));
@@ -558,7 +573,7 @@ pub fn simulate(
         starts,
         backfilled,
         projected,
-    } = play(workload, scheduler, predictor, answer);
+    } = play(workload, scheduler, predictor, answer, arrived);
     let n = workload.jobs.len();
     if n == 0 {
         return Outcome {
@@ -650,6 +665,7 @@ mod tests {
             Scheduler::Easy,
             predictor,
             StartAnswer::Sampled,
+            &|_| {},
         )
         .starts
         .iter()
@@ -753,7 +769,13 @@ mod tests {
             4,
         );
         let starts = |scheduler| -> Vec<u64> {
-            let played = play(&case, scheduler, Predictor::Request, StartAnswer::Sampled);
+            let played = play(
+                &case,
+                scheduler,
+                Predictor::Request,
+                StartAnswer::Sampled,
+                &|_| {},
+            );
             played.starts.iter().map(|s| s / S).collect()
         };
         assert_eq!(starts(Scheduler::Easy), [0, 100, 153, 3]);
@@ -798,6 +820,7 @@ mod tests {
             Scheduler::Easy,
             Predictor::Request,
             StartAnswer::Sampled,
+            &|_| {},
         );
         let seconds = |p: Option<Projected>| p.map(|p| (p.p50 / S, p.limits / S));
         let projected: Vec<_> = played.projected.into_iter().map(seconds).collect();
@@ -807,6 +830,7 @@ mod tests {
             Scheduler::Easy,
             Predictor::Request,
             StartAnswer::Sampled,
+            &|_| {},
         );
         assert_eq!(outcome.start_estimated, 2);
         assert_eq!(outcome.start_p50_error_s, 0.0);
