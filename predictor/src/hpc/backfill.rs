@@ -128,18 +128,25 @@ pub fn starts_now(
     match discipline {
         Discipline::Easy(order) => easy(now_us, free, queue, ending, order),
         Discipline::Conservative => {
-            // The narrowest job from each position on: once fewer
-            // processors are free now, no later job can start now, and
-            // their reservations are not needed.
-            let mut narrowest = vec![u32::MAX; queue.len() + 1];
+            // The narrowest and the shortest job from each position on:
+            // reservations only take processors, so once fewer are free
+            // throughout the shortest one's runtime from now than the
+            // narrowest needs, no later job can start now, and their
+            // reservations are not needed.
+            let mut narrowest = vec![(u32::MAX, u64::MAX); queue.len() + 1];
             for at in (0..queue.len()).rev() {
-                narrowest[at] = narrowest[at + 1].min(queue[at].procs);
+                let (procs, runtime) = narrowest[at + 1];
+                narrowest[at] = (
+                    procs.min(queue[at].procs),
+                    runtime.min(queue[at].runtime_us.max(1)),
+                );
             }
             let mut profile = Profile::new(now_us, free, ending);
             let mut blocked = false;
             let mut started = Vec::new();
             for (at, job) in queue.iter().enumerate() {
-                if profile.free_now() < i64::from(narrowest[at]) {
+                let (procs, runtime) = narrowest[at];
+                if profile.least_free(now_us.saturating_add(runtime)) < i64::from(procs) {
                     break;
                 }
                 let start = profile.reserve(*job);
@@ -444,9 +451,14 @@ impl Profile {
         u64::MAX
     }
 
-    /// The processors free now (the first step's).
-    fn free_now(&self) -> i64 {
-        self.steps[0].1
+    /// The fewest processors free from now until `end`.
+    fn least_free(&self, end: u64) -> i64 {
+        self.steps
+            .iter()
+            .take_while(|&&(t, _)| t < end)
+            .map(|&(_, free)| free)
+            .min()
+            .unwrap_or(i64::MAX)
     }
 
     /// Take `need` processors from step `first` (where the reservation
