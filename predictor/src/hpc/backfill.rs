@@ -579,6 +579,97 @@ mod tests {
         assert_eq!(told.expected_end(2000 * S, 0), 2000 * S + 1);
     }
 
+    /// A conservative pass stops early, once no later job can start now;
+    /// it starts what a pass reserving every job starts now, on random
+    /// queues, many of which start some of their jobs and not others.
+    #[test]
+    fn a_conservative_pass_stopped_early_starts_what_a_full_one_does() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut mixed = 0;
+        for _ in 0..2_000 {
+            let busy: Vec<Ending> = (0..rng.random_range(0..6))
+                .map(|_| e(rng.random_range(1..500), rng.random_range(1..5)))
+                .collect();
+            let held: u32 = busy.iter().map(|b| b.procs).sum();
+            let free = 24u32.saturating_sub(held);
+            let queue: Vec<Waiting> = (0..rng.random_range(1..30))
+                .map(|_| w(rng.random_range(1..24), rng.random_range(1..1_000)))
+                .collect();
+            let full = projected_starts(Discipline::Conservative, 0, free, &queue, &busy);
+            let mut blocked = false;
+            let expected: Vec<(usize, bool)> = full
+                .iter()
+                .enumerate()
+                .filter_map(|(at, &start)| {
+                    let now = start == 0;
+                    let out = now.then_some((at, blocked));
+                    blocked |= !now;
+                    out
+                })
+                .collect();
+            let started = starts_now(Discipline::Conservative, 0, free, &queue, &busy);
+            assert_eq!(started, expected, "{queue:?} {busy:?} free {free}");
+            mixed += usize::from(!started.is_empty() && started.len() < queue.len());
+        }
+        assert!(mixed > 200, "{mixed}");
+    }
+
+    /// A schedule played until its wanted jobs have started gives them
+    /// the starts the whole schedule does, under both disciplines, on
+    /// random queues whose jobs run longer or shorter than told.
+    #[test]
+    fn a_schedule_played_for_some_jobs_starts_them_as_the_whole_one_does() {
+        use rand::{Rng, SeedableRng};
+        // A job of up to `widest` processors, told a runtime and running
+        // up to twice as long.
+        fn job(rng: &mut rand_chacha::ChaCha8Rng, widest: u32) -> (u32, Told, u64) {
+            let told_s = rng.random_range(1..1_000);
+            let runtime_s = rng.random_range(1..2 * told_s);
+            let told = Told::predicted(told_s * S, Some(2 * told_s * S));
+            (rng.random_range(1..=widest), told, runtime_s * S)
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for discipline in [
+            Discipline::Conservative,
+            Discipline::Easy(Backfill::ShortestFirst),
+        ] {
+            for _ in 0..300 {
+                let running: Vec<Busy> = (0..rng.random_range(0..5))
+                    .map(|_| {
+                        let (procs, told, runtime_us) = job(&mut rng, 4);
+                        Busy {
+                            procs,
+                            start_us: 0,
+                            end_us: runtime_us,
+                            told,
+                        }
+                    })
+                    .collect();
+                let held: u32 = running.iter().map(|b| b.procs).sum();
+                let queue: Vec<Pending> = (0..rng.random_range(1..20))
+                    .map(|_| {
+                        let (procs, told, runtime_us) = job(&mut rng, 16);
+                        Pending {
+                            procs,
+                            told,
+                            runtime_us,
+                        }
+                    })
+                    .collect();
+                let free = 16 - held.min(16);
+                let every: Vec<usize> = (0..queue.len()).collect();
+                let whole = played_forward(discipline, 0, free, &queue, &running, &every);
+                let wanted = rng.random_range(0..queue.len());
+                let some = played_forward(discipline, 0, free, &queue, &running, &[wanted]);
+                assert_eq!(
+                    some[wanted], whole[wanted],
+                    "{discipline:?} {queue:?} {running:?}"
+                );
+            }
+        }
+    }
+
     /// A job wider than the machine never starts.
     #[test]
     fn a_job_that_never_fits_has_no_start() {
