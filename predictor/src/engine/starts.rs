@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::{PolicyKind, Quantiles, Start};
 use crate::hpc::backfill::{Backfill, Discipline, Told};
-use crate::hpc::starts::{self as sampled, Fit, Queued, Running, Sampled, Spread};
+use crate::hpc::starts::{self as sampled, Fit, Queued, Running, Sampled, Seen, Spread};
 use jobcast_ingest::config::ConfigError;
 
 use super::LiveJob;
@@ -362,10 +362,12 @@ impl Starts {
                 .collect();
             let starts = sampled::sampled_starts(
                 discipline,
-                now_us,
-                free,
-                &queue,
-                &running,
+                Seen {
+                    now_us,
+                    free,
+                    queue: &queue,
+                    running: &running,
+                },
                 &positions,
                 &self.state.fit,
                 self.settings.threads,

@@ -370,25 +370,37 @@ impl Sampled {
     }
 }
 
-/// When each of the `wanted` jobs of `queue` (positions in it, the queue
-/// in priority order) would start, seen at `now_us` with `free`
-/// processors free and `running` jobs: the schedule under `discipline`
-/// played forward [`SAMPLES`] times on runtimes drawn through `fit`, with
-/// no further arrivals, each until the wanted jobs have started: each
-/// wanted job's starts in the schedules. The draws are seeded by
-/// `now_us`; the schedules are played on up to `threads` threads, each
-/// on draws made before any is played, so the answer does not depend on
-/// how many. The other jobs' entries are `None`.
+/// A cluster as a projection sees it at `now_us`: its processors free,
+/// its waiting jobs in priority order, its running jobs.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    pub now_us: u64,
+    pub free: u32,
+    pub queue: &'a [Queued],
+    pub running: &'a [Running],
+}
+
+/// When each of the `wanted` jobs of the queue `seen` holds (positions in
+/// it) would start: the schedule under `discipline` played forward
+/// [`SAMPLES`] times on runtimes drawn through `fit`, with no further
+/// arrivals, each until the wanted jobs have started: each wanted job's
+/// starts in the schedules. The draws are seeded by `now_us`; the
+/// schedules are played on up to `threads` threads, each on draws made
+/// before any is played, so the answer does not depend on how many. The
+/// other jobs' entries are `None`.
 pub fn sampled_starts(
     discipline: Discipline,
-    now_us: u64,
-    free: u32,
-    queue: &[Queued],
-    running: &[Running],
+    seen: Seen,
     wanted: &[usize],
     fit: &Fit,
     threads: usize,
 ) -> Vec<Option<Sampled>> {
+    let Seen {
+        now_us,
+        free,
+        queue,
+        running,
+    } = seen;
     let table = fit.table();
     let mut rng = ChaCha8Rng::seed_from_u64(now_us);
     // Each job's slice of its distribution in each sample.
@@ -552,10 +564,12 @@ mod tests {
         let narrow = narrow_queued();
         let conservative = answered(sampled_starts(
             Discipline::Conservative,
-            0,
-            0,
-            &[wide, narrow],
-            &running,
+            Seen {
+                now_us: 0,
+                free: 0,
+                queue: &[wide, narrow],
+                running: &running,
+            },
             &[0, 1],
             &Fit::default(),
             1,
@@ -567,13 +581,15 @@ mod tests {
         // Under EASY too, the head waits for every processor.
         let easy = answered(sampled_starts(
             Discipline::Easy(Backfill::ShortestFirst),
-            0,
-            0,
-            &[Queued {
-                procs: 10,
-                ..narrow_queued()
-            }],
-            &running,
+            Seen {
+                now_us: 0,
+                free: 0,
+                queue: &[Queued {
+                    procs: 10,
+                    ..narrow_queued()
+                }],
+                running: &running,
+            },
             &[0],
             &Fit::default(),
             1,
@@ -609,10 +625,12 @@ mod tests {
         let now = 700 * S;
         let starts = answered(sampled_starts(
             Discipline::Conservative,
-            now,
-            0,
-            &queue,
-            &running,
+            Seen {
+                now_us: now,
+                free: 0,
+                queue: &queue,
+                running: &running,
+            },
             &[0, 1],
             &Fit::default(),
             1,
@@ -625,10 +643,12 @@ mod tests {
             starts,
             answered(sampled_starts(
                 Discipline::Conservative,
-                now,
-                0,
-                &queue,
-                &running,
+                Seen {
+                    now_us: now,
+                    free: 0,
+                    queue: &queue,
+                    running: &running
+                },
                 &[0, 1],
                 &Fit::default(),
                 2,
@@ -668,10 +688,12 @@ mod tests {
         let start = |fit: &Fit| {
             answered(sampled_starts(
                 Discipline::Conservative,
-                0,
-                0,
-                &queue,
-                &running,
+                Seen {
+                    now_us: 0,
+                    free: 0,
+                    queue: &queue,
+                    running: &running,
+                },
                 &[0],
                 fit,
                 1,
@@ -763,10 +785,12 @@ mod tests {
         }];
         let starts = sampled_starts(
             Discipline::Conservative,
-            0,
-            4,
-            &queue,
-            &[],
+            Seen {
+                now_us: 0,
+                free: 4,
+                queue: &queue,
+                running: &[],
+            },
             &[0],
             &Fit::default(),
             1,

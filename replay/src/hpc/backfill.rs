@@ -35,7 +35,7 @@ use serde::Serialize;
 use jobcast_predictor::hpc::backfill::{
     self as scheduler, Backfill, Discipline, Ending, Told, Waiting as Queued,
 };
-use jobcast_predictor::hpc::starts::{self as sampled, Sampled, Spread};
+use jobcast_predictor::hpc::starts::{self as sampled, Sampled, Seen, Spread};
 use jobcast_predictor::stats::percentile;
 
 use super::RunTime;
@@ -360,10 +360,12 @@ impl Machine<'_> {
             .collect::<Option<Vec<_>>>()?;
         Some(sampled::sampled_starts(
             self.discipline,
-            now,
-            self.free,
-            &queue,
-            &running,
+            Seen {
+                now_us: now,
+                free: self.free,
+                queue: &queue,
+                running: &running,
+            },
             wanted,
             &self.fit,
             self.threads,
