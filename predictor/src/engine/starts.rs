@@ -28,16 +28,18 @@
 //! decision goes out again, same version, when the start has [`moved`].
 //!
 //! The cost falls on each decision of a pending job: one pass over the
-//! live jobs, then the projection, played once per sample. Each sample
-//! plays the schedule event by event (every end, every expected end that
-//! passes) until the job starts: about 2(k + r) events for k jobs ahead
-//! and r running. At each, EASY passes over the queue (O(n log n) for n
-//! waiting), and conservative reserves the queue's jobs in order until
-//! no later one could start now, each reservation a pass over the
-//! profile's steps: O(k · (r + k)) at worst. Neither suits queues of many
-//! thousands (`docs/reproduction.md` times it on the logs). An event at
-//! which no waiting job is narrow enough to start skips its pass, and
-//! the samples are played on `threads` threads.
+//! live jobs, then the projection, played once per sample, the samples on
+//! `engine.starts.threads` threads. Each sample plays the schedule event
+//! by event (every end, every expected end that passes) until the job
+//! starts: about 2(k + r) events for k jobs ahead and r running. An event
+//! at which no waiting job is narrow enough to start costs nothing more;
+//! at the others EASY passes over the queue (O(n log n) for n waiting),
+//! and conservative reserves the queue's jobs in order until too few
+//! processors are free for any later one to start now, each reservation
+//! a pass over the profile's steps: O(k · (r + k)) at worst
+//! (`docs/reproduction.md` times it on the logs: on HPC2N, whose queues
+//! reach thousands, a conservative run takes 1,052 s for 71,466 answers,
+//! the simulation itself included).
 //! The starts looked at again at one event share one projection per
 //! cluster, played until each of them has started.
 

@@ -3250,7 +3250,7 @@ fn a_start_follows_what_the_site_plans_on() {
 }
 
 #[test]
-fn start_settings_without_a_backfilling_are_refused_by_name() {
+fn start_settings_without_a_backfilling_or_threads_are_refused_by_name() {
     let err = Engine::new(&starts_config(None, Some(4)))
         .err()
         .expect("refused");
@@ -3259,4 +3259,8 @@ fn start_settings_without_a_backfilling_are_refused_by_name() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("starts.cpus"), "{err}");
+    let mut no_threads = starts_config(Some(BackfillKind::Easy), Some(4));
+    no_threads.starts.threads = 0;
+    let err = Engine::new(&no_threads).err().expect("refused");
+    assert!(err.to_string().contains("starts.threads"), "{err}");
 }
