@@ -24,7 +24,10 @@ fn bench(c: &mut Criterion) {
     let config = EngineConfig {
         policy: PolicyKind::ThreeSigma,
         shadow: Vec::new(),
-        eta: EtaSettings { slots: Some(1000) },
+        eta: EtaSettings {
+            slots: Some(1000),
+            ..EtaSettings::default()
+        },
         ..EngineConfig::default()
     };
     let mut group = c.benchmark_group("decision_with_eta");

@@ -11,7 +11,9 @@
 //! - `jobcast`: `jobcast slurm submit`, which holds the job on the first
 //!   cluster and moves it to the cluster jobcast expects to finish it
 //!   first (`jobcast serve`, with one `slurm watch` per cluster on the
-//!   embedded Kafka, having learnt the clusters' past).
+//!   embedded Kafka, having learnt the clusters' past). The clusters
+//!   start their jobs in submission order (no `slurm apply`), and
+//!   jobcast's ETAs say so (`engine.eta.order = "submission"`).
 //!
 //! Each way runs the same jobs at the same arrivals, on idle clusters,
 //! from the workload `bench slurm` draws: a trace's jobs (or the
@@ -621,6 +623,10 @@ fn start_services(
             "127.0.0.1:0".into(),
             "--set".into(),
             slots,
+            // The clusters start their jobs in Slurm's own order: jobcast
+            // chooses their cluster, not their turn.
+            "--set".into(),
+            "engine.eta.order=submission".into(),
         ],
     )];
     for cluster in clusters {

@@ -83,7 +83,7 @@ use effects::reject;
 pub use effects::{Changed, Effects, Output, Rejection};
 pub use expiry::ExpirySettings;
 use live_task::LiveTask;
-pub use progress::EtaSettings;
+pub use progress::{EtaOrder, EtaSettings};
 pub use records::{
     CapacityDecision, ClusterRecord, DeadlineAction, DeadlineDecision, DeadlinePlan,
     DeadlineRecord, ERROR_PCT_BOUNDS, FleetChange, FleetRecord, FleetVm, JobRecord, JobState,

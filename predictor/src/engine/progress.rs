@@ -11,7 +11,12 @@
 //! each cluster has its own queues and capacity: a job's ETA is its own
 //! cluster's, and a decision also carries what the job's ETA would be on
 //! every other cluster with capacity, were it queued there now, and the
-//! cluster that would finish it first.
+//! cluster that would finish it first. Which jobs are ahead of a job
+//! depends on the order its cluster starts them in (`engine.eta.order`):
+//! jobcast's queues, where the clusters follow its decisions, or
+//! submission order, where they do not; a model of the wrong order sends
+//! a short job to a cluster whose long queue it would in truth wait
+//! behind.
 //!
 //! An ETA is the state's view at its decision: the jobs that arrive or
 //! move ahead later are not in it, which the calibration learns as bias
@@ -72,6 +77,11 @@ impl Etas {
         self.settings.slots.is_none()
     }
 
+    /// `job`'s row as this engine's ETAs read it.
+    fn row(&self, job: &LiveJob, driver: PolicyKind) -> Option<Row> {
+        job.eta_row(driver, self.per_cpu(), self.settings.order)
+    }
+
     /// Bring `job_id`'s row up to date with `job` (none once it is gone):
     /// its placement, size, tasks; no row while it is not placed and
     /// sized.
@@ -79,9 +89,8 @@ impl Etas {
         let Some(job) = job else {
             return self.forget(job_id);
         };
-        let per_cpu = self.per_cpu();
         let cluster = job.submitted.cluster.as_str();
-        match (job.eta_row(driver, per_cpu), self.rows.get_mut(cluster)) {
+        match (self.row(job, driver), self.rows.get_mut(cluster)) {
             (Some(row), Some(rows)) => rows.put(row),
             (Some(row), None) => {
                 let mut rows = EtaRows::default();
@@ -107,16 +116,15 @@ impl Etas {
         jobs: impl Iterator<Item = &'a LiveJob>,
         driver: PolicyKind,
     ) {
-        self.rows = BTreeMap::new();
-        let per_cpu = self.per_cpu();
+        let mut rows: BTreeMap<String, EtaRows> = BTreeMap::new();
         for job in jobs {
-            if let Some(row) = job.eta_row(driver, per_cpu) {
-                self.rows
-                    .entry(job.submitted.cluster.clone())
+            if let Some(row) = self.row(job, driver) {
+                rows.entry(job.submitted.cluster.clone())
                     .or_default()
                     .put(row);
             }
         }
+        self.rows = rows;
     }
 
     /// The capacity ETAs on a cluster whose machines up have `cpus` CPUs
@@ -140,17 +148,17 @@ impl Etas {
         if capacity < MIN_CAPACITY {
             return None;
         }
-        let predicted = self.rows.get(cluster)?.predict(
-            &job.eta_row(driver, self.per_cpu())?,
-            capacity,
-            now_us,
-        );
+        let predicted = self
+            .rows
+            .get(cluster)?
+            .predict(&self.row(job, driver)?, capacity, now_us);
         Some((predicted, self.calibration.eta(predicted)))
     }
 
     /// With several clusters: `job`'s completion on each cluster with
     /// capacity (its own: `own`; another: were it queued there at
-    /// `now_us`, behind its queue, with nothing of it running), by name,
+    /// `now_us`, behind its queue, or behind every job there in
+    /// submission order, with nothing of it running), by name,
     /// and the cluster of the earliest median.
     fn across(
         &self,
@@ -163,7 +171,7 @@ impl Etas {
         if clusters.len() < 2 {
             return (Vec::new(), None);
         }
-        let Some(row) = job.eta_row(driver, self.per_cpu()) else {
+        let Some(row) = self.row(job, driver) else {
             return (Vec::new(), None);
         };
         let moved = Row {
@@ -260,10 +268,7 @@ impl Etas {
         jobs: impl Iterator<Item = &'a LiveJob>,
         driver: PolicyKind,
     ) -> bool {
-        let per_cpu = self.per_cpu();
-        let mut expected: Vec<Row> = jobs
-            .filter_map(|job| job.eta_row(driver, per_cpu))
-            .collect();
+        let mut expected: Vec<Row> = jobs.filter_map(|job| self.row(job, driver)).collect();
         let mut held: Vec<Row> = self.rows.values().flat_map(EtaRows::all).collect();
         expected.sort_by_key(|r| r.job_id);
         held.sort_by_key(|r| r.job_id);
@@ -287,6 +292,26 @@ pub struct EtaSettings {
     /// machines up, as machine events report them, each task taking its
     /// job's CPU request; no ETA until a machine has reported its CPUs.
     pub slots: Option<u32>,
+    /// The order each cluster starts its waiting jobs in.
+    pub order: EtaOrder,
+}
+
+/// The order a cluster starts its waiting jobs in, as its ETAs model it.
+/// It decides which jobs are ahead of a job, and so most of its wait; a
+/// job moved to another cluster ([`Etas::across`]) joins that cluster's
+/// queue as the cluster serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtaOrder {
+    /// The driving policy's queues, as a cluster that follows jobcast's
+    /// decisions starts them (`slurm apply`, or a scheduler that reads
+    /// them): a short job goes ahead of the long ones before it.
+    #[default]
+    Queues,
+    /// Submission order, as a cluster that jobcast's decisions do not
+    /// order starts them (Slurm's FIFO priority, backfilling aside): a
+    /// job waits behind every job submitted before it.
+    Submission,
 }
 
 impl EtaSettings {
@@ -537,9 +562,15 @@ impl EtaRows {
 impl LiveJob {
     /// The job's ETA row once it is placed and its size is predicted (by
     /// `driver`, or else by the history); `per_cpu` weighs its tasks by
-    /// their CPU request (capacity in CPUs) rather than as one slot each.
-    fn eta_row(&self, driver: PolicyKind, per_cpu: bool) -> Option<Row> {
-        let (queue, since_us) = self.progress.placed?;
+    /// their CPU request (capacity in CPUs) rather than as one slot each;
+    /// `order` places it among the cluster's jobs: by its queue and since
+    /// when it is there, or by its submission.
+    fn eta_row(&self, driver: PolicyKind, per_cpu: bool, order: EtaOrder) -> Option<Row> {
+        let placed = self.progress.placed?;
+        let (queue, since_us) = match order {
+            EtaOrder::Queues => placed,
+            EtaOrder::Submission => (0, self.submitted.time_us),
+        };
         let size_us = self
             .record
             .estimates

@@ -1047,7 +1047,10 @@ fn eta_config(slots: Option<u32>) -> EngineConfig {
     EngineConfig {
         policy: PolicyKind::ThreeSigma,
         shadow: Vec::new(),
-        eta: EtaSettings { slots },
+        eta: EtaSettings {
+            slots,
+            ..EtaSettings::default()
+        },
         ..EngineConfig::default()
     }
 }
@@ -1378,7 +1381,10 @@ fn a_waiting_decision_survives_a_snapshot_and_dies_with_its_job() {
 fn eta_rows_follow_every_job_through_submissions_tasks_ends_and_a_restore() {
     let config = EngineConfig {
         policy: PolicyKind::SLearn,
-        eta: EtaSettings { slots: Some(8) },
+        eta: EtaSettings {
+            slots: Some(8),
+            ..EtaSettings::default()
+        },
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(&config).unwrap();
@@ -2854,6 +2860,83 @@ fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
         .unwrap();
     let d = decisions(&effects)[0].clone();
     assert!(d.eta.is_some() && d.clusters.is_empty() && d.recommended_cluster.is_none());
+}
+
+/// The cluster recommended for a short job on `east`, whose long jobs
+/// wait behind one that fills it, against `west`, as full, with one short
+/// job waiting, when the ETAs take the clusters to start their jobs in
+/// `order`.
+fn recommended_beside_a_long_queue(order: EtaOrder) -> Option<String> {
+    let config = EngineConfig {
+        eta: EtaSettings {
+            order,
+            ..EtaSettings::default()
+        },
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(&config).unwrap();
+    let mut effects = Effects::default();
+    learnt_one_job(&mut engine, 10, &mut effects);
+    let t0 = 11 * HOUR;
+    for (id, cluster) in [(1, "east"), (2, "west")] {
+        engine
+            .apply(
+                AT,
+                &event(&format!(
+                    r#"{{"v":1,"type":"machine","time_us":{t0},"machine_id":{id},"kind":"add","cpus":8,"cluster":"{cluster}"}}"#
+                )),
+                &mut effects,
+            )
+            .unwrap();
+    }
+    let job = |id: u64, t: u64, tasks: u32, cluster: &str| {
+        event(&format!(
+            r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"n","logical_name":"l","cpu_request":1,"num_tasks":{tasks},"cluster":"{cluster}"}}"#
+        ))
+    };
+    // Each cluster runs a job of 8 tasks on its 8 CPUs.
+    for (id, cluster) in [(20, "east"), (21, "west")] {
+        engine
+            .apply(AT, &job(id, t0 + 1, 8, cluster), &mut effects)
+            .unwrap();
+        for i in 0..8 {
+            engine
+                .apply(AT, &task(id, i, t0 + 2, "schedule"), &mut effects)
+                .unwrap();
+        }
+    }
+    // East has three long jobs waiting, west one short job.
+    for id in 22..25 {
+        engine
+            .apply(AT, &job(id, t0 + 2, 16, "east"), &mut effects)
+            .unwrap();
+    }
+    engine
+        .apply(AT, &job(25, t0 + 2, 1, "west"), &mut effects)
+        .unwrap();
+    effects.clear();
+    engine
+        .apply(AT, &job(30, t0 + 3, 1, "east"), &mut effects)
+        .unwrap();
+    decisions(&effects)[0].recommended_cluster.clone()
+}
+
+/// A short job goes ahead of a cluster's long queue only where the
+/// cluster starts its jobs in jobcast's queues; where it starts them in
+/// submission order the job would wait behind that queue, and the
+/// cluster with the shorter one is recommended.
+#[test]
+fn the_cluster_recommended_follows_the_order_the_clusters_start_jobs_in() {
+    assert_eq!(
+        recommended_beside_a_long_queue(EtaOrder::Queues).as_deref(),
+        Some("east"),
+        "in jobcast's queues the short job passes east's long ones"
+    );
+    assert_eq!(
+        recommended_beside_a_long_queue(EtaOrder::Submission).as_deref(),
+        Some("west"),
+        "in submission order it waits behind them"
+    );
 }
 
 /// A deadline job under SLearn alone (no 3Sigma in shadow) is planned
