@@ -42,6 +42,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use super::fifo::{self, FifoClusters};
 use super::workload::{LiveJob, SlurmShape, past_jobs};
 use super::{
     Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_group, current_user,
@@ -109,6 +110,40 @@ pub struct WayRow {
     pub placed: BTreeMap<String, usize>,
 }
 
+/// Average JCTs in the model of the clusters, s: the random way's
+/// choices, the choice by time limits, and the choice a chooser that knew
+/// every runtime would make.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelRow {
+    pub random_avg_jct_s: f64,
+    pub time_limit_avg_jct_s: f64,
+    pub known_runtimes_avg_jct_s: f64,
+}
+
+impl ModelRow {
+    /// `live`'s jobs on clusters of `cpus`, the random way sending job `i`
+    /// to `destinations[i]`, each job asking for `limits_minutes`.
+    fn of(live: &[LiveJob], cpus: &[u32], destinations: &[usize], limits_minutes: &[u64]) -> Self {
+        let jobs: Vec<fifo::Job> = live
+            .iter()
+            .zip(limits_minutes)
+            .map(|(job, &minutes)| fifo::Job {
+                arrival_s: job.arrival_s,
+                runtimes_s: &job.runtimes_s,
+                limit_s: minutes as f64 * 60.0,
+            })
+            .collect();
+        let average = |choose: &dyn Fn(usize, &FifoClusters, &fifo::Job) -> usize| {
+            fifo::average_jct_s(cpus, &jobs, choose)
+        };
+        ModelRow {
+            random_avg_jct_s: average(&|i, _, _| destinations[i]),
+            time_limit_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.limit_start_s(c, j))),
+            known_runtimes_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.end_s(c, j))),
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub clusters: Vec<ClusterRow>,
@@ -133,6 +168,9 @@ pub struct Report {
     /// jobcast's decision and the move, all in its JCT.
     pub jobcast_submit_p50_s: f64,
     pub ways: BTreeMap<&'static str, WayRow>,
+    /// The same jobs in a model of the clusters ([`fifo`]), where every
+    /// task takes its runtime and nothing takes time but the tasks.
+    pub model: ModelRow,
     /// Every job, in arrival order.
     pub per_job: Vec<JobRow>,
 }
@@ -169,6 +207,15 @@ impl std::fmt::Display for Report {
                 placed.join(", ")
             )?;
         }
+        writeln!(
+            f,
+            "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
+             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
+            self.model.random_avg_jct_s,
+            self.model.time_limit_avg_jct_s,
+            self.model.known_runtimes_avg_jct_s,
+            self.model.time_limit_avg_jct_s / self.model.known_runtimes_avg_jct_s
+        )?;
         writeln!(
             f,
             "jobcast: {:.2}× the time-limit choice's average JCT, {:.2}× the random one's; \
@@ -409,6 +456,8 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
             },
         );
     }
+    let cpus: Vec<u32> = clusters.iter().map(|c| c.cpus).collect();
+    let model = ModelRow::of(&live, &cpus, &destinations, &limits);
     let avg = |way: &str| rows[way].avg_jct_s;
     let p50 = |way: &str| rows[way].p50_jct_s;
     Ok(Report {
@@ -435,6 +484,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         jobcast_undecided: undecided,
         jobcast_submit_p50_s: submit_p50_s,
         ways: rows,
+        model,
         per_job,
     })
 }

@@ -62,6 +62,7 @@ use workload::{
 };
 
 pub mod federation;
+mod fifo;
 pub mod starts;
 mod workload;
 
