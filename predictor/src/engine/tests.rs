@@ -2786,15 +2786,12 @@ fn clusters_count_their_jobs_and_machines_and_are_bounded() {
     assert_eq!(held(&restored), held(&engine));
 }
 
-/// With two clusters, a decision carries the job's completion on each:
-/// its own cluster's as its ETA, the other's as if queued there now; the
-/// cluster that would finish it first is recommended.
-#[test]
-fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
-    let mut engine = Engine::new(&EngineConfig::default()).unwrap();
+/// An engine of `config` that has learnt a 10 h job, with two clusters,
+/// `east` and `west`, of one 8-CPU machine each from `t0`.
+fn east_and_west(config: &EngineConfig, t0: u64) -> (Engine, Effects) {
+    let mut engine = Engine::new(config).unwrap();
     let mut effects = Effects::default();
     learnt_one_job(&mut engine, 10, &mut effects);
-    let t0 = 11 * HOUR;
     for (id, cluster) in [(1, "east"), (2, "west")] {
         engine
             .apply(
@@ -2806,6 +2803,16 @@ fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
             )
             .unwrap();
     }
+    (engine, effects)
+}
+
+/// With two clusters, a decision carries the job's completion on each:
+/// its own cluster's as its ETA, the other's as if queued there now; the
+/// cluster that would finish it first is recommended.
+#[test]
+fn a_decision_carries_each_clusters_completion_and_recommends_the_first() {
+    let t0 = 11 * HOUR;
+    let (mut engine, mut effects) = east_and_west(&EngineConfig::default(), t0);
     let job = |id: u64, t: u64, cluster: &str| {
         event(&format!(
             r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"n","logical_name":"l","cpu_request":2,"num_tasks":4,"cluster":"{cluster}"}}"#
@@ -2874,21 +2881,8 @@ fn recommended_beside_a_long_queue(order: EtaOrder) -> Option<String> {
         },
         ..EngineConfig::default()
     };
-    let mut engine = Engine::new(&config).unwrap();
-    let mut effects = Effects::default();
-    learnt_one_job(&mut engine, 10, &mut effects);
     let t0 = 11 * HOUR;
-    for (id, cluster) in [(1, "east"), (2, "west")] {
-        engine
-            .apply(
-                AT,
-                &event(&format!(
-                    r#"{{"v":1,"type":"machine","time_us":{t0},"machine_id":{id},"kind":"add","cpus":8,"cluster":"{cluster}"}}"#
-                )),
-                &mut effects,
-            )
-            .unwrap();
-    }
+    let (mut engine, mut effects) = east_and_west(&config, t0);
     let job = |id: u64, t: u64, tasks: u32, cluster: &str| {
         event(&format!(
             r#"{{"v":1,"type":"job_submitted","time_us":{t},"job_id":{id},"user":"u","job_name":"n","logical_name":"l","cpu_request":1,"num_tasks":{tasks},"cluster":"{cluster}"}}"#
