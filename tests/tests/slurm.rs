@@ -1549,6 +1549,22 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
         (number(&report, "jobcast_speedup_vs_time_limit") - ratio).abs() < 1e-9,
         "{report}"
     );
+    // The model of the clusters: no job ends before its mean task does, and
+    // a choice that knows every runtime does no worse than the random one.
+    let floor = jobs
+        .iter()
+        .map(|j| number(j, "work_s") / number(j, "tasks"))
+        .sum::<f64>()
+        / 12.0;
+    let model = &report["model"];
+    for way in ["random", "time_limit", "known_runtimes"] {
+        let avg = number(model, &format!("{way}_avg_jct_s"));
+        assert!(avg >= floor - 1e-9, "{way}: {avg} below {floor}: {model}");
+    }
+    assert!(
+        number(model, "known_runtimes_avg_jct_s") <= number(model, "random_avg_jct_s"),
+        "{model}"
+    );
 }
 
 /// Bad flags are refused by name before any cluster is touched.
