@@ -211,6 +211,7 @@ pub enum Report {
     Transient(Box<transient::TransientReport>),
     Deadlines(Box<deadlines::DeadlinesReport>),
     Federation(Box<slurm::federation::Report>),
+    FederationModel(Box<slurm::federation::ModelReport>),
     SlurmStarts(Box<slurm::starts::Report>),
 }
 
@@ -225,6 +226,7 @@ impl std::fmt::Display for Report {
             Report::Transient(report) => report.fmt(f),
             Report::Deadlines(report) => report.fmt(f),
             Report::Federation(report) => report.fmt(f),
+            Report::FederationModel(report) => report.fmt(f),
             Report::SlurmStarts(report) => report.fmt(f),
         }
     }
@@ -265,6 +267,10 @@ pub fn run(args: &Args) -> anyhow::Result<Measured> {
         },
         BenchCommand::Deadlines(args) => Measured {
             report: Report::Deadlines(Box::new(deadlines::deadlines(args)?)),
+            json: args.json,
+        },
+        BenchCommand::Federation(args) if args.model_only => Measured {
+            report: Report::FederationModel(Box::new(slurm::federation::model(args)?)),
             json: args.json,
         },
         BenchCommand::Federation(args) => Measured {

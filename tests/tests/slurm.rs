@@ -1565,6 +1565,21 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
         number(model, "known_runtimes_avg_jct_s") <= number(model, "random_avg_jct_s"),
         "{model}"
     );
+    // `--model-only` plays the same jobs in the same model, submitting
+    // nothing.
+    let out = Command::new(jobcast_bin())
+        .args(["bench", "federation", "--cluster"])
+        .arg(cluster("east", &east))
+        .arg("--cluster")
+        .arg(cluster("west", &west))
+        .args(["--jobs", "12", "--json", "--model-only"])
+        .args(SMALL_WORKLOAD)
+        .output()
+        .expect("jobcast bench federation --model-only runs");
+    let alone = bench_report(&out);
+    assert_eq!(&alone["model"], model, "{alone}");
+    assert_eq!(alone["jobs"], 12, "{alone}");
+    assert!(alone.get("jobcast_avg_jct_s").is_none(), "{alone}");
 }
 
 /// Bad flags are refused by name before any cluster is touched.

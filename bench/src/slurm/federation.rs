@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use jobcast_connectors::slurm::{check_cluster_files, parse_cluster};
 use jobcast_predictor::decision::PolicyKind;
-use jobcast_replay::workload::SimJob;
+use jobcast_replay::workload::{SimJob, Workload};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -70,6 +70,11 @@ pub struct FederationArgs {
     /// How long `slurm submit` waits for jobcast's decision, seconds.
     #[arg(long, default_value_t = 30.0)]
     decision_timeout_secs: f64,
+    /// Play the jobs in the model of the clusters only, submitting
+    /// nothing: the model's averages in milliseconds, to find a workload
+    /// with room for a better choice of cluster.
+    #[arg(long)]
+    pub(crate) model_only: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -141,6 +146,39 @@ impl ModelRow {
             time_limit_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.limit_start_s(c, j))),
             known_runtimes_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.end_s(c, j))),
         }
+    }
+}
+
+/// `--model-only`'s report.
+#[derive(Debug, Serialize)]
+pub struct ModelReport {
+    pub clusters: Vec<ClusterRow>,
+    pub jobs: usize,
+    pub tasks: usize,
+    pub limit_factor: f64,
+    pub model: ModelRow,
+}
+
+impl std::fmt::Display for ModelReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = &self.model;
+        writeln!(
+            f,
+            "{} jobs ({} tasks) on {} clusters; time limits up to {}× the longest task",
+            self.jobs,
+            self.tasks,
+            self.clusters.len(),
+            self.limit_factor
+        )?;
+        writeln!(
+            f,
+            "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
+             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
+            m.random_avg_jct_s,
+            m.time_limit_avg_jct_s,
+            m.known_runtimes_avg_jct_s,
+            m.time_limit_avg_jct_s / m.known_runtimes_avg_jct_s
+        )
     }
 }
 
@@ -237,6 +275,15 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// As the report lists it.
+    fn row(&self) -> ClusterRow {
+        ClusterRow {
+            name: self.name.clone(),
+            cpus: self.cpus,
+            partition: self.partition.clone(),
+        }
+    }
+
     /// Run a Slurm command on this cluster.
     fn command(&self, program: &str) -> Command {
         let mut command = Command::new(program);
@@ -305,7 +352,18 @@ impl Cluster {
     }
 }
 
-pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
+/// What every way of a run shares: the clusters, the workload drawn for
+/// them, each job's time limit (minutes) and the random way's cluster.
+struct Prepared {
+    clusters: Vec<Cluster>,
+    workload: Workload,
+    live: Vec<LiveJob>,
+    limits: Vec<u64>,
+    destinations: Vec<usize>,
+}
+
+/// The run `args` asks for, checked, on the clusters as `sinfo` shows them.
+fn prepare(args: &FederationArgs) -> anyhow::Result<Prepared> {
     if args.clusters.len() < 2 {
         bail!("--cluster: two or more clusters, each NAME=SLURM_CONF");
     }
@@ -345,6 +403,44 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         .iter()
         .map(|_| rng.random_range(0..clusters.len()))
         .collect();
+    Ok(Prepared {
+        clusters,
+        workload,
+        live,
+        limits,
+        destinations,
+    })
+}
+
+/// `bench federation --model-only`: the run's jobs in the model of the
+/// clusters alone, nothing submitted.
+pub fn model(args: &FederationArgs) -> anyhow::Result<ModelReport> {
+    let Prepared {
+        clusters,
+        live,
+        limits,
+        destinations,
+        ..
+    } = prepare(args)?;
+    let cpus: Vec<u32> = clusters.iter().map(|c| c.cpus).collect();
+    Ok(ModelReport {
+        clusters: clusters.iter().map(Cluster::row).collect(),
+        jobs: live.len(),
+        tasks: live.iter().map(|j| j.runtimes_s.len()).sum(),
+        limit_factor: args.limit_factor,
+        model: ModelRow::of(&live, &cpus, &destinations, &limits),
+    })
+}
+
+pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
+    let Prepared {
+        clusters,
+        workload,
+        live,
+        limits,
+        destinations,
+    } = prepare(args)?;
+    let cpus: u32 = clusters.iter().map(|c| c.cpus).sum();
     // Every cluster's partition must be the first's, under one user: the
     // jobs' arguments are the same wherever they go.
     let shape = SlurmShape {
@@ -461,14 +557,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
     let avg = |way: &str| rows[way].avg_jct_s;
     let p50 = |way: &str| rows[way].p50_jct_s;
     Ok(Report {
-        clusters: clusters
-            .iter()
-            .map(|c| ClusterRow {
-                name: c.name.clone(),
-                cpus: c.cpus,
-                partition: c.partition.clone(),
-            })
-            .collect(),
+        clusters: clusters.iter().map(Cluster::row).collect(),
         jobs: live.len(),
         tasks,
         policy: args.policy,
