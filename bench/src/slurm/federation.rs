@@ -149,6 +149,20 @@ impl ModelRow {
     }
 }
 
+impl std::fmt::Display for ModelRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
+             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
+            self.random_avg_jct_s,
+            self.time_limit_avg_jct_s,
+            self.known_runtimes_avg_jct_s,
+            self.time_limit_avg_jct_s / self.known_runtimes_avg_jct_s
+        )
+    }
+}
+
 /// `--model-only`'s report.
 #[derive(Debug, Serialize)]
 pub struct ModelReport {
@@ -161,7 +175,6 @@ pub struct ModelReport {
 
 impl std::fmt::Display for ModelReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let m = &self.model;
         writeln!(
             f,
             "{} jobs ({} tasks) on {} clusters; time limits up to {}× the longest task",
@@ -170,15 +183,7 @@ impl std::fmt::Display for ModelReport {
             self.clusters.len(),
             self.limit_factor
         )?;
-        writeln!(
-            f,
-            "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
-             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
-            m.random_avg_jct_s,
-            m.time_limit_avg_jct_s,
-            m.known_runtimes_avg_jct_s,
-            m.time_limit_avg_jct_s / m.known_runtimes_avg_jct_s
-        )
+        writeln!(f, "{}", self.model)
     }
 }
 
@@ -245,15 +250,7 @@ impl std::fmt::Display for Report {
                 placed.join(", ")
             )?;
         }
-        writeln!(
-            f,
-            "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
-             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
-            self.model.random_avg_jct_s,
-            self.model.time_limit_avg_jct_s,
-            self.model.known_runtimes_avg_jct_s,
-            self.model.time_limit_avg_jct_s / self.model.known_runtimes_avg_jct_s
-        )?;
+        writeln!(f, "{}", self.model)?;
         writeln!(
             f,
             "jobcast: {:.2}× the time-limit choice's average JCT, {:.2}× the random one's; \
@@ -415,20 +412,14 @@ fn prepare(args: &FederationArgs) -> anyhow::Result<Prepared> {
 /// `bench federation --model-only`: the run's jobs in the model of the
 /// clusters alone, nothing submitted.
 pub fn model(args: &FederationArgs) -> anyhow::Result<ModelReport> {
-    let Prepared {
-        clusters,
-        live,
-        limits,
-        destinations,
-        ..
-    } = prepare(args)?;
-    let cpus: Vec<u32> = clusters.iter().map(|c| c.cpus).collect();
+    let run = prepare(args)?;
+    let cpus: Vec<u32> = run.clusters.iter().map(|c| c.cpus).collect();
     Ok(ModelReport {
-        clusters: clusters.iter().map(Cluster::row).collect(),
-        jobs: live.len(),
-        tasks: live.iter().map(|j| j.runtimes_s.len()).sum(),
+        clusters: run.clusters.iter().map(Cluster::row).collect(),
+        jobs: run.live.len(),
+        tasks: run.live.iter().map(|j| j.runtimes_s.len()).sum(),
         limit_factor: args.limit_factor,
-        model: ModelRow::of(&live, &cpus, &destinations, &limits),
+        model: ModelRow::of(&run.live, &cpus, &run.destinations, &run.limits),
     })
 }
 
@@ -440,7 +431,8 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         limits,
         destinations,
     } = prepare(args)?;
-    let cpus: u32 = clusters.iter().map(|c| c.cpus).sum();
+    let sizes: Vec<u32> = clusters.iter().map(|c| c.cpus).collect();
+    let cpus: u32 = sizes.iter().sum();
     // Every cluster's partition must be the first's, under one user: the
     // jobs' arguments are the same wherever they go.
     let shape = SlurmShape {
@@ -552,8 +544,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
             },
         );
     }
-    let cpus: Vec<u32> = clusters.iter().map(|c| c.cpus).collect();
-    let model = ModelRow::of(&live, &cpus, &destinations, &limits);
+    let model = ModelRow::of(&live, &sizes, &destinations, &limits);
     let avg = |way: &str| rows[way].avg_jct_s;
     let p50 = |way: &str| rows[way].p50_jct_s;
     Ok(Report {
