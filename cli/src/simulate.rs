@@ -233,11 +233,12 @@ fn megha(args: &Args) -> anyhow::Result<()> {
                 })
                 .collect();
             table.push_str(&format!(
-                "{:<14} {} (preemptions {} of {} tried)\n",
+                "{:<14} {} (preemptions {} of {} tried, {:.0} s of work lost)\n",
                 r.scheduler.name(),
                 queues.join("; "),
                 r.preemptions,
-                r.preemption_attempts
+                r.preemption_attempts,
+                r.preempted_work_s
             ));
         }
     }

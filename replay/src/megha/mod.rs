@@ -38,8 +38,11 @@
 //! queue furthest over its share on a worker where that frees enough room
 //! (the GM's view of free room, the queues' use as the LMs report it); the
 //! LM checks the victim is still over its share and the room is there, or
-//! refuses. A preempted task goes back to the front of its queue and
-//! starts over. A task whose queue has its share waits, as without
+//! refuses. Megha takes the first such worker it finds; under jobcast the
+//! GM takes the one where preempting delays the fewest jobs' predicted
+//! ends, then where it delays them and loses least work (a task whose job
+//! still has tasks queued delays nothing: the job ends no sooner anyway).
+//! A preempted task goes back to the front of its queue and starts over. A task whose queue has its share waits, as without
 //! fairness. Without user queues, jobs go to the GMs in turn.
 //!
 //! # Costs
@@ -248,6 +251,9 @@ pub struct MeghaRun {
     /// Preemption requests sent to an LM, and tasks preempted.
     pub preemption_attempts: u64,
     pub preemptions: u64,
+    /// Work lost to preemption: the time the preempted attempts had run,
+    /// summed over tasks.
+    pub preempted_work_s: f64,
     /// Per user queue, when queues are configured.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub share_attainment: Vec<QueueAttainment>,

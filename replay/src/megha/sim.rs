@@ -160,6 +160,8 @@ struct JobState {
     queue: usize,
     /// Per task: times it was preempted.
     attempts: Vec<u32>,
+    /// When its tasks running now started.
+    running_starts: Vec<u64>,
 }
 
 /// A Sparrow worker's reservations, and whether it is asking for a task.
@@ -186,13 +188,15 @@ pub(super) struct Sim<'a> {
     state: Vec<JobState>,
     queues: Vec<Queue>,
     fairness: bool,
-    /// Per worker: the tasks running there, with their attempt, in order
+    /// Per worker: the tasks running there, with their start, in order
     /// of start.
-    running: Vec<Vec<(TaskRef, u32)>>,
+    running: Vec<Vec<(TaskRef, u64)>>,
     last_event_us: u64,
     tasks_ended: usize,
     preemption_attempts: u64,
     preemptions: u64,
+    /// Work lost to preemption: the preempted attempts' time run, µs.
+    preempted_work_us: u64,
     sampling: Vec<SamplingWorker>,
     allocation_us: Vec<u64>,
     inconsistencies: u64,
@@ -277,6 +281,7 @@ impl<'a> Sim<'a> {
                     end_us: 0,
                     queue,
                     attempts: vec![0; j.runtimes_us().len()],
+                    running_starts: Vec::new(),
                 }
             })
             .collect();
@@ -301,6 +306,7 @@ impl<'a> Sim<'a> {
             tasks_ended: 0,
             preemption_attempts: 0,
             preemptions: 0,
+            preempted_work_us: 0,
             sampling: (0..n).map(|_| SamplingWorker::default()).collect(),
             allocation_us: Vec::new(),
             inconsistencies: 0,
@@ -570,24 +576,83 @@ impl<'a> Sim<'a> {
             return (None, 0);
         };
         let view = &self.gms[g].view;
+        let mut best: Option<((u32, f64), usize)> = None;
         let mut scanned = 0;
         for (w, running) in self.running.iter().enumerate() {
             scanned += 1;
-            let (cores, memory) = running
+            // The LM stops the victim's tasks there latest started first.
+            let (mut cores, mut memory) = (view.cores[w], view.memory[w]);
+            let fits = |c: f64, m: f64| c >= need.0 - 1e-9 && m >= need.1 - 1e-9;
+            let mut cost = (0, 0.0);
+            let mut stopped = false;
+            for &(t, started) in running
                 .iter()
+                .rev()
                 .filter(|(t, _)| self.state[t.job as usize].queue == v)
-                .fold((0.0, 0.0), |(c, m), (t, _)| {
-                    let n = self.state[t.job as usize].need;
-                    (c + n.0, m + n.1)
-                });
-            if cores > 0.0
-                && view.cores[w] + cores >= need.0 - 1e-9
-                && view.memory[w] + memory >= need.1 - 1e-9
             {
+                if fits(cores, memory) {
+                    break;
+                }
+                let n = self.state[t.job as usize].need;
+                cores += n.0;
+                memory += n.1;
+                stopped = true;
+                let (delayed, us) = self.preemption_cost(t, started);
+                cost = (cost.0 + delayed, cost.1 + us);
+            }
+            if !stopped || !fits(cores, memory) {
+                continue;
+            }
+            if self.scheduler != Scheduler::MeghaJobcast {
                 return (Some((w, v)), scanned);
             }
+            if best.is_none_or(|(least, _)| {
+                cost.0 < least.0 || (cost.0 == least.0 && cost.1 < least.1)
+            }) {
+                best = Some((cost, w));
+            }
         }
-        (None, scanned)
+        (best.map(|(_, w)| (w, v)), scanned)
+    }
+
+    /// jobcast's cost of preempting `task`, which started at `started`:
+    /// whether its job is predicted to end later for it (1 or 0), and by
+    /// how much plus the work the task loses, µs. The task starts again
+    /// no sooner than now and runs its estimated runtime; a job with tasks
+    /// still queued, or another running that ends after that, ends no
+    /// sooner anyway. A delayed job waits as well for its task to come
+    /// back from a queue that is over its share, which is why it counts
+    /// first.
+    fn preemption_cost(&self, task: TaskRef, started: u64) -> (u32, f64) {
+        let j = task.job as usize;
+        let s = &self.state[j];
+        let now = self.now as f64;
+        let lost = now - started as f64;
+        let width = self.jobs[j].runtimes_us().len();
+        let queued = width - s.ended as usize - s.running_starts.len();
+        if queued > 0 {
+            return (0, lost);
+        }
+        let est = s.estimated_task_us;
+        // The job's other tasks running: skip this one's start once.
+        let mut own = Some(started);
+        let others_end = s
+            .running_starts
+            .iter()
+            .filter(|&&at| {
+                if own == Some(at) {
+                    own = None;
+                    false
+                } else {
+                    true
+                }
+            })
+            .map(|&at| at as f64 + est)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let before = (started as f64 + est).max(others_end);
+        let after = (now + est).max(others_end);
+        let delay = after - before;
+        (u32::from(delay > 0.0), delay + lost)
     }
 
     /// First fit for `task` on GM `g`'s view: internal partitions
@@ -678,7 +743,7 @@ impl<'a> Sim<'a> {
         if queue.used_cores - need.0 < queue.spec.share * total {
             return;
         }
-        let of_victim: Vec<(TaskRef, u32)> = self.running[w]
+        let of_victim: Vec<(TaskRef, u64)> = self.running[w]
             .iter()
             .rev()
             .filter(|(t, _)| self.state[t.job as usize].queue == victim)
@@ -694,11 +759,12 @@ impl<'a> Sim<'a> {
         if freed.0 < need.0 - 1e-9 || freed.1 < need.1 - 1e-9 {
             return;
         }
-        for (task, _) in of_victim {
+        for (task, started) in of_victim {
             if self.real.fits(w, need) {
                 break;
             }
             self.stop(task, w);
+            self.preempted_work_us += self.now.saturating_sub(started);
             let j = task.job as usize;
             self.state[j].attempts[task.task as usize] += 1;
             let q = self.state[j].queue;
@@ -717,7 +783,13 @@ impl<'a> Sim<'a> {
         let j = task.job as usize;
         let need = self.state[j].need;
         self.real.give(w, need);
-        self.running[w].retain(|(t, _)| *t != task);
+        if let Some(at) = self.running[w].iter().position(|(t, _)| *t == task) {
+            let (_, started) = self.running[w].remove(at);
+            let starts = &mut self.state[j].running_starts;
+            if let Some(k) = starts.iter().position(|&s| s == started) {
+                starts.swap_remove(k);
+            }
+        }
         let q = self.state[j].queue;
         self.queues[q].used_cores = (self.queues[q].used_cores - need.0).max(0.0);
         if self.scheduler == Scheduler::MeghaJobcast {
@@ -777,7 +849,8 @@ impl<'a> Sim<'a> {
         self.queues[q].used_cores += self.state[j].need.0;
         self.queues[q].pending = self.queues[q].pending.saturating_sub(1);
         self.queues[q].started += 1;
-        self.running[w].push((task, attempt));
+        self.running[w].push((task, self.now));
+        self.state[j].running_starts.push(self.now);
         if self.scheduler == Scheduler::MeghaJobcast {
             let lm = self.lm_of(w);
             self.lm_estimated_work_us[lm] += self.state[j].estimated_task_us;
@@ -884,6 +957,7 @@ impl<'a> Sim<'a> {
             requeues: self.requeues,
             preemption_attempts: self.preemption_attempts,
             preemptions: self.preemptions,
+            preempted_work_s: self.preempted_work_us as f64 / 1e6,
             share_attainment: if self.fairness {
                 self.queues
                     .iter()

@@ -147,6 +147,49 @@ fn a_queue_under_its_share_preempts_the_one_over_it() {
     assert!(unfair.share_attainment.is_empty());
 }
 
+/// Two workers, two queues of half the cores each. Queue A holds both
+/// workers: job x's only task on one, the first of job y's three on the
+/// other (two wait). Queue B's task, under its share, needs a worker.
+/// Megha preempts the first worker it finds, x's: x starts over and ends
+/// some 120 s later. jobcast preempts y's task, whose job ends no later
+/// for it (its other tasks wait anyway): x ends at 1,000 s.
+#[test]
+fn jobcast_preempts_the_task_whose_job_it_delays_least() {
+    let queue_of = |user: &str| jobcast_ingest::ids::stable_id(user.as_bytes()) % 2;
+    let user = |q: u64| {
+        (0..)
+            .map(|i| format!("user{i}"))
+            .find(|u| queue_of(u) == q)
+            .unwrap()
+    };
+    let with_user = |j: SimJob, u: &str| {
+        let mut submitted = j.job().clone();
+        submitted.user = u.to_owned();
+        SimJob::new(submitted, j.runtimes_us().to_vec(), j.end_us()).unwrap()
+    };
+    let jobs = vec![
+        with_user(job(1, 0, "x", 1.0, &[1000]), &user(0)),
+        with_user(job(2, 1, "y", 1.0, &[1000, 1000, 1000]), &user(0)),
+        with_user(job(3, 10_000, "b", 1.0, &[100]), &user(1)),
+    ];
+    let mut c = config(2, 1, 1);
+    c.queues = vec![UserQueue { share: 0.5, gm: 0 }; 2];
+    let megha = simulate(&jobs, &empty(), &c, Scheduler::Megha).unwrap();
+    let jobcast = simulate(&jobs, &empty(), &c, Scheduler::MeghaJobcast).unwrap();
+    for r in [&megha, &jobcast] {
+        assert_eq!((r.preemption_attempts, r.preemptions), (1, 1), "{r:?}");
+        // The task preempted had run from its start to B's arrival.
+        assert!((r.preempted_work_s - 10.0).abs() < 0.1, "{r:?}");
+    }
+    // B: 100 s either way; y ends after three tasks in turn on the
+    // worker x leaves (about 2,120 s) either way; x: 1,000 s under
+    // jobcast, about 1,120 s under Megha.
+    let x_megha = megha.avg_jct_s * 3.0 - 100.0 - 2_120.0;
+    let x_jobcast = jobcast.avg_jct_s * 3.0 - 100.0 - 2_120.0;
+    assert!((x_jobcast - 1_000.0).abs() < 15.0, "{jobcast:?}");
+    assert!(x_megha > 1_100.0, "{megha:?}");
+}
+
 #[test]
 fn queues_must_fit_the_data_centre() {
     let jobs = vec![job(1, 0, "a", 0.1, &[5])];
