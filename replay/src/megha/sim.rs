@@ -560,7 +560,9 @@ impl<'a> Sim<'a> {
 
     /// Fairness: for a task of queue `q` that found no room, the worker
     /// where preempting the queue furthest over its share frees enough,
-    /// if `q` is under its share; and how many workers were examined.
+    /// if `q` is under its share (Megha: the first found; jobcast: the one
+    /// of least [`Sim::preemption_cost`], fewest jobs delayed first); and
+    /// how many workers were examined.
     fn victim(&self, g: usize, q: usize, need: (f64, f64)) -> (Option<(usize, usize)>, usize) {
         let total = f64::from(self.config.workers) * self.config.worker_cores;
         let over = |v: usize| self.queues[v].used_cores - self.queues[v].spec.share * total;
@@ -578,18 +580,13 @@ impl<'a> Sim<'a> {
         let view = &self.gms[g].view;
         let mut best: Option<((u32, f64), usize)> = None;
         let mut scanned = 0;
-        for (w, running) in self.running.iter().enumerate() {
+        for w in 0..self.running.len() {
             scanned += 1;
-            // The LM stops the victim's tasks there latest started first.
             let (mut cores, mut memory) = (view.cores[w], view.memory[w]);
             let fits = |c: f64, m: f64| c >= need.0 - 1e-9 && m >= need.1 - 1e-9;
             let mut cost = (0, 0.0);
             let mut stopped = false;
-            for &(t, started) in running
-                .iter()
-                .rev()
-                .filter(|(t, _)| self.state[t.job as usize].queue == v)
-            {
+            for (t, started) in self.stopping_order(w, v) {
                 if fits(cores, memory) {
                     break;
                 }
@@ -613,6 +610,27 @@ impl<'a> Sim<'a> {
             }
         }
         (best.map(|(_, w)| (w, v)), scanned)
+    }
+
+    /// The tasks of queue `v` on worker `w`, in the order they are
+    /// preempted (Megha's GM names them, the LM checks): the latest
+    /// started first; under jobcast, those whose jobs it delays least
+    /// first ([`Sim::preemption_cost`]).
+    fn stopping_order(&self, w: usize, v: usize) -> Vec<(TaskRef, u64)> {
+        let mut tasks: Vec<(TaskRef, u64)> = self.running[w]
+            .iter()
+            .rev()
+            .filter(|(t, _)| self.state[t.job as usize].queue == v)
+            .copied()
+            .collect();
+        if self.scheduler == Scheduler::MeghaJobcast {
+            tasks.sort_by(|a, b| {
+                let ca = self.preemption_cost(a.0, a.1);
+                let cb = self.preemption_cost(b.0, b.1);
+                ca.0.cmp(&cb.0).then(ca.1.total_cmp(&cb.1))
+            });
+        }
+        tasks
     }
 
     /// jobcast's cost of preempting `task`, which started at `started`:
@@ -733,8 +751,8 @@ impl<'a> Sim<'a> {
         );
     }
 
-    /// The LM preempts tasks of queue `victim` on worker `w`, the latest
-    /// started first, until `need` fits, if the queue is still over its
+    /// The LM preempts tasks of queue `victim` on worker `w`, in
+    /// [`Sim::stopping_order`], until `need` fits, if the queue is still over its
     /// share and that frees enough; a preempted task goes back to the
     /// front of its queue.
     fn preempt_for(&mut self, victim: usize, w: usize, need: (f64, f64)) {
@@ -743,12 +761,7 @@ impl<'a> Sim<'a> {
         if queue.used_cores - need.0 < queue.spec.share * total {
             return;
         }
-        let of_victim: Vec<(TaskRef, u64)> = self.running[w]
-            .iter()
-            .rev()
-            .filter(|(t, _)| self.state[t.job as usize].queue == victim)
-            .copied()
-            .collect();
+        let of_victim = self.stopping_order(w, victim);
         let freed = of_victim.iter().fold(
             (self.real.cores[w], self.real.memory[w]),
             |(c, m), (t, _)| {

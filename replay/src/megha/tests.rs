@@ -104,22 +104,9 @@ fn jobcast_takes_the_job_of_least_estimated_work_first() {
 /// queues B waits for A.
 #[test]
 fn a_queue_under_its_share_preempts_the_one_over_it() {
-    let queue_of = |user: &str| jobcast_ingest::ids::stable_id(user.as_bytes()) % 2;
-    let user = |q: u64| {
-        (0..)
-            .map(|i| format!("user{i}"))
-            .find(|u| queue_of(u) == q)
-            .unwrap()
-    };
-    let with_user = |mut j: SimJob, u: &str| {
-        let mut submitted = j.job().clone();
-        submitted.user = u.to_owned();
-        j = SimJob::new(submitted, j.runtimes_us().to_vec(), j.end_us()).unwrap();
-        j
-    };
     let jobs = vec![
-        with_user(job(1, 0, "a", 1.0, &[1000, 1000]), &user(0)),
-        with_user(job(2, 10_000, "b", 1.0, &[100]), &user(1)),
+        in_queue(job(1, 0, "a", 1.0, &[1000, 1000]), 0),
+        in_queue(job(2, 10_000, "b", 1.0, &[100]), 1),
     ];
     let mut c = config(2, 1, 1);
     c.queues = vec![UserQueue { share: 0.5, gm: 0 }; 2];
@@ -147,6 +134,17 @@ fn a_queue_under_its_share_preempts_the_one_over_it() {
     assert!(unfair.share_attainment.is_empty());
 }
 
+/// `j` submitted by a user whose jobs go to user queue `queue` of two.
+fn in_queue(j: SimJob, queue: u64) -> SimJob {
+    let user = (0..)
+        .map(|i| format!("user{i}"))
+        .find(|u| jobcast_ingest::ids::stable_id(u.as_bytes()) % 2 == queue)
+        .unwrap();
+    let mut submitted = j.job().clone();
+    submitted.user = user;
+    SimJob::new(submitted, j.runtimes_us().to_vec(), j.end_us()).unwrap()
+}
+
 /// Two workers, two queues of half the cores each. Queue A holds both
 /// workers: job x's only task on one, the first of job y's three on the
 /// other (two wait). Queue B's task, under its share, needs a worker.
@@ -155,22 +153,10 @@ fn a_queue_under_its_share_preempts_the_one_over_it() {
 /// for it (its other tasks wait anyway): x ends at 1,000 s.
 #[test]
 fn jobcast_preempts_the_task_whose_job_it_delays_least() {
-    let queue_of = |user: &str| jobcast_ingest::ids::stable_id(user.as_bytes()) % 2;
-    let user = |q: u64| {
-        (0..)
-            .map(|i| format!("user{i}"))
-            .find(|u| queue_of(u) == q)
-            .unwrap()
-    };
-    let with_user = |j: SimJob, u: &str| {
-        let mut submitted = j.job().clone();
-        submitted.user = u.to_owned();
-        SimJob::new(submitted, j.runtimes_us().to_vec(), j.end_us()).unwrap()
-    };
     let jobs = vec![
-        with_user(job(1, 0, "x", 1.0, &[1000]), &user(0)),
-        with_user(job(2, 1, "y", 1.0, &[1000, 1000, 1000]), &user(0)),
-        with_user(job(3, 10_000, "b", 1.0, &[100]), &user(1)),
+        in_queue(job(1, 0, "x", 1.0, &[1000]), 0),
+        in_queue(job(2, 1, "y", 1.0, &[1000, 1000, 1000]), 0),
+        in_queue(job(3, 10_000, "b", 1.0, &[100]), 1),
     ];
     let mut c = config(2, 1, 1);
     c.queues = vec![UserQueue { share: 0.5, gm: 0 }; 2];
@@ -188,6 +174,33 @@ fn jobcast_preempts_the_task_whose_job_it_delays_least() {
     let x_jobcast = jobcast.avg_jct_s * 3.0 - 100.0 - 2_120.0;
     assert!((x_jobcast - 1_000.0).abs() < 15.0, "{jobcast:?}");
     assert!(x_megha > 1_100.0, "{megha:?}");
+}
+
+/// One worker, two queues of half of it each; tasks of half a worker.
+/// Queue A: job y's three tasks (the first ends at 50 s, two start at
+/// once) and job x's one, at 55 s. At the heartbeat of 60 s jobcast
+/// starts x (less work than y) beside y's second task; Megha starts y's
+/// third. Queue B's task at 100 s preempts one of A's two: Megha the
+/// latest started (40 s lost); jobcast y's second, whose job has a task
+/// queued and so ends no later for it, though it had run 100 s.
+#[test]
+fn jobcast_preempts_on_a_worker_the_task_whose_job_it_delays_least() {
+    let jobs = vec![
+        in_queue(job(1, 0, "y", 0.5, &[50, 1000, 1000]), 0),
+        in_queue(job(2, 55_000, "x", 0.5, &[1000]), 0),
+        in_queue(job(3, 100_000, "b", 0.5, &[100]), 1),
+    ];
+    let mut c = config(1, 1, 1);
+    c.queues = vec![UserQueue { share: 0.5, gm: 0 }; 2];
+    let megha = simulate(&jobs, &empty(), &c, Scheduler::Megha).unwrap();
+    let jobcast = simulate(&jobs, &empty(), &c, Scheduler::MeghaJobcast).unwrap();
+    assert_eq!(megha.preemptions, 1, "{megha:?}");
+    assert_eq!(jobcast.preemptions, 1, "{jobcast:?}");
+    assert!((megha.preempted_work_s - 40.0).abs() < 1.0, "{megha:?}");
+    assert!(
+        (jobcast.preempted_work_s - 100.0).abs() < 1.0,
+        "{jobcast:?}"
+    );
 }
 
 #[test]
