@@ -214,7 +214,7 @@ fn megha(args: &Args) -> anyhow::Result<()> {
     }
     if runs.iter().any(|r| !r.share_attainment.is_empty()) {
         table.push_str(
-            "share attainment while waiting (queue: share → attained, tasks preempted)\n",
+            "share attainment while waiting (queue: share → attained, tasks preempted, average JCT)\n",
         );
         for r in &runs {
             let queues: Vec<String> = r
@@ -225,10 +225,11 @@ fn megha(args: &Args) -> anyhow::Result<()> {
                         .attainment
                         .map_or_else(|| "-".into(), |a| format!("{:.0} %", a * 100.0));
                     format!(
-                        "{}: {:.0} % → {got}, {}",
+                        "{}: {:.0} % → {got}, {}, {:.0} s",
                         q.queue,
                         q.share * 100.0,
-                        q.preempted
+                        q.preempted,
+                        q.avg_jct_s
                     )
                 })
                 .collect();

@@ -274,6 +274,9 @@ pub struct QueueAttainment {
     pub waiting_s: f64,
     /// Its tasks preempted.
     pub preempted: u64,
+    /// Its jobs, and their average completion time.
+    pub jobs: usize,
+    pub avg_jct_s: f64,
 }
 
 /// Run `jobs` (in order of arrival) under `scheduler`; `history` is what

@@ -983,6 +983,16 @@ impl<'a> Sim<'a> {
                         attainment: (q.waited_us > 0).then(|| q.attained_us / q.waited_us as f64),
                         waiting_s: q.waited_us as f64 / 1e6,
                         preempted: q.preempted,
+                        jobs: self.state.iter().filter(|s| s.queue == i).count(),
+                        avg_jct_s: {
+                            let jcts: Vec<f64> = self
+                                .state
+                                .iter()
+                                .filter(|s| s.queue == i)
+                                .map(|s| s.end_us.saturating_sub(s.arrival_us) as f64 / 1e6)
+                                .collect();
+                            jcts.iter().sum::<f64>() / jcts.len().max(1) as f64
+                        },
                     })
                     .collect()
             } else {

@@ -123,6 +123,8 @@ fn a_queue_under_its_share_preempts_the_one_over_it() {
     let b = &fair.share_attainment[1];
     assert_eq!((b.share, b.gm, b.tasks), (0.5, 0, 1));
     assert!(b.attainment.unwrap() < 0.01, "B waited with nothing: {b:?}");
+    assert_eq!(b.jobs, 1);
+    assert!((b.avg_jct_s - 100.0).abs() < 0.1, "{b:?}");
     assert_eq!(fair.share_attainment[0].preempted, 1);
     // A's preempted task runs again in full once B's ends (at 110 s)
     // and the next heartbeat (120 s) tells the GM: A ends near 1,120
