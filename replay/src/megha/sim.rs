@@ -617,18 +617,20 @@ impl<'a> Sim<'a> {
     /// started first; under jobcast, those whose jobs it delays least
     /// first ([`Sim::preemption_cost`]).
     fn stopping_order(&self, w: usize, v: usize) -> Vec<(TaskRef, u64)> {
-        let mut tasks: Vec<(TaskRef, u64)> = self.running[w]
+        let tasks: Vec<(TaskRef, u64)> = self.running[w]
             .iter()
             .rev()
             .filter(|(t, _)| self.state[t.job as usize].queue == v)
             .copied()
             .collect();
         if self.scheduler == Scheduler::MeghaJobcast {
-            tasks.sort_by(|a, b| {
-                let ca = self.preemption_cost(a.0, a.1);
-                let cb = self.preemption_cost(b.0, b.1);
-                ca.0.cmp(&cb.0).then(ca.1.total_cmp(&cb.1))
-            });
+            let mut costed: Vec<((u32, f64), (TaskRef, u64))> = tasks
+                .into_iter()
+                .map(|t| (self.preemption_cost(t.0, t.1), t))
+                .collect();
+            // Stable: among equal costs, the latest started first still.
+            costed.sort_by(|(a, _), (b, _)| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            return costed.into_iter().map(|(_, t)| t).collect();
         }
         tasks
     }
