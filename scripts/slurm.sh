@@ -21,7 +21,10 @@
 # `sacct`: a MariaDB of its own (DIR/mysql, on 127.0.0.1 at the port three
 # after the controller's, no passwords: a throwaway) under a slurmdbd (two
 # after). `down` stops them too; the database stays with DIR. Finished
-# jobs stay listed JOBCAST_SLURM_MIN_JOB_AGE (300) seconds.
+# jobs stay listed JOBCAST_SLURM_MIN_JOB_AGE (300) seconds. With
+# JOBCAST_SLURM_DBD_PORT=PORT the cluster keeps its accounting in the
+# slurmdbd already listening on PORT (another cluster's, up first) and
+# starts none: clusters sharing a slurmdbd take `sbatch -M`.
 set -euo pipefail
 
 cmd=${1:-}
@@ -37,6 +40,11 @@ accounting=${JOBCAST_SLURM_ACCOUNTING:-0}
 min_job_age=${JOBCAST_SLURM_MIN_JOB_AGE:-300}
 dbd_port=$((port + 2))
 db_port=$((port + 3))
+shared_dbd=${JOBCAST_SLURM_DBD_PORT:-}
+if [[ -n $shared_dbd ]]; then
+    accounting=1
+    dbd_port=$shared_dbd
+fi
 
 log() { echo "slurm: $*" >&2; }
 need_root() { [[ $(id -u) -eq 0 ]] || { log "must run as root"; exit 1; }; }
@@ -216,7 +224,9 @@ db_answers() { mariadb -h 127.0.0.1 -P "$db_port" -u root -e 'select 1' >/dev/nu
 # registered. slurmdbd reads slurmdbd.conf beside SLURM_CONF.
 start_accounting() {
     local i
-    if ! alive mariadbd; then
+    if [[ -n $shared_dbd ]]; then
+        :   # another cluster's slurmdbd
+    elif ! alive mariadbd; then
         if [[ ! -d $dir/mysql/mysql ]]; then
             mariadb-install-db --user=root --datadir="$dir/mysql" --skip-test-db \
                 --auth-root-authentication-method=normal >"$dir/mariadb-install.log" 2>&1 ||
@@ -236,7 +246,7 @@ start_accounting() {
         db_answers ||
             { log "MariaDB did not answer; its log ends with:"; tail -n 15 "$dir/mariadbd.log" >&2; return 1; }
     fi
-    if ! alive slurmdbd; then
+    if [[ -z $shared_dbd ]] && ! alive slurmdbd; then
         install -m 0600 /dev/null "$dir/slurmdbd.conf" || return 1
         cat >"$dir/slurmdbd.conf" <<EOF || return 1
 # Written by scripts/slurm.sh: the accounting of a throwaway cluster.
@@ -259,7 +269,7 @@ EOF
     for ((i = 0; i < 60; i++)); do
         sleep 0.5   # first, so that nohup has exec'd slurmdbd
         sacctmgr -n list cluster >/dev/null 2>&1 && break
-        alive slurmdbd || break
+        [[ -n $shared_dbd ]] || alive slurmdbd || break
     done
     if ! sacctmgr -n list cluster >/dev/null 2>&1; then
         log "slurmdbd did not answer; its logs end with:"

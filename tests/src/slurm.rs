@@ -54,16 +54,25 @@ impl Slurm {
 
     /// Two clusters side by side: `east` (ports 6817–6818, job IDs from 1)
     /// and `west` (ports 6827–6828, job IDs from 1,000,000, so that the
-    /// two never name one job alike).
+    /// two never name one job alike), both keeping their accounting in
+    /// east's slurmdbd (port 6819), as `sbatch -M` needs. Dropped in
+    /// reverse, west first: east's slurmdbd outlives it.
     pub fn federation() -> (Slurm, Slurm) {
         let one = lock();
-        let east = Slurm::start(one.clone(), vec![("JOBCAST_SLURM_CLUSTER", "east".into())]);
+        let east = Slurm::start(
+            one.clone(),
+            vec![
+                ("JOBCAST_SLURM_CLUSTER", "east".into()),
+                ("JOBCAST_SLURM_ACCOUNTING", "1".into()),
+            ],
+        );
         let west = Slurm::start(
             one,
             vec![
                 ("JOBCAST_SLURM_CLUSTER", "west".into()),
                 ("JOBCAST_SLURM_PORT", "6827".into()),
                 ("JOBCAST_SLURM_FIRST_JOB_ID", "1000000".into()),
+                ("JOBCAST_SLURM_DBD_PORT", "6819".into()),
             ],
         );
         (east, west)

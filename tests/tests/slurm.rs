@@ -1509,6 +1509,9 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
         .expect("jobcast bench federation runs");
     let report = bench_report(&out);
     assert_eq!(report["jobs"], 12, "{report}");
+    // The clusters share east's slurmdbd: Slurm's own multi-cluster
+    // submission chooses for the time-limit way.
+    assert_eq!(report["time_limit_by"], "sbatch -M", "{report}");
     let number = |v: &serde_json::Value, key: &str| {
         v[key]
             .as_f64()

@@ -2,12 +2,13 @@
 //! real clusters, each job's cluster chosen three ways:
 //!
 //! - `random`: a cluster drawn with `--seed`;
-//! - `time_limit`: the cluster where Slurm expects the job to start first
-//!   (`sbatch --test-only` on each, from the time limits of the jobs
-//!   there; the first cluster listed on a tie). This is what Slurm's
-//!   multi-cluster submission (`sbatch -M`) does where slurmdbd federates
-//!   the clusters; the throwaway clusters here have no slurmdbd, so the
-//!   bench asks each cluster itself;
+//! - `time_limit`: the cluster where Slurm expects the job to start first,
+//!   from the time limits of the jobs there: Slurm's multi-cluster
+//!   submission, `sbatch -M` over every cluster, where the clusters keep
+//!   their accounting in one slurmdbd (`scripts/slurm.sh`'s
+//!   `JOBCAST_SLURM_DBD_PORT`); elsewhere the bench asks each cluster
+//!   itself (`sbatch --test-only`) and submits to the earliest, the
+//!   first cluster listed on a tie, as `-M` does;
 //! - `jobcast`: `jobcast slurm submit`, which holds the job on the first
 //!   cluster and moves it to the cluster jobcast expects to finish it
 //!   first (`jobcast serve`, with one `slurm watch` per cluster on the
@@ -200,6 +201,9 @@ pub struct Report {
     pub time_limit_p50_jct_s: f64,
     pub jobcast_avg_jct_s: f64,
     pub jobcast_p50_jct_s: f64,
+    /// How the time-limit way chose: `sbatch -M`, or `sbatch --test-only`
+    /// on each cluster where they share no slurmdbd.
+    pub time_limit_by: &'static str,
     /// The time-limit way's average JCT over jobcast's (the goal:
     /// 1.3 or more).
     pub jobcast_speedup_vs_time_limit: f64,
@@ -227,11 +231,12 @@ impl std::fmt::Display for Report {
             .collect();
         writeln!(
             f,
-            "{} jobs ({} tasks) on {}; time limits up to {}× the longest task; jobcast runs {}",
+            "{} jobs ({} tasks) on {}; time limits up to {}× the longest task, chosen by {}; jobcast runs {}",
             self.jobs,
             self.tasks,
             clusters.join(", "),
             self.limit_factor,
+            self.time_limit_by,
             self.policy
         )?;
         writeln!(
@@ -327,9 +332,16 @@ impl Cluster {
 
     /// Submit a job of `args` here; its Slurm job id.
     fn sbatch(&self, args: &[String]) -> anyhow::Result<u64> {
+        self.submit(&[], args).map(|(id, _)| id)
+    }
+
+    /// Submit a job of `args` from here, `before` its arguments: its Slurm
+    /// job id, and the cluster Slurm names when it chose one (`-M`).
+    fn submit(&self, before: &[String], args: &[String]) -> anyhow::Result<(u64, Option<String>)> {
         let out = self
             .command("sbatch")
             .arg("--parsable")
+            .args(before)
             .args(args)
             .output()
             .context("sbatch")?;
@@ -340,12 +352,32 @@ impl Cluster {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
+        // `12` or, under `-M`, `12;east`.
         let text = String::from_utf8_lossy(&out.stdout);
-        text.trim()
-            .split(';')
+        let mut fields = text.trim().split(';');
+        let id = fields
             .next()
             .and_then(|id| id.parse().ok())
-            .with_context(|| format!("{}: sbatch --parsable printed {text:?}", self.name))
+            .with_context(|| format!("{}: sbatch --parsable printed {text:?}", self.name))?;
+        Ok((id, fields.next().map(str::to_owned)))
+    }
+
+    /// The clusters this one's slurmdbd knows (`sacctmgr list cluster`);
+    /// none without accounting.
+    fn federated_with(&self) -> Vec<String> {
+        self.command("sacctmgr")
+            .args(["-n", "-P", "list", "cluster", "format=cluster"])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(|l| l.trim().to_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -473,6 +505,16 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         })
         .collect();
 
+    // Slurm chooses the cluster itself where every cluster keeps its
+    // accounting in the first's slurmdbd.
+    let known = clusters[0].federated_with();
+    let multi_cluster = clusters.iter().all(|c| known.contains(&c.name));
+    let names = clusters
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let by_slurm = vec!["-M".to_owned(), names.clone()];
     let mut rows = BTreeMap::new();
     let (mut undecided, mut submit_p50_s) = (0, 0.0);
     let mut per_job: Vec<JobRow> = live
@@ -492,6 +534,13 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
             "random" => run(way, &live, &clusters, |i| {
                 let to = destinations[i];
                 Ok(Placed::now(to, clusters[to].sbatch(&job_args[i])?))
+            })?,
+            "time_limit" if multi_cluster => run(way, &live, &clusters, |i| {
+                let (id, chosen) = clusters[0].submit(&by_slurm, &job_args[i])?;
+                let to = chosen
+                    .and_then(|name| clusters.iter().position(|c| c.name == name))
+                    .with_context(|| format!("sbatch -M named no cluster of {names}"))?;
+                Ok(Placed::now(to, id))
             })?,
             "time_limit" => run(way, &live, &clusters, |i| {
                 let mut best: Option<(chrono::NaiveDateTime, usize)> = None;
@@ -559,6 +608,11 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         time_limit_p50_jct_s: p50("time_limit"),
         jobcast_avg_jct_s: avg("jobcast"),
         jobcast_p50_jct_s: p50("jobcast"),
+        time_limit_by: if multi_cluster {
+            "sbatch -M"
+        } else {
+            "sbatch --test-only"
+        },
         jobcast_speedup_vs_time_limit: avg("time_limit") / avg("jobcast"),
         jobcast_speedup_vs_random: avg("random") / avg("jobcast"),
         jobcast_undecided: undecided,
