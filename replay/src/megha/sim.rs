@@ -754,9 +754,9 @@ impl<'a> Sim<'a> {
     }
 
     /// The LM preempts tasks of queue `victim` on worker `w`, in
-    /// [`Sim::stopping_order`], until `need` fits, if the queue is still over its
-    /// share and that frees enough; a preempted task goes back to the
-    /// front of its queue.
+    /// [`Sim::stopping_order`], until `need` fits, if the queue is still
+    /// over its share and that frees enough; a preempted task goes back to
+    /// the front of its queue.
     fn preempt_for(&mut self, victim: usize, w: usize, need: (f64, f64)) {
         let total = f64::from(self.config.workers) * self.config.worker_cores;
         let queue = &self.queues[victim];
@@ -948,12 +948,16 @@ impl<'a> Sim<'a> {
     pub(super) fn report(&self) -> MeghaRun {
         let mut allocation: Vec<f64> = self.allocation_us.iter().map(|&u| u as f64).collect();
         allocation.sort_by(f64::total_cmp);
-        let mut jct: Vec<f64> = self
-            .state
-            .iter()
-            .map(|s| s.end_us.saturating_sub(s.arrival_us) as f64 / 1e6)
-            .collect();
+        let jct_s = |s: &JobState| s.end_us.saturating_sub(s.arrival_us) as f64 / 1e6;
+        let mut jct: Vec<f64> = self.state.iter().map(jct_s).collect();
         jct.sort_by(f64::total_cmp);
+        let queue_jcts = |q: usize| -> Vec<f64> {
+            self.state
+                .iter()
+                .filter(|s| s.queue == q)
+                .map(jct_s)
+                .collect()
+        };
         let ms = |p: f64| percentile(&allocation, p).unwrap_or(0.0) / 1e3;
         MeghaRun {
             scheduler: self.scheduler,
@@ -985,14 +989,9 @@ impl<'a> Sim<'a> {
                         attainment: (q.waited_us > 0).then(|| q.attained_us / q.waited_us as f64),
                         waiting_s: q.waited_us as f64 / 1e6,
                         preempted: q.preempted,
-                        jobs: self.state.iter().filter(|s| s.queue == i).count(),
+                        jobs: queue_jcts(i).len(),
                         avg_jct_s: {
-                            let jcts: Vec<f64> = self
-                                .state
-                                .iter()
-                                .filter(|s| s.queue == i)
-                                .map(|s| s.end_us.saturating_sub(s.arrival_us) as f64 / 1e6)
-                                .collect();
+                            let jcts = queue_jcts(i);
                             jcts.iter().sum::<f64>() / jcts.len().max(1) as f64
                         },
                     })
