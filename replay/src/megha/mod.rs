@@ -38,13 +38,14 @@
 //! queue furthest over its share on a worker where that frees enough room
 //! (the GM's view of free room, the queues' use as the LMs report it); the
 //! LM checks the victim is still over its share and the room is there, or
-//! refuses. Megha takes the first such worker it finds and preempts its
-//! latest started tasks there; under jobcast the GM preempts first the
-//! tasks whose jobs' predicted ends move least, on the worker where that
-//! delays the fewest jobs, then the least in delay and work lost (a task
-//! whose job still has tasks queued delays nothing: the job ends no
-//! sooner anyway).
-//! A preempted task goes back to the front of its queue and starts over. A task whose queue has its share waits, as without
+//! refuses, and the GM tries again on the state the refusal carries.
+//! Megha takes the first such worker it finds and preempts its latest
+//! started tasks there; under jobcast the GM preempts first the tasks
+//! whose jobs' predicted ends move least, on the worker where that delays
+//! the fewest jobs, then the least in delay and work lost (a task whose
+//! job still has tasks queued delays nothing: the job ends no sooner
+//! anyway). A preempted task goes back to the front of its queue and
+//! starts over. A task whose queue has its share waits, as without
 //! fairness. Without user queues, jobs go to the GMs in turn.
 //!
 //! # Costs

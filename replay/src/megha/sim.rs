@@ -32,7 +32,6 @@ enum Ev {
         lm: u32,
         task: TaskRef,
         ok: bool,
-        preempt: bool,
     },
     Heartbeat(u32),
     Start {
@@ -381,13 +380,7 @@ impl<'a> Sim<'a> {
                     self.at(done, Ev::LmDecide(request));
                 }
                 Ev::LmDecide(request) => self.lm_decide(request),
-                Ev::Answer {
-                    gm,
-                    lm,
-                    task,
-                    ok,
-                    preempt,
-                } => self.answer(gm as usize, lm as usize, task, ok, preempt),
+                Ev::Answer { gm, lm, task, ok } => self.answer(gm as usize, lm as usize, task, ok),
                 Ev::Heartbeat(lm) => {
                     for gm in 0..self.gms.len() {
                         self.refresh(gm, lm as usize);
@@ -748,7 +741,6 @@ impl<'a> Sim<'a> {
                 lm,
                 task: r.task,
                 ok,
-                preempt: r.preempt.is_some(),
             },
         );
     }
@@ -815,18 +807,15 @@ impl<'a> Sim<'a> {
     }
 
     /// An LM's answer: its state refreshes the GM's view. A refused
-    /// launch is taken again first; a refused preemption waits for the
-    /// GM's view to change again (the queues' use moves only with it).
-    fn answer(&mut self, g: usize, lm: usize, task: TaskRef, ok: bool, preempt: bool) {
+    /// launch or preemption is taken again first, on that state: the GM
+    /// looks for other room, or other tasks to preempt (§IV-C: "the GM
+    /// finds other eligible tasks for preemption and repeats the
+    /// process").
+    fn answer(&mut self, g: usize, lm: usize, task: TaskRef, ok: bool) {
         if !ok {
             let j = task.job as usize;
             let q = self.state[j].queue;
             let key = self.state[j].key;
-            if preempt {
-                self.refresh(g, lm);
-                self.gms[g].waiting.push((q, (key, 0, task)));
-                return;
-            }
             self.queues[q].tasks.insert((key, 0, task));
         }
         self.refresh(g, lm);
