@@ -42,6 +42,8 @@ dbd_port=$((port + 2))
 db_port=$((port + 3))
 shared_dbd=${JOBCAST_SLURM_DBD_PORT:-}
 if [[ -n $shared_dbd ]]; then
+    [[ $shared_dbd =~ ^[0-9]+$ ]] ||
+        { echo "slurm: JOBCAST_SLURM_DBD_PORT=$shared_dbd: expected a port number" >&2; exit 2; }
     accounting=1
     dbd_port=$shared_dbd
 fi
@@ -272,6 +274,8 @@ EOF
         [[ -n $shared_dbd ]] || alive slurmdbd || break
     done
     if ! sacctmgr -n list cluster >/dev/null 2>&1; then
+        [[ -z $shared_dbd ]] ||
+            { log "no slurmdbd answers on port $shared_dbd (JOBCAST_SLURM_DBD_PORT): start the cluster that keeps it first"; return 1; }
         log "slurmdbd did not answer; its logs end with:"
         tail -n 15 "$dir/slurmdbd.out" "$dir/slurmdbd.log" >&2 2>/dev/null || true
         return 1

@@ -58,23 +58,29 @@ impl Slurm {
     /// east's slurmdbd (port 6819), as `sbatch -M` needs. Dropped in
     /// reverse, west first: east's slurmdbd outlives it.
     pub fn federation() -> (Slurm, Slurm) {
+        Slurm::pair(true)
+    }
+
+    /// [`Slurm::federation`]'s two clusters without accounting: each
+    /// alone, which `sbatch -M` cannot span.
+    pub fn federation_apart() -> (Slurm, Slurm) {
+        Slurm::pair(false)
+    }
+
+    fn pair(shared: bool) -> (Slurm, Slurm) {
         let one = lock();
-        let east = Slurm::start(
-            one.clone(),
-            vec![
-                ("JOBCAST_SLURM_CLUSTER", "east".into()),
-                ("JOBCAST_SLURM_ACCOUNTING", "1".into()),
-            ],
-        );
-        let west = Slurm::start(
-            one,
-            vec![
-                ("JOBCAST_SLURM_CLUSTER", "west".into()),
-                ("JOBCAST_SLURM_PORT", "6827".into()),
-                ("JOBCAST_SLURM_FIRST_JOB_ID", "1000000".into()),
-                ("JOBCAST_SLURM_DBD_PORT", "6819".into()),
-            ],
-        );
+        let mut east = vec![("JOBCAST_SLURM_CLUSTER", "east".into())];
+        let mut west = vec![
+            ("JOBCAST_SLURM_CLUSTER", "west".into()),
+            ("JOBCAST_SLURM_PORT", "6827".into()),
+            ("JOBCAST_SLURM_FIRST_JOB_ID", "1000000".into()),
+        ];
+        if shared {
+            east.push(("JOBCAST_SLURM_ACCOUNTING", "1".into()));
+            west.push(("JOBCAST_SLURM_DBD_PORT", "6819".into()));
+        }
+        let east = Slurm::start(one.clone(), east);
+        let west = Slurm::start(one, west);
         (east, west)
     }
 

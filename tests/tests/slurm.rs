@@ -17,7 +17,7 @@ use jobcast_ingest::kafka::Topics;
 use jobcast_tests::kafka::Cluster;
 use jobcast_tests::serve::{Serve, free_port, metric_sum};
 use jobcast_tests::slurm::{Slurm, SlurmTask};
-use jobcast_tests::{Running, jobcast_bin, shared_data};
+use jobcast_tests::{Running, jobcast_bin, repo, shared_data};
 
 const PARTITIONS: i32 = 2;
 
@@ -1586,6 +1586,52 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
 }
 
 /// Bad flags are refused by name before any cluster is touched.
+/// Clusters that share no slurmdbd: the time-limit way asks each with
+/// `sbatch --test-only` and submits to the earliest, every job placed.
+#[test]
+fn bench_federation_asks_each_cluster_where_they_share_no_slurmdbd() {
+    let (east, west) = Slurm::federation_apart();
+    let cluster = |name: &str, slurm: &Slurm| format!("{name}={}", slurm.conf().display());
+    let out = Command::new(jobcast_bin())
+        .args(["bench", "federation", "--cluster"])
+        .arg(cluster("east", &east))
+        .arg("--cluster")
+        .arg(cluster("west", &west))
+        .args(["--jobs", "4", "--json"])
+        .args(SMALL_WORKLOAD)
+        .output()
+        .expect("jobcast bench federation runs");
+    let report = bench_report(&out);
+    assert_eq!(report["time_limit_by"], "sbatch --test-only", "{report}");
+    let placed = &report["ways"]["time_limit"]["placed"];
+    let sum = placed["east"].as_u64().unwrap() + placed["west"].as_u64().unwrap();
+    assert_eq!(sum, 4, "{report}");
+}
+
+/// A shared slurmdbd's port that is not a number is refused by name,
+/// before anything starts.
+#[test]
+fn slurm_sh_refuses_a_shared_slurmdbd_port_that_is_not_a_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/slurm.sh"))
+        .arg("up")
+        .arg(dir.path())
+        .env("JOBCAST_SLURM_DBD_PORT", "east")
+        .output()
+        .expect("bash runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("JOBCAST_SLURM_DBD_PORT=east: expected a port number"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+}
+
 #[test]
 fn bench_federation_refuses_bad_flags_by_name() {
     let cases: [(&[&str], &str); 4] = [

@@ -571,6 +571,7 @@ impl<'a> Sim<'a> {
             return (None, 0);
         };
         let view = &self.gms[g].view;
+        let jobcast = self.scheduler == Scheduler::MeghaJobcast;
         let mut best: Option<((u32, f64), usize)> = None;
         let mut scanned = 0;
         for w in 0..self.running.len() {
@@ -587,13 +588,15 @@ impl<'a> Sim<'a> {
                 cores += n.0;
                 memory += n.1;
                 stopped = true;
-                let (delayed, us) = self.preemption_cost(t, started);
-                cost = (cost.0 + delayed, cost.1 + us);
+                if jobcast {
+                    let (delayed, us) = self.preemption_cost(t, started);
+                    cost = (cost.0 + delayed, cost.1 + us);
+                }
             }
             if !stopped || !fits(cores, memory) {
                 continue;
             }
-            if self.scheduler != Scheduler::MeghaJobcast {
+            if !jobcast {
                 return (Some((w, v)), scanned);
             }
             if best.is_none_or(|(least, _)| {
