@@ -1491,23 +1491,30 @@ fn bench_slurm_refuses_bad_flags_by_name() {
     }
 }
 
+/// `jobcast bench federation --json` of `jobs` of the small workload on
+/// `east` and `west`, with `more` flags: its report.
+fn bench_federation(east: &Slurm, west: &Slurm, jobs: usize, more: &[&str]) -> serde_json::Value {
+    let cluster = |name: &str, slurm: &Slurm| format!("{name}={}", slurm.conf().display());
+    let out = Command::new(jobcast_bin())
+        .args(["bench", "federation", "--cluster"])
+        .arg(cluster("east", east))
+        .arg("--cluster")
+        .arg(cluster("west", west))
+        .args(["--jobs", &jobs.to_string(), "--json"])
+        .args(more)
+        .args(SMALL_WORKLOAD)
+        .output()
+        .expect("jobcast bench federation runs");
+    bench_report(&out)
+}
+
 /// `jobcast bench federation` on two real clusters: one workload three
 /// ways, every job ended and placed once per way, the random way's draw
 /// reaching both clusters, jobcast deciding for every job.
 #[test]
 fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
     let (east, west) = Slurm::federation();
-    let cluster = |name: &str, slurm: &Slurm| format!("{name}={}", slurm.conf().display());
-    let out = Command::new(jobcast_bin())
-        .args(["bench", "federation", "--cluster"])
-        .arg(cluster("east", &east))
-        .arg("--cluster")
-        .arg(cluster("west", &west))
-        .args(["--jobs", "12", "--json"])
-        .args(SMALL_WORKLOAD)
-        .output()
-        .expect("jobcast bench federation runs");
-    let report = bench_report(&out);
+    let report = bench_federation(&east, &west, 12, &[]);
     assert_eq!(report["jobs"], 12, "{report}");
     // The clusters share east's slurmdbd: Slurm's own multi-cluster
     // submission chooses for the time-limit way.
@@ -1570,38 +1577,18 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
     );
     // `--model-only` plays the same jobs in the same model, submitting
     // nothing.
-    let out = Command::new(jobcast_bin())
-        .args(["bench", "federation", "--cluster"])
-        .arg(cluster("east", &east))
-        .arg("--cluster")
-        .arg(cluster("west", &west))
-        .args(["--jobs", "12", "--json", "--model-only"])
-        .args(SMALL_WORKLOAD)
-        .output()
-        .expect("jobcast bench federation --model-only runs");
-    let alone = bench_report(&out);
+    let alone = bench_federation(&east, &west, 12, &["--model-only"]);
     assert_eq!(&alone["model"], model, "{alone}");
     assert_eq!(alone["jobs"], 12, "{alone}");
     assert!(alone.get("jobcast_avg_jct_s").is_none(), "{alone}");
 }
 
-/// Bad flags are refused by name before any cluster is touched.
 /// Clusters that share no slurmdbd: the time-limit way asks each with
 /// `sbatch --test-only` and submits to the earliest, every job placed.
 #[test]
 fn bench_federation_asks_each_cluster_where_they_share_no_slurmdbd() {
     let (east, west) = Slurm::federation_apart();
-    let cluster = |name: &str, slurm: &Slurm| format!("{name}={}", slurm.conf().display());
-    let out = Command::new(jobcast_bin())
-        .args(["bench", "federation", "--cluster"])
-        .arg(cluster("east", &east))
-        .arg("--cluster")
-        .arg(cluster("west", &west))
-        .args(["--jobs", "4", "--json"])
-        .args(SMALL_WORKLOAD)
-        .output()
-        .expect("jobcast bench federation runs");
-    let report = bench_report(&out);
+    let report = bench_federation(&east, &west, 4, &[]);
     assert_eq!(report["time_limit_by"], "sbatch --test-only", "{report}");
     let placed = &report["ways"]["time_limit"]["placed"];
     let sum = placed["east"].as_u64().unwrap() + placed["west"].as_u64().unwrap();
@@ -1632,6 +1619,7 @@ fn slurm_sh_refuses_a_shared_slurmdbd_port_that_is_not_a_number() {
     );
 }
 
+/// Bad flags are refused by name before any cluster is touched.
 #[test]
 fn bench_federation_refuses_bad_flags_by_name() {
     let cases: [(&[&str], &str); 4] = [
