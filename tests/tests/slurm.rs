@@ -1510,12 +1510,18 @@ fn bench_federation(east: &Slurm, west: &Slurm, jobs: usize, more: &[&str]) -> s
 
 /// `jobcast bench federation` on two real clusters: one workload three
 /// ways, every job ended and placed once per way, the random way's draw
-/// reaching both clusters, jobcast deciding for every job.
+/// reaching both clusters, jobcast deciding for every job, and a `slurm
+/// apply` on each cluster moving jobs in its queue.
 #[test]
 fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
     let (east, west) = Slurm::federation();
     let report = bench_federation(&east, &west, 12, &[]);
     assert_eq!(report["jobs"], 12, "{report}");
+    assert_eq!(report["jobcast_orders"], true, "{report}");
+    assert!(
+        report["jobcast_ordered_jobs"].as_u64().unwrap() > 0,
+        "{report}"
+    );
     // The clusters share east's slurmdbd: Slurm's own multi-cluster
     // submission chooses for the time-limit way.
     assert_eq!(report["time_limit_by"], "sbatch -M", "{report}");
@@ -1584,12 +1590,17 @@ fn bench_federation_runs_one_workload_three_ways_on_two_real_clusters() {
 }
 
 /// Clusters that share no slurmdbd: the time-limit way asks each with
-/// `sbatch --test-only` and submits to the earliest, every job placed.
+/// `sbatch --test-only` and submits to the earliest, every job placed;
+/// with `--choice-only`, jobcast chooses the clusters and runs no
+/// applier.
 #[test]
 fn bench_federation_asks_each_cluster_where_they_share_no_slurmdbd() {
     let (east, west) = Slurm::federation_apart();
-    let report = bench_federation(&east, &west, 4, &[]);
+    let report = bench_federation(&east, &west, 4, &["--choice-only"]);
     assert_eq!(report["time_limit_by"], "sbatch --test-only", "{report}");
+    // jobcast chose the clusters and ordered nothing.
+    assert_eq!(report["jobcast_orders"], false, "{report}");
+    assert_eq!(report["jobcast_ordered_jobs"], 0, "{report}");
     let placed = &report["ways"]["time_limit"]["placed"];
     let sum = placed["east"].as_u64().unwrap() + placed["west"].as_u64().unwrap();
     assert_eq!(sum, 4, "{report}");

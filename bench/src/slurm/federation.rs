@@ -1,5 +1,5 @@
 //! `jobcast bench federation`: one workload of Slurm jobs on two or more
-//! real clusters, each job's cluster chosen three ways:
+//! real clusters, run three ways:
 //!
 //! - `random`: a cluster drawn with `--seed`;
 //! - `time_limit`: the cluster where Slurm expects the job to start first,
@@ -12,9 +12,12 @@
 //! - `jobcast`: `jobcast slurm submit`, which holds the job on the first
 //!   cluster and moves it to the cluster jobcast expects to finish it
 //!   first (`jobcast serve`, with one `slurm watch` per cluster on the
-//!   embedded Kafka, having learnt the clusters' past). The clusters
-//!   start their jobs in submission order (no `slurm apply`), and
-//!   jobcast's ETAs say so (`engine.eta.order = "submission"`).
+//!   embedded Kafka, having learnt the clusters' past), and one `slurm
+//!   apply` per cluster, which starts each cluster's jobs in jobcast's
+//!   queues; jobcast's ETAs count on that (`engine.eta.order =
+//!   "queues"`). With `--choice-only` there is no applier: the clusters
+//!   start their jobs in submission order, and the ETAs say so
+//!   (`engine.eta.order = "submission"`).
 //!
 //! Each way runs the same jobs at the same arrivals, on idle clusters,
 //! from the workload `bench slurm` draws: a trace's jobs (or the
@@ -32,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -71,6 +74,12 @@ pub struct FederationArgs {
     /// How long `slurm submit` waits for jobcast's decision, seconds.
     #[arg(long, default_value_t = 30.0)]
     decision_timeout_secs: f64,
+    /// jobcast only chooses each job's cluster: no `slurm apply`, so the
+    /// clusters start their jobs in Slurm's own order, and jobcast's ETAs
+    /// say so (`engine.eta.order = "submission"`). By default one `slurm
+    /// apply` per cluster orders its jobs in jobcast's queues as well.
+    #[arg(long)]
+    choice_only: bool,
     /// Play the jobs in the model of the clusters only, submitting
     /// nothing: the model's averages in milliseconds, to find a workload
     /// with room for a better choice of cluster.
@@ -124,6 +133,7 @@ pub struct ModelRow {
     pub random_avg_jct_s: f64,
     pub time_limit_avg_jct_s: f64,
     pub known_runtimes_avg_jct_s: f64,
+    pub shortest_first_avg_jct_s: f64,
 }
 
 impl ModelRow {
@@ -146,6 +156,7 @@ impl ModelRow {
             random_avg_jct_s: average(&|i, _, _| destinations[i]),
             time_limit_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.limit_start_s(c, j))),
             known_runtimes_avg_jct_s: average(&|_, m, j| fifo::least(m, |c| m.end_s(c, j))),
+            shortest_first_avg_jct_s: fifo::shortest_first_avg_jct_s(cpus, &jobs),
         }
     }
 }
@@ -155,11 +166,14 @@ impl std::fmt::Display for ModelRow {
         write!(
             f,
             "in a model of the clusters (every task its runtime, no latency): random {:.1} s, \
-             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits')",
+             time limits {:.1} s, every runtime known {:.1} s ({:.2}× the time limits'); \
+             every runtime known and each cluster shortest job first {:.1} s ({:.2}×)",
             self.random_avg_jct_s,
             self.time_limit_avg_jct_s,
             self.known_runtimes_avg_jct_s,
-            self.time_limit_avg_jct_s / self.known_runtimes_avg_jct_s
+            self.time_limit_avg_jct_s / self.known_runtimes_avg_jct_s,
+            self.shortest_first_avg_jct_s,
+            self.time_limit_avg_jct_s / self.shortest_first_avg_jct_s
         )
     }
 }
@@ -170,6 +184,9 @@ pub struct ModelReport {
     pub clusters: Vec<ClusterRow>,
     pub jobs: usize,
     pub tasks: usize,
+    /// The last job's arrival, s from the first's: how long a live run
+    /// of each way submits for.
+    pub span_s: f64,
     pub limit_factor: f64,
     pub model: ModelRow,
 }
@@ -178,9 +195,10 @@ impl std::fmt::Display for ModelReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} jobs ({} tasks) on {} clusters; time limits up to {}× the longest task",
+            "{} jobs ({} tasks) arriving over {:.0} s on {} clusters; time limits up to {}× the longest task",
             self.jobs,
             self.tasks,
+            self.span_s,
             self.clusters.len(),
             self.limit_factor
         )?;
@@ -201,6 +219,12 @@ pub struct Report {
     pub time_limit_p50_jct_s: f64,
     pub jobcast_avg_jct_s: f64,
     pub jobcast_p50_jct_s: f64,
+    /// Whether jobcast ordered each cluster's jobs besides choosing their
+    /// cluster (not with `--choice-only`).
+    pub jobcast_orders: bool,
+    /// Jobs whose place in their cluster's queue a `slurm apply` changed
+    /// for one of jobcast's decisions (none with `--choice-only`).
+    pub jobcast_ordered_jobs: usize,
     /// How the time-limit way chose: `sbatch -M`, or `sbatch --test-only`
     /// on each cluster where they share no slurmdbd.
     pub time_limit_by: &'static str,
@@ -231,13 +255,18 @@ impl std::fmt::Display for Report {
             .collect();
         writeln!(
             f,
-            "{} jobs ({} tasks) on {}; time limits up to {}× the longest task, chosen by {}; jobcast runs {}",
+            "{} jobs ({} tasks) on {}; time limits up to {}× the longest task, chosen by {}; jobcast runs {}{}",
             self.jobs,
             self.tasks,
             clusters.join(", "),
             self.limit_factor,
             self.time_limit_by,
-            self.policy
+            self.policy,
+            if self.jobcast_orders {
+                ", choosing each job's cluster and ordering each cluster's jobs"
+            } else {
+                ", choosing each job's cluster"
+            }
         )?;
         writeln!(
             f,
@@ -259,11 +288,19 @@ impl std::fmt::Display for Report {
         writeln!(
             f,
             "jobcast: {:.2}× the time-limit choice's average JCT, {:.2}× the random one's; \
-             a submission took {:.1} s at the median; {} jobs without a decision in time",
+             a submission took {:.1} s at the median; {} jobs without a decision in time{}",
             self.jobcast_speedup_vs_time_limit,
             self.jobcast_speedup_vs_random,
             self.jobcast_submit_p50_s,
-            self.jobcast_undecided
+            self.jobcast_undecided,
+            if self.jobcast_orders {
+                format!(
+                    "; {} jobs moved in their cluster's queue",
+                    self.jobcast_ordered_jobs
+                )
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -450,6 +487,7 @@ pub fn model(args: &FederationArgs) -> anyhow::Result<ModelReport> {
         clusters: run.clusters.iter().map(Cluster::row).collect(),
         jobs: run.live.len(),
         tasks: run.live.iter().map(|j| j.runtimes_s.len()).sum(),
+        span_s: run.live.last().map_or(0.0, |j| j.arrival_s),
         limit_factor: args.limit_factor,
         model: ModelRow::of(&run.live, &cpus, &run.destinations, &run.limits),
     })
@@ -516,7 +554,7 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         .join(",");
     let by_slurm = vec!["-M".to_owned(), names.clone()];
     let mut rows = BTreeMap::new();
-    let (mut undecided, mut submit_p50_s) = (0, 0.0);
+    let (mut undecided, mut submit_p50_s, mut ordered_jobs) = (0, 0.0, 0);
     let mut per_job: Vec<JobRow> = live
         .iter()
         .zip(&limits)
@@ -553,14 +591,18 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
                 let to = best.expect("two or more clusters").1;
                 Ok(Placed::now(to, clusters[to].sbatch(&job_args[i])?))
             })?,
-            _ => with_jobcast(
-                args,
-                &clusters,
-                &live,
-                &workload.training,
-                &shape,
-                &job_args,
-            )?,
+            _ => {
+                let (run, ordered) = with_jobcast(
+                    args,
+                    &clusters,
+                    &live,
+                    &workload.training,
+                    &shape,
+                    &job_args,
+                )?;
+                ordered_jobs = ordered;
+                run
+            }
         };
         let jcts = run.observed.jcts_from_submission();
         for (&i, &c) in &run.placed {
@@ -608,6 +650,8 @@ pub fn federation(args: &FederationArgs) -> anyhow::Result<Report> {
         time_limit_p50_jct_s: p50("time_limit"),
         jobcast_avg_jct_s: avg("jobcast"),
         jobcast_p50_jct_s: p50("jobcast"),
+        jobcast_orders: !args.choice_only,
+        jobcast_ordered_jobs: ordered_jobs,
         time_limit_by: if multi_cluster {
             "sbatch -M"
         } else {
@@ -648,7 +692,9 @@ fn queues(clusters: &[Cluster]) -> Vec<(String, Vec<String>)> {
 /// The jobcast way: the clusters' past published for `jobcast serve` to
 /// learn (each past job on a cluster in turn, so that every cluster is
 /// known before the first live job), one `slurm watch` per cluster, and
-/// each job submitted by `jobcast slurm submit` from a thread of its own.
+/// each job submitted by `jobcast slurm submit` from a thread of its own;
+/// but with `--choice-only`, one `slurm apply` per cluster as well. The run, and the
+/// jobs the appliers moved.
 fn with_jobcast(
     args: &FederationArgs,
     clusters: &[Cluster],
@@ -656,7 +702,7 @@ fn with_jobcast(
     history: &[SimJob],
     shape: &SlurmShape,
     job_args: &[Vec<String>],
-) -> anyhow::Result<Run> {
+) -> anyhow::Result<(Run, usize)> {
     let scale = args.live.scale();
     let span_us = past_jobs(history, &scale, shape, 0)
         .iter()
@@ -717,7 +763,32 @@ fn with_jobcast(
         })
     })();
     stop_services(dir.path(), services)?;
-    run
+    Ok((run?, ordered_jobs(dir.path(), clusters)?))
+}
+
+/// The jobs for which a cluster's `slurm apply` (its actions, JSON lines
+/// in `apply-NAME.jsonl` under `dir`) carried out a decision of version 1
+/// on: version 0 places new work before any decision.
+fn ordered_jobs(dir: &Path, clusters: &[Cluster]) -> anyhow::Result<usize> {
+    let mut jobs = std::collections::BTreeSet::new();
+    for cluster in clusters {
+        let path = dir.join(format!("apply-{}.jsonl", cluster.name));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for (line, action) in text.lines().enumerate() {
+            let action: serde_json::Value = serde_json::from_str(action)
+                .with_context(|| format!("{}, line {}", path.display(), line + 1))?;
+            if let (Some(true), Some(job), Some(1..)) = (
+                action["done"].as_bool(),
+                action["job_id"].as_u64(),
+                action["version"].as_u64(),
+            ) {
+                jobs.insert((cluster.name.as_str(), job));
+            }
+        }
+    }
+    Ok(jobs.len())
 }
 
 /// Where `jobcast slurm submit` put a job, from its JSON.
@@ -807,10 +878,22 @@ fn start_services(
             "127.0.0.1:0".into(),
             "--set".into(),
             slots,
-            // The clusters start their jobs in Slurm's own order: jobcast
-            // chooses their cluster, not their turn.
             "--set".into(),
-            "engine.eta.order=submission".into(),
+            format!(
+                "engine.queues.q0_upper_us={}",
+                args.live.scale().queues().q0_upper_us
+            ),
+            // With `--choice-only` the clusters start their jobs in Slurm's
+            // own order: jobcast chooses their cluster, not their turn.
+            "--set".into(),
+            format!(
+                "engine.eta.order={}",
+                if args.choice_only {
+                    "submission"
+                } else {
+                    "queues"
+                }
+            ),
         ],
     )];
     for cluster in clusters {
@@ -832,10 +915,37 @@ fn start_services(
                 since.clone(),
             ],
         ));
+        if !args.choice_only {
+            let name = format!("apply-{}", cluster.name);
+            commands.push((
+                name.clone(),
+                Some(&cluster.conf),
+                vec![
+                    "slurm".into(),
+                    "apply".into(),
+                    "--brokers".into(),
+                    brokers.into(),
+                    "--interval-secs".into(),
+                    interval.clone(),
+                    "--state".into(),
+                    dir.join(format!("{name}.json")).display().to_string(),
+                ],
+            ));
+        }
     }
     let mut children = Vec::new();
     for (name, conf, command) in commands {
-        let child = spawn_jobcast(dir, &name, &command, conf, None)?;
+        // An applier's actions (JSON lines) say which jobs it moved.
+        let stdout = if name.starts_with("apply-") {
+            let path = dir.join(format!("{name}.jsonl"));
+            Some(Stdio::from(
+                std::fs::File::create(&path)
+                    .with_context(|| format!("creating {}", path.display()))?,
+            ))
+        } else {
+            None
+        };
+        let child = spawn_jobcast(dir, &name, &command, conf, stdout)?;
         children.push((name, child));
     }
     Ok(children)

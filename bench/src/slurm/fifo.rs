@@ -14,6 +14,12 @@
 //! The third is what a chooser that knew every runtime, and the state of
 //! every cluster, would reach job by job; the gap between it and the
 //! second is all a better estimate can win by choosing the cluster alone.
+//! [`shortest_first_avg_jct_s`] plays the same jobs on clusters that start
+//! the job of least work first, as jobcast's queues do through `slurm
+//! apply`: what choosing and ordering together can win.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Clusters of one-CPU slots, each starting the tasks sent to it in the
 /// order they were sent.
@@ -163,6 +169,87 @@ pub fn least(model: &FifoClusters, key: impl Fn(usize) -> f64) -> usize {
         .expect("a cluster")
 }
 
+/// The average JCT of `jobs` on idle clusters of `cpus` that start their
+/// waiting tasks shortest job first (by the job's work, every runtime
+/// known; in arrival order among equals), each job sent to the cluster
+/// with the least work left per CPU at its arrival: what a choice of
+/// cluster and an order within each cluster can gain together.
+pub fn shortest_first_avg_jct_s(cpus: &[u32], jobs: &[Job]) -> f64 {
+    // Times in whole µs, so that the heaps order them.
+    let us = |s: f64| (s * 1e6).round() as u64;
+    struct Ordered {
+        free: u32,
+        cpus: u32,
+        /// Running tasks: their end and their job.
+        running: BinaryHeap<Reverse<(u64, usize)>>,
+        /// Waiting tasks: their job's work, the job, the runtime.
+        waiting: BinaryHeap<Reverse<(u64, usize, u64)>>,
+    }
+    impl Ordered {
+        /// Work left per CPU at `now`.
+        fn left(&self, now: u64) -> u64 {
+            let running: u64 = self.running.iter().map(|Reverse((t, _))| t - now).sum();
+            let waiting: u64 = self.waiting.iter().map(|Reverse((_, _, r))| r).sum();
+            (running + waiting) / u64::from(self.cpus)
+        }
+    }
+    let mut clusters: Vec<Ordered> = cpus
+        .iter()
+        .map(|&n| Ordered {
+            free: n.max(1),
+            cpus: n.max(1),
+            running: BinaryHeap::new(),
+            waiting: BinaryHeap::new(),
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&j| us(jobs[j].arrival_s));
+    let mut ends: Vec<u64> = jobs.iter().map(|j| us(j.arrival_s)).collect();
+    let mut arrivals = order.into_iter().peekable();
+    loop {
+        let next_end = clusters
+            .iter()
+            .filter_map(|c| c.running.peek().map(|Reverse((t, _))| *t))
+            .min();
+        let next_arrival = arrivals.peek().map(|&j| us(jobs[j].arrival_s));
+        let Some(now) = next_end.into_iter().chain(next_arrival).min() else {
+            break;
+        };
+        for c in &mut clusters {
+            while let Some(&Reverse((t, j))) = c.running.peek()
+                && t <= now
+            {
+                c.running.pop();
+                ends[j] = ends[j].max(t);
+                c.free += 1;
+            }
+        }
+        while let Some(j) = arrivals.next_if(|&j| us(jobs[j].arrival_s) <= now) {
+            let c = (0..clusters.len())
+                .min_by_key(|&c| clusters[c].left(now))
+                .expect("a cluster");
+            let work = jobs[j].runtimes_s.iter().map(|&r| us(r)).sum();
+            for &r in jobs[j].runtimes_s {
+                clusters[c].waiting.push(Reverse((work, j, us(r))));
+            }
+        }
+        for c in &mut clusters {
+            while c.free > 0
+                && let Some(Reverse((_, j, r))) = c.waiting.pop()
+            {
+                c.free -= 1;
+                c.running.push(Reverse((now + r, j)));
+            }
+        }
+    }
+    let total: u64 = jobs
+        .iter()
+        .zip(&ends)
+        .map(|(job, &end)| end - us(job.arrival_s))
+        .sum();
+    total as f64 / 1e6 / jobs.len().max(1) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +322,35 @@ mod tests {
         // runtimes to cluster 0 (ends at 11 s).
         assert_eq!(by_limits, (10.0 + 50.0 + 46.0) / 3.0);
         assert_eq!(by_runtimes, (10.0 + 50.0 + 6.0) / 3.0);
+    }
+
+    /// One CPU: a job running at the arrivals keeps its CPU; then the
+    /// job of least work goes first, whatever its arrival. Two CPUs
+    /// apart: each job goes where the least work is left.
+    #[test]
+    fn shortest_first_serves_the_least_work_on_the_least_loaded_cluster() {
+        let runtimes: [&[f64]; 3] = [&[10.0], &[10.0, 10.0], &[1.0]];
+        let jobs: Vec<Job> = [0.0, 1.0, 2.0]
+            .iter()
+            .zip(runtimes)
+            .map(|(&a, r)| job(a, r, 60.0))
+            .collect();
+        // A 0–10 s; C (1 s of work) 10–11 s, before B's 20 s: 11–21, 21–31.
+        assert_eq!(
+            shortest_first_avg_jct_s(&[1], &jobs),
+            (10.0 + 30.0 + 9.0) / 3.0
+        );
+        let runtimes: [&[f64]; 3] = [&[10.0], &[5.0], &[1.0]];
+        let jobs: Vec<Job> = [0.0, 1.0, 2.0]
+            .iter()
+            .zip(runtimes)
+            .map(|(&a, r)| job(a, r, 60.0))
+            .collect();
+        // A on cluster 0; B where nothing is left (1), 1–6 s; C where 4 s
+        // are left against 8 (1 again), 6–7 s.
+        assert_eq!(
+            shortest_first_avg_jct_s(&[1, 1], &jobs),
+            (10.0 + 5.0 + 5.0) / 3.0
+        );
     }
 }
