@@ -896,41 +896,30 @@ fn start_services(
             ),
         ],
     )];
+    // Each cluster's watcher, following only this run's jobs, and (but
+    // with `--choice-only`) its applier, each with its state under `dir`.
     for cluster in clusters {
-        let name = format!("watch-{}", cluster.name);
-        commands.push((
-            name.clone(),
-            Some(&cluster.conf),
-            vec![
+        let mut steps = vec![(
+            "watch",
+            vec!["--fresh".to_owned(), "--since".into(), since.clone()],
+        )];
+        if !args.choice_only {
+            steps.push(("apply", Vec::new()));
+        }
+        for (step, flags) in steps {
+            let name = format!("{step}-{}", cluster.name);
+            let mut command: Vec<String> = vec![
                 "slurm".into(),
-                "watch".into(),
+                step.into(),
                 "--brokers".into(),
                 brokers.into(),
                 "--interval-secs".into(),
                 interval.clone(),
                 "--state".into(),
                 dir.join(format!("{name}.json")).display().to_string(),
-                "--fresh".into(),
-                "--since".into(),
-                since.clone(),
-            ],
-        ));
-        if !args.choice_only {
-            let name = format!("apply-{}", cluster.name);
-            commands.push((
-                name.clone(),
-                Some(&cluster.conf),
-                vec![
-                    "slurm".into(),
-                    "apply".into(),
-                    "--brokers".into(),
-                    brokers.into(),
-                    "--interval-secs".into(),
-                    interval.clone(),
-                    "--state".into(),
-                    dir.join(format!("{name}.json")).display().to_string(),
-                ],
-            ));
+            ];
+            command.extend(flags);
+            commands.push((name, Some(&cluster.conf), command));
         }
     }
     let mut children = Vec::new();

@@ -329,25 +329,23 @@ mod tests {
     /// apart: each job goes where the least work is left.
     #[test]
     fn shortest_first_serves_the_least_work_on_the_least_loaded_cluster() {
-        let runtimes: [&[f64]; 3] = [&[10.0], &[10.0, 10.0], &[1.0]];
-        let jobs: Vec<Job> = [0.0, 1.0, 2.0]
-            .iter()
-            .zip(runtimes)
-            .map(|(&a, r)| job(a, r, 60.0))
-            .collect();
+        // Jobs A, B and C arriving at 0, 1 and 2 s.
+        let abc = |runtimes: [&'static [f64]; 3]| -> Vec<Job<'static>> {
+            [0.0, 1.0, 2.0]
+                .into_iter()
+                .zip(runtimes)
+                .map(|(a, r)| job(a, r, 60.0))
+                .collect()
+        };
         // A 0–10 s; C (1 s of work) 10–11 s, before B's 20 s: 11–21, 21–31.
+        let jobs = abc([&[10.0], &[10.0, 10.0], &[1.0]]);
         assert_eq!(
             shortest_first_avg_jct_s(&[1], &jobs),
             (10.0 + 30.0 + 9.0) / 3.0
         );
-        let runtimes: [&[f64]; 3] = [&[10.0], &[5.0], &[1.0]];
-        let jobs: Vec<Job> = [0.0, 1.0, 2.0]
-            .iter()
-            .zip(runtimes)
-            .map(|(&a, r)| job(a, r, 60.0))
-            .collect();
         // A on cluster 0; B where nothing is left (1), 1–6 s; C where 4 s
         // are left against 8 (1 again), 6–7 s.
+        let jobs = abc([&[10.0], &[5.0], &[1.0]]);
         assert_eq!(
             shortest_first_avg_jct_s(&[1, 1], &jobs),
             (10.0 + 5.0 + 5.0) / 3.0
