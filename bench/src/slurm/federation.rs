@@ -50,8 +50,8 @@ use super::fifo::{self, FifoClusters};
 use super::workload::{LiveJob, SlurmShape, past_jobs};
 use super::{
     Drawn, LiveArgs, Placed, Run, SERVE_GROUP, TASK_MEM_MB, current_group, current_user,
-    default_partition, embedded_kafka, follow, median, sbatch_args, spawn_jobcast, stop_services,
-    unix_now, wait_for_past, write_runtimes,
+    decisions_carried_out, default_partition, embedded_kafka, follow, median, sbatch_args,
+    spawn_jobcast, stop_services, unix_now, wait_for_past, write_runtimes,
 };
 
 #[derive(clap::Args)]
@@ -693,8 +693,8 @@ fn queues(clusters: &[Cluster]) -> Vec<(String, Vec<String>)> {
 /// learn (each past job on a cluster in turn, so that every cluster is
 /// known before the first live job), one `slurm watch` per cluster, and
 /// each job submitted by `jobcast slurm submit` from a thread of its own;
-/// but with `--choice-only`, one `slurm apply` per cluster as well. The run, and the
-/// jobs the appliers moved.
+/// unless `--choice-only`, one `slurm apply` per cluster as well. The run,
+/// and the jobs the appliers moved.
 fn with_jobcast(
     args: &FederationArgs,
     clusters: &[Cluster],
@@ -763,29 +763,21 @@ fn with_jobcast(
         })
     })();
     stop_services(dir.path(), services)?;
-    Ok((run?, ordered_jobs(dir.path(), clusters)?))
+    Ok((run?, ordered_jobs(args, dir.path(), clusters)?))
 }
 
 /// The jobs for which a cluster's `slurm apply` (its actions, JSON lines
-/// in `apply-NAME.jsonl` under `dir`) carried out a decision of version 1
-/// on: version 0 places new work before any decision.
-fn ordered_jobs(dir: &Path, clusters: &[Cluster]) -> anyhow::Result<usize> {
+/// in `apply-NAME.jsonl` under `dir`) carried out one of jobcast's
+/// decisions; none where jobcast only chose the clusters.
+fn ordered_jobs(args: &FederationArgs, dir: &Path, clusters: &[Cluster]) -> anyhow::Result<usize> {
+    if args.choice_only {
+        return Ok(0);
+    }
     let mut jobs = std::collections::BTreeSet::new();
     for cluster in clusters {
         let path = dir.join(format!("apply-{}.jsonl", cluster.name));
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        for (line, action) in text.lines().enumerate() {
-            let action: serde_json::Value = serde_json::from_str(action)
-                .with_context(|| format!("{}, line {}", path.display(), line + 1))?;
-            if let (Some(true), Some(job), Some(1..)) = (
-                action["done"].as_bool(),
-                action["job_id"].as_u64(),
-                action["version"].as_u64(),
-            ) {
-                jobs.insert((cluster.name.as_str(), job));
-            }
+        for (job, _) in decisions_carried_out(&path)? {
+            jobs.insert((cluster.name.as_str(), job));
         }
     }
     Ok(jobs.len())
@@ -896,8 +888,8 @@ fn start_services(
             ),
         ],
     )];
-    // Each cluster's watcher, following only this run's jobs, and (but
-    // with `--choice-only`) its applier, each with its state under `dir`.
+    // Each cluster's watcher, following only this run's jobs, and (unless
+    // `--choice-only`) its applier, each with its state under `dir`.
     for cluster in clusters {
         let mut steps = vec![(
             "watch",

@@ -1432,10 +1432,27 @@ const ACTIONS: &str = "apply.jsonl";
 /// Slurm. A job whose decisions needed no change (new work stands with Q0
 /// already), or that started before the applier's next tick, has none.
 fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
-    let path = dir.join(ACTIONS);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut first_ms: BTreeMap<u64, u64> = BTreeMap::new();
+    for (job, at_ms) in decisions_carried_out(&dir.join(ACTIONS))? {
+        let first = first_ms.entry(job).or_insert(at_ms);
+        *first = (*first).min(at_ms);
+    }
+    Ok(observed
+        .jobs
+        .keys()
+        .filter_map(|&job| {
+            Some(*first_ms.get(&job)? as f64 / 1e3 - observed.submitted_s(job)? as f64)
+        })
+        .collect())
+}
+
+/// The actions in `path` (`slurm apply`'s JSON lines) that carried out a
+/// decision of version 1 on (version 0 places new work before any
+/// decision): each one's job and when it took effect (Unix ms).
+fn decisions_carried_out(path: &Path) -> anyhow::Result<Vec<(u64, u64)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut carried_out = Vec::new();
     for (line, action) in text.lines().enumerate() {
         let action: serde_json::Value = serde_json::from_str(action)
             .with_context(|| format!("{}, line {}", path.display(), line + 1))?;
@@ -1445,17 +1462,10 @@ fn apply_delays_s(observed: &Observed, dir: &Path) -> anyhow::Result<Vec<f64>> {
             action["version"].as_u64(),
             action["at_ms"].as_u64(),
         ) {
-            let first = first_ms.entry(job).or_insert(at_ms);
-            *first = (*first).min(at_ms);
+            carried_out.push((job, at_ms));
         }
     }
-    Ok(observed
-        .jobs
-        .keys()
-        .filter_map(|&job| {
-            Some(*first_ms.get(&job)? as f64 / 1e3 - observed.submitted_s(job)? as f64)
-        })
-        .collect())
+    Ok(carried_out)
 }
 
 /// The mean, over every task, of its runtime in `measured` less its
